@@ -1,0 +1,26 @@
+"""braze: a deep-learning compiler for models whose shapes change at run time.
+
+Importing braze is cheap: torch and onnx are imported only when a frontend
+needs them.
+"""
+
+from . import ir, reference
+from .errors import BrazeError, InputError, ModelFormatError, ShapeError, UnsupportedOpError
+
+__version__ = "0.1.0"
+
+
+def import_onnx(model, *, dim_ranges=None):
+    """An ONNX model (path, bytes or ModelProto) as a braze Module; dim_params become symbols."""
+    from .frontend.onnx import import_onnx as _imp
+    return _imp(model, dim_ranges=dim_ranges)
+
+
+def import_torch(exported_program):
+    """A ``torch.export.ExportedProgram`` as a braze Module; torch's symbolic sizes become symbols."""
+    from .frontend.torch import import_torch as _imp
+    return _imp(exported_program)
+
+
+__all__ = ["BrazeError", "InputError", "ModelFormatError", "ShapeError", "UnsupportedOpError",
+           "import_onnx", "import_torch", "ir", "reference", "__version__"]

@@ -1,0 +1,1 @@
+"""Frontends: ONNX models and torch.export programs into braze's graph IR."""

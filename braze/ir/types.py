@@ -1,0 +1,117 @@
+"""Element types and tensor types."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import sym as S
+from .sym import IntLike
+
+
+class DType(enum.Enum):
+    float32 = "f32"
+    float16 = "f16"
+    bfloat16 = "bf16"
+    float64 = "f64"
+    int64 = "i64"
+    int32 = "i32"
+    int8 = "i8"
+    uint8 = "u8"
+    bool = "bool"
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.float32, DType.float16, DType.bfloat16, DType.float64)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.int64, DType.int32, DType.int8, DType.uint8)
+
+    @property
+    def numpy(self) -> np.dtype:
+        if self is DType.bfloat16:
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(_TO_NP[self])
+
+    @property
+    def itemsize(self) -> int:
+        return 2 if self is DType.bfloat16 else np.dtype(_TO_NP[self]).itemsize
+
+    @staticmethod
+    def parse(s: str) -> "DType":
+        if s in _BY_SHORT:
+            return _BY_SHORT[s]
+        try:
+            return DType[s]
+        except KeyError:
+            raise ValueError(f"unknown dtype {s!r}; expected one of {', '.join(d.name for d in DType)}") from None
+
+    @staticmethod
+    def from_numpy(dt) -> "DType":
+        dt = np.dtype(dt)
+        if dt.name == "bfloat16":
+            return DType.bfloat16
+        for k, v in _TO_NP.items():
+            if np.dtype(v) == dt:
+                return k
+        raise TypeError(f"numpy dtype {dt} has no braze equivalent; supported: "
+                        f"{', '.join(d.name for d in DType)}")
+
+    def __str__(self):
+        return self.value
+
+    def __repr__(self):
+        return f"DType.{self.name}"
+
+
+_TO_NP = {
+    DType.float32: "float32", DType.float16: "float16", DType.float64: "float64",
+    DType.int64: "int64", DType.int32: "int32", DType.int8: "int8", DType.uint8: "uint8",
+    DType.bool: "bool",
+}
+_BY_SHORT = {d.value: d for d in DType}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: DType
+    shape: tuple[IntLike, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(S.as_intlike(d) for d in self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> IntLike:
+        return S.prod(self.shape)
+
+    def is_static(self) -> bool:
+        return not any(S.is_symbolic(d) for d in self.shape)
+
+    def free_syms(self) -> frozenset:
+        out = frozenset()
+        for d in self.shape:
+            out |= S.free_syms(d)
+        return out
+
+    def concrete_shape(self, env) -> tuple[int, ...]:
+        return tuple(S.evaluate(d, env) for d in self.shape)
+
+    def with_shape(self, shape) -> "TensorType":
+        return TensorType(self.dtype, tuple(shape))
+
+    def with_dtype(self, dtype: DType) -> "TensorType":
+        return TensorType(dtype, self.shape)
+
+    def __str__(self):
+        return f"{self.dtype.short}[{', '.join(str(d) for d in self.shape)}]"

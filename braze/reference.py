@@ -1,0 +1,128 @@
+"""The reference interpreter: runs any graph function on NumPy arrays.
+
+It is the test oracle for every pass and kernel. Symbols are bound from the
+input shapes and checked against their ranges and the module's constraints
+before anything runs; each node's output is checked against its inferred
+type, so a wrong shape rule cannot pass silently.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .errors import BrazeError, InputError
+from .ir import sym as S
+from .ir.graph import Function, Module
+from .ir.types import DType, TensorType
+
+
+def _to_numpy(x, i: int, fname: str) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if type(x).__module__.startswith("torch"):
+        return x.detach().cpu().numpy()
+    if isinstance(x, (int, float, bool, np.generic, list, tuple)):
+        return np.asarray(x)
+    raise InputError(f"input {i} of @{fname} is a {type(x).__name__}; expected a numpy array or torch tensor")
+
+
+def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
+    """Symbol values from input shapes; raises InputError on any mismatch."""
+    if len(arrays) != len(func.params):
+        names = ", ".join(f"%{p.name}: {p.type}" for p in func.params)
+        raise InputError(f"@{func.name} takes {len(func.params)} inputs ({names}), got {len(arrays)}")
+    env: dict[str, int] = {}
+    pending = []
+    for p, a in zip(func.params, arrays):
+        where = f"input %{p.name} of @{func.name}, declared {p.type}"
+        if a.ndim != p.rank:
+            raise InputError(f"input %{p.name} has rank {a.ndim} (shape {list(a.shape)}), expected rank {p.rank}",
+                             where=where)
+        got = DType.from_numpy(a.dtype) if a.dtype.name in _NP_OK else None
+        if got != p.dtype:
+            raise InputError(f"input %{p.name} has dtype {a.dtype}, expected {p.dtype.name}", where=where,
+                             hint=f"convert it, e.g. x.astype('{p.dtype.numpy}')")
+        for axis, (d, n) in enumerate(zip(p.shape, a.shape)):
+            if isinstance(d, int):
+                if d != n:
+                    raise InputError(f"input %{p.name} dim {axis} is {n}, expected {d}", where=where)
+            elif isinstance(d, S.Sym):
+                if d.name in env and env[d.name] != n:
+                    raise InputError(f"input %{p.name} dim {axis} is {n}, but symbol '{d.name}' was already "
+                                     f"bound to {env[d.name]} by an earlier dim", where=where,
+                                     hint=f"every dim named '{d.name}' must have the same size")
+                env[d.name] = int(n)
+            else:
+                pending.append((p, axis, d, int(n), where))
+    for p, axis, d, n, where in pending:
+        try:
+            v = S.evaluate(d, env)
+        except KeyError as e:
+            raise InputError(f"input %{p.name} dim {axis} is the expression {d}, whose symbols are not all bound "
+                             f"by plain dims ({e})", where=where) from None
+        if v != n:
+            raise InputError(f"input %{p.name} dim {axis} is {n}, but must equal {d} = {v}", where=where)
+    bad = module.constraints.violations(env)
+    if bad:
+        raise InputError(f"inputs of @{func.name} break the model's shape constraints: " + "; ".join(bad),
+                         where=f"@{func.name} with {', '.join(f'{k}={v}' for k, v in sorted(env.items()))}")
+    return env
+
+
+_NP_OK = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool"}
+
+
+def run(module: Module, *arrays, func: str | None = None, check_types: bool = True):
+    """Run ``func`` (default: the main function) on NumPy arrays or torch tensors.
+
+    Returns one array, or a tuple when the function has several results.
+    """
+    from .ops import get_op
+    from .ops.registry import RefCtx
+
+    f = module.functions[func] if func else module.main
+    arrays = [_to_numpy(a, i, f.name) for i, a in enumerate(arrays)]
+    env = bind_symbols(module, f, arrays)
+    ctx = RefCtx(env, module.constants)
+    vals: dict[int, np.ndarray] = {id(p): a for p, a in zip(f.params, arrays)}
+    for node in f.nodes:
+        opdef = get_op(node.op)
+        ins = [None if v is None else vals[id(v)] for v in node.inputs]
+        attrs = {k: _eval_attr(opdef.attrs[k].kind, v, env) for k, v in node.attrs.items()}
+        try:
+            out = opdef.reference(ctx, *ins, **attrs)
+        except BrazeError:
+            raise
+        except Exception as e:
+            raise BrazeError(f"reference of op '{node.op}' failed: {type(e).__name__}: {e}",
+                             where=str(node.loc) if node.loc else None) from e
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if len(outs) != len(node.outputs):
+            raise BrazeError(f"reference of op '{node.op}' returned {len(outs)} outputs, expected "
+                             f"{len(node.outputs)}")
+        for v, a in zip(node.outputs, outs):
+            a = np.asarray(a)
+            if check_types:
+                _check(node, v.type, a, env)
+            vals[id(v)] = a
+    res = tuple(vals[id(v)] for v in f.results)
+    return res[0] if len(res) == 1 else res
+
+
+def _eval_attr(kind: str, v, env: Mapping[str, int]):
+    if kind == "intlike" and v is not None:
+        return S.evaluate(v, env)
+    if kind == "intlikes" and v is not None:
+        return tuple(S.evaluate(x, env) for x in v)
+    return v
+
+
+def _check(node, t: TensorType, a: np.ndarray, env):
+    want = t.concrete_shape(env)
+    if tuple(a.shape) != want or a.dtype != t.dtype.numpy:
+        raise BrazeError(
+            f"op '{node.op}' produced {a.dtype}{list(a.shape)} but its type says {t} = {t.dtype.numpy}{list(want)}",
+            where=str(node.loc) if node.loc else None,
+            hint="this is a bug in the op's shape inference or reference; please report it")
