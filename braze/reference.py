@@ -116,6 +116,8 @@ def _eval_attr(kind: str, v, env: Mapping[str, int]):
         return S.evaluate(v, env)
     if kind == "intlikes" and v is not None:
         return tuple(S.evaluate(x, env) for x in v)
+    if kind == "any" and isinstance(v, S.SymExpr):
+        return S.evaluate(v, env)
     return v
 
 
