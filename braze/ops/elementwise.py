@@ -1,1 +1,352 @@
-"""(ops to be added)"""
+"""Elementwise ops: binary arithmetic, comparisons, logical ops, unary math,
+activations, ``where`` and ``cast``.
+
+Dtype rules (see docs/ops-catalog.md):
+
+* binary arithmetic broadcasts and promotes with ``common.promote``; ``div`` is
+  true division for floats and truncates toward zero for ints (ONNX);
+  ``remainder`` takes the divisor's sign (torch / Python).
+* comparisons and logical ops return ``bool``; logical ops accept any dtype
+  (nonzero is true), like ``torch.logical_and``.
+* transcendental unary ops and activations need a float input and raise a
+  ``ShapeError`` for ints (cast first) instead of silently producing float32.
+  ``neg abs sign relu floor ceil round clamp`` also accept ints (floor, ceil
+  and round are then the identity).
+
+References compute float16/bfloat16/float32 in float64 and round once to the
+input dtype, so they are correctly rounded (torch is within a few ulp).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.types import DType, TensorType
+from .common import broadcast_shapes, elementwise_infer, promote
+from .registry import Attr, defop
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+_LOW_FLOATS = (DType.float16, DType.bfloat16, DType.float32)
+
+
+def _compute_dtype(dt: DType) -> np.dtype:
+    """Dtype to compute in: float64 for floats, the dtype itself otherwise."""
+    return np.dtype(np.float64) if dt.is_float else dt.numpy
+
+
+def _out(a, dt: DType) -> np.ndarray:
+    return np.asarray(a).astype(dt.numpy, copy=False)
+
+
+def _errstate():
+    return np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore")
+
+
+def _no_bool(name):
+    def check(ctx, types):
+        for t in types:
+            if t.dtype is DType.bool:
+                raise ctx.error(f"does not take bool inputs (got {t})",
+                                hint="cast the bool tensor to an int or float dtype first")
+    return check
+
+
+# ---------------------------------------------------------------------------
+# binary arithmetic
+# ---------------------------------------------------------------------------
+
+
+def _int_div(a, b):
+    """Integer division truncating toward zero; x / 0 gives 0 (numpy's choice)."""
+    q = np.floor_divide(a, b)
+    r = np.remainder(a, b)
+    fix = (r != 0) & ((a < 0) != (b < 0))
+    return q + fix.astype(q.dtype)
+
+
+def _div(a, b, dt):
+    return _int_div(a, b) if not dt.is_float else a / b
+
+
+def _pow(a, b, dt):
+    if not dt.is_float and np.any(b < 0):
+        from ..errors import BrazeError
+        raise BrazeError("pow: integer tensors cannot be raised to negative integer powers",
+                         hint="cast the base to a float dtype first (torch raises the same error)")
+    return np.power(a, b)
+
+
+# name -> (fn(a, b, out_dtype) on arrays of the computed dtype, allow_bool, doc)
+_BINARY = {
+    "add": (lambda a, b, dt: a + b if dt is not DType.bool else a | b, True, "a + b"),
+    "sub": (lambda a, b, dt: a - b, False, "a - b"),
+    "mul": (lambda a, b, dt: a * b if dt is not DType.bool else a & b, True, "a * b"),
+    "div": (_div, False, "a / b: true division for floats, truncation toward zero for ints"),
+    "pow": (_pow, False, "a ** b"),
+    "maximum": (lambda a, b, dt: np.maximum(a, b), True, "elementwise max (NaN propagates)"),
+    "minimum": (lambda a, b, dt: np.minimum(a, b), True, "elementwise min (NaN propagates)"),
+    "remainder": (lambda a, b, dt: np.mod(a, b), False, "a mod b with the sign of b (torch.remainder)"),
+}
+
+
+def _binary_infer(allow_bool):
+    base = elementwise_infer()
+
+    def infer(ctx, a: TensorType, b: TensorType, **_):
+        if not allow_bool:
+            _no_bool(ctx.op)(ctx, (a, b))
+        return base(ctx, a, b)
+
+    return infer
+
+
+def _binary_ref(fn):
+    def reference(ctx, a, b, **_):
+        dt = promote(DType.from_numpy(a.dtype), DType.from_numpy(b.dtype))
+        cd = _compute_dtype(dt)
+        with _errstate():
+            return _out(fn(a.astype(cd, copy=False), b.astype(cd, copy=False), dt), dt)
+
+    return reference
+
+
+for _name, (_fn, _allow_bool, _doc) in _BINARY.items():
+    defop(_name, inputs=("a", "b"), infer=_binary_infer(_allow_bool), reference=_binary_ref(_fn),
+          kind="elementwise", doc=_doc)
+
+# ---------------------------------------------------------------------------
+# comparisons and logical ops -> bool
+# ---------------------------------------------------------------------------
+
+_COMPARE = {
+    "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+    "greater": np.greater, "greater_equal": np.greater_equal,
+}
+
+
+def _compare_ref(fn):
+    def reference(ctx, a, b, **_):
+        dt = promote(DType.from_numpy(a.dtype), DType.from_numpy(b.dtype))
+        cd = _compute_dtype(dt)
+        return fn(a.astype(cd, copy=False), b.astype(cd, copy=False))
+
+    return reference
+
+
+for _name, _fn in _COMPARE.items():
+    defop(_name, inputs=("a", "b"), infer=elementwise_infer(DType.bool), reference=_compare_ref(_fn),
+          kind="elementwise", doc=f"a {_name.replace('_', ' ')} b, broadcast, as bool")
+
+_LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor}
+
+
+def _logical_ref(fn):
+    def reference(ctx, a, b, **_):
+        return fn(a.astype(bool, copy=False), b.astype(bool, copy=False))
+
+    return reference
+
+
+for _name, _fn in _LOGICAL.items():
+    defop(_name, inputs=("a", "b"), infer=elementwise_infer(DType.bool), reference=_logical_ref(_fn),
+          kind="elementwise", doc=f"{_name.replace('_', ' ')} of truth values (nonzero is true), as bool")
+
+defop("logical_not", inputs=("x",), infer=lambda ctx, x, **_: x.with_dtype(DType.bool),
+      reference=lambda ctx, x, **_: np.logical_not(x.astype(bool, copy=False)),
+      kind="elementwise", doc="not x (nonzero is true), as bool")
+
+# ---------------------------------------------------------------------------
+# unary ops
+# ---------------------------------------------------------------------------
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+_TWO_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def erf(x) -> np.ndarray:
+    """erf in float64, relative error ~1e-15 (no scipy needed).
+
+    |x| < 3: the all-positive series erf(x) = 2/sqrt(pi) e^{-x^2} sum_n 2^n x^{2n+1} / (2n+1)!!
+    (no cancellation); 3 <= |x| < 6: 1 - erfc(x) with erfc's continued fraction;
+    |x| >= 6: +-1 (erfc(6) < 2.2e-17).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    ax = np.abs(x)
+    out = np.empty_like(x)
+    small = ax < 3.0
+    if np.any(small):
+        xs = ax[small]
+        x2 = xs * xs
+        term = xs.copy()
+        total = xs.copy()
+        for n in range(1, 80):
+            term = term * (2.0 * x2 / (2 * n + 1))
+            total += term
+        out[small] = _TWO_SQRT_PI * np.exp(-x2) * total
+    mid = (~small) & (ax < 6.0)
+    if np.any(mid):
+        xm = ax[mid]
+        # erfc(x) = e^{-x^2}/sqrt(pi) * 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + 2/(x + ...)))))
+        f = xm.copy()
+        for k in range(60, 0, -1):
+            f = xm + (k / 2.0) / f
+        out[mid] = 1.0 - np.exp(-xm * xm) / math.sqrt(math.pi) / f
+    out[ax >= 6.0] = 1.0
+    out = np.where(np.isnan(x), np.nan, out)
+    return np.copysign(out, x)
+
+
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _softplus(x, beta, threshold):
+    bx = beta * x
+    return np.where(bx > threshold, x, (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta)
+
+
+# float-only unary ops: name -> (fn(x in float64, **attrs), attrs, doc)
+_FLOAT_UNARY = {
+    "exp": (lambda x: np.exp(x), {}, "e ** x"),
+    "log": (lambda x: np.log(x), {}, "natural log (log 0 = -inf, negative -> NaN)"),
+    "sqrt": (lambda x: np.sqrt(x), {}, "square root"),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, "1 / sqrt(x)"),
+    "reciprocal": (lambda x: 1.0 / x, {}, "1 / x"),
+    "tanh": (lambda x: np.tanh(x), {}, "hyperbolic tangent"),
+    "erf": (erf, {}, "error function"),
+    "sigmoid": (_sigmoid, {}, "1 / (1 + e^-x)"),
+    "silu": (lambda x: x * _sigmoid(x), {}, "x * sigmoid(x)"),
+    "sin": (lambda x: np.sin(x), {}, "sine"),
+    "cos": (lambda x: np.cos(x), {}, "cosine"),
+    "hardswish": (lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0, {}, "x * relu6(x + 3) / 6"),
+    "gelu": (lambda x, approximate: (0.5 * x * (1.0 + erf(x * _SQRT1_2))) if approximate == "none"
+             else 0.5 * x * (1.0 + np.tanh(_SQRT_2_PI * (x + 0.044715 * x ** 3))),
+             {"approximate": Attr("str", "none", '"none" (exact, erf) or "tanh" (torch\'s tanh form)')},
+             "Gaussian error linear unit"),
+    "leaky_relu": (lambda x, alpha: np.where(x >= 0, x, alpha * x),
+                   {"alpha": Attr("float", 0.01, "slope for x < 0")}, "x if x >= 0 else alpha * x"),
+    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0))),
+            {"alpha": Attr("float", 1.0, "scale of the negative part")}, "x if x > 0 else alpha * (e^x - 1)"),
+    "softplus": (_softplus, {"beta": Attr("float", 1.0), "threshold": Attr("float", 20.0, "linear above this beta*x")},
+                 "log(1 + e^(beta x)) / beta, linear where beta x > threshold (torch)"),
+    "hardsigmoid": (lambda x, alpha, beta: np.clip(alpha * x + beta, 0.0, 1.0),
+                    {"alpha": Attr("float", 1.0 / 6.0), "beta": Attr("float", 0.5)},
+                    "clip(alpha x + beta, 0, 1)"),
+}
+
+
+def _float_infer(ctx, x: TensorType, **attrs):
+    if not x.dtype.is_float:
+        raise ctx.error(f"needs a floating-point input, got {x}",
+                        hint="cast the input to a float dtype (e.g. float32) first")
+    if attrs.get("approximate", "none") not in ("none", "tanh"):
+        raise ctx.error(f"approximate must be \"none\" or \"tanh\", got {attrs['approximate']!r}")
+    return x
+
+
+def _float_ref(fn):
+    def reference(ctx, x, **attrs):
+        with _errstate():
+            return _out(fn(x.astype(np.float64, copy=False), **attrs), DType.from_numpy(x.dtype))
+
+    return reference
+
+
+for _name, (_fn, _attrs, _doc) in _FLOAT_UNARY.items():
+    defop(_name, inputs=("x",), attrs=_attrs, infer=_float_infer, reference=_float_ref(_fn),
+          kind="elementwise", doc=_doc)
+
+
+# numeric unary ops (ints and floats, not bool): name -> (fn, doc)
+def _int_ident(fn):
+    return lambda x: x if not np.issubdtype(x.dtype, np.floating) else fn(x)
+
+
+_NUMERIC_UNARY = {
+    "neg": (np.negative, "-x"),
+    "abs": (np.abs, "|x|"),
+    "sign": (np.sign, "-1, 0 or 1 (NaN stays NaN)"),
+    "relu": (lambda x: np.maximum(x, 0).astype(x.dtype, copy=False), "max(x, 0) (NaN propagates)"),
+    "floor": (_int_ident(np.floor), "round down (identity on ints)"),
+    "ceil": (_int_ident(np.ceil), "round up (identity on ints)"),
+    "round": (_int_ident(np.round), "round half to even (identity on ints)"),
+}
+
+
+def _numeric_infer(ctx, x: TensorType, **_):
+    if x.dtype is DType.bool:
+        raise ctx.error(f"does not take a bool input (got {x})", hint="cast it to an int or float dtype first")
+    return x
+
+
+def _numeric_ref(fn):
+    def reference(ctx, x, **_):
+        dt = DType.from_numpy(x.dtype)
+        with _errstate():
+            return _out(fn(x.astype(_compute_dtype(dt), copy=False)), dt)
+
+    return reference
+
+
+for _name, (_fn, _doc) in _NUMERIC_UNARY.items():
+    defop(_name, inputs=("x",), infer=_numeric_infer, reference=_numeric_ref(_fn), kind="elementwise", doc=_doc)
+
+
+def _clamp_ref(ctx, x, *, min, max):
+    dt = DType.from_numpy(x.dtype)
+    y = x.astype(_compute_dtype(dt), copy=False)
+    lo, hi = min, max
+    if not dt.is_float:  # the ints nearest inside [min, max]
+        info = np.iinfo(dt.numpy)
+        lo = None if lo is None else int(np.clip(math.ceil(lo), info.min, info.max))
+        hi = None if hi is None else int(np.clip(math.floor(hi), info.min, info.max))
+    if lo is not None:
+        y = np.maximum(y, lo)  # NaN propagates, like torch.clamp
+    if hi is not None:
+        y = np.minimum(y, hi)  # min > max gives max everywhere, like torch
+    return _out(y, dt)
+
+
+defop("clamp", inputs=("x",),
+      attrs={"min": Attr("float", None, "lower bound or None"), "max": Attr("float", None, "upper bound or None")},
+      infer=_numeric_infer, reference=_clamp_ref, kind="elementwise",
+      doc="clip x to [min, max]; on ints the bounds round inward; dtype of x")
+
+# ---------------------------------------------------------------------------
+# where, cast
+# ---------------------------------------------------------------------------
+
+
+def _where_infer(ctx, cond: TensorType, a: TensorType, b: TensorType, **_):
+    if cond.dtype is not DType.bool:
+        raise ctx.error(f"condition must be bool, got {cond}", hint="compare it (e.g. not_equal(c, 0)) or cast to bool")
+    shape = broadcast_shapes(ctx, cond.shape, a.shape, b.shape)
+    return TensorType(promote(a.dtype, b.dtype), shape)
+
+
+def _where_ref(ctx, cond, a, b, **_):
+    dt = promote(DType.from_numpy(a.dtype), DType.from_numpy(b.dtype))
+    return _out(np.where(cond, a.astype(dt.numpy, copy=False), b.astype(dt.numpy, copy=False)), dt)
+
+
+defop("where", inputs=("cond", "a", "b"), infer=_where_infer, reference=_where_ref, kind="elementwise",
+      doc="a where cond else b, broadcast over all three")
+
+
+def _cast_ref(ctx, x, *, dtype):
+    if dtype.is_int and np.issubdtype(x.dtype, np.floating) or x.dtype.name == "bfloat16":
+        x = x.astype(np.float64, copy=False)  # truncation toward zero; also avoids bf16 -> int quirks
+    with _errstate():
+        return x.astype(dtype.numpy)
+
+
+defop("cast", inputs=("x",), attrs={"dtype": Attr("dtype", doc="target dtype")},
+      infer=lambda ctx, x, *, dtype: x.with_dtype(dtype), reference=_cast_ref, kind="elementwise",
+      doc="convert to dtype (floats to ints truncate toward zero; nonzero to bool is True)")
