@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 
@@ -33,7 +34,7 @@ def run_demo(model: str = "bert", frontend: str = "torch", repeat: int = 3, thre
 
     if threads:
         torch.set_num_threads(threads)
-    say = console.print if console else print
+    say = (lambda m: console.print(m, markup=False, highlight=False)) if console else print
     zm = zoo.get(model)
     dims = ", ".join(f"{k} in [{lo}, {hi}]" for k, (lo, hi) in zm.dims.items())
     say(f"[1/3] {zm.name}: exporting with dynamic dims {dims} ({frontend} frontend)")
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         from rich.console import Console
-        console = Console()
+        console = Console(width=None if sys.stdout.isatty() else 110)
     except ImportError:
         console = None
     rows = run_demo(args.model, args.frontend, args.repeat, args.threads, console)

@@ -37,3 +37,17 @@ def rel_error(actual, expected) -> float:
     denom = float(np.max(np.abs(expected))) if expected.size else 0.0
     err = float(np.max(np.abs(actual - expected))) if expected.size else 0.0
     return err / denom if denom > 0 else err
+
+
+def assert_ir_round_trips(module) -> None:
+    """The module verifies, and its text form parses back into an equal module."""
+    from . import ir
+
+    ir.verify(module)
+    text = str(module)
+    back = ir.parse(text, constants=module.constants)
+    assert back == module, "IR text did not parse back into an equal module"
+    assert str(back) == text
+    ir.verify(back)
+    # without the weights, large constants come back as content-hash placeholders
+    assert ir.parse(text) == module

@@ -82,9 +82,8 @@ class ConstraintStore:
         d = self.simplify(S.add(a, S.mul(-1, b)))
         if isinstance(d, int):
             return d == 0
-        for p in self._identities:
-            if S.add(d, S.mul(-1, p)) == 0 or S.add(d, p) == 0:
-                return True
+        if any(_is_multiple(d, p) for p in self._identities):
+            return True
         lo, hi = S.bounds(self._with_ranges(d))
         if lo > 0 or hi < 0:
             return False
@@ -152,6 +151,18 @@ class ConstraintStore:
 def _facts_key(facts):
     return [tuple(S._k(x) if isinstance(x, (int, S.SymExpr)) and not isinstance(x, bool) else x for x in f)
             for f in facts]
+
+
+def _is_multiple(d: IntLike, p: IntLike) -> bool:
+    """Whether d == k*p for some nonzero integer k (term by term)."""
+    dp, pp = S._to_poly(d), S._to_poly(p)
+    if not pp or set(dp) != set(pp):
+        return False
+    m = next(iter(pp))
+    if dp[m] % pp[m]:
+        return False
+    k = dp[m] // pp[m]
+    return all(dp[t] == k * c for t, c in pp.items())
 
 
 def _gcd(a, b):

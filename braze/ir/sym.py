@@ -528,34 +528,33 @@ def _minmax(ctor, pick, args) -> IntLike:
             _to_poly(a)  # type check
             flat.append(a)
     consts = [a for a in flat if isinstance(a, int)]
-    syms = []
-    seen = set()
+    cands: dict = {}
     for a in flat:
-        if isinstance(a, int) or _k(a) in seen:
+        if not isinstance(a, int):
+            cands.setdefault(_k(a), a)
+    # Visit the candidates in a canonical order (constant first, then by text),
+    # so that the result does not depend on the order of the arguments: when two
+    # arguments are provably equal in value, the first in this order is kept.
+    items = ([pick(consts)] if consts else []) + sorted(cands.values(), key=_canon_sort_key)
+    keep: list = []
+    for a in items:
+        # a is redundant if some kept b is provably never beaten by a
+        if any(_provably_le(b, a) if pick is min else _provably_le(a, b) for b in keep):
             continue
-        seen.add(_k(a))
-        syms.append(a)
-    if consts:
-        syms.append(pick(consts))
-    # drop any argument that another provably dominates
-    keep = []
-    for i, a in enumerate(syms):
-        dominated = False
-        for j, b in enumerate(syms):
-            if i == j:
-                continue
-            lo, hi = bounds(add(a, mul(-1, b)))
-            if pick is min and lo >= 0 and (lo > 0 or j < i):
-                dominated = True  # a >= b, so a never wins a min
-            if pick is max and hi <= 0 and (hi < 0 or j < i):
-                dominated = True
-            if dominated:
-                break
-        if not dominated:
-            keep.append(a)
+        keep = [b for b in keep if not (_provably_le(a, b) if pick is min else _provably_le(b, a))]
+        keep.append(a)
     if len(keep) == 1:
         return keep[0]
-    return ctor(tuple(sorted(keep, key=lambda x: str(x))))
+    return ctor(tuple(sorted(keep, key=_canon_sort_key)))
+
+
+def _canon_sort_key(x):
+    return (str(x), repr(_k(x)))
+
+
+def _provably_le(a, b) -> bool:
+    """True when a <= b for every value of the symbols (by interval bounds)."""
+    return bounds(add(b, mul(-1, a)))[0] >= 0
 
 
 def smin(*args) -> IntLike:

@@ -1,1 +1,332 @@
-"""(ops to be added)"""
+"""Convolution and pooling over NCHW tensors (im2col references on NumPy)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..ir import sym as S
+from ..ir.types import DType, TensorType
+from .common import promote
+from .registry import Attr, defop
+
+
+# ---------------------------------------------------------------------------
+# shared helpers
+# ---------------------------------------------------------------------------
+
+
+def _pair(ctx, name, v):
+    v = tuple(v)
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2:
+        raise ctx.error(f"{name} must have 2 values (h, w), got {list(v)}")
+    return v
+
+
+def _pads(ctx, v):
+    """(top, left, bottom, right); (h, w) is accepted as symmetric padding."""
+    v = tuple(v)
+    if len(v) == 1:
+        v = v * 4
+    elif len(v) == 2:
+        v = (v[0], v[1], v[0], v[1])
+    if len(v) != 4:
+        raise ctx.error(f"padding must be (top, left, bottom, right), got {list(v)}")
+    if any(isinstance(p, int) and p < 0 for p in v):
+        raise ctx.error(f"padding must be non-negative, got {list(v)}")
+    return v
+
+
+def _check_pos(ctx, name, v):
+    if any(int(x) < 1 for x in v):
+        raise ctx.error(f"{name} must be >= 1, got {list(v)}")
+
+
+def _out_dim(ctx, n, k, s, p0, p1, d, ceil_mode, axis_name):
+    """Output size of a sliding window (PyTorch's rule, incl. ceil_mode)."""
+    span = d * (k - 1) + 1
+    num = S.add(S.add(n, p0 + p1), -span)  # n + p0 + p1 - span
+    out = S.add(S.floordiv(num, s), 1)
+    if ceil_mode and s > 1:
+        out = S.add(S.floordiv(S.add(num, s - 1), s), 1)
+        # the last window must start inside the input or the leading padding
+        out = S.smin(out, S.add(S.floordiv(S.add(n, p0 - 1), s), 1))
+    if isinstance(out, int) and out < 1:
+        raise ctx.error(f"output {axis_name} would be {out}: input {axis_name} {n} with padding ({p0}, {p1}) "
+                        f"is smaller than the window ({span})",
+                        hint="use a larger input or more padding")
+    lo, hi = S.bounds(out)
+    if hi < 1:
+        raise ctx.error(f"output {axis_name} {out} is never >= 1")
+    return out
+
+
+def _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow):
+    """View [..., oh, ow, kh, kw] of the windows of xp (padded) over its last two axes."""
+    v = sliding_window_view(xp, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(-2, -1))
+    return v[..., ::sh, ::sw, ::dh, ::dw][..., :oh, :ow, :, :]
+
+
+def _acc_dtype(dt: np.dtype) -> np.dtype:
+    if dt == np.float64:
+        return dt
+    return np.dtype(np.float32)
+
+
+def _float_in(ctx, t, what="input"):
+    if not t.dtype.is_float:
+        raise ctx.error(f"needs a floating-point {what}, got {t}", hint="cast it to float32 first")
+
+
+# ---------------------------------------------------------------------------
+# conv2d
+# ---------------------------------------------------------------------------
+
+
+def _conv2d_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = None, *, stride, padding,
+                  dilation, groups):
+    _float_in(ctx, x)
+    _float_in(ctx, w, "weight")
+    if x.rank not in (3, 4):
+        raise ctx.error(f"input must be NCHW (rank 4) or CHW (rank 3), got {x}")
+    if w.rank != 4:
+        raise ctx.error(f"weight must be [out, in/groups, kh, kw], got {w}")
+    stride, dilation = _pair(ctx, "stride", stride), _pair(ctx, "dilation", dilation)
+    _check_pos(ctx, "stride", stride)
+    _check_pos(ctx, "dilation", dilation)
+    pt, pl, pb, pr = _pads(ctx, padding)
+    if groups < 1:
+        raise ctx.error(f"groups must be >= 1, got {groups}")
+    c, h, wd = x.shape[-3:]
+    o, cg, kh, kw = w.shape
+    need = S.mul(cg, groups)
+    eq = ctx.equal(c, need)
+    if eq is False:
+        raise ctx.error(f"input has {c} channels but weight {w} with groups={groups} expects {need}",
+                        hint="weight dim 1 times groups must equal the input's channel dim")
+    if eq is None:
+        ctx.assume_equal(c, need, "input channels")
+    if isinstance(o, int) and o % groups:
+        raise ctx.error(f"output channels {o} are not divisible by groups={groups}")
+    if bias is not None:
+        if bias.rank != 1:
+            raise ctx.error(f"bias must be 1-D [out], got {bias}")
+        beq = ctx.equal(bias.shape[0], o)
+        if beq is False:
+            raise ctx.error(f"bias has {bias.shape[0]} elements but there are {o} output channels")
+        if beq is None:
+            ctx.assume_equal(bias.shape[0], o, "bias size")
+    oh = _out_dim(ctx, h, kh, stride[0], pt, pb, dilation[0], False, "height")
+    ow = _out_dim(ctx, wd, kw, stride[1], pl, pr, dilation[1], False, "width")
+    dts = [x.dtype, w.dtype] + ([bias.dtype] if bias is not None else [])
+    return TensorType(promote(*dts), x.shape[:-3] + (o, oh, ow))
+
+
+def conv2d_numpy(x, w, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    """conv2d on NumPy arrays via im2col + one (grouped) matmul."""
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = x[None]
+    out_dt = promote(*(DType.from_numpy(a.dtype) for a in (x, w, bias) if a is not None)).numpy
+    acc = _acc_dtype(out_dt)
+    if len(padding) == 2:
+        padding = (padding[0], padding[1], padding[0], padding[1])
+    pt, pl, pb, pr = padding
+    sh, sw = stride
+    dh, dw = dilation
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    g = groups
+    og = o // g
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    x = x.astype(acc, copy=False)
+    w = w.astype(acc, copy=False)
+    if pt or pb or pl or pr:
+        x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    if kh == 1 and kw == 1 and dh == 1 and dw == 1:
+        cols = x[:, :, ::sh, ::sw][:, :, :oh, :ow]  # [n, c, oh, ow]
+        cols = cols.reshape(n, g, cg, oh * ow)
+        wm = w.reshape(g, og, cg)
+        y = np.matmul(wm[None], cols)  # [n, g, og, oh*ow]
+        y = y.reshape(n, o, oh, ow)
+    else:
+        win = _windows(x, kh, kw, sh, sw, dh, dw, oh, ow)  # [n, c, oh, ow, kh, kw]
+        win = win.reshape(n, g, cg, oh, ow, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6)
+        cols = np.ascontiguousarray(win).reshape(g, n * oh * ow, cg * kh * kw)
+        wm = w.reshape(g, og, cg * kh * kw).transpose(0, 2, 1)  # [g, K, og]
+        y = np.matmul(cols, wm)  # [g, n*oh*ow, og]
+        y = y.reshape(g, n, oh, ow, og).transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow)
+    if bias is not None:
+        y = y + bias.astype(acc, copy=False).reshape(1, o, 1, 1)
+    y = np.ascontiguousarray(y.astype(out_dt, copy=False))
+    return y[0] if unbatched else y
+
+
+def _conv2d_ref(ctx, x, w, bias=None, *, stride, padding, dilation, groups):
+    padding = tuple(padding)
+    if len(padding) == 1:
+        padding = padding * 4
+    return conv2d_numpy(x, w, bias, tuple(stride) * (3 - len(stride)), padding,
+                        tuple(dilation) * (3 - len(dilation)), groups)
+
+
+defop("conv2d", inputs=("x", "weight", "bias?"),
+      attrs={"stride": Attr("ints", (1, 1), "(sh, sw)"),
+             "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right)"),
+             "dilation": Attr("ints", (1, 1), "(dh, dw)"),
+             "groups": Attr("int", 1, "channel groups")},
+      infer=_conv2d_infer, reference=_conv2d_ref, kind="conv",
+      doc="2-D convolution, NCHW input, weight [out, in/groups, kh, kw].")
+
+
+# ---------------------------------------------------------------------------
+# pools
+# ---------------------------------------------------------------------------
+
+
+def _pool_infer_common(ctx, x, kernel, stride, padding, dilation, ceil_mode):
+    if x.rank not in (3, 4):
+        raise ctx.error(f"input must be NCHW (rank 4) or CHW (rank 3), got {x}")
+    kernel = _pair(ctx, "kernel", kernel)
+    stride = kernel if stride is None or len(stride) == 0 else _pair(ctx, "stride", stride)
+    dilation = _pair(ctx, "dilation", dilation)
+    _check_pos(ctx, "kernel", kernel)
+    _check_pos(ctx, "stride", stride)
+    _check_pos(ctx, "dilation", dilation)
+    pt, pl, pb, pr = _pads(ctx, padding)
+    h, w = x.shape[-2:]
+    oh = _out_dim(ctx, h, kernel[0], stride[0], pt, pb, dilation[0], ceil_mode, "height")
+    ow = _out_dim(ctx, w, kernel[1], stride[1], pl, pr, dilation[1], ceil_mode, "width")
+    return x.shape[:-2] + (oh, ow)
+
+
+def _pool_geometry(x, kernel, stride, padding, dilation, ceil_mode):
+    kernel = tuple(kernel) * (3 - len(kernel))
+    stride = kernel if not stride else tuple(stride) * (3 - len(stride))
+    dilation = tuple(dilation) * (3 - len(dilation))
+    padding = tuple(padding)
+    if len(padding) == 1:
+        padding = padding * 4
+    elif len(padding) == 2:
+        padding = (padding[0], padding[1], padding[0], padding[1])
+    pt, pl, pb, pr = padding
+    h, w = x.shape[-2:]
+    outs, extra = [], []
+    for n, k, s, p0, p1, d in ((h, kernel[0], stride[0], pt, pb, dilation[0]),
+                               (w, kernel[1], stride[1], pl, pr, dilation[1])):
+        out = S.evaluate(_out_dim_int(n, k, s, p0, p1, d, ceil_mode), {})
+        need = (out - 1) * s + d * (k - 1) + 1
+        outs.append(out)
+        extra.append(max(0, need - (n + p0 + p1)))
+    return kernel, stride, dilation, (pt, pl, pb, pr), outs, extra
+
+
+def _out_dim_int(n, k, s, p0, p1, d, ceil_mode):
+    num = n + p0 + p1 - d * (k - 1) - 1
+    if ceil_mode and s > 1:
+        out = -(-num // s) + 1
+        if (out - 1) * s >= n + p0:
+            out -= 1
+        return out
+    return num // s + 1
+
+
+def _max_pool_infer(ctx, x, *, kernel, stride, padding, dilation, ceil_mode):
+    if x.dtype is DType.bool:
+        raise ctx.error("does not take bool input")
+    return TensorType(x.dtype, _pool_infer_common(ctx, x, kernel, stride, padding, dilation, ceil_mode))
+
+
+def _max_pool_ref(ctx, x, *, kernel, stride, padding, dilation, ceil_mode):
+    kernel, stride, dilation, (pt, pl, pb, pr), (oh, ow), (eh, ew) = \
+        _pool_geometry(x, kernel, stride, padding, dilation, ceil_mode)
+    fill = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
+    lead = ((0, 0),) * (x.ndim - 2)
+    xp = np.pad(x, lead + ((pt, pb + eh), (pl, pr + ew)), constant_values=fill) if (pt or pb or pl or pr or eh or ew) \
+        else x
+    win = _windows(xp, kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1], oh, ow)
+    return np.ascontiguousarray(win.max(axis=(-2, -1)).astype(x.dtype, copy=False))
+
+
+defop("max_pool2d", inputs=("x",),
+      attrs={"kernel": Attr("ints", doc="(kh, kw)"),
+             "stride": Attr("ints", None, "(sh, sw); default: the kernel"),
+             "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right), padded with -inf"),
+             "dilation": Attr("ints", (1, 1), "(dh, dw)"),
+             "ceil_mode": Attr("bool", False, "round the output size up (PyTorch rule)")},
+      infer=_max_pool_infer, reference=_max_pool_ref, kind="pool",
+      doc="2-D max pooling over the last two dims.")
+
+
+def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
+    _float_in(ctx, x)
+    return TensorType(x.dtype, _pool_infer_common(ctx, x, kernel, stride, padding, (1, 1), ceil_mode))
+
+
+def _avg_pool_ref(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
+    kernel, stride, dilation, (pt, pl, pb, pr), (oh, ow), (eh, ew) = \
+        _pool_geometry(x, kernel, stride, padding, (1, 1), ceil_mode)
+    acc = _acc_dtype(x.dtype)
+    lead = ((0, 0),) * (x.ndim - 2)
+    xp = np.pad(x.astype(acc, copy=False), lead + ((pt, pb + eh), (pl, pr + ew)))
+    sums = _windows(xp, kernel[0], kernel[1], stride[0], stride[1], 1, 1, oh, ow).sum(axis=(-2, -1))
+    h, w = x.shape[-2:]
+    ones = np.zeros((h + pt + pb + eh, w + pl + pr + ew), dtype=acc)
+    if count_include_pad:
+        ones[: h + pt + pb, : w + pl + pr] = 1
+    else:
+        ones[pt: pt + h, pl: pl + w] = 1
+    counts = _windows(ones, kernel[0], kernel[1], stride[0], stride[1], 1, 1, oh, ow).sum(axis=(-2, -1))
+    return np.ascontiguousarray((sums / np.maximum(counts, 1)).astype(x.dtype, copy=False))
+
+
+defop("avg_pool2d", inputs=("x",),
+      attrs={"kernel": Attr("ints", doc="(kh, kw)"),
+             "stride": Attr("ints", None, "(sh, sw); default: the kernel"),
+             "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right), zero padding"),
+             "ceil_mode": Attr("bool", False, "round the output size up (PyTorch rule)"),
+             "count_include_pad": Attr("bool", True, "divide by the window size including padding")},
+      infer=_avg_pool_infer, reference=_avg_pool_ref, kind="pool",
+      doc="2-D average pooling over the last two dims.")
+
+
+def _adaptive_infer(ctx, x, *, output_size):
+    _float_in(ctx, x)
+    if x.rank not in (3, 4):
+        raise ctx.error(f"input must be NCHW (rank 4) or CHW (rank 3), got {x}")
+    out = _pair(ctx, "output_size", output_size)
+    _check_pos(ctx, "output_size", out)
+    return TensorType(x.dtype, x.shape[:-2] + tuple(out))
+
+
+def _adaptive_axis(a, axis, out):
+    n = a.shape[axis]
+    i = np.arange(out)
+    starts = (i * n) // out
+    ends = -((-(i + 1) * n) // out)
+    c = np.cumsum(a, axis=axis, dtype=np.float64)
+    zero_shape = list(a.shape)
+    zero_shape[axis] = 1
+    c = np.concatenate([np.zeros(zero_shape), c], axis=axis)
+    sums = np.take(c, ends, axis=axis) - np.take(c, starts, axis=axis)
+    shape = [1] * a.ndim
+    shape[axis] = out
+    return sums / (ends - starts).reshape(shape)
+
+
+def _adaptive_ref(ctx, x, *, output_size):
+    oh, ow = tuple(output_size) * (3 - len(output_size))
+    if oh == 1 and ow == 1:
+        y = x.astype(np.float64).mean(axis=(-2, -1), keepdims=True)
+    else:
+        y = _adaptive_axis(_adaptive_axis(x, x.ndim - 2, oh), x.ndim - 1, ow)
+    return np.ascontiguousarray(y.astype(x.dtype))
+
+
+defop("adaptive_avg_pool2d", inputs=("x",),
+      attrs={"output_size": Attr("ints", doc="(oh, ow)")},
+      infer=_adaptive_infer, reference=_adaptive_ref, kind="pool",
+      doc="Average pooling to a fixed output size (PyTorch bins).")

@@ -31,9 +31,6 @@ from .registry import Attr, defop
 # helpers
 # ---------------------------------------------------------------------------
 
-_LOW_FLOATS = (DType.float16, DType.bfloat16, DType.float32)
-
-
 def _compute_dtype(dt: DType) -> np.dtype:
     """Dtype to compute in: float64 for floats, the dtype itself otherwise."""
     return np.dtype(np.float64) if dt.is_float else dt.numpy
@@ -47,13 +44,11 @@ def _errstate():
     return np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore")
 
 
-def _no_bool(name):
-    def check(ctx, types):
-        for t in types:
-            if t.dtype is DType.bool:
-                raise ctx.error(f"does not take bool inputs (got {t})",
-                                hint="cast the bool tensor to an int or float dtype first")
-    return check
+def _no_bool(ctx, *types):
+    for t in types:
+        if t.dtype is DType.bool:
+            raise ctx.error(f"does not take bool inputs (got {t})",
+                            hint="cast the bool tensor to an int or float dtype first")
 
 
 # ---------------------------------------------------------------------------
@@ -99,7 +94,7 @@ def _binary_infer(allow_bool):
 
     def infer(ctx, a: TensorType, b: TensorType, **_):
         if not allow_bool:
-            _no_bool(ctx.op)(ctx, (a, b))
+            _no_bool(ctx, a, b)
         return base(ctx, a, b)
 
     return infer
@@ -272,7 +267,8 @@ def _int_ident(fn):
 _NUMERIC_UNARY = {
     "neg": (np.negative, "-x"),
     "abs": (np.abs, "|x|"),
-    "sign": (np.sign, "-1, 0 or 1 (NaN stays NaN)"),
+    "sign": (lambda x: np.where(np.isnan(x), 0, np.sign(x)) if x.dtype.kind == "f" else np.sign(x),
+             "-1, 0 or 1 (NaN gives 0, like torch)"),
     "relu": (lambda x: np.maximum(x, 0).astype(x.dtype, copy=False), "max(x, 0) (NaN propagates)"),
     "floor": (_int_ident(np.floor), "round down (identity on ints)"),
     "ceil": (_int_ident(np.ceil), "round up (identity on ints)"),
@@ -281,8 +277,7 @@ _NUMERIC_UNARY = {
 
 
 def _numeric_infer(ctx, x: TensorType, **_):
-    if x.dtype is DType.bool:
-        raise ctx.error(f"does not take a bool input (got {x})", hint="cast it to an int or float dtype first")
+    _no_bool(ctx, x)
     return x
 
 
@@ -341,7 +336,7 @@ defop("where", inputs=("cond", "a", "b"), infer=_where_infer, reference=_where_r
 
 
 def _cast_ref(ctx, x, *, dtype):
-    if dtype.is_int and np.issubdtype(x.dtype, np.floating) or x.dtype.name == "bfloat16":
+    if (dtype.is_int and np.issubdtype(x.dtype, np.floating)) or x.dtype.name == "bfloat16":
         x = x.astype(np.float64, copy=False)  # truncation toward zero; also avoids bf16 -> int quirks
     with _errstate():
         return x.astype(dtype.numpy)

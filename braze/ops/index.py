@@ -1,1 +1,73 @@
-"""(ops to be added)"""
+"""Indexing ops: gather (numpy.take), gather_elements (torch.gather), tril, triu."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.types import TensorType
+from .common import norm_axis
+from .registry import Attr, defop
+
+
+def _int_indices(ctx, idx):
+    if not idx.dtype.is_int:
+        raise ctx.error(f"indices must be an integer tensor, got {idx}", hint="cast them to int64")
+
+
+def _gather_infer(ctx, x, idx, *, axis):
+    _int_indices(ctx, idx)
+    if x.rank == 0:
+        raise ctx.error(f"cannot gather from a scalar {x}")
+    ax = norm_axis(ctx, axis, x.rank)
+    return TensorType(x.dtype, x.shape[:ax] + idx.shape + x.shape[ax + 1:])
+
+
+def _gather_ref(ctx, x, idx, *, axis):
+    n = x.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"gather: an index is out of range [-{n}, {n}) for axis {axis}")
+    return np.take(x, idx.astype(np.int64, copy=False), axis=axis)
+
+
+defop("gather", inputs=("x", "indices"), attrs={"axis": Attr("int", 0)},
+      infer=_gather_infer, reference=_gather_ref, kind="injective",
+      doc="numpy.take along an axis; negative indices wrap.")
+
+
+def _gather_elements_infer(ctx, x, idx, *, axis):
+    _int_indices(ctx, idx)
+    if x.rank != idx.rank:
+        raise ctx.error(f"input {x} and indices {idx} must have the same rank")
+    norm_axis(ctx, axis, x.rank)
+    return TensorType(x.dtype, idx.shape)
+
+
+def _gather_elements_ref(ctx, x, idx, *, axis):
+    ax = axis % max(x.ndim, 1)
+    n = x.shape[ax]
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"gather_elements: an index is out of range [-{n}, {n}) for axis {axis}")
+    idx = np.where(idx < 0, idx + n, idx)
+    # torch.gather: the indices may be smaller than x in the other dims
+    xs = x[tuple(slice(None) if i == ax else slice(0, idx.shape[i]) for i in range(x.ndim))]
+    return np.take_along_axis(xs, idx, axis=ax)
+
+
+defop("gather_elements", inputs=("x", "indices"), attrs={"axis": Attr("int")},
+      infer=_gather_elements_infer, reference=_gather_elements_ref, kind="injective",
+      doc="torch.gather: out[i][j] = x[idx[i][j]][j] along axis.")
+
+
+def _tri_infer(ctx, x, *, k):
+    if x.rank < 2:
+        raise ctx.error(f"needs rank >= 2 (works on the last two dims), got {x}")
+    return x
+
+
+defop("tril", inputs=("x",), attrs={"k": Attr("intlike", 0, "diagonal offset")},
+      infer=_tri_infer, reference=lambda ctx, x, *, k: np.tril(x, k), kind="injective",
+      doc="Zero the elements above the k-th diagonal of the last two dims.")
+defop("triu", inputs=("x",), attrs={"k": Attr("intlike", 0, "diagonal offset")},
+      infer=_tri_infer, reference=lambda ctx, x, *, k: np.triu(x, k), kind="injective",
+      doc="Zero the elements below the k-th diagonal of the last two dims.")

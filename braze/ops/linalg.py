@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir.types import DType, TensorType
 from .common import _fmt, broadcast_shapes, promote
-from .registry import Attr, defop  # noqa: F401
+from .registry import defop
 
 
 def _check_contracted(ctx, ka, kb, a_shape, b_shape):
@@ -64,7 +64,7 @@ defop("matmul", inputs=("a", "b"), infer=_matmul_infer, reference=_matmul_ref, k
       doc="numpy.matmul: 1-D operands and broadcasting batch dims.")
 
 
-def _linear_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None):
+def _linear_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = None):
     _numeric(ctx, x, w)
     if w.rank != 2:
         raise ctx.error(f"weight must be 2-D [out, in], got {w}")
@@ -82,7 +82,7 @@ def _linear_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None):
     return TensorType(promote(*dtypes), out)
 
 
-def _linear_ref(ctx, x, w, bias):
+def _linear_ref(ctx, x, w, bias=None):
     dt = _out_dtype(x, w, bias)
     acc = _acc(dt)
     y = np.matmul(x.astype(acc, copy=False), w.astype(acc, copy=False).T)

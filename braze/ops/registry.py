@@ -8,7 +8,8 @@ Signatures, so an op file reads as a table:
     infer(ctx: InferCtx, *input_types, **attrs) -> TensorType | tuple[TensorType, ...]
     reference(ctx: RefCtx, *arrays, **attrs) -> np.ndarray | tuple[np.ndarray, ...]
 
-Absent optional inputs arrive as ``None``. Symbolic attributes (``intlike``
+An absent optional input arrives as ``None`` when a later input is given,
+and is left out when trailing, so give optional parameters a ``None`` default. Symbolic attributes (``intlike``
 kinds) arrive as IntLikes in ``infer`` and as evaluated ints in ``reference``.
 """
 

@@ -1,0 +1,131 @@
+"""ONNX Conv and pooling -> braze conv2d / max_pool2d / avg_pool2d (1-D via an added axis)."""
+
+from __future__ import annotations
+
+from ...ir import sym as S
+from .converters import converter
+
+
+def _spatial(ctx, x, n_sp):
+    if n_sp not in (1, 2):
+        raise ctx.unsupported(f"{n_sp}-D {ctx.node.op_type} (input {x.type})",
+                              hint="braze supports 1-D and 2-D convolution and pooling")
+
+
+def _geometry(ctx, x, kernel):
+    """strides, dilations, explicit pads (begin..., end...) or a symbolic pad list, for 2-D."""
+    n = len(kernel)
+    strides = list(ctx.attr("strides", [1] * n))
+    dil = list(ctx.attr("dilations", [1] * n))
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = list(ctx.attr("pads", [0] * (2 * n)))
+        return strides, dil, pads, None
+    if auto == "VALID":
+        return strides, dil, [0] * (2 * n), None
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ctx.unsupported(f"auto_pad={auto!r}")
+    pads_b, pads_e, sym = [], [], False
+    for i in range(n):
+        d = x.shape[2 + i]
+        s, k, dl = strides[i], kernel[i], dil[i]
+        eff = (k - 1) * dl + 1
+        if s == 1:
+            total = eff - 1
+        else:
+            out = S.floordiv(S.add(d, s - 1), s)
+            total = S.smax(S.add(S.add(S.mul(S.add(out, -1), s), eff), S.mul(-1, d)), 0)
+        small = S.floordiv(total, 2)
+        big = S.add(total, S.mul(-1, small))
+        b, e = (small, big) if auto == "SAME_UPPER" else (big, small)
+        sym = sym or S.is_symbolic(b) or S.is_symbolic(e)
+        pads_b.append(b)
+        pads_e.append(e)
+    return strides, dil, pads_b + pads_e, sym
+
+
+def _to2d(ctx, x, w=None):
+    x = ctx.op("unsqueeze", x, axes=(2,))
+    if w is not None:
+        w = ctx.op("unsqueeze", w, axes=(2,))
+    return x, w
+
+
+def _pads4(pads, n):
+    """ONNX (b0, b1, e0, e1) -> braze (top, left, bottom, right) for 2-D; 1-D gets a zero H pad."""
+    if n == 1:
+        return (0, pads[0], 0, pads[1])
+    return (pads[0], pads[1], pads[2], pads[3])
+
+
+def _explicit_pad(ctx, x, pads, n, value=0.0):
+    """Pad spatial dims with a pad op (for symbolic SAME padding)."""
+    r = x.rank
+    begins = [0] * (r - n) + list(pads[:n])
+    ends = [0] * (r - n) + list(pads[n:])
+    return ctx.op("pad", x, pads=tuple(begins + ends), mode="constant", value=value)
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(ctx):
+    x, w, b = ctx.value(0), ctx.value(1), ctx.value(2)
+    n = x.rank - 2
+    _spatial(ctx, x, n)
+    kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
+    if any(S.is_symbolic(k) for k in kernel):
+        raise ctx.unsupported("a kernel with symbolic size")
+    strides, dil, pads, sym = _geometry(ctx, x, kernel)
+    if sym:
+        x = _explicit_pad(ctx, x, pads, n)
+        pads = [0] * (2 * n)
+    if n == 1:
+        x, w = _to2d(ctx, x, w)
+        strides, dil = [1] + strides, [1] + dil
+    y = ctx.op("conv2d", x, w, b, stride=tuple(strides), padding=_pads4(pads, n), dilation=tuple(dil),
+               groups=ctx.attr("group", 1))
+    if n == 1:
+        y = ctx.op("squeeze", y, axes=(2,))
+    return y
+
+
+@converter("MaxPool", "AveragePool",
+           attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides", "storage_order",
+                  "count_include_pad"))
+def _pool(ctx):
+    t = ctx.node.op_type
+    if ctx.node.output[1:] and any(ctx.node.output[1:]):
+        raise ctx.unsupported("the Indices output", hint="braze's max_pool2d returns values only")
+    if ctx.attr("storage_order", 0):
+        raise ctx.unsupported("storage_order=1")
+    x = ctx.value(0)
+    n = x.rank - 2
+    _spatial(ctx, x, n)
+    kernel = list(ctx.attr("kernel_shape"))
+    strides, dil, pads, sym = _geometry(ctx, x, kernel)
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    cip = bool(ctx.attr("count_include_pad", 0))
+    if t == "AveragePool" and any(d != 1 for d in dil):
+        raise ctx.unsupported(f"dilations={dil}", hint="braze's avg_pool2d has no dilation")
+    if sym:
+        if t == "AveragePool" and not cip:
+            raise ctx.unsupported("SAME auto_pad with symbolic input size and count_include_pad=0")
+        x = _explicit_pad(ctx, x, pads, n, value=float("-inf") if t == "MaxPool" else 0.0)
+        pads = [0] * (2 * n)
+    if n == 1:
+        x, _ = _to2d(ctx, x)
+        kernel, strides, dil = [1] + kernel, [1] + strides, [1] + dil
+    common = dict(kernel=tuple(kernel), stride=tuple(strides), padding=_pads4(pads, n), ceil_mode=ceil_mode)
+    if t == "MaxPool":
+        y = ctx.op("max_pool2d", x, dilation=tuple(dil), **common)
+    else:
+        y = ctx.op("avg_pool2d", x, count_include_pad=cip, **common)
+    if n == 1:
+        y = ctx.op("squeeze", y, axes=(2,))
+    return y
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ctx):
+    x = ctx.value(0)
+    op = "reduce_mean" if ctx.node.op_type == "GlobalAveragePool" else "reduce_max"
+    return ctx.op(op, x, axes=tuple(range(2, x.rank)), keepdims=True)

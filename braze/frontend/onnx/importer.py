@@ -1,0 +1,501 @@
+"""ONNX -> braze graph IR: loading, checking, symbols, and the graph walk.
+
+Every ONNX tensor becomes a ``TV``: a braze ``Value`` and/or a *known value*,
+a NumPy array whose elements may be symbolic ints (object dtype). Shape
+arithmetic (``Shape -> Gather -> Concat -> Reshape``) is folded on known
+values at import time, so reshape targets and slice bounds stay symbolic
+attributes instead of run-time tensors. A known value becomes a graph value
+only when a real op consumes it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ...errors import BrazeError, ModelFormatError, UnsupportedOpError
+from ...ir import sym as S
+from ...ir.graph import Module, SourceLoc, Value
+from ...ir.sym import Sym
+from ...ir.types import DType, TensorType
+from ...ops.builder import Builder, sanitize
+
+MIN_OPSET = 13
+TARGET_OPSET = 21  # opsets 13..21 are the target; newer ones load where op semantics are unchanged
+FOLD_LIMIT = 1 << 16  # fold known values with at most this many elements
+
+# ONNX TensorProto data type -> braze DType (the others are unsupported)
+_ONNX_DTYPES = {1: DType.float32, 10: DType.float16, 16: DType.bfloat16, 11: DType.float64,
+                7: DType.int64, 6: DType.int32, 3: DType.int8, 2: DType.uint8, 9: DType.bool}
+_ONNX_DTYPE_NAMES = {0: "undefined", 1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+                     7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32",
+                     13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16", 17: "float8e4m3fn",
+                     18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4",
+                     23: "float4e2m1", 24: "float8e8m0", 25: "uint2", 26: "int2"}
+_TO_ONNX = {v: k for k, v in _ONNX_DTYPES.items()}
+
+
+def onnx_dtype(code: int, where: str = "") -> DType:
+    dt = _ONNX_DTYPES.get(int(code))
+    if dt is None:
+        raise UnsupportedOpError(
+            f"ONNX element type {_ONNX_DTYPE_NAMES.get(int(code), code)} has no braze equivalent",
+            where=where or None,
+            hint=f"braze supports {', '.join(_ONNX_DTYPE_NAMES[k] for k in sorted(_ONNX_DTYPES))}; "
+                 "cast the tensor in the exporter")
+    return dt
+
+
+def to_onnx_dtype(dt: DType) -> int:
+    return _TO_ONNX[dt]
+
+
+# ---------------------------------------------------------------------------
+# tensors during import
+# ---------------------------------------------------------------------------
+
+
+class TV:
+    """An ONNX tensor during import: a graph Value and/or a known value."""
+
+    __slots__ = ("value", "known", "dtype", "shape", "name")
+
+    def __init__(self, value: Value | None = None, known: np.ndarray | None = None, dtype: DType | None = None,
+                 name: str | None = None):
+        self.value = value
+        self.known = known
+        self.name = name
+        if value is not None:
+            self.dtype, self.shape = value.dtype, value.shape
+        else:
+            assert known is not None and dtype is not None
+            self.dtype, self.shape = dtype, tuple(known.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"TV({self.name}: {self.dtype}{list(self.shape)}{' known' if self.known is not None else ''})"
+
+
+def is_symbolic_array(a: np.ndarray) -> bool:
+    return a.dtype == object and any(isinstance(x, S.SymExpr) for x in a.flat)
+
+
+def normalize_known(a, dtype: DType) -> np.ndarray:
+    """Object arrays of IntLikes collapse to numeric arrays when nothing is symbolic."""
+    a = np.asarray(a) if not isinstance(a, np.ndarray) else a
+    if a.dtype == object:
+        if dtype.is_float or dtype is DType.bool:
+            return a.astype(dtype.numpy)
+        out = np.empty(a.shape, dtype=object)
+        sym = False
+        for i, x in enumerate(a.flat):
+            if isinstance(x, S.SymExpr):
+                sym = True
+                out.flat[i] = x
+            else:
+                out.flat[i] = int(x)
+        return out if sym else np.array(out.tolist() if out.ndim else int(out[()]), dtype=dtype.numpy).reshape(a.shape)
+    return a.astype(dtype.numpy, copy=False)
+
+
+def as_object(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == object else a.astype(object)
+
+
+# ---------------------------------------------------------------------------
+# loading
+# ---------------------------------------------------------------------------
+
+
+def load_model(model) -> tuple[Any, str | None]:
+    """(ModelProto, path or None) from a path, bytes or ModelProto; ModelFormatError if malformed."""
+    import onnx
+
+    path = None
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto = _parse(bytes(model), "<bytes>")
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ModelFormatError(f"cannot read ONNX model file: {e.strerror or e}", where=path,
+                                   hint="check the path and the file's permissions") from None
+        proto = _parse(data, path)
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+            try:
+                from onnx.external_data_helper import load_external_data_for_model
+                load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
+            except Exception as e:
+                raise ModelFormatError(f"cannot load the model's external weight data: {e}", where=path,
+                                       hint="keep the external data files next to the .onnx file") from None
+    else:
+        raise ModelFormatError(f"import_onnx takes a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    where = path or "<model>"
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:  # onnx.checker.ValidationError and friends
+        msg = str(e).strip().splitlines()
+        raise ModelFormatError(f"the ONNX model is invalid: {msg[0] if msg else type(e).__name__}", where=where,
+                               hint="run onnx.checker.check_model(model) for details; re-export the model") from None
+    return proto, path
+
+
+def _parse(data: bytes, where: str):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not data:
+        raise ModelFormatError("the ONNX model is empty (0 bytes)", where=where, hint="re-export the model")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelFormatError(f"not an ONNX model: protobuf parsing failed ({e})", where=where,
+                               hint="is this really an .onnx file? It may be truncated or another format") from None
+    if not proto.HasField("graph"):
+        raise ModelFormatError("not an ONNX model: the file has no graph", where=where,
+                               hint="is this really an .onnx file?")
+    return proto
+
+
+# ---------------------------------------------------------------------------
+# the importer
+# ---------------------------------------------------------------------------
+
+
+class NodeCtx:
+    """What a converter sees: the node, its inputs as TVs, attributes, and the builder."""
+
+    def __init__(self, imp: "Importer", node, inputs: list, opset: int):
+        self.imp = imp
+        self.node = node
+        self.inputs = inputs
+        self.opset = opset
+        self.b = imp.b
+        self.loc = imp.loc(node)
+        self.version = imp.since_version(node.op_type)
+        self._attrs = {a.name: a for a in node.attribute}
+
+    # --- attributes ----------------------------------------------------------
+    def has_attr(self, name: str) -> bool:
+        return name in self._attrs
+
+    def attr(self, name: str, default=None):
+        import onnx
+        from onnx import numpy_helper
+
+        a = self._attrs.get(name)
+        if a is None:
+            return default
+        if a.type == onnx.AttributeProto.TENSOR:
+            return numpy_helper.to_array(a.t)
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            return v.decode()
+        if isinstance(v, list):
+            return [x.decode() if isinstance(x, bytes) else x for x in v]
+        return v
+
+    # --- inputs --------------------------------------------------------------
+    def n_inputs(self) -> int:
+        return len(self.inputs)
+
+    def tv(self, i: int) -> TV | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def value(self, i: int) -> Value | None:
+        t = self.tv(i)
+        return None if t is None else self.imp.materialize(t)
+
+    def known(self, i: int) -> np.ndarray | None:
+        t = self.tv(i)
+        return None if t is None else t.known
+
+    def known_ints(self, i: int, what: str) -> list | None:
+        """Flat list of IntLikes of input i, or an UnsupportedOpError if only known at run time."""
+        t = self.tv(i)
+        if t is None:
+            return None
+        if t.known is None:
+            raise self._needs_known(i, what)
+        return [x if isinstance(x, S.SymExpr) else int(x) for x in t.known.flat]
+
+    def const_scalar(self, i: int, what: str):
+        t = self.tv(i)
+        if t is None:
+            return None
+        if t.known is None or is_symbolic_array(t.known):
+            raise self._needs_known(i, what)
+        return t.known.reshape(-1)[0].item() if t.known.size else None
+
+    def _needs_known(self, i: int, what: str) -> UnsupportedOpError:
+        e = self.unsupported(f"its {what} (input {i}, '{self.node.input[i]}') is computed from tensor data at run "
+                             "time; braze needs it known at import time (a constant, or derived from shapes)",
+                             hint="export it as a constant (e.g. an initializer), or fold the data-dependent part")
+        e.input_name = self.node.input[i]  # lets a caller bind that tensor as a constant and retry
+        return e
+
+    # --- emitting ------------------------------------------------------------
+    def op(self, name: str, *inputs, **attrs) -> Any:
+        return self.b.op(name, list(inputs), loc=self.loc, **attrs)
+
+    def const(self, array, dtype: DType | None = None) -> Value:
+        a = np.asarray(array)
+        if dtype is not None:
+            a = a.astype(dtype.numpy)
+        return self.b.constant(a, loc=self.loc)
+
+    def scalar(self, v, dtype: DType) -> Value:
+        return self.const(np.asarray(v, dtype=dtype.numpy))
+
+    def cast(self, v: Value, dtype: DType) -> Value:
+        return v if v.dtype is dtype else self.op("cast", v, dtype=dtype)
+
+    # --- errors --------------------------------------------------------------
+    def where(self) -> str:
+        n = self.node
+        return f"node '{n.name or '<unnamed>'}' ({n.op_type}, opset {self.opset})" + \
+            (f" in {self.imp.path}" if self.imp.path else "")
+
+    def unsupported(self, what: str, hint: str | None = None) -> UnsupportedOpError:
+        return UnsupportedOpError(f"ONNX {self.node.op_type}: {what}", where=self.where(), hint=hint)
+
+
+class Importer:
+    def __init__(self, proto, path: str | None, dim_ranges):
+        from . import converters  # noqa: F401  (registers converters)
+
+        self.proto = proto
+        self.path = path
+        self.graph = proto.graph
+        self.module = Module()
+        self.b = Builder(self.module, "main")
+        self.env: dict[str, TV] = {}
+        self.opset = self._opset()
+        self.dim_ranges = dict(dim_ranges or {})
+        self._used_ranges: set[str] = set()
+        self._fresh = 0
+        self._node_idx = 0
+
+    # --- opsets --------------------------------------------------------------
+    def _opset(self) -> int:
+        ops = {o.domain: o.version for o in self.proto.opset_import}
+        v = ops.get("", ops.get("ai.onnx"))
+        where = self.path or "<model>"
+        if v is None:
+            raise ModelFormatError("the model imports no default-domain ('' / ai.onnx) opset", where=where,
+                                   hint="re-export the model with a standard opset (13..21)")
+        if v < MIN_OPSET:
+            raise UnsupportedOpError(
+                f"the model uses ONNX opset {v}; braze supports opsets {MIN_OPSET}..{TARGET_OPSET}", where=where,
+                hint=f"convert it: onnx.version_converter.convert_version(model, {TARGET_OPSET}), or re-export "
+                     f"with opset_version={TARGET_OPSET}")
+        return v
+
+    def since_version(self, op_type: str) -> int:
+        import onnx
+
+        try:
+            return onnx.defs.get_schema(op_type, self.opset, "").since_version
+        except Exception:
+            return self.opset
+
+    def loc(self, node) -> SourceLoc:
+        return SourceLoc(file=self.path, name=node.name or f"{node.op_type}_{self._node_idx}")
+
+    # --- symbols -------------------------------------------------------------
+    def _symbol(self, dim_param: str | None, input_name: str, axis: int) -> Sym:
+        if dim_param:
+            name = sanitize(dim_param).replace(".", "_")
+            keys = (dim_param, name)
+        else:
+            name = sanitize(f"{input_name}_dim{axis}").replace(".", "_")
+            keys = (name,)
+        if name[0].isdigit():
+            name = "d" + name
+        lo, hi = 1, None
+        for k in keys:
+            if k in self.dim_ranges:
+                rng = self.dim_ranges[k]
+                self._used_ranges.add(k)
+                try:
+                    lo, hi = int(rng[0]), (None if rng[1] is None or rng[1] == float("inf") else int(rng[1]))
+                except (TypeError, ValueError, IndexError):
+                    raise ModelFormatError(f"dim_ranges[{k!r}] = {rng!r} is not a (lo, hi) pair",
+                                           hint="pass e.g. dim_ranges={'batch': (1, 64)}; hi may be None") from None
+        existing = self.module.constraints.symbol(name)
+        if existing is not None and (existing.lo, existing.hi) == (lo, hi):
+            return existing
+        return self.b.sym(name, lo, hi)
+
+    def _input_type(self, vi) -> TensorType:
+        where = f"graph input '{vi.name}'" + (f" in {self.path}" if self.path else "")
+        tt = vi.type
+        if not tt.HasField("tensor_type"):
+            raise UnsupportedOpError(f"graph input '{vi.name}' is not a tensor ({tt.WhichOneof('value')})",
+                                     where=where, hint="braze imports models whose inputs are tensors")
+        t = tt.tensor_type
+        dt = onnx_dtype(t.elem_type, where)
+        if not t.HasField("shape"):
+            raise ModelFormatError(f"graph input '{vi.name}' has no shape (not even a rank)", where=where,
+                                   hint="export with input shapes (torch.onnx.export(..., dynamic_axes=...)) or set "
+                                        "them with onnx.tools.update_model_dims.update_inputs_outputs_dims")
+        dims = []
+        for axis, d in enumerate(t.shape.dim):
+            if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise ModelFormatError(f"graph input '{vi.name}' dim {axis} is {d.dim_value}", where=where)
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(self._symbol(d.dim_param or None, vi.name, axis))
+        return TensorType(dt, tuple(dims))
+
+    # --- known values -> graph values -----------------------------------------
+    def materialize(self, t: TV) -> Value:
+        if t.value is not None:
+            return t.value
+        a = t.known
+        if not is_symbolic_array(a):
+            t.value = self.b.constant(np.asarray(a, dtype=t.dtype.numpy), name=t.name)
+            return t.value
+        # symbolic ints: one arange(e, e+1) per symbolic element, joined
+        pieces = []
+        flat = list(a.flat)
+        dt = t.dtype if t.dtype in (DType.int64, DType.int32) else DType.int64
+        run: list[int] = []
+        for x in flat:
+            if isinstance(x, S.SymExpr):
+                if run:
+                    pieces.append(self.b.constant(np.array(run, dtype=dt.numpy)))
+                    run = []
+                pieces.append(self.b.op("arange", [], start=x, end=S.add(x, 1), step=1, dtype=dt))
+            else:
+                run.append(int(x))
+        if run:
+            pieces.append(self.b.constant(np.array(run, dtype=dt.numpy)))
+        v = pieces[0] if len(pieces) == 1 else self.b.op("concat", pieces, axis=0)
+        if a.shape != (len(flat),):
+            v = self.b.op("reshape", [v], shape=tuple(a.shape))
+        if dt is not t.dtype:
+            v = self.b.op("cast", [v], dtype=t.dtype)
+        t.value = v
+        return v
+
+    # --- the walk ------------------------------------------------------------
+    def run(self) -> Module:
+        from onnx import numpy_helper
+
+        g = self.graph
+        inits = {i.name for i in g.initializer}
+        for init in g.initializer:
+            where = f"initializer '{init.name}'"
+            dt = onnx_dtype(init.data_type, where)
+            try:
+                arr = numpy_helper.to_array(init)
+            except Exception as e:
+                raise ModelFormatError(f"cannot read initializer '{init.name}': {e}", where=self.path) from None
+            self.env[init.name] = TV(known=np.asarray(arr).astype(dt.numpy, copy=False), dtype=dt, name=init.name)
+        for vi in g.input:
+            if vi.name in inits:
+                continue  # an initializer listed as input (old exporters): a constant
+            p = self.b.param(vi.name, self._input_type(vi))
+            self.env[vi.name] = TV(value=p, name=vi.name)
+        unknown = set(self.dim_ranges) - self._used_ranges
+        if unknown:
+            names = sorted(self.module.symbols)
+            raise ModelFormatError(f"dim_ranges names dims the model does not have: {sorted(unknown)}",
+                                   where=self.path or "<model>", hint=f"the model's dims are: {', '.join(names)}")
+        for idx, node in enumerate(g.node):
+            self._node_idx = idx
+            self._convert(node)
+        results = []
+        for o in g.output:
+            t = self.env.get(o.name)
+            if t is None:
+                raise ModelFormatError(f"graph output '{o.name}' is not produced by any node", where=self.path)
+            v = self.materialize(t)
+            results.append(v)
+        self.b.ret(*results)
+        return self.module
+
+    def _convert(self, node):
+        from .converters import CONVERTERS
+
+        if node.domain not in ("", "ai.onnx"):
+            ctx = NodeCtx(self, node, [], self.opset)
+            raise UnsupportedOpError(f"ONNX op {node.domain}::{node.op_type} is from a custom domain",
+                                     where=ctx.where(), hint=_supported_hint())
+        for o in node.output:
+            if o and o in self.env:
+                raise ModelFormatError(f"tensor '{o}' is defined twice (graph is not SSA)",
+                                       where=f"node '{node.name}' ({node.op_type})")
+        entry = CONVERTERS.get(node.op_type)
+        inputs = []
+        for i in node.input:
+            if not i:
+                inputs.append(None)
+                continue
+            t = self.env.get(i)
+            if t is None:
+                raise ModelFormatError(f"node '{node.name}' ({node.op_type}) reads tensor '{i}', which is not "
+                                       "defined before it", where=self.path or "<model>",
+                                       hint="the graph must be topologically sorted; re-export the model")
+            inputs.append(t)
+        ctx = NodeCtx(self, node, inputs, self.opset)
+        if entry is None:
+            raise UnsupportedOpError(f"ONNX op '{node.op_type}' is not supported", where=ctx.where(),
+                                     hint=_supported_hint())
+        fn, attrs = entry
+        for a in node.attribute:
+            if a.name not in attrs:
+                raise ctx.unsupported(f"attribute '{a.name}' is not supported",
+                                      hint=f"supported attributes: {', '.join(sorted(attrs)) or 'none'}")
+        try:
+            outs = fn(ctx)
+        except BrazeError:
+            raise
+        except Exception as e:
+            raise BrazeError(f"converting ONNX {node.op_type} failed: {type(e).__name__}: {e}",
+                             where=ctx.where(), hint="this is likely a braze bug; please report it") from e
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        for k, name in enumerate(node.output):
+            if not name:
+                continue
+            if k >= len(outs) or outs[k] is None:
+                raise ctx.unsupported(f"output {k} ('{name}') is not supported")
+            o = outs[k]
+            if isinstance(o, Value):
+                o = TV(value=o, name=name)
+            else:
+                o.name = o.name or name
+            self.env[name] = o
+
+
+def _supported_hint() -> str:
+    from .converters import CONVERTERS
+    ops = sorted(CONVERTERS)
+    return f"braze supports {len(ops)} ONNX ops: {', '.join(ops[:12])}, ... (braze.frontend.onnx.supported_ops())"
+
+
+def import_onnx(model, dim_ranges=None) -> Module:
+    """An ONNX model (path, bytes or ModelProto) as a braze Module.
+
+    Graph inputs' ``dim_param`` names become symbols (sanitized), ranged by
+    ``dim_ranges={'batch': (1, 64)}`` (default ``[1, inf)``); unnamed dynamic
+    dims get fresh symbols named ``<input>_dim<axis>``.
+    """
+    from ...errors import require
+
+    require("onnx", "onnx")
+    proto, path = load_model(model)
+    return Importer(proto, path, dim_ranges).run()

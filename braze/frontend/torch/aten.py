@@ -1,0 +1,219 @@
+"""ATen op -> braze op converters: the table, dispatch and shared helpers.
+
+A converter is ``fn(cx, node, *args, **kwargs)``: ``cx`` is the Importer
+(``cx.b`` the Builder, ``cx.loc`` the node's SourceLoc), ``args`` the FX
+arguments with tensors as braze Values and sizes as IntLikes. It returns a
+Value, a tuple of Values (multi-output ops, read back through getitem), or
+``None`` (asserts). Keys are ``"aten.name.overload"`` or ``"aten.name"``
+(any overload). In-place ops (``relu_``) use their functional converter.
+The converters live in ``aten_math``, ``aten_shape`` and ``aten_nn``;
+``table()`` imports them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+
+import numpy as np
+
+from ...errors import UnsupportedOpError
+from ...ir import sym as S
+from ...ir.graph import Value
+from ...ir.types import DType
+from .importer import ISSUES_HINT, source_loc, to_braze_dtype
+
+CONVERTERS: dict = {}
+SKIP = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range",
+        "aten.sym_constrain_range_for_size", "aten._assert_async", "aten._functional_assert_async",
+        "aten._functional_sym_constrain_range", "aten._functional_sym_constrain_range_for_size",
+        "aten._check_is_size"}
+
+
+def conv(*names):
+    def deco(fn):
+        for n in names:
+            CONVERTERS[n if n.startswith("aten.") else "aten." + n] = fn
+        return fn
+    return deco
+
+
+def table() -> dict:
+    """CONVERTERS with every converter module registered."""
+    from . import aten_math, aten_nn, aten_shape  # noqa: F401
+    return CONVERTERS
+
+
+# ---------------------------------------------------------------------------
+# dispatch
+# ---------------------------------------------------------------------------
+
+
+def _names(target):
+    """(full name, packet name, in-place?) of an ATen OpOverload."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return None, None, False
+    base = schema.name.split("::")[-1]
+    ns = schema.name.split("::")[0]
+    ovl = getattr(target, "_overloadname", "default") or "default"
+    inplace = False
+    if base.endswith("_") and not base.startswith("_") and schema.arguments and \
+            schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write:
+        inplace = True
+        base = base[:-1]
+    return f"{ns}.{base}.{ovl}", f"{ns}.{base}", inplace
+
+
+def lookup(target):
+    full, packet, inplace = _names(target)
+    if full is None:
+        return None, False
+    convs = table()
+    fn = convs.get(full) or convs.get(packet)
+    return fn, inplace
+
+
+def is_supported(target) -> bool:
+    if target is operator.getitem:
+        return True
+    full, packet, _ = _names(target)
+    if full is None:  # python callables on sizes (operator.mul, sym_max...): evaluated from meta
+        return not str(getattr(target, "__module__", "")).startswith("torch._higher_order")
+    if packet in SKIP or packet.startswith("aten.sym_"):
+        return True
+    return lookup(target)[0] is not None
+
+
+def unsupported_error(node) -> UnsupportedOpError:
+    loc = source_loc(node)
+    name = str(node.target)
+    full, packet, _ = _names(node.target)
+    short = (packet or name).split(".")[-1]
+    known = sorted({k.split(".")[1] for k in table()})
+    close = difflib.get_close_matches(short, known, n=4, cutoff=0.6)
+    hint = (f"similar supported ops: {', '.join(close)}; " if close else "") + \
+        "rewrite that line with supported ops (see docs/ops-catalog.md), or " + ISSUES_HINT
+    return UnsupportedOpError(f"torch op '{name}' is not supported by braze's torch frontend",
+                              where=str(loc), hint=hint)
+
+
+def convert_node(cx, n):
+    import torch
+    target = n.target
+    if target is operator.getitem:
+        seq = cx.env[n.args[0]]
+        return seq[n.args[1]]
+    full, packet, inplace = _names(target)
+    if packet in SKIP:
+        return None
+    val = n.meta.get("val")
+    if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat, int, float, bool)):
+        return cx.sym(val)  # size arithmetic: evaluated now, no graph node
+    fn, inplace = lookup(target)
+    if fn is None:
+        raise unsupported_error(n)
+    args = cx.value(list(n.args))
+    kwargs = {k: cx.value(v) for k, v in n.kwargs.items()}
+    kwargs.pop("device", None), kwargs.pop("layout", None), kwargs.pop("pin_memory", None)
+    kwargs.pop("memory_format", None), kwargs.pop("non_blocking", None)
+    out = fn(cx, n, *args, **kwargs)
+    out = _match_meta(cx, n, val, out)
+    if inplace:
+        src = n.args[0]
+        _check_inplace_target(cx, n, src)
+        cx.env[src] = out  # later reads of the mutated tensor see the result
+    return out
+
+
+def _check_inplace_target(cx, n, src):
+    import torch.fx as fx
+    if isinstance(src, fx.Node) and src.op == "call_function":
+        schema = getattr(src.target, "_schema", None)
+        ai = schema.returns[0].alias_info if schema is not None and schema.returns else None
+        if ai is not None and not ai.is_write:
+            raise UnsupportedOpError(f"in-place op '{n.target}' writes into a view ('{src.target}')",
+                                     where=str(cx.loc),
+                                     hint="use the out-of-place form, or call ep.run_decompositions() first")
+
+
+def _match_meta(cx, n, val, out):
+    """Cast to torch's dtype where inference differs, and catch provably wrong shapes."""
+    import torch
+    if isinstance(out, Value) and isinstance(val, torch.Tensor):
+        want = to_braze_dtype(val.dtype, str(cx.loc))
+        if out.dtype != want:
+            out = op(cx, "cast", [out], dtype=want)
+        shape = cx.shape_of(val)
+        if len(shape) != out.rank or any(cx.module.constraints.equal(a, b) is False
+                                         for a, b in zip(shape, out.shape)):
+            from ...errors import ShapeError
+            raise ShapeError(f"torch frontend: '{n.target}' gave {out.type} but torch says "
+                             f"[{', '.join(str(d) for d in shape)}]", where=str(cx.loc),
+                             hint="this is a bug in braze's converter for this op; please report it")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def op(cx, name, inputs, **attrs):
+    return cx.b.op(name, inputs, loc=cx.loc, **attrs)
+
+
+def meta(n, i=None):
+    v = n.meta["val"]
+    if isinstance(v, (list, tuple)):
+        v = v[0 if i is None else i]
+    return v
+
+
+def out_dtype(cx, n, i=None) -> DType:
+    return to_braze_dtype(meta(n, i).dtype, str(cx.loc))
+
+
+def out_shape(cx, n, i=None) -> tuple:
+    return cx.shape_of(meta(n, i))
+
+
+def cast(cx, v, dt):
+    return v if dt is None or v.dtype == dt else op(cx, "cast", [v], dtype=dt)
+
+
+def scalar(cx, v, dt: DType):
+    """A 0-d tensor of value ``v`` (a number or a symbolic size)."""
+    if S.is_symbolic(v):
+        a = op(cx, "arange", [], start=v, end=v + 1, step=1, dtype=dt if dt else DType.int64)
+        return op(cx, "reshape", [a], shape=())
+    if dt is None:
+        dt = DType.bool if isinstance(v, bool) else DType.int64 if isinstance(v, int) else DType.float32
+    return cx.b.constant(np.asarray(v, dtype=dt.numpy), loc=cx.loc)
+
+
+def tensor(cx, x, dt: DType | None):
+    if isinstance(x, Value):
+        return cast(cx, x, dt)
+    return scalar(cx, x, dt)
+
+
+def axis(cx, d, rank):
+    r = max(rank, 1)
+    if not -r <= d < r:
+        raise UnsupportedOpError(f"dim {d} is out of range for rank {rank}", where=str(cx.loc))
+    return d % r
+
+
+def axes(cx, dims, rank):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return None
+    if isinstance(dims, int):
+        dims = [dims]
+    return tuple(sorted({axis(cx, d, rank) for d in dims}))
+
+
+def need_static(cx, v, what):
+    if S.is_symbolic(v):
+        raise UnsupportedOpError(f"{what} must be a constant, got the symbolic size {v}", where=str(cx.loc))
+    return v

@@ -1,0 +1,344 @@
+"""ATen converters: elementwise math, comparisons, logic, activations, casts, reductions."""
+
+from __future__ import annotations
+
+from ...errors import UnsupportedOpError
+from ...ir import sym as S
+from ...ir.graph import Value
+from ...ir.types import DType
+from ...ops.common import promote
+from .aten import axes, axis, cast, conv, need_static, op, out_dtype, scalar, tensor
+from .importer import ISSUES_HINT, NotProduced
+
+
+# ---------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------
+
+
+def _binary(name):
+    def f(cx, n, a, b, alpha=1, **kw):
+        dt = out_dtype(cx, n)
+        a, b = tensor(cx, a, dt), tensor(cx, b, dt)
+        if alpha != 1:
+            b = op(cx, "mul", [b, scalar(cx, alpha, dt)])
+        return op(cx, name, [a, b])
+    return f
+
+
+for _t, _b in {"add": "add", "sub": "sub", "mul": "mul", "maximum": "maximum", "minimum": "minimum",
+               "remainder": "remainder", "true_divide": "div", "fmax": "maximum", "fmin": "minimum"}.items():
+    conv(_t)(_binary(_b))
+conv("max.other")(_binary("maximum"))
+conv("min.other")(_binary("minimum"))
+
+
+@conv("rsub")
+def _rsub(cx, n, a, b, alpha=1):
+    return _binary("sub")(cx, n, b, a) if alpha == 1 else _binary("sub")(
+        cx, n, b, op(cx, "mul", [tensor(cx, a, out_dtype(cx, n)), scalar(cx, alpha, out_dtype(cx, n))]))
+
+
+@conv("div")
+def _div(cx, n, a, b, rounding_mode=None):
+    dt = out_dtype(cx, n)
+    if rounding_mode is None:
+        return op(cx, "div", [tensor(cx, a, dt), tensor(cx, b, dt)])
+    a, b = tensor(cx, a, dt), tensor(cx, b, dt)
+    if dt.is_float:
+        q = op(cx, "div", [a, b])
+        if rounding_mode == "floor":
+            return op(cx, "floor", [q])
+        neg = op(cx, "less", [q, scalar(cx, 0.0, dt)])
+        return op(cx, "where", [neg, op(cx, "ceil", [q]), op(cx, "floor", [q])])
+    if rounding_mode == "trunc":
+        return op(cx, "div", [a, b])
+    # floor division of ints: (a - a mod b) / b is exact, and mod takes b's sign
+    r = op(cx, "remainder", [a, b])
+    return op(cx, "div", [op(cx, "sub", [a, r]), b])
+
+
+@conv("floor_divide")
+def _floor_divide(cx, n, a, b):
+    return _div(cx, n, a, b, rounding_mode="floor")
+
+
+@conv("pow")
+def _pow(cx, n, a, b):
+    dt = out_dtype(cx, n)
+    if not isinstance(b, Value) and b == 1:
+        return tensor(cx, a, dt)
+    if not isinstance(b, Value) and b == 2:
+        a = tensor(cx, a, dt)
+        return op(cx, "mul", [a, a])
+    return op(cx, "pow", [tensor(cx, a, dt), tensor(cx, b, dt)])
+
+
+def _cmp_dtype(xs):
+    tens = [x for x in xs if isinstance(x, Value)]
+    dt = promote(*[x.dtype for x in tens]) if tens else None
+    for x in xs:
+        if isinstance(x, Value):
+            continue
+        if isinstance(x, float) and (dt is None or not dt.is_float):
+            dt = DType.float32
+        elif isinstance(x, bool):
+            dt = dt or DType.bool
+        elif (isinstance(x, int) or S.is_symbolic(x)) and (dt is None or dt is DType.bool):
+            dt = DType.int64
+    return dt
+
+
+def _compare(name):
+    def f(cx, n, a, b):
+        dt = _cmp_dtype([a, b])
+        return op(cx, name, [tensor(cx, a, dt), tensor(cx, b, dt)])
+    return f
+
+
+for _t, _b in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+               "ge": "greater_equal"}.items():
+    conv(_t)(_compare(_b))
+
+
+def _logical(name):
+    def f(cx, n, *xs):
+        for x in xs:
+            if isinstance(x, Value) and x.dtype is not DType.bool:
+                raise UnsupportedOpError(f"'{n.target}' on {x.dtype.name} tensors is not supported "
+                                         "(only on bool tensors)", where=str(cx.loc), hint=ISSUES_HINT)
+        return op(cx, name, [tensor(cx, x, DType.bool) for x in xs])
+    return f
+
+
+for _t, _b in {"logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
+               "bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
+               "__and__": "logical_and", "__or__": "logical_or", "__xor__": "logical_xor",
+               "bitwise_not": "logical_not"}.items():
+    conv(_t)(_logical(_b))
+
+
+@conv("logical_not")
+def _logical_not(cx, n, x):
+    return op(cx, "logical_not", [cast(cx, x, DType.bool)])
+
+
+def _unary(name):
+    def f(cx, n, x, **kw):
+        dt = out_dtype(cx, n)
+        return op(cx, name, [cast(cx, x, dt)])
+    return f
+
+
+for _t in ("neg abs exp log sqrt rsqrt reciprocal tanh erf sigmoid relu silu sin cos floor ceil sign "
+           "hardswish").split():
+    conv(_t)(_unary(_t))
+
+
+@conv("round")
+def _round(cx, n, x, decimals=0):
+    if decimals:
+        raise UnsupportedOpError("round(decimals=...) is not supported", where=str(cx.loc), hint=ISSUES_HINT)
+    return op(cx, "round", [x])
+
+
+@conv("gelu")
+def _gelu(cx, n, x, approximate="none"):
+    return op(cx, "gelu", [x], approximate=approximate)
+
+
+@conv("leaky_relu")
+def _leaky_relu(cx, n, x, negative_slope=0.01):
+    return op(cx, "leaky_relu", [x], alpha=float(negative_slope))
+
+
+@conv("elu")
+def _elu(cx, n, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if scale != 1 or input_scale != 1:
+        raise UnsupportedOpError("elu with scale/input_scale (selu) is not supported", where=str(cx.loc))
+    return op(cx, "elu", [x], alpha=float(alpha))
+
+
+@conv("softplus")
+def _softplus(cx, n, x, beta=1.0, threshold=20.0):
+    return op(cx, "softplus", [x], beta=float(beta), threshold=float(threshold))
+
+
+@conv("hardsigmoid")
+def _hardsigmoid(cx, n, x):
+    return op(cx, "hardsigmoid", [x], alpha=1.0 / 6.0, beta=0.5)
+
+
+@conv("hardtanh")
+def _hardtanh(cx, n, x, min_val=-1.0, max_val=1.0):
+    return op(cx, "clamp", [x], min=float(min_val), max=float(max_val))
+
+
+@conv("relu6")
+def _relu6(cx, n, x):
+    return op(cx, "clamp", [x], min=0.0, max=6.0)
+
+
+@conv("clamp")
+def _clamp(cx, n, x, min=None, max=None):
+    dt = out_dtype(cx, n)
+    x = cast(cx, x, dt)
+    if isinstance(min, Value) or isinstance(max, Value):
+        if min is not None:
+            x = op(cx, "maximum", [x, tensor(cx, min, dt)])
+        if max is not None:
+            x = op(cx, "minimum", [x, tensor(cx, max, dt)])
+        return x
+    return op(cx, "clamp", [x], min=None if min is None else float(min), max=None if max is None else float(max))
+
+
+@conv("clamp_min")
+def _clamp_min(cx, n, x, m):
+    return _clamp(cx, n, x, min=m)
+
+
+@conv("clamp_max")
+def _clamp_max(cx, n, x, m):
+    return _clamp(cx, n, x, max=m)
+
+
+@conv("log1p")
+def _log1p(cx, n, x):
+    return op(cx, "log", [op(cx, "add", [x, scalar(cx, 1.0, x.dtype)])])
+
+
+@conv("expm1")
+def _expm1(cx, n, x):
+    return op(cx, "sub", [op(cx, "exp", [x]), scalar(cx, 1.0, x.dtype)])
+
+
+@conv("where")
+def _where(cx, n, c, a=None, b=None):
+    if a is None:
+        raise UnsupportedOpError("where(cond) with one argument (nonzero) has data-dependent shape",
+                                 where=str(cx.loc))
+    dt = out_dtype(cx, n)
+    return op(cx, "where", [cast(cx, c, DType.bool), tensor(cx, a, dt), tensor(cx, b, dt)])
+
+
+@conv("masked_fill")
+def _masked_fill(cx, n, x, mask, value):
+    return op(cx, "where", [cast(cx, mask, DType.bool), tensor(cx, value, x.dtype), x])
+
+
+# casts and identities
+
+
+@conv("_to_copy", "to", "type_as", "_to_dim_order_copy")
+def _to(cx, n, x, *args, **kw):
+    return cast(cx, x, out_dtype(cx, n))
+
+
+@conv("clone", "contiguous", "alias", "detach", "lift_fresh_copy", "lift_fresh", "alias_copy", "detach_copy",
+      "feature_dropout", "alpha_dropout", "dropout")
+def _identity(cx, n, x, *args, **kw):
+    train = kw.get("train", args[1] if len(args) > 1 else False)
+    if str(n.target).split(".")[1].endswith("dropout") and train:
+        raise UnsupportedOpError("dropout in training mode is not supported", where=str(cx.loc),
+                                 hint="call model.eval() before torch.export")
+    return x
+
+
+@conv("native_dropout")
+def _native_dropout(cx, n, x, p, train):
+    if train:
+        raise UnsupportedOpError("dropout in training mode is not supported", where=str(cx.loc),
+                                 hint="call model.eval() before torch.export")
+    return (x, NotProduced("dropout mask"))
+
+
+# ---------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------
+
+
+def _reduce(name):
+    def f(cx, n, x, dim=None, keepdim=False, dtype=None, **kw):
+        x = cast(cx, x, out_dtype(cx, n))
+        return op(cx, name, [x], axes=axes(cx, dim, x.rank), keepdims=bool(keepdim))
+    return f
+
+
+conv("sum")(_reduce("reduce_sum"))
+conv("mean")(_reduce("reduce_mean"))
+conv("amax")(_reduce("reduce_max"))
+conv("amin")(_reduce("reduce_min"))
+conv("prod")(_reduce("reduce_prod"))
+
+
+@conv("max", "min")
+def _max(cx, n, x, dim=None, keepdim=False):
+    is_max = "max" in str(n.target).split(".")[1]
+    if dim is None:
+        return op(cx, "reduce_max" if is_max else "reduce_min", [x])
+    d = axis(cx, dim, x.rank)
+    v = op(cx, "reduce_max" if is_max else "reduce_min", [x], axes=(d,), keepdims=bool(keepdim))
+    i = op(cx, "argmax" if is_max else "argmin", [x], axis=d, keepdims=bool(keepdim))
+    return (v, i)
+
+
+def _arg(name):
+    def f(cx, n, x, dim=None, keepdim=False):
+        if dim is None:
+            flat = op(cx, "reshape", [x], shape=(x.type.numel(),))
+            r = op(cx, name, [flat], axis=0)
+            return op(cx, "reshape", [r], shape=(1,) * x.rank) if keepdim else r
+        return op(cx, name, [x], axis=axis(cx, dim, x.rank), keepdims=bool(keepdim))
+    return f
+
+
+conv("argmax")(_arg("argmax"))
+conv("argmin")(_arg("argmin"))
+
+
+def _var_impl(cx, n, x, dim, correction, keepdim):
+    if correction is None:
+        correction = 1
+    return op(cx, "var", [x], axes=axes(cx, dim, x.rank), keepdims=bool(keepdim),
+              correction=int(need_static(cx, correction, "correction")))
+
+
+@conv("var")
+def _var(cx, n, x, dim=None, unbiased=None, keepdim=False, correction=None):
+    if isinstance(dim, bool):  # var.default(x, unbiased)
+        dim, unbiased = None, dim
+    if correction is None and unbiased is not None:
+        correction = 1 if unbiased else 0
+    return _var_impl(cx, n, x, dim, correction, keepdim)
+
+
+@conv("std")
+def _std(cx, n, x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return op(cx, "sqrt", [_var(cx, n, x, dim, unbiased, keepdim, correction)])
+
+
+@conv("var_mean")
+def _var_mean(cx, n, x, dim=None, unbiased=None, keepdim=False, correction=None):
+    v = _var(cx, n, x, dim, unbiased, keepdim, correction)
+    m = op(cx, "reduce_mean", [x], axes=axes(cx, dim if not isinstance(dim, bool) else None, x.rank),
+           keepdims=bool(keepdim))
+    return (v, m)
+
+
+@conv("cumsum")
+def _cumsum(cx, n, x, dim, dtype=None):
+    x = cast(cx, x, out_dtype(cx, n))
+    return op(cx, "cumsum", [x], axis=axis(cx, dim, x.rank))
+
+
+def _anyall(name):
+    def f(cx, n, x, dim=None, keepdim=False):
+        b = op(cx, "not_equal", [x, scalar(cx, 0, x.dtype)]) if x.dtype is not DType.bool else x
+        i = op(cx, "cast", [b], dtype=DType.int32)
+        r = op(cx, name, [i], axes=axes(cx, dim, x.rank), keepdims=bool(keepdim))
+        return op(cx, "cast", [r], dtype=DType.bool)
+    return f
+
+
+conv("any")(_anyall("reduce_max"))
+conv("all")(_anyall("reduce_min"))

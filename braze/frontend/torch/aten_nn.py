@@ -1,0 +1,263 @@
+"""ATen converters: matmul family, softmax, norms, conv, pooling, embedding, attention."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import UnsupportedOpError
+from ...ir.types import DType
+from .aten import axis, cast, conv, need_static, op, out_dtype, scalar
+from .importer import ISSUES_HINT, NotProduced
+
+
+def pair(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(v) * 2 if len(v) == 1 else tuple(v)
+    return (v, v)
+
+
+# ---------------------------------------------------------------------------
+# linear algebra
+# ---------------------------------------------------------------------------
+
+
+@conv("linear")
+def _linear(cx, n, x, w, b=None):
+    return op(cx, "linear", [x, w] + ([b] if b is not None else []))
+
+
+@conv("mm", "bmm", "matmul", "mv", "dot")
+def _matmul(cx, n, a, b):
+    return op(cx, "matmul", [a, b])
+
+
+def _scaled(cx, v, k):
+    return v if k == 1 else op(cx, "mul", [v, scalar(cx, k, v.dtype)])
+
+
+@conv("addmm", "baddbmm", "addmv")
+def _addmm(cx, n, bias, a, b, beta=1, alpha=1):
+    m = _scaled(cx, op(cx, "matmul", [a, b]), alpha)
+    if beta == 0:
+        return m
+    return op(cx, "add", [m, _scaled(cx, bias, beta)])
+
+
+@conv("t")
+def _t(cx, n, x):
+    return x if x.rank < 2 else op(cx, "permute", [x], perm=(1, 0))
+
+
+# ---------------------------------------------------------------------------
+# nn
+# ---------------------------------------------------------------------------
+
+
+@conv("softmax", "_softmax", "_safe_softmax")
+def _softmax(cx, n, x, dim, dtype=None):
+    x = cast(cx, x, out_dtype(cx, n))
+    return op(cx, "softmax", [x], axis=axis(cx, dim, x.rank))
+
+
+@conv("log_softmax", "_log_softmax")
+def _log_softmax(cx, n, x, dim, dtype=None):
+    x = cast(cx, x, out_dtype(cx, n))
+    return op(cx, "log_softmax", [x], axis=axis(cx, dim, x.rank))
+
+
+@conv("layer_norm")
+def _layer_norm(cx, n, x, shape, w=None, b=None, eps=1e-5, cudnn_enable=True):
+    return op(cx, "layer_norm", [x, w, b], axis=-len(shape), eps=float(eps))
+
+
+@conv("native_layer_norm")
+def _native_layer_norm(cx, n, x, shape, w, b, eps):
+    return (_layer_norm(cx, n, x, shape, w, b, eps), NotProduced("mean output"), NotProduced("rstd output"))
+
+
+@conv("rms_norm")
+def _rms_norm(cx, n, x, shape, w=None, eps=None):
+    if eps is None:
+        eps = float(np.finfo(x.dtype.numpy).eps) if x.dtype is not DType.bfloat16 else 0.0078125
+    return op(cx, "rms_norm", [x, w], axis=-len(shape), eps=float(eps))
+
+
+def _bn(cx, x, w, b, mean, var, eps):
+    c = need_static(cx, x.shape[1], "the batch-norm channel count")
+    if w is None:
+        w = cx.b.constant(np.ones(c, x.dtype.numpy), loc=cx.loc)
+    if b is None:
+        b = cx.b.constant(np.zeros(c, x.dtype.numpy), loc=cx.loc)
+    return op(cx, "batch_norm", [x, w, b, mean, var], eps=float(eps))
+
+
+def _bn_training(cx):
+    return UnsupportedOpError("batch norm in training mode (batch statistics) is not supported",
+                              where=str(cx.loc), hint="call model.eval() before torch.export")
+
+
+@conv("batch_norm")
+def _batch_norm(cx, n, x, w, b, mean, var, training, momentum, eps, cudnn_enabled=True):
+    if training or mean is None:
+        raise _bn_training(cx)
+    return _bn(cx, x, w, b, mean, var, eps)
+
+
+@conv("_native_batch_norm_legit_no_training")
+def _bn_no_training(cx, n, x, w, b, mean, var, momentum, eps):
+    return (_bn(cx, x, w, b, mean, var, eps), NotProduced("saved mean"), NotProduced("saved rstd"))
+
+
+@conv("_native_batch_norm_legit", "native_batch_norm", "_native_batch_norm_legit_functional")
+def _bn_legit(cx, n, x, w, b, mean, var, training, momentum, eps):
+    if training or mean is None:
+        raise _bn_training(cx)
+    return (_bn(cx, x, w, b, mean, var, eps), NotProduced("saved mean"), NotProduced("saved rstd"))
+
+
+def _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups):
+    stride, dilation = pair(stride), pair(dilation)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0, 0)
+        elif padding == "same":
+            kh, kw = need_static(cx, w.shape[2], "kernel"), need_static(cx, w.shape[3], "kernel")
+            th, tw = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
+            return op(cx, "conv2d", [x, w, b], stride=stride, dilation=dilation, groups=int(groups),
+                      padding=(th // 2, tw // 2, th - th // 2, tw - tw // 2))
+        else:
+            raise UnsupportedOpError(f"conv padding '{padding}' is not supported", where=str(cx.loc))
+    ph, pw = pair(padding)
+    return op(cx, "conv2d", [x, w, b], stride=stride, padding=(ph, pw, ph, pw), dilation=dilation,
+              groups=int(groups))
+
+
+def _conv1d_impl(cx, x, w, b, stride, padding, dilation, groups):
+    one = lambda v: (v[0] if isinstance(v, (list, tuple)) else v)  # noqa: E731
+    x4 = op(cx, "unsqueeze", [x], axes=(2,))
+    w4 = op(cx, "unsqueeze", [w], axes=(2,))
+    if isinstance(padding, str):
+        pad = padding
+    else:
+        pad = (0, one(padding))
+    y = _conv2d_impl(cx, x4, w4, b, (1, one(stride)), pad, (1, one(dilation)), groups)
+    return op(cx, "squeeze", [y], axes=(2,))
+
+
+@conv("conv2d")
+def _conv2d(cx, n, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    if x.rank != 4:
+        raise UnsupportedOpError(f"conv2d on a rank-{x.rank} input (unbatched) is not supported",
+                                 where=str(cx.loc), hint="add a batch dim")
+    return _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups)
+
+
+@conv("conv1d")
+def _conv1d(cx, n, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    if x.rank != 3:
+        raise UnsupportedOpError(f"conv1d on a rank-{x.rank} input (unbatched) is not supported",
+                                 where=str(cx.loc), hint="add a batch dim")
+    return _conv1d_impl(cx, x, w, b, stride, padding, dilation, groups)
+
+
+@conv("convolution", "_convolution")
+def _convolution(cx, n, x, w, b, stride, padding, dilation, transposed, output_padding, groups, *rest):
+    if transposed:
+        raise UnsupportedOpError("transposed convolution is not supported", where=str(cx.loc), hint=ISSUES_HINT)
+    if x.rank == 4:
+        return _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups)
+    if x.rank == 3:
+        return _conv1d_impl(cx, x, w, b, stride, padding, dilation, groups)
+    raise UnsupportedOpError(f"{x.rank - 2}-d convolution is not supported (only 1-d and 2-d)",
+                             where=str(cx.loc), hint=ISSUES_HINT)
+
+
+def _pool_args(kernel, stride, padding):
+    k = pair(kernel)
+    s = pair(stride) if stride not in (None, [], ()) else k
+    ph, pw = pair(padding)
+    return k, s, (ph, pw, ph, pw)
+
+
+@conv("max_pool2d")
+def _max_pool2d(cx, n, x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False):
+    k, s, p = _pool_args(kernel, stride, padding)
+    return op(cx, "max_pool2d", [x], kernel=k, stride=s, padding=p, dilation=pair(dilation),
+              ceil_mode=bool(ceil_mode))
+
+
+@conv("max_pool2d_with_indices")
+def _max_pool2d_idx(cx, n, x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False):
+    return (_max_pool2d(cx, n, x, kernel, stride, padding, dilation, ceil_mode), NotProduced("indices output"))
+
+
+@conv("avg_pool2d")
+def _avg_pool2d(cx, n, x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    if divisor_override is not None:
+        raise UnsupportedOpError("avg_pool2d(divisor_override=...) is not supported", where=str(cx.loc))
+    k, s, p = _pool_args(kernel, stride, padding)
+    return op(cx, "avg_pool2d", [x], kernel=k, stride=s, padding=p, ceil_mode=bool(ceil_mode),
+              count_include_pad=bool(count_include_pad))
+
+
+@conv("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(cx, n, x, output_size):
+    return op(cx, "adaptive_avg_pool2d", [x], output_size=pair(output_size))
+
+
+@conv("embedding")
+def _embedding(cx, n, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return op(cx, "gather", [w, idx], axis=0)
+
+
+def _repeat_kv(cx, k, hq):
+    hk = k.shape[-3]
+    if cx.module.constraints.equal(hk, hq) is True:
+        return k
+    g = need_static(cx, hq, "query heads") // need_static(cx, hk, "key heads")
+    shp = tuple(k.shape)
+    y = op(cx, "unsqueeze", [k], axes=(len(shp) - 2,))
+    y = op(cx, "expand", [y], shape=shp[:-2] + (g,) + shp[-2:])
+    return op(cx, "reshape", [y], shape=shp[:-3] + (hq,) + shp[-2:])
+
+
+def _sdpa(cx, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa=False):
+    if dropout_p:
+        raise UnsupportedOpError("attention dropout is not supported", where=str(cx.loc),
+                                 hint="call model.eval() before torch.export")
+    if enable_gqa:
+        k, v = _repeat_kv(cx, k, q.shape[-3]), _repeat_kv(cx, v, q.shape[-3])
+    ins = [q, k, v] + ([mask] if mask is not None else [])
+    return op(cx, "scaled_dot_product_attention", ins, is_causal=bool(is_causal),
+              scale=None if scale is None else float(scale))
+
+
+@conv("scaled_dot_product_attention")
+def _sdpa_conv(cx, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return _sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@conv("_scaled_dot_product_flash_attention_for_cpu")
+def _sdpa_flash_cpu(cx, n, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale), NotProduced("logsumexp output"))
+
+
+@conv("_scaled_dot_product_flash_attention")
+def _sdpa_flash(cx, n, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, scale=None):
+    out = _sdpa(cx, q, k, v, None, dropout_p, is_causal, scale)
+    return (out,) + tuple(NotProduced(f"output {i}") for i in range(1, len(n.meta["val"])))
+
+
+@conv("_scaled_dot_product_efficient_attention")
+def _sdpa_eff(cx, n, q, k, v, attn_bias=None, compute_log_sumexp=False, dropout_p=0.0, is_causal=False,
+              scale=None):
+    out = _sdpa(cx, q, k, v, attn_bias, dropout_p, is_causal, scale)
+    return (out,) + tuple(NotProduced(f"output {i}") for i in range(1, len(n.meta["val"])))
+
+
+@conv("_scaled_dot_product_attention_math")
+def _sdpa_math(cx, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None, scale=None,
+               enable_gqa=False):
+    return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa),
+            NotProduced("attention weights output"))

@@ -1,0 +1,347 @@
+"""ATen converters: views, reshapes, concat/split, slicing, padding, indexing, creation."""
+
+from __future__ import annotations
+
+from ...errors import UnsupportedOpError
+from ...ir import sym as S
+from ...ir.graph import Value
+from ...ir.types import DType
+from .aten import axis, cast, conv, meta, need_static, op, out_dtype, out_shape, scalar, tensor
+from .importer import ISSUES_HINT
+
+BIG = 2 ** 62  # an open slice end
+
+
+# ---------------------------------------------------------------------------
+# shapes
+# ---------------------------------------------------------------------------
+
+
+@conv("view", "reshape", "_unsafe_view", "view_copy", "flatten", "unflatten", "view_as", "reshape_as",
+      "_reshape_alias", "_reshape_copy")
+def _reshape(cx, n, x, *args, **kw):
+    shape = out_shape(cx, n)
+    if tuple(shape) == tuple(x.shape):
+        return x
+    return op(cx, "reshape", [x], shape=shape)
+
+
+@conv("permute", "permute_copy")
+def _permute(cx, n, x, dims):
+    perm = tuple(axis(cx, d, x.rank) for d in dims)
+    if perm == tuple(range(x.rank)):
+        return x
+    return op(cx, "permute", [x], perm=perm)
+
+
+@conv("transpose", "swapaxes", "transpose_copy")
+def _transpose(cx, n, x, d0, d1):
+    d0, d1 = axis(cx, d0, x.rank), axis(cx, d1, x.rank)
+    if d0 == d1:
+        return x
+    perm = list(range(x.rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return op(cx, "permute", [x], perm=tuple(perm))
+
+
+@conv("mT", "mH", "adjoint", "matrix_H")
+def _mt(cx, n, x):
+    return _transpose(cx, n, x, -2, -1)
+
+
+@conv("numpy_T")
+def _numpy_t(cx, n, x):
+    return x if x.rank < 2 else op(cx, "permute", [x], perm=tuple(range(x.rank))[::-1])
+
+
+@conv("movedim")
+def _movedim(cx, n, x, src, dst):
+    src = [src] if isinstance(src, int) else list(src)
+    dst = [dst] if isinstance(dst, int) else list(dst)
+    src = [axis(cx, d, x.rank) for d in src]
+    dst = [axis(cx, d, x.rank) for d in dst]
+    rest = [i for i in range(x.rank) if i not in src]
+    perm = [None] * x.rank
+    for s, d in zip(src, dst):
+        perm[d] = s
+    it = iter(rest)
+    perm = [p if p is not None else next(it) for p in perm]
+    return op(cx, "permute", [x], perm=tuple(perm))
+
+
+@conv("expand", "expand_as", "broadcast_to", "expand_copy")
+def _expand(cx, n, x, *args, **kw):
+    shape = out_shape(cx, n)
+    if tuple(shape) == tuple(x.shape):
+        return x
+    return op(cx, "expand", [x], shape=shape)
+
+
+@conv("cat", "concat", "concatenate")
+def _cat(cx, n, xs, dim=0):
+    dt = out_dtype(cx, n)
+    rank = meta(n).dim()
+    xs = [cast(cx, x, dt) for x in xs if not (x.rank == 1 and x.shape[0] == 0 and rank != 1)]
+    if len(xs) == 1:
+        return xs[0]
+    return op(cx, "concat", xs, axis=axis(cx, dim, rank))
+
+
+@conv("stack")
+def _stack(cx, n, xs, dim=0):
+    rank = xs[0].rank + 1
+    d = axis(cx, dim, rank)
+    dt = out_dtype(cx, n)
+    parts = [op(cx, "unsqueeze", [cast(cx, x, dt)], axes=(d,)) for x in xs]
+    return parts[0] if len(parts) == 1 else op(cx, "concat", parts, axis=d)
+
+
+def _split_by_meta(cx, n, x, dim):
+    d = axis(cx, dim, x.rank)
+    sizes = tuple(cx.sym(t.shape[d]) for t in n.meta["val"])
+    if len(sizes) == 1:
+        return (x,)
+    return tuple(op(cx, "split", [x], axis=d, sizes=sizes))
+
+
+@conv("split", "split_with_sizes", "split_copy", "split_with_sizes_copy")
+def _split(cx, n, x, size, dim=0):
+    return _split_by_meta(cx, n, x, dim)
+
+
+@conv("chunk")
+def _chunk(cx, n, x, chunks, dim=0):
+    return _split_by_meta(cx, n, x, dim)
+
+
+@conv("tensor_split")
+def _tensor_split(cx, n, x, spec, dim=0):
+    return _split_by_meta(cx, n, x, dim)
+
+
+@conv("unbind", "unbind_copy")
+def _unbind(cx, n, x, dim=0):
+    d = axis(cx, dim, x.rank)
+    k = len(n.meta["val"])
+    parts = (x,) if k == 1 else tuple(op(cx, "split", [x], axis=d, sizes=(1,) * k))
+    return tuple(op(cx, "squeeze", [p], axes=(d,)) for p in parts)
+
+
+def _clip_end(e):
+    if e is None:
+        return BIG
+    if isinstance(e, int) and e > BIG:
+        return BIG
+    if isinstance(e, int) and e < -BIG:
+        return -BIG
+    return e
+
+
+@conv("slice", "slice_copy")
+def _slice(cx, n, x, dim=0, start=None, end=None, step=1):
+    d = axis(cx, dim, x.rank)
+    start = 0 if start is None else start
+    end = _clip_end(end)
+    if isinstance(start, int) and start == 0 and step == 1 and (
+            (isinstance(end, int) and end >= BIG) or (cx.module.constraints.equal(end, x.shape[d]) is True)):
+        return x
+    return op(cx, "slice", [x], axis=d, start=start, end=end, step=int(need_static(cx, step, "slice step")))
+
+
+@conv("select", "select_copy")
+def _select(cx, n, x, dim, index):
+    d = axis(cx, dim, x.rank)
+    end = BIG if (isinstance(index, int) and index == -1) else index + 1
+    y = op(cx, "slice", [x], axis=d, start=index, end=end, step=1)
+    return op(cx, "squeeze", [y], axes=(d,))
+
+
+@conv("narrow", "narrow_copy")
+def _narrow(cx, n, x, dim, start, length):
+    d = axis(cx, dim, x.rank)
+    return op(cx, "slice", [x], axis=d, start=start, end=S.add(start, length), step=1)
+
+
+@conv("unsqueeze", "unsqueeze_copy")
+def _unsqueeze(cx, n, x, dim):
+    return op(cx, "unsqueeze", [x], axes=(axis(cx, dim, x.rank + 1),))
+
+
+@conv("squeeze", "squeeze_copy")
+def _squeeze(cx, n, x, dim=None):
+    if dim is None:
+        dims = range(x.rank)
+    else:
+        dims = [dim] if isinstance(dim, int) else dim
+    ax = tuple(sorted({axis(cx, d, x.rank) for d in dims}))
+    ax = tuple(a for a in ax if isinstance(x.shape[a], int) and x.shape[a] == 1)
+    if not ax:
+        return x
+    return op(cx, "squeeze", [x], axes=ax)
+
+
+@conv("repeat", "tile")
+def _repeat(cx, n, x, repeats):
+    repeats = list(repeats)
+    if len(repeats) < x.rank:  # tile pads the repeats on the left
+        repeats = [1] * (x.rank - len(repeats)) + repeats
+    if len(repeats) > x.rank:
+        x = op(cx, "reshape", [x], shape=(1,) * (len(repeats) - x.rank) + tuple(x.shape))
+    if all(isinstance(r, int) and r == 1 for r in repeats):
+        return x
+    return op(cx, "tile", [x], repeats=tuple(repeats))
+
+
+def _pads(cx, x, pad):
+    pad = list(pad)
+    if len(pad) % 2 or len(pad) // 2 > x.rank:
+        raise UnsupportedOpError(f"pad list {pad} does not fit a rank-{x.rank} tensor", where=str(cx.loc))
+    begins, ends = [0] * x.rank, [0] * x.rank
+    for i in range(len(pad) // 2):
+        ax = x.rank - 1 - i
+        begins[ax], ends[ax] = pad[2 * i], pad[2 * i + 1]
+    return tuple(begins + ends)
+
+
+@conv("constant_pad_nd")
+def _constant_pad(cx, n, x, pad, value=0):
+    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="constant", value=float(value))
+
+
+@conv("pad")
+def _pad(cx, n, x, pad, mode="constant", value=None):
+    m = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}.get(mode)
+    if m is None:
+        raise UnsupportedOpError(f"pad mode '{mode}' is not supported", where=str(cx.loc),
+                                 hint="supported: constant, reflect, replicate")
+    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode=m, value=float(value or 0.0))
+
+
+@conv("reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
+def _reflect_pad(cx, n, x, pad):
+    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="reflect", value=0.0)
+
+
+@conv("replication_pad1d", "replication_pad2d", "replication_pad3d")
+def _replicate_pad(cx, n, x, pad):
+    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="edge", value=0.0)
+
+
+# ---------------------------------------------------------------------------
+# indexing
+# ---------------------------------------------------------------------------
+
+
+@conv("index_select")
+def _index_select(cx, n, x, dim, index):
+    return op(cx, "gather", [x, index], axis=axis(cx, dim, x.rank))
+
+
+@conv("gather")
+def _gather(cx, n, x, dim, index, sparse_grad=False):
+    return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
+
+
+@conv("index")
+def _index(cx, n, x, indices):
+    pos = [i for i, t in enumerate(indices) if t is not None]
+    if not pos:
+        return x
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+        raise UnsupportedOpError("advanced indexing with non-adjacent index tensors is not supported",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
+    idx = [indices[i] for i in pos]
+    for t in idx:
+        if t.dtype is DType.bool:
+            raise UnsupportedOpError("indexing with a boolean mask gives a data-dependent shape",
+                                     where=str(cx.loc), hint="use torch.where(mask, x, other) instead")
+    p = pos[0]
+    if len(idx) == 1:
+        return op(cx, "gather", [x, idx[0]], axis=p)
+    # several index tensors over adjacent dims: one linear index into the flattened dims
+    lin = None
+    for j, t in zip(pos, idx):
+        d = x.shape[j]
+        t = cast(cx, t, DType.int64)
+        t = op(cx, "remainder", [t, scalar(cx, d, DType.int64)])  # negative indices wrap
+        lin = t if lin is None else op(cx, "add", [op(cx, "mul", [lin, scalar(cx, d, DType.int64)]), t])
+    shp = tuple(x.shape)
+    flat = S.prod(shp[p:p + len(idx)])
+    xf = op(cx, "reshape", [x], shape=shp[:p] + (flat,) + shp[p + len(idx):])
+    return op(cx, "gather", [xf, lin], axis=p)
+
+
+@conv("triu")
+def _triu(cx, n, x, diagonal=0):
+    return op(cx, "triu", [x], k=diagonal)
+
+
+@conv("tril")
+def _tril(cx, n, x, diagonal=0):
+    return op(cx, "tril", [x], k=diagonal)
+
+
+# ---------------------------------------------------------------------------
+# creation
+# ---------------------------------------------------------------------------
+
+
+@conv("arange")
+def _arange(cx, n, *args, dtype=None, **kw):
+    if len(args) == 1:
+        start, end, step = 0, args[0], 1
+    elif len(args) == 2:
+        (start, end), step = args, 1
+    else:
+        start, end, step = args[:3]
+    return op(cx, "arange", [], start=start, end=end, step=step, dtype=out_dtype(cx, n))
+
+
+def _full_impl(cx, n, value):
+    dt = out_dtype(cx, n)
+    shape = out_shape(cx, n)
+    if isinstance(value, Value) or S.is_symbolic(value):
+        return op(cx, "expand", [tensor(cx, value, dt)], shape=shape)
+    return op(cx, "full", [], shape=shape, value=float(value), dtype=dt)
+
+
+@conv("full")
+def _full(cx, n, size, fill_value, dtype=None, **kw):
+    return _full_impl(cx, n, fill_value)
+
+
+@conv("zeros", "empty", "new_zeros", "new_empty", "empty_strided", "new_empty_strided")
+def _zeros(cx, n, *args, **kw):
+    return _full_impl(cx, n, 0.0)
+
+
+@conv("ones", "new_ones")
+def _ones(cx, n, *args, **kw):
+    return _full_impl(cx, n, 1.0)
+
+
+@conv("new_full")
+def _new_full(cx, n, x, size, fill_value, **kw):
+    return _full_impl(cx, n, fill_value)
+
+
+@conv("full_like")
+def _full_like(cx, n, x, fill_value, dtype=None, **kw):
+    if isinstance(fill_value, Value) or S.is_symbolic(fill_value):
+        return _full_impl(cx, n, fill_value)
+    return op(cx, "full_like", [x], value=float(fill_value), dtype=out_dtype(cx, n))
+
+
+@conv("zeros_like", "empty_like")
+def _zeros_like(cx, n, x, dtype=None, **kw):
+    return op(cx, "full_like", [x], value=0.0, dtype=out_dtype(cx, n))
+
+
+@conv("ones_like")
+def _ones_like(cx, n, x, dtype=None, **kw):
+    return op(cx, "full_like", [x], value=1.0, dtype=out_dtype(cx, n))
+
+
+@conv("scalar_tensor")
+def _scalar_tensor(cx, n, s, dtype=None, **kw):
+    return tensor(cx, s, out_dtype(cx, n))

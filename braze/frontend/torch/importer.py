@@ -1,0 +1,452 @@
+"""Walks an exported FX graph and builds a braze function, node by node."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ...errors import BrazeError, ModelFormatError, UnsupportedOpError, require
+from ...ir import sym as S
+from ...ir.graph import Module, SourceLoc, Value
+from ...ir.types import DType, TensorType
+from ...ops.builder import Builder
+
+ISSUES_HINT = "if your model needs it, file an issue with the op name and a small module that uses it"
+
+_TORCH_DTYPES: dict | None = None
+
+
+def torch_dtype_map() -> dict:
+    global _TORCH_DTYPES
+    if _TORCH_DTYPES is None:
+        import torch
+        _TORCH_DTYPES = {
+            torch.float32: DType.float32, torch.float16: DType.float16, torch.bfloat16: DType.bfloat16,
+            torch.float64: DType.float64, torch.int64: DType.int64, torch.int32: DType.int32,
+            torch.int8: DType.int8, torch.uint8: DType.uint8, torch.bool: DType.bool,
+        }
+    return _TORCH_DTYPES
+
+
+def to_braze_dtype(dt, where: str | None = None) -> DType:
+    m = torch_dtype_map()
+    if dt in m:
+        return m[dt]
+    raise UnsupportedOpError(f"torch dtype {dt} is not supported by braze", where=where,
+                             hint=f"supported dtypes: {', '.join(str(k).replace('torch.', '') for k in m)}; "
+                                  "cast the tensor (e.g. .float()) before export")
+
+
+def tensor_to_numpy(t, name: str) -> np.ndarray:
+    import torch
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    to_braze_dtype(t.dtype, where=f"constant '{name}'")
+    return t.contiguous().numpy().copy()
+
+
+# ---------------------------------------------------------------------------
+# sympy (torch's symbolic sizes) -> braze IntLike
+# ---------------------------------------------------------------------------
+
+
+class SymConverter:
+    """Converts torch's sympy size expressions to braze expressions."""
+
+    def __init__(self, symbols: dict[str, S.Sym], shape_env=None):
+        self.symbols = symbols  # torch symbol name -> braze Sym
+        self.shape_env = shape_env
+        self._cache: dict = {}
+
+    def __call__(self, x, where: str | None = None):
+        import torch
+        if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            node = x.node
+            if node.is_nested_int() if hasattr(node, "is_nested_int") else False:
+                raise UnsupportedOpError("nested (jagged) sizes are not supported", where=where)
+            x = node.expr
+        if isinstance(x, bool):
+            return x
+        if isinstance(x, int):
+            return x
+        if isinstance(x, float):
+            return x
+        key = x
+        if key in self._cache:
+            return self._cache[key]
+        if self.shape_env is not None:
+            try:
+                x = self.shape_env.replace(x)
+            except Exception:
+                pass
+        out = self._conv(x, where)
+        self._cache[key] = out
+        return out
+
+    def _conv(self, e, where):
+        import sympy
+        if isinstance(e, sympy.Integer) or (isinstance(e, sympy.Number) and e.is_integer):
+            return int(e)
+        if e is sympy.true:
+            return True
+        if e is sympy.false:
+            return False
+        if isinstance(e, sympy.Float) or isinstance(e, sympy.Rational):
+            return float(e)
+        if isinstance(e, sympy.Symbol):
+            s = self.symbols.get(e.name)
+            if s is None:
+                if e.name.startswith("u"):
+                    raise UnsupportedOpError(
+                        f"the size '{e.name}' depends on tensor data (an unbacked symbol); braze needs sizes "
+                        "that follow from the input shapes", where=where,
+                        hint="avoid data-dependent shapes (nonzero, boolean masks, .item()) in the model")
+                s = S.Sym(_sanitize_sym(e.name))
+                self.symbols[e.name] = s
+            return s
+        args = [self._conv(a, where) for a in e.args]
+        name = type(e).__name__
+        if isinstance(e, sympy.Add):
+            out = 0
+            for a in args:
+                out = S.add(out, a)
+            return out
+        if isinstance(e, sympy.Mul):
+            out = 1
+            for a in args:
+                if isinstance(a, float):
+                    raise UnsupportedOpError(f"non-integer size expression {e}", where=where)
+                out = S.mul(out, a)
+            return out
+        if isinstance(e, sympy.Pow):
+            base, ex = args
+            if isinstance(ex, int) and ex >= 0:
+                out = 1
+                for _ in range(ex):
+                    out = S.mul(out, base)
+                return out
+        if name in ("FloorDiv", "IntTrueDiv", "CleanDiv"):
+            return S.floordiv(args[0], args[1])
+        if name in ("Mod", "PythonMod"):
+            return S.mod(args[0], args[1])
+        if name == "Min":
+            return S.smin(*args)
+        if name == "Max":
+            return S.smax(*args)
+        if name == "CeilDiv":
+            return S.mul(-1, S.floordiv(S.mul(-1, args[0]), args[1]))
+        if name in ("TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt", "ToFloat", "Identity") and len(args) == 1:
+            if isinstance(args[0], (int,)) or S.is_symbolic(args[0]):
+                return args[0]
+        if name == "Identity":
+            return args[0]
+        raise UnsupportedOpError(f"size expression '{e}' ({name}) has no braze equivalent", where=where,
+                                 hint="braze supports + - * // % min max over sizes")
+
+
+def _sanitize_sym(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    if not s or not (s[0].isalpha() or s[0] == "_"):
+        s = "d_" + s
+    return s
+
+
+def dim_names(ep) -> dict[str, str]:
+    """torch symbol name -> the user's Dim name, from the shape env's source names."""
+    out: dict[str, str] = {}
+    env = None
+    for n in ep.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("val")
+        for d in getattr(v, "shape", ()):
+            node = getattr(d, "node", None)
+            if node is not None and getattr(node, "shape_env", None) is not None:
+                env = node.shape_env
+                break
+        if env is not None:
+            break
+    if env is None:
+        return out, None
+    debug = getattr(env, "source_name_to_debug_name", {}) or {}
+    for sym, sources in getattr(env, "var_to_sources", {}).items():
+        for src in sources:
+            try:
+                nm = src.name() if callable(src.name) else src.name
+            except Exception:
+                continue
+            dn = debug.get(nm)
+            if dn and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", dn):
+                out[str(sym)] = dn
+                break
+    return out, env
+
+
+# ---------------------------------------------------------------------------
+# source locations
+# ---------------------------------------------------------------------------
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*(?:\n(?!\s*File ")\s*([^\n]*))?')
+
+
+_TORCH_DIR: list = []
+
+
+def _torch_dir() -> str | None:
+    if not _TORCH_DIR:
+        import os
+        try:
+            import torch
+            _TORCH_DIR.append(os.path.dirname(torch.__file__) + os.sep)
+        except Exception:
+            _TORCH_DIR.append(None)
+    return _TORCH_DIR[0]
+
+
+def source_loc(node) -> SourceLoc:
+    st = node.meta.get("stack_trace") or ""
+    frames = _FRAME_RE.findall(st)
+    file = line = code = None
+    if frames:
+        # the innermost frame outside torch itself (torch.nn's forward bodies say little)
+        tdir = _torch_dir()
+        user = [f for f in frames if not (tdir and f[0].startswith(tdir))]
+        file, line, code = (user or frames)[-1]
+        line = int(line)
+        code = code.strip() or None
+    name = None
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        if path:
+            name = path
+    return SourceLoc(file=file, line=line, name=name or node.name, code=code)
+
+
+# ---------------------------------------------------------------------------
+# the importer
+# ---------------------------------------------------------------------------
+
+
+class NotProduced:
+    """An output of a multi-output ATen op that braze does not compute."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+
+class Importer:
+    def __init__(self, ep, names: dict[str, str] | None = None):
+        self.ep = ep
+        self.module = Module()
+        self.b = Builder(self.module)
+        self.env: dict[Any, Any] = {}
+        self.loc: SourceLoc | None = None
+        self.node = None
+        own, shape_env = _dim_names_safe(ep)
+        self.names = {**own, **(names or {})}
+        self.conv_sym = SymConverter({}, shape_env)
+        self._setup_symbols()
+
+    # --- symbols ------------------------------------------------------------
+    def _setup_symbols(self):
+        import sympy
+        used = set()
+        ranges = {}
+        for k, vr in self.ep.range_constraints.items():
+            if isinstance(k, sympy.Symbol):
+                ranges[k.name] = vr
+        # every symbol in a placeholder shape or a range constraint
+        tnames = list(ranges)
+        for n in self.ep.graph.nodes:
+            if n.op == "placeholder":
+                for d in getattr(n.meta.get("val"), "shape", ()):
+                    e = getattr(getattr(d, "node", None), "expr", None)
+                    if e is not None:
+                        for s in e.free_symbols:
+                            if s.name not in tnames:
+                                tnames.append(s.name)
+        for tn in tnames:
+            name = self.names.get(tn) or _sanitize_sym(tn)
+            base, i = name, 1
+            while name in used:
+                name = f"{base}_{i}"
+                i += 1
+            used.add(name)
+            lo, hi = 1, None
+            vr = ranges.get(tn)
+            if vr is not None:
+                lo = max(1, _vr_int(vr.lower, 1))
+                hi = _vr_int(vr.upper, None)
+            s = self.module.constraints.add_symbol(S.Sym(name, lo, hi))
+            self.conv_sym.symbols[tn] = s
+
+    def sym(self, x):
+        where = str(self.loc) if self.loc else None
+        return self.conv_sym(x, where)
+
+    def shape_of(self, fake) -> tuple:
+        return tuple(self.sym(d) for d in fake.shape)
+
+    def meta_type(self, fake) -> TensorType:
+        where = str(self.loc) if self.loc else None
+        return TensorType(to_braze_dtype(fake.dtype, where), self.shape_of(fake))
+
+    # --- the walk -----------------------------------------------------------
+    def run(self) -> Module:
+        import torch
+        from .aten import convert_node
+
+        ep = self.ep
+        sig = ep.graph_signature
+        specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+        consts = dict(ep.constants)
+        state = ep.state_dict
+        user_outputs = [s.arg.name for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
+        nodes = list(ep.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        # user inputs first (in order), then weights on first use
+        for n in placeholders:
+            spec = specs.get(n.name)
+            kind = spec.kind.name if spec is not None else "USER_INPUT"
+            self.node, self.loc = n, SourceLoc(name=n.name)
+            if kind == "USER_INPUT":
+                v = n.meta.get("val")
+                if not isinstance(v, torch.Tensor):
+                    if isinstance(v, (int, float, bool)) or v is None:
+                        self.env[n] = v  # a constant non-tensor input, baked in
+                        continue
+                    raise UnsupportedOpError(f"input '{n.name}' is a {type(v).__name__}; braze takes tensor inputs",
+                                             hint="pass sizes as tensor shapes, not Python numbers")
+                self.env[n] = self.b.param(n.name, self.meta_type(v))
+            elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+                t = spec.target
+                if t in state:
+                    arr = state[t]
+                elif t in consts:
+                    arr = consts[t]
+                else:
+                    raise ModelFormatError(f"exported program has no value for {kind.lower()} '{t}'")
+                if not isinstance(arr, torch.Tensor):
+                    raise UnsupportedOpError(f"{kind.lower()} '{t}' is a {type(arr).__name__}, not a tensor")
+                self.env[n] = _Lazy(t, arr)
+            elif kind == "TOKEN":
+                self.env[n] = None
+            else:
+                raise UnsupportedOpError(f"exported input '{n.name}' of kind {kind} is not supported",
+                                         hint=ISSUES_HINT)
+        results = []
+        for n in nodes:
+            if n.op == "placeholder":
+                continue
+            self.node, self.loc = n, source_loc(n)
+            if n.op == "output":
+                outs = n.args[0]
+                flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                for o in flat:
+                    if o is None or (hasattr(o, "name") and user_outputs and o.name not in user_outputs):
+                        continue
+                    v = self.value(o)
+                    if not isinstance(v, Value):
+                        if isinstance(v, (int, float, bool)) or S.is_symbolic(v):
+                            raise UnsupportedOpError(f"output {o} is a number ({v}), not a tensor",
+                                                     where=str(self.loc), hint="return tensors only")
+                    results.append(v)
+                continue
+            if n.op == "get_attr":
+                raise UnsupportedOpError(f"graph attribute '{n.target}' (a submodule or higher-order op) is not "
+                                         "supported", where=str(self.loc), hint=ISSUES_HINT)
+            if n.op != "call_function":
+                raise UnsupportedOpError(f"FX node kind '{n.op}' is not supported", where=str(self.loc))
+            self.env[n] = convert_node(self, n)
+        self.b.ret(*results)
+        return self.module
+
+    def value(self, a):
+        """An FX argument as braze: Values for tensors, IntLikes for sizes, lists recursively."""
+        import torch.fx as fx
+        if isinstance(a, fx.Node):
+            if a not in self.env:
+                raise BrazeError(f"torch frontend: node '{a.name}' used before it is defined")
+            v = self.env[a]
+            if isinstance(v, _Lazy):
+                v = self.b.constant(tensor_to_numpy(v.tensor, v.name), name=v.name, loc=SourceLoc(name=v.name))
+                self.env[a] = v
+            if isinstance(v, NotProduced):
+                raise UnsupportedOpError(f"the {v.what} of '{a.target}' is used, but braze does not compute it",
+                                         where=str(self.loc), hint=ISSUES_HINT)
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.value(x) for x in a)
+        return a
+
+
+class _Lazy:
+    __slots__ = ("name", "tensor")
+
+    def __init__(self, name, tensor):
+        self.name = name
+        self.tensor = tensor
+
+
+def _vr_int(x, default):
+    try:
+        import sympy
+        if x in (sympy.oo, -sympy.oo) or str(x) in ("int_oo", "-int_oo", "oo", "-oo"):
+            return default
+        v = int(x)
+        if abs(v) > 2 ** 62:
+            return default
+        return v
+    except Exception:
+        return default
+
+
+def _dim_names_safe(ep):
+    try:
+        return dim_names(ep)
+    except Exception:
+        return {}, None
+
+
+def _maybe_decompose(ep):
+    """Decompose only the ops braze has no converter for (when torch has a decomposition)."""
+    from .aten import is_supported
+    bad = {n.target for n in ep.graph.nodes if n.op == "call_function" and not is_supported(n.target)}
+    if not bad:
+        return ep, None
+    first_bad = next(n for n in ep.graph.nodes if n.op == "call_function" and n.target in bad)
+    try:
+        import torch
+        table = torch.export.default_decompositions()
+        sub = {k: table[k] for k in list(table.keys()) if k in bad}
+    except Exception:
+        sub = {}
+    if not sub:
+        return ep, first_bad
+    try:
+        dec = ep.run_decompositions(sub)
+    except Exception:
+        return ep, first_bad
+    still = [n for n in dec.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
+    return dec, (first_bad if still else None)
+
+
+def import_torch(ep) -> Module:
+    """A ``torch.export.ExportedProgram`` as a braze Module (symbols named by the export's Dims)."""
+    require("torch", "torch")
+    import torch
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise ModelFormatError(f"import_torch takes a torch.export.ExportedProgram, got {type(ep).__name__}",
+                               hint="call torch.export.export(model, example_inputs, dynamic_shapes=...) first")
+    names = _dim_names_safe(ep)
+    ep2, first_bad = _maybe_decompose(ep)
+    if first_bad is not None:
+        from .aten import unsupported_error
+        raise unsupported_error(first_bad)
+    # a decomposed program may have a fresh shape env: keep the original Dim names
+    return Importer(ep2, names=names[0]).run()

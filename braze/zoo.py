@@ -1,0 +1,337 @@
+"""A small model zoo for tests and benchmarks: MLP, BERT-base, GPT-2, ResNet-50.
+
+Every model is built from code or a config object with seeded random weights
+(nothing is downloaded). torch and transformers are imported only inside the
+functions, so ``import braze.zoo`` is cheap.
+
+Each ``ZooModel`` carries its symbolic dims (name -> export range), test
+shapes (small, including 1 and odd sizes), the ``dynamic_shapes`` spec for
+``torch.export`` (``torch.export.Dim`` objects named like the dims) and a
+``make_inputs(**dims)`` that builds a matching tuple of input tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+SEED = 0
+
+
+@dataclass
+class ZooModel:
+    name: str
+    module: Any  # torch.nn.Module, eval mode, float32
+    make_inputs: Callable[..., tuple]  # make_inputs(**dims) -> tuple of torch tensors
+    dims: dict[str, tuple[int, int]]  # symbolic dim name -> (min, max) for export
+    test_shapes: list[dict[str, int]]  # dim values to test at
+    dynamic_shapes: Any  # for torch.export.export(..., dynamic_shapes=...)
+    input_names: list[str]
+    example_dims: dict[str, int] = field(default_factory=dict)  # dims of the export example
+
+    def example_inputs(self) -> tuple:
+        return self.make_inputs(**self.example_dims)
+
+    def __repr__(self):
+        return f"<ZooModel {self.name}: inputs {self.input_names}, dims {self.dims}>"
+
+
+def _seeded():
+    import torch
+    torch.manual_seed(SEED)
+    return torch
+
+
+def _generator(dims: dict[str, int], salt: int = 0):
+    import torch
+    g = torch.Generator().manual_seed(1000 + salt + sum((i + 1) * 7919 * v for i, v in enumerate(dims.values())))
+    return g
+
+
+def _dim(name: str, lo: int, hi: int):
+    from torch.export import Dim
+    return Dim(name, min=lo, max=hi)
+
+
+# ---------------------------------------------------------------------------
+# MLP
+# ---------------------------------------------------------------------------
+
+
+def mlp() -> ZooModel:
+    torch = _seeded()
+    nn = torch.nn
+    module = nn.Sequential(
+        nn.Linear(1024, 4096), nn.GELU(),
+        nn.Linear(4096, 4096), nn.GELU(),
+        nn.Linear(4096, 1000),
+    ).eval().float()
+
+    def make_inputs(batch: int = 2):
+        g = _generator({"batch": batch})
+        return (torch.randn(batch, 1024, generator=g),)
+
+    dims = {"batch": (1, 64)}
+    batch = _dim("batch", *dims["batch"])
+    return ZooModel("mlp", module, make_inputs, dims,
+                    test_shapes=[{"batch": 1}, {"batch": 2}, {"batch": 3}, {"batch": 7}],
+                    dynamic_shapes=({0: batch},), input_names=["input"], example_dims={"batch": 4})
+
+
+# ---------------------------------------------------------------------------
+# BERT-base
+# ---------------------------------------------------------------------------
+
+
+def bert() -> ZooModel:
+    torch = _seeded()
+    import transformers
+    cfg = transformers.BertConfig()
+    cfg._attn_implementation = "sdpa"
+    model = transformers.BertModel(cfg, add_pooling_layer=True)
+    model = model.eval().float()
+    model.config.use_cache = False
+    model.config.return_dict = True
+    module = _BertWrapper(model)
+
+    def make_inputs(batch: int = 2, seq: int = 8):
+        g = _generator({"batch": batch, "seq": seq})
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        # pad the tail of every other sequence so the mask matters
+        for i in range(1, batch, 2):
+            keep = max(1, seq - 1 - (i % max(seq, 1)))
+            mask[i, keep:] = 0
+        return ids, mask
+
+    dims = {"batch": (1, 64), "seq": (1, 512)}
+    b, s = _dim("batch", *dims["batch"]), _dim("seq", *dims["seq"])
+    return ZooModel("bert", module, make_inputs, dims,
+                    test_shapes=[{"batch": 1, "seq": 1}, {"batch": 1, "seq": 8}, {"batch": 2, "seq": 13},
+                                 {"batch": 3, "seq": 33}],
+                    dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}),
+                    input_names=["input_ids", "attention_mask"], example_dims={"batch": 2, "seq": 16})
+
+
+def _wrapper_classes():
+    import torch
+
+    class BertWrapper(torch.nn.Module):
+        """Returns (last_hidden_state, pooler_output) as plain tensors."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+            return out.last_hidden_state, out.pooler_output
+
+    class GPT2Wrapper(torch.nn.Module):
+        """Returns the last hidden state; no KV cache."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                             return_dict=True)
+            return out.last_hidden_state
+
+    return BertWrapper, GPT2Wrapper
+
+
+def _BertWrapper(model):
+    return _wrapper_classes()[0](model).eval()
+
+
+def _GPT2Wrapper(model):
+    return _wrapper_classes()[1](model).eval()
+
+
+# ---------------------------------------------------------------------------
+# GPT-2
+# ---------------------------------------------------------------------------
+
+
+def gpt2() -> ZooModel:
+    torch = _seeded()
+    import transformers
+    cfg = transformers.GPT2Config()
+    # "sdpa" does not export with a dynamic seq: the fake (meta) strides of
+    # its output make GPT-2's Conv1D ``x.view(-1, n)`` fail; "eager" exports
+    cfg._attn_implementation = "eager"
+    cfg.use_cache = False
+    model = transformers.GPT2Model(cfg).eval().float()
+    module = _GPT2Wrapper(model)
+
+    def make_inputs(batch: int = 2, seq: int = 8):
+        g = _generator({"batch": batch, "seq": seq}, salt=1)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        for i in range(1, batch, 2):  # left padding on every other row
+            pad = min(seq - 1, 1 + i % 3)
+            mask[i, :pad] = 0
+        return ids, mask
+
+    dims = {"batch": (1, 64), "seq": (1, 1024)}
+    b, s = _dim("batch", *dims["batch"]), _dim("seq", *dims["seq"])
+    return ZooModel("gpt2", module, make_inputs, dims,
+                    test_shapes=[{"batch": 1, "seq": 1}, {"batch": 1, "seq": 9}, {"batch": 2, "seq": 16},
+                                 {"batch": 3, "seq": 31}],
+                    dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}),
+                    input_names=["input_ids", "attention_mask"], example_dims={"batch": 2, "seq": 16})
+
+
+# ---------------------------------------------------------------------------
+# ResNet-50 (plain PyTorch, torchvision layout and parameter names)
+# ---------------------------------------------------------------------------
+
+
+def _resnet_classes():
+    import torch
+    nn = torch.nn
+
+    class Bottleneck(nn.Module):
+        expansion = 4
+
+        def __init__(self, inplanes, planes, stride=1, downsample=None):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * 4)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = downsample
+
+        def forward(self, x):
+            identity = x
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            if self.downsample is not None:
+                identity = self.downsample(x)
+            return self.relu(out + identity)
+
+    class ResNet(nn.Module):
+        def __init__(self, layers=(3, 4, 6, 3), num_classes=1000):
+            super().__init__()
+            self.inplanes = 64
+            self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+            self.layer1 = self._make_layer(64, layers[0])
+            self.layer2 = self._make_layer(128, layers[1], stride=2)
+            self.layer3 = self._make_layer(256, layers[2], stride=2)
+            self.layer4 = self._make_layer(512, layers[3], stride=2)
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(512 * 4, num_classes)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+        def _make_layer(self, planes, blocks, stride=1):
+            downsample = None
+            if stride != 1 or self.inplanes != planes * 4:
+                downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False),
+                                           nn.BatchNorm2d(planes * 4))
+            layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
+            self.inplanes = planes * 4
+            layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+            return nn.Sequential(*layers)
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            x = torch.flatten(self.avgpool(x), 1)
+            return self.fc(x)
+
+    return ResNet
+
+
+def resnet50() -> ZooModel:
+    torch = _seeded()
+    ResNet = _resnet_classes()
+    module = ResNet()
+    # non-trivial BN statistics so inference-mode batch norm is really exercised
+    g = torch.Generator().manual_seed(SEED + 5)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+                m.weight.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
+                m.bias.copy_(torch.randn(n, generator=g) * 0.1)
+    module = module.eval().float()
+
+    def make_inputs(batch: int = 2, height: int = 64, width: int = 64):
+        gi = _generator({"batch": batch, "height": height, "width": width}, salt=2)
+        return (torch.randn(batch, 3, height, width, generator=gi),)
+
+    # the final feature map must be larger than 1x1: torch.export specializes a
+    # size-1 map (a guard ``1 + (h - 1) // 32 != 1``), so images start at 33
+    dims = {"batch": (1, 64), "height": (33, 512), "width": (33, 512)}
+    b = _dim("batch", *dims["batch"])
+    h = _dim("height", *dims["height"])
+    w = _dim("width", *dims["width"])
+    return ZooModel("resnet50", module, make_inputs, dims,
+                    test_shapes=[{"batch": 1, "height": 33, "width": 33},
+                                 {"batch": 2, "height": 35, "width": 47},
+                                 {"batch": 1, "height": 64, "width": 64},
+                                 {"batch": 3, "height": 49, "width": 40}],
+                    dynamic_shapes=({0: b, 2: h, 3: w},), input_names=["x"],
+                    example_dims={"batch": 2, "height": 64, "width": 64})
+
+
+# ---------------------------------------------------------------------------
+
+MODELS = {"mlp": mlp, "bert": bert, "gpt2": gpt2, "resnet50": resnet50}
+
+
+def get(name: str) -> ZooModel:
+    try:
+        return MODELS[name]()
+    except KeyError:
+        raise KeyError(f"unknown zoo model {name!r}; choose from {', '.join(MODELS)}") from None
+
+
+def all_models() -> list[ZooModel]:
+    return [f() for f in MODELS.values()]
+
+
+def export(zm: ZooModel):
+    """``torch.export`` the model with its dynamic dims (non-strict)."""
+    import torch
+    with torch.no_grad():
+        return torch.export.export(zm.module, zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes,
+                                   strict=False)
+
+
+def export_onnx(zm: ZooModel, path) -> str:
+    """``torch.onnx.export`` (dynamo) with dynamic dims; dim_params take the Dim names."""
+    import warnings
+
+    import torch
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(zm.module, zm.example_inputs(), str(path), dynamo=True, dynamic_shapes=zm.dynamic_shapes,
+                          input_names=zm.input_names, opset_version=18, external_data=False, verbose=False)
+    return str(path)
+
+
+def names() -> list[str]:
+    return list(MODELS)
+
+
+def first_output(out):
+    """The first tensor of a model's output (a tensor or a tuple of them)."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+__all__ = ["ZooModel", "mlp", "bert", "gpt2", "resnet50", "all_models", "get", "export", "export_onnx", "names",
+           "first_output", "MODELS"]

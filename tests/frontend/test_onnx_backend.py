@@ -1,0 +1,82 @@
+"""ONNX's backend node tests through braze (import_onnx + braze.reference.run).
+
+Runs every node test whose ops braze supports (``supported_ops()``); tests in
+``backend_exclusions.EXCLUSIONS`` must fail (with the documented reason) and
+all others must pass. The cases are generated in memory by
+``onnx.backend.test.case.node.collect_testcases`` (the wheel ships no data dir).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from braze.frontend.onnx import supported_ops  # noqa: E402
+from braze.frontend.onnx.backend import as_array, run_node_test  # noqa: E402
+from braze.frontend.onnx.backend_exclusions import EXCLUSIONS, exclusion_reason  # noqa: E402
+
+
+def _collect():
+    import onnx.backend.test.case.node as N
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cases = N.collect_testcases(None)
+    sup = set(supported_ops())
+    return [c for c in cases
+            if all(n.op_type in sup and n.domain in ("", "ai.onnx") for n in c.model.graph.node)]
+
+
+CASES = _collect()
+
+
+def _check(case):
+    for ins, outs in case.data_sets:
+        got = run_node_test(case.model, list(ins))
+        assert len(got) == len(outs), f"{len(got)} outputs, expected {len(outs)}"
+        for k, (g, e) in enumerate(zip(got, outs)):
+            e = as_array(e)
+            assert g.dtype == e.dtype, f"output {k}: dtype {g.dtype}, expected {e.dtype}"
+            assert g.shape == e.shape, f"output {k}: shape {g.shape}, expected {e.shape}"
+            np.testing.assert_allclose(g.astype(np.float64) if g.dtype.name == "bfloat16" else g,
+                                       e.astype(np.float64) if e.dtype.name == "bfloat16" else e,
+                                       rtol=case.rtol, atol=case.atol, err_msg=f"output {k}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_node(case):
+    why = exclusion_reason(case.name)
+    if why is None:
+        with np.errstate(all="ignore"):
+            _check(case)
+        return
+    try:
+        with np.errstate(all="ignore"):
+            _check(case)
+    except Exception:
+        pytest.xfail(why)
+    pytest.fail(f"{case.name} passes but is excluded ({why}); remove it from EXCLUSIONS")
+
+
+def test_every_supported_op_has_node_tests():
+    covered = {n.op_type for c in CASES for n in c.model.graph.node}
+    # ops whose ONNX node tests all use other ops too (or none exist) are covered by test_onnx_frontend.py
+    missing = set(supported_ops()) - covered
+    assert missing <= {"Constant", "Dropout"}, sorted(missing)
+
+
+def test_every_exclusion_is_used():
+    import re
+
+    names = [c.name for c in CASES]
+    for pat in EXCLUSIONS:
+        assert any(re.search(pat, n) for n in names), f"exclusion {pat!r} matches no test"
+
+
+def test_pass_count():
+    passing = [c for c in CASES if exclusion_reason(c.name) is None]
+    assert len(CASES) > 1000 and len(passing) > 800, (len(CASES), len(passing))

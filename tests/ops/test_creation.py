@@ -1,0 +1,101 @@
+"""arange, full, full_like against torch, with symbolic lengths."""
+
+import numpy as np
+import pytest
+import torch
+
+import braze.reference as R
+from braze.errors import ShapeError
+from braze.ir import sym as S
+from braze.ir.sym import Sym
+from braze.ops import Builder, tensor
+from braze.testing import assert_close
+
+b_, s_, t_ = Sym("b"), Sym("s"), Sym("t")
+
+
+def build(types, fn):
+    b = Builder()
+    ps = [b.param(f"x{i}", t) for i, t in enumerate(types)]
+    out = fn(b, *ps)
+    b.ret(out)
+    return b.module, out
+
+
+@pytest.mark.parametrize("start,end,step", [(0, 10, 1), (3, 10, 2), (10, 0, -3), (0, 0, 1), (5, 2, 1),
+                                            (0.5, 3.2, 0.25), (-1.0, 1.0, 0.3), (2, -7, -2)])
+@pytest.mark.parametrize("dtype", ["i64", "f32", "f64"])
+def test_arange_static(start, end, step, dtype):
+    m, out = build([], lambda b: b.arange(start=start, end=end, step=step, dtype=dtype))
+    tdt = {"i64": torch.int64, "f32": torch.float32, "f64": torch.float64}[dtype]
+    if dtype == "i64" and any(isinstance(v, float) for v in (start, end, step)):
+        return
+    if (end - start) * step < 0:  # torch raises; braze follows numpy (empty)
+        want = np.arange(start, end, step).astype(out.type.dtype.numpy)
+    else:
+        want = torch.arange(start, end, step, dtype=tdt).numpy()
+    assert out.type.shape == want.shape
+    assert_close(R.run(m), want)
+
+
+@pytest.mark.parametrize("start,step", [(0, 1), (2, 1), (0, 3), (1, 2)])
+def test_arange_symbolic_end(start, step):
+    m, out = build([tensor("f32", b_, s_)], lambda b, x: b.arange(start=start, end=s_, step=step, dtype="i64"))
+    n = out.type.shape[0]
+    if start == 0 and step == 1:
+        assert n == s_
+    assert S.free_syms(n) == {s_}
+    for ss in (1, 2, 5, 16):
+        want = torch.arange(start, ss, step).numpy() if ss >= start else np.arange(start, ss, step)
+        np.testing.assert_array_equal(R.run(m, np.zeros((1, ss), np.float32)), want)
+
+
+def test_arange_symbolic_start_end_and_negative_step():
+    m, out = build([tensor("f32", s_), tensor("f32", t_)],
+                   lambda b, x, y: b.arange(start=t_, end=s_ + t_, dtype="i32"))
+    assert out.type.shape == (s_,)
+    assert_close(R.run(m, np.zeros(4, np.float32), np.zeros(3, np.float32)), np.arange(3, 7, dtype=np.int32))
+    m, out = build([tensor("f32", s_)], lambda b, x: b.arange(start=s_, end=0, step=-2, dtype="i64"))
+    for ss in (1, 4, 7):
+        np.testing.assert_array_equal(R.run(m, np.zeros(ss, np.float32)), torch.arange(ss, 0, -2).numpy())
+
+
+def test_arange_errors():
+    with pytest.raises(ShapeError, match="step must not be 0"):
+        build([], lambda b: b.arange(start=0, end=3, step=0, dtype="i64"))
+    with pytest.raises(ShapeError, match="float and symbolic"):
+        build([tensor("f32", s_)], lambda b, x: b.arange(start=0.5, end=s_, dtype="f32"))
+    with pytest.raises(ShapeError, match="constant"):
+        build([tensor("f32", s_)], lambda b, x: b.arange(start=0, end=10, step=s_, dtype="i64"))
+
+
+@pytest.mark.parametrize("dtype,value", [("f32", 1.5), ("i64", 3.0), ("bool", 1.0), ("f16", -2.0), ("f32", float("-inf"))])
+def test_full(dtype, value):
+    m, out = build([tensor("f32", b_, s_)], lambda b, x: b.full(shape=(s_, 3, b_), value=value, dtype=dtype))
+    assert out.type.shape == (s_, 3, b_)
+    tdt = {"f32": torch.float32, "i64": torch.int64, "bool": torch.bool, "f16": torch.float16}[dtype]
+    for bb, ss in ((1, 1), (2, 5)):
+        want = torch.full((ss, 3, bb), value, dtype=tdt).numpy()
+        got = R.run(m, np.zeros((bb, ss), np.float32))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_full_static_and_errors():
+    m, out = build([], lambda b: b.full(shape=(), value=2.0, dtype="f32"))
+    assert out.type.shape == () and R.run(m) == np.float32(2.0)
+    with pytest.raises(ShapeError, match="negative"):
+        build([], lambda b: b.full(shape=(-1, 2), value=2.0, dtype="f32"))
+
+
+@pytest.mark.parametrize("dtype", [None, "i32", "f64"])
+def test_full_like(dtype):
+    m, out = build([tensor("f32", b_, s_)], lambda b, x: b.full_like(x, value=7.0, dtype=dtype))
+    assert out.type.shape == (b_, s_)
+    assert out.type.dtype.name == ("float32" if dtype is None else {"i32": "int32", "f64": "float64"}[dtype])
+    tdt = {None: torch.float32, "i32": torch.int32, "f64": torch.float64}[dtype]
+    x = np.zeros((2, 3), np.float32)
+    want = torch.full_like(torch.from_numpy(x), 7.0, dtype=tdt).numpy()
+    got = R.run(m, x)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
