@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .errors import require
+
 SEED = 0
 
 
@@ -85,7 +87,7 @@ def mlp() -> ZooModel:
 
 def bert() -> ZooModel:
     torch = _seeded()
-    import transformers
+    transformers = require("transformers", "examples")
     cfg = transformers.BertConfig()
     cfg._attn_implementation = "sdpa"
     model = transformers.BertModel(cfg, add_pooling_layer=True)
@@ -157,7 +159,7 @@ def _GPT2Wrapper(model):
 
 def gpt2() -> ZooModel:
     torch = _seeded()
-    import transformers
+    transformers = require("transformers", "examples")
     cfg = transformers.GPT2Config()
     # "sdpa" does not export with a dynamic seq: the fake (meta) strides of
     # its output make GPT-2's Conv1D ``x.view(-1, n)`` fail; "eager" exports
