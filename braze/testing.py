@@ -1,8 +1,12 @@
-"""Tolerances and comparisons shared by braze's tests (and usable by users' tests)."""
+"""Tolerances, comparisons and small builders shared by braze's tests (and usable by users' tests)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from .ir import sym
+from .ir.types import DType
+from .ops import Builder
 
 # (rtol, atol) per dtype name, for comparing one op against its reference
 TOLERANCES = {
@@ -30,6 +34,14 @@ def assert_close(actual, expected, dtype: str | None = None, rtol=None, atol=Non
                                err_msg=what, equal_nan=True)
 
 
+def assert_close_scaled(actual, expected, dtype: str = "float32", what: str = ""):
+    """assert_close for long sums (matmul, conv): the dtype's tolerances, but atol grows to
+    4 * rtol * max|expected| for large outputs, since the terms of a long dot product cancel."""
+    r, a = TOLERANCES[dtype]
+    scale = float(np.abs(np.asarray(expected)).max(initial=0))
+    assert_close(actual, expected, dtype, rtol=r, atol=max(a, 4 * r * scale), what=what)
+
+
 def rel_error(actual, expected) -> float:
     """max |actual - expected| / max |expected| (the model-level metric)."""
     actual = np.asarray(actual, dtype=np.float64)
@@ -51,3 +63,42 @@ def assert_ir_round_trips(module) -> None:
     ir.verify(back)
     # without the weights, large constants come back as content-hash placeholders
     assert ir.parse(text) == module
+
+
+def build(types, fn):
+    """A module with one param per type in ``types`` (named x0, x1, ...) that returns
+    ``fn(builder, *params)``: a Value or a tuple of them. Returns (module, that output)."""
+    b = Builder()
+    params = [b.param(f"x{i}", t) for i, t in enumerate(types)]
+    out = fn(b, *params)
+    b.ret(*(out if isinstance(out, tuple) else (out,)))
+    return b.module, out
+
+
+def concrete_shape(shape, env) -> tuple[int, ...]:
+    """``shape`` (ints and symbolic dims) evaluated under ``env`` (symbol name or Sym -> int)."""
+    return tuple(sym.evaluate(d, env) for d in shape)
+
+
+def rand(rng, shape, dtype: str = "float32", scale=1.0, low=None, high=None):
+    """Random array of ``dtype``: normal*scale for floats (uniform in [low, high) if low is given),
+    ints in [low, high) (default [-5, 6)), coin flips for bool."""
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if DType[dtype].is_int:
+        return rng.integers(-5 if low is None else low, 6 if high is None else high, size=shape).astype(dtype)
+    if low is not None:
+        x = rng.uniform(low, high, size=shape)
+    else:
+        x = rng.standard_normal(shape) * scale
+    return x.astype(DType[dtype].numpy)
+
+
+def flatten_outputs(x):
+    """The leaves of nested tuples and lists, in order (how a torch model's outputs line up
+    with braze's flat results)."""
+    if isinstance(x, (tuple, list)):
+        for y in x:
+            yield from flatten_outputs(y)
+    else:
+        yield x

@@ -68,6 +68,14 @@ def tokenize(text: str) -> list[Tok]:
         e.line, e.col = line, col
         raise e
 
+    def count_lines(chunk, start):
+        """Move line/line_start past the newlines in ``chunk``, which starts at ``start``."""
+        nonlocal line, line_start
+        nl = chunk.count("\n")
+        if nl:
+            line += nl
+            line_start = start + chunk.rindex("\n") + 1
+
     while pos < n:
         m = _TOKEN_RE.match(text, pos)
         if m is None:
@@ -78,11 +86,7 @@ def tokenize(text: str) -> list[Tok]:
         col = pos - line_start + 1
         end = m.end()
         if kind == "ws":
-            chunk = m.group()
-            nl = chunk.count("\n")
-            if nl:
-                line += nl
-                line_start = pos + chunk.rindex("\n") + 1
+            count_lines(m.group(), pos)
             pos = end
             continue
         if kind in ("val", "glob", "str"):
@@ -110,10 +114,7 @@ def tokenize(text: str) -> list[Tok]:
                 err(f"bad loc{{...}} JSON ({e.msg})", end)
             chunk = text[pos:jend]
             toks.append(Tok("loc", chunk, d, line, col))
-            nl = chunk.count("\n")
-            if nl:
-                line += nl
-                line_start = pos + chunk.rindex("\n") + 1
+            count_lines(chunk, pos)
             pos = jend
             continue
         g = m.group()

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import braze  # noqa: E402
 from braze.errors import InputError, UnsupportedOpError  # noqa: E402
 from braze.ir import sym as S  # noqa: E402
-from braze.testing import assert_close  # noqa: E402
+from braze.testing import assert_close, flatten_outputs  # noqa: E402
 
 Dim = torch.export.Dim
 nn = torch.nn
@@ -36,7 +36,7 @@ def check(mod, make, dyn, shapes, example=None, rtol=1e-4, atol=1e-5):
         ins = make(**sh)
         with torch.no_grad():
             ref = mod(*ins)
-        ref = tuple(_flat(ref))
+        ref = tuple(flatten_outputs(ref))
         out = braze.reference.run(m, *ins)
         out = out if isinstance(out, tuple) else (out,)
         assert len(out) == len(ref)
@@ -48,14 +48,6 @@ def check(mod, make, dyn, shapes, example=None, rtol=1e-4, atol=1e-5):
             else:
                 np.testing.assert_array_equal(o, r, err_msg=str(sh))
     return m
-
-
-def _flat(x):
-    if isinstance(x, (tuple, list)):
-        for y in x:
-            yield from _flat(y)
-    else:
-        yield x
 
 
 class Fn(nn.Module):

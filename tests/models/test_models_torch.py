@@ -8,17 +8,9 @@ torch = pytest.importorskip("torch")
 
 import braze  # noqa: E402
 from braze import zoo  # noqa: E402
-from braze.testing import MODEL_REL_TOL, rel_error  # noqa: E402
+from braze.testing import MODEL_REL_TOL, flatten_outputs, rel_error  # noqa: E402
 
 MODELS = list(zoo.MODELS)
-
-
-def _flat(x):
-    if isinstance(x, (tuple, list)):
-        for y in x:
-            yield from _flat(y)
-    else:
-        yield x
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -45,7 +37,7 @@ def test_matches_eager(zoo_cache, name):
     for dims in zm.test_shapes:
         inputs = zm.make_inputs(**dims)
         with torch.no_grad():
-            ref = [r.numpy() for r in _flat(zm.module(*inputs))]
+            ref = [r.numpy() for r in flatten_outputs(zm.module(*inputs))]
         out = braze.reference.run(mod, *inputs)
         out = list(out) if isinstance(out, tuple) else [out]
         assert len(out) == len(ref)

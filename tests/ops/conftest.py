@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import braze.reference
+from braze import testing
 from braze.ir.sym import Sym
 from braze.ir.types import DType, TensorType
-from braze.ops.builder import Builder
 
 # (b, s) values every symbolic test runs at: size 1, odd, just past a power of two, large
 SIZES = [(1, 1), (3, 7), (2, 65), (17, 128)]
@@ -37,16 +37,15 @@ def build(op: str, specs, dtypes, **attrs):
     """A module computing ``op`` on params typed ``dtype[spec]`` (None: absent optional input).
 
     Returns (module, output Value or tuple)."""
-    b = Builder()
-    params = []
-    for i, (spec, dt) in enumerate(zip(specs, dtypes)):
-        if spec is None:
-            params.append(None)
-            continue
-        params.append(b.param(f"x{i}", TensorType(DType[dt], parse_dims(spec))))
-    out = b.op(op, params, **attrs)
-    b.ret(*(out if isinstance(out, tuple) else (out,)))
-    return b.module, out
+    given = [i for i, spec in enumerate(specs) if spec is not None]
+
+    def fn(b, *params):
+        args = [None] * len(specs)
+        for i, p in zip(given, params):
+            args[i] = p
+        return b.op(op, args, **attrs)
+
+    return testing.build([TensorType(DType[dtypes[i]], parse_dims(specs[i])) for i in given], fn)
 
 
 def run(module, *arrays):
@@ -54,20 +53,7 @@ def run(module, *arrays):
 
 
 def concrete(spec: str, env: dict) -> tuple:
-    return tuple(d if isinstance(d, int) else env[d.name] for d in parse_dims(spec))
-
-
-def rand(rng, shape, dtype: str, scale=1.0, low=None, high=None):
-    """Random array of ``dtype``: normal*scale for floats, [low, high) ints, coin flips for bool."""
-    if dtype == "bool":
-        return rng.random(shape) < 0.5
-    if DType[dtype].is_int:
-        return rng.integers(-5 if low is None else low, 6 if high is None else high, size=shape).astype(dtype)
-    if low is not None:
-        x = rng.uniform(low, high, size=shape)
-    else:
-        x = rng.standard_normal(shape) * scale
-    return x.astype(np_dtype(dtype))
+    return testing.concrete_shape(parse_dims(spec), env)
 
 
 def to_torch(a):
@@ -87,17 +73,15 @@ def from_torch(t):
 
 def check(actual, expected_torch, dtype: str | None = None, what: str = "", rtol=None, atol=None):
     """Compare a reference result with a torch result: same dtype, then values."""
-    from braze.testing import assert_close
-
     exp = from_torch(expected_torch) if isinstance(expected_torch, torch.Tensor) else np.asarray(expected_torch)
     actual = np.asarray(actual)
     assert actual.dtype == exp.dtype, f"{what}: dtype {actual.dtype} != expected {exp.dtype}"
-    assert_close(actual, exp, dtype=dtype or exp.dtype.name, rtol=rtol, atol=atol, what=what)
+    testing.assert_close(actual, exp, dtype=dtype or exp.dtype.name, rtol=rtol, atol=atol, what=what)
 
 
 @pytest.fixture
 def T():
-    """The helpers above, as one namespace."""
+    """The helpers above (and braze.testing.rand), as one namespace."""
     return types.SimpleNamespace(SIZES=SIZES, TORCH=_TORCH, np_dtype=np_dtype, parse_dims=parse_dims, build=build,
-                                 run=run, concrete=concrete, rand=rand, to_torch=to_torch, from_torch=from_torch,
-                                 check=check)
+                                 run=run, concrete=concrete, rand=testing.rand, to_torch=to_torch,
+                                 from_torch=from_torch, check=check)

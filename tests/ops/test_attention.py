@@ -8,24 +8,12 @@ import torch.nn.functional as F
 import braze.reference as R
 from braze.errors import InputError, ShapeError
 from braze.ir.sym import Sym
-from braze.ops import Builder, tensor
-from braze.testing import assert_close
+from braze.ops import tensor
+from braze.testing import assert_close, build, rand
 
 B, L, S_, H = Sym("b"), Sym("l"), Sym("s"), Sym("h")
 RNG = np.random.default_rng(4)
 SIZES = ((1, 1, 1), (2, 5, 7), (1, 9, 4), (2, 33, 33))
-
-
-def rand(shape, dtype="float32"):
-    return RNG.standard_normal(shape).astype(dtype)
-
-
-def build(types, fn):
-    b = Builder()
-    ps = [b.param(f"x{i}", t) for i, t in enumerate(types)]
-    out = fn(b, *ps)
-    b.ret(out)
-    return b.module, out
 
 
 def T(a):
@@ -39,7 +27,7 @@ def test_sdpa_basic(is_causal, scale):
                    lambda b, q, k, v: b.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale))
     assert out.type.shape == (B, 3, L, 6)
     for bb, ll, ss in SIZES:
-        q, k, v = rand((bb, 3, ll, 8)), rand((bb, 3, ss, 8)), rand((bb, 3, ss, 6))
+        q, k, v = rand(RNG, (bb, 3, ll, 8)), rand(RNG, (bb, 3, ss, 8)), rand(RNG, (bb, 3, ss, 6))
         want = F.scaled_dot_product_attention(T(q), T(k), T(v), is_causal=is_causal, scale=scale).numpy()
         assert_close(R.run(m, q, k, v), want, rtol=1e-5, atol=1e-5)
 
@@ -50,7 +38,7 @@ def test_sdpa_bool_mask_with_fully_masked_rows():
                    lambda b, q, k, v, mk: b.scaled_dot_product_attention(q, k, v, mk))
     assert out.type.shape == (B, 2, L, 4)
     for bb, ll, ss in SIZES:
-        q, k, v = rand((bb, 2, ll, 4)), rand((bb, 2, ss, 4)), rand((bb, 2, ss, 4))
+        q, k, v = rand(RNG, (bb, 2, ll, 4)), rand(RNG, (bb, 2, ss, 4)), rand(RNG, (bb, 2, ss, 4))
         mk = RNG.random((ll, ss)) > 0.4
         mk[0] = False  # a fully masked row: torch gives zeros
         want = F.scaled_dot_product_attention(T(q), T(k), T(v), attn_mask=T(mk)).numpy()
@@ -65,8 +53,8 @@ def test_sdpa_float_mask_broadcast_and_causal():
                    lambda b, q, k, v, mk: b.scaled_dot_product_attention(q, k, v, mk))
     assert out.type.shape == (B, H, L, 4)
     for bb, ll, ss in SIZES:
-        q, k, v = rand((bb, 2, ll, 4)), rand((bb, 2, ss, 4)), rand((bb, 2, ss, 4))
-        mk = np.where(RNG.random((bb, 1, ll, ss)) > 0.3, 0.0, -np.inf).astype(np.float32) + rand((bb, 1, ll, ss))
+        q, k, v = rand(RNG, (bb, 2, ll, 4)), rand(RNG, (bb, 2, ss, 4)), rand(RNG, (bb, 2, ss, 4))
+        mk = np.where(RNG.random((bb, 1, ll, ss)) > 0.3, 0.0, -np.inf).astype(np.float32) + rand(RNG, (bb, 1, ll, ss))
         want = F.scaled_dot_product_attention(T(q), T(k), T(v), attn_mask=T(mk)).numpy()
         assert_close(R.run(m, q, k, v, mk), want, rtol=1e-5, atol=1e-5)
 
@@ -76,22 +64,22 @@ def test_sdpa_batch_broadcast_and_3d():
     m, out = build([tensor("f32", B, H, L, 8), tensor("f32", B, 1, S_, 8), tensor("f32", B, 1, S_, 8)],
                    lambda b, q, k, v: b.scaled_dot_product_attention(q, k, v, is_causal=True))
     assert out.type.shape == (B, H, L, 8)
-    q, k, v = rand((2, 4, 6, 8)), rand((2, 1, 6, 8)), rand((2, 1, 6, 8))
+    q, k, v = rand(RNG, (2, 4, 6, 8)), rand(RNG, (2, 1, 6, 8)), rand(RNG, (2, 1, 6, 8))
     want = F.scaled_dot_product_attention(T(q), T(k).expand(2, 4, 6, 8), T(v).expand(2, 4, 6, 8), is_causal=True)
     assert_close(R.run(m, q, k, v), want.numpy(), rtol=1e-5, atol=1e-5)
     m, out = build([tensor("f32", L, 8), tensor("f32", S_, 8), tensor("f32", S_, 3)],
                    lambda b, q, k, v: b.scaled_dot_product_attention(q, k, v))
     assert out.type.shape == (L, 3)
-    q, k, v = rand((5, 8)), rand((7, 8)), rand((7, 3))
+    q, k, v = rand(RNG, (5, 8)), rand(RNG, (7, 8)), rand(RNG, (7, 3))
     assert_close(R.run(m, q, k, v), F.scaled_dot_product_attention(T(q), T(k), T(v)).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_sdpa_float64_and_float16():
     m, _ = build([tensor("f64", B, L, 8)] * 3, lambda b, q, k, v: b.scaled_dot_product_attention(q, k, v))
-    q = rand((2, 5, 8), "float64")
+    q = rand(RNG, (2, 5, 8), "float64")
     assert_close(R.run(m, q, q, q), F.scaled_dot_product_attention(T(q), T(q), T(q)).numpy())
     m, _ = build([tensor("f16", B, L, 8)] * 3, lambda b, q, k, v: b.scaled_dot_product_attention(q, k, v))
-    q = rand((2, 5, 8), "float16")
+    q = rand(RNG, (2, 5, 8), "float16")
     got = R.run(m, q, q, q)
     assert got.dtype == np.float16
     want = F.scaled_dot_product_attention(T(q).float(), T(q).float(), T(q).float()).half().numpy()
@@ -111,4 +99,4 @@ def test_sdpa_errors():
     m, _ = build([tensor("f32", L, 8), tensor("f32", S_, 8), tensor("f32", Sym("t"), 8)],
                  lambda b, q, k, v: b.scaled_dot_product_attention(q, k, v))
     with pytest.raises(InputError):
-        R.run(m, rand((3, 8)), rand((4, 8)), rand((5, 8)))
+        R.run(m, rand(RNG, (3, 8)), rand(RNG, (4, 8)), rand(RNG, (5, 8)))

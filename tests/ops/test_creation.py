@@ -8,18 +8,10 @@ import braze.reference as R
 from braze.errors import ShapeError
 from braze.ir import sym as S
 from braze.ir.sym import Sym
-from braze.ops import Builder, tensor
-from braze.testing import assert_close
+from braze.ops import tensor
+from braze.testing import assert_close, build
 
 b_, s_, t_ = Sym("b"), Sym("s"), Sym("t")
-
-
-def build(types, fn):
-    b = Builder()
-    ps = [b.param(f"x{i}", t) for i, t in enumerate(types)]
-    out = fn(b, *ps)
-    b.ret(out)
-    return b.module, out
 
 
 @pytest.mark.parametrize("start,end,step", [(0, 10, 1), (3, 10, 2), (10, 0, -3), (0, 0, 1), (5, 2, 1),

@@ -7,23 +7,11 @@ import torch
 import braze.reference as R
 from braze.errors import ShapeError
 from braze.ir.sym import Sym
-from braze.ops import Builder, tensor
-from braze.testing import assert_close
+from braze.ops import tensor
+from braze.testing import assert_close, build, rand
 
 b_, s_, t_, v_ = Sym("b"), Sym("s"), Sym("t"), Sym("v")
 RNG = np.random.default_rng(3)
-
-
-def rand(shape, dtype="float32"):
-    return RNG.standard_normal(shape).astype(dtype)
-
-
-def build(types, fn):
-    b = Builder()
-    ps = [b.param(f"x{i}", t) for i, t in enumerate(types)]
-    out = fn(b, *ps)
-    b.ret(out)
-    return b.module, out
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -35,7 +23,7 @@ def test_gather(axis, idx_dtype):
     ax = axis % 3
     assert out.type.shape == xshape[:ax] + (s_, t_) + xshape[ax + 1:]
     for vv, bb, ss, tt in ((1, 1, 1, 1), (7, 2, 3, 5), (50, 3, 2, 1)):
-        x = rand((vv, 4, bb))
+        x = rand(RNG, (vv, 4, bb))
         n = x.shape[ax]
         idx = RNG.integers(-n, n, (ss, tt)).astype(np.dtype(idx_dtype.replace("i", "int")))
         got = R.run(m, x, idx)
@@ -46,14 +34,14 @@ def test_gather(axis, idx_dtype):
 
 
 def test_gather_embedding_and_scalar_index():
-    table = rand((100, 16))
+    table = rand(RNG, (100, 16))
     m, out = build([tensor("i64", b_, s_)], lambda b, i: b.gather(b.constant(table), i, axis=0))
     assert out.type.shape == (b_, s_, 16)
     idx = RNG.integers(0, 100, (2, 9))
     assert_close(R.run(m, idx), torch.nn.functional.embedding(torch.from_numpy(idx), torch.from_numpy(table)).numpy())
     m, out = build([tensor("f32", b_, s_, 8), tensor("i64")], lambda b, x, i: b.gather(x, i, axis=1))
     assert out.type.shape == (b_, 8)
-    x = rand((2, 5, 8))
+    x = rand(RNG, (2, 5, 8))
     assert_close(R.run(m, x, np.array(-1)), torch.from_numpy(x)[:, -1].numpy())
 
 
@@ -71,7 +59,7 @@ def test_gather_elements(axis):
     assert out.type.shape == (b_, t_, 3)
     ax = axis % 3
     for bb, ss, tt in ((1, 1, 1), (2, 6, 4), (3, 5, 5)):
-        x = rand((bb, ss, 3))
+        x = rand(RNG, (bb, ss, 3))
         ishape = (bb, tt, 3)
         if ax != 1 and tt > ss:
             continue
@@ -82,7 +70,7 @@ def test_gather_elements(axis):
 
 def test_gather_elements_negative_and_errors():
     m, _ = build([tensor("f32", s_, 4), tensor("i64", s_, 2)], lambda b, x, i: b.gather_elements(x, i, axis=1))
-    x = rand((3, 4))
+    x = rand(RNG, (3, 4))
     idx = RNG.integers(-4, 4, (3, 2))
     want = torch.gather(torch.from_numpy(x), 1, torch.from_numpy(idx % 4)).numpy()
     assert_close(R.run(m, x, idx), want)
@@ -96,14 +84,14 @@ def test_tri(op, k):
     m, out = build([tensor("f32", b_, s_, t_)], lambda b, x: b.op(op, [x], k=k))
     assert out.type.shape == (b_, s_, t_)
     for bb, ss, tt in ((1, 1, 1), (2, 5, 7), (1, 8, 3)):
-        x = rand((bb, ss, tt))
+        x = rand(RNG, (bb, ss, tt))
         assert_close(R.run(m, x), getattr(torch, op)(torch.from_numpy(x), k).numpy())
 
 
 def test_tri_symbolic_k_and_errors():
     m, out = build([tensor("f32", s_, t_), tensor("f32", v_)], lambda b, x, y: b.triu(x, k=v_))
-    x = rand((6, 6))
-    assert_close(R.run(m, x, rand((2,))), np.triu(x, 2))
+    x = rand(RNG, (6, 6))
+    assert_close(R.run(m, x, rand(RNG, (2,))), np.triu(x, 2))
     m, out = build([tensor("bool", s_, s_)], lambda b, x: b.tril(x))
     x = RNG.random((4, 4)) > 0.3
     np.testing.assert_array_equal(R.run(m, x), torch.tril(torch.from_numpy(x)).numpy())

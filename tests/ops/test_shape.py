@@ -9,33 +9,17 @@ import braze.reference as R
 from braze.errors import InputError, ShapeError
 from braze.ir import sym as S
 from braze.ir.sym import Sym
-from braze.ops import Builder, tensor
-from braze.testing import assert_close
+from braze.ops import tensor
+from braze.testing import assert_close, build, concrete_shape, rand
 
 b_, s_, t_, h_ = Sym("b"), Sym("s"), Sym("t"), Sym("h")
 RNG = np.random.default_rng(2)
 ENVS = ({"b": 1, "s": 1, "t": 1, "h": 1}, {"b": 2, "s": 5, "t": 3, "h": 4}, {"b": 3, "s": 17, "t": 8, "h": 2})
 
 
-def rand(shape, dtype="float32"):
-    return RNG.standard_normal(shape).astype(dtype)
-
-
-def concrete(shape, env):
-    return tuple(S.evaluate(d, env) for d in shape)
-
-
-def build(types, fn):
-    b = Builder()
-    ps = [b.param(f"x{i}", t) for i, t in enumerate(types)]
-    out = fn(b, *ps)
-    b.ret(*(out if isinstance(out, tuple) else (out,)))
-    return b.module, out
-
-
 def run_all(m, shapes, ref_fn, envs=ENVS, dtype="float32"):
     for env in envs:
-        xs = [rand(concrete(sh, env), dtype) for sh in shapes]
+        xs = [rand(RNG, concrete_shape(sh, env), dtype) for sh in shapes]
         got = R.run(m, *xs)
         want = ref_fn(*[torch.from_numpy(x) for x in xs])
         if isinstance(want, (tuple, list)):
@@ -66,9 +50,9 @@ def test_reshape_errors_and_assumed():
     m, out = build([tensor("f32", s_, 4), tensor("f32", t_)], lambda b, x, y: b.reshape(x, shape=(t_, 2)))
     assert out.type.shape == (t_, 2)
     assert m.constraints.equal(4 * s_, 2 * t_) is True
-    assert R.run(m, rand((3, 4)), rand((6,))).shape == (6, 2)
+    assert R.run(m, rand(RNG, (3, 4)), rand(RNG, (6,))).shape == (6, 2)
     with pytest.raises(InputError):
-        R.run(m, rand((3, 4)), rand((5,)))
+        R.run(m, rand(RNG, (3, 4)), rand(RNG, (5,)))
 
 
 # --- permute / expand --------------------------------------------------------
@@ -121,7 +105,7 @@ def test_concat():
 def test_concat_promotes_and_errors():
     m, out = build([tensor("f32", s_), tensor("f64", 2)], lambda b, x, y: b.concat(x, y, axis=0))
     assert out.type.dtype.name == "float64" and out.type.shape == (s_ + 2,)
-    assert R.run(m, rand((3,)), rand((2,), "float64")).dtype == np.float64
+    assert R.run(m, rand(RNG, (3,)), rand(RNG, (2,), "float64")).dtype == np.float64
     with pytest.raises(ShapeError, match="differ in dim 1"):
         build([tensor("f32", s_, 2), tensor("f32", s_, 3)], lambda b, x, y: b.concat(x, y, axis=0))
     with pytest.raises(ShapeError, match="ranks"):
@@ -132,8 +116,8 @@ def test_split():
     m, out = build([tensor("f32", b_, s_), tensor("f32", t_)], lambda b, x, y: b.split(x, axis=1, sizes=(t_, s_ - t_)))
     assert [o.type.shape for o in out] == [(b_, t_), (b_, s_ - t_)]
     for bb, ss, tt in ((1, 1, 1), (2, 5, 2), (3, 9, 9)):
-        x = rand((bb, ss))
-        got = R.run(m, x, rand((tt,)))
+        x = rand(RNG, (bb, ss))
+        got = R.run(m, x, rand(RNG, (tt,)))
         for g, w in zip(got, torch.split(torch.from_numpy(x), [tt, ss - tt], 1)):
             assert_close(g, w.numpy())
     m, out = build([tensor("f32", 10, s_)], lambda b, x: b.split(x, axis=0, sizes=(3, 3, 4)))
@@ -147,7 +131,7 @@ def test_split_errors():
     m, out = build([tensor("f32", s_)], lambda b, x: b.split(x, axis=0, sizes=(2, 3)))
     assert m.constraints.equal(s_, 5) is True
     with pytest.raises(InputError):
-        R.run(m, rand((4,)))
+        R.run(m, rand(RNG, (4,)))
 
 
 # --- slice -------------------------------------------------------------------
@@ -161,9 +145,9 @@ SLICES = [(0, BIG, 1), (1, BIG, 1), (-3, BIG, 1), (0, -1, 1), (1, -1, 1), (2, 5,
 def test_slice_symbolic(start, end, step):
     m, out = build([tensor("f32", b_, s_)], lambda b, x: b.slice(x, axis=1, start=start, end=end, step=step))
     for n in (1, 2, 3, 4, 6, 11):
-        x = rand((2, n))
+        x = rand(RNG, (2, n))
         want = x[:, start:end:step]
-        assert concrete(out.type.shape, {"b": 2, "s": n}) == want.shape
+        assert concrete_shape(out.type.shape, {"b": 2, "s": n}) == want.shape
         got = R.run(m, x)
         np.testing.assert_array_equal(got, want)
         if step > 0 and abs(start) < 2 ** 62:
@@ -188,11 +172,11 @@ def test_slice_symbolic_bounds():
                    lambda b, x, y: b.slice(x, axis=1, start=t_, end=BIG))
     assert t_ in S.free_syms(out.type.shape[1]) and s_ in S.free_syms(out.type.shape[1])
     for n, k in ((5, 2), (5, 5), (3, 7)):
-        x = rand((2, n))
-        np.testing.assert_array_equal(R.run(m, x, rand((k,))), x[:, k:])
+        x = rand(RNG, (2, n))
+        np.testing.assert_array_equal(R.run(m, x, rand(RNG, (k,))), x[:, k:])
     m, out = build([tensor("f32", s_, 3)], lambda b, x: b.slice(x, axis=0, start=0, end=s_ - 1))
     assert out.type.shape == (s_ - 1, 3)
-    x = rand((4, 3))
+    x = rand(RNG, (4, 3))
     np.testing.assert_array_equal(R.run(m, x), x[:3])
 
 
@@ -247,7 +231,7 @@ def test_pad_symbolic_and_negative():
     m, out = build([tensor("f32", b_, s_)], lambda b, x: b.pad(x, pads=(s_, 0, 0, -1)))
     assert out.type.shape == (b_ + s_, s_ - 1)
     for bb, ss in ((1, 2), (3, 5)):
-        x = rand((bb, ss))
+        x = rand(RNG, (bb, ss))
         want = F.pad(torch.from_numpy(x), (0, -1, ss, 0)).numpy()
         assert_close(R.run(m, x), want)
     with pytest.raises(ShapeError, match="needs 4"):
@@ -262,6 +246,6 @@ def test_tile(reps):
     want = tuple(S.mul(a, r) for a, r in zip(((1,) * (len(reps) - 2)) + (s_, 3), reps))
     assert out.type.shape == want
     for n in (1, 4):
-        x = rand((n, 3))
+        x = rand(RNG, (n, 3))
         r = tuple(S.evaluate(v, {"s": n}) for v in reps)
         assert_close(R.run(m, x), torch.from_numpy(x).tile(r).numpy())

@@ -144,19 +144,21 @@ def _conv1d_impl(cx, x, w, b, stride, padding, dilation, groups):
     return op(cx, "squeeze", [y], axes=(2,))
 
 
+def _require_batched(cx, name, x, rank):
+    if x.rank != rank:
+        raise UnsupportedOpError(f"{name} on a rank-{x.rank} input (unbatched) is not supported",
+                                 where=str(cx.loc), hint="add a batch dim")
+
+
 @conv("conv2d")
 def _conv2d(cx, n, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
-    if x.rank != 4:
-        raise UnsupportedOpError(f"conv2d on a rank-{x.rank} input (unbatched) is not supported",
-                                 where=str(cx.loc), hint="add a batch dim")
+    _require_batched(cx, "conv2d", x, 4)
     return _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups)
 
 
 @conv("conv1d")
 def _conv1d(cx, n, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
-    if x.rank != 3:
-        raise UnsupportedOpError(f"conv1d on a rank-{x.rank} input (unbatched) is not supported",
-                                 where=str(cx.loc), hint="add a batch dim")
+    _require_batched(cx, "conv1d", x, 3)
     return _conv1d_impl(cx, x, w, b, stride, padding, dilation, groups)
 
 
