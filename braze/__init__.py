@@ -10,6 +10,12 @@ from .errors import BrazeError, InputError, ModelFormatError, ShapeError, Unsupp
 __version__ = "0.1.0"
 
 
+def stats():
+    """Counters of this process's native runtime: native_compiles, cache_hits."""
+    from .runtime import stats
+    return stats()
+
+
 def import_onnx(model, *, dim_ranges=None):
     """An ONNX model (path, bytes or ModelProto) as a braze Module; dim_params become symbols."""
     from .frontend.onnx import import_onnx as _imp
@@ -23,4 +29,4 @@ def import_torch(exported_program):
 
 
 __all__ = ["BrazeError", "InputError", "ModelFormatError", "ShapeError", "UnsupportedOpError",
-           "import_onnx", "import_torch", "ir", "reference", "__version__"]
+           "import_onnx", "import_torch", "ir", "reference", "stats", "__version__"]

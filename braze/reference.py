@@ -38,12 +38,13 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
     for p, a in zip(func.params, arrays):
         where = f"input %{p.name} of @{func.name}, declared {p.type}"
         if a.ndim != p.rank:
-            raise InputError(f"input %{p.name} has rank {a.ndim} (shape {list(a.shape)}), expected rank {p.rank}",
+            raise InputError(f"input %{p.name} has rank {a.ndim}, expected rank {p.rank}",
                              where=where)
         got = DType.from_numpy(a.dtype) if a.dtype.name in _NP_OK else None
         if got != p.dtype:
-            raise InputError(f"input %{p.name} has dtype {a.dtype}, expected {p.dtype.name}", where=where,
-                             hint=f"convert it, e.g. x.astype('{p.dtype.numpy}')")
+            got_name = got.name if got else str(a.dtype)
+            raise InputError(f"input %{p.name} has dtype {got_name}, expected {p.dtype.name}", where=where,
+                             hint=f"convert it to {p.dtype.name}")
         for axis, (d, n) in enumerate(zip(p.shape, a.shape)):
             if isinstance(d, int):
                 if d != n:
@@ -79,13 +80,22 @@ def run(module: Module, *arrays, func: str | None = None, check_types: bool = Tr
 
     Returns one array, or a tuple when the function has several results.
     """
-    from .ops import get_op
-    from .ops.registry import RefCtx
-
     f = module.functions[func] if func else module.main
     arrays = [_to_numpy(a, i, f.name) for i, a in enumerate(arrays)]
     env = bind_symbols(module, f, arrays)
-    ctx = RefCtx(env, module.constants)
+    res = run_function(module, f, arrays, env, check_types)
+    return res[0] if len(res) == 1 else res
+
+
+def run_function(module: Module, f: Function, arrays, env: Mapping[str, int], check_types: bool = True) -> tuple:
+    """Run ``f``'s nodes on ``arrays`` with the symbols already bound in ``env``; all results, as a tuple.
+
+    ``run`` binds the symbols from the inputs first; the ``fused`` op calls this with its caller's symbols.
+    """
+    from .ops import get_op
+    from .ops.registry import RefCtx
+
+    ctx = RefCtx(env, module.constants, module=module)
     vals: dict[int, np.ndarray] = {id(p): a for p, a in zip(f.params, arrays)}
     for node in f.nodes:
         opdef = get_op(node.op)
@@ -107,8 +117,7 @@ def run(module: Module, *arrays, func: str | None = None, check_types: bool = Tr
             if check_types:
                 _check(node, v.type, a, env)
             vals[id(v)] = a
-    res = tuple(vals[id(v)] for v in f.results)
-    return res[0] if len(res) == 1 else res
+    return tuple(vals[id(v)] for v in f.results)
 
 
 def _eval_attr(kind: str, v, env: Mapping[str, int]):

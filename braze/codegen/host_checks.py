@@ -1,0 +1,102 @@
+"""C code that checks an entry's inputs and binds the symbols from their shapes.
+
+It mirrors ``braze.reference.bind_symbols`` so the native entry and the
+reference interpreter reject the same inputs with the same words.
+"""
+
+from __future__ import annotations
+
+from ..errors import BrazeError
+from ..ir import sym as S
+from ..ir.constraints import ConstraintStore
+from ..ir.graph import Function
+from ..ir.types import DType
+from .c_expr import c_sym_name, int_expr
+
+DTYPE_CODE = {d: i for i, d in enumerate(DType)}
+
+# the names Python users see (DType member names), indexed by dtype code
+C_DTYPE_NAMES = ("static inline const char *braze_dtype_long_name(int32_t d) {\n"
+                 f"    static const char *const n[] = {{{', '.join(chr(34) + d.name + chr(34) for d in DType)}}};\n"
+                 f"    return (d >= 0 && d < {len(DType)}) ? n[d] : \"unknown\";\n}}\n")
+
+
+def _c_str(s: str) -> str:
+    s = s.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("\n", "\\n")
+    return '"' + s + '"'
+
+
+def _fail(code: str, fmt: str, *args: str) -> str:
+    """``BRAZE_FAIL`` with a message; in ``fmt``, ``%PLD`` is a long long and ``%PS`` a string."""
+    c_fmt = _c_str(fmt).replace("%%PLD", "%lld").replace("%%PS", "%s")
+    return f"BRAZE_FAIL({code}, {c_fmt}{''.join(f', {x}' for x in args)});"
+
+
+def validation_c(func: Function, constraints: ConstraintStore) -> tuple[list[str], list[S.Sym]]:
+    """Lines of C for the entry's start, and the symbols they bind (as ``int64_t sym_<name>``)."""
+    n = len(func.params)
+    names = ", ".join(f"%{p.name}: {p.type}" for p in func.params)
+    out = [f"if (n_inputs != {n}) "
+           + _fail("BRAZE_ERR_SHAPE", f"@{func.name} takes {n} inputs ({names}), got %PLD", "(long long)n_inputs")]
+    bound: dict[str, S.Sym] = {}
+    pending = []
+    for i, p in enumerate(func.params):
+        where = f"\n  where: input %{p.name} of @{func.name}, declared {p.type}"
+        t = f"inputs[{i}]"
+        out.append(f"if ({t}.ndim != {p.rank}) " + _fail(
+            "BRAZE_ERR_RANK", f"input %{p.name} has rank %PLD, expected rank {p.rank}{where}", f"(long long){t}.ndim"))
+        out.append(f"if ({t}.dtype != {DTYPE_CODE[p.dtype]}) " + _fail(
+            "BRAZE_ERR_DTYPE", f"input %{p.name} has dtype %PS, expected {p.dtype.name}{where}\n  hint: convert it to {p.dtype.name}",
+            f"braze_dtype_long_name({t}.dtype)"))
+        for axis, d in enumerate(p.shape):
+            dim = f"{t}.shape[{axis}]"
+            if isinstance(d, int):
+                out.append(f"if ({dim} != {d}) " + _fail(
+                    "BRAZE_ERR_SHAPE", f"input %{p.name} dim {axis} is %PLD, expected {d}{where}",
+                    f"(long long){dim}"))
+            elif isinstance(d, S.Sym) and d.name not in bound:
+                bound[d.name] = d
+                out.append(f"int64_t {c_sym_name(d)} = {dim};")
+            elif isinstance(d, S.Sym):
+                out.append(f"if ({dim} != {c_sym_name(d)}) " + _fail(
+                    "BRAZE_ERR_SHAPE",
+                    f"input %{p.name} dim {axis} is %PLD, but symbol '{d.name}' was already bound to %PLD by an "
+                    f"earlier dim{where}\n  hint: every dim named '{d.name}' must have the same size",
+                    f"(long long){dim}", f"(long long){c_sym_name(d)}"))
+            else:
+                pending.append((p, axis, d, dim, where))
+    for p, axis, d, dim, where in pending:
+        missing = [s.name for s in S.free_syms(d) if s.name not in bound]
+        if missing:
+            raise BrazeError(f"input %{p.name} dim {axis} is the expression {d}, but its symbols "
+                             f"{', '.join(missing)} are not the plain size of any input dim",
+                             where=f"@{func.name}", hint="give each symbol a dim of its own in some input")
+        out.append(f"if ({dim} != {int_expr(d)}) " + _fail(
+            "BRAZE_ERR_SHAPE", f"input %{p.name} dim {axis} is %PLD, but must equal {d} = %PLD{where}",
+            f"(long long){dim}", f"(long long){int_expr(d)}"))
+    env_fmt = ", ".join(f"{k}=%PLD" for k in sorted(bound))
+    env_args = [f"(long long){c_sym_name(bound[k])}" for k in sorted(bound)]
+    prefix = f"inputs of @{func.name} break the model's shape constraints: "
+    tail = f"\n  where: @{func.name} with {env_fmt}"
+    for s in constraints.symbols.values():
+        if s.name not in bound:
+            continue
+        conds = [f"{c_sym_name(s)} < {s.lo}"] + ([f"{c_sym_name(s)} > {s.hi}"] if s.hi is not None else [])
+        out.append(f"if ({' || '.join(conds)}) " + _fail(
+            "BRAZE_ERR_RANGE", prefix + f"{s.name} = %PLD is outside its range {s.range_str()}" + tail,
+            f"(long long){c_sym_name(s)}", *env_args))
+    for f in constraints.facts:
+        if f[0] == "range" or any(x.name not in bound for x in S.free_syms(f[1]) | S.free_syms(f[2] if f[0] == "eq" else 0)):
+            continue
+        if f[0] == "eq":
+            a, b = int_expr(f[1]), int_expr(f[2])
+            out.append(f"if ({a} != {b}) " + _fail(
+                "BRAZE_ERR_CONSTRAINT",
+                prefix + f"{f[1]} == {f[2]} must hold, but {f[1]} = %PLD and {f[2]} = %PLD" + tail,
+                f"(long long)({a})", f"(long long)({b})", *env_args))
+        elif f[0] == "div":
+            a = int_expr(f[1])
+            out.append(f"if (braze_mod({a}, {f[2]}) != 0) " + _fail(
+                "BRAZE_ERR_CONSTRAINT", prefix + f"{f[1]} must be divisible by {f[2]}, but it is %PLD" + tail,
+                f"(long long)({a})", *env_args))
+    return out, list(bound.values())

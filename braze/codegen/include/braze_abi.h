@@ -1,0 +1,133 @@
+/* braze native entry ABI (docs/compiler-design.md, "Native entry ABI").
+ *
+ * A compiled model is a shared library exporting
+ *
+ *   int32_t braze_init(void *const *constants, int32_t n_constants, char *err, int32_t errlen);
+ *   int32_t braze_<function>(const braze_tensor *inputs, int32_t n_inputs,
+ *                            braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen);
+ *
+ * Every entry returns BRAZE_OK or an error code, and on error writes a
+ * NUL-terminated message into err[0..errlen). It never aborts the process.
+ *
+ * Memory:
+ * - inputs[i].data points at row-major contiguous elements. It is NOT
+ *   guaranteed to be aligned beyond the element size (inputs are the caller's
+ *   tensors); load and store vectors unaligned.
+ * - outputs come from alloc(alloc_ctx, index, dtype, ndim, shape): the caller
+ *   allocates a contiguous tensor of that dtype and shape and returns its data
+ *   pointer (64-byte aligned by the braze runtime), or NULL on failure (then
+ *   return BRAZE_ERR_ALLOC). Each output index is requested exactly once. A
+ *   zero-element output still gets a non-NULL pointer, which must not be
+ *   dereferenced. alloc may be called only from the thread running the entry,
+ *   outside OpenMP parallel regions.
+ * - constants passed to braze_init stay valid for the library's lifetime.
+ */
+#ifndef BRAZE_ABI_H
+#define BRAZE_ABI_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define BRAZE_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define BRAZE_EXPORT __attribute__((visibility("default")))
+#else
+#define BRAZE_EXPORT
+#endif
+
+typedef struct {
+    void *data;
+    int32_t dtype;
+    int32_t ndim;
+    const int64_t *shape;
+} braze_tensor;
+
+typedef void *(*braze_alloc_fn)(void *ctx, int32_t index, int32_t dtype, int32_t ndim,
+                                const int64_t *shape);
+
+/* dtype codes: the index of the dtype in braze.ir.types.DType */
+#define BRAZE_FLOAT32 0
+#define BRAZE_FLOAT16 1
+#define BRAZE_BFLOAT16 2
+#define BRAZE_FLOAT64 3
+#define BRAZE_INT64 4
+#define BRAZE_INT32 5
+#define BRAZE_INT8 6
+#define BRAZE_UINT8 7
+#define BRAZE_BOOL 8
+#define BRAZE_NUM_DTYPES 9
+
+/* error codes. RANK..CONSTRAINT are the caller's fault (InputError in Python). */
+#define BRAZE_OK 0
+#define BRAZE_ERR_RANK 1
+#define BRAZE_ERR_DTYPE 2
+#define BRAZE_ERR_SHAPE 3
+#define BRAZE_ERR_RANGE 4
+#define BRAZE_ERR_CONSTRAINT 5
+#define BRAZE_ERR_ALLOC 6
+#define BRAZE_ERR_INTERNAL 7
+
+static inline const char *braze_dtype_name(int32_t dtype) {
+    static const char *const names[BRAZE_NUM_DTYPES] = {
+        "f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "bool"};
+    return (dtype >= 0 && dtype < BRAZE_NUM_DTYPES) ? names[dtype] : "?";
+}
+
+static inline int32_t braze_dtype_size(int32_t dtype) {
+    static const int32_t sizes[BRAZE_NUM_DTYPES] = {4, 2, 2, 8, 8, 4, 1, 1, 1};
+    return (dtype >= 0 && dtype < BRAZE_NUM_DTYPES) ? sizes[dtype] : 0;
+}
+
+/* Write a printf-style message into err (when err != NULL and errlen > 0) and return code. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static inline int32_t braze_fail(char *err, int32_t errlen, int32_t code, const char *fmt, ...) {
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, (size_t)errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* return braze_fail(err, errlen, code, fmt, ...): for entries whose parameters are named err, errlen. */
+#define BRAZE_FAIL(code, ...) return braze_fail(err, errlen, (code), __VA_ARGS__)
+
+static inline int64_t braze_numel(const braze_tensor *t) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/* Check the dtype and rank of input `index` (named `name`); BRAZE_OK or an error code + message. */
+static inline int32_t braze_check_input(const braze_tensor *t, int32_t index, const char *name,
+                                        int32_t dtype, int32_t ndim, char *err, int32_t errlen) {
+    if (t->ndim != ndim)
+        return braze_fail(err, errlen, BRAZE_ERR_RANK,
+                          "input %d (%s): expected rank %d, got rank %d", (int)index, name,
+                          (int)ndim, (int)t->ndim);
+    if (t->dtype != dtype)
+        return braze_fail(err, errlen, BRAZE_ERR_DTYPE,
+                          "input %d (%s): expected dtype %s, got %s", (int)index, name,
+                          braze_dtype_name(dtype), braze_dtype_name(t->dtype));
+    for (int32_t i = 0; i < t->ndim; i++)
+        if (t->shape[i] < 0)
+            return braze_fail(err, errlen, BRAZE_ERR_SHAPE, "input %d (%s): dim %d is negative (%lld)",
+                              (int)index, name, (int)i, (long long)t->shape[i]);
+    return BRAZE_OK;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAZE_ABI_H */

@@ -1,0 +1,204 @@
+"""Host instruction-set detection for the native CPU target.
+
+The ISA is detected at run time, never assumed: the CPU's feature flags come
+from ``/proc/cpuinfo`` (on Linux the kernel clears the AVX/AVX-512 flags when
+the OS does not save that register state, so a listed flag is usable), or,
+where that file does not exist, from the macros ``cc -march=native`` defines.
+Then the C compiler is asked to accept the flags of the chosen level; a level
+whose flags it rejects (an old compiler) falls back to the next lower one.
+
+Flag choice: explicit feature flags (``-mavx2 -mfma -mavx512f ...``), not
+``-march=native``.
+
+- The flags go into the compile-cache key. ``-march=native`` is the same
+  string on every host, so a cache directory shared between machines (NFS
+  home, a container image built elsewhere) could hand an AVX-512 library to an
+  AVX2-only CPU (SIGILL). Explicit flags name what the code may use.
+- ``BRAZE_ISA`` lowering is just a shorter flag list; with ``-march=native``
+  it would need a long and compiler-specific ``-mno-...`` list.
+- ``ISA.features`` is exactly what the compiler was allowed to use, so
+  codegen can test it (``"avx512_bf16" in isa.features``) and be right.
+
+The cost is that the code is tuned for the generic x86-64 model rather than
+the exact core (no ``-mtune=native``); generated kernels use explicit vectors
+(GCC vector extensions), so this matters little.
+
+``BRAZE_ISA=avx512|avx2|sse|scalar`` forces a lower level (to test the
+fallbacks); ``auto`` or unset means detect. Asking for a level the host lacks
+is an error rather than a crash later.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+
+from ..errors import BrazeError
+
+LEVELS = ("scalar", "sse", "avx2", "avx512")  # low to high
+VECTOR_BYTES = {"scalar": 0, "sse": 16, "avx2": 32, "avx512": 64}
+
+# feature (as /proc/cpuinfo spells it) -> gcc flag
+_FLAG = {
+    "sse3": "-msse3", "ssse3": "-mssse3", "sse4_1": "-msse4.1", "sse4_2": "-msse4.2",
+    "avx": "-mavx", "avx2": "-mavx2", "fma": "-mfma", "f16c": "-mf16c",
+    "avx512f": "-mavx512f", "avx512bw": "-mavx512bw", "avx512vl": "-mavx512vl",
+    "avx512dq": "-mavx512dq", "avx512cd": "-mavx512cd",
+    "avx512_bf16": "-mavx512bf16", "avx512_vnni": "-mavx512vnni", "avx512_fp16": "-mavx512fp16",
+}
+# per level: features that must all be present, and extras used when present
+_REQUIRED = {
+    "sse": ("sse2",),
+    "avx2": ("avx", "avx2", "fma"),
+    "avx512": ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"),
+}
+_OPTIONAL = {
+    "sse": ("sse3", "ssse3", "sse4_1", "sse4_2"),
+    "avx2": ("sse3", "ssse3", "sse4_1", "sse4_2", "f16c"),
+    "avx512": ("sse3", "ssse3", "sse4_1", "sse4_2", "f16c", "avx512cd",
+               "avx512_bf16", "avx512_vnni", "avx512_fp16"),
+}
+# gcc's predefined macro for each feature (fallback detection without /proc/cpuinfo)
+_MACRO = {
+    "sse2": "__SSE2__", "sse3": "__SSE3__", "ssse3": "__SSSE3__", "sse4_1": "__SSE4_1__",
+    "sse4_2": "__SSE4_2__", "avx": "__AVX__", "avx2": "__AVX2__", "fma": "__FMA__",
+    "f16c": "__F16C__", "avx512f": "__AVX512F__", "avx512bw": "__AVX512BW__",
+    "avx512vl": "__AVX512VL__", "avx512dq": "__AVX512DQ__", "avx512cd": "__AVX512CD__",
+    "avx512_bf16": "__AVX512BF16__", "avx512_vnni": "__AVX512VNNI__",
+    "avx512_fp16": "__AVX512FP16__",
+}
+
+
+@dataclass(frozen=True)
+class ISA:
+    """The instruction set generated code targets.
+
+    name: 'avx512' | 'avx2' | 'sse' | 'scalar'; vector_bytes: 64 | 32 | 16 | 0;
+    cflags: the compiler flags enabling it; features: the CPU features those
+    flags enable (cpuinfo spelling: avx512f, avx512_bf16, fma, ...).
+    host_features: every ISA feature the host has (may exceed ``features``
+    when BRAZE_ISA forced a lower level).
+    """
+
+    name: str
+    vector_bytes: int
+    cflags: list = field(default_factory=list)
+    features: frozenset = frozenset()
+    host_features: frozenset = frozenset()
+
+    def vector_lanes(self, itemsize: int) -> int:
+        """Elements of ``itemsize`` bytes per vector (1 for scalar)."""
+        return max(1, self.vector_bytes // itemsize)
+
+
+def _is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def _cpuinfo_flags() -> set[str] | None:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    if "pni" in flags:  # the kernel's name for SSE3
+                        flags.add("sse3")
+                    return flags
+    except OSError:
+        return None
+    return None
+
+
+def _compiler_native_flags(cc: list[str]) -> set[str]:
+    """Features from the macros ``cc -march=native`` defines (no /proc/cpuinfo)."""
+    try:
+        r = subprocess.run([*cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    if r.returncode != 0:
+        return set()
+    defined = {ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("#define ")}
+    return {feat for feat, macro in _MACRO.items() if macro in defined}
+
+
+@functools.lru_cache(maxsize=None)
+def _host_features(cc: tuple[str, ...] | None) -> frozenset:
+    if not _is_x86():
+        return frozenset()
+    flags = _cpuinfo_flags()
+    if flags is None:
+        flags = _compiler_native_flags(list(cc)) if cc else set()
+    return frozenset(f for f in flags if f in _MACRO)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_accepts(cc: tuple[str, ...], flags: tuple[str, ...]) -> bool:
+    src = "int braze_isa_probe(void) { return 0; }\n"
+    try:
+        r = subprocess.run([*cc, *flags, "-Werror", "-x", "c", "-c", "-", "-o", os.devnull],
+                           input=src, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def _level_for(level: str, host: frozenset, cc: tuple[str, ...]) -> ISA | None:
+    """The ISA for ``level`` if the host has it and the compiler takes its flags."""
+    if level == "scalar":
+        return ISA("scalar", 0, [], frozenset(), host)
+    if not all(f in host for f in _REQUIRED[level]):
+        return None
+    feats = [f for f in _REQUIRED[level] if f in _FLAG]
+    opt = [f for f in _OPTIONAL[level] if f in host]
+    # try with the optional extras, then with the required features only
+    for chosen in (feats + opt, feats):
+        flags = tuple(_FLAG[f] for f in chosen)
+        if _compiler_accepts(cc, flags):
+            enabled = set(chosen) | {f for f in _REQUIRED[level]}
+            return ISA(level, VECTOR_BYTES[level], list(flags), frozenset(enabled), host)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _detect(forced: str, cc: tuple[str, ...]) -> ISA:
+    host = _host_features(cc)
+    cap = LEVELS.index(forced) if forced != "auto" else len(LEVELS) - 1
+    best = None
+    for level in reversed(LEVELS[:cap + 1]):
+        best = _level_for(level, host, cc)
+        if best is not None:
+            break
+    assert best is not None  # scalar always succeeds
+    if forced != "auto" and best.name != forced:
+        raise BrazeError(
+            f"BRAZE_ISA={forced} asks for an instruction set this host (or C compiler) "
+            f"does not support; the best available is {best.name}",
+            where=f"host features: {', '.join(sorted(host)) or 'none'}",
+            hint=f"unset BRAZE_ISA, or set it to {best.name} or lower ({', '.join(LEVELS)})")
+    return best
+
+
+def detect_isa(cc=None) -> ISA:
+    """The ISA native code is compiled for on this host (honouring ``BRAZE_ISA``).
+
+    ``cc``: the compiler command (list of str); default: the one
+    ``braze.runtime.compiler.find_compiler`` finds. Cached per process per
+    (BRAZE_ISA, compiler).
+    """
+    forced = os.environ.get("BRAZE_ISA", "").strip().lower() or "auto"
+    if forced not in LEVELS and forced not in ("auto", "native"):
+        raise BrazeError(f"BRAZE_ISA={forced!r} is not an instruction-set level",
+                         hint=f"use one of {', '.join(LEVELS)}, or unset it to detect")
+    if forced == "native":
+        forced = "auto"
+    if cc is None:
+        from ..runtime.compiler import find_compiler
+        cc = find_compiler()
+    elif isinstance(cc, str):
+        cc = shlex.split(cc)
+    return _detect(forced, tuple(cc))

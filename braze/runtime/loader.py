@@ -1,0 +1,283 @@
+"""Load a compiled library with ctypes and call its entries (braze_abi.h).
+
+One ``NativeFunction.__call__`` is one native call: the inputs' data
+pointers, dtype codes and shapes are packed into one int64 buffer laid out as
+a ``braze_tensor[]`` followed by the shapes; outputs are allocated by a
+Python callback the entry calls once per output. Inputs are used in place
+(zero-copy) when C-contiguous on the CPU; other inputs are copied to a
+contiguous tensor first. Outputs are numpy arrays, or torch tensors when any
+input was a torch tensor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from ctypes import CFUNCTYPE, POINTER, addressof, c_int32, c_int64, c_void_p, py_object
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BrazeError, InputError
+from . import tensors as T
+from .tensors import TensorSpec, as_spec
+
+ERRLEN = 1024
+
+# error codes (braze_abi.h)
+OK, ERR_RANK, ERR_DTYPE, ERR_SHAPE, ERR_RANGE, ERR_CONSTRAINT, ERR_ALLOC, ERR_INTERNAL = range(8)
+ERROR_NAMES = {ERR_RANK: "rank", ERR_DTYPE: "dtype", ERR_SHAPE: "shape", ERR_RANGE: "range",
+               ERR_CONSTRAINT: "constraint", ERR_ALLOC: "alloc", ERR_INTERNAL: "internal"}
+_INPUT_ERRORS = (ERR_RANK, ERR_DTYPE, ERR_SHAPE, ERR_RANGE, ERR_CONSTRAINT)
+
+
+class BrazeTensor(ctypes.Structure):
+    """``braze_tensor`` (for reference and for C-side tests; calls pack words directly)."""
+
+    _fields_ = [("data", c_void_p), ("dtype", c_int32), ("ndim", c_int32), ("shape", POINTER(c_int64))]
+
+
+assert ctypes.sizeof(BrazeTensor) == 24 and ctypes.sizeof(c_void_p) == 8, "braze needs a 64-bit platform"
+
+# alloc_ctx is passed as a PyObject* (the per-call state), borrowed for the call's duration
+ALLOC_FN = CFUNCTYPE(c_void_p, py_object, c_int32, c_int32, c_int32, POINTER(c_int64))
+ENTRY_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, ALLOC_FN, py_object, c_void_p, c_int32)
+INIT_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, c_void_p, c_int32)
+
+_LITTLE = sys.byteorder == "little"
+_from_buffer = ctypes.c_char.from_buffer
+_tls = threading.local()  # one error buffer per thread
+# non-NULL pointer handed out for zero-element outputs (never dereferenced)
+_EMPTY = (c_int64 * 8)()
+_EMPTY_ADDR = addressof(_EMPTY)
+
+
+def _error_message(err, rc: int) -> str:
+    msg = err.value.decode("utf-8", "replace").strip()
+    return msg or f"native entry failed with error code {rc} ({ERROR_NAMES.get(rc, 'unknown')})"
+
+
+class NativeLibrary:
+    """A shared library following the braze ABI, loaded with ctypes (RTLD_LOCAL).
+
+    The library is never unloaded (dlclose with live OpenMP threads is unsafe).
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        try:
+            self._cdll = ctypes.CDLL(str(self.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        except OSError as e:
+            raise BrazeError(f"cannot load the native library {self.path}: {e}",
+                             hint="a corrupt cache entry is rebuilt by compiling again; "
+                                  "deleting BRAZE_CACHE_DIR is always safe") from None
+        self._constants: list = []  # referenced for the library's lifetime
+        self.initialized = False
+
+    def has_symbol(self, symbol: str) -> bool:
+        return hasattr(self._cdll, symbol)
+
+    def _symbol(self, symbol: str, proto):
+        try:
+            return proto((symbol, self._cdll))
+        except AttributeError:
+            raise BrazeError(f"the native library {self.path} has no symbol {symbol!r}") from None
+
+    def init(self, constants=()) -> None:
+        """Call ``braze_init`` with the constants' data pointers (kept alive with the library).
+
+        Each constant is a numpy array or torch tensor; non-contiguous ones are
+        copied. A library without ``braze_init`` accepts only an empty list.
+        """
+        keep, ptrs = [], []
+        for c in constants:
+            if T.is_torch_tensor(c):
+                c = c.detach()
+                if c.device.type != "cpu":
+                    raise InputError(f"constant on device {c.device}; braze runs on the CPU")
+                c = c.contiguous()
+                keep.append(c)
+                ptrs.append(c.data_ptr() or _EMPTY_ADDR)
+            else:
+                a = np.ascontiguousarray(c)
+                keep.append(a)
+                ptrs.append(a.ctypes.data if a.size else _EMPTY_ADDR)
+        if not self.has_symbol("braze_init"):
+            if keep:
+                raise BrazeError(f"the native library {self.path} has no braze_init, "
+                                 f"but {len(keep)} constants were given")
+            self.initialized = True
+            return
+        fn = self._symbol("braze_init", INIT_FN)
+        arr = (c_void_p * max(1, len(ptrs)))(*ptrs)
+        err = ctypes.create_string_buffer(ERRLEN)
+        self._constants.append((keep, arr))  # before the call: the library may keep the pointers
+        rc = fn(addressof(arr), len(ptrs), addressof(err), ERRLEN)
+        if rc != OK:
+            raise (InputError if rc in _INPUT_ERRORS else BrazeError)(
+                _error_message(err, rc), where=f"braze_init in {self.path}")
+        self.initialized = True
+
+    def function(self, symbol: str, param_specs, result_specs) -> "NativeFunction":
+        return NativeFunction(self, symbol, param_specs, result_specs)
+
+    def __repr__(self):
+        return f"NativeLibrary({str(self.path)!r})"
+
+
+class _Call:
+    """Per-call state reached from the alloc callback through alloc_ctx."""
+
+    __slots__ = ("fn", "outputs", "torch", "error")
+
+    def __init__(self, fn, n_out, torch):
+        self.fn = fn
+        self.outputs = [None] * n_out
+        self.torch = torch
+        self.error = None
+
+
+def _alloc(ctx, index, dtype, ndim, shape_p):
+    try:
+        return ctx.fn._allocate(ctx, index, dtype, ndim, shape_p)
+    except BaseException as e:  # an exception must not cross into C
+        ctx.error = e
+        return None
+
+
+_ALLOC = ALLOC_FN(_alloc)
+
+
+class NativeFunction:
+    """A native entry ``int32_t symbol(const braze_tensor*, int32_t, braze_alloc_fn, void*, char*, int32_t)``.
+
+    ``param_specs`` / ``result_specs``: one spec per input / output, each a
+    TensorSpec, a TensorType, a ``(dtype, rank)`` tuple or a dtype; rank or
+    dtype None means any. The entry itself validates inputs; the specs give
+    the input count and check what the entry allocates.
+    """
+
+    def __init__(self, lib: NativeLibrary, symbol: str, param_specs, result_specs):
+        self.lib = lib
+        self.symbol = symbol
+        self.params: tuple[TensorSpec, ...] = tuple(as_spec(s) for s in param_specs)
+        self.results: tuple[TensorSpec, ...] = tuple(as_spec(s) for s in result_specs)
+        self._fn = lib._symbol(symbol, ENTRY_FN)
+        self._n_in = len(self.params)
+        self._n_out = len(self.results)
+        self._res_codes = [None if s.dtype is None else T.DTYPE_CODE[s.dtype] for s in self.results]
+        self._res_ranks = [s.rank for s in self.results]
+
+    def __repr__(self):
+        return f"NativeFunction({self.symbol!r}, {len(self.params)} inputs, {len(self.results)} outputs)"
+
+    # ------------------------------------------------------------------ inputs
+
+    def _convert(self, i, x):
+        """(keep, data pointer, dtype code, shape, is_torch) for a non-ndarray or odd input."""
+        if T.is_torch_tensor(x):
+            if x.device.type != "cpu":
+                raise InputError(f"input {i} is on device {x.device}; braze runs on the CPU",
+                                 hint="move it with .cpu()")
+            if x.requires_grad:
+                x = x.detach()
+            if not x.is_contiguous():
+                x = x.contiguous()
+            code = T.torch_dtype_code(x.dtype)
+            return x, (x.data_ptr() or _EMPTY_ADDR), code, tuple(x.shape), True
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        if not x.dtype.isnative:
+            x = x.astype(x.dtype.newbyteorder("="))
+        return x, x.ctypes.data, T.np_dtype_code(x.dtype), x.shape, False
+
+    def __call__(self, *inputs):
+        n = len(inputs)
+        if n != self._n_in:
+            raise InputError(f"{self.symbol} takes {self._n_in} inputs, got {n}")
+        use_torch = False
+        keep = []  # the (possibly converted) inputs, alive until the call returns
+        heads = []
+        dims = []
+        np_code = T._NP_CODE
+        for i, x in enumerate(inputs):
+            if type(x) is np.ndarray and x.flags.c_contiguous and (code := np_code.get(x.dtype, -1)) >= 0:
+                shape = x.shape
+                try:  # ~4x cheaper than x.ctypes.data; needs a writable, non-empty buffer
+                    ptr = addressof(_from_buffer(x))
+                except (TypeError, ValueError, BufferError):
+                    ptr = x.ctypes.data
+            else:
+                x, ptr, code, shape, is_t = self._convert(i, x)
+                use_torch |= is_t
+            keep.append(x)
+            heads.append((ptr, code, len(shape)))
+            dims.extend(shape)
+        buf = (c_int64 * (3 * n + len(dims)))()
+        base = addressof(buf)
+        off = base + 24 * n
+        words = []
+        for ptr, code, nd in heads:
+            words += (ptr, (code | (nd << 32)) if _LITTLE else ((code << 32) | nd), off)
+            off += 8 * nd
+        words += dims
+        buf[:] = words
+
+        state = _Call(self, self._n_out, use_torch)
+        try:
+            err = _tls.err
+        except AttributeError:
+            err = _tls.err = ctypes.create_string_buffer(ERRLEN)
+        err[0] = 0
+        rc = self._fn(base, n, _ALLOC, state, addressof(err), ERRLEN)
+        if state.error is not None:
+            e = state.error
+            if isinstance(e, BrazeError):
+                raise e
+            raise BrazeError(f"{self.symbol}: allocating an output failed: {e!r}") from e
+        if rc != OK:
+            msg = _error_message(err, rc)
+            if rc in _INPUT_ERRORS:
+                raise InputError(msg)
+            raise BrazeError(f"{self.symbol}: {msg}", where=f"{self.lib.path}")
+        outs = state.outputs
+        for o in outs:
+            if o is None:
+                missing = [k for k, o in enumerate(outs) if o is None]
+                raise BrazeError(f"{self.symbol} returned without producing outputs {missing}",
+                                 where=f"{self.lib.path}")
+        return outs[0] if self._n_out == 1 else tuple(outs)
+
+    # ------------------------------------------------------------------ outputs
+
+    def _allocate(self, state, index, dtype, ndim, shape_p):
+        if not 0 <= index < self._n_out or state.outputs[index] is not None:
+            raise BrazeError(f"{self.symbol} asked for output {index} "
+                             f"({'already allocated' if 0 <= index < self._n_out else 'out of range'}; "
+                             f"it has {self._n_out} outputs)")
+        want = self._res_codes[index]
+        if want is not None and dtype != want:
+            raise BrazeError(f"{self.symbol} output {index}: allocating dtype code {dtype}, "
+                             f"expected {want}")
+        rank = self._res_ranks[index]
+        if rank is not None and ndim != rank:
+            raise BrazeError(f"{self.symbol} output {index}: allocating rank {ndim}, expected {rank}")
+        shape = tuple(shape_p[:ndim]) if ndim else ()
+        for d in shape:
+            if d < 0:
+                raise BrazeError(f"{self.symbol} output {index}: negative dim in shape {shape}")
+        if state.torch:
+            import torch
+            t = torch.empty(shape, dtype=T.code_torch_dtype(dtype))
+            state.outputs[index] = t
+            return t.data_ptr() or _EMPTY_ADDR
+        a = T.aligned_empty(shape, T.code_np_dtype(dtype))
+        state.outputs[index] = a
+        try:
+            return addressof(_from_buffer(a))
+        except (TypeError, ValueError, BufferError):  # empty, or a dtype without buffer export
+            return a.ctypes.data if a.size else _EMPTY_ADDR

@@ -1,0 +1,143 @@
+"""Tensor specs and dtype codes shared by the Python runtime and the native ABI.
+
+A dtype's code is its index in ``braze.ir.types.DType`` (the ``BRAZE_<DTYPE>``
+defines in braze_abi.h). torch is imported only when a torch tensor or dtype is
+handled; a torch tensor can only exist if torch is already in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..ir.types import DType
+
+DTYPES: tuple[DType, ...] = tuple(DType)
+DTYPE_CODE: dict[DType, int] = {d: i for i, d in enumerate(DTYPES)}
+
+ALIGN = 64  # bytes; alignment of outputs the runtime allocates
+
+_NP_CODE: dict[np.dtype, int] = {}
+_CODE_NP: list = [None] * len(DTYPES)
+for _d, _i in DTYPE_CODE.items():
+    if _d is not DType.bfloat16:
+        _NP_CODE[np.dtype(_d.numpy)] = _i
+        _CODE_NP[_i] = np.dtype(_d.numpy)
+_bf16_loaded = False
+
+_TORCH_CODE: dict | None = None
+_CODE_TORCH: list | None = None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a native entry takes or returns: dtype and rank (None: not checked here)."""
+
+    dtype: DType | None
+    rank: int | None
+    name: str | None = None
+
+
+def as_spec(s) -> TensorSpec:
+    """A TensorSpec from a TensorSpec, a TensorType, a (dtype, rank[, name]) tuple or a dtype."""
+    if isinstance(s, TensorSpec):
+        return s
+    if hasattr(s, "dtype") and hasattr(s, "rank"):  # braze.ir.types.TensorType
+        return TensorSpec(_as_dtype(s.dtype), int(s.rank))
+    if isinstance(s, tuple) and 1 <= len(s) <= 3:
+        dt = _as_dtype(s[0])
+        rank = None if len(s) < 2 or s[1] is None else int(s[1])
+        return TensorSpec(dt, rank, s[2] if len(s) > 2 else None)
+    return TensorSpec(_as_dtype(s), None)
+
+
+def _as_dtype(d) -> DType | None:
+    if d is None or isinstance(d, DType):
+        return d
+    if isinstance(d, str):
+        return DType.parse(d)
+    return DType.from_numpy(d)
+
+
+def _load_bf16() -> None:
+    global _bf16_loaded
+    if not _bf16_loaded:
+        _bf16_loaded = True
+        bf = DType.bfloat16.numpy  # imports ml_dtypes
+        _NP_CODE[bf] = DTYPE_CODE[DType.bfloat16]
+        _CODE_NP[DTYPE_CODE[DType.bfloat16]] = bf
+
+
+def np_dtype_code(dt: np.dtype) -> int:
+    """The ABI code of a numpy dtype; InputError when braze has no such dtype."""
+    code = _NP_CODE.get(dt)
+    if code is None and not _bf16_loaded:
+        _load_bf16()
+        code = _NP_CODE.get(dt)
+    if code is None:
+        raise InputError(f"dtype {dt} is not supported by braze",
+                         hint=f"supported: {', '.join(d.name for d in DTYPES)}")
+    return code
+
+
+def code_np_dtype(code: int) -> np.dtype:
+    """The numpy dtype of an ABI dtype code."""
+    if not 0 <= code < len(DTYPES):
+        raise ValueError(f"invalid dtype code {code}")
+    dt = _CODE_NP[code]
+    if dt is None:
+        _load_bf16()
+        dt = _CODE_NP[code]
+    return dt
+
+
+def _torch_tables():
+    global _TORCH_CODE, _CODE_TORCH
+    if _TORCH_CODE is None:
+        import torch
+        pairs = {DType.float32: torch.float32, DType.float16: torch.float16,
+                 DType.bfloat16: torch.bfloat16, DType.float64: torch.float64,
+                 DType.int64: torch.int64, DType.int32: torch.int32, DType.int8: torch.int8,
+                 DType.uint8: torch.uint8, DType.bool: torch.bool}
+        _CODE_TORCH = [pairs[d] for d in DTYPES]
+        _TORCH_CODE = {t: DTYPE_CODE[d] for d, t in pairs.items()}
+    return _TORCH_CODE, _CODE_TORCH
+
+
+def torch_dtype_code(dt) -> int:
+    code = _torch_tables()[0].get(dt)
+    if code is None:
+        raise InputError(f"torch dtype {dt} is not supported by braze",
+                         hint=f"supported: {', '.join(d.name for d in DTYPES)}")
+    return code
+
+
+def code_torch_dtype(code: int):
+    return _torch_tables()[1][code]
+
+
+def is_torch_tensor(x) -> bool:
+    """True for a torch.Tensor, without importing torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def aligned_empty(shape: tuple, dtype: np.dtype, align: int = ALIGN) -> np.ndarray:
+    """An uninitialised C-contiguous array; ``align``-byte aligned when 4 KiB or larger.
+
+    (numpy's own allocations are only 16-byte aligned; unaligned 64-byte vector
+    stores split cache lines. Small arrays skip the ~1 us the alignment costs.)
+    """
+    n = 1
+    for s in shape:
+        n *= s
+    nbytes = n * dtype.itemsize
+    if nbytes < 4096:
+        return np.empty(shape, dtype)
+    raw = np.empty(nbytes + align, np.uint8)
+    off = (-ctypes.addressof(ctypes.c_char.from_buffer(raw))) % align
+    return np.ndarray(shape, dtype, raw, off)

@@ -1,0 +1,128 @@
+"""Host ISA detection and the BRAZE_ISA override."""
+
+import platform
+
+import numpy as np
+import pytest
+
+from braze.codegen import isa as I
+from braze.errors import BrazeError
+from braze.runtime import NativeFunction, load_library
+
+from rt_kernels import needs_cc
+
+pytestmark = needs_cc
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+# which ISA macros the compiled code saw
+PROBE_SRC = r"""
+#include "braze_abi.h"
+BRAZE_EXPORT int32_t braze_probe(const braze_tensor *inputs, int32_t n_inputs,
+                                 braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
+    int64_t one = 1;
+    int64_t *y = (int64_t *)alloc(alloc_ctx, 0, BRAZE_INT64, 1, &one);
+    if (!y) return BRAZE_ERR_ALLOC;
+#if defined(__AVX512F__)
+    y[0] = 64;
+#elif defined(__AVX2__)
+    y[0] = 32;
+#elif defined(__SSE4_1__)
+    y[0] = 16;
+#else
+    y[0] = 0;
+#endif
+    /* use the vector width through GCC vector extensions, as codegen will */
+    typedef float vf __attribute__((vector_size(64)));
+    vf a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    vf b = a * a + a;
+    if (b[15] != 272.0f) return BRAZE_ERR_INTERNAL;
+    return BRAZE_OK;
+}
+"""
+
+
+@pytest.fixture
+def fresh_detection():
+    I._host_features.cache_clear()
+    I._detect.cache_clear()
+    yield
+    I._host_features.cache_clear()
+    I._detect.cache_clear()
+
+
+def _probe():
+    f = NativeFunction(load_library(PROBE_SRC, name="probe"), "braze_probe", [], [("i64", 1)])
+    return int(f()[0])
+
+
+@pytest.mark.skipif(not X86, reason="x86 host")
+def test_detects_features_on_this_host():
+    isa = I.detect_isa()
+    assert isa.name in ("avx512", "avx2", "sse")
+    assert isa.features and isa.host_features >= isa.features
+    assert isa.vector_bytes == I.VECTOR_BYTES[isa.name]
+    if isa.name == "avx512":
+        assert {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "avx2"} <= isa.features
+        assert "-mavx512f" in isa.cflags
+    assert isa.vector_lanes(4) == max(1, isa.vector_bytes // 4)
+    assert I.detect_isa() is isa  # cached
+    # the compiled code sees the detected level
+    assert _probe() == isa.vector_bytes
+
+
+def test_force_scalar(monkeypatch):
+    monkeypatch.setenv("BRAZE_ISA", "scalar")
+    isa = I.detect_isa()
+    assert (isa.name, isa.vector_bytes, isa.cflags, isa.features) == ("scalar", 0, [], frozenset())
+    if X86:
+        assert _probe() in (0, 16)  # x86-64 baseline SSE2 remains; no SSE4/AVX flags
+
+
+@pytest.mark.skipif(not X86, reason="x86 host")
+def test_force_avx2_when_available(monkeypatch):
+    if "avx2" not in I.detect_isa().host_features:
+        pytest.skip("host has no AVX2")
+    monkeypatch.setenv("BRAZE_ISA", "avx2")
+    isa = I.detect_isa()
+    assert isa.name == "avx2" and isa.vector_bytes == 32
+    assert "-mavx2" in isa.cflags and not any("avx512" in f for f in isa.cflags)
+    assert not any(f.startswith("avx512") for f in isa.features)
+    assert _probe() == 32
+
+
+def test_bad_value(monkeypatch):
+    monkeypatch.setenv("BRAZE_ISA", "avx9000")
+    with pytest.raises(BrazeError, match="not an instruction-set level"):
+        I.detect_isa()
+
+
+@pytest.mark.skipif(not X86, reason="x86 host")
+def test_lower_host_and_forcing_higher(monkeypatch, fresh_detection):
+    monkeypatch.setattr(I, "_cpuinfo_flags", lambda: {"sse", "sse2", "sse3", "sse4_1", "sse4_2"})
+    isa = I.detect_isa()
+    assert isa.name == "sse" and isa.vector_bytes == 16 and "-msse4.2" in isa.cflags
+    monkeypatch.setenv("BRAZE_ISA", "avx512")
+    with pytest.raises(BrazeError, match="best available is sse"):
+        I.detect_isa()
+
+
+@pytest.mark.skipif(not X86, reason="x86 host")
+def test_compiler_rejecting_flags_falls_back(monkeypatch, fresh_detection):
+    real = I._compiler_accepts.__wrapped__
+
+    def accepts(cc, flags):
+        return not any("avx512" in f for f in flags) and real(cc, flags)
+
+    monkeypatch.setattr(I, "_compiler_accepts", accepts)
+    isa = I.detect_isa()
+    if "avx2" in isa.host_features:
+        assert isa.name == "avx2"
+    assert not any("avx512" in f for f in isa.cflags)
+
+
+def test_scalar_build_runs(monkeypatch):
+    monkeypatch.setenv("BRAZE_ISA", "scalar")
+    from rt_kernels import ADD1_SRC
+    f = NativeFunction(load_library(ADD1_SRC, name="add1"), "braze_add1", [("f32", None)], [("f32", None)])
+    np.testing.assert_array_equal(f(np.zeros((3, 3), np.float32)), np.ones((3, 3)))
