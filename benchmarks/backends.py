@@ -1,0 +1,364 @@
+"""The backends the harness compares. Each one runs inside its own worker process.
+
+A backend turns a zoo model into a ``Prepared`` object:
+
+- ``convert(inputs)``: the zoo's torch input tensors as the backend's own
+  argument objects (numpy arrays, TVM tensors); not timed, like a server
+  that already holds its inputs in the backend's format;
+- ``run(args)``: one inference (timed);
+- ``first_output(out)``: the first output as a NumPy array (for the error
+  check; not timed).
+
+``compile_count()`` is a counter of compilations the backend has done so far
+in this process (``None`` where the idea does not apply); the harness
+reports its increase after the first shape as the number of recompiles.
+
+Importing this module is cheap: every backend imports its libraries inside
+its methods, so the parent process never loads torch, ORT or TVM.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+
+class Unavailable(Exception):
+    """The backend cannot run here (not installed, not built yet, cannot handle the model)."""
+
+
+@dataclass
+class Prepared:
+    run: Callable[[Any], Any]
+    convert: Callable[[tuple], Any] = lambda inputs: inputs
+    first_output: Callable[[Any], Any] = None  # out -> np.ndarray
+    info: dict = field(default_factory=dict)  # extra facts for the results (e.g. TVM target)
+
+
+def _torch_first_output(out):
+    from braze.zoo import first_output
+    return first_output(out).detach().numpy()
+
+
+class Backend:
+    name: str = ""
+    label: str = ""
+    description: str = ""
+    warm_cache: bool = False  # a second process with the same cache dir prepares faster
+    default: bool = True  # part of the default --backends list
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def prepare(self, zm, cache_dir: Path, threads: int) -> Prepared:
+        raise NotImplementedError
+
+    def compile_count(self) -> int | None:
+        return None
+
+
+# ---------------------------------------------------------------------------
+# PyTorch eager
+# ---------------------------------------------------------------------------
+
+
+class Eager(Backend):
+    name = "eager"
+    label = "PyTorch eager"
+    description = "the nn.Module called under torch.no_grad()"
+
+    def prepare(self, zm, cache_dir, threads):
+        import torch
+
+        def run(args):
+            with torch.no_grad():
+                return zm.module(*args)
+        return Prepared(run=run, first_output=_torch_first_output)
+
+
+# ---------------------------------------------------------------------------
+# torch.compile (inductor)
+# ---------------------------------------------------------------------------
+
+
+class Inductor(Backend):
+    name = "inductor"
+    label = "torch.compile"
+    description = ("torch.compile(module, backend='inductor', dynamic=True) under torch.no_grad(); "
+                   "compilation happens at the first call, so it is counted in the time to first result")
+    warm_cache = True  # inductor's FX graph / AOTAutograd caches under TORCHINDUCTOR_CACHE_DIR
+    freezing = False
+
+    def prepare(self, zm, cache_dir, threads):
+        import torch
+        import torch._inductor.config as icfg
+
+        icfg.freezing = self.freezing
+        compiled = torch.compile(zm.module, backend="inductor", dynamic=True)
+
+        def run(args):
+            with torch.no_grad():
+                return compiled(*args)
+        return Prepared(run=run, first_output=_torch_first_output,
+                        info={"freezing": self.freezing, "torch_compile": "backend=inductor, dynamic=True"})
+
+    def compile_count(self):
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+
+
+class InductorFreezing(Inductor):
+    name = "inductor-freezing"
+    label = "torch.compile+freezing"
+    description = "as 'inductor', with torch._inductor.config.freezing = True (weights folded as constants)"
+    freezing = True
+
+
+# ---------------------------------------------------------------------------
+# ONNX Runtime
+# ---------------------------------------------------------------------------
+
+
+class OnnxRuntime(Backend):
+    name = "onnxruntime"
+    label = "ONNX Runtime"
+    description = ("braze.zoo.export_onnx (torch.onnx.export, dynamo, opset 18, dynamic dims), then an "
+                   "InferenceSession on the CPU EP with ORT_ENABLE_ALL, intra_op_num_threads = threads, "
+                   "inter_op_num_threads = 1; the .onnx file is the warm cache")
+    warm_cache = True
+
+    def unavailable_reason(self):
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError as e:
+            return f"onnxruntime is not installed ({e})"
+        return None
+
+    def prepare(self, zm, cache_dir, threads):
+        import numpy as np
+        import onnxruntime as ort
+
+        from braze import zoo
+
+        path = Path(cache_dir) / f"{zm.name}.onnx"
+        exported = False
+        if not path.exists():
+            tmp = path.with_suffix(".tmp.onnx")
+            zoo.export_onnx(zm, tmp)
+            os.replace(tmp, path)
+            exported = True
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        missing = [n for n in names if n not in zm.input_names]
+        if missing:
+            raise RuntimeError(f"the ONNX model has inputs {names}, the zoo model {zm.input_names}")
+
+        def convert(inputs):
+            by_name = dict(zip(zm.input_names, inputs))
+            return {n: np.ascontiguousarray(by_name[n].numpy()) for n in names}
+
+        def run(feed):
+            return sess.run(None, feed)
+        return Prepared(run=run, convert=convert, first_output=lambda out: out[0],
+                        info={"exported_onnx": exported, "onnx_inputs": names})
+
+
+# ---------------------------------------------------------------------------
+# TVM (Relax)
+# ---------------------------------------------------------------------------
+
+
+def _tvm_pipeline(target):
+    """TVM's default CPU Relax pipeline plus its stock dlight CPU schedule rules (GEMV, Reduction)."""
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+    from tvm.s_tir import dlight as dl
+
+    @tvm.transform.module_pass(opt_level=0)
+    def _pipeline(mod, _ctx):
+        with target:
+            seq = tvm.transform.Sequential(
+                cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+                + [dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())]
+                + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
+            return seq(mod)
+    return _pipeline
+
+
+class TVM(Backend):
+    name = "tvm"
+    label = "TVM (Relax)"
+    description = ("apache-tvm wheel: torch.export (dynamic dims) -> tvm.relax.frontend.torch."
+                   "from_exported_program (symbolic shapes kept; if that or the build fails, the .onnx through "
+                   "tvm.relax.frontend.onnx.from_onnx) -> relax.build (tvm.compile) for "
+                   "target llvm -mcpu=<detected> with TVM's default CPU Relax pipeline plus its dlight CPU "
+                   "rules (GEMV, Reduction); no MetaSchedule tuning (it tunes static shapes only and takes "
+                   "hours on 2 cores) -> relax.VirtualMachine. The exported .so is the warm cache")
+    warm_cache = True
+
+    def unavailable_reason(self):
+        try:
+            import tvm  # noqa: F401
+            from tvm.relax.frontend.torch import from_exported_program  # noqa: F401
+        except Exception as e:  # ImportError, or a broken native library
+            return f"TVM is not installed or does not import: {type(e).__name__}: {e} (pip install apache-tvm)"
+        return None
+
+    def prepare(self, zm, cache_dir, threads):
+        import tvm
+        from tvm import relax
+
+        mcpu = tvm.target.codegen.llvm_get_system_cpu()
+        target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": threads})
+        lib_path = Path(cache_dir) / f"{zm.name}.tvm.so"
+        info = {"target": str(target), "mcpu": mcpu}
+        if lib_path.exists():
+            ex = tvm.runtime.load_module(str(lib_path))
+            info.update(loaded_from_cache=True, frontend=lib_path.with_suffix(".frontend").read_text())
+        else:
+            ex, info["frontend"] = self._build(zm, target, cache_dir)
+            lib_path.with_suffix(".frontend").write_text(info["frontend"])
+            tmp = lib_path.with_suffix(".tmp.so")
+            ex.export_library(str(tmp))
+            os.replace(tmp, lib_path)
+            info["loaded_from_cache"] = False
+        dev = tvm.cpu()
+        vm = relax.VirtualMachine(ex, dev)
+        main = vm["main"]
+
+        def convert(inputs):
+            return [tvm.runtime.tensor(x.numpy(), dev) for x in inputs]
+
+        def run(args):
+            return main(*args)
+
+        def first_output(out):
+            while not hasattr(out, "numpy"):
+                out = out[0]
+            return out.numpy()
+        return Prepared(run=run, convert=convert, first_output=first_output, info=info)
+
+    def _build(self, zm, target, cache_dir):
+        """PyTorch frontend first; if it (or relax.build) fails, the ONNX frontend; both reasons if both fail."""
+        import tvm
+
+        from braze import zoo
+        reasons = []
+        mod = None
+        try:
+            from tvm.relax.frontend.torch import from_exported_program
+            mod = from_exported_program(zoo.export(zm), keep_params_as_input=False)
+            return tvm.compile(mod, target=target, relax_pipeline=_tvm_pipeline(target)), "from_exported_program"
+        except Exception as e:
+            stage = "relax.build" if mod is not None else "from_exported_program"
+            reasons.append(f"PyTorch frontend: {stage} failed: {type(e).__name__}: {_short(e, 300)}")
+        mod = None
+        try:
+            import onnx
+            from tvm.relax.frontend.onnx import from_onnx
+            path = Path(cache_dir) / f"{zm.name}.onnx"
+            if not path.exists():
+                zoo.export_onnx(zm, path)
+            mod = from_onnx(onnx.load(str(path)), keep_params_in_input=False)
+            return tvm.compile(mod, target=target, relax_pipeline=_tvm_pipeline(target)), "from_onnx"
+        except Exception as e:
+            stage = "relax.build" if mod is not None else "from_onnx"
+            reasons.append(f"ONNX frontend: {stage} failed: {type(e).__name__}: {_short(e, 300)}")
+        raise Unavailable(f"TVM cannot build {zm.name} with dynamic dims. " + " ".join(reasons))
+
+
+def _short(e: BaseException, limit: int = 600) -> str:
+    s = str(e).strip()
+    # TVM errors carry a long C++ traceback first; keep the message lines at the end
+    lines = [ln for ln in s.splitlines() if ln.strip()]
+    s = " | ".join(lines[-4:]) if len(lines) > 4 else " | ".join(lines)
+    return s if len(s) <= limit else s[:limit] + " ..."
+
+
+# ---------------------------------------------------------------------------
+# braze
+# ---------------------------------------------------------------------------
+
+
+class Braze(Backend):
+    name = "braze"
+    label = "braze"
+    description = ("braze.compile(module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes) "
+                   "with BRAZE_CACHE_DIR set to the pair's cache dir (fresh for the cold run), then m(*inputs)")
+    warm_cache = True
+
+    def unavailable_reason(self):
+        import braze
+        if not hasattr(braze, "compile"):
+            return "braze.compile not built yet"
+        return None
+
+    def prepare(self, zm, cache_dir, threads):
+        import torch
+
+        import braze
+        m = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)
+
+        def run(args):
+            with torch.no_grad():
+                return m(*args)
+
+        def first_output(out):
+            import numpy as np
+            from braze.zoo import first_output as fo
+            o = fo(out)
+            return o.detach().numpy() if hasattr(o, "detach") else np.asarray(o)
+        return Prepared(run=run, first_output=first_output)
+
+    def compile_count(self):
+        import braze
+        if not hasattr(braze, "stats"):
+            return None
+        return int(braze.stats().get("native_compiles", 0))
+
+
+class BrazeReference(Backend):
+    name = "braze-reference"
+    label = "braze reference (oracle)"
+    description = ("NOT the fast path: torch.export -> braze.import_torch -> braze.reference.run, the NumPy "
+                   "reference interpreter (braze's correctness oracle). Off by default; use small shapes")
+    default = False
+
+    def prepare(self, zm, cache_dir, threads):
+        import braze
+        from braze import zoo
+        mod = braze.import_torch(zoo.export(zm))
+
+        def run(arrays):
+            return braze.reference.run(mod, *arrays)
+
+        def first_output(out):
+            import numpy as np
+            return np.asarray(out[0] if isinstance(out, (tuple, list)) else out)
+        return Prepared(run=run, convert=lambda inputs: [x.numpy() for x in inputs], first_output=first_output)
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in
+                                (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), TVM(), Braze(),
+                                 BrazeReference())}
+DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]
+PEERS = [n for n in BACKENDS if n not in ("braze", "braze-reference")]
+
+
+def get(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise KeyError(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}") from None
+
+
+def now() -> float:
+    return time.perf_counter()

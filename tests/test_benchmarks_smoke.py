@@ -1,0 +1,84 @@
+"""Smoke test of the benchmark harness: the MLP, eager + ONNX Runtime, one tiny shape, 2 runs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # benchmarks/ is a top-level package of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+
+def _run(args, timeout=150):
+    return subprocess.run([sys.executable, "-m", "benchmarks.run", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_help_explains_options():
+    p = _run(["--help"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    for opt in ("--models", "--backends", "--shapes", "--repeat", "--out"):
+        assert opt in p.stdout
+
+
+def test_mlp_eager_onnxruntime(tmp_path):
+    p = _run(["--models", "mlp", "--backends", "eager,onnxruntime", "--shapes", "tiny", "--repeat", "2",
+              "--min-time", "0", "--threads", "1", "--out", str(tmp_path)])
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "latest.json").read_text())
+    assert (tmp_path / "latest.md").read_text().startswith("Run ")
+    for key in ("date", "machine", "versions", "config", "results"):
+        assert key in doc
+    assert doc["machine"]["cores"] >= 1 and doc["machine"]["threads"] == 1
+    assert doc["versions"]["torch"] and doc["versions"]["onnxruntime"]
+    by_backend = {r["backend"]: r for r in doc["results"]}
+    assert set(by_backend) == {"eager", "onnxruntime"}
+    for name, r in by_backend.items():
+        assert r["model"] == "mlp"
+        assert r["status"] == "ok", (name, r.get("reason"))
+        assert r["ttfr_cold_s"] > 0
+        assert len(r["shapes"]) == 1
+        s = r["shapes"][0]
+        assert s["status"] == "ok"
+        assert s["dims"] == {"batch": 2}
+        assert s["median_ms"] > 0 and s["min_ms"] > 0 and s["runs"] >= 2
+        assert 0 <= s["max_rel_err"] < 1e-4
+    assert by_backend["eager"]["shapes"][0]["max_rel_err"] == 0
+    assert by_backend["onnxruntime"]["ttfr_warm_s"] > 0  # second process, cached .onnx
+
+
+def test_update_readme_between_markers(tmp_path):
+    from benchmarks.update_readme import BEGIN, END, update
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Benchmarks\n\n{BEGIN}\nold\n{END}\n\ntail\n")
+    md = tmp_path / "latest.md"
+    md.write_text("| a | b |\n|---|---|\n| 1 | 2 |\n")
+    update(md, readme)
+    text = readme.read_text()
+    assert "old" not in text and "| 1 | 2 |" in text and text.endswith("tail\n")
+    update(md, readme)  # idempotent
+    assert readme.read_text() == text
+
+
+def test_report_formats_without_braze():
+    from benchmarks import run
+    doc = {"date": "d", "machine": {"cpu": "c", "cores": 2, "threads": 2, "isa": [], "loadavg_at_start": None},
+           "versions": {"torch": "t"}, "config": {"backends": ["eager", "braze"], "shapes": "tiny", "repeat": 2,
+                                                   "min_time_s": 0},
+           "backends": {"eager": {"description": "e"}, "braze": {"description": "b"}},
+           "results": [{"model": "mlp", "backend": "eager", "status": "ok",
+                        "shapes": [{"shape": "batch=2", "status": "ok", "median_ms": 2.0, "max_rel_err": 0.0}]},
+                       {"model": "mlp", "backend": "braze", "status": "unavailable",
+                        "reason": "braze.compile not built yet", "shapes": []}]}
+    md = run.to_markdown(doc)
+    assert "braze/eager" in md and "braze.compile not built yet" in md
+    doc["results"][1] = {"model": "mlp", "backend": "braze", "status": "ok", "recompiles": 0,
+                         "shapes": [{"shape": "batch=2", "status": "ok", "median_ms": 1.0, "max_rel_err": 1e-6}]}
+    assert "0.50x" in run.to_markdown(doc)
