@@ -52,6 +52,7 @@ class OpDef:
     attrs: dict[str, Attr] = field(default_factory=dict)
     kind: str = "opaque"
     doc: str = ""
+    lower: Callable | None = None  # loop-IR lowering, set by braze.ops.lowering (@lowering)
 
     @property
     def variadic(self) -> bool:
@@ -153,11 +154,13 @@ def _load_all():
 class InferCtx:
     """What shape inference may consult: the constraint store and where it is."""
 
-    def __init__(self, op: str, constraints: ConstraintStore, loc=None, constants: Mapping | None = None):
+    def __init__(self, op: str, constraints: ConstraintStore, loc=None, constants: Mapping | None = None,
+                 module=None):
         self.op = op
         self.constraints = constraints
         self.loc = loc
         self.constants = constants or {}
+        self.module = module  # the Module being built or checked (the `fused` op reads its callee)
 
     def error(self, what: str, hint: str | None = None) -> ShapeError:
         return ShapeError(f"{self.op}: {what}", where=str(self.loc) if self.loc else None, hint=hint)
@@ -180,9 +183,10 @@ class InferCtx:
 class RefCtx:
     """What a reference implementation may consult: the symbol values."""
 
-    def __init__(self, env: Mapping[str, int], constants: Mapping[str, Any] | None = None):
+    def __init__(self, env: Mapping[str, int], constants: Mapping[str, Any] | None = None, module=None):
         self.env = env
         self.constants = constants or {}
+        self.module = module  # the Module being run (the `fused` op runs its callee)
 
     def eval(self, x):
         return S.evaluate(x, self.env)

@@ -1,0 +1,611 @@
+"""C code for loop-IR kernels.
+
+    kernel_to_c(kernel, isa=None) -> str     # one `static void <name>(...)` function
+    c_prelude(isa=None) -> str               # `#define BZ_VB n` + `#include "braze_vec.h"`, once per TU
+    kernel_signature(kernel) -> list[(ctype, cname)]
+    kernel_entry(kernel, export_name) -> str # `void export(void **bufs, const int64_t *syms)` (tests, tools)
+
+A kernel's C parameters: one pointer per buffer (``kernel.buffers`` order;
+inputs ``const``), then one ``int64_t`` per symbol (``kernel.syms`` order).
+Buffers are row-major and contiguous; bool is ``uint8_t`` (0/1).
+
+SIMD: GCC vector extensions of ``isa.vector_bytes`` bytes (float32 only; a
+loop of ``kind="vector"`` gets a vector main loop plus a scalar remainder, so
+any run-time extent works). ``vector_bytes == 0`` emits scalar code only.
+The kernel is scheduled with the default schedule if it is not already.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import BrazeError
+from ..ir import loop as L
+from ..ir import sym as S
+from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kernel, Let, Load, Reduce, Select,
+                       Store, Unary, Var)
+from ..ir.types import DType
+
+F32, F64, BOOL, I64 = DType.float32, DType.float64, DType.bool, DType.int64
+
+CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
+         DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t"}
+
+_INT_LIMITS = {DType.int64: ("INT64_MIN", "INT64_MAX"), DType.int32: ("INT32_MIN", "INT32_MAX"),
+               DType.int8: ("INT8_MIN", "INT8_MAX"), DType.uint8: ("0", "UINT8_MAX"), DType.bool: ("0", "1")}
+
+
+def vector_bytes_of(isa) -> int:
+    """isa: an ISA (``.vector_bytes``), an int, or None (detect)."""
+    if isa is None:
+        from .isa import detect_isa
+        isa = detect_isa()
+    if isinstance(isa, int):
+        return isa
+    return int(isa.vector_bytes)
+
+
+def c_prelude(isa=None) -> str:
+    vb = vector_bytes_of(isa)
+    return (f"#ifndef BZ_VB\n#define BZ_VB {vb}\n#endif\n#include \"braze_vec.h\"\n"
+            "#include <stdint.h>\n#include <math.h>\n")
+
+
+def ctype(dt: DType) -> str:
+    try:
+        return CTYPE[dt]
+    except KeyError:
+        raise BrazeError(f"generated kernels do not support dtype {dt.name} yet",
+                         hint="cast to float32 around the kernel") from None
+
+
+def buffer_cname(b) -> str:
+    return "b_" + b.name
+
+
+def sym_cname(s) -> str:
+    return s.name if L.is_loop_var(s) else "s_" + s.name
+
+
+def kernel_signature(k: Kernel) -> list:
+    out = []
+    for b in k.buffers:
+        t = ctype(b.dtype)
+        out.append((f"const {t} *restrict" if b.role == "in" else f"{t} *restrict", buffer_cname(b)))
+    for s in k.syms:
+        out.append(("int64_t", sym_cname(s)))
+    return out
+
+
+def kernel_entry(k: Kernel, export_name: str) -> str:
+    """An exported wrapper taking ``void **bufs`` and ``const int64_t *syms``."""
+    args = []
+    for i, b in enumerate(k.buffers):
+        t = ctype(b.dtype)
+        args.append(f"({'const ' if b.role == 'in' else ''}{t} *)bufs[{i}]")
+    for i, _ in enumerate(k.syms):
+        args.append(f"syms[{i}]")
+    return (f"void {export_name}(void **bufs, const int64_t *syms) {{\n"
+            f"    (void)bufs; (void)syms;\n    {k.name}({', '.join(args)});\n}}\n")
+
+
+# ---------------------------------------------------------------------------
+# index expressions
+# ---------------------------------------------------------------------------
+
+
+def _int_lit(v: int) -> str:
+    if -2 ** 31 < v < 2 ** 31:
+        return str(v)
+    return f"INT64_C({v})"
+
+
+class _Gen:
+    def __init__(self, k: Kernel, vb: int):
+        self.k = k
+        self.vb = vb
+        self.vl = vb // 4 if vb else 0
+        self.lines: list[str] = []
+        self.ind = 1
+        self.scopes: list[dict] = [{}]
+        self.barriers: list = [None]
+        self.n = 0
+        self.vvar = None  # the loop var vectorized in the current context
+        self.rename: dict = {}  # loop var name -> C expression (lane loops)
+        self.vec_vars: set = set()  # Let names holding vectors
+        self._flv: dict = {}
+
+    # --- output -------------------------------------------------------------
+    def line(self, s: str):
+        self.lines.append("    " * self.ind + s)
+
+    def tmp(self, prefix="x") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def push(self, barrier=None):
+        self.scopes.append({})
+        self.barriers.append(barrier)
+
+    def pop(self):
+        self.scopes.pop()
+        self.barriers.pop()
+
+    # --- helpers --------------------------------------------------------------
+    def flv(self, e) -> frozenset:
+        k = id(e)
+        hit = self._flv.get(k)
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        r = L.free_loop_vars(e)
+        self._flv[k] = (e, r)
+        return r
+
+    def varying(self, e) -> bool:
+        if self.vvar is None:
+            return False
+        if self.vvar in self.flv(e):
+            return True
+        return bool(self.vec_vars) and bool(L.vars_used(e) & self.vec_vars)
+
+    def ic(self, x) -> str:
+        """C of an IntLike."""
+        if isinstance(x, int):
+            return _int_lit(x)
+        if isinstance(x, S.Sym):
+            if x.name in self.rename:
+                return self.rename[x.name]
+            return sym_cname(x)
+        if isinstance(x, S.Poly):
+            parts = []
+            for mono, c in sorted(x.terms, key=lambda t: (len(t[0]) == 0, str(t))):
+                fs = [self.ic(a) for a in mono]
+                if not fs:
+                    parts.append(_int_lit(c))
+                elif c == 1:
+                    parts.append("*".join(fs))
+                else:
+                    parts.append("*".join([_int_lit(c)] + fs))
+            return "(" + " + ".join(parts) + ")"
+        if isinstance(x, S.FloorDiv):
+            if S.bounds(x.a)[0] >= 0 and S.bounds(x.b)[0] > 0:
+                return f"({self.ic(x.a)} / {self.ic(x.b)})"
+            return f"bz_floordiv({self.ic(x.a)}, {self.ic(x.b)})"
+        if isinstance(x, S.Mod):
+            if S.bounds(x.a)[0] >= 0 and S.bounds(x.b)[0] > 0:
+                return f"({self.ic(x.a)} % {self.ic(x.b)})"
+            return f"bz_floormod({self.ic(x.a)}, {self.ic(x.b)})"
+        if isinstance(x, (S.Min, S.Max)):
+            fn = "bz_imin" if isinstance(x, S.Min) else "bz_imax"
+            out = self.ic(x.args[0])
+            for a in x.args[1:]:
+                out = f"{fn}({out}, {self.ic(a)})"
+            return out
+        raise BrazeError(f"cannot emit index expression {x!r}")
+
+    # --- expressions ----------------------------------------------------------
+    def lookup(self, e):
+        for scope, bar in zip(reversed(self.scopes), reversed(self.barriers)):
+            hit = scope.get(e)
+            if hit is not None:
+                return hit
+            if bar is not None and bar in self.flv(e):
+                return None
+        return None
+
+    def emit(self, e: Expr):
+        """(C expression, is_vector) of e in the current context."""
+        if isinstance(e, Const):
+            return self.const(e), False
+        if isinstance(e, Var):
+            return e.name, e.name in self.vec_vars
+        if isinstance(e, IndexValue):
+            vec = self.varying(e)
+            if vec:
+                raise BrazeError("codegen bug: a varying index value in a vector loop")
+            s = self.ic(e.value)
+            return (s if e.dtype == I64 else f"(({ctype(e.dtype)})({s}))"), False
+        hit = self.lookup(e)
+        if hit is not None:
+            return hit
+        vec = self.varying(e)
+        if vec:
+            code, kind = self.vexpr(e)
+        else:
+            code, kind = self.sexpr(e), None
+        if isinstance(e, Reduce) and code.isidentifier():
+            res = (code, vec)
+        else:
+            name = self.tmp()
+            t = {"vf": "bz_vf", "vi": "bz_vi"}.get(kind) if vec else ctype(e.dtype)
+            self.line(f"const {t} {name} = {code};")
+            res = (name, vec)
+        self.scopes[-1][e] = res
+        return res
+
+    def const(self, e: Const) -> str:
+        v = e.value
+        if e.dtype.is_float:
+            v = float(v)
+            if math.isnan(v):
+                return "NAN" if e.dtype == F32 else "((double)NAN)"
+            if math.isinf(v):
+                s = "INFINITY" if v > 0 else "(-INFINITY)"
+                return s if e.dtype == F32 else f"((double){s})"
+            r = repr(v)
+            if "e" not in r and "." not in r:
+                r += ".0"
+            return (r + "f" if e.dtype == F32 else r) if v >= 0 else f"({r}{'f' if e.dtype == F32 else ''})"
+        if e.dtype == BOOL:
+            return "1" if v else "0"
+        return f"(({ctype(e.dtype)}){_int_lit(int(v))})"
+
+    def sx(self, e) -> str:
+        code, vec = self.emit(e)
+        if vec:
+            raise BrazeError("codegen bug: vector value in scalar context")
+        return code
+
+    def offset(self, index) -> str:
+        poly, extra = index
+        s = self.ic(poly)
+        if extra is not None:
+            s = f"{s} + {self.sx(extra)}" if not (isinstance(poly, int) and poly == 0) else self.sx(extra)
+        return s
+
+    # scalar ----------------------------------------------------------------
+    def sexpr(self, e) -> str:
+        dt = e.dtype
+        if isinstance(e, Load):
+            return f"{buffer_cname(e.buffer)}[{self.offset(e.index)}]"
+        if isinstance(e, Unary):
+            return self.sunary(e.fn, self.sx(e.x), dt)
+        if isinstance(e, Binary):
+            return self.sbinary(e.op, self.sx(e.a), self.sx(e.b), dt)
+        if isinstance(e, Compare):
+            op = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
+            return f"(uint8_t)({self.sx(e.a)} {op} {self.sx(e.b)})"
+        if isinstance(e, Select):
+            return f"({self.sx(e.cond)} ? {self.sx(e.a)} : {self.sx(e.b)})"
+        if isinstance(e, Cast):
+            x = self.sx(e.x)
+            if dt == BOOL:
+                return f"(uint8_t)({x} != 0)"
+            return f"({ctype(dt)})({x})"
+        if isinstance(e, Reduce):
+            return self.sreduce(e)
+        raise BrazeError(f"cannot emit {type(e).__name__}")
+
+    def sunary(self, fn, x, dt) -> str:
+        if dt.is_float:
+            f = "f" if dt == F32 else ""
+            sfx = "f" if dt == F32 else "d"
+            one = "1.0f" if dt == F32 else "1.0"
+            m = {"neg": f"(-{x})", "abs": f"fabs{f}({x})", "exp": f"exp{f}({x})", "log": f"log{f}({x})",
+                 "log1p": f"log1p{f}({x})", "sqrt": f"sqrt{f}({x})", "rsqrt": f"({one} / sqrt{f}({x}))",
+                 "reciprocal": f"({one} / {x})", "tanh": f"tanh{f}({x})", "erf": f"erf{f}({x})",
+                 "sigmoid": f"bz_sigmoid{sfx}({x})", "silu": f"bz_silu{sfx}({x})", "gelu": f"bz_gelu{sfx}({x})",
+                 "gelu_tanh": f"bz_gelu_tanh{sfx}({x})", "sin": f"sin{f}({x})", "cos": f"cos{f}({x})",
+                 "floor": f"floor{f}({x})", "ceil": f"ceil{f}({x})", "round": f"nearbyint{f}({x})",
+                 "not": f"(uint8_t)(!{x})"}
+            return m[fn]
+        t = ctype(dt)
+        m = {"neg": f"({t})(-{x})", "abs": f"({t})({x} < 0 ? -{x} : {x})", "not": f"(uint8_t)(!{x})",
+             "floor": x, "ceil": x, "round": x}
+        if fn not in m:
+            raise BrazeError(f"unary {fn} on {dt.name} has no C form")
+        return m[fn]
+
+    def sbinary(self, op, a, b, dt) -> str:
+        if dt.is_float:
+            f = "f" if dt == F32 else "d"
+            if op in ("add", "sub", "mul", "div"):
+                return f"({a} {dict(add='+', sub='-', mul='*', div='/')[op]} {b})"
+            return {"max": f"bz_max{f}({a}, {b})", "min": f"bz_min{f}({a}, {b})", "mod": f"bz_mod{f}({a}, {b})",
+                    "pow": f"pow{'f' if dt == F32 else ''}({a}, {b})"}[op]
+        t = ctype(dt)
+        if op in ("and", "or", "xor"):
+            return f"({t})({a} {dict(**{'and': '&', 'or': '|', 'xor': '^'})[op]} {b})"
+        if op in ("add", "sub", "mul"):
+            return f"({t})({a} {dict(add='+', sub='-', mul='*')[op]} {b})"
+        if op in ("max", "min"):
+            return f"({a} {'>' if op == 'max' else '<'} {b} ? {a} : {b})"
+        fn = {"div": "bz_idiv", "mod": "bz_imod", "pow": "bz_ipow"}[op]
+        return f"({t}){fn}({a}, {b})"
+
+    def _init(self, op, dt) -> str:
+        if op == "sum":
+            return self.const(Const(0, dt))
+        if op == "prod":
+            return self.const(Const(1, dt))
+        if dt.is_float:
+            return self.const(Const(-math.inf if op == "max" else math.inf, dt))
+        lo, hi = _INT_LIMITS[dt]
+        return lo if op == "max" else hi
+
+    def _combine(self, op, acc, v, dt) -> str:
+        if op == "sum":
+            return f"{acc} += {v};"
+        if op == "prod":
+            return f"{acc} *= {v};"
+        if dt.is_float:
+            f = "f" if dt == F32 else "d"
+            return f"{acc} = bz_{op}{f}({acc}, {v});"
+        return f"{acc} = ({v} {'>' if op == 'max' else '<'} {acc}) ? {v} : {acc};"
+
+    def _open_loops(self, loops):
+        for v, ext in loops:
+            n = self.tmp("n")
+            self.line(f"const int64_t {n} = {self.ic(ext)};")
+            self.line(f"for (int64_t {v.name} = 0; {v.name} < {n}; {v.name}++) {{")
+            self.ind += 1
+            self.push()
+
+    def _close_loops(self, loops):
+        for _ in loops:
+            self.pop()
+            self.ind -= 1
+            self.line("}")
+
+    def sreduce(self, e: Reduce) -> str:
+        dt = e.dtype
+        acc = self.tmp("acc")
+        if e.op in ("argmax", "argmin"):
+            bt = ctype(e.body.dtype)
+            best = self.tmp("best")
+            self.line(f"int64_t {acc} = -1;")
+            self.line(f"{bt} {best} = 0;")
+            self._open_loops(e.loops)
+            v = self.sx(e.body)
+            cmpop = ">" if e.op == "argmax" else "<"
+            pos = e.loops[-1][0].name
+            self.line(f"if ({acc} < 0 || {v} {cmpop} {best} || ({v} != {v} && {best} == {best})) "
+                      f"{{ {best} = {v}; {acc} = {pos}; }}")
+            self._close_loops(e.loops)
+            self.line(f"if ({acc} < 0) {acc} = 0;")
+            return acc
+        wide = e.op == "sum" and dt == F32  # float32 sums accumulate in double
+        self.line(f"{'double' if wide else ctype(dt)} {acc} = {self._init(e.op, dt)};")
+        if e.vector and self.vl and dt == F32:
+            vacc = self.tmp("vacc")
+            if wide:
+                self.line(f"bz_vd2 {vacc} = (bz_vd2){{0}};")
+            else:
+                self.line(f"bz_vf {vacc} = bz_splat({self._init(e.op, dt)});")
+            self._open_loops(e.loops[:-1])
+            r, ext = e.loops[-1]
+            n = self.tmp("n")
+            self.line(f"const int64_t {n} = {self.ic(ext)};")
+            self.line(f"int64_t {r.name} = 0;")
+            self.line(f"for (; {r.name} + {self.vl} <= {n}; {r.name} += {self.vl}) {{")
+            self.ind += 1
+            saved = self.vvar, self.vec_vars
+            self.vvar, self.vec_vars = r, set()
+            self.push(barrier=r)
+            v, isv = self.emit(e.body)
+            if not isv:
+                v = f"bz_splat({v})"
+            self.line({"sum": f"{vacc} += __builtin_convertvector({v}, bz_vd2);" if wide else f"{vacc} += {v};",
+                       "prod": f"{vacc} *= {v};",
+                       "max": f"{vacc} = bz_vmax({vacc}, {v});", "min": f"{vacc} = bz_vmin({vacc}, {v});"}[e.op])
+            self.pop()
+            self.vvar, self.vec_vars = saved
+            self.ind -= 1
+            self.line("}")
+            self.line(f"for (; {r.name} < {n}; {r.name}++) {{")
+            self.ind += 1
+            self.push(barrier=r)
+            saved = self.vvar
+            self.vvar = None
+            self.line(self._combine(e.op, acc, self.sx(e.body), dt))
+            self.vvar = saved
+            self.pop()
+            self.ind -= 1
+            self.line("}")
+            self._close_loops(e.loops[:-1])
+            h = {"sum": "bz_hsum_d2" if wide else "bz_hsum", "prod": "bz_hprod", "max": "bz_hmax",
+                 "min": "bz_hmin"}[e.op]
+            self.line(self._combine(e.op, acc, f"{h}({vacc})", dt))
+            return self._narrow(acc, wide)
+        saved = self.vvar
+        self.vvar = None
+        self._open_loops(e.loops)
+        self.line(self._combine(e.op, acc, self.sx(e.body), dt))
+        self._close_loops(e.loops)
+        self.vvar = saved
+        return self._narrow(acc, wide)
+
+    def _narrow(self, acc, wide):
+        if not wide:
+            return acc
+        name = self.tmp("sum")
+        self.line(f"const float {name} = (float){acc};")
+        return name
+
+    # vector ----------------------------------------------------------------
+    def vx(self, e) -> str:
+        """e as a float vector (splat when uniform)."""
+        code, vec = self.emit(e)
+        if vec:
+            return code
+        if e.dtype == BOOL:
+            return f"bz_msplat({code})"
+        if e.dtype != F32:
+            code = f"(float)({code})"
+        return f"bz_splat({code})"
+
+    def vexpr(self, e):
+        """(code, 'vf'|'vi') of a varying expression."""
+        dt = e.dtype
+        if isinstance(e, Load):
+            poly, extra = e.index
+            v = self.vvar
+            from ..schedule.default import coeff
+            c = coeff(poly, v)
+            if e.dtype == BOOL:
+                return self.lane_gather(e, "bz_vi", "-(int32_t)({} != 0)"), "vi"
+            if (isinstance(c, int) and c == 1) and (extra is None or v not in self.flv(extra)):
+                return f"bz_ld(&{buffer_cname(e.buffer)}[{self.offset(e.index)}])", "vf"
+            return self.lane_gather(e), "vf"
+        if dt == BOOL:
+            if isinstance(e, Compare):
+                op = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
+                return f"({self.vx(e.a)} {op} {self.vx(e.b)})", "vi"
+            if isinstance(e, Binary):
+                op = {"and": "&", "or": "|", "xor": "^"}[e.op]
+                return f"({self.vx(e.a)} {op} {self.vx(e.b)})", "vi"
+            if isinstance(e, Unary) and e.fn == "not":
+                return f"(~{self.vx(e.x)})", "vi"
+            if isinstance(e, Cast):
+                return f"({self.vx(e.x)} != 0.0f)", "vi"
+            if isinstance(e, Select):
+                return f"(({self.vx(e.cond)} & {self.vx(e.a)}) | (~{self.vx(e.cond)} & {self.vx(e.b)}))", "vi"
+            raise BrazeError(f"codegen bug: vector bool {type(e).__name__}")
+        if isinstance(e, Unary):
+            x = self.vx(e.x)
+            m = {"neg": f"(-{x})", "abs": f"bz_vabs({x})", "exp": f"bz_vexp({x})", "log": f"bz_vlog({x})",
+                 "log1p": f"BZ_LANES1(log1pf, {x})", "sqrt": f"bz_vsqrt({x})", "rsqrt": f"(1.0f / bz_vsqrt({x}))",
+                 "reciprocal": f"(1.0f / {x})", "tanh": f"bz_vtanh({x})", "erf": f"bz_verf({x})",
+                 "sigmoid": f"bz_vsigmoid({x})", "silu": f"bz_vsilu({x})", "gelu": f"bz_vgelu({x})",
+                 "gelu_tanh": f"bz_vgelu_tanh({x})", "sin": f"BZ_LANES1(sinf, {x})", "cos": f"BZ_LANES1(cosf, {x})",
+                 "floor": f"bz_vfloor({x})", "ceil": f"bz_vceil({x})", "round": f"bz_vround({x})"}
+            return m[e.fn], "vf"
+        if isinstance(e, Binary):
+            a, b = self.vx(e.a), self.vx(e.b)
+            if e.op in ("add", "sub", "mul", "div"):
+                return f"({a} {dict(add='+', sub='-', mul='*', div='/')[e.op]} {b})", "vf"
+            return {"max": f"bz_vmax({a}, {b})", "min": f"bz_vmin({a}, {b})",
+                    "mod": f"BZ_LANES2(bz_modf, {a}, {b})", "pow": f"BZ_LANES2(powf, {a}, {b})"}[e.op], "vf"
+        if isinstance(e, Select):
+            return f"bz_sel({self.vx(e.cond)}, {self.vx(e.a)}, {self.vx(e.b)})", "vf"
+        if isinstance(e, Cast):
+            if isinstance(e.x, Load) and e.x.dtype.is_int:
+                return self.lane_gather(e.x, "bz_vf", "(float)({})"), "vf"
+            if e.x.dtype == BOOL:
+                return f"bz_vm2f({self.vx(e.x)})", "vf"
+            return self.vx(e.x), "vf"
+        if isinstance(e, Reduce):
+            return self.vreduce(e), "vf"
+        raise BrazeError(f"codegen bug: cannot vectorize {type(e).__name__}")
+
+    def lane_gather(self, e: Load, vtype="bz_vf", conv="{}") -> str:
+        v = self.vvar
+        name = self.tmp("g")
+        lane = self.tmp("l")
+        self.line(f"{vtype} {name};")
+        self.line(f"for (int {lane} = 0; {lane} < {self.vl}; {lane}++) {{")
+        self.ind += 1
+        saved = self.vvar, dict(self.rename), self.vec_vars
+        self.rename[v.name] = f"({v.name} + {lane})"
+        self.vvar, self.vec_vars = None, set()
+        self.push(barrier=v)
+        self.line(f"{name}[{lane}] = " + conv.format(f"{buffer_cname(e.buffer)}[{self.offset(e.index)}]") + ";")
+        self.pop()
+        self.vvar, self.rename, self.vec_vars = saved
+        self.ind -= 1
+        self.line("}")
+        return name
+
+    def vreduce(self, e: Reduce) -> str:
+        acc = self.tmp("vacc")
+        self.line(f"bz_vf {acc} = bz_splat({self._init(e.op, F32)});")
+        self._open_loops(e.loops)
+        v = self.vx(e.body)
+        self.line({"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};", "max": f"{acc} = bz_vmax({acc}, {v});",
+                   "min": f"{acc} = bz_vmin({acc}, {v});"}[e.op])
+        self._close_loops(e.loops)
+        return acc
+
+    # --- statements -----------------------------------------------------------
+    def stmt(self, s):
+        if isinstance(s, For):
+            self.for_(s)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, Let):
+            code, vec = self.emit(s.value)
+            t = "bz_vf" if vec and s.value.dtype != BOOL else ("bz_vi" if vec else ctype(s.var.dtype))
+            self.line(f"const {t} {s.var.name} = {code};")
+            if vec:
+                self.vec_vars.add(s.var.name)
+        elif isinstance(s, L.Alloc):
+            b = s.buffer
+            self.line(f"{ctype(b.dtype)} *{buffer_cname(b)} = ({ctype(b.dtype)} *)malloc(sizeof({ctype(b.dtype)}) * "
+                      f"(size_t)({self.ic(b.numel())}));")
+        else:
+            raise BrazeError(f"cannot emit statement {type(s).__name__}")
+
+    def store(self, s: Store):
+        if not s.flat:
+            from ..schedule.default import flat_offset
+            s = Store(s.buffer, flat_offset(s.buffer, s.index), s.value, True)
+        if self.vvar is not None:
+            code, vec = self.emit(s.value)
+            if not vec:
+                code = self.vx(s.value)
+            self.line(f"bz_st(&{buffer_cname(s.buffer)}[{self.offset(s.index)}], {code});")
+            return
+        self.line(f"{buffer_cname(s.buffer)}[{self.offset(s.index)}] = {self.sx(s.value)};")
+
+    def body(self, stmts):
+        for s in stmts:
+            self.stmt(s)
+
+    def for_(self, f: For):
+        v = f.var.name
+        n = self.tmp("n")
+        self.line(f"const int64_t {n} = {self.ic(f.extent)};")
+        if f.kind == "vector" and self.vl and self.vvar is None:
+            self.line("{")
+            self.ind += 1
+            self.line(f"int64_t {v} = 0;")
+            self.line(f"for (; {v} + {self.vl} <= {n}; {v} += {self.vl}) {{")
+            self.ind += 1
+            saved = self.vvar
+            self.vvar = f.var
+            self.push(barrier=f.var)
+            self.body(f.body)
+            self.pop()
+            self.vvar = saved
+            self.ind -= 1
+            self.line("}")
+            self.line(f"for (; {v} < {n}; {v}++) {{")
+            self.ind += 1
+            self.push(barrier=f.var)
+            self.body(f.body)
+            self.pop()
+            self.ind -= 1
+            self.line("}")
+            self.ind -= 1
+            self.line("}")
+            return
+        if f.kind == "parallel":
+            cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None else ""
+            self.line(f"#pragma omp parallel for schedule(static){cond}")
+        elif f.kind == "unroll":
+            self.line("#pragma GCC unroll 4")
+        self.line(f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{")
+        self.ind += 1
+        self.push(barrier=f.var)
+        self.body(f.body)
+        self.pop()
+        self.ind -= 1
+        self.line("}")
+
+
+def kernel_to_c(kernel: Kernel, isa=None) -> str:
+    """C source of one kernel: ``static void <name>(buffers..., int64_t syms...)``."""
+    if not kernel.scheduled:
+        from ..schedule.default import schedule
+        kernel = schedule(kernel)
+    vb = vector_bytes_of(isa)
+    g = _Gen(kernel, vb)
+    params = ", ".join(f"{t} {n}" for t, n in kernel_signature(kernel)) or "void"
+    allocs = [s for s in L.walk_stmts(kernel.body) if isinstance(s, L.Alloc)]
+    g.body(kernel.body)
+    for a in allocs:
+        g.line(f"free({buffer_cname(a.buffer)});")
+    return (f"static void {kernel.name}({params}) {{\n" + "\n".join(g.lines) + "\n}\n")
+
+
+__all__ = ["c_prelude", "kernel_entry", "kernel_signature", "kernel_to_c", "vector_bytes_of"]

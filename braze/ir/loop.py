@@ -1,0 +1,437 @@
+"""Loop IR: the kernel-level representation between the graph IR and C.
+
+A ``Kernel`` is a list of statements over row-major contiguous ``Buffer``s
+with symbolic shapes; it receives the value of each symbol as an ``int64_t``.
+
+* Index expressions are braze ``IntLike``s (``braze.ir.sym``); loop variables
+  are ``Sym``s with ``lo=0`` (their extents are registered with
+  ``loop_var``, so index helpers can prove ``0 <= i < extent``). An index may
+  also be an integer scalar ``Expr`` (a gathered, data-dependent index).
+* Scalar expressions (immutable, hashable, compared structurally so a
+  common subexpression is the same object as far as dicts care):
+  ``Const Var Load Unary Binary Compare Select Cast IndexValue Reduce``.
+* Statements: ``For Store Let Alloc``.
+
+``str(kernel)`` prints the nested form (``BRAZE_DUMP`` shows it).
+
+Loads and stores start with one index per buffer dim (``flat=False``); the
+schedule rewrites them to one flat element offset (``flat=True``, the index
+is ``(poly, extra)``: an ``IntLike`` plus an optional integer ``Expr``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Union
+
+from . import sym as S
+from .sym import IntLike, Sym
+from .types import DType
+
+# ---------------------------------------------------------------------------
+# loop variables
+# ---------------------------------------------------------------------------
+
+_LOOP_EXTENTS: dict[str, IntLike] = {}
+_COUNTER = [0]
+
+
+def loop_var(extent: IntLike, prefix: str = "i") -> Sym:
+    """A fresh loop variable ranging over ``[0, extent)``."""
+    _COUNTER[0] += 1
+    name = f"_{prefix}{_COUNTER[0]}"
+    hi = extent - 1 if isinstance(extent, int) and extent >= 1 else None
+    v = Sym(name, 0, hi)
+    _LOOP_EXTENTS[name] = extent
+    return v
+
+
+def is_loop_var(s) -> bool:
+    return isinstance(s, Sym) and s.name in _LOOP_EXTENTS
+
+
+def loop_extent(s: Sym) -> IntLike | None:
+    return _LOOP_EXTENTS.get(s.name)
+
+
+# ---------------------------------------------------------------------------
+# scalar expressions
+# ---------------------------------------------------------------------------
+
+
+class Expr:
+    """Base of scalar expressions; every subclass has a ``dtype`` field."""
+
+    __slots__ = ()
+    dtype: DType
+
+    def __str__(self):
+        from .loop_printer import expr_str
+        return expr_str(self)
+
+    __repr__ = __str__
+
+
+Index = Union[IntLike, Expr]
+
+
+@dataclass(frozen=True, repr=False)
+class Const(Expr):
+    value: object  # float | int | bool
+    dtype: DType
+
+
+@dataclass(frozen=True, repr=False)
+class Var(Expr):
+    """A scalar bound by a ``Let``."""
+    name: str
+    dtype: DType
+
+
+@dataclass(frozen=True, repr=False)
+class Load(Expr):
+    buffer: "Buffer"
+    index: tuple  # per dim (IntLike | Expr), or (poly, extra) when flat
+    flat: bool = False
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+
+UNARY_FNS = ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
+             "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not")
+BINARY_OPS = ("add", "sub", "mul", "div", "mod", "pow", "max", "min", "and", "or", "xor")
+COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
+
+
+@dataclass(frozen=True, repr=False)
+class Unary(Expr):
+    fn: str
+    x: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True, repr=False)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True, repr=False)
+class Compare(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: DType = DType.bool
+
+
+@dataclass(frozen=True, repr=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True, repr=False)
+class Cast(Expr):
+    x: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True, repr=False)
+class IndexValue(Expr):
+    """An index (IntLike) used as a value."""
+    value: IntLike
+    dtype: DType = DType.int64
+
+
+@dataclass(frozen=True, repr=False)
+class Reduce(Expr):
+    """``op`` of ``body`` over the nested ``loops`` ((var, extent), outer first).
+
+    argmax/argmin give the int64 position along the (single) loop, first
+    occurrence. ``vector``: the schedule found the innermost loop contiguous,
+    so C code may vectorize it with a horizontal combine at the end.
+    """
+    op: str
+    body: Expr
+    loops: tuple  # ((Sym, IntLike), ...)
+    dtype: DType
+    vector: bool = False
+
+
+def children(e: Expr) -> tuple:
+    """Sub-expressions of ``e`` (including integer Exprs inside indices)."""
+    if isinstance(e, (Unary, Cast)):
+        return (e.x,)
+    if isinstance(e, (Binary, Compare)):
+        return (e.a, e.b)
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    if isinstance(e, Load):
+        return tuple(i for i in e.index if isinstance(i, Expr))
+    if isinstance(e, Reduce):
+        return (e.body,)
+    return ()
+
+
+def int_syms(e: Expr) -> frozenset:
+    """Symbols appearing in IntLike parts of ``e`` (indices, IndexValues, extents)."""
+    out = frozenset()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, IndexValue):
+            out |= S.free_syms(x.value)
+        elif isinstance(x, Load):
+            for i in x.index:
+                if not isinstance(i, Expr) and i is not None:
+                    out |= S.free_syms(i)
+        elif isinstance(x, Reduce):
+            for v, ext in x.loops:
+                out |= S.free_syms(ext)
+        stack.extend(children(x))
+    return out
+
+
+def free_loop_vars(e: Expr) -> frozenset:
+    """Loop vars ``e`` depends on (a Reduce's own loop vars are bound inside it)."""
+    return _free_lv(e, {})
+
+
+def _free_lv(e, memo):
+    k = id(e)
+    if k in memo:
+        return memo[k][1]
+    if isinstance(e, IndexValue):
+        r = frozenset(s for s in S.free_syms(e.value) if is_loop_var(s))
+    elif isinstance(e, Load):
+        r = frozenset()
+        for i in e.index:
+            if isinstance(i, Expr):
+                r |= _free_lv(i, memo)
+            elif i is not None:
+                r |= frozenset(s for s in S.free_syms(i) if is_loop_var(s))
+    elif isinstance(e, Reduce):
+        r = _free_lv(e.body, memo)
+        for v, ext in e.loops:
+            r |= frozenset(s for s in S.free_syms(ext) if is_loop_var(s))
+        r = r - frozenset(v for v, _ in e.loops)
+    else:
+        r = frozenset()
+        for c in children(e):
+            r |= _free_lv(c, memo)
+    memo[k] = (e, r)
+    return r
+
+
+def vars_used(e: Expr) -> frozenset:
+    """Names of the Let-bound ``Var``s ``e`` reads."""
+    out = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Var):
+            out.add(x.name)
+        stack.extend(children(x))
+    return frozenset(out)
+
+
+def map_expr(e: Expr, fn, index_fn=None) -> Expr:
+    """Rebuild ``e`` bottom-up; ``fn(new_node) -> Expr`` may replace each node;
+    ``index_fn(IntLike) -> IntLike`` rewrites IntLike parts."""
+    memo: dict = {}
+
+    def go(x):
+        k = id(x)
+        if k in memo:
+            return memo[k][1]
+        ix = index_fn or (lambda i: i)
+        if isinstance(x, Unary):
+            y = replace(x, x=go(x.x))
+        elif isinstance(x, Cast):
+            y = replace(x, x=go(x.x))
+        elif isinstance(x, (Binary, Compare)):
+            y = replace(x, a=go(x.a), b=go(x.b))
+        elif isinstance(x, Select):
+            y = replace(x, cond=go(x.cond), a=go(x.a), b=go(x.b))
+        elif isinstance(x, Load):
+            y = replace(x, index=tuple(go(i) if isinstance(i, Expr) else (None if i is None else ix(i))
+                                       for i in x.index))
+        elif isinstance(x, IndexValue):
+            y = replace(x, value=ix(x.value))
+        elif isinstance(x, Reduce):
+            y = replace(x, body=go(x.body), loops=tuple((v, ix(ext)) for v, ext in x.loops))
+        else:
+            y = x
+        if y == x:
+            y = x
+        z = fn(y)
+        memo[k] = (x, z)
+        return z
+
+    return go(e)
+
+
+def subs_expr(e: Expr, mapping: dict) -> Expr:
+    """Substitute symbols (loop vars) in every IntLike part of ``e``."""
+    if not mapping:
+        return e
+    return map_expr(e, lambda y: y, lambda i: S.subs(i, mapping))
+
+
+def walk(e: Expr):
+    """Every node of ``e``, pre-order (shared nodes once)."""
+    seen = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        yield x
+        stack.extend(children(x))
+
+
+# ---------------------------------------------------------------------------
+# buffers, statements, kernels
+# ---------------------------------------------------------------------------
+
+ROLES = ("in", "out", "temp")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    dtype: DType
+    shape: tuple  # IntLikes, row-major contiguous
+    role: str = "in"
+    const_name: str | None = None  # set for a module constant passed as an input
+
+    def __post_init__(self):
+        assert self.role in ROLES, self.role
+
+    def numel(self) -> IntLike:
+        return S.prod(self.shape)
+
+    def strides(self) -> tuple:
+        out = []
+        st: IntLike = 1
+        for d in reversed(self.shape):
+            out.append(st)
+            st = S.mul(st, d)
+        return tuple(reversed(out))
+
+    def __str__(self):
+        return f"{self.name}: {self.dtype.short}[{', '.join(str(d) for d in self.shape)}]"
+
+
+class Stmt:
+    def __str__(self):
+        from .loop_printer import stmt_lines
+        return "\n".join(stmt_lines(self, 0))
+
+
+FOR_KINDS = ("serial", "parallel", "vector", "unroll")
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    var: Sym
+    extent: IntLike
+    body: list
+    kind: str = "serial"
+    work: IntLike | None = None  # parallel: run threads only when work >= grain
+    grain: int = 32768
+
+    def __post_init__(self):
+        assert self.kind in FOR_KINDS, self.kind
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: tuple
+    value: Expr
+    flat: bool = False
+
+
+@dataclass(eq=False)
+class Let(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass(eq=False)
+class Alloc(Stmt):
+    """A kernel-local buffer (role temp), live to the end of the enclosing block."""
+    buffer: Buffer
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    buffers: list  # Buffer, in argument order
+    syms: list  # Sym, in argument order after the buffers
+    body: list
+    kind: str = "pointwise"  # pointwise | reduction | stitch (informational)
+    scheduled: bool = False
+
+    def inputs(self) -> list:
+        return [b for b in self.buffers if b.role == "in"]
+
+    def outputs(self) -> list:
+        return [b for b in self.buffers if b.role == "out"]
+
+    def __str__(self):
+        from .loop_printer import kernel_str
+        return kernel_str(self)
+
+
+def walk_stmts(stmts):
+    """Every statement, pre-order."""
+    for s in stmts:
+        yield s
+        if isinstance(s, For):
+            yield from walk_stmts(s.body)
+
+
+def stmt_exprs(s: Stmt) -> list:
+    if isinstance(s, Store):
+        return [s.value] + [i for i in s.index if isinstance(i, Expr)]
+    if isinstance(s, Let):
+        return [s.value]
+    return []
+
+
+__all__ = ["Alloc", "Binary", "Buffer", "Cast", "Compare", "Const", "Expr", "For", "Index", "IndexValue",
+           "Kernel", "Let", "Load", "Reduce", "Select", "Stmt", "Store", "Unary", "Var", "children",
+           "free_loop_vars", "int_syms", "is_loop_var", "loop_extent", "loop_var", "map_expr", "subs_expr",
+           "vars_used", "walk", "walk_stmts", "with_children", "is_trivial", "stmt_exprs"]
+
+
+def with_children(e: Expr, new: list) -> Expr:
+    """``e`` with its ``children(e)`` replaced by ``new`` (same order)."""
+    if isinstance(e, (Unary, Cast)):
+        y = replace(e, x=new[0])
+    elif isinstance(e, (Binary, Compare)):
+        y = replace(e, a=new[0], b=new[1])
+    elif isinstance(e, Select):
+        y = replace(e, cond=new[0], a=new[1], b=new[2])
+    elif isinstance(e, Load):
+        it = iter(new)
+        y = replace(e, index=tuple(next(it) if isinstance(i, Expr) else i for i in e.index))
+    elif isinstance(e, Reduce):
+        y = replace(e, body=new[0])
+    else:
+        return e
+    return e if y == e else y
+
+
+def is_trivial(e: Expr) -> bool:
+    return isinstance(e, (Const, Var, IndexValue))
