@@ -157,7 +157,7 @@ class _FunctionVerifier:
                           hint="a Value must be the output of exactly one node; make a new Value")
             self.check_type(v.type, f"output %{v.name}", n)
         # types: re-run inference
-        ctx = InferCtx(n.op, self.store, n.loc, self.m.constants)
+        ctx = InferCtx(n.op, self.store, n.loc, self.m.constants, module=self.m)
         in_types = [None if v is None else v.type for v in n.inputs]
         try:
             out = opdef.infer(ctx, *in_types, **full)

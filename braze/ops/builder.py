@@ -103,7 +103,7 @@ class Builder:
             full = opdef.complete_attrs(attrs)
         except BrazeError as e:
             raise ShapeError(e.what, where=where, hint=e.hint) from None
-        ctx = InferCtx(op, self.module.constraints, loc, self.module.constants)
+        ctx = InferCtx(op, self.module.constraints, loc, self.module.constants, module=self.module)
         types = [None if v is None else v.type for v in inputs]
         try:
             out = opdef.infer(ctx, *types, **full)

@@ -28,3 +28,59 @@ def _constant_ref(ctx, *, name):
 defop("constant", inputs=(), attrs={"name": Attr("str", doc="key in Module.constants")},
       infer=_constant_infer, reference=_constant_ref, kind="creation",
       doc="A weight or literal from the module's constants.")
+
+
+# ---------------------------------------------------------------------------
+# fused: a call of a fusion group's sub-function (made by braze.passes.fusion)
+# ---------------------------------------------------------------------------
+
+FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "opaque")
+
+
+def _callee(ctx, callee):
+    m = getattr(ctx, "module", None)
+    if m is None:
+        raise ctx.error(f"needs the module to find its callee @{callee}",
+                        hint="build or check it through braze's Builder, verifier or reference interpreter")
+    f = m.functions.get(callee)
+    if f is None:
+        raise ctx.error(f"callee @{callee} is not a function of the module")
+    return f
+
+
+def _fused_infer(ctx, *xs, callee, kind):
+    from ..ir import sym as S
+    if kind not in FUSED_KINDS:
+        raise ctx.error(f"kind {kind!r} is not one of {', '.join(FUSED_KINDS)}")
+    f = _callee(ctx, callee)
+    if len(xs) != len(f.params):
+        raise ctx.error(f"@{callee} takes {len(f.params)} inputs, got {len(xs)}")
+    repl: dict = {}  # a callee's bare symbolic dim -> the caller's dim, where they differ
+    for i, (p, t) in enumerate(zip(f.params, xs)):
+        if t is None or t.dtype != p.type.dtype or t.rank != p.type.rank:
+            raise ctx.error(f"input {i} is {t}, but @{callee} declares %{p.name}: {p.type}")
+        for ax, (d, a) in enumerate(zip(p.type.shape, t.shape)):
+            d = S.subs(d, repl) if repl else d
+            if ctx.equal(d, a) is True:
+                continue
+            if isinstance(d, S.Sym) and d not in repl:
+                repl[d] = a
+                continue
+            raise ctx.error(f"input {i} is {t}, but @{callee} declares %{p.name}: {p.type} (dim {ax})")
+    outs = [TensorType(v.type.dtype, tuple(ctx.simplify(S.subs(d, repl)) if repl else d for d in v.type.shape))
+            for v in f.results]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _fused_ref(ctx, *xs, callee, kind):
+    from ..reference import run_function
+    f = _callee(ctx, callee)
+    res = run_function(ctx.module, f, list(xs), ctx.env)
+    return res[0] if len(res) == 1 else res
+
+
+defop("fused", inputs=("xs*",),
+      attrs={"callee": Attr("str", doc="the group's sub-function, e.g. fused_3"),
+             "kind": Attr("str", "opaque", "pointwise | reduction | stitch | gemm | conv | opaque")},
+      infer=_fused_infer, reference=_fused_ref, kind="opaque",
+      doc="A fusion group: calls @callee (a function of the same module) on the inputs; its results.")

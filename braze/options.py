@@ -1,0 +1,52 @@
+"""Compile options: one small frozen object carries them through the pipeline (no globals).
+
+``Options.from_env()`` reads the environment once:
+
+* ``BRAZE_DEBUG``: 0 (default); >= 1 verifies the IR after every pass; >= 2 also
+  prints the fusion report.
+* ``BRAZE_DUMP=<dir>``: write the IR after every pass (``NN_<pass>.braze``) and
+  ``fusion.txt`` there.
+* ``BRAZE_CACHE_DIR``: where compiled libraries are cached (None: the runtime's default).
+* ``BRAZE_THREADS``: threads for native code (None: the runtime decides).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+
+def _int_env(env, key, default):
+    v = (env.get(key) or "").strip()
+    if not v:
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        from .errors import BrazeError
+        raise BrazeError(f"{key}={v!r} is not an integer", hint=f"unset {key} or give it a number") from None
+
+
+@dataclass(frozen=True)
+class Options:
+    threads: int | None = None
+    debug: int = 0
+    dump_dir: str | None = None
+    cache_dir: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "Options":
+        env = os.environ if env is None else env
+        opts = cls(threads=_int_env(env, "BRAZE_THREADS", None),
+                   debug=_int_env(env, "BRAZE_DEBUG", 0),
+                   dump_dir=(env.get("BRAZE_DUMP") or "").strip() or None,
+                   cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None)
+        return opts.replace(**overrides) if overrides else opts
+
+    def replace(self, **changes) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+
+__all__ = ["Options"]

@@ -1,0 +1,671 @@
+"""Fusion: partition each entry function into groups; each group becomes one ``fused`` node
+calling a new sub-function ``@fused_N`` of the same module.
+
+The caller's node is ``fused(%a, %b, ...) {callee="fused_N", kind="<kind>"}`` with
+kind one of ``pointwise | reduction | stitch | gemm | conv | opaque``. Its inputs
+are the values the group reads from outside (parameters and other groups'
+outputs), its outputs the group's values that are used outside it (the
+original Value objects, so later nodes keep their inputs). Weights do not
+cross the boundary: the sub-function has its own ``constant`` nodes, so kernels
+know which operands are constants (for prepacking).
+
+Rules (all shape tests are ``constraints.equal(a, b) is True``, so two symbolic
+dims known to be equal fuse whatever their values):
+
+1. gemm / conv (first): a ``linear``/``matmul``/``conv2d`` takes the elementwise
+   nodes after it whose output has the anchor's shape (bias add, activation,
+   residual add, scale, mask ``where``...), also a DAG of them (GPT-2's tanh
+   GELU); for gemm also views that keep the last dim (GPT-2's ``addmm`` reshape);
+   for conv an unfolded ``batch_norm``. The group keeps exactly one output. A
+   view (reshape...) whose only user is the gemm joins it as a prologue: it only
+   reinterprets a contiguous operand.
+2. then, producer into consumer, in topological order, until nothing changes:
+   * pointwise (elementwise, broadcast, injective, creation ops): a producer
+     whose outputs are all used inside the consumer group is computed at the
+     consumer's index (through views and broadcasts); otherwise the two merge
+     only when every output of the merged group has one shape (multi-output).
+   * reduction: producers into a reduction, and elementwise consumers over the
+     reduction's output shape.
+   * stitch: reductions and ``softmax``/``log_softmax``/``layer_norm``/``rms_norm``
+     over the same trailing axes of the same shape ``F = rows + reduced``, with
+     the elementwise nodes between and after them, when every node after a
+     reduction has shape ``F`` or a row shape (``rows + [1]*k`` or ``rows``) and
+     only reshapes rows into rows: one kernel per row (decomposed layer_norm:
+     mean -> sub -> mul -> mean -> add -> rsqrt -> mul is one group).
+3. a cheap pointwise group (<= 16 nodes) with several consumer groups is
+   duplicated into each consumer it can join (e.g. an attention mask built
+   from ``arange`` compares); it stays for the others. Then rule 2 again.
+4. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
+
+No merge may create a cycle: two groups never merge when one reaches the
+other through a third. ``fuse(module)`` mutates the module and returns it;
+``fusion_report(module)`` is the readable record of the decisions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..ir.graph import Function, Module, Node, Value
+from ..ops.registry import get_op
+from .common import same_shape, top_functions
+
+FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "opaque")
+VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
+NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
+GEMMS = ("linear", "matmul")
+MAX_DUP_NODES = 16
+MAX_EPILOGUE = 32
+
+
+def node_class(n: Node) -> str:
+    """const | pw | red | norm | gemm | conv | opaque"""
+    if n.op == "constant":
+        return "const"
+    if n.op in GEMMS:
+        return "gemm"
+    if n.op == "conv2d":
+        return "conv"
+    if n.op in NORMS:
+        return "norm"
+    if n.op == "batch_norm":
+        return "pw"  # inference batch norm is per-channel elementwise
+    if n.op == "fused":
+        return "opaque"
+    kind = get_op(n.op).kind
+    if kind in ("elementwise", "broadcast", "injective", "creation"):
+        return "pw"
+    if kind == "reduction" and n.op != "cumsum":
+        return "red"
+    return "opaque"
+
+
+def _is_elementwise(n: Node) -> bool:
+    return n.op == "batch_norm" or get_op(n.op).kind == "elementwise"
+
+
+def _reduced_axes(n: Node):
+    """(full input shape, sorted reduced axes) of a reduction or normalization node."""
+    x = n.inputs[0]
+    r = x.type.rank
+    a = n.attrs
+    if n.op in ("softmax", "log_softmax"):
+        axes = [a["axis"] % max(r, 1)]
+    elif n.op in ("layer_norm", "rms_norm"):
+        axes = list(range(a["axis"] % max(r, 1), r))
+    elif n.op in ("argmax", "argmin"):
+        axes = [a["axis"] % max(r, 1)]
+    else:
+        ax = a.get("axes")
+        axes = list(range(r)) if ax is None else sorted({q % max(r, 1) for q in ax})
+    return x.type.shape, axes
+
+
+class Group:
+    __slots__ = ("gid", "nodes", "kind", "alive")
+
+    def __init__(self, gid, nodes, kind):
+        self.gid = gid
+        self.nodes = list(nodes)
+        self.kind = kind
+        self.alive = True
+
+    def __repr__(self):
+        return f"<group {self.gid} {self.kind}: {' '.join(n.op for n in self.nodes)}>"
+
+
+class _Fuser:
+    def __init__(self, module: Module, f: Function, log: list):
+        self.m = module
+        self.store = module.constraints
+        self.f = f
+        self.log = log
+        self.pos: dict[int, float] = {}
+        self.cons: dict[int, list[Node]] = {}
+        self.results = {id(v) for v in f.results}
+        self.group_of: dict[int, Group] = {}
+        self.groups: list[Group] = []
+        self.dup_count = 0
+        self._reindex()
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def _reindex(self):
+        self.cons = {}
+        for i, n in enumerate(self.f.nodes):
+            self.pos.setdefault(id(n), float(i))
+            seen = set()
+            for v in n.inputs:
+                if v is not None and id(v) not in seen:
+                    seen.add(id(v))
+                    self.cons.setdefault(id(v), []).append(n)
+
+    def new_group(self, nodes, kind):
+        g = Group(len(self.groups), nodes, kind)
+        self.groups.append(g)
+        for n in nodes:
+            self.group_of[id(n)] = g
+        return g
+
+    def lo(self, g):
+        return min(self.pos[id(n)] for n in g.nodes)
+
+    def hi(self, g):
+        return max(self.pos[id(n)] for n in g.nodes)
+
+    def escaping(self, nodes) -> list[Value]:
+        ids = {id(n) for n in nodes}
+        out = []
+        for n in sorted(nodes, key=lambda n: self.pos[id(n)]):
+            for v in n.outputs:
+                if id(v) in self.results or any(id(u) not in ids for u in self.cons.get(id(v), ())):
+                    out.append(v)
+        return out
+
+    def succs(self, g) -> list[Group]:
+        out = {}
+        for n in g.nodes:
+            for v in n.outputs:
+                for u in self.cons.get(id(v), ()):
+                    h = self.group_of.get(id(u))
+                    if h is not None and h is not g:
+                        out[h.gid] = h
+        return sorted(out.values(), key=self.lo)
+
+    def would_cycle(self, members: list[Group]) -> bool:
+        """True when merging ``members`` makes a cycle: one reaches another through an outsider."""
+        mids = {g.gid for g in members}
+        limit = max(self.hi(g) for g in members)
+        stack = [h for g in members for h in self.succs(g) if h.gid not in mids]
+        seen = set()
+        while stack:
+            h = stack.pop()
+            if h.gid in seen:
+                continue
+            seen.add(h.gid)
+            if self.lo(h) >= limit:
+                continue
+            for s in self.succs(h):
+                if s.gid in mids:
+                    return True
+                if s.gid not in seen:
+                    stack.append(s)
+        return False
+
+    def merge(self, members: list[Group], kind: str) -> Group:
+        g = members[0]
+        for h in members[1:]:
+            g.nodes.extend(h.nodes)
+            for n in h.nodes:
+                self.group_of[id(n)] = g
+            h.alive = False
+            h.nodes = []
+        g.kind = kind
+        return g
+
+    # --- legality ----------------------------------------------------------------------------
+    def validate(self, nodes, esc=None) -> str | None:
+        """The kind of a group made of ``nodes`` (escaping values ``esc``), or None if illegal."""
+        if esc is None:
+            esc = self.escaping(nodes)
+        classes = [node_class(n) for n in nodes]
+        if "opaque" in classes:
+            return "opaque" if len(nodes) == 1 else None
+        if "gemm" in classes or "conv" in classes:
+            return self._validate_anchor(nodes, classes, esc)
+        reds = [n for n, c in zip(nodes, classes) if c in ("red", "norm")]
+        if not reds:
+            if not esc:
+                return "pointwise"
+            shapes = [v.type.shape for v in esc]
+            if all(same_shape(self.store, shapes[0], s) for s in shapes[1:]):
+                return "pointwise"
+            return None
+        return self._validate_reduction(nodes, reds, esc)
+
+    def _downstream(self, nodes, roots) -> list[Node]:
+        ids = {id(n) for n in nodes}
+        down = {id(r) for r in roots}
+        out = []
+        for n in sorted(nodes, key=lambda n: self.pos[id(n)]):
+            if id(n) in down:
+                out.append(n)
+                continue
+            if any(v is not None and v.producer is not None and id(v.producer) in down and id(v.producer) in ids
+                   for v in n.inputs):
+                down.add(id(n))
+                out.append(n)
+        return out
+
+    def _validate_anchor(self, nodes, classes, esc):
+        anchors = [n for n, c in zip(nodes, classes) if c in ("gemm", "conv")]
+        if len(anchors) != 1 or len(esc) != 1:
+            return None
+        a = anchors[0]
+        kind = "gemm" if a.op in GEMMS else "conv"
+        down = self._downstream(nodes, [a])
+        ids = {id(n) for n in nodes}
+        down_ids = {id(n) for n in down}
+        for n in nodes:
+            if id(n) in down_ids:
+                continue
+            # a prologue may only be a view that feeds the gemm directly (a free reinterpretation)
+            if kind != "gemm" or n.op not in VIEWS or \
+                    any(u is not a for u in self.cons.get(id(n.outputs[0]), ())):
+                return None
+        for n in down:
+            if n is a:
+                continue
+            inner = [v for v in n.inputs if v is not None and v.producer is not None and id(v.producer) in ids]
+            if n.op in VIEWS:
+                if kind != "gemm":
+                    return None
+                x, y = n.inputs[0].type.shape, n.outputs[0].type.shape
+                if not x or not y or self.store.equal(x[-1], y[-1]) is not True:
+                    return None
+                continue
+            if not _is_elementwise(n) or (n.op == "batch_norm" and kind != "conv"):
+                return None
+            out = n.outputs[0].type.shape
+            if not all(same_shape(self.store, v.type.shape, out) for v in inner):
+                return None
+        return kind
+
+    def _row_shapes(self, rows, k):
+        return (tuple(rows) + (1,) * k, tuple(rows))
+
+    def _validate_reduction(self, nodes, reds, esc):
+        st = self.store
+        infos = [_reduced_axes(r) for r in reds]
+        down = self._downstream(nodes, reds)
+        red_ids = {id(r) for r in reds}
+        if len(reds) == 1 and node_class(reds[0]) == "red":
+            r = reds[0]
+            full, _ = infos[0]
+            o = r.outputs[0].type.shape
+            down_ids = {id(n) for n in down}
+            ok = all(_is_elementwise(n) and same_shape(st, n.outputs[0].type.shape, o)
+                     for n in down if n is not r)
+            ok = ok and all(same_shape(st, v.type.shape, o) if id(v.producer) in down_ids
+                            else (same_shape(st, v.type.shape, full) or same_shape(st, v.type.shape, o))
+                            for v in esc)
+            if ok:
+                return "reduction"
+        # stitch: same full shape, same number of trailing reduced axes
+        full, axes = infos[0]
+        r = len(full)
+        k = len(axes)
+        for (fs, ax) in infos:
+            if len(fs) != r or not same_shape(st, fs, full) or ax != list(range(r - k, r)) or k == 0:
+                return None
+        rows = full[:r - k]
+        row_shapes = self._row_shapes(rows, k)
+
+        def cls(shape):
+            if same_shape(st, shape, full):
+                return "full"
+            if any(same_shape(st, shape, rs) for rs in row_shapes):
+                return "row"
+            return None
+
+        for n in down:
+            if id(n) in red_ids:
+                continue
+            if _is_elementwise(n):
+                if cls(n.outputs[0].type.shape) is None:
+                    return None
+            elif n.op in VIEWS:
+                if cls(n.inputs[0].type.shape) != "row" or cls(n.outputs[0].type.shape) != "row":
+                    return None
+            else:
+                return None
+        if any(cls(v.type.shape) is None for v in esc):
+            return None
+        return "stitch"
+
+    # --- phases ------------------------------------------------------------------------------
+    def seed(self):
+        for n in self.f.nodes:
+            c = node_class(n)
+            if c == "const":
+                continue
+            kind = {"pw": "pointwise", "red": "reduction", "norm": "stitch", "gemm": "gemm",
+                    "conv": "conv"}.get(c, "opaque")
+            self.new_group([n], kind)
+
+    def _epilogue_ok(self, n, kind):
+        if n.op in VIEWS:
+            return kind == "gemm"
+        if n.op == "batch_norm":
+            return kind == "conv"
+        return node_class(n) == "pw" and _is_elementwise(n)
+
+    def grow_epilogues(self):
+        for g in list(self.groups):
+            if not g.alive or g.kind not in ("gemm", "conv"):
+                continue
+            if g.kind == "gemm":
+                a = g.nodes[0]
+                for v in a.inputs:
+                    u = v.producer if v is not None else None
+                    if u is None or u.op not in VIEWS or id(v) in self.results:
+                        continue
+                    h = self.group_of.get(id(u))
+                    if h is None or h is g or len(h.nodes) != 1 or \
+                            any(c is not a for c in self.cons.get(id(v), ())):
+                        continue
+                    if self.validate(g.nodes + h.nodes) == "gemm":
+                        self.merge([g, h], "gemm")
+            while True:
+                esc = self.escaping(g.nodes)
+                if len(esc) != 1 or id(esc[0]) in self.results:
+                    break
+                W: dict[int, Node] = {}
+                frontier = [esc[0]]
+                ok = False
+                for _ in range(MAX_EPILOGUE):
+                    bad = False
+                    for v in frontier:
+                        for u in self.cons.get(id(v), ()):
+                            if self.group_of.get(id(u)) is g or id(u) in W:
+                                continue
+                            if not self._epilogue_ok(u, g.kind) or len(self.group_of[id(u)].nodes) != 1:
+                                bad = True
+                                break
+                            W[id(u)] = u
+                        if bad:
+                            break
+                    if bad or len(W) > MAX_EPILOGUE:
+                        break
+                    e2 = self.escaping(g.nodes + list(W.values()))
+                    if len(e2) == 1:
+                        ok = True
+                        break
+                    if not e2:
+                        break
+                    latest = max(e2, key=lambda v: self.pos[id(v.producer)])
+                    frontier = [v for v in e2 if v is not latest]
+                if not ok:
+                    break
+                cand = g.nodes + list(W.values())
+                if self.validate(cand) != g.kind:
+                    break
+                members = [g] + [self.group_of[i] for i in W]
+                if self.would_cycle(members):
+                    break
+                self.merge(members, g.kind)
+            # a trailing view needs no kernel of its own inside the gemm group
+            while len(g.nodes) > 1:
+                esc = self.escaping(g.nodes)
+                if len(esc) != 1 or esc[0].producer.op not in VIEWS:
+                    break
+                tail = esc[0].producer
+                g.nodes.remove(tail)
+                self.new_group([tail], "pointwise")
+            if len(g.nodes) > 1:
+                self.log.append(f"{g.kind} epilogue: {' -> '.join(n.op for n in self._sorted(g.nodes))}")
+
+    def merge_loop(self) -> int:
+        merges = 0
+        changed = True
+        while changed:
+            changed = False
+            for g in sorted([g for g in self.groups if g.alive], key=self.lo):
+                if not g.alive or g.kind in ("gemm", "conv", "opaque"):
+                    continue
+                again = True
+                while again:
+                    again = False
+                    for c in self.succs(g):
+                        if c.kind in ("gemm", "conv", "opaque"):
+                            continue
+                        kind = self.validate(g.nodes + c.nodes)
+                        if kind is None or self.would_cycle([g, c]):
+                            continue
+                        # keep the producer-first order of the members for a stable gid
+                        self.merge([g, c], kind)
+                        merges += 1
+                        changed = again = True
+                        break
+        return merges
+
+    def duplicate(self) -> int:
+        count = 0
+        for g in sorted([g for g in self.groups if g.alive], key=self.lo, reverse=True):
+            if not g.alive or g.kind != "pointwise" or len(g.nodes) > MAX_DUP_NODES:
+                continue
+            esc = self.escaping(g.nodes)
+            if not esc or any(id(v) in self.results for v in esc):
+                continue
+            cons = [c for c in self.succs(g)]
+            if len(cons) < 2:
+                continue
+            done = []
+            for c in cons:
+                if c.kind in ("gemm", "conv", "opaque"):
+                    continue
+                kind = self.validate(c.nodes + g.nodes, esc=self.escaping(c.nodes))
+                if kind is None:
+                    continue
+                self._clone_into(g, c)
+                c.kind = kind
+                done.append(c)
+            if done:
+                count += 1
+                self.log.append(f"duplicated {self._describe(g)} into {len(done)} consumer group(s)")
+                if not self.escaping(g.nodes):
+                    self._remove_group(g)
+        return count
+
+    def _clone_into(self, g: Group, c: Group):
+        vmap: dict[int, Value] = {}
+        clones = []
+        for n in self._sorted(g.nodes):
+            outs = [Value(v.name, v.type) for v in n.outputs]
+            nn = Node(n.op, [None if v is None else vmap.get(id(v), v) for v in n.inputs], dict(n.attrs), outs,
+                      n.loc)
+            for v, w in zip(n.outputs, outs):
+                vmap[id(v)] = w
+            self.pos[id(nn)] = self.pos[id(n)]
+            clones.append(nn)
+        for n in c.nodes:
+            n.inputs = [None if v is None else vmap.get(id(v), v) for v in n.inputs]
+        c.nodes.extend(clones)
+        for nn in clones:
+            self.group_of[id(nn)] = c
+        self.f.nodes.extend(clones)
+        self._rebuild_consumers()
+
+    def _remove_group(self, g: Group):
+        ids = {id(n) for n in g.nodes}
+        self.f.nodes = [n for n in self.f.nodes if id(n) not in ids]
+        for n in g.nodes:
+            self.group_of.pop(id(n), None)
+        g.alive = False
+        g.nodes = []
+        self._rebuild_consumers()
+
+    def _rebuild_consumers(self):
+        self.cons = {}
+        for n in self.f.nodes:
+            seen = set()
+            for v in n.inputs:
+                if v is not None and id(v) not in seen:
+                    seen.add(id(v))
+                    self.cons.setdefault(id(v), []).append(n)
+
+    def _sorted(self, nodes) -> list[Node]:
+        """Topological order inside a group (by original position, then dependencies)."""
+        ids = {id(n) for n in nodes}
+        prod = {id(v): n for n in nodes for v in n.outputs}
+        deps = {id(n): {id(prod[id(v)]) for v in n.inputs if v is not None and id(v) in prod} for n in nodes}
+        out, done = [], set()
+        pending = sorted(nodes, key=lambda n: self.pos[id(n)])
+        while pending:
+            rest = []
+            progressed = False
+            for n in pending:
+                if deps[id(n)] <= done:
+                    out.append(n)
+                    done.add(id(n))
+                    progressed = True
+                else:
+                    rest.append(n)
+            if not progressed:
+                raise AssertionError("cycle inside a fusion group")
+            pending = rest
+        del ids
+        return out
+
+    def _describe(self, g: Group) -> str:
+        ops = [n.op for n in self._sorted(g.nodes)]
+        outs = ", ".join("%" + v.name for v in self.escaping(g.nodes))
+        return f"{outs} ({' -> '.join(ops)})"
+
+    # --- emission ----------------------------------------------------------------------------
+    def emit(self, used_names: set[str], counter: list[int]) -> list[dict]:
+        groups = [g for g in self.groups if g.alive and g.nodes]
+        # group DAG topological order
+        preds: dict[int, set[int]] = {g.gid: set() for g in groups}
+        for g in groups:
+            for s in self.succs(g):
+                preds[s.gid].add(g.gid)
+        order = []
+        done = set()
+        pending = sorted(groups, key=self.lo)
+        while pending:
+            rest = []
+            progressed = False
+            for g in pending:
+                if preds[g.gid] <= done:
+                    order.append(g)
+                    done.add(g.gid)
+                    progressed = True
+                else:
+                    rest.append(g)
+            if not progressed:
+                raise AssertionError("cycle between fusion groups")
+            pending = rest
+        const_nodes = [n for n in self.f.nodes if n.op == "constant"]
+        new_main = []
+        records = []
+        for g in order:
+            esc = self.escaping(g.nodes)
+            if not esc:
+                continue
+            nodes = self._sorted(g.nodes)
+            ids = {id(n) for n in nodes}
+            inputs, in_ids, consts = [], set(), []
+            for n in nodes:
+                for v in n.inputs:
+                    if v is None or id(v) in in_ids:
+                        continue
+                    p = v.producer
+                    if p is not None and id(p) in ids:
+                        continue
+                    in_ids.add(id(v))
+                    if p is not None and p.op == "constant" and p in const_nodes:
+                        consts.append(v)
+                    else:
+                        inputs.append(v)
+            while f"fused_{counter[0]}" in used_names:
+                counter[0] += 1
+            name = f"fused_{counter[0]}"
+            counter[0] += 1
+            used_names.add(name)
+            sub = Function(name)
+            vmap: dict[int, Value] = {}
+            for v in inputs:
+                w = Value(v.name, v.type)
+                vmap[id(v)] = w
+                sub.params.append(w)
+            for v in consts:
+                w = Value(v.name, v.type)
+                sub.nodes.append(Node("constant", [], dict(v.producer.attrs), [w], v.producer.loc))
+                vmap[id(v)] = w
+            for n in nodes:
+                outs = [Value(v.name, v.type) for v in n.outputs]
+                for v, w in zip(n.outputs, outs):
+                    vmap[id(v)] = w
+                sub.nodes.append(Node(n.op, [None if v is None else vmap[id(v)] for v in n.inputs],
+                                      dict(n.attrs), outs, n.loc))
+            sub.results = [vmap[id(v)] for v in esc]
+            self.m.functions[name] = sub
+            loc = next((n.loc for n in nodes if n.loc is not None and node_class(n) not in ("pw", "const")),
+                       next((n.loc for n in nodes if n.loc is not None), None))
+            fn = Node("fused", list(inputs), {"callee": name, "kind": g.kind}, list(esc), loc)
+            new_main.append(fn)
+            records.append({"callee": name, "kind": g.kind, "ops": [n.op for n in nodes], "inputs": inputs,
+                            "outputs": esc})
+        # constants still used directly by the function's results stay in it
+        keep_consts = [n for n in const_nodes if any(id(v) in self.results for v in n.outputs)]
+        self.f.nodes = keep_consts + new_main
+        return records
+
+    def run(self, used_names, counter):
+        n0 = len(self.f.nodes)
+        self.seed()
+        self.grow_epilogues()
+        for _ in range(3):
+            self.merge_loop()
+            if not self.duplicate():
+                break
+        self.merge_loop()
+        records = self.emit(used_names, counter)
+        kinds = Counter(r["kind"] for r in records)
+        self.log.insert(0, f"@{self.f.name}: {n0} nodes -> {len(records)} groups (" +
+                        ", ".join(f"{k} {kinds[k]}" for k in FUSED_KINDS if kinds[k]) + ")")
+        return records
+
+
+def fuse(module: Module) -> Module:
+    """Partition every entry function into ``fused`` groups (in place); see the module doc."""
+    used = set(module.functions)
+    counter = [0]
+    logs = []
+    groups = []
+    for f in top_functions(module):
+        if any(n.op == "fused" for n in f.nodes):
+            continue  # already fused
+        log: list[str] = []
+        recs = _Fuser(module, f, log).run(used, counter)
+        logs.extend(log)
+        groups.extend(recs)
+    module.fusion_log = logs
+    return module
+
+
+def group_counts(module: Module) -> dict[str, int]:
+    """How many ``fused`` nodes of each kind the entry functions hold."""
+    c = Counter()
+    for f in top_functions(module):
+        for n in f.nodes:
+            if n.op == "fused":
+                c[n.attrs.get("kind", "opaque")] += 1
+    return {k: c[k] for k in FUSED_KINDS if c[k]}
+
+
+def fusion_report(module: Module) -> str:
+    """The fusion decisions, readable: a summary, one line per group, and the decision log."""
+    from ..ir.printer import _Printer
+    p = _Printer(module)
+    lines = []
+    counts = group_counts(module)
+    total = sum(counts.values())
+    lines.append(f"fusion: {total} groups (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")")
+    for f in top_functions(module):
+        for n in f.nodes:
+            if n.op != "fused":
+                continue
+            callee = module.functions.get(n.attrs["callee"])
+            ops = [m.op for m in callee.nodes if m.op != "constant"] if callee else ["?"]
+            ins = ", ".join("%" + v.name for v in n.inputs if v is not None)
+            outs = ", ".join(f"%{v.name}: {p.type(v.type)}" for v in n.outputs)
+            opstr = " -> ".join(ops) if len(ops) <= 12 else " -> ".join(ops[:6] + ["..."] + ops[-5:]) + \
+                f" ({len(ops)} ops)"
+            lines.append(f"  @{n.attrs['callee']:<10} {n.attrs['kind']:<9} {opstr}")
+            lines.append(f"      in: {ins or '-'}   out: {outs}")
+    log = getattr(module, "fusion_log", None)
+    if log:
+        lines.append("decisions:")
+        lines.extend("  " + s for s in log)
+    return "\n".join(lines) + "\n"

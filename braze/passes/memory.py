@@ -1,0 +1,196 @@
+"""Memory planning: arena offsets for a function's intermediates, by liveness, with symbolic sizes.
+
+After fusion, the intermediates of a function are the outputs of its nodes
+(``fused`` calls and any other non-constant node) that are not function
+results. Each has a byte size (an ``IntLike`` over the symbols: numel * itemsize)
+and a live interval ``[def, last use]`` in node indices. Walking the nodes in
+order, buffers whose last use is *before* the current node go back to a free
+list (a node's inputs and outputs never share memory); a new buffer reuses a
+free slot when its size is provably <= the slot's size (``constraints.equal``,
+or interval bounds from the symbol ranges on ``slot - size``), preferring a
+provably equal one, else it gets a new slot. Slots are laid out one after the
+other, each rounded up to ``ALIGN`` bytes; the arena size is their sum.
+
+``plan_memory(module, func=None) -> MemoryPlan`` (main function by default);
+``assign_memory(module)`` is the pass form: it attaches the plan of every entry
+function as ``module.memory_plan`` (the main one) and ``module.memory_plans``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..ir import sym as S
+from ..ir.graph import Function, Module, Value
+from ..ir.sym import IntLike
+from .common import top_functions
+
+ALIGN = 64
+
+
+def align(x: IntLike, a: int = ALIGN) -> IntLike:
+    return S.mul(S.floordiv(S.add(x, a - 1), a), a)
+
+
+def byte_size(v: Value) -> IntLike:
+    return S.mul(S.prod(v.type.shape), v.type.dtype.itemsize)
+
+
+@dataclass
+class Buffer:
+    value: Value
+    size: IntLike  # bytes
+    start: int  # index of the defining node
+    end: int  # index of the last node that reads it (== start when unused)
+    slot: int = -1
+    offset: IntLike = 0
+
+    @property
+    def name(self) -> str:
+        return self.value.name
+
+
+@dataclass
+class MemoryPlan:
+    """Where each intermediate of ``function`` lives in one arena (offsets and sizes in bytes)."""
+
+    function: str
+    buffers: list[Buffer] = field(default_factory=list)
+    slot_sizes: list[IntLike] = field(default_factory=list)  # unaligned: the largest buffer it was made for
+    slot_offsets: list[IntLike] = field(default_factory=list)
+    arena_size: IntLike = 0
+    alignment: int = ALIGN
+
+    # --- lookups ---------------------------------------------------------------------------
+    @property
+    def offsets(self) -> dict[Value, IntLike]:
+        """value -> byte offset in the arena."""
+        return {b.value: b.offset for b in self.buffers}
+
+    @property
+    def sizes(self) -> dict[Value, IntLike]:
+        return {b.value: b.size for b in self.buffers}
+
+    def buffer(self, v: Value) -> Buffer | None:
+        for b in self.buffers:
+            if b.value is v:
+                return b
+        return None
+
+    def offset_of(self, v: Value) -> IntLike:
+        b = self.buffer(v)
+        if b is None:
+            raise KeyError(f"%{v.name} is not an intermediate of @{self.function}")
+        return b.offset
+
+    @property
+    def total_intermediate_size(self) -> IntLike:
+        """Sum of all intermediates' sizes (what the arena would be without reuse)."""
+        t: IntLike = 0
+        for b in self.buffers:
+            t = S.add(t, b.size)
+        return t
+
+    # --- concrete values ------------------------------------------------------------------
+    def evaluate(self, env: Mapping[str, int]) -> dict[str, tuple[int, int, int, int]]:
+        """value name -> (offset, size, start, end) at concrete symbol values."""
+        return {b.name: (S.evaluate(b.offset, env), S.evaluate(b.size, env), b.start, b.end)
+                for b in self.buffers}
+
+    def arena_bytes(self, env: Mapping[str, int]) -> int:
+        return S.evaluate(self.arena_size, env)
+
+    def check(self, env: Mapping[str, int]) -> None:
+        """Raise AssertionError if two buffers live at the same time overlap at ``env``."""
+        vals = [(S.evaluate(b.offset, env), S.evaluate(b.size, env), b) for b in self.buffers]
+        arena = self.arena_bytes(env)
+        for o, s, b in vals:
+            assert 0 <= o and o + s <= arena, f"%{b.name} [{o}, {o + s}) is outside the arena of {arena} bytes"
+        for i, (o1, s1, b1) in enumerate(vals):
+            for o2, s2, b2 in vals[i + 1:]:
+                if b1.start <= b2.end and b2.start <= b1.end and s1 and s2:
+                    assert o1 + s1 <= o2 or o2 + s2 <= o1, \
+                        f"%{b1.name} [{o1}, {o1 + s1}) and %{b2.name} [{o2}, {o2 + s2}) overlap while both live"
+
+    def __str__(self):
+        lines = [f"memory plan @{self.function}: {len(self.buffers)} intermediates in {len(self.slot_sizes)} slots, "
+                 f"arena {self.arena_size} bytes"]
+        for b in self.buffers:
+            lines.append(f"  %{b.name}: slot {b.slot} offset {b.offset} size {b.size} live [{b.start}, {b.end}]")
+        return "\n".join(lines)
+
+
+def _provably_le(store, a: IntLike, b: IntLike) -> bool:
+    """a <= b for every allowed value of the symbols."""
+    if store.equal(a, b) is True:
+        return True
+    d = store.simplify(S.add(b, S.mul(-1, a)))
+    if isinstance(d, int):
+        return d >= 0
+    return S.bounds(store._with_ranges(d))[0] >= 0
+
+
+def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
+    f: Function = module.functions[func] if func else module.main
+    store = module.constraints
+    results = {id(v) for v in f.results}
+    params = {id(p) for p in f.params}
+    last_use: dict[int, int] = {}
+    for i, n in enumerate(f.nodes):
+        for v in n.inputs:
+            if v is not None:
+                last_use[id(v)] = i
+    plan = MemoryPlan(f.name)
+    free: list[int] = []  # free slot ids
+    live: list[Buffer] = []
+    for i, n in enumerate(f.nodes):
+        if n.op == "constant":
+            continue
+        # release the buffers whose last reader ran before this node
+        still = []
+        for b in live:
+            if b.end < i:
+                free.append(b.slot)
+            else:
+                still.append(b)
+        live = still
+        for v in n.outputs:
+            if id(v) in results or id(v) in params:
+                continue
+            b = Buffer(v, store.simplify(byte_size(v)), i, last_use.get(id(v), i))
+            best = None
+            for s in free:
+                size = plan.slot_sizes[s]
+                if store.equal(size, b.size) is True:
+                    best = s
+                    break
+                if best is None and _provably_le(store, b.size, size):
+                    best = s
+            if best is None:
+                plan.slot_sizes.append(b.size)
+                best = len(plan.slot_sizes) - 1
+            else:
+                free.remove(best)
+            b.slot = best
+            plan.buffers.append(b)
+            live.append(b)
+    off: IntLike = 0
+    for s in plan.slot_sizes:
+        plan.slot_offsets.append(off)
+        off = store.simplify(S.add(off, align(s)))
+    plan.arena_size = off
+    for b in plan.buffers:
+        b.offset = plan.slot_offsets[b.slot]
+    return plan
+
+
+def assign_memory(module: Module) -> Module:
+    """The pass form: plans every entry function; ``module.memory_plan`` is main's plan."""
+    plans = {f.name: plan_memory(module, f.name) for f in top_functions(module)}
+    module.memory_plans = plans
+    module.memory_plan = plans.get(module.main.name)
+    return module
+
+
+__all__ = ["MemoryPlan", "Buffer", "plan_memory", "assign_memory", "byte_size", "align", "ALIGN"]

@@ -1,0 +1,78 @@
+"""decompose: scaled_dot_product_attention -> matmul, softmax, matmul (same results)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from braze.ops import Builder, tensor
+from braze.passes import copy_module, decompose
+
+ENVS = [{"b": 1, "s": 1}, {"b": 2, "s": 5}, {"b": 3, "s": 9}]
+
+
+def _sdpa_module(mask=None, is_causal=False, scale=None, dtype="f32"):
+    b = Builder()
+    bs, s = b.sym("b", 1, 8), b.sym("s", 1, 64)
+    q = b.param("q", tensor(dtype, bs, 2, s, 8))
+    k = b.param("k", tensor(dtype, bs, 2, s, 8))
+    v = b.param("v", tensor(dtype, bs, 2, s, 4))
+    ins = [q, k, v]
+    if mask == "bool":
+        ins.append(b.param("mask", tensor("bool", bs, 1, s, s)))
+    elif mask == "float":
+        ins.append(b.param("mask", tensor(dtype, bs, 1, 1, s)))
+    b.ret(b.scaled_dot_product_attention(*ins, is_causal=is_causal, scale=scale))
+    return b.module
+
+
+@pytest.mark.parametrize("mask,is_causal,scale", [(None, False, None), (None, True, None), ("bool", False, 0.3),
+                                                  ("bool", True, None), ("float", False, None),
+                                                  ("float", True, 0.5)])
+def test_sdpa_decomposes(P, mask, is_causal, scale):
+    before = _sdpa_module(mask, is_causal, scale)
+    after = decompose(copy_module(before))
+    ops = [n.op for n in after.main.nodes]
+    assert "scaled_dot_product_attention" not in ops
+    assert ops.count("matmul") == 2 and ops.count("softmax") == 1
+    if is_causal:
+        assert "arange" in ops and "less_equal" in ops
+    P.check_equiv(before, after, ENVS, rtol=1e-5, atol=1e-5)
+
+
+def test_fully_masked_rows_give_zeros_like_torch(P):
+    import braze.reference
+    before = _sdpa_module("bool")
+    after = decompose(copy_module(before))
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 2, 5, d)).astype(np.float32) for d in (8, 8, 4))
+    mask = rng.random((2, 1, 5, 5)) < 0.5
+    mask[0, 0, 2, :] = False  # a row that attends to nothing
+    a = braze.reference.run(before, q, k, v, mask)
+    b = braze.reference.run(after, q, k, v, mask)
+    assert np.all(b[0, :, 2] == 0)
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_half_precision_computes_in_float32(P):
+    before = _sdpa_module(None, True, None, dtype="f16")
+    after = decompose(copy_module(before))
+    assert after.main.results[0].type.dtype.name == "float16"
+    P.check_equiv(before, after, ENVS, rtol=2e-3, atol=2e-3)
+
+
+def test_other_ops_stay(P):
+    text = """module {
+  symbols {
+    n in [1, 64]
+  }
+  func @main(%x: f32[n, 8]) -> (f32[n, 8]) {
+    %0 = softmax(%x) {axis=-1} : f32[n, 8]
+    %1 = layer_norm(%0) {axis=-1, eps=1e-05} : f32[n, 8]
+    %2 = rms_norm(%1) {axis=-1, eps=1e-06} : f32[n, 8]
+    return %2
+  }
+}
+"""
+    before, after = P.run_pass(decompose, text)
+    assert str(after) == str(before)
