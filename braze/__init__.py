@@ -30,3 +30,9 @@ def import_torch(exported_program):
 
 __all__ = ["BrazeError", "InputError", "ModelFormatError", "ShapeError", "UnsupportedOpError",
            "import_onnx", "import_torch", "ir", "reference", "stats", "__version__"]
+
+
+def compile(model, example_inputs=None, dynamic_shapes=None, **kw):
+    """Compile a model once into native code that serves every shape (see braze.compiler.compile)."""
+    from .compiler import compile as _compile
+    return _compile(model, example_inputs, dynamic_shapes, **kw)

@@ -1,0 +1,425 @@
+"""The host code: one C translation unit per model, one exported entry per graph function.
+
+An entry (see braze_abi.h) checks its inputs and binds the symbols
+(host_checks.py), allocates the outputs through the caller's ``alloc``, takes
+intermediates from a per-thread arena laid out by the memory plan, and calls
+the generated kernels and the oneDNN helpers in order. ``braze_init`` takes
+the constants and prepacks the GEMM and convolution weights once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import BrazeError
+from ..ir import sym as S
+from ..ir.graph import Function, Module, Node, Value
+from ..ir.types import DType, TensorType
+from ..passes.common import top_functions
+from .c_expr import C_INT_HELPERS, c_sym_name, int_expr
+from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
+
+ACTIVATIONS = {"relu": 1, "gelu:none": 2, "gelu:tanh": 3, "silu": 4, "sigmoid": 5, "tanh": 6}
+VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
+
+
+@dataclass
+class Entry:
+    symbol: str
+    function: Function
+
+
+@dataclass
+class NativeSource:
+    source: str
+    entries: list[Entry]
+    constants: list[str]  # module constant names, in braze_init order
+    kernels: dict[str, str] = field(default_factory=dict)  # kernel name -> loop IR text (for dumps)
+
+
+def _act_key(n: Node) -> str | None:
+    key = f"gelu:{n.attrs.get('approximate', 'none')}" if n.op == "gelu" else n.op
+    return key if key in ACTIVATIONS else None
+
+
+class HostGen:
+    def __init__(self, module: Module, isa):
+        self.module = module
+        self.isa = isa
+        self.const_index: dict[str, int] = {}
+        self.kernel_src: list[str] = []
+        self.kernel_ir: dict[str, str] = {}
+        self.init_lines: list[str] = []
+        self.globals: list[str] = []
+        self._n_packed = 0
+
+    # --- constants ----------------------------------------------------------------------
+    def const(self, name: str) -> str:
+        if name not in self.const_index:
+            self.const_index[name] = len(self.const_index)
+        return f"g_const[{self.const_index[name]}]"
+
+    def pack_b(self, wname: str, n, k, transposed: int) -> str:
+        """A packed weight handle, created once in braze_init."""
+        if S.is_symbolic(n) or S.is_symbolic(k):
+            raise BrazeError(f"weight @{wname} has a symbolic shape [{n}, {k}]; constant weights must be static")
+        h = f"g_packed_b{self._n_packed}"
+        self._n_packed += 1
+        self.globals.append(f"static braze_packed_b *{h};")
+        self.init_lines.append(f"{h} = braze_pack_b_err((const float *){self.const(wname)}, {n}, {k}, {transposed}, "
+                               f"err, errlen); if (!{h}) return BRAZE_ERR_INTERNAL;")
+        return h
+
+    def pack_conv(self, wname: str, w_shape, groups, stride, pad, dil) -> str:
+        h = f"g_packed_c{self._n_packed}"
+        self._n_packed += 1
+        oc, icg, kh, kw = w_shape
+        self.globals.append(f"static braze_packed_conv *{h};")
+        self.init_lines.append(
+            f"{h} = braze_pack_conv_weights((const float *){self.const(wname)}, {oc}, {icg * groups}, {kh}, {kw}, "
+            f"{groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, {dil[0]}, {dil[1]}, 0, err, errlen); "
+            f"if (!{h}) return BRAZE_ERR_INTERNAL;")
+        return h
+
+    # --- kernels ------------------------------------------------------------------------
+    def kernel(self, func: Function, name: str):
+        from ..ops.lowering import build_kernel
+        from .c_kernel import kernel_to_c
+        k = build_kernel(func, self.module, name)
+        self.kernel_src.append(kernel_to_c(k, self.isa))
+        self.kernel_ir[name] = str(k)
+        return k
+
+    # --- the translation unit -----------------------------------------------------------
+    def generate(self) -> NativeSource:
+        from .c_kernel import c_prelude
+        entries = []
+        bodies = []
+        for f in top_functions(self.module):
+            sym = f"braze_{f.name}"
+            bodies.append(_EntryWriter(self, f).write(sym))
+            entries.append(Entry(sym, f))
+        n_const = len(self.const_index)
+        init = (f"BRAZE_EXPORT int32_t braze_init(void *const *constants, int32_t n_constants, char *err, "
+                f"int32_t errlen) {{\n"
+                f"    if (n_constants != {n_const}) BRAZE_FAIL(BRAZE_ERR_INTERNAL, \"braze_init: expected "
+                f"{n_const} constants, got %d\", (int)n_constants);\n"
+                f"    for (int i = 0; i < {n_const}; i++) g_const[i] = constants[i];\n"
+                f"    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;\n"
+                + "".join(f"    {ln}\n" for ln in self.init_lines) +
+                "    return BRAZE_OK;\n}\n")
+        parts = [
+            "#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n",
+            '#include "braze_abi.h"\n#include "braze_dnnl.h"\n',
+            c_prelude(self.isa), C_INT_HELPERS, C_DTYPE_NAMES,
+            f"static void *g_const[{max(n_const, 1)}];\n",
+            "\n".join(self.globals) + "\n",
+            _ARENA_C,
+            "BRAZE_EXPORT void braze_set_num_threads(int32_t n) { if (n > 0) omp_set_num_threads(n); }\n",
+            *self.kernel_src, init, *bodies,
+        ]
+        names = sorted(self.const_index, key=self.const_index.get)
+        return NativeSource("\n".join(parts), entries, names, self.kernel_ir)
+
+
+_ARENA_C = """
+/* grow-only scratch memory, one per thread, so concurrent calls never share intermediates */
+static _Thread_local char *tls_arena;
+static _Thread_local size_t tls_arena_size;
+static char *braze_arena(size_t need) {
+    if (need <= tls_arena_size) return tls_arena;
+    free(tls_arena);
+    size_t n = (need + 4095) & ~(size_t)4095;
+    tls_arena = (char *)aligned_alloc(64, n);
+    tls_arena_size = tls_arena ? n : 0;
+    return tls_arena;
+}
+"""
+
+
+class _EntryWriter:
+    def __init__(self, gen: HostGen, func: Function):
+        self.gen = gen
+        self.func = func
+        self.module = gen.module
+        self.lines: list[str] = []
+        self.ptr: dict[int, str] = {}
+        self.scratch: list = []  # sizes of per-node scratch, placed after the planned arena
+
+    def emit(self, s: str) -> None:
+        self.lines.append(s)
+
+    def write(self, symbol: str) -> str:
+        f = self.func
+        checks, _ = validation_c(f, self.module.constraints)
+        plan = (getattr(self.module, "memory_plans", None) or {}).get(f.name)
+        for i, p in enumerate(f.params):
+            self.ptr[id(p)] = f"((char *)inputs[{i}].data)"
+        for n in f.nodes:
+            if n.op == "constant":
+                self.ptr[id(n.outputs[0])] = f"((char *){self.gen.const(n.attrs['name'])})"
+        # outputs first: their shapes depend on the symbols only
+        out_lines = []
+        for k, r in enumerate(f.results):
+            shp = ", ".join(int_expr(d) for d in r.shape) or "0"
+            out_lines.append(f"{{ int64_t shp[{max(r.rank, 1)}] = {{{shp}}}; "
+                             f"out_{k} = (char *)alloc(alloc_ctx, {k}, {DTYPE_CODE[r.dtype]}, {r.rank}, shp); "
+                             f"if (!out_{k}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate output {k} of @{f.name}\"); }}")
+        copies = []
+        for k, r in enumerate(f.results):
+            if id(r) in self.ptr or any(r is q for q in f.results[:k]):
+                copies.append((k, r))  # a param, constant or repeated result: copied at the end
+            else:
+                self.ptr[id(r)] = f"out_{k}"
+        if plan is not None:
+            for b in plan.buffers:
+                if id(b.value) not in self.ptr:
+                    self.ptr[id(b.value)] = f"(arena + {int_expr(b.offset)})"
+        for n in f.nodes:
+            if n.op == "constant":
+                continue
+            if n.op != "fused":
+                raise BrazeError(f"node '{n.op}' was not fused; the native backend runs fused groups only",
+                                 where=str(n.loc) if n.loc else f"@{f.name}", hint="this is a braze bug; please report it")
+            for v in n.outputs:
+                if id(v) not in self.ptr:
+                    raise BrazeError(f"%{v.name} has no memory (not in the memory plan)", where=f"@{f.name}")
+            self.emit(f"/* {n.attrs['kind']} @{n.attrs['callee']} */")
+            getattr(self, "_" + n.attrs["kind"], self._kernel)(n)
+        for k, r in copies:
+            src = self.ptr[id(r)] if not any(r is q for q in f.results[:k]) else f"out_{[q is r for q in f.results].index(True)}"
+            self.emit(f"memcpy(out_{k}, {src}, (size_t)({int_expr(S.mul(r.type.numel(), r.dtype.itemsize))}));")
+        arena_size = plan.arena_size if plan is not None else 0
+        scratch = S.smax(*self.scratch) if self.scratch else 0
+        head = [*checks,
+                *(f"char *out_{k} = NULL;" for k in range(len(f.results))),
+                *out_lines,
+                f"size_t arena_bytes = (size_t)({int_expr(S.add(arena_size, scratch))});",
+                "char *arena = braze_arena(arena_bytes);",
+                "if (!arena && arena_bytes) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate %zu bytes of scratch memory\", arena_bytes);",
+                "(void)arena;"]
+        body = "\n    ".join(head + self.lines + ["return BRAZE_OK;"])
+        return (f"BRAZE_EXPORT int32_t {symbol}(const braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, "
+                f"void *alloc_ctx, char *err, int32_t errlen) {{\n    {body}\n}}\n")
+
+    # --- generated kernels --------------------------------------------------------------
+    def _kernel(self, n: Node, callee: Function | None = None, inputs=None, outputs=None) -> None:
+        callee = callee or self.module.functions[n.attrs["callee"]]
+        inputs = list(n.inputs) if inputs is None else inputs
+        outputs = list(n.outputs) if outputs is None else outputs
+        k = self.gen.kernel(callee, f"k_{callee.name}")
+        ins = [b for b in k.buffers if b.role == "in" and b.const_name is None]
+        outs = [b for b in k.buffers if b.role == "out"]
+        if len(ins) != len(inputs) or len(outs) != len(outputs):
+            raise BrazeError(f"kernel {k.name} takes {len(ins)} inputs and {len(outs)} outputs, but its call has "
+                             f"{len(inputs)} and {len(outputs)}", hint="this is a braze bug; please report it")
+        it_in, it_out = iter(inputs), iter(outputs)
+        args = []
+        for b in k.buffers:
+            if b.const_name is not None:
+                args.append(f"(void *){self.gen.const(b.const_name)}")
+            elif b.role == "in":
+                args.append(f"(void *){self.ptr_of(next(it_in))}")
+            else:
+                args.append(f"(void *){self.ptr_of(next(it_out))}")
+        args += [c_sym_name(s) for s in k.syms]
+        self.emit(f"{k.name}({', '.join(args)});")
+
+    def ptr_of(self, v) -> str:
+        if isinstance(v, str):
+            return v
+        try:
+            return self.ptr[id(v)]
+        except KeyError:
+            raise BrazeError(f"%{v.name} has no memory at this point", hint="this is a braze bug; please report it") \
+                from None
+
+    # --- library calls with fused epilogues ---------------------------------------------
+    def _gemm(self, n: Node) -> None:
+        self._library(n, ("linear", "matmul"))
+
+    def _conv(self, n: Node) -> None:
+        self._library(n, ("conv2d",))
+
+    def _library(self, n: Node, anchors) -> None:
+        callee = self.module.functions[n.attrs["callee"]]
+        cptr = {id(p): self.ptr_of(v) for p, v in zip(callee.params, n.inputs)}
+        const_of = {}
+        for m in callee.nodes:
+            if m.op == "constant":
+                const_of[id(m.outputs[0])] = m.attrs["name"]
+                cptr[id(m.outputs[0])] = f"((char *){self.gen.const(m.attrs['name'])})"
+        anchor_i = next((i for i, m in enumerate(callee.nodes) if m.op in anchors), None)
+        if anchor_i is None or len(n.outputs) != 1:
+            return self._kernel(n)
+        # prologue views before the anchor only reinterpret contiguous memory
+        for m in callee.nodes[:anchor_i]:
+            if m.op in VIEW_OPS and id(m.inputs[0]) in cptr:
+                cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]
+            elif m.op != "constant":
+                return self._kernel(n)
+        anchor = callee.nodes[anchor_i]
+        if any(v is not None and id(v) not in cptr for v in anchor.inputs):
+            return self._kernel(n)
+        # absorb bias, one activation and a residual add into the library call
+        rest = callee.nodes[anchor_i + 1:]
+        chain = anchor.outputs[0]
+        bias = residual = None
+        act = 0
+        if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
+            if id(anchor.inputs[2]) not in const_of:
+                return self._kernel(n)
+            bias = cptr[id(anchor.inputs[2])]
+        users = _users(callee)
+        i = 0
+        while i < len(rest):
+            m = rest[i]
+            if len(users.get(id(chain), [])) != 1 or (chain is callee.results[0] and i < len(rest)):
+                break
+            if m.op in VIEW_OPS and m.inputs[0] is chain:
+                pass
+            elif _act_key(m) and act == 0 and residual is None and m.inputs[0] is chain:
+                act = ACTIVATIONS[_act_key(m)]
+            elif m.op == "add" and residual is None and len(m.inputs) == 2 and chain in m.inputs:
+                other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
+                if other is chain or id(other) not in cptr or other.dtype != DType.float32 or \
+                        not _same_shape(self.module, other.type, chain.type):
+                    break
+                residual = cptr[id(other)]
+            else:
+                break
+            chain = m.outputs[0]
+            i += 1
+        out_v = n.outputs[0]
+        leftover = rest[i:]
+        if leftover:
+            # library result into scratch, then the remaining epilogue as a generated kernel
+            nbytes = S.mul(chain.type.numel(), 4)
+            self.scratch.append(nbytes)
+            arena_size = getattr(self.module, "memory_plans", {}).get(self.func.name)
+            base = arena_size.arena_size if arena_size is not None else 0
+            dst = f"(arena + {int_expr(base)})"
+        else:
+            dst = self.ptr_of(out_v)
+        self._call_library(anchor, cptr, const_of, bias, residual, act, dst)
+        if leftover:
+            sub, sub_inputs = _epilogue_function(self.module, callee, chain, leftover, cptr, dst)
+            self._kernel(n, sub, sub_inputs, [out_v])
+
+    def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst) -> None:
+        e = "err, errlen"
+        bias = f"(const float *){bias}" if bias else "NULL"
+        res = f"(const float *){residual}" if residual else "NULL"
+        x = a.inputs[0]
+        for v in a.inputs[:2]:
+            if v.dtype != DType.float32:
+                raise BrazeError(f"{a.op} on {v.dtype.name} is not supported natively yet (float32 only)",
+                                 where=str(a.loc) if a.loc else None)
+        if a.op == "conv2d":
+            w = a.inputs[1]
+            if id(w) not in const_of:
+                raise BrazeError("conv2d with a non-constant weight is not supported natively",
+                                 where=str(a.loc) if a.loc else None)
+            pt, pl, pb, pr = a.attrs["padding"]
+            if (pt, pl) != (pb, pr) or x.rank != 4:
+                raise BrazeError(f"conv2d with asymmetric padding {a.attrs['padding']} is not supported natively",
+                                 where=str(a.loc) if a.loc else None)
+            h = self.gen.pack_conv(const_of[id(w)], w.shape, a.attrs["groups"], a.attrs["stride"], (pt, pl),
+                                   a.attrs["dilation"])
+            y = a.outputs[0]
+            self.emit(f"if (braze_conv2d({int_expr(x.shape[0])}, {int_expr(x.shape[2])}, {int_expr(x.shape[3])}, "
+                      f"(const float *){cptr[id(x)]}, {h}, {bias}, {res}, {act}, {int_expr(y.shape[2])}, "
+                      f"{int_expr(y.shape[3])}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
+            return
+        w = a.inputs[1]
+        K = x.shape[-1]
+        if a.op == "linear" or (w.rank == 2 and id(w) in const_of):
+            transposed = 1 if a.op == "linear" else 0
+            N = w.shape[0] if transposed else w.shape[1]
+            M = S.prod(x.shape[:-1])
+            if id(w) in const_of:
+                h = self.gen.pack_b(const_of[id(w)], N, K, transposed)
+                self.emit(f"if (braze_matmul({int_expr(M)}, {int_expr(N)}, {int_expr(K)}, (const float *){cptr[id(x)]}, "
+                          f"{h}, {bias}, {res}, {act}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
+                return
+            if bias != "NULL" or act or res != "NULL":
+                raise BrazeError("linear with a non-constant weight and an epilogue is not supported natively")
+            self.emit(f"if (braze_batch_matmul(1, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
+                      f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, {transposed}, 1.0f, "
+                      f"(float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
+            return
+        # matmul of two activations: equal batch dims, or a 2-D right operand
+        if bias != "NULL" or act or res != "NULL":
+            raise BrazeError("batched matmul with an epilogue is not supported natively")
+        if x.rank < 2 or w.rank < 2:
+            raise BrazeError("matmul of vectors is not supported natively", where=str(a.loc) if a.loc else None)
+        M, N = x.shape[-2], w.shape[-1]
+        if w.rank == 2:
+            batch, M = 1, S.prod(x.shape[:-1])
+        elif x.rank == w.rank and all(self.module.constraints.equal(p, q) is True
+                                        for p, q in zip(x.shape[:-2], w.shape[:-2])):
+            batch = S.prod(x.shape[:-2])
+        else:
+            raise BrazeError(f"matmul with broadcast batch dims {x.type} @ {w.type} is not supported natively",
+                             where=str(a.loc) if a.loc else None)
+        self.emit(f"if (braze_batch_matmul({int_expr(batch)}, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
+                  f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, 0, 1.0f, (float *){dst}, {e})) "
+                  f"return BRAZE_ERR_INTERNAL;")
+
+
+def _users(f: Function) -> dict[int, list[Node]]:
+    out: dict[int, list[Node]] = {}
+    for n in f.nodes:
+        for v in n.inputs:
+            if v is not None:
+                out.setdefault(id(v), []).append(n)
+    for r in f.results:
+        out.setdefault(id(r), []).append(None)
+    return out
+
+
+def _same_shape(module: Module, a: TensorType, b: TensorType) -> bool:
+    return a.rank == b.rank and all(module.constraints.equal(p, q) is True for p, q in zip(a.shape, b.shape))
+
+
+def _epilogue_function(module: Module, callee: Function, chain: Value, nodes: list[Node], cptr, chain_ptr):
+    """A sub-function computing ``nodes`` from the library result (its first param) and outside values."""
+    sub = Function(f"{callee.name}_epilogue")
+    remap: dict[int, Value] = {}
+    inputs = []
+
+    def param_for(v: Value) -> Value:
+        if id(v) not in remap:
+            p = Value(f"p{len(sub.params)}", v.type)
+            sub.params.append(p)
+            remap[id(v)] = p
+            inputs.append(chain_ptr if v is chain else cptr[id(v)])
+        return remap[id(v)]
+
+    param_for(chain)
+    defined = {id(m.outputs[0]) for m in nodes for _ in [0]}
+    const_nodes = {id(m.outputs[0]): m for m in callee.nodes if m.op == "constant"}
+    for m in nodes:
+        ins = []
+        for v in m.inputs:
+            if v is None:
+                ins.append(None)
+            elif id(v) in remap:
+                ins.append(remap[id(v)])
+            elif id(v) in const_nodes:
+                c = const_nodes[id(v)]
+                cv = Value(f"c{len(sub.nodes)}", v.type)
+                sub.nodes.append(Node("constant", [], dict(c.attrs), [cv], c.loc))
+                remap[id(v)] = cv
+                ins.append(cv)
+            elif id(v) in defined:
+                ins.append(remap[id(v)])
+            else:
+                ins.append(param_for(v))
+        outs = [Value(f"e{len(sub.nodes)}_{i}", o.type) for i, o in enumerate(m.outputs)]
+        for o, no in zip(m.outputs, outs):
+            remap[id(o)] = no
+        sub.nodes.append(Node(m.op, ins, dict(m.attrs), outs, m.loc))
+    sub.results = [remap[id(callee.results[0])]]
+    module.functions[sub.name] = sub
+    return sub, inputs

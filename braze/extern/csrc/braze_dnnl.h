@@ -1,0 +1,101 @@
+/* braze_dnnl.h: braze's float32 GEMM / convolution calls on oneDNN's C API.
+ *
+ * Compiled into each model's shared library (braze_dnnl.c is one
+ * self-contained C file). Every function returns 0 on success and nonzero
+ * on failure, with a message naming the call and the shapes in err[errlen];
+ * nothing aborts. All tensors are dense row-major float32.
+ *
+ * Dynamic shapes: primitives are created per distinct shape on first use and
+ * kept in a small thread-safe cache inside this file (creating one is not a
+ * recompile; see docs/gemm.md for the numbers behind this choice). Weights
+ * are reordered once into the layout the primitive wants (braze_pack_*).
+ *
+ * Threads: oneDNN's own runtime (OpenMP builds follow the caller's OpenMP
+ * settings, TBB builds use TBB's arena; braze_dnnl_runtime() says which).
+ */
+#ifndef BRAZE_DNNL_H
+#define BRAZE_DNNL_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Activations (the `act` argument). */
+enum {
+    BRAZE_ACT_NONE = 0,
+    BRAZE_ACT_RELU = 1,
+    BRAZE_ACT_GELU_ERF = 2,
+    BRAZE_ACT_GELU_TANH = 3,
+    BRAZE_ACT_SILU = 4,
+    BRAZE_ACT_SIGMOID = 5,
+    BRAZE_ACT_TANH = 6,
+    /* OR-ed into `act`: apply the activation after the residual add
+     * (ResNet: relu(conv + bias + residual)) instead of before it. */
+    BRAZE_ACT_AFTER_RESIDUAL = 0x100
+};
+
+typedef struct braze_packed_b braze_packed_b;       /* opaque: a prepacked GEMM weight */
+typedef struct braze_packed_conv braze_packed_conv; /* opaque: a prepacked conv weight */
+
+/* Creates the engine (idempotent, thread-safe). Called by every other entry;
+ * call it from braze_init to pay the start-up cost there. */
+int braze_dnnl_init(char *err, int errlen);
+
+/* "omp", "tbb", "seq", "threadpool" or "sycl+tbb" etc.: the library's runtime. */
+const char *braze_dnnl_runtime(void);
+
+/* Selects how dynamic M is handled by braze_matmul (for measurements):
+ * 0 = primitive per distinct shape, cached (default);
+ * 1 = one primitive per weight with DNNL_RUNTIME_DIM_VAL for M. */
+void braze_dnnl_set_runtime_m(int on);
+
+/* Number of primitives created so far (cache misses) and cache hits. */
+void braze_dnnl_stats(int64_t *created, int64_t *hits);
+
+/* Prepacks a weight once. W is [N,K] row-major (torch linear layout) when
+ * transposed_layout=1, else [K,N] row-major. Returns NULL on failure (err set). */
+braze_packed_b *braze_pack_b(const float *W, int64_t N, int64_t K, int transposed_layout);
+braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int transposed_layout,
+                                 char *err, int errlen);
+void braze_free_packed_b(braze_packed_b *B);
+
+/* C[M,N] = act(A[M,K] @ W^T + bias[N]) + residual[M,N]   (bias/residual may be NULL;
+ * residual may alias C). With act | BRAZE_ACT_AFTER_RESIDUAL:
+ * C = act(A @ W^T + bias + residual). */
+int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
+                 const float *bias, const float *residual, int act, float *C,
+                 char *err, int errlen);
+
+/* Batched, both operands activations: for b in [0,batch):
+ * C[b] = alpha * op(A[b]) @ op(Bm[b]), op(A) is [M,K], op(Bm) is [K,N].
+ * transA=0: A[b] is [M,K]; transA=1: A[b] is [K,M]. transB=0: Bm[b] is [K,N];
+ * transB=1: Bm[b] is [N,K]. All dense row-major, no broadcasting. */
+int braze_batch_matmul(int64_t batch, int64_t M, int64_t N, int64_t K,
+                       const float *A, int transA, const float *Bm, int transB,
+                       float alpha, float *C, char *err, int errlen);
+
+/* Prepacks a conv weight W[OC, IC/groups, KH, KW] (torch layout) for the
+ * given conv geometry; layout: 0 = NCHW activations, 1 = NHWC activations. */
+braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC,
+                                           int64_t KH, int64_t KW, int64_t groups,
+                                           int64_t stride_h, int64_t stride_w,
+                                           int64_t pad_h, int64_t pad_w,
+                                           int64_t dil_h, int64_t dil_w, int layout,
+                                           char *err, int errlen);
+void braze_free_packed_conv(braze_packed_conv *P);
+
+/* Y = act(conv2d(X, W) + bias) + residual (or, with BRAZE_ACT_AFTER_RESIDUAL,
+ * act(conv2d(X, W) + bias + residual)). X is [N,IC,H,W] (layout 0) or
+ * [N,H,W,IC] (layout 1); Y likewise with OC, OH, OW (computed by the caller
+ * with the usual formula and passed for checking). bias[OC] / residual
+ * (Y's shape) may be NULL. Padding is symmetric (pad_h top and bottom). */
+int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X,
+                 const braze_packed_conv *P, const float *bias, const float *residual,
+                 int act, int64_t OH, int64_t OW, float *Y, char *err, int errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BRAZE_DNNL_H */

@@ -1,0 +1,283 @@
+"""Locating oneDNN (libdnnl.so + headers) and the C helper compiled against it.
+
+The ``onednn`` / ``onednn-devel`` wheels install ``libdnnl.so`` under
+``<sys.prefix>/lib`` and the headers under ``<sys.prefix>/include`` (data files
+of the wheels). Search order:
+
+1. ``BRAZE_DNNL_ROOT`` (a prefix holding ``lib/libdnnl.so`` and
+   ``include/oneapi/dnnl/dnnl.h``; ``lib64`` also accepted);
+2. ``sys.prefix``, ``sys.base_prefix``, the user base (``pip --user``);
+3. the data directories of the installed ``onednn`` / ``onednn-devel`` distributions
+   (their RECORD names the files wherever pip put them).
+
+Building against it (what the runtime passes to ``compile_shared``)::
+
+    from braze.extern import onednn
+    compile_shared(src + open(onednn.helper_source()).read(), name=...,
+                   include_dirs=onednn.include_dirs(), library_dirs=onednn.library_dirs(),
+                   libraries=onednn.libraries(), rpaths=onednn.rpaths(),
+                   extra_cflags=onednn.extra_link_flags())
+
+``extra_link_flags()`` holds ``-Wl,--disable-new-dtags``: the wheel's libdnnl
+has no RUNPATH of its own but needs libtbb/libsycl/... from its own directory,
+and only an old-style DT_RPATH on the loading library is searched for the
+dependencies of its dependencies (a DT_RUNPATH is not).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import site
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MissingDependencyError
+
+PIP_INSTALL = "pip install onednn==2026.1.0 onednn-devel==2026.1.0"
+ENV_ROOT = "BRAZE_DNNL_ROOT"
+
+_CSRC = Path(__file__).resolve().parent / "csrc"
+
+
+@dataclass(frozen=True)
+class OneDNN:
+    """Where oneDNN is: ``library`` is the libdnnl.so file, ``include_dir`` holds oneapi/dnnl/dnnl.h."""
+
+    library: Path
+    include_dir: Path
+    version: tuple[int, int, int] | None
+    cpu_runtime: str          # "omp", "tbb", "sycl", "threadpool", "seq"
+    threading_runtime: str    # "omp", "tbb", "threadpool", "seq"
+
+    @property
+    def library_dir(self) -> Path:
+        return self.library.parent
+
+
+def _prefixes() -> list[Path]:
+    out: list[Path] = []
+    for p in (sys.prefix, sys.base_prefix, getattr(site, "USER_BASE", None)):
+        if p and Path(p) not in out:
+            out.append(Path(p))
+    return out
+
+
+def _dist_dirs() -> tuple[list[Path], list[Path]]:
+    """(library dirs, include dirs) named by the installed wheels' RECORD files."""
+    libs: list[Path] = []
+    incs: list[Path] = []
+    try:
+        from importlib import metadata
+    except ImportError:  # pragma: no cover
+        return libs, incs
+    for name in ("onednn", "onednn-devel", "onednn-cpu-gomp", "onednn-devel-cpu-gomp",
+                 "onednn-cpu-iomp", "onednn-devel-cpu-iomp", "onednn-cpu-tbb", "onednn-devel-cpu-tbb"):
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for f in dist.files or ():
+            s = str(f)
+            if re.search(r"(^|/)libdnnl\.so$", s):
+                libs.append(Path(dist.locate_file(f)).resolve().parent)
+            elif s.endswith("oneapi/dnnl/dnnl.h"):
+                incs.append(Path(dist.locate_file(f)).resolve().parent.parent.parent)
+    return libs, incs
+
+
+def _lib_in(d: Path) -> Path | None:
+    for name in ("libdnnl.so", "libdnnl.so.3"):
+        if (d / name).exists():
+            return d / name
+    return None
+
+
+def _parse_config(include_dir: Path) -> tuple[tuple[int, int, int] | None, str, str]:
+    names = {"1u": "seq", "2u": "omp", "4u": "tbb", "8u": "threadpool", "512u": "sycl", "0u": "none"}
+    consts: dict[str, str] = {}
+    version = None
+    try:
+        cfg = (include_dir / "oneapi" / "dnnl" / "dnnl_config.h").read_text(errors="replace")
+        for m in re.finditer(r"#define (DNNL_RUNTIME_\w+) (\w+)", cfg):
+            consts[m.group(1)] = names.get(m.group(2), m.group(2))
+        cpu = re.search(r"#define DNNL_CPU_RUNTIME (\w+)", cfg)
+        thr = re.search(r"#define DNNL_CPU_THREADING_RUNTIME (\w+)", cfg)
+        cpu_rt = consts.get(cpu.group(1), "unknown") if cpu else "unknown"
+        thr_rt = consts.get(thr.group(1), "unknown") if thr else "unknown"
+    except OSError:
+        cpu_rt = thr_rt = "unknown"
+    try:
+        ver = (include_dir / "oneapi" / "dnnl" / "dnnl_version.h").read_text(errors="replace")
+        parts = [re.search(rf"#define DNNL_VERSION_{k} (\d+)", ver) for k in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            version = tuple(int(p.group(1)) for p in parts)  # type: ignore[union-attr]
+    except OSError:
+        pass
+    return version, cpu_rt, thr_rt
+
+
+@functools.lru_cache(maxsize=None)
+def _locate(env_root: str | None) -> OneDNN:
+    tried: list[str] = []
+    candidates: list[tuple[Path, Path]] = []   # (lib dir, include dir)
+    if env_root:
+        r = Path(env_root).expanduser()
+        for libdir in (r / "lib", r / "lib64", r):
+            candidates.append((libdir, r / "include"))
+    else:
+        for p in _prefixes():
+            candidates.append((p / "lib", p / "include"))
+            candidates.append((p / "lib64", p / "include"))
+        libs, incs = _dist_dirs()
+        for ld in libs:
+            for inc in incs or [ld.parent / "include"]:
+                candidates.append((ld, inc))
+    for libdir, inc in candidates:
+        lib = _lib_in(libdir)
+        has_h = (inc / "oneapi" / "dnnl" / "dnnl.h").exists()
+        tried.append(f"{libdir} ({'libdnnl.so' if lib else 'no libdnnl.so'}), "
+                     f"{inc} ({'dnnl.h' if has_h else 'no oneapi/dnnl/dnnl.h'})")
+        if lib and has_h:
+            version, cpu_rt, thr_rt = _parse_config(inc)
+            return OneDNN(lib, inc, version, cpu_rt, thr_rt)
+    where = "; ".join(tried) if tried else "no candidate directories"
+    if env_root:
+        raise MissingDependencyError(
+            f"{ENV_ROOT}={env_root} does not hold oneDNN (lib/libdnnl.so and include/oneapi/dnnl/dnnl.h)",
+            where=f"looked in: {where}",
+            hint=f"point {ENV_ROOT} at a oneDNN install prefix, or unset it and run: {PIP_INSTALL}")
+    raise MissingDependencyError(
+        "oneDNN (libdnnl.so and its headers) is not installed; braze's native CPU backend "
+        "uses it for matmul and convolution",
+        where=f"looked in: {where}",
+        hint=f"{PIP_INSTALL}   (or set {ENV_ROOT} to a oneDNN install prefix)")
+
+
+def locate() -> OneDNN:
+    """Find oneDNN, or raise MissingDependencyError with the pip command."""
+    return _locate(os.environ.get(ENV_ROOT) or None)
+
+
+def available() -> bool:
+    try:
+        locate()
+        return True
+    except MissingDependencyError:
+        return False
+
+
+def include_dirs() -> list[str]:
+    """-I directories: oneDNN's headers and braze_dnnl.h."""
+    return [str(locate().include_dir), str(_CSRC)]
+
+
+def library_dirs() -> list[str]:
+    return [str(locate().library_dir)]
+
+
+def libraries() -> list[str]:
+    return ["dnnl", "pthread", "dl"]
+
+
+def rpaths() -> list[str]:
+    return [str(locate().library_dir)]
+
+
+def extra_link_flags() -> list[str]:
+    """Linker flags the model library needs (see the module docstring)."""
+    return ["-Wl,--disable-new-dtags"]
+
+
+def helper_source() -> Path:
+    """Path of braze_dnnl.c (include it into the model's translation unit, or compile it alongside)."""
+    return _CSRC / "braze_dnnl.c"
+
+
+def helper_header() -> Path:
+    return _CSRC / "braze_dnnl.h"
+
+
+def runtime_env() -> dict[str, str]:
+    """Environment the library wants before it starts (the C helper also sets this itself).
+
+    The wheel's CPU engine runs on SYCL, which finds its CPU device through
+    the OpenCL ICD loader; intel-opencl-rt puts libintelocl.so next to
+    libdnnl.so without registering it.
+    """
+    info = locate()
+    env: dict[str, str] = {}
+    if info.cpu_runtime == "sycl":
+        ocl = info.library_dir / "libintelocl.so"
+        if ocl.exists():
+            env["OCL_ICD_FILENAMES"] = str(ocl)
+    return env
+
+
+def describe() -> str:
+    info = locate()
+    v = ".".join(map(str, info.version)) if info.version else "?"
+    return (f"oneDNN {v} at {info.library} (headers {info.include_dir}); CPU runtime "
+            f"{info.cpu_runtime}, threading {info.threading_runtime}")
+
+
+def build_standalone(extra_source: str = "") -> Path:
+    """Compile braze_dnnl.c on its own (plus ``extra_source``) into a shared library.
+
+    For tests and benchmarks; models compile the helper into their own library.
+    Uses braze.runtime.compiler.compile_shared (cached) when present, else gcc.
+    """
+    src = f'#line 1 "{helper_source()}"\n' + helper_source().read_text() + "\n" + extra_source
+    try:
+        from ..runtime.compiler import compile_shared
+    except ImportError:  # pragma: no cover - runtime not built yet
+        compile_shared = None
+    if compile_shared is not None:
+        return compile_shared(src, name="braze_dnnl", include_dirs=include_dirs(),
+                              library_dirs=library_dirs(), libraries=libraries(),
+                              rpaths=rpaths(), extra_cflags=extra_link_flags())
+    import hashlib
+    import subprocess
+    import tempfile
+    key = hashlib.sha256((src + str(locate())).encode()).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / f"braze_dnnl_{key}.so"
+    if not out.exists():
+        c = out.with_suffix(".c")
+        c.write_text(src)
+        cmd = ["gcc", "-O2", "-fPIC", "-shared", "-fopenmp", str(c), "-o", str(out) + ".tmp",
+               *(f"-I{d}" for d in include_dirs()), *(f"-L{d}" for d in library_dirs()),
+               *(f"-l{x}" for x in libraries()), *(f"-Wl,-rpath,{r}" for r in rpaths()),
+               *extra_link_flags()]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        os.replace(str(out) + ".tmp", out)
+    return out
+
+
+def load_standalone(extra_source: str = ""):
+    """ctypes handle on a standalone helper library with argtypes set."""
+    import ctypes as C
+    lib = C.CDLL(str(build_standalone(extra_source)))
+    i64, fp, vp, cp, i32 = C.c_int64, C.POINTER(C.c_float), C.c_void_p, C.c_char_p, C.c_int
+    sig = {
+        "braze_dnnl_init": (i32, [cp, i32]),
+        "braze_dnnl_runtime": (cp, []),
+        "braze_dnnl_set_runtime_m": (None, [i32]),
+        "braze_dnnl_stats": (None, [C.POINTER(i64), C.POINTER(i64)]),
+        "braze_pack_b_err": (vp, [vp, i64, i64, i32, cp, i32]),
+        "braze_pack_b": (vp, [vp, i64, i64, i32]),
+        "braze_free_packed_b": (None, [vp]),
+        "braze_matmul": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, vp, cp, i32]),
+        "braze_batch_matmul": (i32, [i64, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
+        "braze_pack_conv_weights": (vp, [vp, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                                         i32, cp, i32]),
+        "braze_free_packed_conv": (None, [vp]),
+        "braze_conv2d": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
+    }
+    del fp
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+    return lib

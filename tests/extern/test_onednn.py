@@ -1,0 +1,287 @@
+"""braze_dnnl.c (oneDNN helper) against numpy / torch, through ctypes."""
+
+from __future__ import annotations
+
+import ctypes as C
+import math
+
+import numpy as np
+import pytest
+
+from braze.errors import MissingDependencyError
+from braze.extern import onednn
+
+if not onednn.available():
+    pytest.skip(f"oneDNN is not installed ({onednn.PIP_INSTALL})", allow_module_level=True)
+
+ERRLEN = 1024
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return onednn.load_standalone()
+
+
+def _err():
+    return C.create_string_buffer(ERRLEN)
+
+
+def _p(a):
+    return None if a is None else a.ctypes.data
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+ACTS = {
+    0: lambda x: x,
+    1: lambda x: np.maximum(x, 0),
+    2: lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+    3: lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    4: lambda x: x / (1 + np.exp(-x)),
+    5: lambda x: 1 / (1 + np.exp(-x)),
+    6: np.tanh,
+}
+
+
+def _epilogue(x, act, r):
+    """act(x) + r, or act(x + r) with the after-residual flag (0x100)."""
+    if act & 0x100:
+        return ACTS[act & 0xff](x if r is None else x + r)
+    x = ACTS[act](x)
+    return x if r is None else x + r
+
+
+def _close(got, want, rtol=1e-4):
+    """float32 tolerance relative to the magnitude of the result."""
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=0, atol=rtol * scale * 4)
+
+
+def test_locate_and_runtime(lib):
+    info = onednn.locate()
+    assert info.library.exists() and (info.include_dir / "oneapi" / "dnnl" / "dnnl.h").exists()
+    err = _err()
+    assert lib.braze_dnnl_init(err, ERRLEN) == 0, err.value
+    rt = lib.braze_dnnl_runtime().decode()
+    assert rt.endswith(info.threading_runtime)
+
+
+def test_missing_root_is_clear(monkeypatch):
+    monkeypatch.setenv(onednn.ENV_ROOT, "/nonexistent/dnnl")
+    with pytest.raises(MissingDependencyError) as ei:
+        onednn.locate()
+    assert "pip install onednn" in str(ei.value)
+
+
+@pytest.mark.parametrize("M", [1, 3, 17, 128])
+@pytest.mark.parametrize("act", list(ACTS) + [0x101, 0x103])
+@pytest.mark.parametrize("bias,residual", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul(lib, M, act, bias, residual):
+    rng = np.random.default_rng(M * 100 + act)
+    N, K = 37, 53  # odd
+    W = rng.standard_normal((N, K), dtype=np.float32)
+    A = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal(N, dtype=np.float32) if bias else None
+    r = rng.standard_normal((M, N), dtype=np.float32) if residual else None
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), N, K, 1, err, ERRLEN)
+    assert pb, err.value
+    try:
+        out = np.full((M, N), np.nan, np.float32)
+        rc = lib.braze_matmul(M, N, K, _p(A), pb, _p(b), _p(r), act, _p(out), err, ERRLEN)
+        assert rc == 0, err.value
+        x = A.astype(np.float64) @ W.T.astype(np.float64)
+        if b is not None:
+            x = x + b
+        _close(out, _epilogue(x, act, r))
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+def test_matmul_kn_layout_and_many_m(lib):
+    """[K,N] weights; one packed weight reused for many M (primitive cache)."""
+    rng = np.random.default_rng(0)
+    K, N = 768, 3072
+    W = rng.standard_normal((K, N), dtype=np.float32)
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), N, K, 0, err, ERRLEN)
+    assert pb, err.value
+    try:
+        for M in (1, 8, 1, 77, 8, 512):
+            A = rng.standard_normal((M, K), dtype=np.float32)
+            out = np.empty((M, N), np.float32)
+            assert lib.braze_matmul(M, N, K, _p(A), pb, None, None, 0, _p(out), err, ERRLEN) == 0, err.value
+            _close(out, A.astype(np.float64) @ W)
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+def test_matmul_residual_aliases_output(lib):
+    rng = np.random.default_rng(1)
+    M, N, K = 5, 16, 8
+    W = rng.standard_normal((N, K), dtype=np.float32)
+    A = rng.standard_normal((M, K), dtype=np.float32)
+    r = rng.standard_normal((M, N), dtype=np.float32)
+    out = r.copy()
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), N, K, 1, err, ERRLEN)
+    try:
+        assert lib.braze_matmul(M, N, K, _p(A), pb, None, _p(out), 0, _p(out), err, ERRLEN) == 0, err.value
+        _close(out, A.astype(np.float64) @ W.T + r)
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+def test_matmul_runtime_m_mode(lib):
+    rng = np.random.default_rng(2)
+    N, K = 64, 48
+    W = rng.standard_normal((N, K), dtype=np.float32)
+    b = rng.standard_normal(N, dtype=np.float32)
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), N, K, 1, err, ERRLEN)
+    lib.braze_dnnl_set_runtime_m(1)
+    try:
+        for M in (1, 9, 130):
+            A = rng.standard_normal((M, K), dtype=np.float32)
+            out = np.empty((M, N), np.float32)
+            assert lib.braze_matmul(M, N, K, _p(A), pb, _p(b), None, 3, _p(out), err, ERRLEN) == 0, err.value
+            _close(out, ACTS[3](A.astype(np.float64) @ W.T + b))
+    finally:
+        lib.braze_dnnl_set_runtime_m(0)
+        lib.braze_free_packed_b(pb)
+
+
+@pytest.mark.parametrize("ta", [0, 1])
+@pytest.mark.parametrize("tb", [0, 1])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 7, 5, 9), (12, 16, 16, 64), (2, 33, 17, 64)])
+def test_batch_matmul(lib, ta, tb, shape):
+    Bt, M, N, K = shape
+    rng = np.random.default_rng(sum(shape) + 2 * ta + tb)
+    A = rng.standard_normal((Bt, K, M) if ta else (Bt, M, K), dtype=np.float32)
+    Bm = rng.standard_normal((Bt, N, K) if tb else (Bt, K, N), dtype=np.float32)
+    out = np.empty((Bt, M, N), np.float32)
+    err = _err()
+    alpha = 0.125
+    rc = lib.braze_batch_matmul(Bt, M, N, K, _p(A), ta, _p(Bm), tb, alpha, _p(out), err, ERRLEN)
+    assert rc == 0, err.value
+    a = A.transpose(0, 2, 1) if ta else A
+    bm = Bm.transpose(0, 2, 1) if tb else Bm
+    _close(out, alpha * (a.astype(np.float64) @ bm.astype(np.float64)))
+
+
+CONV_CASES = [
+    # N, IC, OC, H, W, k, stride, pad, dil, groups
+    (1, 3, 8, 17, 19, 3, 1, 1, 1, 1),
+    (2, 8, 16, 15, 15, 3, 2, 1, 1, 1),
+    (1, 16, 16, 12, 12, 3, 1, 2, 2, 1),
+    (2, 8, 12, 10, 9, 3, 1, 1, 1, 4),     # grouped
+    (1, 16, 16, 14, 14, 3, 2, 1, 1, 16),  # depthwise
+    (3, 64, 32, 7, 7, 1, 1, 0, 1, 1),     # 1x1
+    (1, 3, 64, 32, 32, 7, 2, 3, 1, 1),    # ResNet stem
+]
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("act,bias,residual", [(0, False, False), (1, True, False), (1, True, True),
+                                                (0, True, True), (4, False, True), (0x101, True, True)])
+def test_conv2d(lib, case, layout, act, bias, residual):
+    torch = pytest.importorskip("torch")
+    N, IC, OC, H, W, k, s, p, d, g = case
+    rng = np.random.default_rng(H * W + OC + act)
+    X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
+    Wt = rng.standard_normal((OC, IC // g, k, k), dtype=np.float32)
+    b = rng.standard_normal(OC, dtype=np.float32) if bias else None
+    ref = torch.nn.functional.conv2d(torch.from_numpy(X).double(), torch.from_numpy(Wt).double(),
+                                     None if b is None else torch.from_numpy(b).double(),
+                                     stride=s, padding=p, dilation=d, groups=g).numpy()
+    r = rng.standard_normal(ref.shape).astype(np.float32) if residual else None
+    ref = _epilogue(ref, act, r)
+    OH, OW = ref.shape[2:]
+    err = _err()
+    pc = lib.braze_pack_conv_weights(_p(Wt), OC, IC, k, k, g, s, s, p, p, d, d, layout, err, ERRLEN)
+    assert pc, err.value
+    try:
+        to = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))) if layout else (lambda a: a)
+        Xl = to(X)
+        rl = None if r is None else to(r)
+        out = np.full(to(ref).shape, np.nan, np.float32)
+        rc = lib.braze_conv2d(N, H, W, _p(Xl), pc, _p(b), _p(rl), act, OH, OW, _p(out), err, ERRLEN)
+        assert rc == 0, err.value
+        _close(out, to(ref))
+        # same weights, another spatial size and batch (dynamic shapes)
+        H2, W2 = H + 3, W + 1
+        X2 = rng.standard_normal((N + 1, IC, H2, W2), dtype=np.float32)
+        ref2 = torch.nn.functional.conv2d(torch.from_numpy(X2).double(), torch.from_numpy(Wt).double(),
+                                          None if b is None else torch.from_numpy(b).double(),
+                                          stride=s, padding=p, dilation=d, groups=g).numpy()
+        r2 = rng.standard_normal(ref2.shape).astype(np.float32) if residual else None
+        ref2 = _epilogue(ref2, act, r2)
+        out2 = np.empty(to(ref2).shape, np.float32)
+        X2l = to(X2)  # keep the converted arrays alive across the call
+        r2l = None if r2 is None else to(r2)
+        rc = lib.braze_conv2d(N + 1, H2, W2, _p(X2l), pc, _p(b), _p(r2l), act,
+                              ref2.shape[2], ref2.shape[3], _p(out2), err, ERRLEN)
+        assert rc == 0, err.value
+        _close(out2, to(ref2))
+    finally:
+        lib.braze_free_packed_conv(pc)
+
+
+def test_errors_are_reported_not_fatal(lib):
+    err = _err()
+    W = np.ones((4, 4), np.float32)
+    assert not lib.braze_pack_b_err(_p(W), -1, 4, 1, err, ERRLEN)
+    assert b"braze_pack_b" in err.value and b"N=-1" in err.value
+    pb = lib.braze_pack_b_err(_p(W), 4, 4, 1, err, ERRLEN)
+    A = np.ones((2, 4), np.float32)
+    out = np.empty((2, 4), np.float32)
+    try:
+        assert lib.braze_matmul(2, 5, 4, _p(A), pb, None, None, 0, _p(out), err, ERRLEN) != 0
+        assert b"braze_matmul M=2 N=5 K=4" in err.value
+        assert lib.braze_matmul(2, 4, 4, _p(A), pb, None, None, 99, _p(out), err, ERRLEN) != 0
+        assert b"activation" in err.value
+        assert lib.braze_matmul(2, 4, 4, _p(A), None, None, None, 0, _p(out), err, ERRLEN) != 0
+        # a short error buffer is truncated, not overrun
+        small = C.create_string_buffer(8)
+        assert lib.braze_matmul(2, 5, 4, _p(A), pb, None, None, 0, _p(out), small, 8) != 0
+        assert len(small.value) == 7
+    finally:
+        lib.braze_free_packed_b(pb)
+    assert lib.braze_batch_matmul(-1, 2, 2, 2, _p(A), 0, _p(A), 0, 1.0, _p(out), err, ERRLEN) != 0
+    assert b"braze_batch_matmul batch=-1" in err.value
+    Wc = np.ones((8, 3, 3, 3), np.float32)
+    assert not lib.braze_pack_conv_weights(_p(Wc), 8, 3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 0, err, ERRLEN)
+    assert b"groups=2" in err.value
+    pc = lib.braze_pack_conv_weights(_p(Wc), 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, err, ERRLEN)
+    X = np.ones((1, 3, 5, 5), np.float32)
+    Y = np.empty((1, 8, 5, 5), np.float32)
+    try:
+        assert lib.braze_conv2d(1, 5, 5, _p(X), pc, None, None, 0, 4, 5, _p(Y), err, ERRLEN) != 0
+        assert b"expected OH=5 OW=5" in err.value
+        assert lib.braze_conv2d(1, 5, 5, _p(X), pc, None, None, 0, 5, 5, _p(Y), err, ERRLEN) == 0, err.value
+        np.testing.assert_allclose(Y[0, :, 2, 2], 27.0)
+    finally:
+        lib.braze_free_packed_conv(pc)
+
+
+def test_primitive_cache_counts(lib):
+    created0 = C.c_int64()
+    hits0 = C.c_int64()
+    lib.braze_dnnl_stats(C.byref(created0), C.byref(hits0))
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((8, 8), dtype=np.float32)
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), 8, 8, 1, err, ERRLEN)
+    try:
+        for M in (4, 4, 4, 5):
+            A = np.ones((M, 8), np.float32)
+            out = np.empty((M, 8), np.float32)
+            assert lib.braze_matmul(M, 8, 8, _p(A), pb, None, None, 0, _p(out), err, ERRLEN) == 0
+    finally:
+        lib.braze_free_packed_b(pb)
+    created = C.c_int64()
+    hits = C.c_int64()
+    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+    assert created.value - created0.value == 2
+    assert hits.value - hits0.value == 2
