@@ -17,9 +17,9 @@ def _to_module(model, example_inputs, dynamic_shapes) -> Module:
     if isinstance(model, (str, Path, bytes)) or type(model).__name__ == "ModelProto":
         from . import import_onnx
         return import_onnx(model)
-    mod = type(model).__module__
-    if mod.startswith("torch"):
-        import torch
+    import sys
+    torch = sys.modules.get("torch")  # a torch model means torch is already imported
+    if torch is not None:
 
         from . import import_torch
         if isinstance(model, torch.export.ExportedProgram):

@@ -21,10 +21,10 @@ import math
 
 from ..errors import BrazeError
 from ..ir import loop as L
-from ..ir import sym as S
 from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kernel, Let, Load, Reduce, Select,
                        Store, Unary, Var)
 from ..ir.types import DType
+from .c_expr import c_int_lit, int_expr
 
 F32, F64, BOOL, I64 = DType.float32, DType.float64, DType.bool, DType.int64
 
@@ -60,7 +60,12 @@ def ctype(dt: DType) -> str:
 
 
 def buffer_cname(b) -> str:
-    return "b_" + b.name
+    """A C identifier for the buffer; names with other characters get a hash suffix (no clashes)."""
+    if b.name.replace("_", "").isalnum() and b.name.isascii():
+        return "b_" + b.name
+    import hashlib
+    clean = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in b.name)
+    return f"b_{clean}_{hashlib.sha1(b.name.encode()).hexdigest()[:6]}"
 
 
 def sym_cname(s) -> str:
@@ -92,12 +97,6 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
 # ---------------------------------------------------------------------------
 # index expressions
 # ---------------------------------------------------------------------------
-
-
-def _int_lit(v: int) -> str:
-    if -2 ** 31 < v < 2 ** 31:
-        return str(v)
-    return f"INT64_C({v})"
 
 
 class _Gen:
@@ -149,39 +148,12 @@ class _Gen:
         return bool(self.vec_vars) and bool(L.vars_used(e) & self.vec_vars)
 
     def ic(self, x) -> str:
-        """C of an IntLike."""
-        if isinstance(x, int):
-            return _int_lit(x)
-        if isinstance(x, S.Sym):
-            if x.name in self.rename:
-                return self.rename[x.name]
-            return sym_cname(x)
-        if isinstance(x, S.Poly):
-            parts = []
-            for mono, c in sorted(x.terms, key=lambda t: (len(t[0]) == 0, str(t))):
-                fs = [self.ic(a) for a in mono]
-                if not fs:
-                    parts.append(_int_lit(c))
-                elif c == 1:
-                    parts.append("*".join(fs))
-                else:
-                    parts.append("*".join([_int_lit(c)] + fs))
-            return "(" + " + ".join(parts) + ")"
-        if isinstance(x, S.FloorDiv):
-            if S.bounds(x.a)[0] >= 0 and S.bounds(x.b)[0] > 0:
-                return f"({self.ic(x.a)} / {self.ic(x.b)})"
-            return f"bz_floordiv({self.ic(x.a)}, {self.ic(x.b)})"
-        if isinstance(x, S.Mod):
-            if S.bounds(x.a)[0] >= 0 and S.bounds(x.b)[0] > 0:
-                return f"({self.ic(x.a)} % {self.ic(x.b)})"
-            return f"bz_floormod({self.ic(x.a)}, {self.ic(x.b)})"
-        if isinstance(x, (S.Min, S.Max)):
-            fn = "bz_imin" if isinstance(x, S.Min) else "bz_imax"
-            out = self.ic(x.args[0])
-            for a in x.args[1:]:
-                out = f"{fn}({out}, {self.ic(a)})"
-            return out
-        raise BrazeError(f"cannot emit index expression {x!r}")
+        """C of an IntLike (loop vars of lane loops print as their ``rename``)."""
+        return int_expr(x, self._ic_name, trust_bounds=True)
+
+    def _ic_name(self, s) -> str:
+        r = self.rename.get(s.name)
+        return r if r is not None else sym_cname(s)
 
     # --- expressions ----------------------------------------------------------
     def lookup(self, e):
@@ -238,7 +210,7 @@ class _Gen:
             return (r + "f" if e.dtype == F32 else r) if v >= 0 else f"({r}{'f' if e.dtype == F32 else ''})"
         if e.dtype == BOOL:
             return "1" if v else "0"
-        return f"(({ctype(e.dtype)}){_int_lit(int(v))})"
+        return f"(({ctype(e.dtype)}){c_int_lit(int(v))})"
 
     def sx(self, e) -> str:
         code, vec = self.emit(e)

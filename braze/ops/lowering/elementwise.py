@@ -1,0 +1,174 @@
+"""Elementwise lowerings: binary/compare/logical ops, unary math, activations,
+clamp, where and cast."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.loop import Binary, Compare, Select, Unary
+from ..common import promote
+from .core import (BOOL, add, cast, cmp, const, div, fconst, lowering, mul, select, sub, un, vmax,
+                   vmin)
+from .index_math import broadcast_to
+
+
+_BIN_IR = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow", "maximum": "max",
+           "minimum": "min", "remainder": "mod"}
+
+
+@lowering(*_BIN_IR)
+def _lower_binary(ctx, a, b):
+    op = ctx.node.op
+    out = ctx.out_type
+    dt = out.dtype
+    fa, fb = broadcast_to(a, out.shape), broadcast_to(b, out.shape)
+    ir = _BIN_IR[op]
+    if dt is BOOL:
+        ir = {"add": "or", "mul": "and"}.get(ir, ir)
+    return lambda idx: Binary(ir, cast(fa(idx), dt), cast(fb(idx), dt), dt)
+
+
+_CMP_IR = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
+           "greater_equal": "ge"}
+
+
+@lowering(*_CMP_IR)
+def _lower_compare(ctx, a, b):
+    out = ctx.out_type
+    dt = promote(a.dtype, b.dtype)
+    fa, fb = broadcast_to(a, out.shape), broadcast_to(b, out.shape)
+    op = _CMP_IR[ctx.node.op]
+    return lambda idx: Compare(op, cast(fa(idx), dt), cast(fb(idx), dt))
+
+
+@lowering("logical_and", "logical_or", "logical_xor")
+def _lower_logical(ctx, a, b):
+    out = ctx.out_type
+    fa, fb = broadcast_to(a, out.shape), broadcast_to(b, out.shape)
+    op = ctx.node.op.split("_")[1]
+    return lambda idx: Binary(op, cast(fa(idx), BOOL), cast(fb(idx), BOOL), BOOL)
+
+
+@lowering("logical_not")
+def _lower_not(ctx, x):
+    return lambda idx: Unary("not", cast(x(idx), BOOL), BOOL)
+
+
+_SIMPLE_UNARY = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "neg", "abs")
+
+
+@lowering(*_SIMPLE_UNARY, "rsqrt")
+def _lower_unary(ctx, x):
+    fn = ctx.node.op
+    return lambda idx: un(fn, x(idx))
+
+
+@lowering("reciprocal")
+def _lower_reciprocal(ctx, x):
+    return lambda idx: div(fconst(1, x(idx)), x(idx))
+
+
+@lowering("gelu")
+def _lower_gelu(ctx, x, *, approximate):
+    fn = "gelu" if approximate == "none" else "gelu_tanh"
+    return lambda idx: un(fn, x(idx))
+
+
+@lowering("relu")
+def _lower_relu(ctx, x):
+    return lambda idx: vmax(x(idx), fconst(0, x(idx)))
+
+
+@lowering("floor", "ceil", "round")
+def _lower_rounding(ctx, x):
+    if not x.dtype.is_float:
+        return x
+    fn = ctx.node.op
+    return lambda idx: un(fn, x(idx))
+
+
+@lowering("sign")
+def _lower_sign(ctx, x):
+    def fn(idx):
+        v = x(idx)
+        z = fconst(0, v)
+        return select(cmp("gt", v, z), fconst(1, v), select(cmp("lt", v, z), fconst(-1, v), z))
+    return fn
+
+
+@lowering("hardswish")
+def _lower_hardswish(ctx, x):
+    def fn(idx):
+        v = x(idx)
+        t = vmin(vmax(add(v, fconst(3, v)), fconst(0, v)), fconst(6, v))
+        return div(mul(v, t), fconst(6, v))
+    return fn
+
+
+@lowering("leaky_relu")
+def _lower_leaky(ctx, x, *, alpha):
+    def fn(idx):
+        v = x(idx)
+        return select(cmp("ge", v, fconst(0, v)), v, mul(fconst(alpha, v), v))
+    return fn
+
+
+@lowering("elu")
+def _lower_elu(ctx, x, *, alpha):
+    def fn(idx):
+        v = x(idx)
+        neg = mul(fconst(alpha, v), sub(un("exp", vmin(v, fconst(0, v))), fconst(1, v)))
+        return select(cmp("gt", v, fconst(0, v)), v, neg)
+    return fn
+
+
+@lowering("softplus")
+def _lower_softplus(ctx, x, *, beta, threshold):
+    def fn(idx):
+        v = x(idx)
+        bx = mul(fconst(beta, v), v)
+        soft = div(add(vmax(bx, fconst(0, v)), un("log1p", un("exp", un("neg", un("abs", bx))))), fconst(beta, v))
+        return select(cmp("gt", bx, fconst(threshold, v)), v, soft)
+    return fn
+
+
+@lowering("hardsigmoid")
+def _lower_hardsigmoid(ctx, x, *, alpha, beta):
+    def fn(idx):
+        v = x(idx)
+        return vmin(vmax(add(mul(fconst(alpha, v), v), fconst(beta, v)), fconst(0, v)), fconst(1, v))
+    return fn
+
+
+@lowering("clamp")
+def _lower_clamp(ctx, x, *, min, max):
+    dt = x.dtype
+    lo, hi = min, max
+    if not dt.is_float:
+        info = np.iinfo(dt.numpy)
+        lo = None if lo is None else int(np.clip(math.ceil(lo), info.min, info.max))
+        hi = None if hi is None else int(np.clip(math.floor(hi), info.min, info.max))
+
+    def fn(idx):
+        v = x(idx)
+        if lo is not None:
+            v = vmax(v, const(lo, dt))
+        if hi is not None:
+            v = vmin(v, const(hi, dt))
+        return v
+    return fn
+
+
+@lowering("where")
+def _lower_where(ctx, c, a, b):
+    out = ctx.out_type
+    fc, fa, fb = (broadcast_to(t, out.shape) for t in (c, a, b))
+    dt = out.dtype
+    return lambda idx: Select(cast(fc(idx), BOOL), cast(fa(idx), dt), cast(fb(idx), dt), dt)
+
+
+@lowering("cast")
+def _lower_cast(ctx, x, *, dtype):
+    return lambda idx: cast(x(idx), dtype)

@@ -1,0 +1,136 @@
+"""Functions -> loop-IR kernels: ``lower_function`` (unscheduled),
+``build_kernel`` (with the default schedule) and ``kernel_syms``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import BrazeError
+from ...ir import loop as L
+from ...ir import sym as S
+from ...ir.graph import ConstantRef, Function, Module
+from ...ir.loop import Buffer, Expr, For, Kernel, Load, Store
+from ..builder import sanitize
+from ..registry import get_op
+from .core import LowerCtx, TensorFn, _State, cast, const
+from .index_math import _deq
+
+
+def _unique(name: str, used: set) -> str:
+    base = sanitize(name)
+    n, i = base, 1
+    while n in used:
+        n = f"{base}_{i}"
+        i += 1
+    used.add(n)
+    return n
+
+
+def _const_fn(module, node, bufs, used):
+    cname = node.attrs["name"]
+    t = node.outputs[0].type
+    c = module.constants.get(cname) if module is not None else None
+    if c is not None and not isinstance(c, ConstantRef) and np.asarray(c).size == 1:
+        v = np.asarray(c).reshape(()).item()
+        e = const(v, t.dtype)
+        return lambda idx: e
+    buf = Buffer(_unique("c_" + cname, used), t.dtype, t.shape, "in", const_name=cname)
+    bufs.append(buf)
+    return lambda idx: Load(buf, tuple(idx))
+
+
+def lower_function(func: Function, module: Module | None = None, name: str | None = None) -> Kernel:
+    """One loop-IR Kernel computing every result of ``func`` (unscheduled).
+
+    Buffers: one ``in`` per parameter (in order), then one ``in`` per module
+    constant that is not a scalar (``const_name`` set), then one ``out`` per
+    result (in order). ``kernel.syms``: the symbols the kernel needs, by name.
+    """
+    from ..registry import _load_all
+    _load_all()
+    used: set = set()
+    bufs: list = []
+    env: dict = {}
+    for p in func.params:
+        b = Buffer(_unique(p.name, used), p.dtype, p.shape, "in")
+        bufs.append(b)
+        env[id(p)] = TensorFn(lambda idx, b=b: Load(b, tuple(idx)), p.type)
+    state = _State()
+    n_red = 0
+    kinds = set()
+    for node in func.nodes:
+        opdef = get_op(node.op)
+        kinds.add(opdef.kind)
+        if node.op == "constant":
+            env[id(node.outputs[0])] = TensorFn(_const_fn(module, node, bufs, used), node.outputs[0].type)
+            continue
+        if opdef.lower is None:
+            raise BrazeError(f"op '{node.op}' has no loop lowering (kind {opdef.kind})",
+                             where=str(node.loc) if node.loc else None,
+                             hint="fusion must keep it out of generated kernels (extern call)")
+        ins = []
+        for v in node.inputs:
+            ins.append(None if v is None else env[id(v)])
+        while ins and ins[-1] is None:
+            ins.pop()
+        ctx = LowerCtx(node, module, state)
+        out = opdef.lower(ctx, *ins, **node.attrs)
+        outs = out if isinstance(out, tuple) else (out,)
+        if len(outs) != len(node.outputs):
+            raise BrazeError(f"lowering of '{node.op}' gave {len(outs)} results, expected {len(node.outputs)}")
+        for v, o in zip(node.outputs, outs):
+            f = o.fn if isinstance(o, TensorFn) and o.type != v.type else o
+            env[id(v)] = o if isinstance(o, TensorFn) and o.type == v.type else TensorFn(f, v.type)
+        if opdef.kind in ("reduction", "normalization"):
+            n_red += 1
+    # results, grouped by iteration space
+    groups: list = []
+    for i, r in enumerate(func.results):
+        b = Buffer(_unique(r.name if r.name not in {x.name for x in bufs} else f"out_{r.name}", used),
+                   r.dtype, r.shape, "out")
+        bufs.append(b)
+        for g in groups:
+            if len(g[0]) == r.rank and all(_deq(a, c) for a, c in zip(g[0], r.shape)):
+                g[1].append((b, env[id(r)]))
+                break
+        else:
+            groups.append((r.shape, [(b, env[id(r)])]))
+    body = []
+    for shape, members in groups:
+        vs = [L.loop_var(d, "i") for d in shape]
+        stmts = [Store(b, tuple(vs), cast(f(tuple(vs)), b.dtype)) for b, f in members]
+        for v, d in reversed(list(zip(vs, shape))):
+            stmts = [For(v, d, stmts)]
+        body.extend(stmts)
+    kind = "pointwise"
+    if n_red:
+        kind = "stitch" if ("normalization" in kinds or n_red > 1) else "reduction"
+    k = Kernel(name or "kernel_" + sanitize(func.name), bufs, [], body, kind)
+    k.syms = kernel_syms(k)
+    return k
+
+
+def kernel_syms(k: Kernel) -> list:
+    syms: set = set()
+    for b in k.buffers:
+        for d in b.shape:
+            syms |= S.free_syms(d)
+    for s in L.walk_stmts(k.body):
+        if isinstance(s, For):
+            syms |= S.free_syms(s.extent)
+            if s.work is not None:
+                syms |= S.free_syms(s.work)
+        if isinstance(s, (Store, L.Let)):
+            for e in L.stmt_exprs(s):
+                syms |= L.int_syms(e)
+            if isinstance(s, Store):
+                for i in s.index:
+                    if not isinstance(i, Expr) and i is not None:
+                        syms |= S.free_syms(i)
+    return sorted((s for s in syms if not L.is_loop_var(s)), key=lambda s: s.name)
+
+
+def build_kernel(func: Function, module: Module | None = None, name: str | None = None) -> Kernel:
+    """``lower_function`` followed by the default schedule."""
+    from ...schedule.default import schedule
+    return schedule(lower_function(func, module, name))

@@ -1,0 +1,108 @@
+"""Lowerings of the 2-D pools: a small reduction over the window at each output element.
+
+Window positions outside the input are masked (max: -inf; avg: left out of the
+sum), so speculative loads are clamped into bounds.
+"""
+
+from __future__ import annotations
+
+from ...ir import sym as S
+from ...ir.loop import Binary, Compare, Const, IndexValue
+from ...ir.types import DType
+from .core import BOOL, I64, cast, div, lowering, select
+from .index_math import iadd, imul
+from .views import _clamp_index
+
+
+def _window(ctx, x, idx, kernel, stride, padding, dilation, vs):
+    """(element, in-bounds condition or None, in-padded-range condition) at window offset ``vs``."""
+    *lead, oh, ow = idx
+    H, W = x.shape[-2], x.shape[-1]
+    h = iadd(imul(oh, stride[0]), iadd(S.mul(-1, padding[0]), imul(vs[0], dilation[0])))
+    w = iadd(imul(ow, stride[1]), iadd(S.mul(-1, padding[1]), imul(vs[1], dilation[1])))
+    conds = []
+    for i, d in ((h, H), (w, W)):
+        ie = IndexValue(i) if not isinstance(i, Binary) else i
+        conds += [Compare("ge", ie, Const(0, I64)), Compare("lt", ie, IndexValue(d) if S.is_symbolic(d) else Const(d, I64))]
+    c = conds[0]
+    for c2 in conds[1:]:
+        c = Binary("and", c, c2, BOOL)
+    return x((*lead, _clamp_index(h, H), _clamp_index(w, W))), c
+
+
+@lowering("max_pool2d")
+def _lower_max_pool(ctx, x, *, kernel, stride, padding, dilation, ceil_mode):
+    stride = stride or kernel
+    dt = x.dtype
+
+    def fn(idx):
+        def body(vs):
+            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs)
+            return select(c, e, Const(float("-inf"), dt))
+        return ctx.memo(tuple(idx), lambda: ctx.reduce("max", body, kernel, dt))
+    return fn
+
+
+@lowering("avg_pool2d")
+def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
+    stride = stride or kernel
+    dt = x.dtype
+    H, W = x.shape[-2], x.shape[-1]
+
+    def fn(idx):
+        def total(vs):
+            e, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs)
+            return select(c, e, Const(0.0, dt))
+
+        def count(vs):
+            *_, oh, ow = idx
+            if count_include_pad:  # positions inside the padded input count
+                h = iadd(imul(oh, stride[0]), vs[0])
+                w = iadd(imul(ow, stride[1]), vs[1])
+                lim_h, lim_w = S.add(H, padding[0] + padding[2]), S.add(W, padding[1] + padding[3])
+                c = Binary("and", Compare("lt", _ie(h), _ie(lim_h)), Compare("lt", _ie(w), _ie(lim_w)), BOOL)
+            else:
+                _, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs)
+            return select(c, Const(1.0, dt), Const(0.0, dt))
+
+        def build():
+            return div(ctx.reduce("sum", total, kernel, dt), ctx.reduce("sum", count, kernel, dt))
+        return ctx.memo(tuple(idx), build)
+    return fn
+
+
+def _ie(i):
+    return i if isinstance(i, Binary) else (IndexValue(i) if S.is_symbolic(i) else Const(int(i), I64))
+
+
+@lowering("adaptive_avg_pool2d")
+def _lower_adaptive_avg_pool(ctx, x, *, output_size):
+    dt = x.dtype
+    H, W = x.shape[-2], x.shape[-1]
+    OH, OW = output_size
+
+    def fn(idx):
+        *lead, oh, ow = idx
+        # window [floor(o*H/OH), ceil((o+1)*H/OH)); at most ceil(H/OH) + 1 long
+        hs, he = S.floordiv(S.mul(oh, H), OH), S.floordiv(S.add(S.mul(S.add(oh, 1), H), OH - 1), OH)
+        ws, we = S.floordiv(S.mul(ow, W), OW), S.floordiv(S.add(S.mul(S.add(ow, 1), W), OW - 1), OW)
+        kh = H if OH == 1 else S.add(S.floordiv(S.add(H, OH - 1), OH), 1)
+        kw = W if OW == 1 else S.add(S.floordiv(S.add(W, OW - 1), OW), 1)
+
+        def body(vs):
+            h, w = S.add(hs, vs[0]), S.add(ws, vs[1])
+            e = x((*lead, h if OH == 1 else _clamp_index(h, H), w if OW == 1 else _clamp_index(w, W)))
+            if OH == 1 and OW == 1:
+                return e
+            c = Binary("and", Compare("lt", _ie(h), _ie(he)), Compare("lt", _ie(w), _ie(we)), BOOL)
+            return select(c, e, Const(0.0, dt))
+
+        def build():
+            n = S.mul(S.add(he, S.mul(-1, hs)), S.add(we, S.mul(-1, ws)))
+            return div(ctx.reduce("sum", body, (kh, kw), dt), cast(IndexValue(n) if S.is_symbolic(n) else
+                                                                  Const(int(n), I64), dt))
+        return ctx.memo(tuple(idx), build)
+    return fn
+
+
+

@@ -1,0 +1,206 @@
+"""Lowerings of reductions (sum/mean/max/min/prod, argmax/argmin, var, cumsum)
+and of the row-wise normalizations (softmax, layer/rms/batch norm) that the
+schedule turns into one "stitch" kernel."""
+
+from __future__ import annotations
+
+from ...ir import sym as S
+from .core import I64, TensorFn, add, cast, const, div, fconst, intlike_value, lowering, mul, sub, un
+
+
+# ---------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------
+
+_RED_IR = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max", "reduce_min": "min",
+           "reduce_prod": "prod"}
+
+
+def _norm_axes(axes, rank):
+    if axes is None:
+        return tuple(range(rank))
+    return tuple(sorted({a % max(rank, 1) for a in axes})) if rank else ()
+
+
+def _reduce_over(ctx, x: TensorFn, axes, keepdims, op, dt, idx, body_fn=None):
+    """Reduce(op) over ``axes`` of x at output index ``idx``; ``body_fn(x_elem, full_idx)``."""
+    rank = x.rank
+    ext = [x.shape[a] for a in axes]
+
+    def body(vs):
+        full = []
+        it = iter(vs)
+        k = 0
+        for d in range(rank):
+            if d in axes:
+                full.append(next(it))
+                if keepdims:
+                    k += 1
+            else:
+                full.append(idx[k])
+                k += 1
+        e = x(tuple(full))
+        return body_fn(e, tuple(full)) if body_fn else e
+
+    return ctx.reduce(op, body, ext, dt)
+
+
+@lowering(*_RED_IR)
+def _lower_reduce(ctx, x, *, axes, keepdims):
+    op = ctx.node.op
+    ax = _norm_axes(axes, x.rank)
+    dt = ctx.out_type.dtype
+    n = S.prod([x.shape[a] for a in ax])
+
+    def fn(idx):
+        def build():
+            r = _reduce_over(ctx, x, ax, keepdims, _RED_IR[op], dt, idx, lambda e, _: cast(e, dt))
+            if op == "reduce_mean":
+                r = div(r, intlike_value(n, dt))
+            return r
+        return ctx.memo(tuple(idx), build)
+    return fn
+
+
+@lowering("argmax", "argmin")
+def _lower_arg(ctx, x, *, axis, keepdims):
+    ax = axis % x.rank
+    op = ctx.node.op
+    return lambda idx: ctx.memo(tuple(idx), lambda: _reduce_over(ctx, x, (ax,), keepdims, op, I64, idx))
+
+
+@lowering("var")
+def _lower_var(ctx, x, *, axes, keepdims, correction):
+    ax = _norm_axes(axes, x.rank)
+    dt = ctx.out_type.dtype
+    n = S.prod([x.shape[a] for a in ax])
+
+    def fn(idx):
+        def build():
+            mean = div(_reduce_over(ctx, x, ax, keepdims, "sum", dt, idx), intlike_value(n, dt))
+
+            def sq(e, _):
+                c = sub(e, mean)
+                return mul(c, c)
+            ss = _reduce_over(ctx, x, ax, keepdims, "sum", dt, idx, sq)
+            return div(ss, intlike_value(S.smax(S.add(n, -correction), 0), dt))
+        return ctx.memo(tuple(idx), build)
+    return fn
+
+
+@lowering("cumsum")
+def _lower_cumsum(ctx, x, *, axis, exclusive, reverse):
+    ax = axis % x.rank
+    dt = ctx.out_type.dtype
+    n = x.shape[ax]
+
+    def fn(idx):
+        i = idx[ax]
+        if not reverse:
+            ext = i if exclusive else S.add(i, 1)
+            start = 0
+        else:
+            start = S.add(i, 1) if exclusive else i
+            ext = S.add(n, S.mul(-1, start))
+
+        def body(vs):
+            full = list(idx)
+            full[ax] = S.add(start, vs[0])
+            return cast(x(tuple(full)), dt)
+        return ctx.reduce("sum", body, [ext], dt)
+    return fn
+
+
+# ---------------------------------------------------------------------------
+# normalization (stitch)
+# ---------------------------------------------------------------------------
+
+
+def _row_key(idx, axes):
+    return tuple(0 if k in axes else i for k, i in enumerate(idx))
+
+
+@lowering("softmax", "log_softmax")
+def _lower_softmax(ctx, x, *, axis):
+    if x.rank == 0:
+        return lambda idx: fconst(0.0 if ctx.node.op == "log_softmax" else 1.0, x(idx))
+    ax = axis % x.rank
+    log = ctx.node.op == "log_softmax"
+    dt = x.dtype
+
+    def stats(idx):
+        def build():
+            m = _reduce_over(ctx, x, (ax,), True, "max", dt, idx)
+            s = _reduce_over(ctx, x, (ax,), True, "sum", dt, idx, lambda e, _: un("exp", sub(e, m)))
+            return m, s
+        return ctx.memo(_row_key(idx, (ax,)), build)
+
+    def fn(idx):
+        m, s = stats(_row_key(idx, (ax,)))
+        z = sub(x(idx), m)
+        if log:
+            return sub(z, un("log", s))
+        return div(un("exp", z), s)
+    return fn
+
+
+def _affine(v, w, b, idx, a):
+    if w is not None:
+        v = mul(v, cast(w(tuple(idx[a:])), v.dtype))
+    if b is not None:
+        v = add(v, cast(b(tuple(idx[a:])), v.dtype))
+    return v
+
+
+@lowering("layer_norm")
+def _lower_layer_norm(ctx, x, weight=None, bias=None, *, axis, eps):
+    a = axis % x.rank
+    axes = tuple(range(a, x.rank))
+    dt = x.dtype
+    n = S.prod(x.shape[a:])
+
+    def stats(key):
+        def build():
+            mean = div(_reduce_over(ctx, x, axes, True, "sum", dt, key), intlike_value(n, dt))
+
+            def sq(e, _):
+                c = sub(e, mean)
+                return mul(c, c)
+            var = div(_reduce_over(ctx, x, axes, True, "sum", dt, key, sq), intlike_value(n, dt))
+            rstd = un("rsqrt", add(var, const(eps, dt)))
+            return mean, rstd
+        return ctx.memo(key, build)
+
+    def fn(idx):
+        mean, rstd = stats(_row_key(idx, axes))
+        return _affine(mul(sub(x(idx), mean), rstd), weight, bias, idx, a)
+    return fn
+
+
+@lowering("rms_norm")
+def _lower_rms_norm(ctx, x, weight=None, *, axis, eps):
+    a = axis % x.rank
+    axes = tuple(range(a, x.rank))
+    dt = x.dtype
+    n = S.prod(x.shape[a:])
+
+    def stats(key):
+        def build():
+            ms = div(_reduce_over(ctx, x, axes, True, "sum", dt, key, lambda e, _: mul(e, e)), intlike_value(n, dt))
+            return un("rsqrt", add(ms, const(eps, dt)))
+        return ctx.memo(key, build)
+
+    def fn(idx):
+        return _affine(mul(x(idx), stats(_row_key(idx, axes))), weight, None, idx, a)
+    return fn
+
+
+@lowering("batch_norm")
+def _lower_batch_norm(ctx, x, scale, bias, mean, var, *, eps):
+    dt = x.dtype
+
+    def fn(idx):
+        c = (idx[1],)
+        inv = mul(un("rsqrt", add(cast(var(c), dt), const(eps, dt))), cast(scale(c), dt))
+        return add(mul(sub(x(idx), cast(mean(c), dt)), inv), cast(bias(c), dt))
+    return fn
