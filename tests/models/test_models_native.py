@@ -1,0 +1,38 @@
+"""Every zoo model compiles ONCE with braze.compile and then runs at every test shape natively."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+from braze import zoo  # noqa: E402
+from braze.testing import MODEL_REL_TOL, flatten_outputs, rel_error  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "braze_cache"))
+
+
+@pytest.mark.parametrize("name", list(zoo.MODELS))
+def test_compile_once_run_every_shape(zoo_cache, name):
+    zm = zoo_cache.model(name)
+    before = braze.stats()["native_compiles"]
+    m = braze.compile(zoo_cache.exported(name))
+    compiles = braze.stats()["native_compiles"] - before
+    assert compiles <= 1  # 0 when an earlier test left it in the cache
+    for shape in zm.test_shapes:
+        ins = zm.make_inputs(**shape)
+        with torch.no_grad():
+            want = list(flatten_outputs(zm.module(*ins)))
+        got = m(*ins)
+        got = list(got) if isinstance(got, tuple) else [got]
+        assert isinstance(got[0], torch.Tensor)  # torch in, torch out
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert tuple(g.shape) == tuple(w.shape), (shape, g.shape, w.shape)
+            err = rel_error(g.numpy(), w.numpy())
+            assert err <= MODEL_REL_TOL, f"{name} at {shape}: rel error {err:.3g}"
+    assert braze.stats()["native_compiles"] - before == compiles, "a new shape triggered a recompile"
