@@ -1,50 +1,67 @@
-"""Symbolic integers (braze.ir.sym) as C int64 expressions."""
+"""Symbolic integers (braze.ir.sym ``IntLike``) as C ``int64_t`` expressions.
+
+The one IntLike -> C printer, shared by generated kernels (``c_kernel``) and
+the host entry code (``host``, ``host_checks``). Floor division, modulo, min
+and max with Python semantics are the inline helpers ``bz_floordiv``,
+``bz_floormod``, ``bz_imin`` and ``bz_imax`` of ``include/braze_vec.h``, which
+every translation unit gets through ``c_kernel.c_prelude``.
+"""
 
 from __future__ import annotations
 
 from typing import Callable
 
+from ..errors import BrazeError
 from ..ir import sym as S
-
-# floor division and modulo with Python semantics (C's / and % truncate)
-C_INT_HELPERS = """
-static inline int64_t braze_floordiv(int64_t a, int64_t b) {
-    int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int64_t braze_mod(int64_t a, int64_t b) {
-    int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-static inline int64_t braze_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t braze_max64(int64_t a, int64_t b) { return a > b ? a : b; }
-"""
 
 
 def c_sym_name(s: S.Sym) -> str:
     return f"sym_{s.name}"
 
 
-def int_expr(x, name: Callable[[S.Sym], str] = c_sym_name) -> str:
-    """C source for an IntLike; symbols are printed with ``name``."""
-    if isinstance(x, int):
-        return f"INT64_C({x})" if abs(x) > 2**31 - 1 else str(x)
-    if isinstance(x, S.Sym):
-        return name(x)
-    if isinstance(x, S.FloorDiv):
-        return f"braze_floordiv({int_expr(x.a, name)}, {int_expr(x.b, name)})"
-    if isinstance(x, S.Mod):
-        return f"braze_mod({int_expr(x.a, name)}, {int_expr(x.b, name)})"
-    if isinstance(x, (S.Min, S.Max)):
-        fn = "braze_min64" if isinstance(x, S.Min) else "braze_max64"
-        out = int_expr(x.args[0], name)
-        for a in x.args[1:]:
-            out = f"{fn}({out}, {int_expr(a, name)})"
-        return out
-    if isinstance(x, S.Poly):
-        terms = []
-        for mono, c in x.terms:
-            factors = [int_expr(a, name) for a in mono]
-            if c != 1 or not factors:
-                factors.insert(0, f"INT64_C({c})" if abs(c) > 2**31 - 1 else f"(int64_t){c}")
-            terms.append("*".join(factors))
-        return "(" + " + ".join(terms) + ")"
-    raise TypeError(f"not a symbolic integer: {x!r}")
+def c_int_lit(v: int) -> str:
+    """A C integer literal; values outside int32 get ``INT64_C``."""
+    if -2 ** 31 < v < 2 ** 31:
+        return str(v)
+    return f"INT64_C({v})"
+
+
+def int_expr(x, name: Callable[[S.Sym], str] = c_sym_name, *, trust_bounds: bool = False) -> str:
+    """C source for an IntLike; symbols are printed with ``name``.
+
+    With ``trust_bounds``, a floordiv/mod whose dividend is provably >= 0 and
+    divisor > 0 (``sym.bounds``) is printed as C's ``/`` / ``%``. Only for code
+    where every symbol is known to lie in its declared range (generated kernels;
+    not the input checks, which evaluate expressions before the range checks).
+    """
+
+    def p(v):
+        if isinstance(v, int):
+            return c_int_lit(v)
+        if isinstance(v, S.Sym):
+            return name(v)
+        if isinstance(v, S.Poly):
+            parts = []
+            for mono, c in sorted(v.terms, key=lambda t: (len(t[0]) == 0, str(t))):
+                fs = [p(a) for a in mono]
+                if not fs:
+                    parts.append(c_int_lit(c))
+                elif c == 1:
+                    parts.append("*".join(fs))
+                else:
+                    parts.append("*".join([c_int_lit(c)] + fs))
+            return "(" + " + ".join(parts) + ")"
+        if isinstance(v, (S.FloorDiv, S.Mod)):
+            div = isinstance(v, S.FloorDiv)
+            if trust_bounds and S.bounds(v.a)[0] >= 0 and S.bounds(v.b)[0] > 0:
+                return f"({p(v.a)} {'/' if div else '%'} {p(v.b)})"
+            return f"{'bz_floordiv' if div else 'bz_floormod'}({p(v.a)}, {p(v.b)})"
+        if isinstance(v, (S.Min, S.Max)):
+            fn = "bz_imin" if isinstance(v, S.Min) else "bz_imax"
+            out = p(v.args[0])
+            for a in v.args[1:]:
+                out = f"{fn}({out}, {p(a)})"
+            return out
+        raise BrazeError(f"cannot emit index expression {v!r} as C")
+
+    return p(x)

@@ -16,7 +16,7 @@ from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType, TensorType
 from ..passes.common import top_functions
-from .c_expr import C_INT_HELPERS, c_sym_name, int_expr
+from .c_expr import c_sym_name, int_expr
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
 
 ACTIVATIONS = {"relu": 1, "gelu:none": 2, "gelu:tanh": 3, "silu": 4, "sigmoid": 5, "tanh": 6}
@@ -111,7 +111,7 @@ class HostGen:
         parts = [
             "#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n",
             '#include "braze_abi.h"\n#include "braze_dnnl.h"\n',
-            c_prelude(self.isa), C_INT_HELPERS, C_DTYPE_NAMES,
+            c_prelude(self.isa), C_DTYPE_NAMES,
             f"static void *g_const[{max(n_const, 1)}];\n",
             "\n".join(self.globals) + "\n",
             _ARENA_C,

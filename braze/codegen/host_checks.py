@@ -1,7 +1,8 @@
 """C code that checks an entry's inputs and binds the symbols from their shapes.
 
 It mirrors ``braze.reference.bind_symbols`` so the native entry and the
-reference interpreter reject the same inputs with the same words.
+reference interpreter reject the same inputs with the same words. The C uses
+the integer helpers of braze_vec.h (``bz_floormod``, via ``c_prelude``).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def validation_c(func: Function, constraints: ConstraintStore) -> tuple[list[str
                 f"(long long)({a})", f"(long long)({b})", *env_args))
         elif f[0] == "div":
             a = int_expr(f[1])
-            out.append(f"if (braze_mod({a}, {f[2]}) != 0) " + _fail(
+            out.append(f"if (bz_floormod({a}, {f[2]}) != 0) " + _fail(
                 "BRAZE_ERR_CONSTRAINT", prefix + f"{f[1]} must be divisible by {f[2]}, but it is %PLD" + tail,
                 f"(long long)({a})", *env_args))
     return out, list(bound.values())

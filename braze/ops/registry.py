@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from ..errors import ShapeError
 from ..ir import sym as S
 from ..ir.constraints import ConstraintStore
-from ..ir.types import DType, TensorType
+from ..ir.types import DType
 
 REQUIRED = object()
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from braze import reference
-from braze.codegen.c_expr import C_INT_HELPERS
 from braze.codegen.host_checks import C_DTYPE_NAMES, validation_c
 from braze.errors import InputError
 from braze.ops import Builder, tensor
@@ -33,7 +32,7 @@ def _entry(module):
     body = "\n    ".join(lines)
     # the test entry copies x's shape into output 0 so a passing call returns something checkable
     src = f"""#include "braze_abi.h"
-{C_INT_HELPERS}
+#include "braze_vec.h"
 {C_DTYPE_NAMES}
 BRAZE_EXPORT int32_t braze_main(const braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc,
                                 void *alloc_ctx, char *err, int32_t errlen) {{

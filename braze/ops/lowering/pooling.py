@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from ...ir import sym as S
 from ...ir.loop import Binary, Compare, Const, IndexValue
-from ...ir.types import DType
 from .core import BOOL, I64, cast, div, lowering, select
 from .index_math import iadd, imul
 from .views import _clamp_index
