@@ -187,8 +187,16 @@ def rpaths() -> list[str]:
 
 
 def extra_link_flags() -> list[str]:
-    """Linker flags the model library needs (see the module docstring)."""
-    return ["-Wl,--disable-new-dtags"]
+    """Flags the model library needs (see the module docstring).
+
+    The define names the oneDNN build, so it enters the compile cache's key:
+    swapping the installed oneDNN never reuses a library built against another.
+    """
+    info = locate()
+    ident = f"{'.'.join(map(str, info.version or ()))}-{info.cpu_runtime}-{info.threading_runtime}"
+    lib_stat = info.library.stat()
+    return ["-Wl,--disable-new-dtags",
+            f"-DBRAZE_DNNL_BUILD=\"{ident}-{lib_stat.st_size}\""]
 
 
 def helper_source() -> Path:
