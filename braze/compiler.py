@@ -53,6 +53,26 @@ class CompiledModel:
     def __call__(self, *inputs):
         return self._main(*inputs)
 
+    def profile(self) -> list[tuple[str, float, int]]:
+        """Per-kernel (label, total seconds, calls) since load; needs BRAZE_DEBUG >= 3 at compile time."""
+        import ctypes
+        cdll = ctypes.CDLL(str(self.library.path))
+        if not hasattr(cdll, "braze_profile"):
+            raise BrazeError("this model was compiled without profiling", hint="compile it with BRAZE_DEBUG=3")
+        names = ctypes.POINTER(ctypes.c_char_p)()
+        secs = ctypes.POINTER(ctypes.c_double)()
+        calls = ctypes.POINTER(ctypes.c_int64)()
+        n = cdll.braze_profile(ctypes.byref(names), ctypes.byref(secs), ctypes.byref(calls))
+        return [(names[i].decode(), secs[i], calls[i]) for i in range(n)]
+
+    def profile_report(self, top: int = 25) -> str:
+        rows = sorted(self.profile(), key=lambda r: -r[1])
+        total = sum(r[1] for r in rows) or 1.0
+        lines = [f"{'kernel':60s} {'ms':>10s} {'calls':>7s} {'share':>6s}"]
+        for name, s, c in rows[:top]:
+            lines.append(f"{name[:60]:60s} {s * 1e3:10.2f} {c:7d} {100 * s / total:5.1f}%")
+        return "\n".join(lines)
+
     def function(self, name: str):
         return self._fns[name]
 
@@ -85,7 +105,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     t1 = time.perf_counter()
     module = run_pipeline(module, options=opts, copy=False)
     t2 = time.perf_counter()
-    native = HostGen(module, detect_isa()).generate()
+    native = HostGen(module, detect_isa(), profile=opts.debug >= 3).generate()
     t3 = time.perf_counter()
     if opts.dump_dir:
         d = Path(opts.dump_dir)

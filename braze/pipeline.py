@@ -18,16 +18,17 @@ from typing import Callable, Sequence
 from .errors import VerifyError
 from .ir.graph import Module
 from .options import Options
-from .passes import (assign_memory, canonicalize, constant_fold, copy_module, cse, dce, decompose, fuse,
+from .passes import (assign_memory, canonicalize, channels_last, constant_fold, copy_module, cse, dce, decompose, fuse,
                      fusion_report)
 
 Pass = Callable[[Module], Module]
 
-# canonicalize first so folding and CSE see the simplest form; decompose after the
-# clean-up (sdpa's pieces then get canonicalized and CSE'd: one mask per model, not
-# one per layer); fuse last, then drop what fusion made dead and plan the arena.
-CPU_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, decompose, canonicalize, cse, fuse, dce,
-                          assign_memory]
+# canonicalize first so folding and CSE see the simplest form; channels_last after
+# batch norms are folded into convs (its permute pairs cancel in the next canonicalize);
+# decompose after the clean-up (sdpa's pieces then get canonicalized and CSE'd: one mask
+# per model, not one per layer); fuse last, then drop what fusion made dead and plan the arena.
+CPU_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, channels_last, decompose, canonicalize, cse, dce,
+                          fuse, dce, assign_memory]
 
 
 def pass_name(p) -> str:

@@ -43,9 +43,11 @@ def _act_key(n: Node) -> str | None:
 
 
 class HostGen:
-    def __init__(self, module: Module, isa):
+    def __init__(self, module: Module, isa, profile: bool = False):
         self.module = module
         self.isa = isa
+        self.profile = profile
+        self.profile_labels: list[str] = []
         self.const_index: dict[str, int] = {}
         self.kernel_src: list[str] = []
         self.kernel_ir: dict[str, str] = {}
@@ -70,14 +72,14 @@ class HostGen:
                                f"err, errlen); if (!{h}) return BRAZE_ERR_INTERNAL;")
         return h
 
-    def pack_conv(self, wname: str, w_shape, groups, stride, pad, dil) -> str:
+    def pack_conv(self, wname: str, w_shape, groups, stride, pad, dil, layout: int = 0) -> str:
         h = f"g_packed_c{self._n_packed}"
         self._n_packed += 1
         oc, icg, kh, kw = w_shape
         self.globals.append(f"static braze_packed_conv *{h};")
         self.init_lines.append(
             f"{h} = braze_pack_conv_weights((const float *){self.const(wname)}, {oc}, {icg * groups}, {kh}, {kw}, "
-            f"{groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, {dil[0]}, {dil[1]}, 0, err, errlen); "
+            f"{groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, {dil[0]}, {dil[1]}, {layout}, err, errlen); "
             f"if (!{h}) return BRAZE_ERR_INTERNAL;")
         return h
 
@@ -116,10 +118,19 @@ class HostGen:
             "\n".join(self.globals) + "\n",
             _ARENA_C,
             "BRAZE_EXPORT void braze_set_num_threads(int32_t n) { if (n > 0) omp_set_num_threads(n); }\n",
-            *self.kernel_src, init, *bodies,
+            *self.kernel_src, init, _profile_c(self.profile_labels) if self.profile else "", *bodies,
         ]
         names = sorted(self.const_index, key=self.const_index.get)
         return NativeSource("\n".join(parts), entries, names, self.kernel_ir)
+
+
+def _profile_c(labels: list[str]) -> str:
+    n = max(len(labels), 1)
+    names = ", ".join('"' + x.replace('"', "'") + '"' for x in labels) or '""'
+    return (f"static double g_prof_s[{n}];\nstatic int64_t g_prof_n[{n}];\n"
+            f"static const char *const g_prof_names[{n}] = {{{names}}};\n"
+            "BRAZE_EXPORT int32_t braze_profile(const char *const **names, double **seconds, int64_t **calls) {\n"
+            f"    *names = g_prof_names; *seconds = g_prof_s; *calls = g_prof_n; return {len(labels)};\n}}\n")
 
 
 _ARENA_C = """
@@ -184,8 +195,12 @@ class _EntryWriter:
             for v in n.outputs:
                 if id(v) not in self.ptr:
                     raise BrazeError(f"%{v.name} has no memory (not in the memory plan)", where=f"@{f.name}")
-            self.emit(f"/* {n.attrs['kind']} @{n.attrs['callee']} */")
+            label = f"{n.attrs['kind']} @{n.attrs['callee']}"
+            self.emit(f"/* {label} */")
+            start = len(self.lines)
             getattr(self, "_" + n.attrs["kind"], self._kernel)(n)
+            if self.gen.profile:
+                self._time(start, f"@{f.name}: {label}")
         for k, r in copies:
             src = self.ptr[id(r)] if not any(r is q for q in f.results[:k]) else f"out_{[q is r for q in f.results].index(True)}"
             self.emit(f"memcpy(out_{k}, {src}, (size_t)({int_expr(S.mul(r.type.numel(), r.dtype.itemsize))}));")
@@ -201,6 +216,13 @@ class _EntryWriter:
         body = "\n    ".join(head + self.lines + ["return BRAZE_OK;"])
         return (f"BRAZE_EXPORT int32_t {symbol}(const braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, "
                 f"void *alloc_ctx, char *err, int32_t errlen) {{\n    {body}\n}}\n")
+
+    def _time(self, start: int, label: str) -> None:
+        """Wrap the lines from ``start`` in a timer (BRAZE_DEBUG >= 3)."""
+        i = len(self.gen.profile_labels)
+        self.gen.profile_labels.append(label)
+        self.lines[start:] = ["{ double t0_ = omp_get_wtime();", *self.lines[start:],
+                              f"g_prof_s[{i}] += omp_get_wtime() - t0_; g_prof_n[{i}]++; }}"]
 
     # --- generated kernels --------------------------------------------------------------
     def _kernel(self, n: Node, callee: Function | None = None, inputs=None, outputs=None) -> None:
@@ -280,6 +302,10 @@ class _EntryWriter:
                 pass
             elif _act_key(m) and act == 0 and residual is None and m.inputs[0] is chain:
                 act = ACTIVATIONS[_act_key(m)]
+            elif m.op == "add" and bias is None and act == 0 and residual is None and \
+                    _is_bias(m, chain, const_of, anchor):
+                other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
+                bias = cptr[id(other)]
             elif m.op == "add" and residual is None and len(m.inputs) == 2 and chain in m.inputs:
                 other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
                 if other is chain or id(other) not in cptr or other.dtype != DType.float32 or \
@@ -324,12 +350,15 @@ class _EntryWriter:
             if (pt, pl) != (pb, pr) or x.rank != 4:
                 raise BrazeError(f"conv2d with asymmetric padding {a.attrs['padding']} is not supported natively",
                                  where=str(a.loc) if a.loc else None)
+            nhwc = a.attrs.get("layout") == "nhwc"
             h = self.gen.pack_conv(const_of[id(w)], w.shape, a.attrs["groups"], a.attrs["stride"], (pt, pl),
-                                   a.attrs["dilation"])
+                                   a.attrs["dilation"], layout=1 if nhwc else 0)
             y = a.outputs[0]
-            self.emit(f"if (braze_conv2d({int_expr(x.shape[0])}, {int_expr(x.shape[2])}, {int_expr(x.shape[3])}, "
-                      f"(const float *){cptr[id(x)]}, {h}, {bias}, {res}, {act}, {int_expr(y.shape[2])}, "
-                      f"{int_expr(y.shape[3])}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
+            hw = (1, 2) if nhwc else (2, 3)
+            self.emit(f"if (braze_conv2d({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, "
+                      f"{int_expr(x.shape[hw[1]])}, (const float *){cptr[id(x)]}, {h}, {bias}, {res}, {act}, "
+                      f"{int_expr(y.shape[hw[0]])}, {int_expr(y.shape[hw[1]])}, (float *){dst}, {e})) "
+                      f"return BRAZE_ERR_INTERNAL;")
             return
         w = a.inputs[1]
         K = x.shape[-1]
@@ -365,6 +394,20 @@ class _EntryWriter:
         self.emit(f"if (braze_batch_matmul({int_expr(batch)}, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
                   f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, 0, 1.0f, (float *){dst}, {e})) "
                   f"return BRAZE_ERR_INTERNAL;")
+
+
+def _is_bias(m: Node, chain: Value, const_of, anchor: Node) -> bool:
+    """``chain + b`` with b a float32 constant of shape [N] (gemm) or [OC, 1, 1] (conv)."""
+    if len(m.inputs) != 2 or chain not in m.inputs:
+        return False
+    other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
+    if other is chain or id(other) not in const_of or other.dtype != DType.float32:
+        return False
+    if anchor.op == "conv2d":
+        if anchor.attrs.get("layout") == "nhwc":
+            return other.rank == 1 and other.shape[0] == chain.shape[3] and m.outputs[0].shape == chain.shape
+        return other.shape == (chain.shape[1], 1, 1) and m.outputs[0].shape == chain.shape
+    return other.rank == 1 and other.shape[0] == chain.shape[-1] and m.outputs[0].shape == chain.shape
 
 
 def _users(f: Function) -> dict[int, list[Node]]:

@@ -165,6 +165,31 @@ def conv2d_numpy(x, w, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=
     return y[0] if unbatched else y
 
 
+def _channels_last(infer, ref):
+    """infer/reference taking a ``layout`` attribute: "nhwc" runs the NCHW rule on a permuted view."""
+
+    def infer2(ctx, x, *rest, layout="nchw", **attrs):
+        if layout == "nchw":
+            return infer(ctx, x, *rest, **attrs)
+        if layout != "nhwc" or x.rank != 4:
+            raise ctx.error(f"layout must be 'nchw' or 'nhwc' (rank 4), got {layout!r} on {x}")
+        n, h, w, c = x.shape
+        out = infer(ctx, x.with_shape((n, c, h, w)), *rest, **attrs)
+        on, oc, oh, ow = out.shape
+        return out.with_shape((on, oh, ow, oc))
+
+    def ref2(ctx, x, *rest, layout="nchw", **attrs):
+        if layout == "nchw":
+            return ref(ctx, x, *rest, **attrs)
+        y = ref(ctx, np.ascontiguousarray(x.transpose(0, 3, 1, 2)), *rest, **attrs)
+        return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
+
+    return infer2, ref2
+
+
+_LAYOUT = Attr("str", "nchw", "activation layout: nchw, or nhwc (channels last; set by the layout pass)")
+
+
 def _conv2d_ref(ctx, x, w, bias=None, *, stride, padding, dilation, groups):
     padding = tuple(padding)
     if len(padding) == 1:
@@ -177,9 +202,10 @@ defop("conv2d", inputs=("x", "weight", "bias?"),
       attrs={"stride": Attr("ints", (1, 1), "(sh, sw)"),
              "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right)"),
              "dilation": Attr("ints", (1, 1), "(dh, dw)"),
-             "groups": Attr("int", 1, "channel groups")},
-      infer=_conv2d_infer, reference=_conv2d_ref, kind="conv",
-      doc="2-D convolution, NCHW input, weight [out, in/groups, kh, kw].")
+             "groups": Attr("int", 1, "channel groups"),
+             "layout": _LAYOUT},
+      infer=_channels_last(_conv2d_infer, _conv2d_ref)[0], reference=_channels_last(_conv2d_infer, _conv2d_ref)[1],
+      kind="conv", doc="2-D convolution, NCHW (or NHWC) input, weight [out, in/groups, kh, kw].")
 
 
 # ---------------------------------------------------------------------------
@@ -256,9 +282,11 @@ defop("max_pool2d", inputs=("x",),
              "stride": Attr("ints", None, "(sh, sw); default: the kernel"),
              "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right), padded with -inf"),
              "dilation": Attr("ints", (1, 1), "(dh, dw)"),
-             "ceil_mode": Attr("bool", False, "round the output size up (PyTorch rule)")},
-      infer=_max_pool_infer, reference=_max_pool_ref, kind="pool",
-      doc="2-D max pooling over the last two dims.")
+             "ceil_mode": Attr("bool", False, "round the output size up (PyTorch rule)"),
+             "layout": _LAYOUT},
+      infer=_channels_last(_max_pool_infer, _max_pool_ref)[0],
+      reference=_channels_last(_max_pool_infer, _max_pool_ref)[1], kind="pool",
+      doc="2-D max pooling over the spatial dims (the last two, or the middle two with layout nhwc).")
 
 
 def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):

@@ -4,6 +4,7 @@ returns it (``braze.pipeline.run_pipeline`` copies the input first).
 * ``canonicalize``: identity casts/reshapes/permutes/expands/slices, view chains, x*1, x+(-0.0)
 * ``constant_fold``: all-constant nodes (and conv + batch_norm weights) -> constants
 * ``cse``, ``dce``
+* ``channels_last``: float32 conv2d / max_pool2d in NHWC, permutes sunk and cancelled
 * ``decompose``: scaled_dot_product_attention -> matmul, softmax, matmul
 * ``fuse``: groups -> ``fused`` nodes calling ``@fused_N`` sub-functions (``fusion_report``)
 * ``plan_memory`` / ``assign_memory``: arena offsets for intermediates (``MemoryPlan``)
@@ -15,8 +16,9 @@ from .constant_fold import constant_fold
 from .cse import cse
 from .dce import dce
 from .decompose import decompose
+from .layout import channels_last
 from .fusion import fuse, fusion_report, group_counts
 from .memory import MemoryPlan, assign_memory, plan_memory
 
-__all__ = ["canonicalize", "constant_fold", "cse", "dce", "decompose", "fuse", "fusion_report", "group_counts",
+__all__ = ["canonicalize", "channels_last", "constant_fold", "cse", "dce", "decompose", "fuse", "fusion_report", "group_counts",
            "plan_memory", "assign_memory", "MemoryPlan", "copy_module"]

@@ -279,8 +279,8 @@ static int residual_post_op_index(int act) {
 
 /* Post-ops: eltwise(act) then binary add(residual md); with
  * BRAZE_ACT_AFTER_RESIDUAL, binary add then eltwise. */
-static dnnl_status_t make_attr(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
-                               float out_scale_linear) {
+static dnnl_status_t make_attr_ex(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
+                                  float out_scale_linear, int res_as_sum) {
     dnnl_post_ops_t po = NULL;
     dnnl_status_t st = dnnl_primitive_attr_create(attr);
     if (st != dnnl_success) return st;
@@ -291,13 +291,22 @@ static dnnl_status_t make_attr(dnnl_primitive_attr_t *attr, int act, const_dnnl_
     dnnl_alg_kind_t alg;
     float alpha;
     int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
-    if (st == dnnl_success && res_md && late) st = dnnl_post_ops_append_binary(po, dnnl_binary_add, res_md);
+    if (st == dnnl_success && res_md && late)
+        st = res_as_sum ? dnnl_post_ops_append_sum(po, 1.f, 0, dnnl_data_type_undef)
+                        : dnnl_post_ops_append_binary(po, dnnl_binary_add, res_md);
     if (st == dnnl_success && act_alg(act, &alg, &alpha) == 1)
         st = dnnl_post_ops_append_eltwise(po, alg, alpha, 0.f);
-    if (st == dnnl_success && res_md && !late) st = dnnl_post_ops_append_binary(po, dnnl_binary_add, res_md);
+    if (st == dnnl_success && res_md && !late)
+        st = res_as_sum ? dnnl_post_ops_append_sum(po, 1.f, 0, dnnl_data_type_undef)
+                        : dnnl_post_ops_append_binary(po, dnnl_binary_add, res_md);
     if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(*attr, po);
     dnnl_post_ops_destroy(po);
     return st;
+}
+
+static dnnl_status_t make_attr(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
+                               float out_scale_linear) {
+    return make_attr_ex(attr, act, res_md, out_scale_linear, 0);
 }
 
 /* ------------------------------------------------------------------ GEMM weights */
@@ -799,20 +808,23 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
         dnnl_dims_t bd = {P->OC};
         DN(dnnl_memory_desc_create_with_tag(&bias, 1, bd, dnnl_f32, dnnl_a));
     }
-    DN(make_attr(&attr, c->act, c->has_res ? dst : NULL, 1.f));
-    if (conv_pd(&pd, P, src, P->md, bias, dst, attr) != dnnl_success) {
-        pd = NULL;
-        DN(conv_pd(&pd, P, src, wany, bias, dst, attr));
+    /* the residual is a sum post-op (Y is preloaded with it): the JIT convolutions take
+     * sum, while binary add sends oneDNN 3.2 to its reference kernel */
+    DN(make_attr_ex(&attr, c->act, c->has_res ? dst : NULL, 1.f, 1));
+    /* weights `any`: the implementation picks its layout (a fixed packed layout can force
+     * the reference kernel, e.g. for strided 1x1); re-lay the weights out when it differs */
+    DN(conv_pd(&pd, P, src, wany, bias, dst, attr));
+    {
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DN(dnnl_memory_desc_clone(&e->wei_md, want));
-        e->wei_alt = aligned_alloc64(dnnl_memory_desc_get_size(want));
-        if (!e->wei_alt) {
-            set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
-            goto fail;
+        if (!dnnl_memory_desc_equal(want, P->md)) {
+            e->wei_alt = aligned_alloc64(dnnl_memory_desc_get_size(want));
+            if (!e->wei_alt) {
+                set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
+                goto fail;
+            }
+            if (do_reorder(P->md, P->data, want, e->wei_alt, ctx, err, errlen)) goto fail;
         }
-        if (do_reorder(P->md, P->data, want, e->wei_alt, ctx, err, errlen)) goto fail;
-    } else {
-        DN(dnnl_memory_desc_clone(&e->wei_md, P->md));
     }
     DN(dnnl_primitive_create(&e->prim, pd));
     rc = 0;
@@ -890,11 +902,8 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
             DN(dnnl_memory_create(&mb, bmd, g_engine, (void *)bias));
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mb};
         }
-        if (residual) {
-            DN(dnnl_memory_create(&mr, dst, g_engine, (void *)residual));
-            int idx = residual_post_op_index(act);
-            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1, mr};
-        }
+        if (residual && residual != Y)
+            memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * sizeof(float));
         DN(dnnl_primitive_execute(e->prim, s, n, args));
         DN(dnnl_stream_wait(s));
     }

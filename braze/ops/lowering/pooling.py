@@ -13,10 +13,11 @@ from .index_math import iadd, imul
 from .views import _clamp_index
 
 
-def _window(ctx, x, idx, kernel, stride, padding, dilation, vs):
-    """(element, in-bounds condition or None, in-padded-range condition) at window offset ``vs``."""
-    *lead, oh, ow = idx
-    H, W = x.shape[-2], x.shape[-1]
+def _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout="nchw"):
+    """(element, in-bounds condition) at window offset ``vs``; spatial dims by ``layout``."""
+    ax = (1, 2) if layout == "nhwc" else (x.rank - 2, x.rank - 1)
+    oh, ow = idx[ax[0]], idx[ax[1]]
+    H, W = x.shape[ax[0]], x.shape[ax[1]]
     h = iadd(imul(oh, stride[0]), iadd(S.mul(-1, padding[0]), imul(vs[0], dilation[0])))
     w = iadd(imul(ow, stride[1]), iadd(S.mul(-1, padding[1]), imul(vs[1], dilation[1])))
     conds = []
@@ -26,17 +27,19 @@ def _window(ctx, x, idx, kernel, stride, padding, dilation, vs):
     c = conds[0]
     for c2 in conds[1:]:
         c = Binary("and", c, c2, BOOL)
-    return x((*lead, _clamp_index(h, H), _clamp_index(w, W))), c
+    src = list(idx)
+    src[ax[0]], src[ax[1]] = _clamp_index(h, H), _clamp_index(w, W)
+    return x(tuple(src)), c
 
 
 @lowering("max_pool2d")
-def _lower_max_pool(ctx, x, *, kernel, stride, padding, dilation, ceil_mode):
+def _lower_max_pool(ctx, x, *, kernel, stride, padding, dilation, ceil_mode, layout="nchw"):
     stride = stride or kernel
     dt = x.dtype
 
     def fn(idx):
         def body(vs):
-            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs)
+            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout)
             return select(c, e, Const(float("-inf"), dt))
         return ctx.memo(tuple(idx), lambda: ctx.reduce("max", body, kernel, dt))
     return fn

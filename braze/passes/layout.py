@@ -1,0 +1,90 @@
+"""Channels-last layout: NCHW convolutions and max pools run in NHWC.
+
+oneDNN's fast convolutions want NHWC (docs/gemm.md: plain NCHW 1x1 convs run
+at under 1 GFLOP/s). Each float32 ``conv2d`` / ``max_pool2d`` becomes
+``permute(op(permute(x, to_nhwc), layout="nhwc"), to_nchw)``; then each
+``to_nchw`` permute sinks through the elementwise ops after it (relu,
+residual add) until it meets a ``to_nhwc`` permute, and the pair cancels (the
+canonicalize pass merges and drops them). What remains are permutes at the
+edges of the convolutional part of the graph.
+"""
+
+from __future__ import annotations
+
+from ..ir.graph import Function, Module
+from ..ir.types import DType
+from ..ops.registry import get_op
+from .common import Namer, make_node, replace_all_uses, top_functions
+
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+CHANNELS_LAST_OPS = ("conv2d", "max_pool2d")
+
+
+def _is_to_nchw(v) -> bool:
+    p = v.producer
+    return p is not None and p.op == "permute" and tuple(p.attrs["perm"]) == TO_NCHW
+
+
+def _convert(module: Module, f: Function, namer: Namer) -> int:
+    out, changed = [], 0
+    for n in f.nodes:
+        x = n.inputs[0] if n.inputs else None
+        if n.op in CHANNELS_LAST_OPS and n.attrs.get("layout") == "nchw" and x is not None and x.rank == 4 \
+                and x.dtype == DType.float32:
+            p = make_node(module, "permute", [x], {"perm": TO_NHWC}, loc=n.loc, namer=namer, name="nhwc")
+            m = make_node(module, n.op, [p.outputs[0], *n.inputs[1:]], {**n.attrs, "layout": "nhwc"}, loc=n.loc,
+                          namer=namer, name=n.op)
+            back = make_node(module, "permute", [m.outputs[0]], {"perm": TO_NCHW}, loc=n.loc, namer=namer,
+                             name="nchw")
+            out += [p, m, back]
+            replace_all_uses(f, n.outputs[0], back.outputs[0])
+            changed += 1
+        else:
+            out.append(n)
+    f.nodes = out
+    return changed
+
+
+def _sink(module: Module, f: Function, namer: Namer) -> int:
+    """elementwise(permute(a, to_nchw), ...) -> permute(elementwise(a, ...), to_nchw)."""
+    changed = 0
+    out = []
+    for n in f.nodes:
+        kind = get_op(n.op).kind
+        acts = [v for v in n.inputs if v is not None and v.rank == 4]
+        others = [v for v in n.inputs if v is not None and v.rank != 4]
+        if kind == "elementwise" and len(n.outputs) == 1 and any(_is_to_nchw(v) for v in acts) \
+                and all(all(d == 1 for d in v.shape) for v in others) and n.outputs[0].rank == 4:
+            ins = []
+            for v in n.inputs:
+                if v is None or v.rank != 4:
+                    ins.append(v)
+                elif _is_to_nchw(v):
+                    ins.append(v.producer.inputs[0])
+                else:  # an NCHW operand (e.g. the block input of a residual add): bring it to NHWC
+                    p = make_node(module, "permute", [v], {"perm": TO_NHWC}, loc=n.loc, namer=namer, name="nhwc")
+                    out.append(p)
+                    ins.append(p.outputs[0])
+            m = make_node(module, n.op, ins, n.attrs, loc=n.loc, namer=namer, name=n.op)
+            back = make_node(module, "permute", [m.outputs[0]], {"perm": TO_NCHW}, loc=n.loc, namer=namer,
+                             name="nchw")
+            out += [m, back]
+            replace_all_uses(f, n.outputs[0], back.outputs[0])
+            changed += 1
+        else:
+            out.append(n)
+    f.nodes = out
+    return changed
+
+
+def channels_last(module: Module) -> Module:
+    """Mutates and returns ``module``; run canonicalize, cse and dce after it."""
+    for f in top_functions(module):
+        namer = Namer(f)
+        if not _convert(module, f, namer):
+            continue
+        while _sink(module, f, namer):
+            pass
+    return module
+

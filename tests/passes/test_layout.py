@@ -1,0 +1,33 @@
+"""channels_last: NCHW conv/pool chains run in NHWC; permutes cancel between them; results unchanged."""
+
+import numpy as np
+
+from braze import reference
+from braze.ops import Builder, tensor
+from braze.passes import canonicalize, channels_last, cse, dce
+
+
+def _resnet_block():
+    b = Builder()
+    n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
+    x = b.param("x", tensor("f32", n, 8, h, w))
+    rng = np.random.default_rng(0)
+    w1 = b.constant(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w1")
+    w2 = b.constant(rng.standard_normal((8, 8, 1, 1)).astype(np.float32), "w2")
+    y = b.relu(b.op("conv2d", [x, w1], padding=(1, 1, 1, 1)))
+    y = b.relu(b.add(b.op("conv2d", [y, w2]), x))
+    b.ret(b.op("max_pool2d", [y], kernel=(2, 2)))
+    return b.module
+
+
+def test_permutes_cancel_and_results_hold():
+    m = _resnet_block()
+    xs = [np.random.default_rng(i).standard_normal(s).astype(np.float32) for i, s in
+          enumerate([(1, 8, 4, 4), (2, 8, 7, 9)])]
+    want = [reference.run(m, x) for x in xs]
+    m = dce(cse(canonicalize(channels_last(m))))
+    ops = [n.op for n in m.main.nodes if n.op != "constant"]
+    assert ops.count("permute") == 2, ops  # one into NHWC at the input, one back at the output
+    assert all(n.attrs["layout"] == "nhwc" for n in m.main.nodes if n.op in ("conv2d", "max_pool2d"))
+    for x, w in zip(xs, want):
+        np.testing.assert_allclose(reference.run(m, x), w, rtol=1e-5, atol=1e-5)
