@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from .errors import VerifyError
 from .ir.graph import Module
 from .options import Options
-from .passes import (assign_memory, canonicalize, channels_last, constant_fold, copy_module, cse, dce, decompose, fuse,
+from .passes import (assign_memory, canonicalize, channels_last, constant_fold, recognize_patterns, copy_module, cse, dce, decompose, fuse,
                      fusion_report)
 
 Pass = Callable[[Module], Module]
@@ -27,7 +27,7 @@ Pass = Callable[[Module], Module]
 # batch norms are folded into convs (its permute pairs cancel in the next canonicalize);
 # decompose after the clean-up (sdpa's pieces then get canonicalized and CSE'd: one mask
 # per model, not one per layer); fuse last, then drop what fusion made dead and plan the arena.
-CPU_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, channels_last, decompose, canonicalize, cse, dce,
+CPU_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose, canonicalize, cse, dce,
                           fuse, dce, assign_memory]
 
 

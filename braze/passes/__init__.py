@@ -5,6 +5,7 @@ returns it (``braze.pipeline.run_pipeline`` copies the input first).
 * ``constant_fold``: all-constant nodes (and conv + batch_norm weights) -> constants
 * ``cse``, ``dce``
 * ``channels_last``: float32 conv2d / max_pool2d in NHWC, permutes sunk and cancelled
+* ``recognize_patterns``: hand-written ops (tanh GELU) -> the native op
 * ``decompose``: scaled_dot_product_attention -> matmul, softmax, matmul
 * ``fuse``: groups -> ``fused`` nodes calling ``@fused_N`` sub-functions (``fusion_report``)
 * ``plan_memory`` / ``assign_memory``: arena offsets for intermediates (``MemoryPlan``)
@@ -17,8 +18,9 @@ from .cse import cse
 from .dce import dce
 from .decompose import decompose
 from .layout import channels_last
+from .patterns import recognize_patterns
 from .fusion import fuse, fusion_report, group_counts
 from .memory import MemoryPlan, assign_memory, plan_memory
 
-__all__ = ["canonicalize", "channels_last", "constant_fold", "cse", "dce", "decompose", "fuse", "fusion_report", "group_counts",
+__all__ = ["canonicalize", "channels_last", "recognize_patterns", "constant_fold", "cse", "dce", "decompose", "fuse", "fusion_report", "group_counts",
            "plan_memory", "assign_memory", "MemoryPlan", "copy_module"]
