@@ -27,7 +27,7 @@ import numpy as np
 
 from ..ir.graph import Function, Module, Node, Value
 from ..ops.shape import BIG
-from .common import Namer, apply_replacements, constant_value, make_node, same_shape
+from .common import Namer, apply_replacements, constant_value, follow, make_node, same_shape
 from .dce import dce_function, drop_unused_constants
 
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
@@ -153,7 +153,7 @@ def canonicalize_function(module: Module, f: Function, max_rounds: int = 4) -> i
         new_nodes = []
         for n in f.nodes:
             if repl:
-                n.inputs = [None if v is None else _follow(repl, v) for v in n.inputs]
+                n.inputs = [None if v is None else follow(repl, v) for v in n.inputs]
             try:
                 r = _rewrite(module, n, namer)
             except Exception:  # a rule that does not apply to an odd node: keep the node
@@ -175,12 +175,6 @@ def canonicalize_function(module: Module, f: Function, max_rounds: int = 4) -> i
         if not changed:
             break
     return changed_total
-
-
-def _follow(repl, v):
-    while id(v) in repl:
-        v = repl[id(v)]
-    return v
 
 
 def canonicalize(module: Module) -> Module:

@@ -44,6 +44,13 @@ def replace_all_uses(func: Function, old: Value, new: Value) -> None:
     func.results = [new if v is old else v for v in func.results]
 
 
+def follow(repl: dict[int, Value], v: Value) -> Value:
+    """The end of ``v``'s replacement chain."""
+    while id(v) in repl:
+        v = repl[id(v)]
+    return v
+
+
 def apply_replacements(func: Function, repl: dict[int, Value]) -> None:
     """Rewire every use of value ``id -> replacement`` (chains are followed)."""
     if not repl:

@@ -13,7 +13,7 @@ import numpy as np
 from ..ir import sym as S
 from ..ir.graph import Function, Module, array_digest
 from ..ir.types import DType
-from .common import apply_replacements
+from .common import apply_replacements, follow
 from .dce import dce_function, drop_unused_constants
 
 SMALL_CONSTANT = 1024
@@ -53,7 +53,7 @@ def cse_function(module: Module, f: Function) -> int:
     keep = []
     merged = 0
     for n in f.nodes:
-        n.inputs = [None if v is None else _follow(repl, v) for v in n.inputs]
+        n.inputs = [None if v is None else follow(repl, v) for v in n.inputs]
         if n.op == "constant":
             key = ("constant", _const_key(module, n.attrs.get("name")), n.outputs[0].type.dtype.name)
         else:
@@ -71,12 +71,6 @@ def cse_function(module: Module, f: Function) -> int:
     f.nodes = keep
     apply_replacements(f, repl)
     return merged
-
-
-def _follow(repl, v):
-    while id(v) in repl:
-        v = repl[id(v)]
-    return v
 
 
 def cse(module: Module) -> Module:
