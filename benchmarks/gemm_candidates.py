@@ -3,7 +3,7 @@
     python benchmarks/gemm_candidates.py [--threads 2] [--quick] [--out benchmarks/results]
 
 Candidates (fp32):
-  onednn      braze's helper (braze/extern/csrc/braze_dnnl.c): prepacked weights,
+  onednn      braze's helper (braze/extern/csrc/braze_dnnl_matmul.c): prepacked weights,
               post-ops, primitive per shape cached (and, for the comparison,
               one primitive with a run-time M)
   mlas        ONNX Runtime (a MatMul-only model, constant B, intra_op_num_threads)

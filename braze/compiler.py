@@ -115,7 +115,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     env_cache = {}
     if opts.cache_dir:
         env_cache["BRAZE_CACHE_DIR"] = opts.cache_dir
-    source = native.source + "\n/* ---- oneDNN helper ---- */\n" + onednn.helper_source().read_text()
+    source = native.source + "\n/* ---- oneDNN helper ---- */\n" + onednn.helper_text()
     lib = _with_env(env_cache, lambda: load_library(
         source, name=module.main.name, include_dirs=[*onednn.include_dirs(), str(onednn.helper_header().parent)],
         library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=onednn.rpaths(),

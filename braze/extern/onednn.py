@@ -13,7 +13,7 @@ of the wheels). Search order:
 Building against it (what the runtime passes to ``compile_shared``)::
 
     from braze.extern import onednn
-    compile_shared(src + open(onednn.helper_source()).read(), name=...,
+    compile_shared(src + onednn.helper_text(), name=...,
                    include_dirs=onednn.include_dirs(), library_dirs=onednn.library_dirs(),
                    libraries=onednn.libraries(), rpaths=onednn.rpaths(),
                    extra_cflags=onednn.extra_link_flags())
@@ -199,9 +199,14 @@ def extra_link_flags() -> list[str]:
             f"-DBRAZE_DNNL_BUILD=\"{ident}-{lib_stat.st_size}\""]
 
 
-def helper_source() -> Path:
-    """Path of braze_dnnl.c (include it into the model's translation unit, or compile it alongside)."""
-    return _CSRC / "braze_dnnl.c"
+HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_matmul.c", "braze_dnnl_conv.c")
+
+
+def helper_text() -> str:
+    """The C helper's source: its parts, in order, as one text to append to a model's
+    translation unit. ``#line`` names each part (by file name only, so the text, and
+    with it the compile-cache key, does not depend on where braze is installed)."""
+    return "".join(f'#line 1 "{p}"\n' + (_CSRC / p).read_text() + "\n" for p in HELPER_PARTS)
 
 
 def helper_header() -> Path:
@@ -232,35 +237,14 @@ def describe() -> str:
 
 
 def build_standalone(extra_source: str = "") -> Path:
-    """Compile braze_dnnl.c on its own (plus ``extra_source``) into a shared library.
+    """Compile the C helper on its own (plus ``extra_source``) into a shared library (cached).
 
     For tests and benchmarks; models compile the helper into their own library.
-    Uses braze.runtime.compiler.compile_shared (cached) when present, else gcc.
     """
-    src = f'#line 1 "{helper_source()}"\n' + helper_source().read_text() + "\n" + extra_source
-    try:
-        from ..runtime.compiler import compile_shared
-    except ImportError:  # pragma: no cover - runtime not built yet
-        compile_shared = None
-    if compile_shared is not None:
-        return compile_shared(src, name="braze_dnnl", include_dirs=include_dirs(),
-                              library_dirs=library_dirs(), libraries=libraries(),
-                              rpaths=rpaths(), extra_cflags=extra_link_flags())
-    import hashlib
-    import subprocess
-    import tempfile
-    key = hashlib.sha256((src + str(locate())).encode()).hexdigest()[:16]
-    out = Path(tempfile.gettempdir()) / f"braze_dnnl_{key}.so"
-    if not out.exists():
-        c = out.with_suffix(".c")
-        c.write_text(src)
-        cmd = ["gcc", "-O2", "-fPIC", "-shared", "-fopenmp", str(c), "-o", str(out) + ".tmp",
-               *(f"-I{d}" for d in include_dirs()), *(f"-L{d}" for d in library_dirs()),
-               *(f"-l{x}" for x in libraries()), *(f"-Wl,-rpath,{r}" for r in rpaths()),
-               *extra_link_flags()]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        os.replace(str(out) + ".tmp", out)
-    return out
+    from ..runtime.compiler import compile_shared
+    return compile_shared(helper_text() + extra_source, name="braze_dnnl", include_dirs=include_dirs(),
+                          library_dirs=library_dirs(), libraries=libraries(),
+                          rpaths=rpaths(), extra_cflags=extra_link_flags())
 
 
 def load_standalone(extra_source: str = ""):
@@ -281,6 +265,7 @@ def load_standalone(extra_source: str = ""):
         "braze_pack_conv_weights": (vp, [vp, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                                          i32, cp, i32]),
         "braze_free_packed_conv": (None, [vp]),
+        "braze_packed_conv_layouts": (i32, [vp]),
         "braze_conv2d": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
     }
     del fp

@@ -1,4 +1,4 @@
-"""braze_dnnl.c (oneDNN helper) against numpy / torch, through ctypes."""
+"""The oneDNN C helper (braze/extern/csrc) against numpy / torch, through ctypes."""
 
 from __future__ import annotations
 
@@ -226,6 +226,33 @@ def test_conv2d(lib, case, layout, act, bias, residual):
         _close(out2, to(ref2))
     finally:
         lib.braze_free_packed_conv(pc)
+
+
+def test_conv_weight_layouts_shared_across_shapes(lib):
+    """A shape whose primitive wants another weight layout gets it re-laid out from the
+    plain weights (kept alive by the caller), once, and shared by later shapes."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    OC, IC = 256, 64  # 1x1 NHWC: oneDNN 3.2 asks for other layouts at small images
+    Wt = rng.standard_normal((OC, IC, 1, 1), dtype=np.float32)
+    err = _err()
+    pc = lib.braze_pack_conv_weights(_p(Wt), OC, IC, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, err, ERRLEN)
+    assert pc, err.value
+    layouts = []
+    try:
+        for hw in (7, 56, 1, 3, 1, 7):
+            X = rng.standard_normal((1, IC, hw, hw), dtype=np.float32)
+            ref = torch.nn.functional.conv2d(torch.from_numpy(X).double(), torch.from_numpy(Wt).double())
+            Xl = np.ascontiguousarray(X.transpose(0, 2, 3, 1))
+            out = np.empty((1, hw, hw, OC), np.float32)
+            assert lib.braze_conv2d(1, hw, hw, _p(Xl), pc, None, None, 0, hw, hw, _p(out), err, ERRLEN) == 0, \
+                err.value
+            _close(out, ref.numpy().transpose(0, 2, 3, 1))
+            layouts.append(lib.braze_packed_conv_layouts(pc))
+    finally:
+        lib.braze_free_packed_conv(pc)
+    assert layouts[-1] > 1, layouts  # the re-laid-out path ran
+    assert layouts[-2:] == layouts[2:4], layouts  # repeated shapes add no layout
 
 
 def test_errors_are_reported_not_fatal(lib):

@@ -1,12 +1,12 @@
 /* braze_dnnl.h: braze's float32 GEMM / convolution calls on oneDNN's C API.
  *
- * Compiled into each model's shared library (braze_dnnl.c is one
- * self-contained C file). Every function returns 0 on success and nonzero
+ * Compiled into each model's shared library (braze_dnnl_{core,matmul,conv}.c,
+ * appended in that order to the model's translation unit). Every function returns 0 on success and nonzero
  * on failure, with a message naming the call and the shapes in err[errlen];
  * nothing aborts. All tensors are dense row-major float32.
  *
  * Dynamic shapes: primitives are created per distinct shape on first use and
- * kept in a small thread-safe cache inside this file (creating one is not a
+ * kept in a small thread-safe cache inside the helper (creating one is not a
  * recompile; see docs/gemm.md for the numbers behind this choice). Weights
  * are reordered once into the layout the primitive wants (braze_pack_*).
  *
@@ -77,7 +77,9 @@ int braze_batch_matmul(int64_t batch, int64_t M, int64_t N, int64_t K,
                        float alpha, float *C, char *err, int errlen);
 
 /* Prepacks a conv weight W[OC, IC/groups, KH, KW] (torch layout) for the
- * given conv geometry; layout: 0 = NCHW activations, 1 = NHWC activations. */
+ * given conv geometry; layout: 0 = NCHW activations, 1 = NHWC activations.
+ * W must stay valid until braze_free_packed_conv: a later shape whose
+ * primitive wants another weight layout re-lays it out from W. */
 braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC,
                                            int64_t KH, int64_t KW, int64_t groups,
                                            int64_t stride_h, int64_t stride_w,
@@ -85,6 +87,8 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
                                            int64_t dil_h, int64_t dil_w, int layout,
                                            char *err, int errlen);
 void braze_free_packed_conv(braze_packed_conv *P);
+/* How many weight layouts P holds (1 + those later shapes asked for); for tests. */
+int braze_packed_conv_layouts(const braze_packed_conv *P);
 
 /* Y = act(conv2d(X, W) + bias) + residual (or, with BRAZE_ACT_AFTER_RESIDUAL,
  * act(conv2d(X, W) + bias + residual)). X is [N,IC,H,W] (layout 0) or

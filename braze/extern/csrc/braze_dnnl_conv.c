@@ -1,0 +1,312 @@
+/* braze_dnnl_conv.c: convolution with prepacked weights and epilogues.
+ * Follows braze_dnnl_core.c in one translation unit (see onednn.helper_text). */
+
+/* ------------------------------------------------------------------ convolution */
+
+#define CONV_MAX_ALT 4
+
+struct braze_packed_conv {
+    int64_t OC, IC, KH, KW, G, sh, sw, ph, pw, dh, dw;
+    int layout;
+    int64_t owner;
+    dnnl_memory_desc_t md; /* layout chosen at pack time (for a representative shape) */
+    void *data;
+    /* The caller's plain weights (kept alive by contract) and the other layouts later
+     * shapes asked for, shared by their primitives. Reordering from the plain layout
+     * takes a JIT reorder; blocked -> other blocked takes `simple:any` (76 ms for
+     * 2048x1024 against 2.5 ms). Guarded by g_cache_mu (make_conv runs under it). */
+    const float *plain;
+    dnnl_memory_desc_t plain_md;
+    int n_alt;
+    dnnl_memory_desc_t alt_md[CONV_MAX_ALT];
+    void *alt_data[CONV_MAX_ALT];
+};
+
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+    return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+/* Memory descs of one conv call (weights: plain torch layout or `any`). */
+static int conv_mds(const braze_packed_conv *P, int64_t N, int64_t H, int64_t W, int any_w,
+                    dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei, dnnl_memory_desc_t *dst) {
+    int64_t OH = conv_out(H, P->KH, P->sh, P->ph, P->dh);
+    int64_t OW = conv_out(W, P->KW, P->sw, P->pw, P->dw);
+    dnnl_format_tag_t t = P->layout ? dnnl_nhwc : dnnl_nchw;
+    dnnl_dims_t sd = {N, P->IC, H, W}, dd = {N, P->OC, OH, OW};
+    if (dnnl_memory_desc_create_with_tag(src, 4, sd, dnnl_f32, t)) return 1;
+    if (dnnl_memory_desc_create_with_tag(dst, 4, dd, dnnl_f32, t)) return 1;
+    if (wei) {
+        if (P->G == 1) {
+            dnnl_dims_t wd = {P->OC, P->IC, P->KH, P->KW};
+            if (dnnl_memory_desc_create_with_tag(wei, 4, wd, dnnl_f32, any_w ? dnnl_format_tag_any : dnnl_oihw))
+                return 1;
+        } else {
+            dnnl_dims_t wd = {P->G, P->OC / P->G, P->IC / P->G, P->KH, P->KW};
+            if (dnnl_memory_desc_create_with_tag(wei, 5, wd, dnnl_f32, any_w ? dnnl_format_tag_any : dnnl_goihw))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, const braze_packed_conv *P,
+                             const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei,
+                             const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst,
+                             const_dnnl_primitive_attr_t attr) {
+    dnnl_dims_t strides = {P->sh, P->sw}, dil = {P->dh - 1, P->dw - 1}, pad = {P->ph, P->pw};
+    /* right padding so that the output size matches the formula exactly */
+    return dnnl_convolution_forward_primitive_desc_create(pd, g_engine, dnnl_forward_inference,
+                                                          dnnl_convolution_direct, src, wei, bias,
+                                                          dst, strides, dil, pad, pad, attr);
+}
+
+#define CONV_HW_HINT 56
+
+braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC, int64_t KH,
+                                           int64_t KW, int64_t groups, int64_t stride_h,
+                                           int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                           int64_t dil_h, int64_t dil_w, int layout, char *err,
+                                           int errlen) {
+    char ctx[300];
+    snprintf(ctx, sizeof ctx,
+             "braze_pack_conv_weights OC=%lld IC=%lld KH=%lld KW=%lld groups=%lld stride=%lldx%lld "
+             "pad=%lldx%lld dil=%lldx%lld layout=%s",
+             (long long)OC, (long long)IC, (long long)KH, (long long)KW, (long long)groups,
+             (long long)stride_h, (long long)stride_w, (long long)pad_h, (long long)pad_w,
+             (long long)dil_h, (long long)dil_w, layout ? "nhwc" : "nchw");
+    braze_packed_conv *P = NULL;
+    dnnl_memory_desc_t src = NULL, wany = NULL, wplain = NULL, dst = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (braze_dnnl_init(err, errlen)) return NULL;
+    if (!W || OC <= 0 || IC <= 0 || KH <= 0 || KW <= 0 || groups <= 0 || OC % groups || IC % groups ||
+        stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || dil_h <= 0 || dil_w <= 0 ||
+        (layout != 0 && layout != 1)) {
+        set_err(err, errlen, "braze_dnnl: invalid arguments (%s)", ctx);
+        return NULL;
+    }
+    P = (braze_packed_conv *)calloc(1, sizeof *P);
+    if (!P) {
+        set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
+        return NULL;
+    }
+    *P = (braze_packed_conv){OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, layout};
+    P->plain = W;
+    {
+        /* representative input: big enough for the kernel window */
+        int64_t hh = CONV_HW_HINT, ww = CONV_HW_HINT;
+        int64_t need_h = dil_h * (KH - 1) + 1, need_w = dil_w * (KW - 1) + 1;
+        if (hh < need_h) hh = need_h;
+        if (ww < need_w) ww = need_w;
+        if (conv_mds(P, 1, hh, ww, 1, &src, &wany, &dst)) {
+            set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
+            goto fail;
+        }
+        {
+            dnnl_memory_desc_t s2 = NULL, d2 = NULL;
+            if (conv_mds(P, 1, hh, ww, 0, &s2, &wplain, &d2)) {
+                set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
+                goto fail;
+            }
+            dnnl_memory_desc_destroy(s2);
+            dnnl_memory_desc_destroy(d2);
+        }
+        DN(conv_pd(&pd, P, src, wany, NULL, dst, NULL));
+        DN(dnnl_memory_desc_clone(&P->md, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)));
+        P->data = aligned_alloc64(dnnl_memory_desc_get_size(P->md));
+        if (!P->data) {
+            set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
+            goto fail;
+        }
+        if (do_reorder(wplain, W, P->md, P->data, ctx, err, errlen)) goto fail;
+        P->plain_md = wplain;
+        wplain = NULL;
+    }
+    pthread_mutex_lock(&g_cache_mu);
+    P->owner = g_next_owner++;
+    pthread_mutex_unlock(&g_cache_mu);
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_memory_desc_destroy(src);
+    dnnl_memory_desc_destroy(wany);
+    dnnl_memory_desc_destroy(wplain);
+    dnnl_memory_desc_destroy(dst);
+    return P;
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (src) dnnl_memory_desc_destroy(src);
+    if (wany) dnnl_memory_desc_destroy(wany);
+    if (wplain) dnnl_memory_desc_destroy(wplain);
+    if (dst) dnnl_memory_desc_destroy(dst);
+    braze_free_packed_conv(P);
+    return NULL;
+}
+
+void braze_free_packed_conv(braze_packed_conv *P) {
+    if (!P) return;
+    if (P->owner) cache_drop_owner(P->owner);
+    if (P->md) dnnl_memory_desc_destroy(P->md);
+    if (P->plain_md) dnnl_memory_desc_destroy(P->plain_md);
+    for (int i = 0; i < P->n_alt; i++) {
+        dnnl_memory_desc_destroy(P->alt_md[i]);
+        free(P->alt_data[i]);
+    }
+    free(P->data);
+    free(P);
+}
+
+typedef struct {
+    const braze_packed_conv *P;
+    int64_t N, H, W;
+    int has_bias, has_res, act;
+    const char *ctx;
+} conv_arg;
+
+int braze_packed_conv_layouts(const braze_packed_conv *P) {
+    pthread_mutex_lock(&g_cache_mu);
+    int n = P ? 1 + P->n_alt : 0;
+    pthread_mutex_unlock(&g_cache_mu);
+    return n;
+}
+
+static void *conv_find_alt(const braze_packed_conv *P, const_dnnl_memory_desc_t md) {
+    for (int i = 0; i < P->n_alt; i++)
+        if (dnnl_memory_desc_equal(md, P->alt_md[i])) return P->alt_data[i];
+    return NULL;
+}
+
+static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
+    conv_arg *c = (conv_arg *)p;
+    braze_packed_conv *P = (braze_packed_conv *)c->P; /* its alternate layouts grow here */
+    const char *ctx = c->ctx;
+    int rc = 1;
+    dnnl_memory_desc_t src = NULL, dst = NULL, wany = NULL, bias = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (conv_mds(P, c->N, c->H, c->W, 1, &src, &wany, &dst)) {
+        set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
+        goto fail;
+    }
+    if (c->has_bias) {
+        dnnl_dims_t bd = {P->OC};
+        DN(dnnl_memory_desc_create_with_tag(&bias, 1, bd, dnnl_f32, dnnl_a));
+    }
+    /* the residual is a sum post-op (Y is preloaded with it): the JIT convolutions take
+     * sum, while binary add sends oneDNN 3.2 to its reference kernel */
+    DN(make_attr_ex(&attr, c->act, c->has_res ? dst : NULL, 1.f, 1));
+    /* weights `any`: the implementation picks its layout (a fixed packed layout can force
+     * the reference kernel, e.g. for strided 1x1); re-lay the weights out when it differs */
+    DN(conv_pd(&pd, P, src, wany, bias, dst, attr));
+    {
+        const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        DN(dnnl_memory_desc_clone(&e->wei_md, want));
+        e->wei = dnnl_memory_desc_equal(want, P->md) ? P->data : conv_find_alt(P, want);
+        if (!e->wei) {
+            void *data = aligned_alloc64(dnnl_memory_desc_get_size(want));
+            if (!data) {
+                set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
+                goto fail;
+            }
+            if (do_reorder(P->plain_md, P->plain, want, data, ctx, err, errlen)) {
+                free(data);
+                goto fail;
+            }
+            e->wei = data;
+            if (P->n_alt < CONV_MAX_ALT && !dnnl_memory_desc_clone(&P->alt_md[P->n_alt], want))
+                P->alt_data[P->n_alt++] = data;
+            else
+                e->wei_alt = data; /* owned by this entry */
+        }
+    }
+    DN(dnnl_primitive_create(&e->prim, pd));
+    rc = 0;
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (src) dnnl_memory_desc_destroy(src);
+    if (dst) dnnl_memory_desc_destroy(dst);
+    if (wany) dnnl_memory_desc_destroy(wany);
+    if (bias) dnnl_memory_desc_destroy(bias);
+    return rc;
+}
+
+int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P,
+                 const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+                 char *err, int errlen) {
+    char ctx[300];
+    int rc = 1, is_tmp = 0;
+    cache_entry tmp, *e = NULL;
+    dnnl_memory_desc_t src = NULL, dst = NULL, bmd = NULL;
+    dnnl_memory_t mx = NULL, mw = NULL, mb = NULL, mr = NULL, my = NULL;
+    if (!P) {
+        set_err(err, errlen, "braze_dnnl: braze_conv2d: packed conv weight is NULL");
+        return 1;
+    }
+    snprintf(ctx, sizeof ctx,
+             "braze_conv2d N=%lld IC=%lld H=%lld W=%lld -> OC=%lld OH=%lld OW=%lld kernel=%lldx%lld "
+             "stride=%lldx%lld pad=%lldx%lld dil=%lldx%lld groups=%lld layout=%s bias=%d residual=%d act=%d",
+             (long long)N, (long long)P->IC, (long long)H, (long long)W, (long long)P->OC,
+             (long long)OH, (long long)OW, (long long)P->KH, (long long)P->KW, (long long)P->sh,
+             (long long)P->sw, (long long)P->ph, (long long)P->pw, (long long)P->dh,
+             (long long)P->dw, (long long)P->G, P->layout ? "nhwc" : "nchw", bias != NULL,
+             residual != NULL, act);
+    if (braze_dnnl_init(err, errlen)) return 1;
+    {
+        dnnl_alg_kind_t alg;
+        float al;
+        if (act_alg(act, &alg, &al) < 0) {
+            set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
+            return 1;
+        }
+    }
+    if (N < 0 || H <= 0 || W <= 0 || !X || !Y || OH != conv_out(H, P->KH, P->sh, P->ph, P->dh) ||
+        OW != conv_out(W, P->KW, P->sw, P->pw, P->dw) || OH <= 0 || OW <= 0) {
+        set_err(err, errlen, "braze_dnnl: invalid arguments (%s; expected OH=%lld OW=%lld)", ctx,
+                (long long)conv_out(H, P->KH, P->sh, P->ph, P->dh),
+                (long long)conv_out(W, P->KW, P->sw, P->pw, P->dw));
+        return 1;
+    }
+    if (N == 0) return 0;
+    dnnl_stream_t s = get_stream(err, errlen);
+    if (!s) return 1;
+    {
+        int64_t k[KEYLEN] = {3, P->owner, N, H, W, bias != NULL, residual != NULL, act};
+        conv_arg arg = {P, N, H, W, bias != NULL, residual != NULL, act, ctx};
+        e = get_entry(k, make_conv, &arg, &tmp, &is_tmp, err, errlen);
+        if (!e) return 1;
+    }
+    if (conv_mds(P, N, H, W, 0, &src, NULL, &dst)) {
+        set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
+        goto fail;
+    }
+    {
+        dnnl_exec_arg_t args[5];
+        int n = 0;
+        DN(dnnl_memory_create(&mx, src, g_engine, (void *)X));
+        DN(dnnl_memory_create(&my, dst, g_engine, Y));
+        DN(dnnl_memory_create(&mw, e->wei_md, g_engine, (void *)e->wei));
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, my};
+        if (bias) {
+            dnnl_dims_t bd = {P->OC};
+            DN(dnnl_memory_desc_create_with_tag(&bmd, 1, bd, dnnl_f32, dnnl_a));
+            DN(dnnl_memory_create(&mb, bmd, g_engine, (void *)bias));
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mb};
+        }
+        if (residual && residual != Y)
+            memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * sizeof(float));
+        DN(dnnl_primitive_execute(e->prim, s, n, args));
+        DN(dnnl_stream_wait(s));
+    }
+    rc = 0;
+fail:
+    if (mx) dnnl_memory_destroy(mx);
+    if (mw) dnnl_memory_destroy(mw);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mr) dnnl_memory_destroy(mr);
+    if (my) dnnl_memory_destroy(my);
+    if (src) dnnl_memory_desc_destroy(src);
+    if (dst) dnnl_memory_desc_destroy(dst);
+    if (bmd) dnnl_memory_desc_destroy(bmd);
+    if (is_tmp) entry_release(&tmp);
+    return rc;
+}

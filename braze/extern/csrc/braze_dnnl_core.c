@@ -1,0 +1,350 @@
+/* braze_dnnl_core.c: see braze_dnnl.h. Engine, per-thread streams, the primitive cache and
+ * shared helpers. braze_dnnl_matmul.c and braze_dnnl_conv.c follow it in one translation
+ * unit (onednn.helper_text). Needs only oneDNN's C API and pthreads; link with -ldnnl. */
+#define _GNU_SOURCE
+#include "braze_dnnl.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "oneapi/dnnl/dnnl.h"
+#include "oneapi/dnnl/dnnl_debug.h"
+
+/* ------------------------------------------------------------------ errors */
+
+static void set_err(char *err, int errlen, const char *fmt, ...) {
+    if (!err || errlen <= 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, (size_t)errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Evaluates a dnnl call; on failure writes "<call> failed: <status> (<context>)"
+ * and jumps to the local `fail` label. `ctx` is a printf-formatted context. */
+#define DN(call)                                                                  \
+    do {                                                                          \
+        dnnl_status_t st_ = (call);                                               \
+        if (st_ != dnnl_success) {                                                \
+            set_err(err, errlen, "braze_dnnl: %s failed: %s (%s)", #call,         \
+                    dnnl_status2str(st_), ctx);                                   \
+            goto fail;                                                            \
+        }                                                                         \
+    } while (0)
+
+/* ------------------------------------------------------------------ engine */
+
+static dnnl_engine_t g_engine = NULL;
+static dnnl_status_t g_engine_status = dnnl_success;
+static char g_engine_msg[512];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_runtime_m = 0;
+
+static pthread_key_t g_stream_key;
+
+static void stream_dtor(void *s) {
+    if (s) dnnl_stream_destroy((dnnl_stream_t)s);
+}
+
+static void engine_init_once(void) {
+    g_engine_msg[0] = 0;
+    pthread_key_create(&g_stream_key, stream_dtor);
+    const char *rm = getenv("BRAZE_DNNL_RUNTIME_M");
+    if (rm && rm[0] == '1') g_runtime_m = 1;
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_SYCL
+    /* The SYCL CPU runtime finds its OpenCL CPU device through the ICD loader;
+     * the pip wheels (intel-opencl-rt) put libintelocl.so next to libdnnl.so
+     * but their vendors .icd file is not registered. Point the loader at it. */
+    if (!getenv("OCL_ICD_FILENAMES")) {
+        Dl_info info;
+        if (dladdr((void *)&dnnl_engine_create, &info) && info.dli_fname) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s", info.dli_fname);
+            char *slash = strrchr(path, '/');
+            if (slash) {
+                snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libintelocl.so");
+                if (access(path, R_OK) == 0) setenv("OCL_ICD_FILENAMES", path, 0);
+            }
+        }
+    }
+#endif
+    g_engine_status = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
+    if (g_engine_status != dnnl_success) {
+        g_engine = NULL;
+        snprintf(g_engine_msg, sizeof g_engine_msg,
+                 "braze_dnnl: dnnl_engine_create(cpu) failed: %s (oneDNN runtime %s%s)",
+                 dnnl_status2str(g_engine_status), braze_dnnl_runtime(),
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_SYCL
+                 "; no SYCL CPU device: is intel-opencl-rt installed and "
+                 "OCL_ICD_FILENAMES pointing at libintelocl.so?"
+#else
+                 ""
+#endif
+        );
+    }
+}
+
+int braze_dnnl_init(char *err, int errlen) {
+    pthread_once(&g_once, engine_init_once);
+    if (!g_engine) {
+        set_err(err, errlen, "%s", g_engine_msg);
+        return 1;
+    }
+    return 0;
+}
+
+const char *braze_dnnl_runtime(void) {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_SYCL
+#define BRAZE_RT_PREFIX "sycl+"
+#else
+#define BRAZE_RT_PREFIX ""
+#endif
+#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
+    return BRAZE_RT_PREFIX "omp";
+#elif DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_TBB
+    return BRAZE_RT_PREFIX "tbb";
+#elif DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_SEQ
+    return BRAZE_RT_PREFIX "seq";
+#elif DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_THREADPOOL
+    return BRAZE_RT_PREFIX "threadpool";
+#else
+    return BRAZE_RT_PREFIX "unknown";
+#endif
+}
+
+void braze_dnnl_set_runtime_m(int on) {
+    pthread_once(&g_once, engine_init_once);
+    g_runtime_m = on ? 1 : 0;
+}
+
+/* One stream per calling thread (streams are not meant to be shared). */
+static dnnl_stream_t get_stream(char *err, int errlen) {
+    dnnl_stream_t s = (dnnl_stream_t)pthread_getspecific(g_stream_key);
+    if (s) return s;
+    dnnl_status_t st = dnnl_stream_create(&s, g_engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        set_err(err, errlen, "braze_dnnl: dnnl_stream_create failed: %s", dnnl_status2str(st));
+        return NULL;
+    }
+    pthread_setspecific(g_stream_key, s);
+    return s;
+}
+
+/* ------------------------------------------------------------------ primitive cache */
+
+#define KEYLEN 16
+typedef struct {
+    int64_t key[KEYLEN];
+    int used;
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t wei_md;   /* weights md the primitive wants (owned) */
+    void *wei_alt;               /* weights re-laid out for this primitive only, or NULL */
+    const void *wei;             /* the weights to run with (conv; not owned unless == wei_alt) */
+} cache_entry;
+
+#define CACHE_CAP 4096 /* power of two; open addressing; full -> no caching */
+static cache_entry g_cache[CACHE_CAP];
+static int g_cache_count = 0;
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t g_created = 0, g_hits = 0;
+
+void braze_dnnl_stats(int64_t *created, int64_t *hits) {
+    pthread_mutex_lock(&g_cache_mu);
+    if (created) *created = g_created;
+    if (hits) *hits = g_hits;
+    pthread_mutex_unlock(&g_cache_mu);
+}
+
+static uint64_t hash_key(const int64_t *k) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < KEYLEN; i++) {
+        h ^= (uint64_t)k[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* Lookup under the lock; entries are never removed while a packed weight is
+ * alive, so a returned entry stays valid (removal only in *_free_packed_*). */
+static cache_entry *cache_find(const int64_t *k) {
+    uint64_t h = hash_key(k);
+    for (int i = 0; i < CACHE_CAP; i++) {
+        cache_entry *e = &g_cache[(h + (uint64_t)i) & (CACHE_CAP - 1)];
+        if (!e->used) return NULL;
+        if (e->used == 1 && memcmp(e->key, k, sizeof e->key) == 0) return e;
+    }
+    return NULL;
+}
+
+static cache_entry *cache_insert(const int64_t *k) {
+    if (g_cache_count >= CACHE_CAP * 3 / 4) return NULL;
+    uint64_t h = hash_key(k);
+    for (int i = 0; i < CACHE_CAP; i++) {
+        cache_entry *e = &g_cache[(h + (uint64_t)i) & (CACHE_CAP - 1)];
+        if (e->used != 1) {
+            memset(e, 0, sizeof *e);
+            memcpy(e->key, k, sizeof e->key);
+            e->used = 1;
+            g_cache_count++;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static void entry_release(cache_entry *e) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->wei_md) dnnl_memory_desc_destroy(e->wei_md);
+    free(e->wei_alt);
+    e->prim = NULL;
+    e->wei_md = NULL;
+    e->wei_alt = NULL;
+    e->wei = NULL;
+}
+
+/* Drops every entry whose key[1] (the owner id) is `owner` (tombstones keep probing valid). */
+static void cache_drop_owner(int64_t owner) {
+    pthread_mutex_lock(&g_cache_mu);
+    for (int i = 0; i < CACHE_CAP; i++) {
+        cache_entry *e = &g_cache[i];
+        if (e->used == 1 && e->key[1] == owner) {
+            entry_release(e);
+            e->used = 2; /* tombstone */
+            g_cache_count--;
+        }
+    }
+    pthread_mutex_unlock(&g_cache_mu);
+}
+
+static int64_t g_next_owner = 1;
+
+/* ------------------------------------------------------------------ helpers */
+
+static void *aligned_alloc64(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
+    return p;
+}
+
+/* Reorders `src` (md, data) into `dst` (md, data). */
+static int do_reorder(const_dnnl_memory_desc_t smd, const void *sdata, const_dnnl_memory_desc_t dmd,
+                      void *ddata, const char *ctx, char *err, int errlen) {
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t r = NULL;
+    dnnl_memory_t ms = NULL, md = NULL;
+    int rc = 1;
+    dnnl_stream_t s = get_stream(err, errlen);
+    if (!s) return 1;
+    DN(dnnl_reorder_primitive_desc_create(&rpd, smd, g_engine, dmd, g_engine, NULL));
+    DN(dnnl_primitive_create(&r, rpd));
+    DN(dnnl_memory_create(&ms, smd, g_engine, (void *)sdata));
+    DN(dnnl_memory_create(&md, dmd, g_engine, ddata));
+    {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+        DN(dnnl_primitive_execute(r, s, 2, args));
+        DN(dnnl_stream_wait(s));
+    }
+    rc = 0;
+fail:
+    if (ms) dnnl_memory_destroy(ms);
+    if (md) dnnl_memory_destroy(md);
+    if (r) dnnl_primitive_destroy(r);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    return rc;
+}
+
+static int act_alg(int act, dnnl_alg_kind_t *alg, float *alpha) {
+    *alpha = 0.f;
+    if (act & ~(BRAZE_ACT_AFTER_RESIDUAL | 0xff)) return -1;
+    switch (act & 0xff) {
+    case BRAZE_ACT_NONE: return 0;
+    case BRAZE_ACT_RELU: *alg = dnnl_eltwise_relu; return 1;
+    case BRAZE_ACT_GELU_ERF: *alg = dnnl_eltwise_gelu_erf; return 1;
+    case BRAZE_ACT_GELU_TANH: *alg = dnnl_eltwise_gelu_tanh; return 1;
+    case BRAZE_ACT_SILU: *alg = dnnl_eltwise_swish; *alpha = 1.f; return 1;
+    case BRAZE_ACT_SIGMOID: *alg = dnnl_eltwise_logistic; return 1;
+    case BRAZE_ACT_TANH: *alg = dnnl_eltwise_tanh; return 1;
+    default: return -1;
+    }
+}
+
+/* Index of the binary-add post-op: after the eltwise unless the activation
+ * comes after the residual (or there is none). */
+static int residual_post_op_index(int act) {
+    return ((act & BRAZE_ACT_AFTER_RESIDUAL) || (act & 0xff) == BRAZE_ACT_NONE) ? 0 : 1;
+}
+
+/* Post-ops: eltwise(act) then binary add(residual md); with
+ * BRAZE_ACT_AFTER_RESIDUAL, binary add then eltwise. */
+static dnnl_status_t make_attr_ex(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
+                                  float out_scale_linear, int res_as_sum) {
+    dnnl_post_ops_t po = NULL;
+    dnnl_status_t st = dnnl_primitive_attr_create(attr);
+    if (st != dnnl_success) return st;
+    st = dnnl_post_ops_create(&po);
+    if (st != dnnl_success) return st;
+    if (out_scale_linear != 1.f)
+        st = dnnl_post_ops_append_eltwise(po, dnnl_eltwise_linear, out_scale_linear, 0.f);
+    dnnl_alg_kind_t alg;
+    float alpha;
+    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
+    if (st == dnnl_success && res_md && late)
+        st = res_as_sum ? dnnl_post_ops_append_sum(po, 1.f, 0, dnnl_data_type_undef)
+                        : dnnl_post_ops_append_binary(po, dnnl_binary_add, res_md);
+    if (st == dnnl_success && act_alg(act, &alg, &alpha) == 1)
+        st = dnnl_post_ops_append_eltwise(po, alg, alpha, 0.f);
+    if (st == dnnl_success && res_md && !late)
+        st = res_as_sum ? dnnl_post_ops_append_sum(po, 1.f, 0, dnnl_data_type_undef)
+                        : dnnl_post_ops_append_binary(po, dnnl_binary_add, res_md);
+    if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(*attr, po);
+    dnnl_post_ops_destroy(po);
+    return st;
+}
+
+static dnnl_status_t make_attr(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
+                               float out_scale_linear) {
+    return make_attr_ex(attr, act, res_md, out_scale_linear, 0);
+}
+
+
+
+/* Finds or creates the cache entry for key k; `make` fills it. On a full
+ * cache the entry is built in *tmp and the caller must release it. */
+typedef int (*make_fn)(cache_entry *e, void *arg, char *err, int errlen);
+
+static cache_entry *get_entry(const int64_t *k, make_fn make, void *arg, cache_entry *tmp,
+                              int *is_tmp, char *err, int errlen) {
+    *is_tmp = 0;
+    pthread_mutex_lock(&g_cache_mu);
+    cache_entry *e = cache_find(k);
+    if (e) {
+        g_hits++;
+        pthread_mutex_unlock(&g_cache_mu);
+        return e;
+    }
+    /* create under the lock: simple, and creation is rare (once per shape) */
+    e = cache_insert(k);
+    if (!e) {
+        memset(tmp, 0, sizeof *tmp);
+        e = tmp;
+        *is_tmp = 1;
+    }
+    g_created++;
+    if (make(e, arg, err, errlen)) {
+        entry_release(e);
+        if (!*is_tmp) {
+            e->used = 2;
+            g_cache_count--;
+        }
+        pthread_mutex_unlock(&g_cache_mu);
+        return NULL;
+    }
+    pthread_mutex_unlock(&g_cache_mu);
+    return e;
+}
