@@ -48,8 +48,8 @@ def _softmax(x, axis, log):
         y = y.reshape(1)
         r = _softmax(y, 0, log)
         return r.reshape(())
-    z = y - np.max(y, axis=axis, keepdims=True)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # a row of -inf gives NaN, as torch.softmax does
+        z = y - np.max(y, axis=axis, keepdims=True)
         if log:
             r = z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
         else:

@@ -6,15 +6,13 @@
     s = s + mask                                               # float mask
     s = where(keep, s, -inf)                                   # bool mask and/or causal
     p = softmax(s, axis=-1)
-    p = where(reduce_max(cast(keep), -1) > 0, p, 0)            # bool mask: fully masked rows give 0, as torch
+    p = where(reduce_max(s, -1) > -inf, p, 0)                  # any mask: fully masked rows give 0, as torch
     out = matmul(p, v)
 
 ``keep`` for ``is_causal`` is torch's top-left lower triangle built from index
 compares: ``arange(S)[None, :] <= arange(L)[:, None]``; with a bool mask too it
 is ``logical_and``-ed in. float16/bfloat16 inputs are computed in float32 and
-cast back (as the reference does). A float mask holding -inf over a whole row
-gives NaN rows here (the reference gives zeros); masks from frontends use the
-dtype's finite minimum, which does not.
+cast back (as the reference does).
 
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
 as they are (libraries and fused kernels handle them).
@@ -79,21 +77,21 @@ def _decompose_sdpa(module: Module, n: Node, namer: Namer):
         i = emit("unsqueeze", emit("arange", start=0, end=L, step=1, dtype=DType.int64, name="row"), axes=(1,))
         j = emit("unsqueeze", emit("arange", start=0, end=S_, step=1, dtype=DType.int64, name="col"), axes=(0,))
         keep = emit("less_equal", j, i, name="causal")
-    user_bool = False
     if mask is not None:
         if mask.type.dtype is DType.bool:
             keep = mask if keep is None else emit("logical_and", keep, mask, name="keep")
-            user_bool = True
         else:
             mk = mask if mask.type.dtype is acc else emit("cast", mask, dtype=acc)
             s = emit("add", s, mk, name="scores")
     if keep is not None:
         s = emit("where", keep, s, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="scores")
     p = emit("softmax", s, axis=-1, name="probs")
-    if user_bool:
-        kf = emit("cast", keep, dtype=acc)
-        anyk = emit("greater", emit("reduce_max", kf, axes=(-1,), keepdims=True),
-                    emit.const(np.array(0, dtype=acc.numpy), "zero"), name="row_any")
+    if mask is not None:
+        # a row whose scores are all -inf (bool or float mask) gives zeros, as torch does,
+        # not softmax's NaN; the max joins the softmax's row kernel
+        row_max = emit("reduce_max", s, axes=(-1,), keepdims=True)
+        anyk = emit("greater", row_max, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"),
+                    name="row_any")
         p = emit("where", anyk, p, emit.const(np.array(0, dtype=acc.numpy), "zero"), name="probs")
     o = emit("matmul", p, v, name="attn")
     if o.type.dtype is not out.type.dtype:

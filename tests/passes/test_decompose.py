@@ -40,18 +40,29 @@ def test_sdpa_decomposes(P, mask, is_causal, scale):
     P.check_equiv(before, after, ENVS, rtol=1e-5, atol=1e-5)
 
 
-def test_fully_masked_rows_give_zeros_like_torch(P):
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_fully_masked_rows_give_zeros_like_torch(P, kind):
     import braze.reference
-    before = _sdpa_module("bool")
+    torch = pytest.importorskip("torch")
+    before = _sdpa_module(kind)
     after = decompose(copy_module(before))
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((2, 2, 5, d)).astype(np.float32) for d in (8, 8, 4))
-    mask = rng.random((2, 1, 5, 5)) < 0.5
-    mask[0, 0, 2, :] = False  # a row that attends to nothing
+    if kind == "bool":
+        mask = rng.random((2, 1, 5, 5)) < 0.5
+        mask[0, 0, 2, :] = False  # a row that attends to nothing
+        dead = (0, slice(None), 2)
+    else:
+        mask = np.where(rng.random((2, 1, 1, 5)) < 0.5, -np.inf, 0).astype(np.float32)
+        mask[1, 0, 0, :] = -np.inf  # every query of batch 1 attends to nothing
+        dead = (1,)
     a = braze.reference.run(before, q, k, v, mask)
     b = braze.reference.run(after, q, k, v, mask)
-    assert np.all(b[0, :, 2] == 0)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(x) for x in (q, k, v)), attn_mask=torch.from_numpy(mask)).numpy()
+    assert np.all(b[dead] == 0) and not np.isnan(b).any()
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b, want, rtol=1e-5, atol=1e-5)
 
 
 def test_half_precision_computes_in_float32(P):
@@ -76,3 +87,24 @@ def test_other_ops_stay(P):
 """
     before, after = P.run_pass(decompose, text)
     assert str(after) == str(before)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_fully_masked_rows_give_zeros_natively(kind):
+    import braze
+    torch = pytest.importorskip("torch")
+    m = braze.compile(_sdpa_module(kind))
+    rng = np.random.default_rng(2)
+    for b, s in ((1, 1), (2, 5), (3, 9)):
+        q, k, v = (rng.standard_normal((b, 2, s, d)).astype(np.float32) for d in (8, 8, 4))
+        if kind == "bool":
+            mask = rng.random((b, 1, s, s)) < 0.5
+            mask[0, 0, s // 2, :] = False
+        else:
+            mask = np.where(rng.random((b, 1, 1, s)) < 0.5, -np.inf, 0).astype(np.float32)
+            mask[b - 1] = -np.inf
+        want = torch.nn.functional.scaled_dot_product_attention(
+            *(torch.from_numpy(x) for x in (q, k, v)), attn_mask=torch.from_numpy(mask)).numpy()
+        got = m(q, k, v, mask)
+        assert not np.isnan(got).any()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
