@@ -95,3 +95,21 @@ def test_two_processes_compile_one_model_into_one_cache(tmp_path):
     libs = list((tmp_path / "shared").rglob("*.so"))
     assert len(libs) == 1
     assert not [p for p in (tmp_path / "shared").rglob("*") if ".tmp" in p.name]
+
+
+@pytest.mark.parametrize("padding,stride", [((0, 1, 1, 0), (2, 2)), ((2, 0, 1, 3), (1, 2))])
+def test_conv_with_asymmetric_padding_compiles(padding, stride):
+    """ONNX SAME_UPPER / SAME_LOWER convolutions pad one side more than the other."""
+    rng = np.random.default_rng(5)
+    b = Builder()
+    n, h, w = b.sym("n", 1, 4), b.sym("h", 3, 64), b.sym("w", 4, 64)
+    x = b.param("x", tensor("f32", n, 6, h, w))
+    wt = b.constant(rng.standard_normal((8, 6, 3, 3)).astype(np.float32), "w")
+    bias = b.constant(rng.standard_normal(8).astype(np.float32), "b")
+    y = b.op("conv2d", [x, wt, bias], stride=stride, padding=padding, dilation=(1, 1), groups=1)
+    b.ret(b.relu(y))
+    mod = b.module
+    m = braze.compile(mod)
+    for shape in [(1, 6, 3, 4), (2, 6, 11, 9), (4, 6, 32, 17)]:
+        xv = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(m(xv), braze.reference.run(mod, xv), rtol=1e-4, atol=1e-4)

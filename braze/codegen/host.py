@@ -15,6 +15,7 @@ from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType, TensorType
+from ..ops.conv import pads4
 from ..passes.common import top_functions
 from .c_expr import c_sym_name, int_expr
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
@@ -73,13 +74,15 @@ class HostGen:
         return h
 
     def pack_conv(self, wname: str, w_shape, groups, stride, pad, dil, layout: int = 0) -> str:
+        """pad: (top, left, bottom, right)."""
         h = f"g_packed_c{self._n_packed}"
         self._n_packed += 1
         oc, icg, kh, kw = w_shape
         self.globals.append(f"static braze_packed_conv *{h};")
         self.init_lines.append(
             f"{h} = braze_pack_conv_weights((const float *){self.const(wname)}, {oc}, {icg * groups}, {kh}, {kw}, "
-            f"{groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, {dil[0]}, {dil[1]}, {layout}, err, errlen); "
+            f"{groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, {pad[2]}, {pad[3]}, {dil[0]}, {dil[1]}, "
+            f"{layout}, err, errlen); "
             f"if (!{h}) return BRAZE_ERR_INTERNAL;")
         return h
 
@@ -346,13 +349,9 @@ class _EntryWriter:
             if id(w) not in const_of:
                 raise BrazeError("conv2d with a non-constant weight is not supported natively",
                                  where=str(a.loc) if a.loc else None)
-            pt, pl, pb, pr = a.attrs["padding"]
-            if (pt, pl) != (pb, pr) or x.rank != 4:
-                raise BrazeError(f"conv2d with asymmetric padding {a.attrs['padding']} is not supported natively",
-                                 where=str(a.loc) if a.loc else None)
             nhwc = a.attrs.get("layout") == "nhwc"
-            h = self.gen.pack_conv(const_of[id(w)], w.shape, a.attrs["groups"], a.attrs["stride"], (pt, pl),
-                                   a.attrs["dilation"], layout=1 if nhwc else 0)
+            h = self.gen.pack_conv(const_of[id(w)], w.shape, a.attrs["groups"], a.attrs["stride"],
+                                   pads4(a.attrs["padding"]), a.attrs["dilation"], layout=1 if nhwc else 0)
             y = a.outputs[0]
             hw = (1, 2) if nhwc else (2, 3)
             self.emit(f"if (braze_conv2d({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, "

@@ -263,7 +263,7 @@ def load_standalone(extra_source: str = ""):
         "braze_matmul": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, vp, cp, i32]),
         "braze_batch_matmul": (i32, [i64, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
         "braze_pack_conv_weights": (vp, [vp, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
-                                         i32, cp, i32]),
+                                         i64, i64, i32, cp, i32]),
         "braze_free_packed_conv": (None, [vp]),
         "braze_packed_conv_layouts": (i32, [vp]),
         "braze_conv2d": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),

@@ -25,13 +25,18 @@ def _pair(ctx, name, v):
     return v
 
 
-def _pads(ctx, v):
-    """(top, left, bottom, right); (h, w) is accepted as symmetric padding."""
+def pads4(v) -> tuple:
+    """(top, left, bottom, right) from a padding attr; (p,) and (h, w) are symmetric."""
     v = tuple(v)
     if len(v) == 1:
-        v = v * 4
-    elif len(v) == 2:
-        v = (v[0], v[1], v[0], v[1])
+        return v * 4
+    if len(v) == 2:
+        return (v[0], v[1], v[0], v[1])
+    return v
+
+
+def _pads(ctx, v):
+    v = pads4(v)
     if len(v) != 4:
         raise ctx.error(f"padding must be (top, left, bottom, right), got {list(v)}")
     if any(isinstance(p, int) and p < 0 for p in v):

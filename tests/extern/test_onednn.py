@@ -170,7 +170,7 @@ def test_batch_matmul(lib, ta, tb, shape):
 
 
 CONV_CASES = [
-    # N, IC, OC, H, W, k, stride, pad, dil, groups
+    # N, IC, OC, H, W, k, stride, pad (all sides, or top, left, bottom, right), dil, groups
     (1, 3, 8, 17, 19, 3, 1, 1, 1, 1),
     (2, 8, 16, 15, 15, 3, 2, 1, 1, 1),
     (1, 16, 16, 12, 12, 3, 1, 2, 2, 1),
@@ -178,7 +178,17 @@ CONV_CASES = [
     (1, 16, 16, 14, 14, 3, 2, 1, 1, 16),  # depthwise
     (3, 64, 32, 7, 7, 1, 1, 0, 1, 1),     # 1x1
     (1, 3, 64, 32, 32, 7, 2, 3, 1, 1),    # ResNet stem
+    (2, 8, 8, 11, 10, 3, 2, (0, 1, 1, 0), 1, 1),  # asymmetric (ONNX SAME_UPPER/LOWER)
+    (1, 4, 8, 9, 9, 3, 1, (2, 0, 1, 3), 1, 2),
 ]
+
+
+def _conv_ref(torch, X, Wt, b, s, p, d, g):
+    pt, pl, pb, pr = (p,) * 4 if isinstance(p, int) else p
+    x = torch.nn.functional.pad(torch.from_numpy(X).double(), (pl, pr, pt, pb))
+    return torch.nn.functional.conv2d(x, torch.from_numpy(Wt).double(),
+                                      None if b is None else torch.from_numpy(b).double(),
+                                      stride=s, dilation=d, groups=g).numpy()
 
 
 @pytest.mark.parametrize("layout", [0, 1])
@@ -192,14 +202,13 @@ def test_conv2d(lib, case, layout, act, bias, residual):
     X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
     Wt = rng.standard_normal((OC, IC // g, k, k), dtype=np.float32)
     b = rng.standard_normal(OC, dtype=np.float32) if bias else None
-    ref = torch.nn.functional.conv2d(torch.from_numpy(X).double(), torch.from_numpy(Wt).double(),
-                                     None if b is None else torch.from_numpy(b).double(),
-                                     stride=s, padding=p, dilation=d, groups=g).numpy()
+    ref = _conv_ref(torch, X, Wt, b, s, p, d, g)
     r = rng.standard_normal(ref.shape).astype(np.float32) if residual else None
     ref = _epilogue(ref, act, r)
     OH, OW = ref.shape[2:]
     err = _err()
-    pc = lib.braze_pack_conv_weights(_p(Wt), OC, IC, k, k, g, s, s, p, p, d, d, layout, err, ERRLEN)
+    pt, pl, pb, pr = (p,) * 4 if isinstance(p, int) else p
+    pc = lib.braze_pack_conv_weights(_p(Wt), OC, IC, k, k, g, s, s, pt, pl, pb, pr, d, d, layout, err, ERRLEN)
     assert pc, err.value
     try:
         to = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))) if layout else (lambda a: a)
@@ -212,9 +221,7 @@ def test_conv2d(lib, case, layout, act, bias, residual):
         # same weights, another spatial size and batch (dynamic shapes)
         H2, W2 = H + 3, W + 1
         X2 = rng.standard_normal((N + 1, IC, H2, W2), dtype=np.float32)
-        ref2 = torch.nn.functional.conv2d(torch.from_numpy(X2).double(), torch.from_numpy(Wt).double(),
-                                          None if b is None else torch.from_numpy(b).double(),
-                                          stride=s, padding=p, dilation=d, groups=g).numpy()
+        ref2 = _conv_ref(torch, X2, Wt, b, s, p, d, g)
         r2 = rng.standard_normal(ref2.shape).astype(np.float32) if residual else None
         ref2 = _epilogue(ref2, act, r2)
         out2 = np.empty(to(ref2).shape, np.float32)
@@ -236,7 +243,7 @@ def test_conv_weight_layouts_shared_across_shapes(lib):
     OC, IC = 256, 64  # 1x1 NHWC: oneDNN 3.2 asks for other layouts at small images
     Wt = rng.standard_normal((OC, IC, 1, 1), dtype=np.float32)
     err = _err()
-    pc = lib.braze_pack_conv_weights(_p(Wt), OC, IC, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, err, ERRLEN)
+    pc = lib.braze_pack_conv_weights(_p(Wt), OC, IC, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, err, ERRLEN)
     assert pc, err.value
     layouts = []
     try:
@@ -278,9 +285,9 @@ def test_errors_are_reported_not_fatal(lib):
     assert lib.braze_batch_matmul(-1, 2, 2, 2, _p(A), 0, _p(A), 0, 1.0, _p(out), err, ERRLEN) != 0
     assert b"braze_batch_matmul batch=-1" in err.value
     Wc = np.ones((8, 3, 3, 3), np.float32)
-    assert not lib.braze_pack_conv_weights(_p(Wc), 8, 3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 0, err, ERRLEN)
+    assert not lib.braze_pack_conv_weights(_p(Wc), 8, 3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, err, ERRLEN)
     assert b"groups=2" in err.value
-    pc = lib.braze_pack_conv_weights(_p(Wc), 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, err, ERRLEN)
+    pc = lib.braze_pack_conv_weights(_p(Wc), 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, err, ERRLEN)
     X = np.ones((1, 3, 5, 5), np.float32)
     Y = np.empty((1, 8, 5, 5), np.float32)
     try:

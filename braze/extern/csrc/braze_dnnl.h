@@ -77,13 +77,15 @@ int braze_batch_matmul(int64_t batch, int64_t M, int64_t N, int64_t K,
                        float alpha, float *C, char *err, int errlen);
 
 /* Prepacks a conv weight W[OC, IC/groups, KH, KW] (torch layout) for the
- * given conv geometry; layout: 0 = NCHW activations, 1 = NHWC activations.
+ * given conv geometry (pad_h / pad_w: top / left, *_end: bottom / right);
+ * layout: 0 = NCHW activations, 1 = NHWC activations.
  * W must stay valid until braze_free_packed_conv: a later shape whose
  * primitive wants another weight layout re-lays it out from W. */
 braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC,
                                            int64_t KH, int64_t KW, int64_t groups,
                                            int64_t stride_h, int64_t stride_w,
                                            int64_t pad_h, int64_t pad_w,
+                                           int64_t pad_h_end, int64_t pad_w_end,
                                            int64_t dil_h, int64_t dil_w, int layout,
                                            char *err, int errlen);
 void braze_free_packed_conv(braze_packed_conv *P);

@@ -7,6 +7,7 @@
 
 struct braze_packed_conv {
     int64_t OC, IC, KH, KW, G, sh, sw, ph, pw, dh, dw;
+    int64_t ph_end, pw_end; /* bottom / right padding (top / left: ph, pw) */
     int layout;
     int64_t owner;
     dnnl_memory_desc_t md; /* layout chosen at pack time (for a representative shape) */
@@ -22,15 +23,17 @@ struct braze_packed_conv {
     void *alt_data[CONV_MAX_ALT];
 };
 
-static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-    return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t p_end, int64_t d) {
+    return (in + p + p_end - d * (k - 1) - 1) / s + 1;
 }
+
+#define CONV_OH(P, H) conv_out(H, (P)->KH, (P)->sh, (P)->ph, (P)->ph_end, (P)->dh)
+#define CONV_OW(P, W) conv_out(W, (P)->KW, (P)->sw, (P)->pw, (P)->pw_end, (P)->dw)
 
 /* Memory descs of one conv call (weights: plain torch layout or `any`). */
 static int conv_mds(const braze_packed_conv *P, int64_t N, int64_t H, int64_t W, int any_w,
                     dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei, dnnl_memory_desc_t *dst) {
-    int64_t OH = conv_out(H, P->KH, P->sh, P->ph, P->dh);
-    int64_t OW = conv_out(W, P->KW, P->sw, P->pw, P->dw);
+    int64_t OH = CONV_OH(P, H), OW = CONV_OW(P, W);
     dnnl_format_tag_t t = P->layout ? dnnl_nhwc : dnnl_nchw;
     dnnl_dims_t sd = {N, P->IC, H, W}, dd = {N, P->OC, OH, OW};
     if (dnnl_memory_desc_create_with_tag(src, 4, sd, dnnl_f32, t)) return 1;
@@ -53,11 +56,11 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, const braze_packed_conv 
                              const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei,
                              const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst,
                              const_dnnl_primitive_attr_t attr) {
-    dnnl_dims_t strides = {P->sh, P->sw}, dil = {P->dh - 1, P->dw - 1}, pad = {P->ph, P->pw};
-    /* right padding so that the output size matches the formula exactly */
+    dnnl_dims_t strides = {P->sh, P->sw}, dil = {P->dh - 1, P->dw - 1}, pad = {P->ph, P->pw},
+                pad_end = {P->ph_end, P->pw_end};
     return dnnl_convolution_forward_primitive_desc_create(pd, g_engine, dnnl_forward_inference,
                                                           dnnl_convolution_direct, src, wei, bias,
-                                                          dst, strides, dil, pad, pad, attr);
+                                                          dst, strides, dil, pad, pad_end, attr);
 }
 
 #define CONV_HW_HINT 56
@@ -65,21 +68,22 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, const braze_packed_conv 
 braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC, int64_t KH,
                                            int64_t KW, int64_t groups, int64_t stride_h,
                                            int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                                           int64_t dil_h, int64_t dil_w, int layout, char *err,
-                                           int errlen) {
+                                           int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h,
+                                           int64_t dil_w, int layout, char *err, int errlen) {
     char ctx[300];
     snprintf(ctx, sizeof ctx,
              "braze_pack_conv_weights OC=%lld IC=%lld KH=%lld KW=%lld groups=%lld stride=%lldx%lld "
-             "pad=%lldx%lld dil=%lldx%lld layout=%s",
+             "pad=%lld,%lld,%lld,%lld dil=%lldx%lld layout=%s",
              (long long)OC, (long long)IC, (long long)KH, (long long)KW, (long long)groups,
              (long long)stride_h, (long long)stride_w, (long long)pad_h, (long long)pad_w,
-             (long long)dil_h, (long long)dil_w, layout ? "nhwc" : "nchw");
+             (long long)pad_h_end, (long long)pad_w_end, (long long)dil_h, (long long)dil_w, layout ? "nhwc" : "nchw");
     braze_packed_conv *P = NULL;
     dnnl_memory_desc_t src = NULL, wany = NULL, wplain = NULL, dst = NULL;
     dnnl_primitive_desc_t pd = NULL;
     if (braze_dnnl_init(err, errlen)) return NULL;
     if (!W || OC <= 0 || IC <= 0 || KH <= 0 || KW <= 0 || groups <= 0 || OC % groups || IC % groups ||
-        stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || dil_h <= 0 || dil_w <= 0 ||
+        stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || pad_h_end < 0 || pad_w_end < 0 ||
+        dil_h <= 0 || dil_w <= 0 ||
         (layout != 0 && layout != 1)) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s)", ctx);
         return NULL;
@@ -89,8 +93,9 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
         set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
         return NULL;
     }
-    *P = (braze_packed_conv){OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, layout};
-    P->plain = W;
+    *P = (braze_packed_conv){.OC = OC, .IC = IC, .KH = KH, .KW = KW, .G = groups, .sh = stride_h,
+                             .sw = stride_w, .ph = pad_h, .pw = pad_w, .dh = dil_h, .dw = dil_w,
+                             .ph_end = pad_h_end, .pw_end = pad_w_end, .layout = layout, .plain = W};
     {
         /* representative input: big enough for the kernel window */
         int64_t hh = CONV_HW_HINT, ww = CONV_HW_HINT;
@@ -242,10 +247,12 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
     }
     snprintf(ctx, sizeof ctx,
              "braze_conv2d N=%lld IC=%lld H=%lld W=%lld -> OC=%lld OH=%lld OW=%lld kernel=%lldx%lld "
-             "stride=%lldx%lld pad=%lldx%lld dil=%lldx%lld groups=%lld layout=%s bias=%d residual=%d act=%d",
+             "stride=%lldx%lld pad=%lld,%lld,%lld,%lld dil=%lldx%lld groups=%lld layout=%s bias=%d "
+             "residual=%d act=%d",
              (long long)N, (long long)P->IC, (long long)H, (long long)W, (long long)P->OC,
              (long long)OH, (long long)OW, (long long)P->KH, (long long)P->KW, (long long)P->sh,
-             (long long)P->sw, (long long)P->ph, (long long)P->pw, (long long)P->dh,
+             (long long)P->sw, (long long)P->ph, (long long)P->pw, (long long)P->ph_end,
+             (long long)P->pw_end, (long long)P->dh,
              (long long)P->dw, (long long)P->G, P->layout ? "nhwc" : "nchw", bias != NULL,
              residual != NULL, act);
     if (braze_dnnl_init(err, errlen)) return 1;
@@ -257,11 +264,10 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
             return 1;
         }
     }
-    if (N < 0 || H <= 0 || W <= 0 || !X || !Y || OH != conv_out(H, P->KH, P->sh, P->ph, P->dh) ||
-        OW != conv_out(W, P->KW, P->sw, P->pw, P->dw) || OH <= 0 || OW <= 0) {
+    if (N < 0 || H <= 0 || W <= 0 || !X || !Y || OH != CONV_OH(P, H) || OW != CONV_OW(P, W) ||
+        OH <= 0 || OW <= 0) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; expected OH=%lld OW=%lld)", ctx,
-                (long long)conv_out(H, P->KH, P->sh, P->ph, P->dh),
-                (long long)conv_out(W, P->KW, P->sw, P->pw, P->dw));
+                (long long)CONV_OH(P, H), (long long)CONV_OW(P, W));
         return 1;
     }
     if (N == 0) return 0;
