@@ -113,3 +113,43 @@ def test_conv_with_asymmetric_padding_compiles(padding, stride):
     for shape in [(1, 6, 3, 4), (2, 6, 11, 9), (4, 6, 32, 17)]:
         xv = rng.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(m(xv), braze.reference.run(mod, xv), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs,ws", [
+    (("b", 1, "m", 8), (1, 3, 8, 5)),    # [b,1,m,k] @ [1,h,k,n]
+    (("b", 3, "m", 8), (3, 8, 5)),       # rank 4 @ rank 3
+    (("m", 8), ("b", 2, 8, 5)),          # 2-D left operand
+    ((2, 1, "b", "m", 8), (1, 4, "b", 8, 5)),
+])
+def test_matmul_broadcasts_batch_dims_natively(xs, ws):
+    b = Builder()
+    syms = {"b": b.sym("b", 1, 8), "m": b.sym("m", 1, 32)}
+    dims = lambda t: [syms.get(d, d) if isinstance(d, str) else d for d in t]
+    x = b.param("x", tensor("f32", *dims(xs)))
+    w = b.param("w", tensor("f32", *dims(ws)))
+    b.ret(b.op("matmul", [x, w]))
+    mod = b.module
+    m = braze.compile(mod)
+    rng = np.random.default_rng(len(xs) * 10 + len(ws))
+    for env in ({"b": 1, "m": 1}, {"b": 3, "m": 7}, {"b": 8, "m": 32}):
+        conc = lambda t: tuple(env.get(d, d) if isinstance(d, str) else d for d in t)
+        xv = rng.standard_normal(conc(xs)).astype(np.float32)
+        wv = rng.standard_normal(conc(ws)).astype(np.float32)
+        got = m(xv, wv)
+        np.testing.assert_allclose(got, np.matmul(xv.astype(np.float64), wv), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, braze.reference.run(mod, xv, wv), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_symbolic_batch_dim_against_a_static_one_is_checked_at_run_time():
+    """Type inference records p == 2 (no run-time broadcast of a symbol that happens to be 1),
+    so the native entry rejects other values with the constraint's message."""
+    b = Builder()
+    p = b.sym("p", 1, 8)
+    x = b.param("x", tensor("f32", p, 4, 8))
+    w = b.param("w", tensor("f32", 2, 8, 5))
+    b.ret(b.op("matmul", [x, w]))
+    m = braze.compile(b.module)
+    wv = np.ones((2, 8, 5), np.float32)
+    assert m(np.ones((2, 4, 8), np.float32), wv).shape == (2, 4, 5)
+    with pytest.raises(InputError):
+        m(np.ones((3, 4, 8), np.float32), wv)

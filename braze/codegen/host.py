@@ -382,17 +382,51 @@ class _EntryWriter:
         if x.rank < 2 or w.rank < 2:
             raise BrazeError("matmul of vectors is not supported natively", where=str(a.loc) if a.loc else None)
         M, N = x.shape[-2], w.shape[-1]
+        args = (f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, 0, 1.0f, (float *){dst}, {e})) "
+                f"return BRAZE_ERR_INTERNAL;")
         if w.rank == 2:
             batch, M = 1, S.prod(x.shape[:-1])
-        elif x.rank == w.rank and all(self.module.constraints.equal(p, q) is True
-                                        for p, q in zip(x.shape[:-2], w.shape[:-2])):
-            batch = S.prod(x.shape[:-2])
         else:
-            raise BrazeError(f"matmul with broadcast batch dims {x.type} @ {w.type} is not supported natively",
-                             where=str(a.loc) if a.loc else None)
-        self.emit(f"if (braze_batch_matmul({int_expr(batch)}, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
-                  f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, 0, 1.0f, (float *){dst}, {e})) "
-                  f"return BRAZE_ERR_INTERNAL;")
+            xb, wb = _broadcast_batch(self.module.constraints, x.shape[:-2], w.shape[:-2], a)
+            if xb == wb:
+                batch = S.prod(xb)
+            else:
+                arr = lambda dims: "(const int64_t[]){" + ", ".join(int_expr(d) for d in dims) + "}"
+                self.emit(f"if (braze_batch_matmul_bcast({len(xb)}, {arr(xb)}, {arr(wb)}, {int_expr(M)}, "
+                          f"{int_expr(N)}, {int_expr(K)}, " + args)
+                return
+        self.emit(f"if (braze_batch_matmul({int_expr(batch)}, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, " + args)
+
+
+def _broadcast_batch(store, xb, wb, node: Node):
+    """The two operands' batch dims, left-padded with 1 to one rank, with equal pairs merged
+    into x's, and at most 4 dims left (adjacent dims that broadcast alike are merged)."""
+    n = max(len(xb), len(wb))
+    xb = (1,) * (n - len(xb)) + tuple(xb)
+    wb = (1,) * (n - len(wb)) + tuple(wb)
+    pairs = []
+    for p, q in zip(xb, wb):
+        if store.equal(p, q) is True:
+            pairs.append(("=", p, p))
+        elif isinstance(p, int) and p == 1:
+            pairs.append(("b", 1, q))
+        elif isinstance(q, int) and q == 1:
+            pairs.append(("a", p, 1))
+        else:
+            raise BrazeError(f"matmul batch dims {list(xb)} and {list(wb)} do not broadcast ({p} vs {q}; "
+                             f"not known to be equal, and neither is 1)", where=str(node.loc) if node.loc else None,
+                             hint="make the dims equal (expand the smaller operand) before the matmul")
+    merged = []
+    for kind, p, q in pairs:
+        if merged and merged[-1][0] == kind:
+            _, p0, q0 = merged[-1]
+            merged[-1] = (kind, S.mul(p0, p), S.mul(q0, q))
+        else:
+            merged.append((kind, p, q))
+    if len(merged) > 4:
+        raise BrazeError(f"matmul batch dims {list(xb)} and {list(wb)} broadcast in more than 4 groups; "
+                         f"not supported natively", where=str(node.loc) if node.loc else None)
+    return tuple(p for _, p, _ in merged), tuple(q for _, _, q in merged)
 
 
 def _is_bias(m: Node, chain: Value, const_of, anchor: Node) -> bool:

@@ -262,6 +262,7 @@ def load_standalone(extra_source: str = ""):
         "braze_free_packed_b": (None, [vp]),
         "braze_matmul": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, vp, cp, i32]),
         "braze_batch_matmul": (i32, [i64, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
+        "braze_batch_matmul_bcast": (i32, [i32, vp, vp, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
         "braze_pack_conv_weights": (vp, [vp, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                                          i64, i64, i32, cp, i32]),
         "braze_free_packed_conv": (None, [vp]),

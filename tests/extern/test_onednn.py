@@ -169,6 +169,28 @@ def test_batch_matmul(lib, ta, tb, shape):
     _close(out, alpha * (a.astype(np.float64) @ bm.astype(np.float64)))
 
 
+
+@pytest.mark.parametrize("tb", [0, 1])
+@pytest.mark.parametrize("ab,bb", [((2, 1), (1, 3)), ((1, 4), (5, 4)), ((3,), (1,)), ((1,), (1,)),
+                                   ((2, 1, 3), (2, 4, 1))])
+def test_batch_matmul_broadcasts_batch_dims(lib, ab, bb, tb):
+    M, N, K = 5, 3, 7
+    rng = np.random.default_rng(len(ab) + sum(ab) + 10 * sum(bb) + tb)
+    A = rng.standard_normal((*ab, M, K), dtype=np.float32)
+    Bm = rng.standard_normal((*bb, N, K) if tb else (*bb, K, N), dtype=np.float32)
+    want = A.astype(np.float64) @ (np.swapaxes(Bm, -1, -2) if tb else Bm).astype(np.float64)
+    out = np.empty(want.shape, np.float32)
+    err = _err()
+    a_b, b_b = np.array(ab, np.int64), np.array(bb, np.int64)
+    rc = lib.braze_batch_matmul_bcast(len(ab), _p(a_b), _p(b_b), M, N, K, _p(A), 0, _p(Bm), tb, 1.0, _p(out),
+                                      err, ERRLEN)
+    assert rc == 0, err.value
+    _close(out, want)
+    three, two = np.full(len(ab), 3, np.int64), np.full(len(ab), 2, np.int64)  # 3 vs 2 does not broadcast
+    assert lib.braze_batch_matmul_bcast(len(ab), _p(three), _p(two), M, N, K, _p(A), 0, _p(Bm), tb, 1.0,
+                                        _p(out), err, ERRLEN) != 0
+    assert b"each equal or 1 on one side" in err.value
+
 CONV_CASES = [
     # N, IC, OC, H, W, k, stride, pad (all sides, or top, left, bottom, right), dil, groups
     (1, 3, 8, 17, 19, 3, 1, 1, 1, 1),
@@ -283,7 +305,7 @@ def test_errors_are_reported_not_fatal(lib):
     finally:
         lib.braze_free_packed_b(pb)
     assert lib.braze_batch_matmul(-1, 2, 2, 2, _p(A), 0, _p(A), 0, 1.0, _p(out), err, ERRLEN) != 0
-    assert b"braze_batch_matmul batch=-1" in err.value
+    assert b"braze_batch_matmul M=2" in err.value and b"A=[-1]" in err.value
     Wc = np.ones((8, 3, 3, 3), np.float32)
     assert not lib.braze_pack_conv_weights(_p(Wc), 8, 3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, err, ERRLEN)
     assert b"groups=2" in err.value

@@ -76,6 +76,14 @@ int braze_batch_matmul(int64_t batch, int64_t M, int64_t N, int64_t K,
                        const float *A, int transA, const float *Bm, int transB,
                        float alpha, float *C, char *err, int errlen);
 
+/* The same with broadcast batch dims: A has batch dims a_batch[0..nb), Bm has
+ * b_batch[0..nb) (1 <= nb <= 4; each pair equal, or 1 on one side), C has
+ * their elementwise max. Operands dense row-major as above. */
+int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_batch,
+                             int64_t M, int64_t N, int64_t K, const float *A, int transA,
+                             const float *Bm, int transB, float alpha, float *C,
+                             char *err, int errlen);
+
 /* Prepacks a conv weight W[OC, IC/groups, KH, KW] (torch layout) for the
  * given conv geometry (pad_h / pad_w: top / left, *_end: bottom / right);
  * layout: 0 = NCHW activations, 1 = NHWC activations.

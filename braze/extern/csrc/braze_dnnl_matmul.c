@@ -220,20 +220,39 @@ fail:
 
 /* ------------------------------------------------------------------ batched matmul */
 
+#define BMM_MAX_BATCH 4
+
 typedef struct {
-    int64_t b, M, N, K;
+    int nb;
+    const int64_t *ab, *bb;
+    int64_t M, N, K;
     int ta, tb;
     float alpha;
     const char *ctx;
 } bmm_arg;
 
-static int bmm_mds(int64_t b, int64_t M, int64_t N, int64_t K, int ta, int tb, dnnl_memory_desc_t *a,
-                   dnnl_memory_desc_t *w, dnnl_memory_desc_t *c) {
-    dnnl_dims_t ad = {b, M, K}, wd = {b, K, N}, cd = {b, M, N};
-    if (dnnl_memory_desc_create_with_tag(a, 3, ad, dnnl_f32, ta ? dnnl_acb : dnnl_abc)) return 1;
-    if (dnnl_memory_desc_create_with_tag(w, 3, wd, dnnl_f32, tb ? dnnl_acb : dnnl_abc)) return 1;
-    if (dnnl_memory_desc_create_with_tag(c, 3, cd, dnnl_f32, dnnl_abc)) return 1;
-    return 0;
+/* dims [bd..., r, c], dense row-major over [bd..., r, c], or over [bd..., c, r] when trans */
+static int nd_desc(int nb, const int64_t *bd, int64_t r, int64_t c, int trans, dnnl_memory_desc_t *md) {
+    dnnl_dims_t dims, strides;
+    int nd = nb + 2;
+    for (int i = 0; i < nb; i++) dims[i] = bd[i];
+    dims[nb] = r;
+    dims[nb + 1] = c;
+    strides[nb] = trans ? 1 : c;
+    strides[nb + 1] = trans ? r : 1;
+    int64_t st = r * c;
+    for (int i = nb - 1; i >= 0; i--) {
+        strides[i] = st;
+        st *= bd[i];
+    }
+    return dnnl_memory_desc_create_with_strides(md, nd, dims, dnnl_f32, strides) != dnnl_success;
+}
+
+static int bmm_mds(const bmm_arg *m, dnnl_memory_desc_t *a, dnnl_memory_desc_t *w, dnnl_memory_desc_t *c) {
+    int64_t cb[BMM_MAX_BATCH];
+    for (int i = 0; i < m->nb; i++) cb[i] = m->ab[i] > m->bb[i] ? m->ab[i] : m->bb[i];
+    return nd_desc(m->nb, m->ab, m->M, m->K, m->ta, a) || nd_desc(m->nb, m->bb, m->K, m->N, m->tb, w) ||
+           nd_desc(m->nb, cb, m->M, m->N, 0, c);
 }
 
 static int make_bmm(cache_entry *e, void *p, char *err, int errlen) {
@@ -243,8 +262,8 @@ static int make_bmm(cache_entry *e, void *p, char *err, int errlen) {
     dnnl_memory_desc_t a = NULL, w = NULL, c = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    if (bmm_mds(m->b, m->M, m->N, m->K, m->ta, m->tb, &a, &w, &c)) {
-        set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
+    if (bmm_mds(m, &a, &w, &c)) {
+        set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_strides failed (%s)", ctx);
         goto fail;
     }
     DN(make_attr(&attr, BRAZE_ACT_NONE, NULL, m->alpha));
@@ -260,36 +279,55 @@ fail:
     return rc;
 }
 
-int braze_batch_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int transA,
-                       const float *Bm, int transB, float alpha, float *C, char *err, int errlen) {
-    char ctx[200];
-    snprintf(ctx, sizeof ctx, "braze_batch_matmul batch=%lld M=%lld N=%lld K=%lld transA=%d transB=%d",
-             (long long)batch, (long long)M, (long long)N, (long long)K, transA, transB);
+int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_batch, int64_t M, int64_t N,
+                             int64_t K, const float *A, int transA, const float *Bm, int transB, float alpha,
+                             float *C, char *err, int errlen) {
+    char ctx[300];
+    int n = snprintf(ctx, sizeof ctx, "braze_batch_matmul M=%lld N=%lld K=%lld transA=%d transB=%d batch A=[",
+                     (long long)M, (long long)N, (long long)K, transA, transB);
+    for (int i = 0; i < nb && i < BMM_MAX_BATCH && a_batch && n < 250; i++)
+        n += snprintf(ctx + n, sizeof ctx - n, i ? ",%lld" : "%lld", (long long)a_batch[i]);
+    n += snprintf(ctx + n, sizeof ctx - n, "] B=[");
+    for (int i = 0; i < nb && i < BMM_MAX_BATCH && b_batch && n < 280; i++)
+        n += snprintf(ctx + n, sizeof ctx - n, i ? ",%lld" : "%lld", (long long)b_batch[i]);
+    snprintf(ctx + n, sizeof ctx - n, "]");
     int rc = 1, is_tmp = 0;
     cache_entry tmp, *e = NULL;
     dnnl_memory_desc_t a = NULL, w = NULL, c = NULL;
     dnnl_memory_t ma = NULL, mw = NULL, mc = NULL;
     if (braze_dnnl_init(err, errlen)) return 1;
-    if (batch < 0 || M < 0 || N < 0 || K < 0 || !A || !Bm || !C) {
-        set_err(err, errlen, "braze_dnnl: invalid arguments (%s)", ctx);
+    int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0 || !A || !Bm || !C;
+    int64_t out = 1;
+    for (int i = 0; !bad && i < nb; i++) {
+        int64_t p = a_batch[i], q = b_batch[i];
+        bad = p < 0 || q < 0 || (p != q && p != 1 && q != 1);
+        out *= p > q ? p : q;
+    }
+    if (bad) {
+        set_err(err, errlen, "braze_dnnl: invalid arguments (%s; 1 to %d batch dims, each equal or 1 on one side)",
+                ctx, BMM_MAX_BATCH);
         return 1;
     }
-    if (batch == 0 || M == 0 || N == 0) return 0;
+    if (out == 0 || M == 0 || N == 0) return 0;
     if (K == 0) {
-        memset(C, 0, (size_t)(batch * M * N) * sizeof(float));
+        memset(C, 0, (size_t)(out * M * N) * sizeof(float));
         return 0;
     }
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
+    bmm_arg arg = {nb, a_batch, b_batch, M, N, K, transA != 0, transB != 0, alpha, ctx};
     {
         union { float f; int32_t i; } u = {alpha};
-        int64_t k[KEYLEN] = {2, 0, batch, M, N, K, transA != 0, transB != 0, u.i};
-        bmm_arg arg = {batch, M, N, K, transA != 0, transB != 0, alpha, ctx};
+        int64_t k[KEYLEN] = {2, 0, nb, M, N, K, (transA != 0) | (transB != 0) << 1, u.i};
+        for (int i = 0; i < nb; i++) {
+            k[8 + i] = a_batch[i];
+            k[8 + BMM_MAX_BATCH + i] = b_batch[i];
+        }
         e = get_entry(k, make_bmm, &arg, &tmp, &is_tmp, err, errlen);
         if (!e) return 1;
     }
-    if (bmm_mds(batch, M, N, K, transA != 0, transB != 0, &a, &w, &c)) {
-        set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
+    if (bmm_mds(&arg, &a, &w, &c)) {
+        set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_strides failed (%s)", ctx);
         goto fail;
     }
     DN(dnnl_memory_create(&ma, a, g_engine, (void *)A));
@@ -310,4 +348,9 @@ fail:
     if (c) dnnl_memory_desc_destroy(c);
     if (is_tmp) entry_release(&tmp);
     return rc;
+}
+
+int braze_batch_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int transA,
+                       const float *Bm, int transB, float alpha, float *C, char *err, int errlen) {
+    return braze_batch_matmul_bcast(1, &batch, &batch, M, N, K, A, transA, Bm, transB, alpha, C, err, errlen);
 }
