@@ -399,8 +399,8 @@ class _EntryWriter:
 
 
 def _broadcast_batch(store, xb, wb, node: Node):
-    """The two operands' batch dims, left-padded with 1 to one rank, with equal pairs merged
-    into x's, and at most 4 dims left (adjacent dims that broadcast alike are merged)."""
+    """Both operands' batch dims for braze_batch_matmul_bcast: left-padded with 1 to one
+    rank, then adjacent dims that broadcast alike merged (at most 4 groups)."""
     n = max(len(xb), len(wb))
     xb = (1,) * (n - len(xb)) + tuple(xb)
     wb = (1,) * (n - len(wb)) + tuple(wb)
