@@ -221,6 +221,7 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
                 e->wei_alt = data; /* owned by this entry */
         }
     }
+    DN(clone_scratch_md(pd, &e->scratch_md));
     DN(dnnl_primitive_create(&e->prim, pd));
     rc = 0;
 fail:
@@ -284,7 +285,7 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
         goto fail;
     }
     {
-        dnnl_exec_arg_t args[5];
+        dnnl_exec_arg_t args[6];
         int n = 0;
         DN(dnnl_memory_create(&mx, src, g_engine, (void *)X));
         DN(dnnl_memory_create(&my, dst, g_engine, Y));
@@ -300,8 +301,7 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
         }
         if (residual && residual != Y)
             memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * sizeof(float));
-        DN(dnnl_primitive_execute(e->prim, s, n, args));
-        DN(dnnl_stream_wait(s));
+        if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
     }
     rc = 0;
 fail:

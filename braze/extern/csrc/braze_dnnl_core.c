@@ -46,14 +46,19 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_runtime_m = 0;
 
 static pthread_key_t g_stream_key;
+static pthread_key_t g_scratch_key;
 
 static void stream_dtor(void *s) {
     if (s) dnnl_stream_destroy((dnnl_stream_t)s);
 }
 
+/* A calling thread's scratchpad: [size_t capacity][pad to 64][bytes...], freed at thread exit. */
+static void scratch_dtor(void *p) { free(p); }
+
 static void engine_init_once(void) {
     g_engine_msg[0] = 0;
     pthread_key_create(&g_stream_key, stream_dtor);
+    pthread_key_create(&g_scratch_key, scratch_dtor);
     const char *rm = getenv("BRAZE_DNNL_RUNTIME_M");
     if (rm && rm[0] == '1') g_runtime_m = 1;
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_SYCL
@@ -143,6 +148,7 @@ typedef struct {
     int used;
     dnnl_primitive_t prim;
     dnnl_memory_desc_t wei_md;   /* weights md the primitive wants (owned) */
+    dnnl_memory_desc_t scratch_md; /* the primitive's scratchpad (owned), or NULL if it needs none */
     void *wei_alt;               /* weights re-laid out for this primitive only, or NULL */
     const void *wei;             /* the weights to run with (conv; not owned unless == wei_alt) */
 } cache_entry;
@@ -201,9 +207,11 @@ static cache_entry *cache_insert(const int64_t *k) {
 static void entry_release(cache_entry *e) {
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->wei_md) dnnl_memory_desc_destroy(e->wei_md);
+    if (e->scratch_md) dnnl_memory_desc_destroy(e->scratch_md);
     free(e->wei_alt);
     e->prim = NULL;
     e->wei_md = NULL;
+    e->scratch_md = NULL;
     e->wei_alt = NULL;
     e->wei = NULL;
 }
@@ -232,23 +240,80 @@ static void *aligned_alloc64(size_t n) {
     return p;
 }
 
+/* This thread's scratchpad, at least n bytes (grow-only; freed at thread exit), or NULL.
+ * Primitives run with user-managed scratchpads from here: the wheel is built without
+ * DNNL_ENABLE_CONCURRENT_EXEC, and library-managed scratchpads are not safe when two
+ * threads execute primitives at once (wrong results and crashes under concurrent calls). */
+static void *thread_scratch(size_t n) {
+    char *p = (char *)pthread_getspecific(g_scratch_key);
+    if (p && *(size_t *)p >= n) return p + 64;
+    free(p);
+    size_t cap = (n + 4095) & ~(size_t)4095;
+    p = (char *)aligned_alloc64(cap + 64);
+    if (p) *(size_t *)p = cap;
+    pthread_setspecific(g_scratch_key, p);
+    return p ? p + 64 : NULL;
+}
+
+/* The scratchpad md that pd asks for, cloned into *md (NULL when it needs none). */
+static dnnl_status_t clone_scratch_md(const_dnnl_primitive_desc_t pd, dnnl_memory_desc_t *md) {
+    *md = NULL;
+    const_dnnl_memory_desc_t q = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (!q || dnnl_memory_desc_get_size(q) == 0) return dnnl_success;
+    return dnnl_memory_desc_clone(md, q);
+}
+
+/* Executes prim on the calling thread's stream and waits; args has room for one more
+ * (the scratchpad, from thread_scratch, when scratch_md is not NULL). */
+static int run_primitive(const_dnnl_primitive_t prim, const_dnnl_memory_desc_t scratch_md, dnnl_stream_t s,
+                         int n, dnnl_exec_arg_t *args, const char *ctx, char *err, int errlen) {
+    dnnl_memory_t ms = NULL;
+    int rc = 1;
+    if (scratch_md) {
+        size_t sz = dnnl_memory_desc_get_size(scratch_md);
+        void *buf = thread_scratch(sz);
+        if (!buf) {
+            set_err(err, errlen, "braze_dnnl: out of memory (a %zu-byte scratchpad; %s)", sz, ctx);
+            return 1;
+        }
+        DN(dnnl_memory_create(&ms, scratch_md, g_engine, buf));
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
+    }
+    DN(dnnl_primitive_execute(prim, s, n, args));
+    DN(dnnl_stream_wait(s));
+    rc = 0;
+fail:
+    if (ms) dnnl_memory_destroy(ms);
+    return rc;
+}
+
+/* An attribute with a user-managed scratchpad (see thread_scratch). */
+static dnnl_status_t make_user_scratch_attr(dnnl_primitive_attr_t *attr) {
+    dnnl_status_t st = dnnl_primitive_attr_create(attr);
+    if (st == dnnl_success) st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+    return st;
+}
+
 /* Reorders `src` (md, data) into `dst` (md, data). */
 static int do_reorder(const_dnnl_memory_desc_t smd, const void *sdata, const_dnnl_memory_desc_t dmd,
                       void *ddata, const char *ctx, char *err, int errlen) {
+    dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
     dnnl_memory_t ms = NULL, md = NULL;
+    dnnl_memory_desc_t scratch = NULL;
     int rc = 1;
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
-    DN(dnnl_reorder_primitive_desc_create(&rpd, smd, g_engine, dmd, g_engine, NULL));
+    DN(make_user_scratch_attr(&attr));
+    DN(dnnl_reorder_primitive_desc_create(&rpd, smd, g_engine, dmd, g_engine, attr));
+    DN(clone_scratch_md(rpd, &scratch));
     DN(dnnl_primitive_create(&r, rpd));
     DN(dnnl_memory_create(&ms, smd, g_engine, (void *)sdata));
     DN(dnnl_memory_create(&md, dmd, g_engine, ddata));
     {
-        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
-        DN(dnnl_primitive_execute(r, s, 2, args));
-        DN(dnnl_stream_wait(s));
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+        if (run_primitive(r, scratch, s, 2, args, ctx, err, errlen)) goto fail;
     }
     rc = 0;
 fail:
@@ -256,6 +321,8 @@ fail:
     if (md) dnnl_memory_destroy(md);
     if (r) dnnl_primitive_destroy(r);
     if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (scratch) dnnl_memory_desc_destroy(scratch);
     return rc;
 }
 
@@ -285,7 +352,7 @@ static int residual_post_op_index(int act) {
 static dnnl_status_t make_attr_ex(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
                                   float out_scale_linear, int res_as_sum) {
     dnnl_post_ops_t po = NULL;
-    dnnl_status_t st = dnnl_primitive_attr_create(attr);
+    dnnl_status_t st = make_user_scratch_attr(attr);
     if (st != dnnl_success) return st;
     st = dnnl_post_ops_create(&po);
     if (st != dnnl_success) return st;

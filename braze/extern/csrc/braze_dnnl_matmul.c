@@ -113,6 +113,7 @@ static int create_matmul_entry(cache_entry *e, int64_t M, const braze_packed_b *
     } else {
         DN(dnnl_memory_desc_clone(&e->wei_md, B->md));
     }
+    DN(clone_scratch_md(pd, &e->scratch_md));
     DN(dnnl_primitive_create(&e->prim, pd));
     rc = 0;
 fail:
@@ -186,7 +187,7 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
         DN(dnnl_memory_create(&ma, src, g_engine, (void *)A));
         DN(dnnl_memory_create(&mc, dst, g_engine, C));
         DN(dnnl_memory_create(&mw, e->wei_md, g_engine, e->wei_alt ? e->wei_alt : B->data));
-        dnnl_exec_arg_t args[5];
+        dnnl_exec_arg_t args[6];
         int n = 0;
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ma};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
@@ -201,8 +202,7 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
             int idx = residual_post_op_index(act);
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1, mr};
         }
-        DN(dnnl_primitive_execute(e->prim, s, n, args));
-        DN(dnnl_stream_wait(s));
+        if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
     }
     rc = 0;
 fail:
@@ -268,6 +268,7 @@ static int make_bmm(cache_entry *e, void *p, char *err, int errlen) {
     }
     DN(make_attr(&attr, BRAZE_ACT_NONE, NULL, m->alpha));
     DN(dnnl_matmul_primitive_desc_create(&pd, g_engine, a, w, NULL, c, attr));
+    DN(clone_scratch_md(pd, &e->scratch_md));
     DN(dnnl_primitive_create(&e->prim, pd));
     rc = 0;
 fail:
@@ -334,9 +335,8 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
     DN(dnnl_memory_create(&mw, w, g_engine, (void *)Bm));
     DN(dnnl_memory_create(&mc, c, g_engine, C));
     {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mc}};
-        DN(dnnl_primitive_execute(e->prim, s, 3, args));
-        DN(dnnl_stream_wait(s));
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mc}};
+        if (run_primitive(e->prim, e->scratch_md, s, 3, args, ctx, err, errlen)) goto fail;
     }
     rc = 0;
 fail:
