@@ -40,13 +40,14 @@ def _to_module(model, example_inputs, dynamic_shapes) -> Module:
 class CompiledModel:
     """A compiled model: call it with numpy arrays or torch tensors (same kind back)."""
 
-    def __init__(self, module: Module, library, native, options: Options, timings: dict):
+    def __init__(self, module: Module, library, instance, native, options: Options, timings: dict):
         self.module = module  # the module after the pipeline
         self.library = library
+        self.instance = instance  # this model's constants, packed weights and thread count
         self.options = options
         self.timings = timings
-        self._fns = {e.function.name: library.function(e.symbol, [p.type for p in e.function.params],
-                                                       [r.type for r in e.function.results])
+        self._fns = {e.function.name: instance.function(e.symbol, [p.type for p in e.function.params],
+                                                        [r.type for r in e.function.results])
                      for e in native.entries}
         self._main = self._fns[module.main.name]
 
@@ -121,16 +122,13 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
         library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=onednn.rpaths(),
         extra_cflags=onednn.extra_link_flags()))
     t4 = time.perf_counter()
-    lib.init([module.constants[n] for n in native.constants])
-    if opts.threads:
-        import ctypes
-        ctypes.CDLL(str(lib.path)).braze_set_num_threads(ctypes.c_int32(opts.threads))
+    instance = lib.create([module.constants[n] for n in native.constants], threads=opts.threads)
     t5 = time.perf_counter()
     timings = {"import": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2, "c_compile": t4 - t3, "init": t5 - t4}
     if opts.debug >= 1:
         import sys
         print("braze compile: " + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()), file=sys.stderr)
-    return CompiledModel(module, lib, native, opts, timings)
+    return CompiledModel(module, lib, instance, native, opts, timings)
 
 
 def _with_env(env: dict, fn):

@@ -3,8 +3,11 @@
 An entry (see braze_abi.h) checks its inputs and binds the symbols
 (host_checks.py), allocates the outputs through the caller's ``alloc``, takes
 intermediates from a per-thread arena laid out by the memory plan, and calls
-the generated kernels and the oneDNN helpers in order. ``braze_init`` takes
-the constants and prepacks the GEMM and convolution weights once.
+the generated kernels and the oneDNN helpers in order. ``braze_create`` makes
+one model instance: it takes the constants, prepacks the GEMM and convolution
+weights once and holds the thread count. The library has no state of its own
+beyond per-thread scratch, so two models that share one library (same
+architecture, other weights) never see each other's weights.
 """
 
 from __future__ import annotations
@@ -53,37 +56,35 @@ class HostGen:
         self.kernel_src: list[str] = []
         self.kernel_ir: dict[str, str] = {}
         self.init_lines: list[str] = []
-        self.globals: list[str] = []
-        self._n_packed = 0
+        self.packed_b: list[str] = []
+        self.packed_conv: list[str] = []
 
-    # --- constants ----------------------------------------------------------------------
+    # --- constants (fields of the model instance) ----------------------------------------
     def const(self, name: str) -> str:
         if name not in self.const_index:
             self.const_index[name] = len(self.const_index)
-        return f"g_const[{self.const_index[name]}]"
+        return f"M->c[{self.const_index[name]}]"
 
     def pack_b(self, wname: str, n, k, transposed: int) -> str:
-        """A packed weight handle, created once in braze_init."""
+        """A packed weight handle, created once per instance in braze_create."""
         if S.is_symbolic(n) or S.is_symbolic(k):
             raise BrazeError(f"weight @{wname} has a symbolic shape [{n}, {k}]; constant weights must be static")
-        h = f"g_packed_b{self._n_packed}"
-        self._n_packed += 1
-        self.globals.append(f"static braze_packed_b *{h};")
+        h = f"M->pb[{len(self.packed_b)}]"
+        self.packed_b.append(h)
         self.init_lines.append(f"{h} = braze_pack_b_err((const float *){self.const(wname)}, {n}, {k}, {transposed}, "
-                               f"err, errlen); if (!{h}) return BRAZE_ERR_INTERNAL;")
+                               f"err, errlen); if (!{h}) goto fail;")
         return h
 
     def pack_conv(self, wname: str, w_shape, groups, stride, pad, dil, layout: int = 0) -> str:
         """pad: (top, left, bottom, right)."""
-        h = f"g_packed_c{self._n_packed}"
-        self._n_packed += 1
+        h = f"M->pc[{len(self.packed_conv)}]"
+        self.packed_conv.append(h)
         oc, icg, kh, kw = w_shape
-        self.globals.append(f"static braze_packed_conv *{h};")
         self.init_lines.append(
             f"{h} = braze_pack_conv_weights((const float *){self.const(wname)}, {oc}, {icg * groups}, {kh}, {kw}, "
             f"{groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, {pad[2]}, {pad[3]}, {dil[0]}, {dil[1]}, "
             f"{layout}, err, errlen); "
-            f"if (!{h}) return BRAZE_ERR_INTERNAL;")
+            f"if (!{h}) goto fail;")
         return h
 
     # --- kernels ------------------------------------------------------------------------
@@ -105,23 +106,36 @@ class HostGen:
             bodies.append(_EntryWriter(self, f).write(sym))
             entries.append(Entry(sym, f))
         n_const = len(self.const_index)
-        init = (f"BRAZE_EXPORT int32_t braze_init(void *const *constants, int32_t n_constants, char *err, "
-                f"int32_t errlen) {{\n"
-                f"    if (n_constants != {n_const}) BRAZE_FAIL(BRAZE_ERR_INTERNAL, \"braze_init: expected "
-                f"{n_const} constants, got %d\", (int)n_constants);\n"
-                f"    for (int i = 0; i < {n_const}; i++) g_const[i] = constants[i];\n"
-                f"    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;\n"
-                + "".join(f"    {ln}\n" for ln in self.init_lines) +
-                "    return BRAZE_OK;\n}\n")
+        nb, nc = len(self.packed_b), len(self.packed_conv)
+        model = ("struct braze_model {\n"
+                 f"    void *c[{max(n_const, 1)}];\n"
+                 f"    braze_packed_b *pb[{max(nb, 1)}];\n"
+                 f"    braze_packed_conv *pc[{max(nc, 1)}];\n"
+                 "    int32_t threads;\n};\n"
+                 "BRAZE_EXPORT void braze_destroy(braze_model *M) {\n"
+                 "    if (!M) return;\n"
+                 f"    for (int i = 0; i < {nb}; i++) braze_free_packed_b(M->pb[i]);\n"
+                 f"    for (int i = 0; i < {nc}; i++) braze_free_packed_conv(M->pc[i]);\n"
+                 "    free(M);\n}\n")
+        create = ("BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads, "
+                  "braze_model **out, char *err, int32_t errlen) {\n"
+                  "    *out = NULL;\n"
+                  f"    if (n_constants != {n_const}) BRAZE_FAIL(BRAZE_ERR_INTERNAL, \"braze_create: expected "
+                  f"{n_const} constants, got %d\", (int)n_constants);\n"
+                  "    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;\n"
+                  "    braze_model *M = (braze_model *)calloc(1, sizeof *M);\n"
+                  "    if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"braze_create: out of memory\");\n"
+                  f"    for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];\n"
+                  "    M->threads = threads;\n"
+                  + "".join(f"    {ln}\n" for ln in self.init_lines) +
+                  "    *out = M;\n    return BRAZE_OK;\n"
+                  + ("fail:\n    braze_destroy(M);\n    return BRAZE_ERR_INTERNAL;\n" if self.init_lines else "") +
+                  "}\n")
         parts = [
             "#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n",
             '#include "braze_abi.h"\n#include "braze_dnnl.h"\n',
-            c_prelude(self.isa), C_DTYPE_NAMES,
-            f"static void *g_const[{max(n_const, 1)}];\n",
-            "\n".join(self.globals) + "\n",
-            _ARENA_C,
-            "BRAZE_EXPORT void braze_set_num_threads(int32_t n) { if (n > 0) omp_set_num_threads(n); }\n",
-            *self.kernel_src, init, _profile_c(self.profile_labels) if self.profile else "", *bodies,
+            c_prelude(self.isa), C_DTYPE_NAMES, model, _ARENA_C,
+            *self.kernel_src, create, _profile_c(self.profile_labels) if self.profile else "", *bodies,
         ]
         names = sorted(self.const_index, key=self.const_index.get)
         return NativeSource("\n".join(parts), entries, names, self.kernel_ir)
@@ -217,8 +231,19 @@ class _EntryWriter:
                 "if (!arena && arena_bytes) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate %zu bytes of scratch memory\", arena_bytes);",
                 "(void)arena;"]
         body = "\n    ".join(head + self.lines + ["return BRAZE_OK;"])
-        return (f"BRAZE_EXPORT int32_t {symbol}(const braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, "
-                f"void *alloc_ctx, char *err, int32_t errlen) {{\n    {body}\n}}\n")
+        params = "braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen"
+        params = "const braze_model *M, const " + params
+        args = "M, inputs, n_inputs, alloc, alloc_ctx, err, errlen"
+        # the thread count is the model's: set for this call on the calling thread (OpenMP's
+        # nthreads is per thread), restored after, so it holds on every thread and per model
+        return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
+                f"BRAZE_EXPORT int32_t {symbol}({params}) {{\n"
+                f"    if (M->threads <= 0) return {symbol}_body({args});\n"
+                f"    int saved = omp_get_max_threads();\n"
+                f"    omp_set_num_threads(M->threads);\n"
+                f"    int32_t rc = {symbol}_body({args});\n"
+                f"    omp_set_num_threads(saved);\n"
+                f"    return rc;\n}}\n")
 
     def _time(self, start: int, label: str) -> None:
         """Wrap the lines from ``start`` in a timer (BRAZE_DEBUG >= 3)."""

@@ -1,5 +1,10 @@
 """Load a compiled library with ctypes and call its entries (braze_abi.h).
 
+``NativeLibrary(path).create(constants, threads)`` makes one model instance
+(``braze_create``): its constants, prepacked weights and thread count live in
+that instance, so two models that share a library never share weights.
+``NativeModel.function(symbol, ...)`` binds an entry to the instance.
+
 One ``NativeFunction.__call__`` is one native call: the inputs' data
 pointers, dtype codes and shapes are packed into one int64 buffer laid out as
 a ``braze_tensor[]`` followed by the shapes; outputs are allocated by a
@@ -15,6 +20,7 @@ import ctypes
 import os
 import sys
 import threading
+import weakref
 from ctypes import CFUNCTYPE, POINTER, addressof, c_int32, c_int64, c_void_p, py_object
 from pathlib import Path
 
@@ -43,8 +49,9 @@ assert ctypes.sizeof(BrazeTensor) == 24 and ctypes.sizeof(c_void_p) == 8, "braze
 
 # alloc_ctx is passed as a PyObject* (the per-call state), borrowed for the call's duration
 ALLOC_FN = CFUNCTYPE(c_void_p, py_object, c_int32, c_int32, c_int32, POINTER(c_int64))
-ENTRY_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, ALLOC_FN, py_object, c_void_p, c_int32)
-INIT_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, c_void_p, c_int32)
+ENTRY_FN = CFUNCTYPE(c_int32, c_void_p, c_void_p, c_int32, ALLOC_FN, py_object, c_void_p, c_int32)
+CREATE_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, c_int32, c_void_p, c_void_p, c_int32)
+DESTROY_FN = CFUNCTYPE(None, c_void_p)
 
 _LITTLE = sys.byteorder == "little"
 _from_buffer = ctypes.c_char.from_buffer
@@ -73,8 +80,6 @@ class NativeLibrary:
             raise BrazeError(f"cannot load the native library {self.path}: {e}",
                              hint="a corrupt cache entry is rebuilt by compiling again; "
                                   "deleting BRAZE_CACHE_DIR is always safe") from None
-        self._constants: list = []  # referenced for the library's lifetime
-        self.initialized = False
 
     def has_symbol(self, symbol: str) -> bool:
         return hasattr(self._cdll, symbol)
@@ -85,12 +90,28 @@ class NativeLibrary:
         except AttributeError:
             raise BrazeError(f"the native library {self.path} has no symbol {symbol!r}") from None
 
-    def init(self, constants=()) -> None:
-        """Call ``braze_init`` with the constants' data pointers (kept alive with the library).
+    def create(self, constants=(), threads: int | None = None) -> "NativeModel":
+        """One model instance (``braze_create``) holding ``constants`` and the thread count.
 
         Each constant is a numpy array or torch tensor; non-contiguous ones are
-        copied. A library without ``braze_init`` accepts only an empty list.
+        copied. A library without ``braze_create`` accepts only an empty list.
         """
+        return NativeModel(self, constants, threads)
+
+    def function(self, symbol: str, param_specs, result_specs) -> "NativeFunction":
+        """An entry of a library without model state (its entries get model == NULL)."""
+        return NativeFunction(self, symbol, param_specs, result_specs)
+
+    def __repr__(self):
+        return f"NativeLibrary({str(self.path)!r})"
+
+
+class NativeModel:
+    """One instance of a compiled model: ``braze_create``'s handle, destroyed with the object."""
+
+    def __init__(self, lib: NativeLibrary, constants=(), threads: int | None = None):
+        self.lib = lib
+        self.handle = None
         keep, ptrs = [], []
         for c in constants:
             if T.is_torch_tensor(c):
@@ -104,27 +125,26 @@ class NativeLibrary:
                 a = np.ascontiguousarray(c)
                 keep.append(a)
                 ptrs.append(a.ctypes.data if a.size else _EMPTY_ADDR)
-        if not self.has_symbol("braze_init"):
+        self._constants = keep  # braze_create keeps the pointers: alive as long as the instance
+        if not lib.has_symbol("braze_create"):
             if keep:
-                raise BrazeError(f"the native library {self.path} has no braze_init, "
+                raise BrazeError(f"the native library {lib.path} has no braze_create, "
                                  f"but {len(keep)} constants were given")
-            self.initialized = True
             return
-        fn = self._symbol("braze_init", INIT_FN)
+        fn = lib._symbol("braze_create", CREATE_FN)
         arr = (c_void_p * max(1, len(ptrs)))(*ptrs)
         err = ctypes.create_string_buffer(ERRLEN)
-        self._constants.append((keep, arr))  # before the call: the library may keep the pointers
-        rc = fn(addressof(arr), len(ptrs), addressof(err), ERRLEN)
+        out = c_void_p()
+        rc = fn(addressof(arr), len(ptrs), int(threads or 0), addressof(out), addressof(err), ERRLEN)
         if rc != OK:
             raise (InputError if rc in _INPUT_ERRORS else BrazeError)(
-                _error_message(err, rc), where=f"braze_init in {self.path}")
-        self.initialized = True
+                _error_message(err, rc), where=f"braze_create in {lib.path}")
+        self.handle = out.value
+        destroy = lib._symbol("braze_destroy", DESTROY_FN)
+        weakref.finalize(self, destroy, self.handle).atexit = False
 
     def function(self, symbol: str, param_specs, result_specs) -> "NativeFunction":
         return NativeFunction(self, symbol, param_specs, result_specs)
-
-    def __repr__(self):
-        return f"NativeLibrary({str(self.path)!r})"
 
 
 class _Call:
@@ -159,7 +179,14 @@ class NativeFunction:
     the input count and check what the entry allocates.
     """
 
-    def __init__(self, lib: NativeLibrary, symbol: str, param_specs, result_specs):
+    def __init__(self, owner, symbol: str, param_specs, result_specs):
+        """``owner``: a NativeModel (its instance is passed to every call) or a NativeLibrary
+        without model state (the entry gets NULL)."""
+        if isinstance(owner, NativeModel):
+            self.model, lib = owner, owner.lib
+        else:
+            self.model, lib = None, owner
+        self._handle = self.model.handle if self.model is not None else None
         self.lib = lib
         self.symbol = symbol
         self.params: tuple[TensorSpec, ...] = tuple(as_spec(s) for s in param_specs)
@@ -233,7 +260,7 @@ class NativeFunction:
         except AttributeError:
             err = _tls.err = ctypes.create_string_buffer(ERRLEN)
         err[0] = 0
-        rc = self._fn(base, n, _ALLOC, state, addressof(err), ERRLEN)
+        rc = self._fn(self._handle, base, n, _ALLOC, state, addressof(err), ERRLEN)
         if state.error is not None:
             e = state.error
             if isinstance(e, BrazeError):

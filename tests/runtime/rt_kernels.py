@@ -11,7 +11,7 @@ needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
 ADD1_SRC = r"""
 #include "braze_abi.h"
 
-BRAZE_EXPORT int32_t braze_add1(const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_add1(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
                                 braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     if (n_inputs != 1) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "expected 1 input, got %d", (int)n_inputs);
     const braze_tensor *x = &inputs[0];
@@ -35,7 +35,7 @@ BRAZE_EXPORT int32_t braze_add1(const braze_tensor *inputs, int32_t n_inputs,
 INFO_SRC = r"""
 #include "braze_abi.h"
 
-BRAZE_EXPORT int32_t braze_info(const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_info(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
                                 braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     const braze_tensor *x = &inputs[0];
     int64_t n = 3 + x->ndim;
@@ -49,25 +49,34 @@ BRAZE_EXPORT int32_t braze_info(const braze_tensor *inputs, int32_t n_inputs,
 }
 """
 
-# a library with constants: braze_init keeps c (f32[n]); affine(x: f32[n], k: i64[]) -> (x*c + k: f32[n], sum: f64[])
-# plus entries that misbehave on purpose
+# a library with constants: braze_create keeps c (f32[n]) in the instance;
+# affine(x: f32[n], k: i64[]) -> (x*c + k: f32[n], sum: f64[]); plus entries that misbehave on purpose
 MULTI_SRC = r"""
+#include <stdlib.h>
 #include "braze_abi.h"
 
-static const float *g_c = 0;
-static int64_t g_n = -1;
+struct braze_model { const float *c; int64_t n; };
 
-BRAZE_EXPORT int32_t braze_init(void *const *constants, int32_t n_constants, char *err, int32_t errlen) {
-    if (n_constants != 2) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_init: expected 2 constants, got %d", (int)n_constants);
-    g_c = (const float *)constants[0];
-    g_n = *(const int64_t *)constants[1];
+BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
+                                  braze_model **out, char *err, int32_t errlen) {
+    *out = NULL;
+    if (n_constants != 2) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected 2 constants, got %d", (int)n_constants);
+    braze_model *m = (braze_model *)malloc(sizeof *m);
+    if (!m) BRAZE_FAIL(BRAZE_ERR_ALLOC, "out of memory");
+    m->c = (const float *)constants[0];
+    m->n = *(const int64_t *)constants[1];
+    *out = m;
     return BRAZE_OK;
 }
 
-BRAZE_EXPORT int32_t braze_affine(const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT void braze_destroy(braze_model *m) { free(m); }
+
+BRAZE_EXPORT int32_t braze_affine(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
                                   braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     int32_t rc;
-    if (!g_c) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_init was not called");
+    if (!model) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "no model instance");
+    const float *g_c = model->c;
+    int64_t g_n = model->n;
     if ((rc = braze_check_input(&inputs[0], 0, "x", BRAZE_FLOAT32, 1, err, errlen))) return rc;
     if ((rc = braze_check_input(&inputs[1], 1, "k", BRAZE_INT64, 0, err, errlen))) return rc;
     int64_t n = inputs[0].shape[0];
@@ -84,7 +93,7 @@ BRAZE_EXPORT int32_t braze_affine(const braze_tensor *inputs, int32_t n_inputs,
     return BRAZE_OK;
 }
 
-BRAZE_EXPORT int32_t braze_bad_alloc(const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_bad_alloc(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
                                      braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     int64_t n = 4;
     void *p = alloc(alloc_ctx, 7, BRAZE_FLOAT32, 1, &n);  /* no output 7 */
@@ -92,17 +101,17 @@ BRAZE_EXPORT int32_t braze_bad_alloc(const braze_tensor *inputs, int32_t n_input
     return BRAZE_OK;
 }
 
-BRAZE_EXPORT int32_t braze_internal(const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_internal(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
                                     braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     BRAZE_FAIL(BRAZE_ERR_INTERNAL, "something broke inside (%s)", "on purpose");
 }
 
-BRAZE_EXPORT int32_t braze_silent(const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_silent(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
                                   braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     return BRAZE_ERR_RANGE;  /* no message */
 }
 
-BRAZE_EXPORT int32_t braze_forgets_output(const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_forgets_output(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
                                           braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     return BRAZE_OK;
 }

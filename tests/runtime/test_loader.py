@@ -107,8 +107,7 @@ def test_torch_inputs_and_outputs(add1, info):
 def test_mixed_kinds_give_torch(multi):
     torch = pytest.importorskip("torch")
     c = np.array([1, 2, 3], np.float32)
-    multi.init([c, np.array(3, np.int64)])
-    f = multi.function("braze_affine", [("f32", 1), ("i64", 0)], [("f32", 1), ("f64", 0)])
+    f = multi.create([c, np.array(3, np.int64)]).function("braze_affine", [("f32", 1), ("i64", 0)], [("f32", 1), ("f64", 0)])
     y, s = f(torch.ones(3), np.array(2, np.int64))
     assert isinstance(y, torch.Tensor) and isinstance(s, torch.Tensor)
     assert y.tolist() == [3, 4, 5] and s.item() == 12
@@ -129,10 +128,10 @@ def test_input_errors_then_keeps_working(add1):
 
 def test_init_constants_and_multiple_outputs(multi):
     c = np.array([1, 2, 3], np.float32)
-    multi.init([c, np.array(3, np.int64)])
+    inst = multi.create([c, np.array(3, np.int64)])
     del c
-    gc.collect()  # the library keeps the constants alive
-    f = multi.function("braze_affine", [TensorSpec(DType.float32, 1, "x"), ("i64", 0)],
+    gc.collect()  # the instance keeps the constants alive
+    f = inst.function("braze_affine", [TensorSpec(DType.float32, 1, "x"), ("i64", 0)],
                        [("f32", 1), ("f64", 0)])
     y, s = f(np.ones(3, np.float32), np.array(2, np.int64))
     assert y.tolist() == [3, 4, 5] and s.shape == () and s.dtype == np.float64 and s == 12
@@ -148,14 +147,28 @@ def test_init_constants_and_multiple_outputs(multi):
 
 def test_init_errors(multi):
     with pytest.raises(BrazeError, match="expected 2 constants, got 1"):
-        multi.init([np.ones(3, np.float32)])
+        multi.create([np.ones(3, np.float32)])
     lib = load_library(ADD1_SRC, name="add1")
-    lib.init([])  # no braze_init: fine without constants
-    with pytest.raises(BrazeError, match="no braze_init"):
-        lib.init([np.ones(1)])
+    lib.create([])  # no braze_create: fine without constants
+    with pytest.raises(BrazeError, match="no braze_create"):
+        lib.create([np.ones(1)])
+
+
+def test_instances_of_one_library_keep_their_own_constants(multi):
+    """Two models sharing a library (same code, other weights) never see each other's weights."""
+    specs = ([("f32", 1), ("i64", 0)], [("f32", 1), ("f64", 0)])
+    f1 = multi.create([np.array([1, 2, 3], np.float32), np.array(3, np.int64)]).function("braze_affine", *specs)
+    f2 = multi.create([np.array([5, 6], np.float32), np.array(2, np.int64)]).function("braze_affine", *specs)
+    k = np.array(0, np.int64)
+    assert f1(np.ones(3, np.float32), k)[0].tolist() == [1, 2, 3]
+    assert f2(np.ones(2, np.float32), k)[0].tolist() == [5, 6]
+    assert f1(np.ones(3, np.float32), k)[0].tolist() == [1, 2, 3]
+    with pytest.raises(BrazeError, match="no model instance"):
+        multi.function("braze_affine", *specs)(np.ones(3, np.float32), k)
 
 
 def test_entry_failures_are_brazeerrors(multi):
+    multi = multi.create([np.ones(3, np.float32), np.array(3, np.int64)])
     bad = multi.function("braze_bad_alloc", [], [("f32", 1)])
     with pytest.raises(BrazeError, match="output 7") as ei:
         bad()
@@ -175,6 +188,7 @@ def test_entry_failures_are_brazeerrors(multi):
 
 
 def test_output_spec_mismatch_is_caught(multi):
+    multi = multi.create([np.ones(3, np.float32), np.array(3, np.int64)])
     f = multi.function("braze_bad_alloc", [], [("f32", 1)] * 8)
     # the entry allocates output 7 as f32[4] then returns: outputs 0..6 are missing
     with pytest.raises(BrazeError, match="without producing outputs"):

@@ -2,9 +2,17 @@
  *
  * A compiled model is a shared library exporting
  *
- *   int32_t braze_init(void *const *constants, int32_t n_constants, char *err, int32_t errlen);
- *   int32_t braze_<function>(const braze_tensor *inputs, int32_t n_inputs,
+ *   int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
+ *                        braze_model **model, char *err, int32_t errlen);
+ *   void    braze_destroy(braze_model *model);
+ *   int32_t braze_<function>(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
  *                            braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen);
+ *
+ * A model instance holds everything one compiled model owns: its constants,
+ * prepacked weights and thread count (threads <= 0: the OpenMP default). The
+ * library itself keeps no model state, so instances never share weights, and
+ * one instance may be called from many threads at once. A library without
+ * constants may omit braze_create; its entries then get model == NULL.
  *
  * Every entry returns BRAZE_OK or an error code, and on error writes a
  * NUL-terminated message into err[0..errlen). It never aborts the process.
@@ -20,7 +28,7 @@
  *   zero-element output still gets a non-NULL pointer, which must not be
  *   dereferenced. alloc may be called only from the thread running the entry,
  *   outside OpenMP parallel regions.
- * - constants passed to braze_init stay valid for the library's lifetime.
+ * - constants passed to braze_create stay valid until braze_destroy.
  */
 #ifndef BRAZE_ABI_H
 #define BRAZE_ABI_H
@@ -30,7 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define BRAZE_ABI_VERSION 1
+#define BRAZE_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +56,8 @@ typedef struct {
     int32_t ndim;
     const int64_t *shape;
 } braze_tensor;
+
+typedef struct braze_model braze_model; /* defined by each compiled library */
 
 typedef void *(*braze_alloc_fn)(void *ctx, int32_t index, int32_t dtype, int32_t ndim,
                                 const int64_t *shape);
