@@ -153,3 +153,40 @@ def test_matmul_symbolic_batch_dim_against_a_static_one_is_checked_at_run_time()
     assert m(np.ones((2, 4, 8), np.float32), wv).shape == (2, 4, 5)
     with pytest.raises(InputError):
         m(np.ones((3, 4, 8), np.float32), wv)
+
+
+def _model_with_every_kernel_kind():
+    """Pointwise, reduction, stitch (layer_norm, softmax) and gemm kernels with their loop nests."""
+    rng = np.random.default_rng(3)
+    b = Builder()
+    batch, seq = b.sym("batch", 1, 16), b.sym("seq", 1, 64)
+    x = b.param("x", tensor("f32", batch, seq, 8))
+    w = b.constant(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    g = b.constant(rng.standard_normal(8).astype(np.float32), "g")
+    y = b.op("layer_norm", [b.gelu(b.op("linear", [x, w])), g], axis=-1)
+    s = b.op("reduce_sum", [b.softmax(b.mul(y, y), axis=1)], axes=(1,), keepdims=False)
+    b.ret(y, s)
+    return b.module
+
+
+def test_same_model_compiled_twice_and_in_a_new_process_runs_no_compiler(tmp_path):
+    """The generated C depends only on the model: no process-global counters in names."""
+    from braze.runtime import reset_stats
+    reset_stats()
+    mod = _model_with_every_kernel_kind()
+    braze.compile(mod)
+    braze.compile(_model_with_every_kernel_kind())
+    assert braze.stats() == {"native_compiles": 1, "cache_hits": 1}
+    (tmp_path / "m.braze").write_text(str(mod))
+    np.savez(tmp_path / "c.npz", **mod.constants)
+    script = textwrap.dedent(f"""
+        import numpy as np, braze
+        text = open({str(tmp_path / "m.braze")!r}).read()
+        consts = dict(np.load({str(tmp_path / "c.npz")!r}))
+        braze.compile(braze.ir.parse(text, constants=consts))
+        print(braze.stats()["native_compiles"], braze.stats()["cache_hits"])
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "1"]

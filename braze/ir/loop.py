@@ -21,6 +21,9 @@ is ``(poly, extra)``: an ``IntLike`` plus an optional integer ``Expr``).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import itertools
 from dataclasses import dataclass, replace
 from typing import Union
 
@@ -32,26 +35,44 @@ from .types import DType
 # loop variables
 # ---------------------------------------------------------------------------
 
-_LOOP_EXTENTS: dict[str, IntLike] = {}
-_COUNTER = [0]
+class LoopVar(Sym):
+    """A loop variable: a ``Sym`` ranging over ``[0, extent)`` that carries its extent."""
+
+    __slots__ = ("extent",)
+
+    def __init__(self, name: str, extent: IntLike):
+        super().__init__(name, 0, extent - 1 if isinstance(extent, int) and extent >= 1 else None)
+        object.__setattr__(self, "extent", extent)
 
 
-def loop_var(extent: IntLike, prefix: str = "i") -> Sym:
-    """A fresh loop variable ranging over ``[0, extent)``."""
-    _COUNTER[0] += 1
-    name = f"_{prefix}{_COUNTER[0]}"
-    hi = extent - 1 if isinstance(extent, int) and extent >= 1 else None
-    v = Sym(name, 0, hi)
-    _LOOP_EXTENTS[name] = extent
-    return v
+_KERNEL_COUNTER: contextvars.ContextVar = contextvars.ContextVar("braze_loop_var_counter", default=None)
+_PROCESS_COUNTER = itertools.count(1)
+
+
+@contextlib.contextmanager
+def kernel_names():
+    """Number the loop variables made inside this block from 1, so a kernel's text (and the
+    compile-cache key) depends on the kernel only, not on what the process built before."""
+    token = _KERNEL_COUNTER.set(itertools.count(1))
+    try:
+        yield
+    finally:
+        _KERNEL_COUNTER.reset(token)
+
+
+def loop_var(extent: IntLike, prefix: str = "i") -> LoopVar:
+    """A fresh loop variable ranging over ``[0, extent)`` (unique within the current
+    ``kernel_names`` block, or within the process outside one)."""
+    counter = _KERNEL_COUNTER.get() or _PROCESS_COUNTER
+    return LoopVar(f"_{prefix}{next(counter)}", extent)
 
 
 def is_loop_var(s) -> bool:
-    return isinstance(s, Sym) and s.name in _LOOP_EXTENTS
+    return isinstance(s, LoopVar)
 
 
 def loop_extent(s: Sym) -> IntLike | None:
-    return _LOOP_EXTENTS.get(s.name)
+    return s.extent if isinstance(s, LoopVar) else None
 
 
 # ---------------------------------------------------------------------------
@@ -410,8 +431,8 @@ def stmt_exprs(s: Stmt) -> list:
 
 
 __all__ = ["Alloc", "Binary", "Buffer", "Cast", "Compare", "Const", "Expr", "For", "Index", "IndexValue",
-           "Kernel", "Let", "Load", "Reduce", "Select", "Stmt", "Store", "Unary", "Var", "children",
-           "free_loop_vars", "int_syms", "is_loop_var", "loop_extent", "loop_var", "map_expr", "subs_expr",
+           "Kernel", "Let", "Load", "LoopVar", "Reduce", "Select", "Stmt", "Store", "Unary", "Var", "children",
+           "free_loop_vars", "int_syms", "is_loop_var", "kernel_names", "loop_extent", "loop_var", "map_expr", "subs_expr",
            "vars_used", "walk", "walk_stmts", "with_children", "is_trivial", "stmt_exprs"]
 
 

@@ -131,6 +131,7 @@ def kernel_syms(k: Kernel) -> list:
 
 
 def build_kernel(func: Function, module: Module | None = None, name: str | None = None) -> Kernel:
-    """``lower_function`` followed by the default schedule."""
+    """``lower_function`` followed by the default schedule; loop variables are numbered per kernel."""
     from ...schedule.default import schedule
-    return schedule(lower_function(func, module, name))
+    with L.kernel_names():
+        return schedule(lower_function(func, module, name))
