@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import BrazeError
 from ..ir.graph import Function, Module, Node, Value
 from ..ops.shape import BIG
 from .common import Namer, apply_replacements, constant_value, follow, make_node, same_shape
@@ -156,7 +157,7 @@ def canonicalize_function(module: Module, f: Function, max_rounds: int = 4) -> i
                 n.inputs = [None if v is None else follow(repl, v) for v in n.inputs]
             try:
                 r = _rewrite(module, n, namer)
-            except Exception:  # a rule that does not apply to an odd node: keep the node
+            except BrazeError:  # the rewritten node does not type-check: the rule does not apply
                 r = None
             if r is None:
                 new_nodes.append(n)

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..errors import BrazeError, ShapeError
+
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, SourceLoc, Value
 from ..ir.types import DType, TensorType
@@ -194,14 +194,6 @@ def top_functions(module: Module) -> list[Function]:
 
 def dtype_of(a: np.ndarray) -> DType:
     return DType.from_numpy(a.dtype)
-
-
-def try_infer(module: Module, op: str, inputs, attrs) -> bool:
-    try:
-        make_node(module, op, inputs, attrs)
-        return True
-    except (BrazeError, ShapeError, Exception):
-        return False
 
 
 def iter_nodes(module: Module) -> Iterable[tuple[Function, Node]]:

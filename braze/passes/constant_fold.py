@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node
 from ..ops.registry import RefCtx, get_op
@@ -62,8 +63,8 @@ def _fold_node(module: Module, n: Node):
     try:
         with np.errstate(all="ignore"):
             out = opdef.reference(RefCtx({}, module.constants, module=module), *arrays, **n.attrs)
-    except Exception:
-        return None  # it fails at run time too; leave it to raise there
+    except BrazeError:
+        return None  # the reference refuses these values; leave it to raise at run time
     outs = out if isinstance(out, (tuple, list)) else (out,)
     if len(outs) != len(n.outputs):
         return None

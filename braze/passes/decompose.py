@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from ..errors import BrazeError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import Namer, apply_replacements, constant_node, make_node, same_shape
@@ -118,8 +119,8 @@ def decompose_function(module: Module, f: Function) -> int:
         if fn is not None:
             try:
                 r = fn(module, n, namer)
-            except Exception:
-                r = None  # not decomposable here (odd shapes); the op stays
+            except BrazeError:
+                r = None  # a piece does not type-check for these shapes: the op stays
         if r is None:
             new_nodes.append(n)
             continue
