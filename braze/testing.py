@@ -102,3 +102,39 @@ def flatten_outputs(x):
             yield from flatten_outputs(y)
     else:
         yield x
+
+
+def thread_stress(fn, cases, threads: int = 8, calls: int = 50):
+    """Call ``fn`` from ``threads`` threads at once, ``calls`` times each, cycling through
+    ``cases`` (tuples of inputs) in a different order per thread. Every result must be
+    bit-identical to a single-threaded call on the same case. Returns the mismatches as
+    ``(thread, call, case index, what)``; an exception in a thread is a mismatch too."""
+    import threading
+
+    def leaves(out):
+        return [np.asarray(o.detach() if hasattr(o, "detach") else o) for o in flatten_outputs(out)]
+
+    want = [leaves(fn(*c)) for c in cases]
+    bad: list = []
+    start = threading.Barrier(threads)
+
+    def work(t):
+        start.wait()
+        for j in range(calls):
+            i = (t + j * (t + 1)) % len(cases)
+            try:
+                got = leaves(fn(*cases[i]))
+            except Exception as e:  # noqa: BLE001 -- reported, not swallowed
+                bad.append((t, j, i, repr(e)))
+                continue
+            if len(got) != len(want[i]) or not all(
+                    g.shape == w.shape and g.dtype == w.dtype and g.tobytes() == w.tobytes()
+                    for g, w in zip(got, want[i])):
+                bad.append((t, j, i, "result differs from the single-threaded call"))
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return bad

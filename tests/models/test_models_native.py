@@ -36,3 +36,14 @@ def test_compile_once_run_every_shape(zoo_cache, name):
             err = rel_error(g.numpy(), w.numpy())
             assert err <= MODEL_REL_TOL, f"{name} at {shape}: rel error {err:.3g}"
     assert braze.stats()["native_compiles"] - before == compiles, "a new shape triggered a recompile"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "resnet50"])
+def test_eight_threads_two_hundred_calls_bit_identical(zoo_cache, name):
+    """The issue's acceptance: 8 threads x 200 calls at mixed shapes on one compiled model."""
+    from braze.testing import thread_stress
+    zm = zoo_cache.model(name)
+    m = braze.compile(zoo_cache.exported(name))
+    cases = [zm.make_inputs(**s) for s in zm.test_shapes]
+    assert thread_stress(m, cases, threads=8, calls=200) == []
