@@ -190,3 +190,18 @@ def test_same_model_compiled_twice_and_in_a_new_process_runs_no_compiler(tmp_pat
                        env={**__import__("os").environ})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "1"]
+
+
+def test_profile_counts_every_call_of_every_kernel_even_from_many_threads():
+    from braze.options import Options
+    from braze.testing import thread_stress
+    mod = _model_with_every_kernel_kind()
+    m = braze.compile(mod, options=Options(debug=3))
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    assert thread_stress(m, [(x,)], threads=4, calls=25) == []
+    rows = m.profile()
+    assert rows and all(calls == 101 for _, _, calls in rows)  # 1 single-threaded + 4 x 25
+    assert all(s >= 0 for _, s, _ in rows)
+    assert "kernel" in m.profile_report().splitlines()[0]
+    with pytest.raises(BrazeError, match="without profiling"):
+        braze.compile(mod).profile()

@@ -250,7 +250,9 @@ class _EntryWriter:
         i = len(self.gen.profile_labels)
         self.gen.profile_labels.append(label)
         self.lines[start:] = ["{ double t0_ = omp_get_wtime();", *self.lines[start:],
-                              f"g_prof_s[{i}] += omp_get_wtime() - t0_; g_prof_n[{i}]++; }}"]
+                              "double dt_ = omp_get_wtime() - t0_;",
+                              f"#pragma omp atomic\ng_prof_s[{i}] += dt_;",  # calls may run in many threads
+                              f"#pragma omp atomic\ng_prof_n[{i}]++; }}"]
 
     # --- generated kernels --------------------------------------------------------------
     def _kernel(self, n: Node, callee: Function | None = None, inputs=None, outputs=None) -> None:
