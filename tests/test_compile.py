@@ -205,3 +205,61 @@ def test_profile_counts_every_call_of_every_kernel_even_from_many_threads():
     assert "kernel" in m.profile_report().splitlines()[0]
     with pytest.raises(BrazeError, match="without profiling"):
         braze.compile(mod).profile()
+
+
+@pytest.mark.parametrize("xs,ws,epilogue", [
+    (("b", "m", 8), ("b", 8, 5), "bias_relu"),   # batched matmul of activations + epilogue
+    (("b", 2, "m", 8), (1, 2, 8, 5), "gelu"),
+    ((8,), ("b", 8, 5), None),                   # vector @ batched matrix
+    (("b", "m", 8), (8,), "gelu"),               # matrix @ vector
+    ((8,), (8,), None),                          # dot
+    ((8,), (8, 5), "bias_relu"),                 # vector @ matrix
+])
+def test_matmul_of_activations_with_vectors_and_epilogues(xs, ws, epilogue):
+    rng = np.random.default_rng(len(xs) * 7 + len(ws))
+    b = Builder()
+    syms = {"b": b.sym("b", 1, 8), "m": b.sym("m", 1, 32)}
+    dims = lambda t: [syms.get(d, d) if isinstance(d, str) else d for d in t]
+    x = b.param("x", tensor("f32", *dims(xs)))
+    w = b.param("w", tensor("f32", *dims(ws)))
+    y = b.op("matmul", [x, w])
+    if epilogue == "bias_relu":
+        y = b.relu(b.add(y, b.constant(rng.standard_normal(y.type.shape[-1:]).astype(np.float32), "bias")))
+    elif epilogue == "gelu":
+        y = b.gelu(y)
+    b.ret(y)
+    mod = b.module
+    m = braze.compile(mod)
+    for env in ({"b": 1, "m": 1}, {"b": 3, "m": 7}, {"b": 8, "m": 32}):
+        conc = lambda t: tuple(env.get(d, d) if isinstance(d, str) else d for d in t)
+        xv = rng.standard_normal(conc(xs)).astype(np.float32)
+        wv = rng.standard_normal(conc(ws)).astype(np.float32)
+        got, want = m(xv, wv), braze.reference.run(mod, xv, wv)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_scores_with_a_position_bias_compile():
+    """T5-style ``q @ k.transpose(-1, -2) + bias``: a batched matmul with an epilogue."""
+    torch = pytest.importorskip("torch")
+
+    class Scores(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.randn(4, 1, 1))
+
+        def forward(self, q, k, v):
+            s = torch.softmax(q @ k.transpose(-1, -2) + self.bias, dim=-1)
+            return s @ v, q @ v[0, 0, 0]
+
+    net = Scores().eval()
+    b, s = torch.export.Dim("b", max=8), torch.export.Dim("s", max=64)
+    ex = tuple(torch.randn(2, 4, 5, 8) for _ in range(3))
+    dyn = ({0: b, 2: s},) * 3
+    m = braze.compile(net, ex, dynamic_shapes=dyn)
+    for bs, sl in ((1, 1), (3, 7), (8, 33)):
+        ins = tuple(torch.randn(bs, 4, sl, 8) for _ in range(3))
+        with torch.no_grad():
+            want = net(*ins)
+        for g, w in zip(m(*ins), want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

@@ -324,7 +324,10 @@ class _EntryWriter:
             bias = cptr[id(anchor.inputs[2])]
         users = _users(callee)
         i = 0
-        while i < len(rest):
+        # oneDNN post-ops are wired for linear, conv and matmul by a 2-D constant weight; a
+        # matmul of two activations runs its whole epilogue as a generated kernel
+        absorbs = anchor.op != "matmul" or (anchor.inputs[1].rank == 2 and id(anchor.inputs[1]) in const_of)
+        while absorbs and i < len(rest):
             m = rest[i]
             if len(users.get(id(chain), [])) != 1 or (chain is callee.results[0] and i < len(rest)):
                 break
@@ -403,18 +406,20 @@ class _EntryWriter:
                       f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, {transposed}, 1.0f, "
                       f"(float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
             return
-        # matmul of two activations: equal batch dims, or a 2-D right operand
+        # matmul of two activations: equal batch dims, or a 2-D right operand; a vector
+        # operand is a [1, K] or [K, 1] matrix (the same memory; torch drops that dim)
         if bias != "NULL" or act or res != "NULL":
-            raise BrazeError("batched matmul with an epilogue is not supported natively")
-        if x.rank < 2 or w.rank < 2:
-            raise BrazeError("matmul of vectors is not supported natively", where=str(a.loc) if a.loc else None)
-        M, N = x.shape[-2], w.shape[-1]
+            raise BrazeError("a matmul of two activations takes no fused epilogue", where=str(a.loc) if a.loc else None,
+                             hint="this is a braze bug; please report it")
+        xs = x.shape if x.rank >= 2 else (1, K)
+        ws = w.shape if w.rank >= 2 else (K, 1)
+        M, N = xs[-2], ws[-1]
         args = (f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, 0, 1.0f, (float *){dst}, {e})) "
                 f"return BRAZE_ERR_INTERNAL;")
-        if w.rank == 2:
-            batch, M = 1, S.prod(x.shape[:-1])
+        if len(ws) == 2:
+            batch, M = 1, S.prod(xs[:-1])
         else:
-            xb, wb = _broadcast_batch(self.module.constraints, x.shape[:-2], w.shape[:-2], a)
+            xb, wb = _broadcast_batch(self.module.constraints, xs[:-2], ws[:-2], a)
             if xb == wb:
                 batch = S.prod(xb)
             else:
