@@ -105,40 +105,49 @@ class HostGen:
             sym = f"braze_{f.name}"
             bodies.append(_EntryWriter(self, f).write(sym))
             entries.append(Entry(sym, f))
-        n_const = len(self.const_index)
-        nb, nc = len(self.packed_b), len(self.packed_conv)
-        model = ("struct braze_model {\n"
-                 f"    void *c[{max(n_const, 1)}];\n"
-                 f"    braze_packed_b *pb[{max(nb, 1)}];\n"
-                 f"    braze_packed_conv *pc[{max(nc, 1)}];\n"
-                 "    int32_t threads;\n};\n"
-                 "BRAZE_EXPORT void braze_destroy(braze_model *M) {\n"
-                 "    if (!M) return;\n"
-                 f"    for (int i = 0; i < {nb}; i++) braze_free_packed_b(M->pb[i]);\n"
-                 f"    for (int i = 0; i < {nc}; i++) braze_free_packed_conv(M->pc[i]);\n"
-                 "    free(M);\n}\n")
-        create = ("BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads, "
-                  "braze_model **out, char *err, int32_t errlen) {\n"
-                  "    *out = NULL;\n"
-                  f"    if (n_constants != {n_const}) BRAZE_FAIL(BRAZE_ERR_INTERNAL, \"braze_create: expected "
-                  f"{n_const} constants, got %d\", (int)n_constants);\n"
-                  "    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;\n"
-                  "    braze_model *M = (braze_model *)calloc(1, sizeof *M);\n"
-                  "    if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"braze_create: out of memory\");\n"
-                  f"    for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];\n"
-                  "    M->threads = threads;\n"
-                  + "".join(f"    {ln}\n" for ln in self.init_lines) +
-                  "    *out = M;\n    return BRAZE_OK;\n"
-                  + ("fail:\n    braze_destroy(M);\n    return BRAZE_ERR_INTERNAL;\n" if self.init_lines else "") +
-                  "}\n")
+        model = _model_c(len(self.const_index), len(self.packed_b), len(self.packed_conv), self.init_lines)
         parts = [
             "#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n",
             '#include "braze_abi.h"\n#include "braze_dnnl.h"\n',
-            c_prelude(self.isa), C_DTYPE_NAMES, model, _ARENA_C,
-            *self.kernel_src, create, _profile_c(self.profile_labels) if self.profile else "", *bodies,
+            c_prelude(self.isa), C_DTYPE_NAMES, _ARENA_C, *self.kernel_src, model, _profile_c(self.profile_labels) if self.profile else "", *bodies,
         ]
         names = sorted(self.const_index, key=self.const_index.get)
         return NativeSource("\n".join(parts), entries, names, self.kernel_ir)
+
+
+def _model_c(n_const: int, n_packed_b: int, n_packed_conv: int, init_lines: list[str]) -> str:
+    """The model instance: its struct, braze_create (constants, prepacked weights, threads)
+    and braze_destroy."""
+    init = "".join(f"    {ln}\n" for ln in init_lines)
+    return f"""struct braze_model {{
+    void *c[{max(n_const, 1)}];
+    braze_packed_b *pb[{max(n_packed_b, 1)}];
+    braze_packed_conv *pc[{max(n_packed_conv, 1)}];
+    int32_t threads;
+}};
+BRAZE_EXPORT void braze_destroy(braze_model *M) {{
+    if (!M) return;
+    for (int i = 0; i < {n_packed_b}; i++) braze_free_packed_b(M->pb[i]);
+    for (int i = 0; i < {n_packed_conv}; i++) braze_free_packed_conv(M->pc[i]);
+    free(M);
+}}
+BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
+                                  braze_model **out, char *err, int32_t errlen) {{
+    *out = NULL;
+    if (n_constants != {n_const})
+        BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected {n_const} constants, got %d", (int)n_constants);
+    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;
+    braze_model *M = (braze_model *)calloc(1, sizeof *M);
+    if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, "braze_create: out of memory");
+    for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];
+    M->threads = threads;
+{init}    *out = M;
+    return BRAZE_OK;
+{"fail:" if init_lines else ""}
+    braze_destroy(M);
+    return BRAZE_ERR_INTERNAL;
+}}
+"""
 
 
 def _profile_c(labels: list[str]) -> str:
