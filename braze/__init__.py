@@ -22,10 +22,12 @@ def import_onnx(model, *, dim_ranges=None):
     return _imp(model, dim_ranges=dim_ranges)
 
 
-def import_torch(exported_program):
-    """A ``torch.export.ExportedProgram`` as a braze Module; torch's symbolic sizes become symbols."""
+def import_torch(exported_program, dynamic_shapes=None):
+    """A ``torch.export.ExportedProgram`` as a braze Module; torch's symbolic sizes become symbols,
+    named by the export's Dims (or by ``dynamic_shapes``, torch.export's format, for a program
+    loaded from a .pt2 file, which has lost them)."""
     from .frontend.torch import import_torch as _imp
-    return _imp(exported_program)
+    return _imp(exported_program, dynamic_shapes=dynamic_shapes)
 
 
 __all__ = ["BrazeError", "InputError", "ModelFormatError", "ShapeError", "UnsupportedOpError",

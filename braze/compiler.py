@@ -2,39 +2,69 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import warnings
 from pathlib import Path
 
-from .errors import BrazeError
-from .ir.graph import Module
+from . import log as _logging
+from .errors import BrazeError, BrazeWarning, InputError
+from .ir.graph import Module, input_count_message
 from .options import Options
 
+_log = _logging.get("compile")
 
-def _to_module(model, example_inputs, dynamic_shapes) -> Module:
+
+def _to_module(model, example_inputs, dynamic_shapes, timings: dict) -> Module:
+    """The model as a braze Module; ``timings["export"]`` gets the time torch.export took."""
     if isinstance(model, Module):
         from .passes.common import copy_module
         return copy_module(model)
-    if isinstance(model, (str, Path, bytes)) or type(model).__name__ == "ModelProto":
+    if isinstance(model, (str, os.PathLike)):
+        from .frontend.files import load_model_file
+        return load_model_file(model, dynamic_shapes=dynamic_shapes)
+    if isinstance(model, (bytes, bytearray)) or type(model).__name__ == "ModelProto":
         from . import import_onnx
         return import_onnx(model)
-    import sys
     torch = sys.modules.get("torch")  # a torch model means torch is already imported
     if torch is not None:
-
         from . import import_torch
         if isinstance(model, torch.export.ExportedProgram):
-            return import_torch(model)
+            return import_torch(model, dynamic_shapes=dynamic_shapes)
         if isinstance(model, torch.nn.Module):
             if example_inputs is None:
                 raise BrazeError("compiling a torch.nn.Module needs example_inputs",
                                  hint="braze.compile(model, example_inputs=(x,), dynamic_shapes=...)")
             ex = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-            with torch.no_grad():
+            _warn_requires_grad(torch, ex)
+            from .frontend.quiet import quiet_exporters
+            t0 = time.perf_counter()
+            with torch.no_grad(), quiet_exporters():
                 ep = torch.export.export(model.eval(), ex, dynamic_shapes=dynamic_shapes, strict=False)
+            timings["export"] = time.perf_counter() - t0
             return import_torch(ep)
     raise BrazeError(f"braze.compile does not know how to read a {type(model).__name__}",
-                     hint="pass a torch.nn.Module, a torch.export.ExportedProgram, an ONNX path or ModelProto, "
-                          "or a braze IR Module")
+                     hint="pass a torch.nn.Module, a torch.export.ExportedProgram, a model file (.onnx, .pt2), "
+                          "an ONNX ModelProto, or a braze IR Module")
+
+
+def _warn_requires_grad(torch, example_inputs) -> None:
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            warnings.warn(BrazeWarning(
+                f"example input {i} requires grad, but braze compiles for inference only: the compiled model "
+                "computes no gradients, and refuses inputs that require grad while grad mode is on "
+                "(call it under torch.no_grad() or torch.inference_mode(), or pass x.detach())"), stacklevel=4)
+            return
+
+
+def _describe(model) -> str:
+    if isinstance(model, Module):
+        return "a braze IR module"
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    return f"a {type(model).__name__}"
 
 
 class CompiledModel:
@@ -50,8 +80,11 @@ class CompiledModel:
                                                         [r.type for r in e.function.results])
                      for e in native.entries}
         self._main = self._fns[module.main.name]
+        self._n_inputs = len(module.main.params)
 
     def __call__(self, *inputs):
+        if len(inputs) != self._n_inputs:
+            raise InputError(f"{input_count_message(self.module.main)}; got {len(inputs)}")
         return self._main(*inputs)
 
     def profile(self) -> list[tuple[str, float, int]]:
@@ -88,9 +121,14 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     """Compile ``model`` once for every shape its symbolic dims allow.
 
     ``model``: a ``torch.nn.Module`` (exported with torch.export; ``dynamic_shapes``
-    follows torch.export's convention), a ``torch.export.ExportedProgram``, an
-    ONNX path or ``ModelProto`` (dims from dim_params), or a braze IR Module.
+    follows torch.export's convention), a ``torch.export.ExportedProgram``, a model
+    file (``.onnx``; ``.pt2`` from torch.export.save, whose dim names
+    ``dynamic_shapes`` gives back; ``.braze`` IR text), an ONNX ``ModelProto`` or
+    bytes, or a braze IR Module.
     ``threads``: OpenMP threads for the native code (default: the runtime's).
+    ``options``: settings (default: ``Options.from_env()``); its ``cache_dir`` is
+    where the library is cached, passed down explicitly (the environment is
+    never changed, so threads compiling at once keep their own settings).
     """
     from .codegen.host import HostGen
     from .codegen.isa import detect_isa
@@ -101,9 +139,13 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     opts = options if options is not None else Options.from_env()
     if threads is not None:
         opts = opts.replace(threads=threads)
+    _logging.enable_debug_output(opts.debug)
+    _log.info("compiling %s", _describe(model))
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    module = _to_module(model, example_inputs, dynamic_shapes)
+    module = _to_module(model, example_inputs, dynamic_shapes, timings)
     t1 = time.perf_counter()
+    timings["import"] = t1 - t0 - timings.get("export", 0.0)
     module = run_pipeline(module, options=opts, copy=False)
     t2 = time.perf_counter()
     native = HostGen(module, detect_isa(), profile=opts.debug >= 3).generate()
@@ -113,33 +155,17 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
         d.mkdir(parents=True, exist_ok=True)
         (d / "model.c").write_text(native.source)
         (d / "kernels.txt").write_text("\n\n".join(native.kernels.values()))
-    env_cache = {}
-    if opts.cache_dir:
-        env_cache["BRAZE_CACHE_DIR"] = opts.cache_dir
+        _logging.get("dump").info("BRAZE_DUMP: wrote the IR after each pass, fusion.txt, kernels.txt and "
+                                  "model.c to %s", d.resolve())
     source = native.source + "\n/* ---- oneDNN helper ---- */\n" + onednn.helper_text()
-    lib = _with_env(env_cache, lambda: load_library(
+    lib = load_library(
         source, name=module.main.name, include_dirs=[*onednn.include_dirs(), str(onednn.helper_header().parent)],
         library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=onednn.rpaths(),
-        extra_cflags=onednn.extra_link_flags()))
+        extra_cflags=onednn.extra_link_flags(), cache_dir=opts.cache_dir)
     t4 = time.perf_counter()
     instance = lib.create([module.constants[n] for n in native.constants], threads=opts.threads)
     t5 = time.perf_counter()
-    timings = {"import": t1 - t0, "passes": t2 - t1, "codegen": t3 - t2, "c_compile": t4 - t3, "init": t5 - t4}
-    if opts.debug >= 1:
-        import sys
-        print("braze compile: " + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()), file=sys.stderr)
+    timings.update(passes=t2 - t1, codegen=t3 - t2, c_compile=t4 - t3, init=t5 - t4)
+    _log.info("compiled @%s in %.2f s (%s); library %s", module.main.name, t5 - t0,
+              ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()), lib.path)
     return CompiledModel(module, lib, instance, native, opts, timings)
-
-
-def _with_env(env: dict, fn):
-    import os
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return fn()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

@@ -46,6 +46,10 @@ class MissingDependencyError(BrazeError):
     """An optional dependency (torch, onnx) is needed but not installed."""
 
 
+class BrazeWarning(UserWarning):
+    """Something braze worked around that the user should fix (e.g. a compile cache it cannot write)."""
+
+
 def require(module: str, extra: str):
     """Import an optional dependency or raise a clear error naming the extra."""
     import importlib

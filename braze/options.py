@@ -2,12 +2,17 @@
 
 ``Options.from_env()`` reads the environment once:
 
-* ``BRAZE_DEBUG``: 0 (default); >= 1 verifies the IR after every pass; >= 2 also
-  prints the fusion report.
-* ``BRAZE_DUMP=<dir>``: write the IR after every pass (``NN_<pass>.braze``) and
-  ``fusion.txt`` there.
-* ``BRAZE_CACHE_DIR``: where compiled libraries are cached (None: the runtime's default).
+* ``BRAZE_DEBUG``: 0 (default); >= 1 verifies the IR after every pass and shows
+  braze's INFO log (compile start, cache hit or miss, timings) on stderr; >= 2
+  also the fusion report; >= 3 compiles per-kernel timers into the library.
+* ``BRAZE_DUMP=<dir>``: write the IR after every pass (``NN_<pass>.braze``),
+  ``fusion.txt``, ``kernels.txt`` and ``model.c`` there.
+* ``BRAZE_CACHE_DIR``: where compiled libraries are cached (None: the runtime's
+  default). braze.compile hands ``cache_dir`` to the C compiler driver
+  explicitly; nothing sets the environment.
 * ``BRAZE_THREADS``: threads for native code (None: the runtime decides).
+
+README.md's table lists every environment variable braze reads.
 """
 
 from __future__ import annotations

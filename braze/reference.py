@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import BrazeError, InputError
 from .ir import sym as S
-from .ir.graph import Function, Module
+from .ir.graph import Function, Module, input_count_message
 from .ir.types import DType, TensorType
 
 
@@ -31,9 +31,10 @@ def _to_numpy(x, i: int, fname: str) -> np.ndarray:
 def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
     """Symbol values from input shapes; raises InputError on any mismatch."""
     if len(arrays) != len(func.params):
-        names = ", ".join(f"%{p.name}: {p.type}" for p in func.params)
-        raise InputError(f"@{func.name} takes {len(func.params)} inputs ({names}), got {len(arrays)}")
+        raise InputError(f"{input_count_message(func)}; got {len(arrays)}")
+    notes = module.input_notes
     env: dict[str, int] = {}
+    bound_at: dict[str, tuple[str, int]] = {}
     pending = []
     for p, a in zip(func.params, arrays):
         where = f"input %{p.name} of @{func.name}, declared {p.type}"
@@ -48,13 +49,15 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
         for axis, (d, n) in enumerate(zip(p.shape, a.shape)):
             if isinstance(d, int):
                 if d != n:
-                    raise InputError(f"input %{p.name} dim {axis} is {n}, expected {d}", where=where)
+                    raise InputError(f"input %{p.name} dim {axis} is {n}, expected {d}", where=where,
+                                     hint=notes.get((func.name, p.name, axis)))
             elif isinstance(d, S.Sym):
                 if d.name in env and env[d.name] != n:
                     raise InputError(f"input %{p.name} dim {axis} is {n}, but symbol '{d.name}' was already "
                                      f"bound to {env[d.name]} by an earlier dim", where=where,
                                      hint=f"every dim named '{d.name}' must have the same size")
                 env[d.name] = int(n)
+                bound_at.setdefault(d.name, (p.name, axis))
             else:
                 pending.append((p, axis, d, int(n), where))
     for p, axis, d, n, where in pending:
@@ -67,8 +70,13 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
             raise InputError(f"input %{p.name} dim {axis} is {n}, but must equal {d} = {v}", where=where)
     bad = module.constraints.violations(env)
     if bad:
+        out_of_range = [k for k, s in module.symbols.items()
+                        if k in env and (env[k] < s.lo or (s.hi is not None and env[k] > s.hi))]
+        hints = [notes[(func.name, *bound_at[k])] for k in out_of_range
+                 if k in bound_at and (func.name, *bound_at[k]) in notes]
         raise InputError(f"inputs of @{func.name} break the model's shape constraints: " + "; ".join(bad),
-                         where=f"@{func.name} with {', '.join(f'{k}={v}' for k, v in sorted(env.items()))}")
+                         where=f"@{func.name} with {', '.join(f'{k}={v}' for k, v in sorted(env.items()))}",
+                         hint="; ".join(hints) or None)
     return env
 
 

@@ -309,18 +309,19 @@ def all_models() -> list[ZooModel]:
 def export(zm: ZooModel):
     """``torch.export`` the model with its dynamic dims (non-strict)."""
     import torch
-    with torch.no_grad():
+
+    from .frontend.quiet import quiet_exporters
+    with torch.no_grad(), quiet_exporters():
         return torch.export.export(zm.module, zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes,
                                    strict=False)
 
 
 def export_onnx(zm: ZooModel, path) -> str:
     """``torch.onnx.export`` (dynamo) with dynamic dims; dim_params take the Dim names."""
-    import warnings
-
     import torch
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
+
+    from .frontend.quiet import quiet_exporters
+    with torch.no_grad(), quiet_exporters():
         torch.onnx.export(zm.module, zm.example_inputs(), str(path), dynamo=True, dynamic_shapes=zm.dynamic_shapes,
                           input_names=zm.input_names, opset_version=18, external_data=False, verbose=False)
     return str(path)

@@ -50,3 +50,32 @@ def test_cli_inspect_bad_path_is_a_clear_error(tmp_path):
     assert r.returncode == 1
     assert "error" in r.stderr and "model.onnx" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_readme_documents_every_environment_variable_in_one_table():
+    import re
+    names = set()
+    for p in (ROOT / "braze").rglob("*.py"):
+        for line in p.read_text().splitlines():
+            if re.search(r"environ|getenv|env\.get|_int_env|ENV_\w+ =", line):
+                names |= set(re.findall(r"[\"'](BRAZE_[A-Z0-9_]+)[\"']", line))
+    for p in (ROOT / "braze").rglob("*.c"):
+        names |= set(re.findall(r'getenv\("(BRAZE_[A-Z0-9_]+)"\)', p.read_text()))
+    assert {"BRAZE_DEBUG", "BRAZE_DUMP", "BRAZE_CACHE_DIR", "BRAZE_THREADS", "BRAZE_ISA",
+            "BRAZE_DNNL_ROOT", "BRAZE_DNNL_RUNTIME_M"} <= names
+    readme = (ROOT / "README.md").read_text()
+    table = [ln for ln in readme.splitlines() if ln.startswith("| `BRAZE_") or ln.startswith("| `CC`")]
+    documented = {re.match(r"\| `(\w+)`", ln).group(1) for ln in table}
+    assert names <= documented, f"undocumented: {sorted(names - documented)}"
+    debug = next(ln for ln in table if ln.startswith("| `BRAZE_DEBUG`"))
+    assert all(w in debug for w in ("`1`", "`2`", "`3`", "profile_report"))
+
+
+def test_braze_never_changes_the_environment():
+    # settings travel in Options; a process-wide variable changed during a compile leaks into
+    # every other thread's compile
+    import re
+    bad = re.compile(r"environ\s*\[[^]]*\]\s*=|environ\.(update|pop|setdefault|clear)\(|putenv|unsetenv")
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "braze").rglob("*.py")
+            for i, line in enumerate(p.read_text().splitlines(), 1) if bad.search(line)]
+    assert not hits, hits

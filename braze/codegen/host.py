@@ -188,7 +188,7 @@ class _EntryWriter:
 
     def write(self, symbol: str) -> str:
         f = self.func
-        checks, _ = validation_c(f, self.module.constraints)
+        checks, _ = validation_c(f, self.module.constraints, self.module.input_notes)
         plan = (getattr(self.module, "memory_plans", None) or {}).get(f.name)
         for i, p in enumerate(f.params):
             self.ptr[id(p)] = f"((char *)inputs[{i}].data)"

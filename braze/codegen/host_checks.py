@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.constraints import ConstraintStore
-from ..ir.graph import Function
+from ..ir.graph import Function, input_count_message
 from ..ir.types import DType
 from .c_expr import c_sym_name, int_expr
 
@@ -33,13 +33,18 @@ def _fail(code: str, fmt: str, *args: str) -> str:
     return f"BRAZE_FAIL({code}, {c_fmt}{''.join(f', {x}' for x in args)});"
 
 
-def validation_c(func: Function, constraints: ConstraintStore) -> tuple[list[str], list[S.Sym]]:
-    """Lines of C for the entry's start, and the symbols they bind (as ``int64_t sym_<name>``)."""
+def validation_c(func: Function, constraints: ConstraintStore,
+                 notes: dict | None = None) -> tuple[list[str], list[S.Sym]]:
+    """Lines of C for the entry's start, and the symbols they bind (as ``int64_t sym_<name>``).
+
+    ``notes``: the module's ``input_notes``; a rejected dim's note becomes the message's hint.
+    """
     n = len(func.params)
-    names = ", ".join(f"%{p.name}: {p.type}" for p in func.params)
+    notes = notes or {}
     out = [f"if (n_inputs != {n}) "
-           + _fail("BRAZE_ERR_SHAPE", f"@{func.name} takes {n} inputs ({names}), got %PLD", "(long long)n_inputs")]
+           + _fail("BRAZE_ERR_SHAPE", f"{input_count_message(func)}; got %PLD", "(long long)n_inputs")]
     bound: dict[str, S.Sym] = {}
+    bound_at: dict[str, tuple[str, int]] = {}
     pending = []
     for i, p in enumerate(func.params):
         where = f"\n  where: input %{p.name} of @{func.name}, declared {p.type}"
@@ -52,11 +57,13 @@ def validation_c(func: Function, constraints: ConstraintStore) -> tuple[list[str
         for axis, d in enumerate(p.shape):
             dim = f"{t}.shape[{axis}]"
             if isinstance(d, int):
+                note = notes.get((func.name, p.name, axis))
                 out.append(f"if ({dim} != {d}) " + _fail(
-                    "BRAZE_ERR_SHAPE", f"input %{p.name} dim {axis} is %PLD, expected {d}{where}",
-                    f"(long long){dim}"))
+                    "BRAZE_ERR_SHAPE", f"input %{p.name} dim {axis} is %PLD, expected {d}{where}"
+                    + (f"\n  hint: {note}" if note else ""), f"(long long){dim}"))
             elif isinstance(d, S.Sym) and d.name not in bound:
                 bound[d.name] = d
+                bound_at[d.name] = (p.name, axis)
                 out.append(f"int64_t {c_sym_name(d)} = {dim};")
             elif isinstance(d, S.Sym):
                 out.append(f"if ({dim} != {c_sym_name(d)}) " + _fail(
@@ -83,9 +90,10 @@ def validation_c(func: Function, constraints: ConstraintStore) -> tuple[list[str
         if s.name not in bound:
             continue
         conds = [f"{c_sym_name(s)} < {s.lo}"] + ([f"{c_sym_name(s)} > {s.hi}"] if s.hi is not None else [])
+        note = notes.get((func.name, *bound_at[s.name]))
         out.append(f"if ({' || '.join(conds)}) " + _fail(
-            "BRAZE_ERR_RANGE", prefix + f"{s.name} = %PLD is outside its range {s.range_str()}" + tail,
-            f"(long long){c_sym_name(s)}", *env_args))
+            "BRAZE_ERR_RANGE", prefix + f"{s.name} = %PLD is outside its range {s.range_str()}" + tail
+            + (f"\n  hint: {note}" if note else ""), f"(long long){c_sym_name(s)}", *env_args))
     for f in constraints.facts:
         if f[0] == "range" or any(x.name not in bound for x in S.free_syms(f[1]) | S.free_syms(f[2] if f[0] == "eq" else 0)):
             continue

@@ -1,16 +1,19 @@
 """Locating oneDNN (libdnnl.so + headers) and the C helper compiled against it.
 
-The ``onednn`` / ``onednn-devel`` wheels install ``libdnnl.so`` under
-``<sys.prefix>/lib`` and the headers under ``<sys.prefix>/include`` (data files
-of the wheels). Search order:
+braze depends on oneDNN 3.2 in its GNU-OpenMP build: the pinned
+``onednn-cpu-gomp`` / ``onednn-devel-cpu-gomp`` wheels (``PIP_INSTALL``, the
+same pins as pyproject.toml; docs/gemm.md says why not the SYCL/TBB
+``onednn`` wheel, which would also overwrite the same ``lib/libdnnl.so``).
+They install ``libdnnl.so`` under ``<sys.prefix>/lib`` and the headers under
+``<sys.prefix>/include`` (data files of the wheels). Search order:
 
 1. ``BRAZE_DNNL_ROOT`` (a prefix holding ``lib/libdnnl.so`` and
    ``include/oneapi/dnnl/dnnl.h``; ``lib64`` also accepted);
 2. ``sys.prefix``, ``sys.base_prefix``, the user base (``pip --user``);
-3. the data directories of the installed ``onednn`` / ``onednn-devel`` distributions
-   (their RECORD names the files wherever pip put them).
+3. the data directories of the installed oneDNN distributions (their RECORD
+   names the files wherever pip put them).
 
-Building against it (what the runtime passes to ``compile_shared``)::
+Building against it (what braze.compile passes to ``compile_shared``)::
 
     from braze.extern import onednn
     compile_shared(src + onednn.helper_text(), name=...,
@@ -18,10 +21,13 @@ Building against it (what the runtime passes to ``compile_shared``)::
                    libraries=onednn.libraries(), rpaths=onednn.rpaths(),
                    extra_cflags=onednn.extra_link_flags())
 
-``extra_link_flags()`` holds ``-Wl,--disable-new-dtags``: the wheel's libdnnl
-has no RUNPATH of its own but needs libtbb/libsycl/... from its own directory,
-and only an old-style DT_RPATH on the loading library is searched for the
-dependencies of its dependencies (a DT_RUNPATH is not).
+``extra_link_flags()`` holds ``-Wl,--disable-new-dtags`` and a define naming
+the oneDNN build (so the cache key changes with it). The pinned build's
+libdnnl needs only system libraries (libgomp, libstdc++); the old-style
+DT_RPATH the flag gives is for a build under ``BRAZE_DNNL_ROOT`` whose
+libdnnl needs libraries from its own directory without a RUNPATH of its own
+(only a DT_RPATH on the loading library is searched for the dependencies of
+its dependencies, not a DT_RUNPATH).
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ from pathlib import Path
 
 from ..errors import MissingDependencyError
 
-PIP_INSTALL = "pip install onednn==2026.1.0 onednn-devel==2026.1.0"
+# the pinned build (pyproject.toml's dependencies; tests/extern/test_onednn.py checks they agree)
+ONEDNN_REQUIREMENTS = ("onednn-cpu-gomp==2023.2.0", "onednn-devel-cpu-gomp==2023.2.0")
+PIP_INSTALL = "pip install " + " ".join(ONEDNN_REQUIREMENTS)
 ENV_ROOT = "BRAZE_DNNL_ROOT"
 
 _CSRC = Path(__file__).resolve().parent / "csrc"
@@ -214,11 +222,10 @@ def helper_header() -> Path:
 
 
 def runtime_env() -> dict[str, str]:
-    """Environment the library wants before it starts (the C helper also sets this itself).
-
-    The wheel's CPU engine runs on SYCL, which finds its CPU device through
-    the OpenCL ICD loader; intel-opencl-rt puts libintelocl.so next to
-    libdnnl.so without registering it.
+    """Environment a SYCL build of oneDNN (under ``BRAZE_DNNL_ROOT``) wants before it starts;
+    empty for the pinned OpenMP build. The C helper sets it itself: a SYCL CPU engine finds
+    its device through the OpenCL ICD loader, and intel-opencl-rt puts libintelocl.so next
+    to libdnnl.so without registering it.
     """
     info = locate()
     env: dict[str, str] = {}

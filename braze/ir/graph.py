@@ -101,6 +101,14 @@ class Function:
         return f"<Function @{self.name}: {len(self.params)} params, {len(self.nodes)} nodes>"
 
 
+def input_count_message(func: Function) -> str:
+    """"the model takes 1 input (%x: f32[batch, 16])": the start of a wrong-input-count message."""
+    k = len(func.params)
+    sig = ", ".join(f"%{p.name}: {p.type}" for p in func.params)
+    who = "the model" if func.name == "main" else f"@{func.name}"
+    return f"{who} takes {k} input{'' if k == 1 else 's'} ({sig})"
+
+
 class ConstantRef:
     """A constant whose data is not at hand (parsed from text that elided it)."""
 
@@ -129,6 +137,9 @@ class Module:
         self.functions: dict[str, Function] = {}
         self.constants: dict[str, Any] = {}  # name -> np.ndarray or ConstantRef
         self.constraints = ConstraintStore()
+        # (function, parameter, axis) -> why that input dim is what it is, from the importer
+        # (e.g. "fixed at export"); input errors quote it
+        self.input_notes: dict[tuple[str, str, int], str] = {}
 
     @property
     def symbols(self) -> dict[str, Sym]:

@@ -360,6 +360,8 @@ class _Parser:
             self.constraints_block(m.constraints)
         if self.accept("constants"):
             self.constants_block(m, constants)
+        if self.accept("notes"):
+            self.notes_block(m)
         while self.at("func"):
             self.function(m)
         if not self.at("}"):
@@ -428,6 +430,15 @@ class _Parser:
                 store.add_equal(a, b)
             except ValueError as e:
                 raise self.error(str(e), start) from None
+
+    def notes_block(self, m: Module):
+        """``@func %param axis "text"`` lines: why an input dim is what it is."""
+        self.expect("{", "after 'notes'")
+        while not self.accept("}"):
+            fn = self.expect_kind("glob", "a function name (@name) or '}'").value
+            param = self.expect_kind("val", "an input name (%name)").value
+            axis = self.expect_int("the input's axis (an integer)")
+            m.input_notes[(fn, param, axis)] = self.expect_kind("str", "the note (a string)").value
 
     def constants_block(self, m: Module, given: Mapping | None):
         self.expect("{", "after 'constants'")

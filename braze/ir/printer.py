@@ -16,6 +16,9 @@
         @w0 : f32[768, 768] = dense<sha256:9f86d0...>
         @c1 : f32[] = [0.5]
       }
+      notes {
+        @main %x 2 "fixed to 768 at export"
+      }
       func @main(%x: f32[batch, seq, 768]) -> (f32[batch, seq, 768]) {
         %w0 = constant() {name="w0"} : f32[768, 768]
         %1 = matmul(%x, %w0) : f32[batch, seq, 768]  loc{"file":"m.py","line":12}
@@ -229,6 +232,11 @@ class _Printer:
             lines.append("  constants {")
             for name, c in self.m.constants.items():
                 lines.append("    " + self.constant(name, c, inline_limit))
+            lines.append("  }")
+        if self.m.input_notes:
+            lines.append("  notes {")
+            for (fn, param, axis), text in sorted(self.m.input_notes.items()):
+                lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {axis} {json.dumps(text)}")
             lines.append("  }")
         for key, f in self.m.functions.items():
             lines.extend(self.function(key, f))

@@ -12,8 +12,17 @@ the entry meanwhile), compiles into a temporary file in the entry directory
 and ``os.replace``s it onto ``lib.so`` (atomic; a library already mapped by
 another process keeps its old inode). ``meta.json`` holds the sha256 of the
 library and is written last, so an entry is complete exactly when meta.json
-exists and matches; a corrupt or truncated ``lib.so`` fails that check and is
-rebuilt.
+exists and matches; a corrupt or truncated ``lib.so``, a garbage meta.json,
+or a directory where one of the entry's files belongs fails that check and is
+rebuilt (or, when it cannot be removed, is a BrazeError naming it).
+
+A cache braze cannot write (read-only mount, another user's directory) is
+still used for the entries it holds: a valid entry is read without taking
+the lock. A missing entry is then built in a private per-user cache under
+the temp directory (``braze-cache-<uid>``, mode 0700), with one BrazeWarning
+that says to set ``BRAZE_CACHE_DIR``; if that fails too, a BrazeError does.
+The cache's root is passed explicitly (``cache_dir=``; braze.compile passes
+its Options' one), or read from ``BRAZE_CACHE_DIR``; braze never sets it.
 
 Flags: ``-O3 -fPIC -shared -fopenmp -std=gnu11 -ffp-contract=fast
 -fno-math-errno`` plus the ISA flags. Not ``-ffast-math``: it assumes no NaN
@@ -29,6 +38,7 @@ errno, which lets sqrt and friends become single instructions.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -36,12 +46,18 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BrazeError, MissingDependencyError
+from .. import log as _logging
+from ..errors import BrazeError, BrazeWarning, MissingDependencyError
+
+_log = _logging.get("cache")
 
 BASE_CFLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-std=gnu11",
                "-ffp-contract=fast", "-fno-math-errno")
@@ -97,9 +113,13 @@ def compiler_version(cc: tuple[str, ...]) -> str:
     return r.stdout.strip()
 
 
-def cache_dir() -> Path:
-    d = os.environ.get("BRAZE_CACHE_DIR", "").strip()
+def resolve_cache_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """The compile cache's root: ``explicit``, else ``BRAZE_CACHE_DIR``, else ``~/.cache/braze``."""
+    d = str(explicit).strip() if explicit is not None else os.environ.get("BRAZE_CACHE_DIR", "").strip()
     return Path(d).expanduser().resolve() if d else Path.home() / ".cache" / "braze"
+
+
+cache_dir = resolve_cache_dir
 
 
 def _include_dir() -> Path:
@@ -147,9 +167,18 @@ def _entry_ok(entry: Path) -> bool:
     return ok
 
 
+class _LockError(Exception):
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
 @contextlib.contextmanager
 def _locked(lock_path: Path):
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _LockError(e) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -192,12 +221,16 @@ def compile_flags(extra_cflags=()) -> list[str]:
 
 
 def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
-                   library_dirs=(), libraries=(), rpaths=(), force: bool = False) -> Path:
+                   library_dirs=(), libraries=(), rpaths=(), force: bool = False,
+                   cache_dir: str | os.PathLike | None = None) -> Path:
     """Compile C ``source`` to a shared library (cached by content) and return its path.
 
     ``name`` labels the library in messages and meta.json. ``braze/codegen/include``
     (braze_abi.h, braze_vec.h) is always on the include path. ``force`` rebuilds
     even when a valid cache entry exists (used when a cached library fails to load).
+    ``cache_dir``: the cache's root (default: ``BRAZE_CACHE_DIR``, else
+    ``~/.cache/braze``); a cache braze cannot write is still read, and a missing
+    entry is then built in a private per-user cache (one BrazeWarning).
     Raises MissingDependencyError without a C compiler, BrazeError on a compile
     error (naming the kept source file).
     """
@@ -218,63 +251,199 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
         h.update(part.encode("utf-8", "surrogateescape"))
         h.update(b"\0\1\0")
     key = h.hexdigest()
+    job = _Job(source, name, key, cc, version, cflags, inc, link, isa.name, __version__)
 
-    root = cache_dir()
-    shard = root / key[:2]
-    entry = shard / key
-    so = entry / "lib.so"
-    if not force and _entry_ok(entry):
-        _STATS["cache_hits"] += 1
-        return so
+    root = resolve_cache_dir(cache_dir)
+    if not force and (so := _lookup(root, key)) is not None:
+        return _hit(name, so)
+    try:
+        return _build(root, job, force)
+    except _NotWritable as e:
+        reason = e.reason
+    private = private_cache_dir()
+    if private == root:
+        raise BrazeError(f"cannot write the compile cache {root} ({reason})",
+                         hint="set BRAZE_CACHE_DIR to a writable directory")
+    problem = _private_dir_problem(private)
+    if problem:
+        raise BrazeError(f"cannot write the compile cache {root} ({reason}), and the private fallback "
+                         f"{private} {problem}", hint="set BRAZE_CACHE_DIR to a writable directory")
+    warnings.warn(BrazeWarning(
+        f"braze cannot write its compile cache {root} ({reason}); compiled libraries go to "
+        f"{private} instead. Set BRAZE_CACHE_DIR to a writable directory to choose the cache."),
+        stacklevel=3)
+    _log.info("cache %s is not writable (%s); using %s", root, reason, private)
+    if not force and (so := _lookup(private, key)) is not None:
+        return _hit(name, so)
+    try:
+        return _build(private, job, force)
+    except _NotWritable as e:
+        raise BrazeError(f"cannot write the compile cache {root} ({reason}), nor the private "
+                         f"fallback {private} ({e.reason})", hint="set BRAZE_CACHE_DIR to a writable directory") from None
 
+
+class _NotWritable(Exception):
+    """The cache directory refuses writes (permissions, read-only file system)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+_READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+@dataclass(frozen=True)
+class _Job:
+    source: str
+    name: str
+    key: str
+    cc: list
+    version: str
+    cflags: list
+    inc: list
+    link: list
+    isa: str
+    braze_version: str
+
+
+def private_cache_dir() -> Path:
+    """The per-user fallback cache under the temp directory (used when the cache is read-only)."""
+    return Path(tempfile.gettempdir()) / f"braze-cache-{os.getuid()}"
+
+
+def _private_dir_problem(d: Path) -> str | None:
+    """Create the private cache (mode 0700); what is wrong with it, or None. One that another
+    user could have planted (not ours, or writable by others) is refused."""
+    try:
+        d.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(d)
+    except OSError as e:
+        return f"cannot be created ({e.strerror or e})"
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return "is not a directory owned by this user and writable by it alone"
+    return None
+
+
+def _lookup(root: Path, key: str) -> Path | None:
+    """The entry's lib.so when it is complete and valid (reads only: works on a read-only cache)."""
+    entry = root / key[:2] / key
+    return entry / "lib.so" if _entry_ok(entry) else None
+
+
+def _hit(name: str, so: Path) -> Path:
+    _STATS["cache_hits"] += 1
+    _log.info("cache hit for %r: %s", name, so)
+    return so
+
+
+def _check_writable(e: OSError, what: Path) -> None:
+    if e.errno in _READ_ONLY_ERRNOS:
+        _log.debug("not writable: %s (%s)", what, e.strerror)
+        raise _NotWritable(e.strerror or str(e)) from None
+
+
+def _make_entry(entry: Path) -> None:
     try:
         entry.mkdir(parents=True, exist_ok=True)
+        return
+    except FileExistsError:  # a file where the entry directory should be: clear it, below
+        pass
     except OSError as e:
-        raise BrazeError(f"cannot create the compile cache directory {entry} ({e})",
+        _check_writable(e, entry)
+        raise BrazeError(f"cannot create the compile cache directory {entry} ({e.strerror or e})",
                          hint="set BRAZE_CACHE_DIR to a writable directory") from None
+    try:
+        entry.unlink()
+        entry.mkdir()
+    except OSError as e:
+        _check_writable(e, entry)
+        raise BrazeError(f"the compile cache entry {entry} is not a directory and cannot be replaced "
+                         f"({e.strerror or e})", hint=f"delete {entry}; deleting the cache is always safe") from None
 
-    with _locked(shard / f"{key}.lock"):
-        if not force and _entry_ok(entry):
-            _STATS["cache_hits"] += 1
-            return so
-        src_path = entry / "source.c"
-        _write_atomic(src_path, source)
-        with contextlib.suppress(FileNotFoundError):
-            (entry / "meta.json").unlink()  # the entry is incomplete until meta.json is back
-        fd, tmp = tempfile.mkstemp(dir=entry, prefix=".lib.", suffix=".so.tmp")
-        os.close(fd)
+
+def _clear_corrupt(entry: Path) -> None:
+    """Remove directories (or other non-files) where the entry's files belong."""
+    for fname in ("lib.so", "meta.json", "source.c", "compile.log"):
+        p = entry / fname
+        if p.is_symlink() or not p.exists() or p.is_file():
+            continue
+        _log.info("cache entry %s: %s is not a file; removing it", entry, fname)
         try:
-            cmd = [*cc, *cflags, *(f"-I{d}" for d in inc), "-o", tmp, str(src_path), *link]
-            t0 = time.perf_counter()
-            _STATS["native_compiles"] += 1
-            r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-            seconds = time.perf_counter() - t0
-            log = entry / "compile.log"
-            if r.returncode != 0:
-                _write_atomic(log, shlex.join(cmd) + "\n\n" + r.stderr)
-                raise BrazeError(
-                    f"the C compiler failed on {name!r} (exit {r.returncode}):\n"
-                    f"{_first_errors(r.stderr)}",
-                    where=f"generated source kept at {src_path} (full log: {log})",
-                    hint="this is a braze bug in code generation; please report it with the source file")
-            with contextlib.suppress(FileNotFoundError):
-                log.unlink()
-            digest = _sha256_file(Path(tmp))
-            size = os.path.getsize(tmp)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, so)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        meta = {
-            "name": name, "key": key, "so_sha256": digest, "so_size": size,
-            "compiler": cc, "compiler_version": version.splitlines()[0] if version else "",
-            "cflags": cflags, "include_dirs": inc, "link": link, "isa": isa.name,
-            "braze_version": __version__, "compile_seconds": round(seconds, 3),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        _write_atomic(entry / "meta.json", json.dumps(meta, indent=1))
-        st = so.stat()
-        _VERIFIED[str(so)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        except OSError as e:
+            _check_writable(e, p)
+            raise BrazeError(f"the compile cache entry {entry} is corrupt ({fname} is not a file) and "
+                             f"cannot be repaired ({e.strerror or e})",
+                             hint=f"delete {entry}; deleting the cache is always safe") from None
+
+
+def _build(root: Path, job: _Job, force: bool) -> Path:
+    """Compile ``job`` into its entry under ``root`` (under the entry's lock); _NotWritable if it can't."""
+    shard = root / job.key[:2]
+    entry = shard / job.key
+    so = entry / "lib.so"
+    _make_entry(entry)
+    lock = shard / f"{job.key}.lock"
+    try:
+        with _locked(lock):
+            if not force and _entry_ok(entry):
+                return _hit(job.name, so)
+            _clear_corrupt(entry)
+            try:
+                _compile_into(entry, job)
+            except OSError as e:
+                _check_writable(e, entry)
+                raise BrazeError(f"cannot write the compile cache entry {entry} ({e.strerror or e})",
+                                 hint="free some space, or set BRAZE_CACHE_DIR to another directory") from None
+    except _LockError as e:
+        _check_writable(e.error, lock)
+        raise BrazeError(f"cannot lock the compile cache entry ({e.error.strerror or e.error}): {lock}",
+                         hint=f"delete {lock}; deleting the cache is always safe") from None
     return so
+
+
+def _compile_into(entry: Path, job: _Job) -> None:
+    so = entry / "lib.so"
+    src_path = entry / "source.c"
+    _write_atomic(src_path, job.source)
+    with contextlib.suppress(FileNotFoundError):
+        (entry / "meta.json").unlink()  # the entry is incomplete until meta.json is back
+    fd, tmp = tempfile.mkstemp(dir=entry, prefix=".lib.", suffix=".so.tmp")
+    os.close(fd)
+    try:
+        cmd = [*job.cc, *job.cflags, *(f"-I{d}" for d in job.inc), "-o", tmp, str(src_path), *job.link]
+        _log.info("cache miss for %r: running the C compiler into %s", job.name, entry)
+        t0 = time.perf_counter()
+        _STATS["native_compiles"] += 1
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+        seconds = time.perf_counter() - t0
+        log = entry / "compile.log"
+        if r.returncode != 0:
+            _write_atomic(log, shlex.join(cmd) + "\n\n" + r.stderr)
+            raise BrazeError(
+                f"the C compiler failed on {job.name!r} (exit {r.returncode}):\n"
+                f"{_first_errors(r.stderr)}",
+                where=f"generated source kept at {src_path} (full log: {log})",
+                hint="this is a braze bug in code generation; please report it with the source file")
+        with contextlib.suppress(FileNotFoundError):
+            log.unlink()
+        digest = _sha256_file(Path(tmp))
+        size = os.path.getsize(tmp)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, so)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _log.info("compiled %r in %.1f s", job.name, seconds)
+    meta = {
+        "name": job.name, "key": job.key, "so_sha256": digest, "so_size": size,
+        "compiler": job.cc, "compiler_version": job.version.splitlines()[0] if job.version else "",
+        "cflags": job.cflags, "include_dirs": job.inc, "link": job.link, "isa": job.isa,
+        "braze_version": job.braze_version, "compile_seconds": round(seconds, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    _write_atomic(entry / "meta.json", json.dumps(meta, indent=1))
+    st = so.stat()
+    _VERIFIED[str(so)] = (st.st_ino, st.st_size, st.st_mtime_ns)

@@ -209,6 +209,11 @@ class NativeFunction:
                 raise InputError(f"input {i} is on device {x.device}; braze runs on the CPU",
                                  hint="move it with .cpu()")
             if x.requires_grad:
+                import torch
+                if torch.is_grad_enabled():  # the result would be silently cut off from autograd
+                    raise InputError(f"input {i} requires grad, but braze computes no gradients (inference only)",
+                                     hint="call the model under torch.no_grad() or torch.inference_mode(), "
+                                          "or pass x.detach()")
                 x = x.detach()
             if not x.is_contiguous():
                 x = x.contiguous()

@@ -92,9 +92,15 @@ def test_torch_inputs_and_outputs(add1, info):
     assert info(s)[0].item() == s.data_ptr()
     # non-contiguous and requires_grad inputs
     assert torch.equal(add1(x.t()), x.t() + 1)
+    # an input that requires grad: refused while grad mode is on (the result would be cut off
+    # from autograd), used as is under no_grad / inference_mode
     w = torch.ones(3, requires_grad=True)
-    r = add1(w)
-    assert not r.requires_grad and torch.equal(r, torch.full((3,), 2.0))
+    with pytest.raises(InputError, match="requires grad"):
+        add1(w)
+    for ctx in (torch.no_grad, torch.inference_mode):
+        with ctx():
+            r = add1(w)
+        assert not r.requires_grad and torch.equal(r, torch.full((3,), 2.0))
     assert torch.equal(add1(torch.zeros(0, 3)), torch.ones(0, 3))
     # dtype codes incl. bfloat16
     for code, d in enumerate(DType):

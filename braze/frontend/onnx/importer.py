@@ -332,6 +332,9 @@ class Importer:
                 except (TypeError, ValueError, IndexError):
                     raise ModelFormatError(f"dim_ranges[{k!r}] = {rng!r} is not a (lo, hi) pair",
                                            hint="pass e.g. dim_ranges={'batch': (1, 64)}; hi may be None") from None
+                if lo < 0 or (hi is not None and hi < lo):
+                    raise ModelFormatError(f"dim_ranges[{k!r}] = {rng!r} is an empty range",
+                                           hint="give (lo, hi) with 0 <= lo <= hi, e.g. (1, 64)")
         existing = self.module.constraints.symbol(name)
         if existing is not None and (existing.lo, existing.hi) == (lo, hi):
             return existing
@@ -409,6 +412,11 @@ class Importer:
                 continue  # an initializer listed as input (old exporters): a constant
             p = self.b.param(vi.name, self._input_type(vi))
             self.env[vi.name] = TV(value=p, name=vi.name)
+            for axis, d in enumerate(p.type.shape):
+                if isinstance(d, int):  # input errors say why the dim is fixed
+                    self.module.input_notes[(self.b.func.name, p.name, axis)] = (
+                        f"the ONNX model fixes this dim to {d} (its graph input has a dim_value, not a dim_param); "
+                        "to serve other sizes, export the model with this dim dynamic")
         unknown = set(self.dim_ranges) - self._used_ranges
         if unknown:
             names = sorted(self.module.symbols)

@@ -240,7 +240,7 @@ class NotProduced:
 
 
 class Importer:
-    def __init__(self, ep, names: dict[str, str] | None = None):
+    def __init__(self, ep, names: dict[str, str] | None = None, user_ranged: set[str] | None = None):
         self.ep = ep
         self.module = Module()
         self.b = Builder(self.module)
@@ -249,6 +249,8 @@ class Importer:
         self.node = None
         own, shape_env = _dim_names_safe(ep)
         self.names = {**own, **(names or {})}
+        # torch symbols whose range the user chose (a named Dim), not torch
+        self.user_ranged = set(own) | set(user_ranged or ())
         self.conv_sym = SymConverter({}, shape_env)
         self._setup_symbols()
 
@@ -364,6 +366,11 @@ class Importer:
                 raise UnsupportedOpError(f"FX node kind '{n.op}' is not supported", where=str(self.loc))
             self.env[n] = convert_node(self, n)
         self.b.ret(*results)
+        from .dims import input_notes
+        params = {n.name: v for n, v in self.env.items() if getattr(n, "op", None) == "placeholder"
+                  and isinstance(v, Value)}
+        self.module.input_notes.update(input_notes(ep, params, self.conv_sym.symbols, self.user_ranged,
+                                                   self.b.func.name))
         return self.module
 
     def value(self, a):
@@ -436,17 +443,27 @@ def _maybe_decompose(ep):
     return dec, (first_bad if still else None)
 
 
-def import_torch(ep) -> Module:
-    """A ``torch.export.ExportedProgram`` as a braze Module (symbols named by the export's Dims)."""
+def import_torch(ep, dynamic_shapes=None) -> Module:
+    """A ``torch.export.ExportedProgram`` as a braze Module (symbols named by the export's Dims).
+
+    ``dynamic_shapes`` (torch.export's format) names the symbols where the program lost the
+    names (one loaded from a .pt2 file); where it has them, the spec's names win.
+    """
     require("torch", "torch")
     import torch
     if not isinstance(ep, torch.export.ExportedProgram):
         raise ModelFormatError(f"import_torch takes a torch.export.ExportedProgram, got {type(ep).__name__}",
                                hint="call torch.export.export(model, example_inputs, dynamic_shapes=...) first")
-    names = _dim_names_safe(ep)
+    names = _dim_names_safe(ep)[0]
+    user_ranged = set(names)
+    if dynamic_shapes is not None:
+        from .dims import names_from_spec
+        spec = names_from_spec(ep, dynamic_shapes)
+        names = {**names, **{k: v[0] for k, v in spec.items()}}
+        user_ranged |= {k for k, (_, lo) in spec.items() if lo is not None and lo >= 2}
     ep2, first_bad = _maybe_decompose(ep)
     if first_bad is not None:
         from .aten import unsupported_error
         raise unsupported_error(first_bad)
     # a decomposed program may have a fresh shape env: keep the original Dim names
-    return Importer(ep2, names=names[0]).run()
+    return Importer(ep2, names=names, user_ranged=user_ranged).run()

@@ -1,0 +1,92 @@
+"""What braze supports, from the registries: graph IR ops, and the ONNX and ATen ops each frontend imports.
+
+One source for both readers: ``braze ops`` prints ``render_text()``, and
+scripts/gen_op_tables.py writes ``render_markdown()`` into README.md.
+Nothing here imports torch or onnx.
+"""
+
+from __future__ import annotations
+
+SECTIONS = ("ir", "onnx", "aten")
+ONNX_OPSETS = "13-21"
+
+
+def ir_ops() -> list[dict]:
+    """One row per graph IR op: name, kind, inputs, attributes (with defaults), semantics."""
+    from .ops import all_ops
+    from .ops.registry import REQUIRED
+
+    rows = []
+    for name, op in all_ops().items():
+        attrs = ", ".join(k if a.default is REQUIRED else f"{k}={_fmt_default(a.default)}"
+                          for k, a in op.attrs.items())
+        rows.append({"name": name, "kind": op.kind, "inputs": ", ".join(op.inputs), "attrs": attrs, "doc": op.doc})
+    return rows
+
+
+def onnx_ops() -> list[str]:
+    """ONNX op types (default domain) the ONNX frontend imports, sorted."""
+    from .frontend.onnx import supported_ops
+    return sorted(supported_ops())
+
+
+def aten_ops() -> list[str]:
+    """ATen ops (``aten.name`` or ``aten.name.overload``) the torch.export frontend converts, sorted."""
+    from .frontend.torch import supported_ops
+    return sorted(supported_ops())
+
+
+def _fmt_default(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if hasattr(v, "name") and v.__class__.__name__ == "DType":
+        return v.name
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def render_markdown() -> list[str]:
+    """The README's tables, as lines (without the generator's markers)."""
+    lines = ["### Graph IR operators", "",
+             "| op | kind | inputs | attributes | semantics |", "|---|---|---|---|---|"]
+    for r in ir_ops():
+        lines.append(f"| `{r['name']}` | {r['kind']} | {r['inputs'] or '-'} | {r['attrs'] or '-'} | {r['doc']} |")
+    onnx, aten = onnx_ops(), aten_ops()
+    lines += ["", f"### ONNX operators ({len(onnx)}, opsets {ONNX_OPSETS})", "",
+              ", ".join(f"`{o}`" for o in onnx) or "(none)", "",
+              f"### PyTorch ATen operators ({len(aten)})", "",
+              ", ".join(f"`{o}`" for o in aten) or "(none)"]
+    return lines
+
+
+def render_text(sections=SECTIONS, width: int = 100) -> str:
+    """Plain text for ``braze ops``: the chosen sections, one op per line (IR) or wrapped name lists."""
+    out: list[str] = []
+    if "ir" in sections:
+        rows = ir_ops()
+        out.append(f"Graph IR operators ({len(rows)}): what the compiler implements natively")
+        out += [f"  {r['name']:30s} {r['kind']:14s} {r['doc']}" for r in rows]
+    if "onnx" in sections:
+        ops = onnx_ops()
+        out += _section(out, f"ONNX operators the ONNX frontend imports ({len(ops)}, opsets {ONNX_OPSETS}, "
+                             "default domain)", ops, width)
+    if "aten" in sections:
+        ops = aten_ops()
+        out += _section(out, f"ATen operators the torch.export frontend converts ({len(ops)}; ops with a "
+                             "torch decomposition into these are decomposed first)", ops, width)
+    return "\n".join(out) + "\n"
+
+
+def _section(out: list[str], title: str, names: list[str], width: int) -> list[str]:
+    lines = ([""] if out else []) + [title]
+    row = " "
+    for n in names:
+        if len(row) + len(n) + 2 > width and row.strip():
+            lines.append(row.rstrip(","))
+            row = " "
+        row += f" {n},"
+    if row.strip():
+        lines.append(row.rstrip(","))
+    return lines
+
+
+__all__ = ["ir_ops", "onnx_ops", "aten_ops", "render_markdown", "render_text", "SECTIONS"]

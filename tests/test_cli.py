@@ -1,0 +1,158 @@
+"""The command line as a user meets it (``python -m braze ...``): one-line errors, exit codes, help, pipes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def braze_cli(*args, **kw):
+    env = {**os.environ, **kw.pop("env", {})}
+    env.pop("BRAZE_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "braze", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300, **kw)
+
+
+def one_line_error(r, code: int, *words):
+    assert r.returncode == code, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr and lines[0].startswith("braze")
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def onnx_file(tmp_path_factory):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    p = tmp_path_factory.mktemp("m") / "relu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(p))
+    return p
+
+
+def test_version():
+    import braze
+    r = braze_cli("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"braze {braze.__version__}"
+
+
+def test_ops_into_a_closed_pipe_is_quiet():
+    # the reader is gone before braze writes a line (what `braze ops | head -1` does, deterministically)
+    p = subprocess.Popen([sys.executable, "-m", "braze", "ops"], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err and err.strip() == ""
+    assert p.returncode == 0
+
+
+def test_ops_into_head():
+    r = subprocess.run(f"{sys.executable} -m braze ops | head -2", shell=True, cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert len(r.stdout.splitlines()) == 2 and r.stderr == ""
+
+
+def test_bad_dim_range_is_a_usage_error(onnx_file):
+    one_line_error(braze_cli("inspect", onnx_file, "--dim", "batch=64:1"), 2, "batch=64:1", "empty",
+                   "batch=1:64")
+    one_line_error(braze_cli("inspect", onnx_file, "--dim", "batch"), 2, "NAME=LO:HI")
+    r = braze_cli("inspect", onnx_file, "--dim", "batch=1:64")
+    assert r.returncode == 0 and "batch in [1, 64]" in r.stdout, r.stderr
+
+
+def test_dim_range_through_the_api_is_a_clear_error_too(onnx_file):
+    import braze
+    from braze.errors import ModelFormatError
+    with pytest.raises(ModelFormatError, match="empty range"):
+        braze.import_onnx(onnx_file, dim_ranges={"batch": (64, 1)})
+
+
+def test_missing_or_foreign_files(tmp_path):
+    one_line_error(braze_cli("inspect", tmp_path / "model.pt"), 2, "no such model file", "model.pt")
+    one_line_error(braze_cli("inspect", tmp_path / "model.xyz"), 2, "does not know how to read", ".onnx")
+    one_line_error(braze_cli("inspect", tmp_path), 2)
+    (tmp_path / "model.pt2").write_bytes(b"")
+    one_line_error(braze_cli("inspect", tmp_path / "model.pt"), 2, "did you mean", "model.pt2")
+
+
+def test_inspect_a_torch_checkpoint_says_what_it_is(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.zeros(2)}, str(tmp_path / "ckpt.pt"))
+    one_line_error(braze_cli("inspect", tmp_path / "ckpt.pt"), 1, "not a torch.export archive", "torch.export.save")
+
+
+def test_inspect_a_pt2(tmp_path):
+    torch = pytest.importorskip("torch")
+    ep = torch.export.export(torch.nn.ReLU(), (torch.randn(2, 4),),
+                             dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=9)},))
+    torch.export.save(ep, str(tmp_path / "relu.pt2"))
+    r = braze_cli("inspect", tmp_path / "relu.pt2")
+    assert r.returncode == 0, r.stderr
+    assert "relu(" in r.stdout and "in [1, 9]" in r.stdout and r.stderr == ""
+
+
+@pytest.mark.parametrize("args,words", [
+    ([], ["required", "COMMAND"]),
+    (["bogus"], ["invalid choice", "bogus"]),
+    (["ops", "--nope"], ["unrecognized arguments", "--nope"]),
+    (["ops", "zzz"], ["invalid choice", "zzz"]),
+    (["inspect"], ["model"]),
+    (["demo", "--model", "nope"], ["invalid choice", "nope"]),
+    (["demo", "--repeat", "0"], ["positive integer"]),
+])
+def test_usage_errors_are_one_line_with_status_2(args, words):
+    one_line_error(braze_cli(*args), 2, *words)
+
+
+def test_help_explains_each_command():
+    top = braze_cli("--help")
+    assert top.returncode == 0
+    for cmd in ("demo", "inspect", "ops", "--version"):
+        assert cmd in top.stdout
+    ins = braze_cli("inspect", "--help").stdout
+    assert "torch.export.save" in ins and "--dim" in ins and "dim_param" in ins and "--inline" in ins
+    ops = braze_cli("ops", "--help").stdout
+    assert "ONNX" in ops and "ATen" in ops and "graph IR" in ops
+    demo = braze_cli("demo", "--help").stdout
+    assert "--model" in demo and "--frontend" in demo and "export" in demo
+
+
+def test_ops_lists_ir_onnx_and_aten_ops_from_the_registries():
+    from braze.frontend.onnx import supported_ops as onnx_ops
+    from braze.frontend.torch import supported_ops as aten_ops
+    from braze.ops import all_ops
+
+    r = braze_cli("ops")
+    assert r.returncode == 0 and r.stderr == ""
+    out = r.stdout
+    assert f"Graph IR operators ({len(all_ops())})" in out
+    assert f"ONNX operators the ONNX frontend imports ({len(onnx_ops())}" in out
+    assert f"ATen operators the torch.export frontend converts ({len(aten_ops())}" in out
+    words = set(out.replace(",", " ").split())
+    assert set(onnx_ops()) <= words and set(aten_ops()) <= words and set(all_ops()) <= words
+    only = braze_cli("ops", "onnx").stdout
+    assert "ONNX operators" in only and "ATen" not in only and "Graph IR" not in only
+
+
+def test_internal_errors_are_one_line_unless_debugging(tmp_path):
+    # a bug (here: IR text that makes the parser's caller fail in an unexpected way) is one line,
+    # with the traceback under BRAZE_DEBUG=1
+    code = ("import sys, braze.cli as c; c.cmd_ops = lambda a: 1/0; "
+            "sys.exit(c.main(['ops']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    one_line_error(r, 1, "internal error", "ZeroDivisionError", "BRAZE_DEBUG=1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env={**os.environ, "BRAZE_DEBUG": "1"})
+    assert r.returncode != 0 and "Traceback" in r.stderr
