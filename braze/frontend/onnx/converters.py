@@ -82,14 +82,7 @@ def _mod(ctx):
         if r is not None:
             return r
         return ctx.op("remainder", ctx.value(0), ctx.value(1))
-    a, b = ctx.value(0), ctx.value(1)
-    if not dt.is_float:  # C fmod: a - trunc(a / b) * b, and braze int div truncates
-        return ctx.op("sub", a, ctx.op("mul", ctx.op("div", a, b), b))
-    r = ctx.op("remainder", a, b)  # sign of b; fmod takes the sign of a
-    zero = ctx.scalar(0, dt)
-    diff = ctx.op("logical_xor", ctx.op("less", a, zero), ctx.op("less", b, zero))
-    fix = ctx.op("logical_and", ctx.op("not_equal", r, zero), diff)
-    return ctx.op("where", fix, ctx.op("sub", r, b), r)
+    return ctx.op("fmod", ctx.value(0), ctx.value(1))  # C fmod: the sign of the dividend
 
 
 @converter("Max", "Min", "Sum", "Mean")

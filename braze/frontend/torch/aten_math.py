@@ -27,7 +27,8 @@ def _binary(name):
 
 
 for _t, _b in {"add": "add", "sub": "sub", "mul": "mul", "maximum": "maximum", "minimum": "minimum",
-               "remainder": "remainder", "true_divide": "div", "fmax": "maximum", "fmin": "minimum"}.items():
+               "remainder": "remainder", "fmod": "fmod", "true_divide": "div", "fmax": "maximum",
+               "fmin": "minimum"}.items():
     conv(_t)(_binary(_b))
 conv("max.other")(_binary("maximum"))
 conv("min.other")(_binary("minimum"))
