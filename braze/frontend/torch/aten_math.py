@@ -343,3 +343,25 @@ def _anyall(name):
 
 conv("any")(_anyall("reduce_max"))
 conv("all")(_anyall("reduce_min"))
+
+
+@conv("linalg_vector_norm")
+def _vector_norm(cx, n, x, ord=2, dim=None, keepdim=False, dtype=None):
+    x = cast(cx, x, out_dtype(cx, n))
+    ax, keep = axes(cx, dim, x.rank), bool(keepdim)
+    ord = float(ord)
+    a = op(cx, "abs", [x])
+    if ord == float("inf"):
+        return op(cx, "reduce_max", [a], axes=ax, keepdims=keep)
+    if ord == float("-inf"):
+        return op(cx, "reduce_min", [a], axes=ax, keepdims=keep)
+    if ord == 0:
+        nz = op(cx, "cast", [op(cx, "not_equal", [x, scalar(cx, 0, x.dtype)])], dtype=x.dtype)
+        return op(cx, "reduce_sum", [nz], axes=ax, keepdims=keep)
+    if ord == 1:
+        return op(cx, "reduce_sum", [a], axes=ax, keepdims=keep)
+    if ord == 2:
+        return op(cx, "sqrt", [op(cx, "reduce_sum", [op(cx, "mul", [x, x])], axes=ax, keepdims=keep)])
+    s = op(cx, "reduce_sum", [op(cx, "pow", [a, scalar(cx, ord, x.dtype)])], axes=ax, keepdims=keep)
+    return op(cx, "pow", [s, scalar(cx, 1.0 / ord, x.dtype)])
+

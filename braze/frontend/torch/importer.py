@@ -413,27 +413,40 @@ def _dim_names_safe(ep):
         return {}, None
 
 
-def _maybe_decompose(ep):
-    """Decompose only the ops braze has no converter for (when torch has a decomposition)."""
+MAX_DECOMPOSITION_ROUNDS = 8
+
+
+def _unsupported_nodes(ep) -> list:
     from .aten import is_supported
-    bad = {n.target for n in ep.graph.nodes if n.op == "call_function" and not is_supported(n.target)}
+    return [n for n in ep.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
+
+
+def _maybe_decompose(ep):
+    """Decompose the ops braze has no converter for (where torch has a decomposition), round after
+    round until none is left or none can be decomposed further (a decomposition may produce ops
+    that need decomposing in turn: roll -> fmod, ...). Returns (program, unsupported FX nodes of
+    it, a note on a decomposition torch failed to run or None)."""
+    bad = _unsupported_nodes(ep)
     if not bad:
-        return ep, None
-    first_bad = next(n for n in ep.graph.nodes if n.op == "call_function" and n.target in bad)
-    try:
-        import torch
-        table = torch.export.default_decompositions()
-        sub = {k: table[k] for k in list(table.keys()) if k in bad}
-    except Exception:
-        sub = {}
-    if not sub:
-        return ep, first_bad
-    try:
-        dec = ep.run_decompositions(sub)
-    except Exception:
-        return ep, first_bad
-    still = [n for n in dec.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
-    return dec, (first_bad if still else None)
+        return ep, [], None
+    import torch
+    table = torch.export.default_decompositions()
+    tried: set = set()
+    for _ in range(MAX_DECOMPOSITION_ROUNDS):
+        sub = {t: table[t] for t in {n.target for n in bad} if t in table and t not in tried}
+        if not sub:
+            break
+        tried |= set(sub)
+        try:
+            dec = ep.run_decompositions(sub)
+        except Exception as e:  # torch's own failure: report what is unsupported without it
+            from .aten import op_display_name
+            names = ", ".join(sorted(op_display_name(t) for t in sub))
+            return ep, bad, f"torch could not decompose {names} ({type(e).__name__}: {str(e).splitlines()[0]})"
+        ep, bad = dec, _unsupported_nodes(dec)
+        if not bad:
+            break
+    return ep, bad, None
 
 
 def import_torch(ep) -> Module:
@@ -444,9 +457,9 @@ def import_torch(ep) -> Module:
         raise ModelFormatError(f"import_torch takes a torch.export.ExportedProgram, got {type(ep).__name__}",
                                hint="call torch.export.export(model, example_inputs, dynamic_shapes=...) first")
     names = _dim_names_safe(ep)
-    ep2, first_bad = _maybe_decompose(ep)
-    if first_bad is not None:
-        from .aten import unsupported_error
-        raise unsupported_error(first_bad)
+    ep2, bad, note = _maybe_decompose(ep)
+    if bad:  # every op still missing after the decompositions, at once
+        from .aten import unsupported_report
+        raise unsupported_report(bad, note)
     # a decomposed program may have a fresh shape env: keep the original Dim names
     return Importer(ep2, names=names[0]).run()
