@@ -365,3 +365,7 @@ def _vector_norm(cx, n, x, ord=2, dim=None, keepdim=False, dtype=None):
     s = op(cx, "reduce_sum", [op(cx, "pow", [a, scalar(cx, ord, x.dtype)])], axes=ax, keepdims=keep)
     return op(cx, "pow", [s, scalar(cx, 1.0 / ord, x.dtype)])
 
+
+@conv("topk")
+def _topk(cx, n, x, k, dim=-1, largest=True, sorted=True):
+    return op(cx, "topk", [x], k=k, axis=axis(cx, dim, x.rank), largest=bool(largest), sorted=bool(sorted))

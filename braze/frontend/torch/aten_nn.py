@@ -263,3 +263,43 @@ def _sdpa_math(cx, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, d
                enable_gqa=False):
     return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa),
             NotProduced("attention weights output"))
+
+
+# ---------------------------------------------------------------------------
+# normalization: group norm, weight norm
+# ---------------------------------------------------------------------------
+
+
+@conv("group_norm")
+def _group_norm(cx, n, x, num_groups, w=None, b=None, eps=1e-5, cudnn_enabled=True):
+    return op(cx, "group_norm", [x, w, b], groups=int(need_static(cx, num_groups, "num_groups")), eps=float(eps))
+
+
+@conv("native_group_norm")
+def _native_group_norm(cx, n, x, w, b, N, C, HxW, group, eps):
+    return (_group_norm(cx, n, x, group, w, b, eps), NotProduced("mean output"), NotProduced("rstd output"))
+
+
+def norm_except_dim(cx, v, dim):
+    """The 2-norm of v over every dim but ``dim`` (kept as size 1); over all dims for dim -1."""
+    sq = op(cx, "mul", [v, v])
+    if dim == -1:
+        return op(cx, "sqrt", [op(cx, "reduce_sum", [sq], axes=None, keepdims=False)])
+    d = axis(cx, dim, v.rank)
+    others = tuple(a for a in range(v.rank) if a != d)
+    return op(cx, "sqrt", [op(cx, "reduce_sum", [sq], axes=others, keepdims=True)]) if others else \
+        op(cx, "abs", [v])
+
+
+@conv("_weight_norm_interface")
+def _weight_norm_interface(cx, n, v, g, dim=0):
+    norm = norm_except_dim(cx, v, dim)
+    w = op(cx, "mul", [v, op(cx, "div", [g, norm])])
+    if norm.rank != g.rank:
+        norm = op(cx, "reshape", [norm], shape=tuple(g.shape))
+    return (w, norm)
+
+
+@conv("_weight_norm")
+def _weight_norm(cx, n, v, g, dim=0):
+    return _weight_norm_interface(cx, n, v, g, dim)[0]
