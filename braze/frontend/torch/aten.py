@@ -139,6 +139,8 @@ def convert_node(cx, n):
     if packet in SKIP:
         return None
     val = n.meta.get("val")
+    if isinstance(val, torch.SymFloat) and not val.node.expr.is_Number:
+        return float_value(cx, val.node.expr)  # a float computed from sizes: at run time
     if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat, int, float, bool)):
         return cx.sym(val)  # size arithmetic: evaluated now, no graph node
     fn, inplace = lookup(target)
@@ -221,6 +223,30 @@ def scalar(cx, v, dt: DType):
     if dt is None:
         dt = DType.bool if isinstance(v, bool) else DType.int64 if isinstance(v, int) else DType.float32
     return cx.b.constant(np.asarray(v, dtype=dt.numpy), loc=cx.loc)
+
+
+def float_value(cx, e):
+    """A float-valued size expression (a torch SymFloat: ``ToFloat(s) / 7``, ``1.5 * ToFloat(s)``,
+    ...) as a 0-d float64 Value computed at run time, in double precision as Python does."""
+    import sympy
+    f64 = DType.float64
+    name = type(e).__name__
+    if e.is_Number:
+        return scalar(cx, float(e), f64)
+    if name == "ToFloat" or e.is_integer:
+        return op(cx, "cast", [scalar(cx, cx.sym(e.args[0] if name == "ToFloat" else e), DType.int64)], dtype=f64)
+    if name in ("FloatTrueDiv", "IntTrueDiv"):
+        return op(cx, "div", [float_value(cx, e.args[0]), float_value(cx, e.args[1])])
+    if isinstance(e, (sympy.Mul, sympy.Add)):
+        vs = [float_value(cx, a) for a in e.args]
+        out = vs[0]
+        for v in vs[1:]:
+            out = op(cx, "mul" if isinstance(e, sympy.Mul) else "add", [out, v])
+        return out
+    if isinstance(e, sympy.Pow) and e.exp == -1:
+        return op(cx, "div", [scalar(cx, 1.0, f64), float_value(cx, e.base)])
+    raise UnsupportedOpError(f"the float size expression {e} ({name}) has no braze equivalent", where=str(cx.loc),
+                             hint="braze computes + - * / over sizes")
 
 
 def tensor(cx, x, dt: DType | None):

@@ -184,7 +184,7 @@ def _relu6(cx, n, x):
 def _clamp(cx, n, x, min=None, max=None):
     dt = out_dtype(cx, n)
     x = cast(cx, x, dt)
-    if isinstance(min, Value) or isinstance(max, Value):
+    if any(isinstance(v, Value) or S.is_symbolic(v) for v in (min, max)):  # tensor or size bounds
         if min is not None:
             x = op(cx, "maximum", [x, tensor(cx, min, dt)])
         if max is not None:

@@ -242,7 +242,7 @@ def _gather(cx, n, x, dim, index, sparse_grad=False):
     return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
 
 
-@conv("index")
+@conv("index", "_unsafe_index")
 def _index(cx, n, x, indices):
     pos = [i for i, t in enumerate(indices) if t is not None]
     if not pos:

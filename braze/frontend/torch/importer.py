@@ -108,8 +108,12 @@ class SymConverter:
                 s = S.Sym(_sanitize_sym(e.name))
                 self.symbols[e.name] = s
             return s
-        args = [self._conv(a, where) for a in e.args]
         name = type(e).__name__
+        if name in ("TruncToInt", "FloorToInt") and len(e.args) == 1 and isinstance(e.args[0], sympy.Mul):
+            out = self._scaled(e.args[0], where)  # an interpolation's size: floor(s * ToFloat(n))
+            if out is not None:
+                return out
+        args = [self._conv(a, where) for a in e.args]
         if isinstance(e, sympy.Add):
             out = 0
             for a in args:
@@ -146,6 +150,24 @@ class SymConverter:
             return args[0]
         raise UnsupportedOpError(f"size expression '{e}' ({name}) has no braze equivalent", where=where,
                                  hint="braze supports + - * // % min max over sizes")
+
+
+    def _scaled(self, e, where):
+        """floor(c * n) for a float c and an integer size n, kept symbolic (frontend.sizes)."""
+        from ..sizes import floor_scaled
+        nums = [a for a in e.args if a.is_Number]
+        rest = [a for a in e.args if not a.is_Number]
+        if len(nums) != 1 or len(rest) != 1:
+            return None
+        n = self._conv(rest[0], where)
+        if not (isinstance(n, int) or S.is_symbolic(n)):
+            return None
+        out = floor_scaled(n, float(nums[0]))
+        if out is None:
+            raise UnsupportedOpError(f"the size floor({nums[0]} * {n}) has no exact integer form braze can keep "
+                                     "symbolic", where=where,
+                                     hint="pass an explicit size (F.interpolate(size=...)) instead of this scale")
+        return out
 
 
 def _sanitize_sym(name: str) -> str:

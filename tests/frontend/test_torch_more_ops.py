@@ -1,0 +1,149 @@
+"""The torch frontend on fmod/roll, F.interpolate (every mode, size and scale_factor, with and
+without torch's decompositions), group_norm, weight norm and topk: the reference against
+eager and the native build against the reference, at symbolic dims (1, odd and even sizes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+from braze.testing import assert_close, flatten_outputs  # noqa: E402
+
+Dim = torch.export.Dim
+nn = torch.nn
+F = torch.nn.functional
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "torch_more_cache"))
+
+
+class Fn(nn.Module):
+    def __init__(self, fn, **mods):
+        super().__init__()
+        self.fn = fn
+        for k, v in mods.items():
+            setattr(self, k, v)
+
+    def forward(self, *xs):
+        return self.fn(self, *xs)
+
+
+def check(mod, inputs, dyn, native=True, decompose=False, exact=False, rtol=1e-5, atol=2e-6):
+    """Export at inputs[-1], import; reference vs eager and native vs reference at every input."""
+    mod = mod.eval()
+    with torch.no_grad():  # Fn.forward(*xs): one varargs entry
+        ep = torch.export.export(mod, inputs[-1], dynamic_shapes=(tuple(dyn),), strict=False)
+    if decompose:
+        ep = ep.run_decompositions()
+    m = braze.import_torch(ep)
+    before = braze.stats()["native_compiles"] + braze.stats()["cache_hits"]
+    cm = braze.compile(m) if native else None
+    for ins in inputs:
+        with torch.no_grad():
+            want = [w.numpy() for w in flatten_outputs(mod(*ins))]
+        ref = braze.reference.run(m, *ins)
+        ref = list(ref) if isinstance(ref, tuple) else [ref]
+        got = cm(*ins) if cm else None
+        got = (list(got) if isinstance(got, tuple) else [got]) if cm else [None] * len(ref)
+        for k, (w, r, g) in enumerate(zip(want, ref, got)):
+            what = f"output {k} at {[tuple(i.shape) for i in ins]}"
+            assert r.dtype == w.dtype, what
+            ex = exact if isinstance(exact, bool) else k in exact
+            if ex or w.dtype.kind != "f":
+                np.testing.assert_array_equal(r, w, err_msg=what)
+            else:
+                assert_close(r, w, rtol=rtol, atol=atol, what=what)
+            if g is not None:
+                g = g.numpy()
+                if ex or w.dtype.kind != "f":
+                    np.testing.assert_array_equal(g, r, err_msg="native " + what)
+                else:
+                    assert_close(g, r, rtol=rtol, atol=max(atol, 1e-5), what="native " + what)
+    if cm:
+        assert braze.stats()["native_compiles"] + braze.stats()["cache_hits"] == before + 1
+    return m
+
+
+def test_fmod_tensor_scalar_and_roll():
+    def f(self, x, i):
+        return (torch.fmod(x, 0.7), torch.fmod(x, x * 0.5 + 3.0), torch.fmod(i, 3), torch.fmod(i, -4),
+                torch.roll(x, shifts=(-2, 3), dims=(1, 2)), torch.roll(i, 5, 1))
+
+    s = Dim("s", min=4, max=64)
+    inputs = [(torch.randn(2, n, n + 1) * 4, torch.arange(2 * n).reshape(2, n) - n) for n in (4, 5, 9)]
+    check(Fn(f), inputs, ({1: s, 2: s + 1}, {1: s}))
+
+
+MODES = [("nearest", None), ("nearest-exact", None), ("bilinear", False), ("bilinear", True), ("bicubic", False),
+         ("bicubic", True)]
+
+
+NEAREST = {0, 1}  # outputs of the nearest modes: the same indices as torch, exactly
+
+
+@pytest.mark.parametrize("how", ["size", "scale2", "scale1.5"])
+def test_interpolate_every_mode_symbolic_hw(how):
+    kw = {"size": dict(size=(7, 5)), "scale2": dict(scale_factor=2.0), "scale1.5": dict(scale_factor=(1.5, 0.75))}[how]
+
+    def f(self, x):
+        return tuple(F.interpolate(x, mode=mode, align_corners=ac, **kw) for mode, ac in MODES)
+
+    h, w = Dim("h", min=4, max=64), Dim("w", min=4, max=64)
+    inputs = [(torch.randn(1, 2, a, b),) for a, b in [(4, 4), (5, 9), (13, 6)]]
+    check(Fn(f), inputs, ({2: h, 3: w},), exact=NEAREST)
+
+
+@pytest.mark.parametrize("modes,native", [
+    ([("nearest-exact", None)], False),
+    pytest.param([("nearest-exact", None), ("bicubic", False), ("bicubic", True)], True, marks=pytest.mark.slow)])
+def test_interpolate_decomposed_program(modes, native):
+    """run_decompositions() turns nearest-exact and bicubic (the others stay upsample_*) into
+    index/floor/clamp graphs on SymFloats (torch's export and decomposition take ~5 s for bicubic)."""
+
+    def f(self, x):
+        return tuple(F.interpolate(x, scale_factor=1.5, mode=mode, align_corners=ac) for mode, ac in modes)
+
+    h, w = Dim("h", min=4, max=64), Dim("w", min=4, max=64)
+    inputs = [(torch.randn(1, 2, a, b),) for a, b in [(4, 4), (5, 9)]]
+    check(Fn(f), inputs, ({2: h, 3: w},), native=native, decompose=True, exact={0})
+
+
+def test_interpolate_1d_3d():
+    def f(self, x, v):
+        return (F.interpolate(x, scale_factor=2, mode="linear"), F.interpolate(x, size=5, mode="nearest"),
+                F.interpolate(v, size=(3, 4, 5), mode="trilinear", align_corners=True))
+
+    t = Dim("t", min=2, max=64)
+    inputs = [(torch.randn(2, 3, n), torch.randn(1, 1, 2, n, 3)) for n in (2, 3, 8)]
+    check(Fn(f), inputs, ({2: t}, {3: t}), native=False)
+
+
+def test_group_norm_weight_norm_conv1d():
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 6, 3, padding=1, groups=2), dim=2)
+    old = nn.utils.weight_norm(nn.Conv1d(6, 6, 1), dim=0)
+
+    def f(self, x):
+        h = F.gelu(self.gn(self.conv(x)))
+        return self.old(h) + F.group_norm(h, 2, eps=1e-3)
+
+    m = Fn(f, conv=conv, old=old, gn=nn.GroupNorm(3, 6))
+    t = Dim("t", min=1, max=4096)
+    check(m, [(torch.randn(2, 4, n),) for n in (1, 7, 64)], ({2: t},), rtol=1e-5, atol=1e-5)
+
+
+def test_topk_values_and_indices():
+    def f(self, x, i):
+        v, idx = torch.topk(x, 3, dim=1)
+        v2, idx2 = x.topk(2, dim=-1, largest=False, sorted=True)
+        return v, idx, v2, idx2, torch.topk(i, 4).values
+
+    s = Dim("s", min=4, max=512)
+    g = torch.Generator().manual_seed(0)
+    inputs = [(torch.randn(2, n, 5, generator=g), torch.randperm(3 * n, generator=g).reshape(3, n))
+              for n in (4, 7, 65)]  # distinct values: torch's indices are unambiguous
+    check(Fn(f), inputs, ({1: s}, {1: s}), exact=True)
