@@ -94,7 +94,8 @@ def test_onnx_reports_every_unsupported_op_with_counts_and_node_names(tmp_path):
              helper.make_node("MyOp", ["h"], ["c"], name="custom_node", domain="com.example"),
              helper.make_node("Add", ["d1", "d2"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, ["n", 3, 3])],
-                          [helper.make_tensor_value_info("y", f, ["n"]), helper.make_tensor_value_info("c", f, ["n", 3, 3])])
+                          [helper.make_tensor_value_info("y", f, ["n"]),
+                           helper.make_tensor_value_info("c", f, ["n", 3, 3])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)])
     p = tmp_path / "bad.onnx"
     onnx.save(m, str(p))
