@@ -5,10 +5,12 @@ Per resized axis with input size ``n``, output size ``m`` and output index ``d``
 the *coordinate dtype* (float32, or float64 for float64 inputs, as torch's opmath):
 
 * the inverse scale ``r`` is ``1 / scale`` when ``scales`` is given, else ``n / m``;
+* the resized length ``L`` is ``n * scale`` when ``scales`` is given (ONNX: a float), else ``m``;
 * the source coordinate ``src`` is, by ``coord``:
   ``asymmetric`` ``d * r``; ``half_pixel`` ``(d + 0.5) * r - 0.5``;
-  ``pytorch_half_pixel`` the same, or 0 when ``m == 1``;
-  ``align_corners`` ``d * (n - 1) / (m - 1)``, or 0 when ``m == 1``;
+  ``pytorch_half_pixel`` the same, or 0 when ``L == 1``;
+  ``align_corners`` ``d * (n - 1) / (L - 1)``, or 0 when ``L == 1`` (torch's align_corners
+  ignores its scale factor: its frontend gives no ``scales`` then);
 * ``nearest`` takes ``x[clamp(round(src), 0, n - 1)]`` with ``round`` one of ``floor``,
   ``ceil``, ``round_prefer_floor`` (``ceil(src - 0.5)``), ``round_prefer_ceil``
   (``floor(src + 0.5)``); with half-pixel coordinates the +-0.5 cancel exactly
@@ -93,10 +95,11 @@ def axis_taps(n: int, m: int, scale, *, mode, coord, nearest, cubic_a, exclude_o
     if torch_shortcuts and scale is not None and mode == "nearest" and m == 2 * n:
         return [np.arange(m) // 2], None
     r = f(1.0 / scale) if scale is not None else f(n) / f(m)
-    half = coord in ("half_pixel", "pytorch_half_pixel") and not (coord == "pytorch_half_pixel" and m == 1)
+    length = f(n) * f(scale) if scale is not None else f(m)
+    half = coord in ("half_pixel", "pytorch_half_pixel") and not (coord == "pytorch_half_pixel" and length == 1)
     if coord == "align_corners":
-        src = d * (f(n - 1) / f(m - 1)) if m > 1 else np.zeros(m, cd)
-    elif coord == "pytorch_half_pixel" and m == 1:
+        src = d * (f(n - 1) / (length - f(1))) if length != 1 else np.zeros(m, cd)
+    elif coord == "pytorch_half_pixel" and length == 1:
         src = np.zeros(m, cd)
     elif half:
         v = (d + f(0.5)) * r

@@ -164,8 +164,7 @@ def _resize(ctx):
                               hint=f"braze supports {', '.join(_RESIZE_COORDS)}")
     if ctx.attr("antialias", 0):
         raise ctx.unsupported("antialias=1", hint="export without antialiasing")
-    if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise ctx.unsupported(f"keep_aspect_ratio_policy={ctx.attr('keep_aspect_ratio_policy')!r}")
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
     axes = [a % r for a in ctx.attr("axes", list(range(r)))]
     scales_t, sizes_t = ctx.tv(2), ctx.tv(3)
     scales = sizes = None
@@ -178,6 +177,15 @@ def _resize(ctx):
         scales = [float(v) for v in np.asarray(k, dtype=np.float64).reshape(-1)]
     else:
         raise ctx.unsupported("needs scales or sizes")
+    if sizes is not None and policy != "stretch":  # one scale for every axis, the sizes rounded half up
+        if any(S.is_symbolic(v) for v in sizes) or any(S.is_symbolic(x.shape[a]) for a in axes):
+            raise ctx.unsupported(f"keep_aspect_ratio_policy={policy!r} with symbolic sizes")
+        ratios = [sizes[j] / x.shape[a] for j, a in enumerate(axes)]
+        sc = min(ratios) if policy == "not_larger" else max(ratios)
+        scales, sizes = [sc] * len(axes), None
+        rounded = {a: int(sc * x.shape[a] + 0.5) for a in axes}
+    else:
+        rounded = {}
     full_scale = [1.0] * r
     full_size = list(x.shape)
     for j, a in enumerate(axes):
@@ -185,7 +193,7 @@ def _resize(ctx):
             full_size[a] = sizes[j]
         else:
             full_scale[a] = scales[j]
-            full_size[a] = floor_scaled(x.shape[a], scales[j])
+            full_size[a] = rounded[a] if a in rounded else floor_scaled(x.shape[a], scales[j])
             if full_size[a] is None:
                 raise ctx.unsupported(f"the output size floor({x.shape[a]} * {scales[j]}) cannot be kept symbolic",
                                       hint="export with sizes instead of scales")

@@ -342,6 +342,8 @@ def _upsample(name, k, attrs):
         if x.rank != k + 2:
             raise UnsupportedOpError(f"{name} needs a rank-{k + 2} input, got {x.type}", where=str(cx.loc))
         sizes = tuple(cx.shape_of(n.meta["val"]))[-k:]
+        if a["coord"] == "align_corners":
+            scales = None  # torch's align_corners maps (n - 1) to (m - 1), whatever the scale factor
         return op(cx, "resize", [x], sizes=sizes, scales=None if scales is None else tuple(float(s) for s in scales),
                   **a)
     return f

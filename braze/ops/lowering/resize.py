@@ -59,21 +59,28 @@ def _axis_taps(ctx, n, m, d, scale, attrs, cd) -> list:
         r = f(float(np.float32(1.0 / scale)) if cd is DType.float32 else 1.0 / scale)
     else:
         r = div(_val(n, cd), _val(m, cd))
-    m_is_1 = _is(ctx, m, 1)
-    half = coord == "half_pixel" or (coord == "pytorch_half_pixel" and m_is_1 is not True)
+    # the resized length L: n * scale (a float) with scales, else m; is L == 1?
+    if scale is None:
+        length, len_is_1, len_eq_1 = _val(m, cd), _is(ctx, m, 1), _run_time_eq(m, 1)
+    else:
+        fs = np.float32(scale) if cd is DType.float32 else np.float64(scale)
+        length = mul(_val(n, cd), f(float(fs)))
+        len_is_1 = bool(fs.dtype.type(n) * fs == 1) if isinstance(n, int) else None
+        len_eq_1 = Compare("eq", length, f(1))
+    half = coord == "half_pixel" or (coord == "pytorch_half_pixel" and len_is_1 is not True)
     v = None
     if coord == "align_corners":
-        src = f(0) if m_is_1 is True else mul(dv, div(_val(S.add(n, -1), cd), _val(S.add(m, -1), cd)))
-        if m_is_1 is None:
-            src = select(_run_time_eq(m, 1), f(0), src)
+        src = f(0) if len_is_1 is True else mul(dv, div(_val(S.add(n, -1), cd), sub(length, f(1))))
+        if len_is_1 is None:
+            src = select(len_eq_1, f(0), src)
     elif half:
         v = mul(add(dv, f(0.5)), r)
         src = sub(v, f(0.5))
     else:
         src = mul(dv, r)
-    if coord == "pytorch_half_pixel" and m_is_1 is None:
-        src = select(_run_time_eq(m, 1), f(0), src)
-        v = None  # the +-0.5 shortcut below would skip the m == 1 case
+    if coord == "pytorch_half_pixel" and len_is_1 is None:
+        src = select(len_eq_1, f(0), src)
+        v = None  # the +-0.5 shortcut below would skip the L == 1 case
     hi = S.add(n, -1)
     if mode == "nearest":
         if v is not None and nearest == "round_prefer_ceil":
