@@ -69,14 +69,15 @@ def check(mod, inputs, dyn, native=True, decompose=False, exact=False, rtol=1e-5
     return m
 
 
-def test_fmod_tensor_scalar_and_roll():
+@pytest.mark.parametrize("decompose", [False, True])  # torch's roll decomposition goes through fmod
+def test_fmod_tensor_scalar_and_roll(decompose):
     def f(self, x, i):
         return (torch.fmod(x, 0.7), torch.fmod(x, x * 0.5 + 3.0), torch.fmod(i, 3), torch.fmod(i, -4),
                 torch.roll(x, shifts=(-2, 3), dims=(1, 2)), torch.roll(i, 5, 1))
 
     s = Dim("s", min=4, max=64)
     inputs = [(torch.randn(2, n, n + 1) * 4, torch.arange(2 * n).reshape(2, n) - n) for n in (4, 5, 9)]
-    check(Fn(f), inputs, ({1: s, 2: s + 1}, {1: s}))
+    check(Fn(f), inputs, ({1: s, 2: s + 1}, {1: s}), decompose=decompose)
 
 
 MODES = [("nearest", None), ("nearest-exact", None), ("bilinear", False), ("bilinear", True), ("bicubic", False),
@@ -147,3 +148,19 @@ def test_topk_values_and_indices():
     inputs = [(torch.randn(2, n, 5, generator=g), torch.randperm(3 * n, generator=g).reshape(3, n))
               for n in (4, 7, 65)]  # distinct values: torch's indices are unambiguous
     check(Fn(f), inputs, ({1: s}, {1: s}), exact=True)
+
+
+def test_derived_dims_become_input_symbols():
+    """A dim exported as 4 * hb (a derived Dim) is the symbol; hb is (dim // 4), and the
+    divisibility is checked on every call, natively too."""
+    def f(self, x):
+        b, h, w = x.shape
+        return x.view(b, h // 4, 4, w).sum(2) * 2
+
+    hb = Dim("hb", min=2, max=16)
+    m = check(Fn(f), [(torch.randn(2, 4 * i, 3),) for i in (2, 3, 5)], ({0: Dim("batch", min=1, max=8), 1: 4 * hb},))
+    assert "hb_x4" in m.symbols and m.main.params[0].type.shape[1] == m.symbols["hb_x4"]
+    cm = braze.compile(m)
+    for run in (lambda x: braze.reference.run(m, x), cm):
+        with pytest.raises(braze.InputError, match="divisible by 4"):
+            run(torch.randn(2, 10, 3))

@@ -237,6 +237,27 @@ def _index_select(cx, n, x, dim, index):
     return op(cx, "gather", [x, index], axis=axis(cx, dim, x.rank))
 
 
+@conv("roll")
+def _roll(cx, n, x, shifts, dims=()):
+    """out[i] = x[(i - shift) mod n] along each dim: a gather (torch's own decomposition costs
+    a run_decompositions pass and goes through fmod)."""
+    shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    if not dims:  # roll the flattened tensor
+        flat = op(cx, "reshape", [x], shape=(x.type.numel(),))
+        return op(cx, "reshape", [_roll(cx, n, flat, shifts, [0])], shape=tuple(x.shape))
+    if len(shifts) != len(dims):
+        raise UnsupportedOpError(f"roll: {len(shifts)} shifts for {len(dims)} dims", where=str(cx.loc))
+    for sh, d in zip(shifts, dims):
+        a = axis(cx, d, x.rank)
+        size = x.shape[a]
+        i = op(cx, "arange", [], start=0, end=size, step=1, dtype=DType.int64)
+        src = op(cx, "sub", [i, scalar(cx, sh, DType.int64)])
+        src = op(cx, "remainder", [src, scalar(cx, size, DType.int64)])
+        x = op(cx, "gather", [x, src], axis=a)
+    return x
+
+
 @conv("gather")
 def _gather(cx, n, x, dim, index, sparse_grad=False):
     return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))

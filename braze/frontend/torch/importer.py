@@ -205,7 +205,36 @@ def dim_names(ep) -> dict[str, str]:
             if dn and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", dn):
                 out[str(sym)] = dn
                 break
+    _derived_dim_names(ep, debug.values(), out)
     return out, env
+
+
+_DERIVED_RE = re.compile(r"\s*(\d+)\s*\*\s*([A-Za-z_]\w*)\s*(?:([+-])\s*(\d+))?\s*")
+
+
+def _derived_dim_names(ep, debug_names, out: dict) -> None:
+    """The root Dim's name for a symbol seen only in derived input dims ('4*hb' -> s2: 'hb'),
+    matched by the coefficients a and b of a * s + b."""
+    roots: dict = {}
+    for dn in debug_names:
+        m = _DERIVED_RE.fullmatch(str(dn))
+        if m:
+            b = int(m.group(4) or 0) * (-1 if m.group(3) == "-" else 1)
+            roots.setdefault((int(m.group(1)), b), set()).add(m.group(2))
+    if not roots:
+        return
+    for n in ep.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        for d in getattr(n.meta.get("val"), "shape", ()):
+            e = getattr(getattr(d, "node", None), "expr", None)
+            if e is None or len(getattr(e, "free_symbols", ())) != 1:
+                continue
+            sym = next(iter(e.free_symbols))
+            a, b = e.coeff(sym), e.subs(sym, 0)
+            names = roots.get((int(a), int(b))) if a.is_Integer and b.is_Integer else None
+            if names and len(names) == 1 and sym.name not in out:
+                out[sym.name] = next(iter(names))
 
 
 # ---------------------------------------------------------------------------
@@ -292,8 +321,12 @@ class Importer:
                         for s in e.free_symbols:
                             if s.name not in tnames:
                                 tnames.append(s.name)
+        derived = self._derived_dims()
         for tn in tnames:
             name = self.names.get(tn) or _sanitize_sym(tn)
+            if tn in derived:  # only a*s + b is an input dim: that dim is the symbol (see _derived_dims)
+                e, a, b = derived[tn]
+                name += f"_x{a}" + (f"_plus{b}" if b > 0 else f"_minus{-b}" if b < 0 else "")
             base, i = name, 1
             while name in used:
                 name = f"{base}_{i}"
@@ -304,8 +337,40 @@ class Importer:
             if vr is not None:
                 lo = max(1, _vr_int(vr.lower, 1))
                 hi = _vr_int(vr.upper, None)
+            if tn in derived:
+                store = self.module.constraints
+                d = store.add_symbol(S.Sym(name, max(1, a * lo + b), None if hi is None else a * hi + b))
+                if a > 1:
+                    store.add_divisible(S.add(d, -b), a)  # checked on every call
+                self.conv_sym.symbols[tn] = S.floordiv(S.add(d, -b), a)
+                self.conv_sym._cache[e] = d
+                continue
             s = self.module.constraints.add_symbol(S.Sym(name, lo, hi))
             self.conv_sym.symbols[tn] = s
+
+    def _derived_dims(self) -> dict:
+        """torch symbols that occur in the inputs' shapes only as ``a * s + b`` (a derived
+        ``torch.export.Dim``, e.g. ``4 * hb``): torch name -> (that expression, a, b). The
+        native entry binds symbols from plain input dims, so that dim becomes the symbol and
+        ``s`` is ``(dim - b) // a``, with ``dim - b`` divisible by ``a`` checked on every call."""
+        import sympy
+        plain, found = set(), {}
+        exprs = []
+        for n in self.ep.graph.nodes:
+            if n.op == "placeholder":
+                for d in getattr(n.meta.get("val"), "shape", ()):
+                    e = getattr(getattr(d, "node", None), "expr", None)
+                    if isinstance(e, sympy.Symbol):
+                        plain.add(e.name)
+                    elif e is not None and len(e.free_symbols) == 1:
+                        exprs.append(e)
+        for e in exprs:
+            s = next(iter(e.free_symbols))
+            a, b = e.coeff(s), e.subs(s, 0)
+            if s.name not in plain and a.is_Integer and b.is_Integer and int(a) >= 1 \
+                    and sympy.expand(a * s + b - e) == 0:
+                found.setdefault(s.name, (e, int(a), int(b)))
+        return found
 
     def sym(self, x):
         where = str(self.loc) if self.loc else None
