@@ -164,3 +164,17 @@ def test_derived_dims_become_input_symbols():
     for run in (lambda x: braze.reference.run(m, x), cm):
         with pytest.raises(braze.InputError, match="divisible by 4"):
             run(torch.randn(2, 10, 3))
+
+
+def test_unsafe_index_and_masked_index():
+    """What inductor-style decompositions of interpolate and padding emit."""
+    def f(self, x):
+        n = x.shape[1]
+        i = torch.arange(n + 2) - 1  # -1 and n are out of range: masked off below
+        mask = (i >= 0) & (i < n)
+        a = torch.ops.aten._unsafe_index(x, [None, torch.arange(n) // 2])
+        b = torch.ops.aten._unsafe_masked_index(x, mask, [None, i], -7.0)
+        return a, b
+
+    s = Dim("s", min=2, max=64)
+    check(Fn(f), [(torch.randn(2, n),) for n in (2, 5, 8)], ({1: s},), exact=True)

@@ -292,6 +292,24 @@ def _index(cx, n, x, indices):
     return op(cx, "gather", [xf, lin], axis=p)
 
 
+@conv("_unsafe_masked_index")
+def _masked_index(cx, n, x, mask, indices, fill):
+    """where(mask, x[indices], fill); masked-off indices may be out of range, so they are
+    wrapped (negative) and clamped before the gather."""
+    i64 = DType.int64
+    safe = []
+    for j, t in enumerate(indices):
+        if t is None:
+            safe.append(None)
+            continue
+        t, d = cast(cx, t, i64), scalar(cx, x.shape[j], i64)
+        t = op(cx, "where", [op(cx, "less", [t, scalar(cx, 0, i64)]), op(cx, "add", [t, d]), t])
+        t = op(cx, "maximum", [op(cx, "minimum", [t, scalar(cx, S.add(x.shape[j], -1), i64)]), scalar(cx, 0, i64)])
+        safe.append(t)
+    v = _index(cx, n, x, safe)
+    return op(cx, "where", [cast(cx, mask, DType.bool), v, tensor(cx, fill, v.dtype)])
+
+
 @conv("triu")
 def _triu(cx, n, x, diagonal=0):
     return op(cx, "triu", [x], k=diagonal)
