@@ -121,7 +121,9 @@ def unsupported_report(nodes, note: str | None = None) -> UnsupportedOpError:
         for name in order:
             locs = list(dict.fromkeys(_line_of(source_loc(n)) for n in by_op[name]))
             lines.append(f"    {name} x{len(by_op[name])}, at:")
-            lines += [f"        {loc}" for loc in locs[:3]] + ([f"        and {len(locs) - 3} more"] if len(locs) > 3 else [])
+            lines += [f"        {loc}" for loc in locs[:3]]
+            if len(locs) > 3:
+                lines.append(f"        and {len(locs) - 3} more")
         err = UnsupportedOpError(f"the model uses {len(order)} torch op{'s' if len(order) > 1 else ''} that braze's "
                                  f"torch frontend does not support ({len(nodes)} uses in all):\n" + "\n".join(lines),
                                  where=first, hint=hint)
