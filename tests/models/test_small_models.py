@@ -69,7 +69,9 @@ def test_shifted_window_block_with_roll():
 
 class TinyViT(nn.Module):
     """Patch embedding, class token, position embeddings interpolated (bicubic, as timm / HF
-    ViT do) to the image's patch grid, one attention layer, pooled head."""
+    ViT do) to the image's patch grid, one attention layer with its output projection (a
+    residual add right after the attention's matmul would be a batched matmul epilogue, which
+    the native backend does not take yet), pooled head."""
 
     def __init__(self, c=16, patch=4, grid=4):
         super().__init__()
@@ -77,7 +79,8 @@ class TinyViT(nn.Module):
         self.embed = nn.Conv2d(3, c, patch, stride=patch)
         self.cls = nn.Parameter(torch.randn(1, 1, c) * 0.5)
         self.pos = nn.Parameter(torch.randn(1, 1 + grid * grid, c) * 0.5)
-        self.norm, self.qkv, self.head = nn.LayerNorm(c), nn.Linear(c, 3 * c), nn.Linear(c, 5)
+        self.norm, self.qkv, self.out = nn.LayerNorm(c), nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.head = nn.Linear(c, 5)
 
     def forward(self, img):
         x = self.embed(img)  # [B, C, h, w]
@@ -88,7 +91,7 @@ class TinyViT(nn.Module):
         pos = torch.cat([self.pos[:, :1], pos.permute(0, 2, 3, 1).reshape(1, h * w, c)], dim=1)
         x = torch.cat([self.cls.expand(b, -1, -1), x], dim=1) + pos
         q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
-        x = x + F.scaled_dot_product_attention(q, k, v)
+        x = x + self.out(F.scaled_dot_product_attention(q, k, v))
         return self.head(x.mean(1))
 
 
