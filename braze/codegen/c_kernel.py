@@ -273,8 +273,9 @@ class _Gen:
             f = "f" if dt == F32 else "d"
             if op in ("add", "sub", "mul", "div"):
                 return f"({a} {dict(add='+', sub='-', mul='*', div='/')[op]} {b})"
+            lib = "f" if dt == F32 else ""
             return {"max": f"bz_max{f}({a}, {b})", "min": f"bz_min{f}({a}, {b})", "mod": f"bz_mod{f}({a}, {b})",
-                    "pow": f"pow{'f' if dt == F32 else ''}({a}, {b})"}[op]
+                    "fmod": f"fmod{lib}({a}, {b})", "pow": f"pow{lib}({a}, {b})"}[op]
         t = ctype(dt)
         if op in ("and", "or", "xor"):
             return f"({t})({a} {dict(**{'and': '&', 'or': '|', 'xor': '^'})[op]} {b})"
@@ -282,7 +283,7 @@ class _Gen:
             return f"({t})({a} {dict(add='+', sub='-', mul='*')[op]} {b})"
         if op in ("max", "min"):
             return f"({a} {'>' if op == 'max' else '<'} {b} ? {a} : {b})"
-        fn = {"div": "bz_idiv", "mod": "bz_imod", "pow": "bz_ipow"}[op]
+        fn = {"div": "bz_idiv", "mod": "bz_imod", "fmod": "bz_ifmod", "pow": "bz_ipow"}[op]
         return f"({t}){fn}({a}, {b})"
 
     def _init(self, op, dt) -> str:
@@ -447,7 +448,8 @@ class _Gen:
             if e.op in ("add", "sub", "mul", "div"):
                 return f"({a} {dict(add='+', sub='-', mul='*', div='/')[e.op]} {b})", "vf"
             return {"max": f"bz_vmax({a}, {b})", "min": f"bz_vmin({a}, {b})",
-                    "mod": f"BZ_LANES2(bz_modf, {a}, {b})", "pow": f"BZ_LANES2(powf, {a}, {b})"}[e.op], "vf"
+                    "mod": f"BZ_LANES2(bz_modf, {a}, {b})", "fmod": f"BZ_LANES2(fmodf, {a}, {b})",
+                    "pow": f"BZ_LANES2(powf, {a}, {b})"}[e.op], "vf"
         if isinstance(e, Select):
             return f"bz_sel({self.vx(e.cond)}, {self.vx(e.a)}, {self.vx(e.b)})", "vf"
         if isinstance(e, Cast):

@@ -122,7 +122,7 @@ class Load(Expr):
 
 UNARY_FNS = ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
              "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not")
-BINARY_OPS = ("add", "sub", "mul", "div", "mod", "pow", "max", "min", "and", "or", "xor")
+BINARY_OPS = ("add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min", "and", "or", "xor")
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
 

@@ -5,7 +5,8 @@ Dtype rules (see docs/ops-catalog.md):
 
 * binary arithmetic broadcasts and promotes with ``common.promote``; ``div`` is
   true division for floats and truncates toward zero for ints (ONNX);
-  ``remainder`` takes the divisor's sign (torch / Python).
+  ``remainder`` takes the divisor's sign (torch / Python), ``fmod`` the
+  dividend's (C ``fmod``; exact, so computing it in float64 changes nothing).
 * comparisons and logical ops return ``bool``; logical ops accept any dtype
   (nonzero is true), like ``torch.logical_and``.
 * transcendental unary ops and activations need a float input and raise a
@@ -86,6 +87,8 @@ _BINARY = {
     "maximum": (lambda a, b, dt: np.maximum(a, b), True, "elementwise max (NaN propagates)"),
     "minimum": (lambda a, b, dt: np.minimum(a, b), True, "elementwise min (NaN propagates)"),
     "remainder": (lambda a, b, dt: np.mod(a, b), False, "a mod b with the sign of b (torch.remainder)"),
+    "fmod": (lambda a, b, dt: np.fmod(a, b), False,
+             "a mod b with the sign of a (C fmod, torch.fmod; exact); int x fmod 0 is 0"),
 }
 
 

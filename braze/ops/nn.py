@@ -1,4 +1,4 @@
-"""Normalization ops: softmax, log_softmax, layer_norm, rms_norm, batch_norm.
+"""Normalization ops: softmax, log_softmax, layer_norm, rms_norm, batch_norm, group_norm.
 
 All need float inputs and return the input's dtype and shape. References
 compute in float64 (softmax subtracts the max first) and round once.
@@ -10,6 +10,10 @@ compute in float64 (softmax subtracts the max first) and round once.
 * Trailing optional inputs may be left out entirely (the builder then passes
   fewer arguments), so they default to ``None`` here.
 * ``batch_norm`` is inference mode: channels on axis 1, every parameter ``[C]``.
+* ``group_norm`` normalizes each of ``groups`` channel groups (channels on axis 1) over
+  its channels and every later axis, then scales and shifts per channel (torch,
+  ONNX opset 21). It has no kernel of its own: ``passes/decompose.py`` rewrites it
+  as reshape -> layer_norm -> reshape -> affine.
 """
 
 from __future__ import annotations
@@ -161,3 +165,49 @@ defop("batch_norm", inputs=("x", "scale", "bias", "mean", "var"),
       attrs={"eps": Attr("float", 1e-5, "added to the variance")},
       infer=_batch_norm_infer, reference=_batch_norm_ref, kind="normalization",
       doc="inference batch norm, channels on axis 1: (x - mean) / sqrt(var + eps) * scale + bias")
+
+# ---------------------------------------------------------------------------
+# group_norm
+# ---------------------------------------------------------------------------
+
+
+def _group_norm_infer(ctx, x, weight=None, bias=None, *, groups, eps):
+    _need_float(ctx, x)
+    if x.rank < 2:
+        raise ctx.error(f"needs an input of rank >= 2 with channels on axis 1, got {x}")
+    if groups < 1:
+        raise ctx.error(f"groups must be >= 1, got {groups}")
+    c = x.shape[1]
+    if isinstance(c, int) and c % groups:
+        raise ctx.error(f"the channel count {c} is not divisible by groups={groups}")
+    for p, what in ((weight, "weight"), (bias, "bias")):
+        if p is None:
+            continue
+        _need_float(ctx, p, what)
+        if p.rank != 1:
+            raise ctx.error(f"{what} must be 1-D [C] with C = {c}, got {p}")
+        ctx.assume_equal(p.shape[0], c, f"{what} length and channel dim")
+    return x
+
+
+def _group_norm_ref(ctx, x, weight=None, bias=None, *, groups, eps):
+    n, c = x.shape[0], x.shape[1]
+    y = _f64(x).reshape(n, groups, -1)
+    mean = y.mean(axis=-1, keepdims=True)
+    d = y - mean
+    var = (d * d).mean(axis=-1, keepdims=True)
+    r = (d / np.sqrt(var + eps)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        r = r * _f64(weight).reshape(shape)
+    if bias is not None:
+        r = r + _f64(bias).reshape(shape)
+    return r.astype(x.dtype, copy=False)
+
+
+defop("group_norm", inputs=("x", "weight?", "bias?"),
+      attrs={"groups": Attr("int", doc="number of channel groups; divides the channel count"),
+             "eps": Attr("float", 1e-5, "added to the variance")},
+      infer=_group_norm_infer, reference=_group_norm_ref, kind="normalization",
+      doc="per sample and group of channels (axis 1): (x - mean) / sqrt(var + eps) over the group's channels "
+          "and all later axes (biased var), then * weight[c] + bias[c]")

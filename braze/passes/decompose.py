@@ -14,6 +14,25 @@ compares: ``arange(S)[None, :] <= arange(L)[:, None]``; with a bool mask too it
 is ``logical_and``-ed in. float16/bfloat16 inputs are computed in float32 and
 cast back (as the reference does).
 
+``group_norm(x, w?, b?; groups)`` over ``x [N, C, *rest]`` becomes::
+
+    y = reshape(layer_norm(reshape(x, [N, groups, C/groups * prod(rest)]), axis=-1), x.shape)
+    y = y * reshape(w, [C, 1, ...]) + reshape(b, [C, 1, ...])
+
+(C must be a constant), so each group is one row of layer_norm's stitch kernel.
+
+``topk(x; k, axis, largest)`` becomes, with the axis moved last (``xi`` the element
+at i, ``xl`` every other element l of its row, ``n`` the row length)::
+
+    before[i, l] = xl better than xi  or  (xl same as xi and l < i)   # NaN is largest
+    rank[i]  = sum_l before[i, l]                                    # 0 for the best
+    index[j] = sum_i i * (rank[i] == j)          for j < k           # the element of rank j
+    value[j] = gather_elements(x, index)
+
+The compares fuse into their reductions (no n x n buffer). k <= n is required: when the
+ranges do not prove it and the dim is a symbol, the symbol's lower bound becomes k (a
+smaller size is then an input error, as torch raises).
+
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
 as they are (libraries and fused kernels handle them).
 
@@ -27,6 +46,7 @@ import math
 import numpy as np
 
 from ..errors import BrazeError
+from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import Namer, apply_replacements, constant_node, make_node, same_shape
@@ -103,7 +123,81 @@ def _decompose_sdpa(module: Module, n: Node, namer: Namer):
     return emit.nodes, o
 
 
-DECOMPOSITIONS = {"scaled_dot_product_attention": _decompose_sdpa}
+def _decompose_group_norm(module: Module, n: Node, namer: Namer):
+    x = n.inputs[0]
+    w = n.inputs[1] if len(n.inputs) > 1 else None
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    shape = x.type.shape
+    c, g = shape[1], n.attrs["groups"]
+    if not isinstance(c, int) or c % g:
+        return None
+    emit = _Emit(module, namer, n.loc)
+    row = S.mul(c // g, S.prod(shape[2:]))
+    y = emit("reshape", x, shape=(shape[0], g, row), name="groups")
+    y = emit("layer_norm", y, axis=-1, eps=n.attrs["eps"], name="normed")
+    y = emit("reshape", y, shape=tuple(shape), name="normed")
+    per_channel = (c,) + (1,) * (len(shape) - 2)
+    if w is not None:
+        y = emit("mul", y, emit("reshape", w, shape=per_channel), name="scaled")
+    if b is not None:
+        y = emit("add", y, emit("reshape", b, shape=per_channel), name="shifted")
+    return emit.nodes, y
+
+
+def _decompose_topk(module: Module, n: Node, namer: Namer):
+    from ..ops.sort import k_may_exceed
+    x = n.inputs[0]
+    k, largest = n.attrs["k"], n.attrs["largest"]
+    r = x.type.rank
+    emit = _Emit(module, namer, n.loc)
+    i64 = DType.int64
+    if r == 0:
+        zero = emit.const(np.array(0, np.int64), "zero")
+        return emit.nodes, (x, zero)
+    a = n.attrs["axis"] % r
+    cnt = x.type.shape[a]
+    store = module.constraints
+    may = k_may_exceed(store, k, cnt)
+    if may == "always" or (may == "maybe" and not isinstance(store.simplify(cnt), S.Sym)):
+        return None
+    if may == "maybe":  # a smaller dim is an input error, checked on every call
+        s = store.simplify(cnt)
+        lo = S.bounds(store._with_ranges(k))[1] if S.is_symbolic(k) else k
+        if lo == float("inf"):
+            return None
+        store.add_range(s, int(lo), store.symbols[s.name].hi)
+    perm = tuple(d for d in range(r) if d != a) + (a,)
+    xt = emit("permute", x, perm=perm, name="rows") if a != r - 1 else x
+    xi = emit("unsqueeze", xt, axes=(r,), name="xi")  # [..., n, 1]: the element ranked
+    xl = emit("unsqueeze", xt, axes=(r - 1,), name="xl")  # [..., 1, n]: the others
+    better = emit("greater" if largest else "less", xl, xi, name="better")
+    same = emit("equal", xl, xi, name="same")
+    if x.type.dtype.is_float:
+        nan_i = emit("not_equal", xi, xi, name="nan_i")
+        nan_l = emit("not_equal", xl, xl, name="nan_l")
+        if largest:  # a NaN beats every number
+            better = emit("logical_or", better, emit("logical_and", nan_l, emit("logical_not", nan_i)))
+        else:
+            better = emit("logical_or", better, emit("logical_and", nan_i, emit("logical_not", nan_l)))
+        same = emit("logical_or", same, emit("logical_and", nan_i, nan_l), name="same")
+    pos_i = emit("unsqueeze", emit("arange", start=0, end=cnt, step=1, dtype=i64, name="pos"), axes=(1,))
+    pos_l = emit("unsqueeze", emit("arange", start=0, end=cnt, step=1, dtype=i64, name="pos"), axes=(0,))
+    before = emit("logical_or", better, emit("logical_and", same, emit("less", pos_l, pos_i)), name="before")
+    rank = emit("reduce_sum", emit("cast", before, dtype=i64), axes=(-1,), keepdims=False, name="rank")
+    want = emit("unsqueeze", emit("arange", start=0, end=k, step=1, dtype=i64, name="slot"), axes=(1,))
+    hit = emit("equal", emit("unsqueeze", rank, axes=(r - 1,)), want, name="hit")  # [..., k, n]
+    zero = emit.const(np.array(0, np.int64), "zero")
+    idx = emit("reduce_sum", emit("where", hit, pos_l, zero), axes=(-1,), keepdims=False, name="index")
+    val = emit("gather_elements", xt, idx, axis=r - 1, name="value")
+    if a != r - 1:
+        inv = tuple(perm.index(d) for d in range(r))
+        val = emit("permute", val, perm=inv, name="value")
+        idx = emit("permute", idx, perm=inv, name="index")
+    return emit.nodes, (val, idx)
+
+
+DECOMPOSITIONS = {"scaled_dot_product_attention": _decompose_sdpa, "group_norm": _decompose_group_norm,
+                  "topk": _decompose_topk}
 
 
 def decompose_function(module: Module, f: Function) -> int:
@@ -124,9 +218,10 @@ def decompose_function(module: Module, f: Function) -> int:
         if r is None:
             new_nodes.append(n)
             continue
-        nodes, o = r
+        nodes, outs = r
         new_nodes.extend(nodes)
-        repl[id(n.outputs[0])] = o
+        for old, o in zip(n.outputs, outs if isinstance(outs, tuple) else (outs,)):
+            repl[id(old)] = o
         count += 1
     f.nodes = new_nodes
     apply_replacements(f, repl)

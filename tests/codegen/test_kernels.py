@@ -166,6 +166,7 @@ def test_binary_broadcast_compare_where(vb):
     c = b.param("c", tensor("f32", B, 1))
     res = [b.add(x, y), b.sub(x, c), b.mul(y, c), b.div(x, b.add(b.abs(y), b.constant(np.float32(0.5)))),
            b.maximum(x, y), b.minimum(x, c), b.pow(b.abs(x), y), b.remainder(x, b.add(y, b.constant(np.float32(5)))),
+           b.fmod(x, b.add(y, b.constant(np.float32(5)))), b.fmod(x, c),
            b.where(b.greater(x, y), x, c), b.cast(b.less_equal(x, c), dtype="f32"),
            b.cast(b.logical_and(b.greater(x, y), b.not_equal(x, c)), dtype="f32"),
            b.cast(b.logical_not(b.equal(b.floor(x), c)), dtype="f32")]
@@ -174,6 +175,22 @@ def test_binary_broadcast_compare_where(vb):
     def inputs(rng, n, m):
         return [f32(rng, n, m), f32(rng, m), np.floor(f32(rng, n, 1))]
     check(b, inputs, ODD, vbs=(vb,), per_result_tol={6: "transcendental"})
+
+
+def test_fmod_signs_and_zero_divisor():
+    b = Builder()
+    N = b.sym("N")
+    i = b.param("i", tensor("i64", N))
+    j = b.param("j", tensor("i64", N))
+    x = b.param("x", tensor("f32", N))
+    y = b.param("y", tensor("f32", N))
+    b.ret(b.fmod(i, j), b.fmod(x, y), b.fmod(b.cast(i, dtype="f64"), b.cast(j, dtype="f64")))
+
+    def inputs(rng, n):
+        # divisors include 0 and -1 (int: 0, as the reference; float: NaN)
+        return [rng.integers(-9, 9, size=n).astype(np.int64), rng.integers(-3, 3, size=n).astype(np.int64),
+                f32(rng, n, lo=-9, hi=9), f32(rng, n, lo=-3, hi=3)]
+    check(b, inputs, [1, 7, 33, 100], vbs=(0, 64))
 
 
 def test_int_and_bool_ops():

@@ -24,7 +24,7 @@ def _int_div(a, b):
 
 BINARY_TORCH = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": _int_div, "pow": torch.pow,
-    "maximum": torch.maximum, "minimum": torch.minimum, "remainder": torch.remainder,
+    "maximum": torch.maximum, "minimum": torch.minimum, "remainder": torch.remainder, "fmod": torch.fmod,
 }
 
 
@@ -36,7 +36,7 @@ def _binary_inputs(T, rng, op, shapes, dtype):
             a = np.abs(a) + np.asarray(0.5, a.dtype)  # positive bases keep results real
         else:
             b = np.abs(b) % 4
-    if op in ("div", "remainder"):
+    if op in ("div", "remainder", "fmod"):
         b = np.where(b == 0, np.asarray(3, b.dtype), b)  # no division by zero
     return a, b
 
@@ -77,6 +77,19 @@ def test_int_div_truncates_and_remainder_takes_divisor_sign(T):
     m, _ = T.build("remainder", ["n", "n"], ["float32", "float32"])
     got = T.run(m, np.array([-7.5, 7.5], np.float32), np.array([2, -2], np.float32))
     np.testing.assert_array_equal(got, [0.5, -0.5])
+
+
+def test_fmod_takes_dividend_sign_and_is_exact(T):
+    a = np.array([-7, 7, -7, 7, 6, -6, 0, np.iinfo(np.int64).min], np.int64)
+    b = np.array([2, 2, -2, -2, 3, 3, -5, -1], np.int64)
+    m, _ = T.build("fmod", ["n", "n"], ["int64", "int64"])
+    np.testing.assert_array_equal(T.run(m, a, b), torch.fmod(torch.from_numpy(a), torch.from_numpy(b)).numpy())
+    m, _ = T.build("fmod", ["n", "n"], ["float32", "float32"])
+    # -1e-10 fmod 1 is -1e-10; the remainder-then-fix route gave 0 (1 - 1e-10 rounds to 1)
+    x = np.array([-7.5, 7.5, -1e-10, 5.0, -0.0, np.inf, 3.0, np.nan], np.float32)
+    y = np.array([2, -2, 1, np.inf, 3, 2, 0, 1], np.float32)
+    T.check(T.run(m, x, y), torch.fmod(T.to_torch(x), T.to_torch(y)))
+    assert np.signbit(T.run(m, x, y)[4])  # -0 fmod 3 keeps the sign of zero
 
 
 def test_bool_add_mul_maximum(T):

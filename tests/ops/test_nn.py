@@ -136,3 +136,36 @@ def test_layer_norm_symbolic_weight_is_checked_at_run_time(T):
 def test_infer_errors(T, op, specs, dtypes, attrs, match):
     with pytest.raises(ShapeError, match=match):
         T.build(op, specs, dtypes, **attrs)
+
+
+# ---------------------------------------------------------------------------
+# group_norm
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("xspec,groups", [("b 6 s", 3), ("b 6 s", 1), ("b 6 s", 6), ("b 4 s 3", 2), ("b 4", 2)])
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_vs_torch(T, rng, xspec, groups, dtype, affine):
+    c = int(xspec.split()[1])
+    specs = [xspec] + (["%d" % c, "%d" % c] if affine else [])
+    module, out = T.build("group_norm", specs, [dtype] * len(specs), groups=groups, eps=1e-3)
+    assert out.type == module.main.params[0].type
+    for b_, s_ in T.SIZES:
+        env = {"b": b_, "s": s_}
+        x = T.rand(rng, T.concrete(xspec, env), dtype, scale=2.0)
+        ps = [T.rand(rng, (c,), dtype) for _ in range(2)] if affine else []
+        got = T.run(module, x, *ps)
+        _check_both(T, got, lambda t, *p: torch.group_norm(t, groups, *p, eps=1e-3), [x] + ps, dtype,
+                    f"group_norm {xspec} g={groups} {env}")
+
+
+@pytest.mark.parametrize("specs,attrs,match", [
+    (["b 6 s"], dict(groups=4), "not divisible"),
+    (["b"], dict(groups=1), "rank >= 2"),
+    (["b 6 s", "5"], dict(groups=3), "weight length"),
+    (["b 6 s", "6 1"], dict(groups=3), "1-D"),
+])
+def test_group_norm_infer_errors(T, specs, attrs, match):
+    with pytest.raises(ShapeError, match=match):
+        T.build("group_norm", specs, ["float32"] * len(specs), **attrs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from braze.ir import sym as S
 from braze.ops import Builder, tensor
 from braze.passes import copy_module, decompose
 
@@ -108,3 +109,48 @@ def test_fully_masked_rows_give_zeros_natively(kind):
         got = m(q, k, v, mask)
         assert not np.isnan(got).any()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _one_op_module(op, spec_dtype, s_lo=1, **attrs):
+    b = Builder()
+    bs, s = b.sym("b", 1, 8), b.sym("s", s_lo, 64)
+    x = b.param("x", tensor(spec_dtype[1], *[{"b": bs, "s": s}.get(d, d) for d in spec_dtype[0]]))
+    b.ret(*getattr(b, op)(x, **attrs)) if op == "topk" else b.ret(getattr(b, op)(x, **attrs))
+    return b.module
+
+
+@pytest.mark.parametrize("dims,groups", [(("b", 6, "s"), 3), (("b", 4, 2, "s"), 4), (("b", 6), 2)])
+def test_group_norm_decomposes_to_layer_norm(P, dims, groups):
+    before = _one_op_module("group_norm", (dims, "f32"), groups=groups, eps=1e-4)
+    after = decompose(copy_module(before))
+    ops = [n.op for n in after.main.nodes]
+    assert "group_norm" not in ops and ops.count("layer_norm") == 1
+    P.check_equiv(before, after, ENVS[:2] + [{"b": 3, "s": 9}], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i64"])
+@pytest.mark.parametrize("axis,largest", [(-1, True), (1, False), (0, True)])
+def test_topk_decomposes_to_compares_and_sums(P, dtype, axis, largest):
+    before = _one_op_module("topk", (("b", "s", 5), dtype), s_lo=3, k=1 if axis == 0 else 3, axis=axis, largest=largest)
+    after = decompose(copy_module(before))
+    ops = [n.op for n in after.main.nodes]
+    assert "topk" not in ops and ops.count("reduce_sum") == 2 and "gather_elements" in ops
+    # integer inputs in [0, 3) tie often: the order of equal values is checked too
+    P.check_equiv(before, after, [{"b": 1, "s": 3}, {"b": 2, "s": 7}, {"b": 3, "s": 12}], rtol=0, atol=0)
+
+
+def test_topk_needs_k_at_most_the_dim():
+    """A dim that may be smaller than k gets k as its lower bound (an input error, as in torch)."""
+    b = Builder()
+    n = b.sym("n", 1, 100)
+    x = b.param("x", tensor("f32", 2, n))
+    b.ret(*b.topk(x, k=5))
+    after = decompose(copy_module(b.module))
+    assert "topk" not in [m.op for m in after.main.nodes]
+    assert after.constraints.symbols["n"].lo == 5 and after.constraints.symbols["n"].hi == 100
+    b = Builder()
+    n = b.sym("n", 1, 100)
+    x = b.param("x", tensor("f32", 2, n))
+    b.ret(*b.topk(b.reshape(x, shape=(S.mul(2, n),)), k=5))  # an expression: not narrowed, not decomposed
+    after = decompose(copy_module(b.module))
+    assert "topk" in [m.op for m in after.main.nodes]

@@ -46,6 +46,8 @@ BZ_INLINE int64_t bz_imax(int64_t a, int64_t b) { return a > b ? a : b; }
 BZ_INLINE int64_t bz_idiv(int64_t a, int64_t b) { return b == 0 ? 0 : a / b; }
 /* remainder with the divisor's sign (torch.remainder); x % 0 == 0 */
 BZ_INLINE int64_t bz_imod(int64_t a, int64_t b) { return b == 0 ? 0 : bz_floormod(a, b); }
+/* remainder with the dividend's sign (C %, torch.fmod); x % 0 == 0, and x % -1 == 0 avoids INT64_MIN % -1 */
+BZ_INLINE int64_t bz_ifmod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
 BZ_INLINE int64_t bz_ipow(int64_t a, int64_t b) {
     int64_t r = 1;
     if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);

@@ -82,14 +82,7 @@ def _mod(ctx):
         if r is not None:
             return r
         return ctx.op("remainder", ctx.value(0), ctx.value(1))
-    a, b = ctx.value(0), ctx.value(1)
-    if not dt.is_float:  # C fmod: a - trunc(a / b) * b, and braze int div truncates
-        return ctx.op("sub", a, ctx.op("mul", ctx.op("div", a, b), b))
-    r = ctx.op("remainder", a, b)  # sign of b; fmod takes the sign of a
-    zero = ctx.scalar(0, dt)
-    diff = ctx.op("logical_xor", ctx.op("less", a, zero), ctx.op("less", b, zero))
-    fix = ctx.op("logical_and", ctx.op("not_equal", r, zero), diff)
-    return ctx.op("where", fix, ctx.op("sub", r, b), r)
+    return ctx.op("fmod", ctx.value(0), ctx.value(1))  # C fmod: the sign of the dividend
 
 
 @converter("Max", "Min", "Sum", "Mean")
@@ -320,9 +313,14 @@ def _reduce_axes(ctx):
 @converter(*_REDUCE, attrs=("axes", "keepdims", "noop_with_empty_axes"))
 def _reduce(ctx):
     t = ctx.node.op_type
-    x = ctx.value(0)
     axes = _reduce_axes(ctx)
     keep = bool(ctx.attr("keepdims", 1))
+    k = ctx.known(0)
+    if axes != () and k is not None and k.size <= fold.FOLD_LIMIT:  # shape arithmetic: keep it symbolic
+        r = fold.reduce(t, k, axes, keep, ctx.tv(0).dtype)
+        if r is not None:
+            return r
+    x = ctx.value(0)
     if axes == ():
         return ctx.op("mul", x, ctx.scalar(1, x.dtype)) if x.dtype is not DType.bool else ctx.tv(0)
     if x.rank == 0:
@@ -368,6 +366,16 @@ def _arg(ctx):
         raise ctx.unsupported("select_last_index=1", hint="braze's argmax/argmin return the first occurrence")
     op = "argmax" if ctx.node.op_type == "ArgMax" else "argmin"
     return ctx.op(op, ctx.value(0), axis=ctx.attr("axis", 0), keepdims=bool(ctx.attr("keepdims", 1)))
+
+
+@converter("TopK", attrs=("axis", "largest", "sorted"))
+def _topk(ctx):
+    k = ctx.known_ints(1, "K")
+    if len(k) != 1:
+        raise ctx.unsupported(f"K must hold one value, got {len(k)}")
+    v, i = ctx.op("topk", ctx.value(0), k=k[0], axis=ctx.attr("axis", -1), largest=bool(ctx.attr("largest", 1)),
+                  sorted=bool(ctx.attr("sorted", 1)))
+    return [v, i]
 
 
 @converter("CumSum", attrs=("exclusive", "reverse"))

@@ -1,8 +1,13 @@
-"""ONNX Conv and pooling -> braze conv2d / max_pool2d / avg_pool2d (1-D via an added axis)."""
+"""ONNX Conv and pooling -> braze conv2d / max_pool2d / avg_pool2d (1-D via an added axis);
+GroupNormalization -> group_norm; Resize -> resize."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir import sym as S
+from ..sizes import floor_scaled
+from . import fold
 from .converters import converter
 
 
@@ -129,3 +134,79 @@ def _global_pool(ctx):
     x = ctx.value(0)
     op = "reduce_mean" if ctx.node.op_type == "GlobalAveragePool" else "reduce_max"
     return ctx.op(op, x, axes=tuple(range(2, x.rank)), keepdims=True)
+
+
+# ---------------------------------------------------------------------------
+# GroupNormalization, Resize
+# ---------------------------------------------------------------------------
+
+
+@converter("GroupNormalization", attrs=("epsilon", "num_groups", "stash_type"))
+def _group_norm(ctx):
+    x, scale, bias = ctx.value(0), ctx.value(1), ctx.value(2)
+    g = int(ctx.attr("num_groups"))  # opset 21: scale and bias per channel (opset 18's per-group form is
+    # deprecated, and onnx.checker rejects it)
+    return ctx.op("group_norm", x, scale, bias, groups=g, eps=float(ctx.attr("epsilon", 1e-5)))
+
+
+_RESIZE_COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+@converter("Resize", attrs=("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a",
+                            "exclude_outside", "extrapolation_value", "keep_aspect_ratio_policy", "mode",
+                            "nearest_mode"))
+def _resize(ctx):
+    x = ctx.value(0)
+    r = x.rank
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    if coord not in _RESIZE_COORDS:
+        raise ctx.unsupported(f"coordinate_transformation_mode={coord!r}",
+                              hint=f"braze supports {', '.join(_RESIZE_COORDS)}")
+    if ctx.attr("antialias", 0):
+        raise ctx.unsupported("antialias=1", hint="export without antialiasing")
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    axes = [a % r for a in ctx.attr("axes", list(range(r)))]
+    scales_t, sizes_t = ctx.tv(2), ctx.tv(3)
+    scales = sizes = None
+    if sizes_t is not None and sizes_t.shape and sizes_t.shape[0] != 0:
+        sizes = ctx.known_ints(3, "sizes")
+    elif scales_t is not None and scales_t.shape and scales_t.shape[0] != 0:
+        k = ctx.known(2)
+        if k is None or fold.is_symbolic_array(k):
+            raise ctx._needs_known(2, "scales")
+        scales = [float(v) for v in np.asarray(k, dtype=np.float64).reshape(-1)]
+    else:
+        raise ctx.unsupported("needs scales or sizes")
+    if sizes is not None and policy != "stretch":  # one scale for every axis, the sizes rounded half up
+        if any(S.is_symbolic(v) for v in sizes) or any(S.is_symbolic(x.shape[a]) for a in axes):
+            raise ctx.unsupported(f"keep_aspect_ratio_policy={policy!r} with symbolic sizes")
+        ratios = [sizes[j] / x.shape[a] for j, a in enumerate(axes)]
+        sc = min(ratios) if policy == "not_larger" else max(ratios)
+        scales, sizes = [sc] * len(axes), None
+        rounded = {a: int(sc * x.shape[a] + 0.5) for a in axes}
+    else:
+        rounded = {}
+    full_scale = [1.0] * r
+    full_size = list(x.shape)
+    for j, a in enumerate(axes):
+        if sizes is not None:
+            full_size[a] = sizes[j]
+        else:
+            full_scale[a] = scales[j]
+            full_size[a] = rounded[a] if a in rounded else floor_scaled(x.shape[a], scales[j])
+            if full_size[a] is None:
+                raise ctx.unsupported(f"the output size floor({x.shape[a]} * {scales[j]}) cannot be kept symbolic",
+                                      hint="export with sizes instead of scales")
+    eq = ctx.imp.module.constraints.equal
+    changed = [a for a in range(r) if (sizes is not None and eq(full_size[a], x.shape[a]) is not True)
+               or (sizes is None and full_scale[a] != 1.0)]
+    if not changed:
+        return ctx.op("mul", x, ctx.scalar(1, x.dtype)) if x.dtype.is_float else ctx.tv(0)
+    first = min(changed)  # resize the trailing axes from the first changed one (the others map to themselves)
+    mode = ctx.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ctx.unsupported(f"mode={mode!r}")
+    return ctx.op("resize", x, sizes=tuple(full_size[first:]), mode=mode, coord=coord,
+                  nearest=ctx.attr("nearest_mode", "round_prefer_floor"),
+                  scales=None if sizes is not None else tuple(full_scale[first:]),
+                  cubic_a=float(ctx.attr("cubic_coeff_a", -0.75)), exclude_outside=bool(ctx.attr("exclude_outside", 0)))

@@ -190,3 +190,34 @@ def where(cond: np.ndarray, x: np.ndarray, y: np.ndarray, dtype: DType):
         out = _elementwise(lambda cc, a, b: a if cc else b, c, x, y)
         return result(out, dtype)
     return result(np.where(c, x, y), dtype)
+
+
+_REDUCERS = {"ReduceProd": S.mul, "ReduceSum": S.add, "ReduceMax": S.smax, "ReduceMin": S.smin}
+
+
+def reduce(op: str, a: np.ndarray, axes, keepdims: bool, dtype: DType):
+    """Fold ReduceProd/Sum/Max/Min over a known int value, symbolic elements included
+    (tf2onnx's Shape -> Gather -> ReduceProd -> Concat -> Reshape for every Keras Dense);
+    None when it cannot be folded."""
+    fn = _REDUCERS.get(op)
+    if fn is None or dtype.is_float or dtype is DType.bool or a.size == 0:
+        return None
+    a = np.asarray(a)
+    axes = tuple(range(a.ndim)) if axes is None else tuple(sorted({ax % max(a.ndim, 1) for ax in axes}))
+    if a.ndim == 0:
+        return result(a, dtype)
+    if not is_symbolic_array(a):
+        f = {"ReduceProd": np.prod, "ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}[op]
+        return result(f(a.astype(dtype.numpy), axis=axes, keepdims=keepdims).astype(dtype.numpy), dtype)
+    x = as_object(a)
+    keep = [ax for ax in range(x.ndim) if ax not in axes]
+    moved = np.transpose(x, keep + list(axes)).reshape([x.shape[ax] for ax in keep] + [-1])
+    out = np.empty(moved.shape[:-1], dtype=object)
+    for idx in np.ndindex(out.shape):
+        acc = None
+        for v in moved[idx]:
+            acc = v if acc is None else fn(acc, v)
+        out[idx] = acc
+    if keepdims:
+        out = out.reshape([1 if ax in axes else d for ax, d in enumerate(x.shape)])
+    return result(out, dtype)

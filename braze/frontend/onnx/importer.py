@@ -25,6 +25,8 @@ from ...ops.builder import Builder, sanitize
 MIN_OPSET = 13
 TARGET_OPSET = 21  # opsets 13..21 are the target; newer ones load where op semantics are unchanged
 FOLD_LIMIT = 1 << 16  # fold known values with at most this many elements
+UNSUPPORTED_HINT = ("`braze ops` lists what braze supports; re-export the model without those ops (another opset, "
+                    "or rewrite them), or, if your model needs them, file an issue with the op names and the model")
 
 # ONNX TensorProto data type -> braze DType (the others are unsupported)
 _ONNX_DTYPES = {1: DType.float32, 10: DType.float16, 16: DType.bfloat16, 11: DType.float64,
@@ -422,6 +424,7 @@ class Importer:
             names = sorted(self.module.symbols)
             raise ModelFormatError(f"dim_ranges names dims the model does not have: {sorted(unknown)}",
                                    where=self.path or "<model>", hint=f"the model's dims are: {', '.join(names)}")
+        self._check_ops()
         for idx, node in enumerate(g.node):
             self._node_idx = idx
             self._convert(node)
@@ -435,13 +438,40 @@ class Importer:
         self.b.ret(*results)
         return self.module
 
+    def _check_ops(self):
+        """One error naming every op type braze cannot convert, with counts and node names."""
+        from .converters import CONVERTERS
+        bad: dict[str, list[str]] = {}
+        for idx, node in enumerate(self.graph.node):
+            custom = node.domain not in ("", "ai.onnx")
+            if custom or node.op_type not in CONVERTERS:
+                key = f"{node.domain}::{node.op_type}" if custom else node.op_type
+                bad.setdefault(key, []).append(node.name or f"{node.op_type}_{idx}")
+        if not bad:
+            return
+        order = sorted(bad, key=lambda k: (-len(bad[k]), k))
+        total = sum(len(v) for v in bad.values())
+        lines = []
+        for k in order:
+            ns = bad[k]
+            names = ", ".join(f"'{n}'" for n in ns[:3]) + (f" and {len(ns) - 3} more" if len(ns) > 3 else "")
+            custom = " (a custom domain)" if "::" in k else ""
+            lines.append(f"    {k} x{len(ns)}{custom}: node{'s' if len(ns) > 1 else ''} {names}")
+        what = (f"ONNX op '{order[0]}' is not supported" if total == 1 else
+                f"the model uses {len(order)} ONNX op{'s' if len(order) > 1 else ''} that braze does not support "
+                f"({total} nodes in all)")
+        where = f"{self.path or '<model>'} (opset {self.opset})"
+        err = UnsupportedOpError(what + ":\n" + "\n".join(lines), where=where, hint=UNSUPPORTED_HINT)
+        err.unsupported = {k: len(bad[k]) for k in order}  # op type -> node count
+        raise err
+
     def _convert(self, node):
         from .converters import CONVERTERS
 
         if node.domain not in ("", "ai.onnx"):
             ctx = NodeCtx(self, node, [], self.opset)
             raise UnsupportedOpError(f"ONNX op {node.domain}::{node.op_type} is from a custom domain",
-                                     where=ctx.where(), hint=_supported_hint())
+                                     where=ctx.where(), hint=UNSUPPORTED_HINT)
         for o in node.output:
             if o and o in self.env:
                 raise ModelFormatError(f"tensor '{o}' is defined twice (graph is not SSA)",
@@ -461,7 +491,7 @@ class Importer:
         ctx = NodeCtx(self, node, inputs, self.opset)
         if entry is None:
             raise UnsupportedOpError(f"ONNX op '{node.op_type}' is not supported", where=ctx.where(),
-                                     hint=_supported_hint())
+                                     hint=UNSUPPORTED_HINT)
         fn, attrs = entry
         for a in node.attribute:
             if a.name not in attrs:
@@ -487,12 +517,6 @@ class Importer:
             else:
                 o.name = o.name or name
             self.env[name] = o
-
-
-def _supported_hint() -> str:
-    from .converters import CONVERTERS
-    ops = sorted(CONVERTERS)
-    return f"braze supports {len(ops)} ONNX ops: {', '.join(ops[:12])}, ... (braze.frontend.onnx.supported_ops())"
 
 
 def import_onnx(model, dim_ranges=None) -> Module:

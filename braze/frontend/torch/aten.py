@@ -12,7 +12,6 @@ The converters live in ``aten_math``, ``aten_shape`` and ``aten_nn``;
 
 from __future__ import annotations
 
-import difflib
 import operator
 
 import numpy as np
@@ -85,17 +84,51 @@ def is_supported(target) -> bool:
     return lookup(target)[0] is not None
 
 
+UNSUPPORTED_HINT = ("`braze ops` lists what braze supports; rewrite those lines with supported ops, or, if your "
+                    "model needs them, file an issue with the op names and a small module that uses them")
+
+
+def op_display_name(target) -> str:
+    full, _, _ = _names(target)
+    return full or str(getattr(target, "__name__", target))
+
+
 def unsupported_error(node) -> UnsupportedOpError:
-    loc = source_loc(node)
-    name = str(node.target)
-    full, packet, _ = _names(node.target)
-    short = (packet or name).split(".")[-1]
-    known = sorted({k.split(".")[1] for k in table()})
-    close = difflib.get_close_matches(short, known, n=4, cutoff=0.6)
-    hint = (f"similar supported ops: {', '.join(close)}; " if close else "") + \
-        "rewrite that line with supported ops (see docs/ops-catalog.md), or " + ISSUES_HINT
-    return UnsupportedOpError(f"torch op '{name}' is not supported by braze's torch frontend",
-                              where=str(loc), hint=hint)
+    return unsupported_report([node])
+
+
+def _line_of(loc) -> str:
+    """``file:line: code`` (one entry per source line, whatever the FX node names), else the loc."""
+    if loc.file and loc.line:
+        return f"{loc.file}:{loc.line}" + (f": {loc.code.strip()}" if loc.code else "")
+    return str(loc)
+
+
+def unsupported_report(nodes, note: str | None = None) -> UnsupportedOpError:
+    """One error naming every unsupported op among ``nodes`` (FX nodes), each with its count and
+    up to three source lines, most frequent first. ``note`` is added to the hint."""
+    by_op: dict[str, list] = {}
+    for n in nodes:
+        by_op.setdefault(op_display_name(n.target), []).append(n)
+    order = sorted(by_op, key=lambda k: (-len(by_op[k]), k))
+    first = str(source_loc(by_op[order[0]][0]))
+    hint = UNSUPPORTED_HINT + (f"; {note}" if note else "")
+    if len(order) == 1 and len(by_op[order[0]]) == 1:
+        err = UnsupportedOpError(f"torch op '{order[0]}' is not supported by braze's torch frontend",
+                                 where=first, hint=hint)
+    else:
+        lines = []
+        for name in order:
+            locs = list(dict.fromkeys(_line_of(source_loc(n)) for n in by_op[name]))
+            lines.append(f"    {name} x{len(by_op[name])}, at:")
+            lines += [f"        {loc}" for loc in locs[:3]]
+            if len(locs) > 3:
+                lines.append(f"        and {len(locs) - 3} more")
+        err = UnsupportedOpError(f"the model uses {len(order)} torch op{'s' if len(order) > 1 else ''} that braze's "
+                                 f"torch frontend does not support ({len(nodes)} uses in all):\n" + "\n".join(lines),
+                                 where=first, hint=hint)
+    err.unsupported = {k: len(by_op[k]) for k in order}  # op name -> count, for callers and tests
+    return err
 
 
 def convert_node(cx, n):
@@ -108,6 +141,8 @@ def convert_node(cx, n):
     if packet in SKIP:
         return None
     val = n.meta.get("val")
+    if isinstance(val, torch.SymFloat) and not val.node.expr.is_Number:
+        return float_value(cx, val.node.expr)  # a float computed from sizes: at run time
     if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat, int, float, bool)):
         return cx.sym(val)  # size arithmetic: evaluated now, no graph node
     fn, inplace = lookup(target)
@@ -190,6 +225,30 @@ def scalar(cx, v, dt: DType):
     if dt is None:
         dt = DType.bool if isinstance(v, bool) else DType.int64 if isinstance(v, int) else DType.float32
     return cx.b.constant(np.asarray(v, dtype=dt.numpy), loc=cx.loc)
+
+
+def float_value(cx, e):
+    """A float-valued size expression (a torch SymFloat: ``ToFloat(s) / 7``, ``1.5 * ToFloat(s)``,
+    ...) as a 0-d float64 Value computed at run time, in double precision as Python does."""
+    import sympy
+    f64 = DType.float64
+    name = type(e).__name__
+    if e.is_Number:
+        return scalar(cx, float(e), f64)
+    if name == "ToFloat" or e.is_integer:
+        return op(cx, "cast", [scalar(cx, cx.sym(e.args[0] if name == "ToFloat" else e), DType.int64)], dtype=f64)
+    if name in ("FloatTrueDiv", "IntTrueDiv"):
+        return op(cx, "div", [float_value(cx, e.args[0]), float_value(cx, e.args[1])])
+    if isinstance(e, (sympy.Mul, sympy.Add)):
+        vs = [float_value(cx, a) for a in e.args]
+        out = vs[0]
+        for v in vs[1:]:
+            out = op(cx, "mul" if isinstance(e, sympy.Mul) else "add", [out, v])
+        return out
+    if isinstance(e, sympy.Pow) and e.exp == -1:
+        return op(cx, "div", [scalar(cx, 1.0, f64), float_value(cx, e.base)])
+    raise UnsupportedOpError(f"the float size expression {e} ({name}) has no braze equivalent", where=str(cx.loc),
+                             hint="braze computes + - * / over sizes")
 
 
 def tensor(cx, x, dt: DType | None):

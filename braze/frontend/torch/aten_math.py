@@ -27,7 +27,8 @@ def _binary(name):
 
 
 for _t, _b in {"add": "add", "sub": "sub", "mul": "mul", "maximum": "maximum", "minimum": "minimum",
-               "remainder": "remainder", "true_divide": "div", "fmax": "maximum", "fmin": "minimum"}.items():
+               "remainder": "remainder", "fmod": "fmod", "true_divide": "div", "fmax": "maximum",
+               "fmin": "minimum"}.items():
     conv(_t)(_binary(_b))
 conv("max.other")(_binary("maximum"))
 conv("min.other")(_binary("minimum"))
@@ -183,7 +184,7 @@ def _relu6(cx, n, x):
 def _clamp(cx, n, x, min=None, max=None):
     dt = out_dtype(cx, n)
     x = cast(cx, x, dt)
-    if isinstance(min, Value) or isinstance(max, Value):
+    if any(isinstance(v, Value) or S.is_symbolic(v) for v in (min, max)):  # tensor or size bounds
         if min is not None:
             x = op(cx, "maximum", [x, tensor(cx, min, dt)])
         if max is not None:
@@ -342,3 +343,29 @@ def _anyall(name):
 
 conv("any")(_anyall("reduce_max"))
 conv("all")(_anyall("reduce_min"))
+
+
+@conv("linalg_vector_norm")
+def _vector_norm(cx, n, x, ord=2, dim=None, keepdim=False, dtype=None):
+    x = cast(cx, x, out_dtype(cx, n))
+    ax, keep = axes(cx, dim, x.rank), bool(keepdim)
+    ord = float(ord)
+    a = op(cx, "abs", [x])
+    if ord == float("inf"):
+        return op(cx, "reduce_max", [a], axes=ax, keepdims=keep)
+    if ord == float("-inf"):
+        return op(cx, "reduce_min", [a], axes=ax, keepdims=keep)
+    if ord == 0:
+        nz = op(cx, "cast", [op(cx, "not_equal", [x, scalar(cx, 0, x.dtype)])], dtype=x.dtype)
+        return op(cx, "reduce_sum", [nz], axes=ax, keepdims=keep)
+    if ord == 1:
+        return op(cx, "reduce_sum", [a], axes=ax, keepdims=keep)
+    if ord == 2:
+        return op(cx, "sqrt", [op(cx, "reduce_sum", [op(cx, "mul", [x, x])], axes=ax, keepdims=keep)])
+    s = op(cx, "reduce_sum", [op(cx, "pow", [a, scalar(cx, ord, x.dtype)])], axes=ax, keepdims=keep)
+    return op(cx, "pow", [s, scalar(cx, 1.0 / ord, x.dtype)])
+
+
+@conv("topk")
+def _topk(cx, n, x, k, dim=-1, largest=True, sorted=True):
+    return op(cx, "topk", [x], k=k, axis=axis(cx, dim, x.rank), largest=bool(largest), sorted=bool(sorted))

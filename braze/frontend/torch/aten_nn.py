@@ -263,3 +263,91 @@ def _sdpa_math(cx, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, d
                enable_gqa=False):
     return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa),
             NotProduced("attention weights output"))
+
+
+# ---------------------------------------------------------------------------
+# normalization: group norm, weight norm
+# ---------------------------------------------------------------------------
+
+
+@conv("group_norm")
+def _group_norm(cx, n, x, num_groups, w=None, b=None, eps=1e-5, cudnn_enabled=True):
+    return op(cx, "group_norm", [x, w, b], groups=int(need_static(cx, num_groups, "num_groups")), eps=float(eps))
+
+
+@conv("native_group_norm")
+def _native_group_norm(cx, n, x, w, b, N, C, HxW, group, eps):
+    return (_group_norm(cx, n, x, group, w, b, eps), NotProduced("mean output"), NotProduced("rstd output"))
+
+
+def norm_except_dim(cx, v, dim):
+    """The 2-norm of v over every dim but ``dim`` (kept as size 1); over all dims for dim -1."""
+    sq = op(cx, "mul", [v, v])
+    if dim == -1:
+        return op(cx, "sqrt", [op(cx, "reduce_sum", [sq], axes=None, keepdims=False)])
+    d = axis(cx, dim, v.rank)
+    others = tuple(a for a in range(v.rank) if a != d)
+    return op(cx, "sqrt", [op(cx, "reduce_sum", [sq], axes=others, keepdims=True)]) if others else \
+        op(cx, "abs", [v])
+
+
+@conv("_weight_norm_interface")
+def _weight_norm_interface(cx, n, v, g, dim=0):
+    norm = norm_except_dim(cx, v, dim)
+    w = op(cx, "mul", [v, op(cx, "div", [g, norm])])
+    if norm.rank != g.rank:
+        norm = op(cx, "reshape", [norm], shape=tuple(g.shape))
+    return (w, norm)
+
+
+@conv("_weight_norm")
+def _weight_norm(cx, n, v, g, dim=0):
+    return _weight_norm_interface(cx, n, v, g, dim)[0]
+
+
+# ---------------------------------------------------------------------------
+# interpolation (F.interpolate): every upsample_* overload -> resize
+# ---------------------------------------------------------------------------
+
+# aten name -> (number of resized dims, resize attrs; "ac": takes align_corners)
+_NEAREST = dict(mode="nearest", coord="asymmetric", nearest="floor", torch_shortcuts=True)
+_NEAREST_EXACT = dict(mode="nearest", coord="half_pixel", nearest="round_prefer_ceil")
+_UPSAMPLE = {
+    "upsample_nearest1d": (1, _NEAREST), "upsample_nearest2d": (2, _NEAREST), "upsample_nearest3d": (3, _NEAREST),
+    "_upsample_nearest_exact1d": (1, _NEAREST_EXACT), "_upsample_nearest_exact2d": (2, _NEAREST_EXACT),
+    "_upsample_nearest_exact3d": (3, _NEAREST_EXACT),
+    "upsample_linear1d": (1, "linear"), "upsample_bilinear2d": (2, "linear"), "upsample_trilinear3d": (3, "linear"),
+    "upsample_bicubic2d": (2, "cubic"),
+}
+_SCALE_NAMES = {1: ("scales",), 2: ("scales_h", "scales_w"), 3: ("scales_d", "scales_h", "scales_w")}
+
+
+def _upsample(name, k, attrs):
+    def f(cx, n, x, output_size=None, *rest, **kw):
+        rest = list(rest)
+        if isinstance(attrs, str):  # linear / cubic: align_corners comes next
+            ac = rest.pop(0) if rest else kw.get("align_corners", False)
+            a = dict(mode=attrs, coord="align_corners" if ac else "half_pixel", torch_shortcuts=attrs == "linear")
+        else:
+            a = dict(attrs)
+        if getattr(n.target, "_overloadname", "") == "vec":
+            sf = rest[0] if rest else kw.get("scale_factors")
+            scales = list(sf) if sf else None
+        else:
+            vals = rest + [kw.get(s) for s in _SCALE_NAMES[k][len(rest):]]
+            scales = vals if any(v is not None for v in vals) else None
+        if scales is not None and not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in scales):
+            raise UnsupportedOpError(f"{name}: scale factors {scales} are not all plain numbers", where=str(cx.loc),
+                                     hint="pass the output size (F.interpolate(size=...)) instead")
+        if x.rank != k + 2:
+            raise UnsupportedOpError(f"{name} needs a rank-{k + 2} input, got {x.type}", where=str(cx.loc))
+        sizes = tuple(cx.shape_of(n.meta["val"]))[-k:]
+        if a["coord"] == "align_corners":
+            scales = None  # torch's align_corners maps (n - 1) to (m - 1), whatever the scale factor
+        return op(cx, "resize", [x], sizes=sizes, scales=None if scales is None else tuple(float(s) for s in scales),
+                  **a)
+    return f
+
+
+for _name, (_k, _attrs) in _UPSAMPLE.items():
+    conv(_name)(_upsample(_name, _k, _attrs))

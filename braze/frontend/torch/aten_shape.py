@@ -237,12 +237,33 @@ def _index_select(cx, n, x, dim, index):
     return op(cx, "gather", [x, index], axis=axis(cx, dim, x.rank))
 
 
+@conv("roll")
+def _roll(cx, n, x, shifts, dims=()):
+    """out[i] = x[(i - shift) mod n] along each dim: a gather (torch's own decomposition costs
+    a run_decompositions pass and goes through fmod)."""
+    shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    if not dims:  # roll the flattened tensor
+        flat = op(cx, "reshape", [x], shape=(x.type.numel(),))
+        return op(cx, "reshape", [_roll(cx, n, flat, shifts, [0])], shape=tuple(x.shape))
+    if len(shifts) != len(dims):
+        raise UnsupportedOpError(f"roll: {len(shifts)} shifts for {len(dims)} dims", where=str(cx.loc))
+    for sh, d in zip(shifts, dims):
+        a = axis(cx, d, x.rank)
+        size = x.shape[a]
+        i = op(cx, "arange", [], start=0, end=size, step=1, dtype=DType.int64)
+        src = op(cx, "sub", [i, scalar(cx, sh, DType.int64)])
+        src = op(cx, "remainder", [src, scalar(cx, size, DType.int64)])
+        x = op(cx, "gather", [x, src], axis=a)
+    return x
+
+
 @conv("gather")
 def _gather(cx, n, x, dim, index, sparse_grad=False):
     return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
 
 
-@conv("index")
+@conv("index", "_unsafe_index")
 def _index(cx, n, x, indices):
     pos = [i for i, t in enumerate(indices) if t is not None]
     if not pos:
@@ -269,6 +290,24 @@ def _index(cx, n, x, indices):
     flat = S.prod(shp[p:p + len(idx)])
     xf = op(cx, "reshape", [x], shape=shp[:p] + (flat,) + shp[p + len(idx):])
     return op(cx, "gather", [xf, lin], axis=p)
+
+
+@conv("_unsafe_masked_index")
+def _masked_index(cx, n, x, mask, indices, fill):
+    """where(mask, x[indices], fill); masked-off indices may be out of range, so they are
+    wrapped (negative) and clamped before the gather."""
+    i64 = DType.int64
+    safe = []
+    for j, t in enumerate(indices):
+        if t is None:
+            safe.append(None)
+            continue
+        t, d = cast(cx, t, i64), scalar(cx, x.shape[j], i64)
+        t = op(cx, "where", [op(cx, "less", [t, scalar(cx, 0, i64)]), op(cx, "add", [t, d]), t])
+        t = op(cx, "maximum", [op(cx, "minimum", [t, scalar(cx, S.add(x.shape[j], -1), i64)]), scalar(cx, 0, i64)])
+        safe.append(t)
+    v = _index(cx, n, x, safe)
+    return op(cx, "where", [cast(cx, mask, DType.bool), v, tensor(cx, fill, v.dtype)])
 
 
 @conv("triu")

@@ -108,8 +108,12 @@ class SymConverter:
                 s = S.Sym(_sanitize_sym(e.name))
                 self.symbols[e.name] = s
             return s
-        args = [self._conv(a, where) for a in e.args]
         name = type(e).__name__
+        if name in ("TruncToInt", "FloorToInt") and len(e.args) == 1 and isinstance(e.args[0], sympy.Mul):
+            out = self._scaled(e.args[0], where)  # an interpolation's size: floor(s * ToFloat(n))
+            if out is not None:
+                return out
+        args = [self._conv(a, where) for a in e.args]
         if isinstance(e, sympy.Add):
             out = 0
             for a in args:
@@ -148,6 +152,24 @@ class SymConverter:
                                  hint="braze supports + - * // % min max over sizes")
 
 
+    def _scaled(self, e, where):
+        """floor(c * n) for a float c and an integer size n, kept symbolic (frontend.sizes)."""
+        from ..sizes import floor_scaled
+        nums = [a for a in e.args if a.is_Number]
+        rest = [a for a in e.args if not a.is_Number]
+        if len(nums) != 1 or len(rest) != 1:
+            return None
+        n = self._conv(rest[0], where)
+        if not (isinstance(n, int) or S.is_symbolic(n)):
+            return None
+        out = floor_scaled(n, float(nums[0]))
+        if out is None:
+            raise UnsupportedOpError(f"the size floor({nums[0]} * {n}) has no exact integer form braze can keep "
+                                     "symbolic", where=where,
+                                     hint="pass an explicit size (F.interpolate(size=...)) instead of this scale")
+        return out
+
+
 def _sanitize_sym(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_]", "_", name)
     if not s or not (s[0].isalpha() or s[0] == "_"):
@@ -183,7 +205,36 @@ def dim_names(ep) -> dict[str, str]:
             if dn and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", dn):
                 out[str(sym)] = dn
                 break
+    _derived_dim_names(ep, debug.values(), out)
     return out, env
+
+
+_DERIVED_RE = re.compile(r"\s*(\d+)\s*\*\s*([A-Za-z_]\w*)\s*(?:([+-])\s*(\d+))?\s*")
+
+
+def _derived_dim_names(ep, debug_names, out: dict) -> None:
+    """The root Dim's name for a symbol seen only in derived input dims ('4*hb' -> s2: 'hb'),
+    matched by the coefficients a and b of a * s + b."""
+    roots: dict = {}
+    for dn in debug_names:
+        m = _DERIVED_RE.fullmatch(str(dn))
+        if m:
+            b = int(m.group(4) or 0) * (-1 if m.group(3) == "-" else 1)
+            roots.setdefault((int(m.group(1)), b), set()).add(m.group(2))
+    if not roots:
+        return
+    for n in ep.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        for d in getattr(n.meta.get("val"), "shape", ()):
+            e = getattr(getattr(d, "node", None), "expr", None)
+            if e is None or len(getattr(e, "free_symbols", ())) != 1:
+                continue
+            sym = next(iter(e.free_symbols))
+            a, b = e.coeff(sym), e.subs(sym, 0)
+            names = roots.get((int(a), int(b))) if a.is_Integer and b.is_Integer else None
+            if names and len(names) == 1 and sym.name not in out:
+                out[sym.name] = next(iter(names))
 
 
 # ---------------------------------------------------------------------------
@@ -272,8 +323,12 @@ class Importer:
                         for s in e.free_symbols:
                             if s.name not in tnames:
                                 tnames.append(s.name)
+        derived = self._derived_dims()
         for tn in tnames:
             name = self.names.get(tn) or _sanitize_sym(tn)
+            if tn in derived:  # only a*s + b is an input dim: that dim is the symbol (see _derived_dims)
+                e, a, b = derived[tn]
+                name += f"_x{a}" + (f"_plus{b}" if b > 0 else f"_minus{-b}" if b < 0 else "")
             base, i = name, 1
             while name in used:
                 name = f"{base}_{i}"
@@ -284,8 +339,40 @@ class Importer:
             if vr is not None:
                 lo = max(1, _vr_int(vr.lower, 1))
                 hi = _vr_int(vr.upper, None)
+            if tn in derived:
+                store = self.module.constraints
+                d = store.add_symbol(S.Sym(name, max(1, a * lo + b), None if hi is None else a * hi + b))
+                if a > 1:
+                    store.add_divisible(S.add(d, -b), a)  # checked on every call
+                self.conv_sym.symbols[tn] = S.floordiv(S.add(d, -b), a)
+                self.conv_sym._cache[e] = d
+                continue
             s = self.module.constraints.add_symbol(S.Sym(name, lo, hi))
             self.conv_sym.symbols[tn] = s
+
+    def _derived_dims(self) -> dict:
+        """torch symbols that occur in the inputs' shapes only as ``a * s + b`` (a derived
+        ``torch.export.Dim``, e.g. ``4 * hb``): torch name -> (that expression, a, b). The
+        native entry binds symbols from plain input dims, so that dim becomes the symbol and
+        ``s`` is ``(dim - b) // a``, with ``dim - b`` divisible by ``a`` checked on every call."""
+        import sympy
+        plain, found = set(), {}
+        exprs = []
+        for n in self.ep.graph.nodes:
+            if n.op == "placeholder":
+                for d in getattr(n.meta.get("val"), "shape", ()):
+                    e = getattr(getattr(d, "node", None), "expr", None)
+                    if isinstance(e, sympy.Symbol):
+                        plain.add(e.name)
+                    elif e is not None and len(e.free_symbols) == 1:
+                        exprs.append(e)
+        for e in exprs:
+            s = next(iter(e.free_symbols))
+            a, b = e.coeff(s), e.subs(s, 0)
+            if s.name not in plain and a.is_Integer and b.is_Integer and int(a) >= 1 \
+                    and sympy.expand(a * s + b - e) == 0:
+                found.setdefault(s.name, (e, int(a), int(b)))
+        return found
 
     def sym(self, x):
         where = str(self.loc) if self.loc else None
@@ -420,27 +507,40 @@ def _dim_names_safe(ep):
         return {}, None
 
 
-def _maybe_decompose(ep):
-    """Decompose only the ops braze has no converter for (when torch has a decomposition)."""
+MAX_DECOMPOSITION_ROUNDS = 8
+
+
+def _unsupported_nodes(ep) -> list:
     from .aten import is_supported
-    bad = {n.target for n in ep.graph.nodes if n.op == "call_function" and not is_supported(n.target)}
+    return [n for n in ep.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
+
+
+def _maybe_decompose(ep):
+    """Decompose the ops braze has no converter for (where torch has a decomposition), round after
+    round until none is left or none can be decomposed further (a decomposition may produce ops
+    that need decomposing in turn: roll -> fmod, ...). Returns (program, unsupported FX nodes of
+    it, a note on a decomposition torch failed to run or None)."""
+    bad = _unsupported_nodes(ep)
     if not bad:
-        return ep, None
-    first_bad = next(n for n in ep.graph.nodes if n.op == "call_function" and n.target in bad)
-    try:
-        import torch
-        table = torch.export.default_decompositions()
-        sub = {k: table[k] for k in list(table.keys()) if k in bad}
-    except Exception:
-        sub = {}
-    if not sub:
-        return ep, first_bad
-    try:
-        dec = ep.run_decompositions(sub)
-    except Exception:
-        return ep, first_bad
-    still = [n for n in dec.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
-    return dec, (first_bad if still else None)
+        return ep, [], None
+    import torch
+    table = torch.export.default_decompositions()
+    tried: set = set()
+    for _ in range(MAX_DECOMPOSITION_ROUNDS):
+        sub = {t: table[t] for t in {n.target for n in bad} if t in table and t not in tried}
+        if not sub:
+            break
+        tried |= set(sub)
+        try:
+            dec = ep.run_decompositions(sub)
+        except Exception as e:  # torch's own failure: report what is unsupported without it
+            from .aten import op_display_name
+            names = ", ".join(sorted(op_display_name(t) for t in sub))
+            return ep, bad, f"torch could not decompose {names} ({type(e).__name__}: {str(e).splitlines()[0]})"
+        ep, bad = dec, _unsupported_nodes(dec)
+        if not bad:
+            break
+    return ep, bad, None
 
 
 def import_torch(ep, dynamic_shapes=None) -> Module:
@@ -461,9 +561,9 @@ def import_torch(ep, dynamic_shapes=None) -> Module:
         spec = names_from_spec(ep, dynamic_shapes)
         names = {**names, **{k: v[0] for k, v in spec.items()}}
         user_ranged |= {k for k, (_, lo) in spec.items() if lo is not None and lo >= 2}
-    ep2, first_bad = _maybe_decompose(ep)
-    if first_bad is not None:
-        from .aten import unsupported_error
-        raise unsupported_error(first_bad)
+    ep2, bad, note = _maybe_decompose(ep)
+    if bad:  # every op still missing after the decompositions, at once
+        from .aten import unsupported_report
+        raise unsupported_report(bad, note)
     # a decomposed program may have a fresh shape env: keep the original Dim names
     return Importer(ep2, names=names, user_ranged=user_ranged).run()

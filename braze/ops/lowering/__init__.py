@@ -23,6 +23,7 @@ Modules:
     creation     arange / full / full_like
     views        reshape / permute / expand / slice / concat / pad / tile / gather / tril
     reductions   reductions, argmax, var, cumsum, softmax and the norms
+    resize       nearest / linear / cubic interpolation
     kernel       ``lower_function`` / ``build_kernel`` / ``kernel_syms``
 
 Importing this package registers every op lowering.
@@ -31,7 +32,7 @@ Importing this package registers every op lowering.
 from __future__ import annotations
 
 # the op-lowering modules register themselves on import (``@lowering``)
-from . import creation, elementwise, pooling, reductions, views  # noqa: F401
+from . import creation, elementwise, pooling, reductions, resize, views  # noqa: F401
 from .core import (BOOL, I64, LowerCtx, TensorFn, add, cast, cmp, const, div, fconst, intlike_value,
                    lowered_ops, lowering, mul, select, sub, un, vmax, vmin)
 from .index_math import broadcast_to, iadd, ifloordiv, imod, imul, reshape_index

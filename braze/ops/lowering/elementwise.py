@@ -15,7 +15,7 @@ from .index_math import broadcast_to
 
 
 _BIN_IR = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow", "maximum": "max",
-           "minimum": "min", "remainder": "mod"}
+           "minimum": "min", "remainder": "mod", "fmod": "fmod"}
 
 
 @lowering(*_BIN_IR)

@@ -1,0 +1,163 @@
+"""``resize``: nearest / linear / cubic interpolation of the trailing axes (F.interpolate,
+ONNX Resize).
+
+Per resized axis with input size ``n``, output size ``m`` and output index ``d``, in
+the *coordinate dtype* (float32, or float64 for float64 inputs, as torch's opmath):
+
+* the inverse scale ``r`` is ``1 / scale`` when ``scales`` is given, else ``n / m``;
+* the resized length ``L`` is ``n * scale`` when ``scales`` is given (ONNX: a float), else ``m``;
+* the source coordinate ``src`` is, by ``coord``:
+  ``asymmetric`` ``d * r``; ``half_pixel`` ``(d + 0.5) * r - 0.5``;
+  ``pytorch_half_pixel`` the same, or 0 when ``L == 1``;
+  ``align_corners`` ``d * (n - 1) / (L - 1)``, or 0 when ``L == 1`` (torch's align_corners
+  ignores its scale factor: its frontend gives no ``scales`` then);
+* ``nearest`` takes ``x[clamp(round(src), 0, n - 1)]`` with ``round`` one of ``floor``,
+  ``ceil``, ``round_prefer_floor`` (``ceil(src - 0.5)``), ``round_prefer_ceil``
+  (``floor(src + 0.5)``); with half-pixel coordinates the +-0.5 cancel exactly
+  (``floor((d + 0.5) * r)``: torch's nearest-exact);
+* ``linear`` blends ``x[i0]`` and ``x[i1]``: ``s = max(src, 0)``,
+  ``i0 = min(floor(s), n - 1)``, ``t = clamp(s - i0, 0, 1)``, ``i1 = min(i0 + 1, n - 1)``
+  (torch's rule; equal to ONNX's edge padding);
+* ``cubic`` blends ``x[clamp(i0 - 1 + j, 0, n - 1)]``, ``j = 0..3``, with Keys' weights
+  for ``t`` and ``cubic_a`` (``i0``, ``t`` as for linear but without the clamp of
+  ``src``); ``exclude_outside`` zeroes the taps outside ``[0, n)`` and renormalizes.
+
+Several axes combine as the tensor product of their taps. ``torch_shortcuts`` adds
+torch's exact cases (they only matter when ``scales`` is given): an axis with
+``m == n`` is copied, and with nearest, one with ``m == 2 n`` reads ``d // 2``.
+Output sizes are the ``sizes`` attribute (symbolic dims allowed): frontends compute
+them from scale factors. The reference computes coordinates and weights in the
+coordinate dtype, and the weighted sums in float64, rounded once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import sym as S
+from ..ir.types import DType, TensorType
+from .registry import Attr, defop
+
+MODES = ("nearest", "linear", "cubic")
+COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+NEAREST = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+
+
+def coord_dtype(dt: DType) -> DType:
+    return DType.float64 if dt is DType.float64 else DType.float32
+
+
+def cubic_weights(t, a):
+    """Keys' cubic convolution weights of the taps at offsets -1, 0, 1, 2 for fraction t (torch/ONNX)."""
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    one = t * 0 + 1
+    return [far(t + one), near(t), near(one - t), far((one - t) + one)]
+
+
+def _infer(ctx, x: TensorType, *, sizes, mode, coord, nearest, scales, cubic_a, exclude_outside, torch_shortcuts):
+    k = len(sizes)
+    if k < 1 or k > x.rank:
+        raise ctx.error(f"sizes {list(sizes)} must name 1 to {x.rank} trailing axes of {x}")
+    if mode not in MODES:
+        raise ctx.error(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if coord not in COORDS:
+        raise ctx.error(f"coord must be one of {', '.join(COORDS)}, got {coord!r}")
+    if nearest not in NEAREST:
+        raise ctx.error(f"nearest must be one of {', '.join(NEAREST)}, got {nearest!r}")
+    if mode != "nearest" and not x.dtype.is_float:
+        raise ctx.error(f"{mode} interpolation needs a floating-point input, got {x}",
+                        hint="cast the input to a float dtype first")
+    if scales is not None and (len(scales) != k or any(not s > 0 for s in scales)):
+        raise ctx.error(f"scales {list(scales)} must be {k} positive numbers, one per resized axis")
+    for s in sizes:
+        if isinstance(s, int) and s < 1:
+            raise ctx.error(f"output sizes must be >= 1, got {list(sizes)}")
+    return TensorType(x.dtype, tuple(x.shape[:x.rank - k]) + tuple(S.as_intlike(s) for s in sizes))
+
+
+# ---------------------------------------------------------------------------
+# reference
+# ---------------------------------------------------------------------------
+
+
+def axis_taps(n: int, m: int, scale, *, mode, coord, nearest, cubic_a, exclude_outside, torch_shortcuts, cd):
+    """(indices, weights) of one axis: lists of arrays over the m output positions
+    (weights None for nearest)."""
+    f = cd.type
+    d = np.arange(m).astype(cd)
+    if torch_shortcuts and scale is not None and m == n:
+        return [np.arange(m)], (None if mode == "nearest" else [np.ones(m, cd)])
+    if torch_shortcuts and scale is not None and mode == "nearest" and m == 2 * n:
+        return [np.arange(m) // 2], None
+    r = f(1.0 / scale) if scale is not None else f(n) / f(m)
+    length = f(n) * f(scale) if scale is not None else f(m)
+    half = coord in ("half_pixel", "pytorch_half_pixel") and not (coord == "pytorch_half_pixel" and length == 1)
+    if coord == "align_corners":
+        src = d * (f(n - 1) / (length - f(1))) if length != 1 else np.zeros(m, cd)
+    elif coord == "pytorch_half_pixel" and length == 1:
+        src = np.zeros(m, cd)
+    elif half:
+        v = (d + f(0.5)) * r
+        src = v - f(0.5)
+    else:
+        src = d * r
+    hi = n - 1
+    if mode == "nearest":
+        if half and nearest == "round_prefer_ceil":
+            i = np.floor(v)
+        elif half and nearest == "round_prefer_floor":
+            i = np.ceil(v) - 1
+        else:
+            i = {"floor": np.floor, "ceil": np.ceil, "round_prefer_floor": lambda s: np.ceil(s - f(0.5)),
+                 "round_prefer_ceil": lambda s: np.floor(s + f(0.5))}[nearest](src)
+        return [np.clip(i, 0, hi).astype(np.int64)], None
+    if mode == "linear":
+        src = np.maximum(src, f(0))
+    i0 = np.minimum(np.floor(src), f(hi))
+    t = np.clip(src - i0, f(0), f(1)).astype(cd)
+    i0 = i0.astype(np.int64)
+    if mode == "linear":
+        return [i0, np.minimum(i0 + 1, hi)], [f(1) - t, t]
+    idx = [i0 - 1 + j for j in range(4)]
+    w = [np.asarray(c, cd) for c in cubic_weights(t, f(cubic_a))]
+    if exclude_outside:
+        w = [np.where((i >= 0) & (i <= hi), c, f(0)) for i, c in zip(idx, w)]
+        total = w[0] + w[1] + w[2] + w[3]
+        w = [c / total for c in w]
+    return [np.clip(i, 0, hi) for i in idx], w
+
+
+def _reference(ctx, x, *, sizes, mode, coord, nearest, scales, cubic_a, exclude_outside, torch_shortcuts):
+    cd = coord_dtype(DType.from_numpy(x.dtype)).numpy
+    k = len(sizes)
+    y = x if mode == "nearest" else x.astype(np.float64)
+    for j, m in enumerate(sizes):
+        ax = x.ndim - k + j
+        idx, w = axis_taps(x.shape[ax], int(m), None if scales is None else scales[j], mode=mode, coord=coord,
+                           nearest=nearest, cubic_a=cubic_a, exclude_outside=exclude_outside,
+                           torch_shortcuts=torch_shortcuts, cd=cd)
+        if w is None:
+            y = np.take(y, idx[0], axis=ax)
+            continue
+        shape = (m,) + (1,) * (x.ndim - ax - 1)
+        y = sum(np.take(y, i, axis=ax) * c.astype(np.float64).reshape(shape) for i, c in zip(idx, w))
+    return np.asarray(y).astype(x.dtype, copy=False)
+
+
+defop("resize", inputs=("x",),
+      attrs={"sizes": Attr("intlikes", doc="output sizes of the trailing axes (one per resized axis)"),
+             "mode": Attr("str", "nearest", "nearest | linear | cubic"),
+             "coord": Attr("str", "half_pixel", "half_pixel | pytorch_half_pixel | align_corners | asymmetric"),
+             "nearest": Attr("str", "floor", "floor | ceil | round_prefer_floor | round_prefer_ceil"),
+             "scales": Attr("floats", None, "scale factor per resized axis for the coordinates; None: out / in"),
+             "cubic_a": Attr("float", -0.75, "the cubic kernel's a (torch and ONNX: -0.75)"),
+             "exclude_outside": Attr("bool", False, "cubic: drop taps outside the input, renormalize"),
+             "torch_shortcuts": Attr("bool", False, "torch's exact cases for an output of the same or twice "
+                                                    "the size (with scales)")},
+      infer=_infer, reference=_reference, kind="injective",
+      doc="Interpolate the trailing axes to `sizes` (nearest, linear or cubic; F.interpolate, ONNX Resize).")

@@ -1,0 +1,180 @@
+"""The torch frontend on fmod/roll, F.interpolate (every mode, size and scale_factor, with and
+without torch's decompositions), group_norm, weight norm and topk: the reference against
+eager and the native build against the reference, at symbolic dims (1, odd and even sizes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+from braze.testing import assert_close, flatten_outputs  # noqa: E402
+
+Dim = torch.export.Dim
+nn = torch.nn
+F = torch.nn.functional
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "torch_more_cache"))
+
+
+class Fn(nn.Module):
+    def __init__(self, fn, **mods):
+        super().__init__()
+        self.fn = fn
+        for k, v in mods.items():
+            setattr(self, k, v)
+
+    def forward(self, *xs):
+        return self.fn(self, *xs)
+
+
+def check(mod, inputs, dyn, native=True, decompose=False, exact=False, rtol=1e-5, atol=2e-6):
+    """Export at inputs[-1], import; reference vs eager and native vs reference at every input."""
+    mod = mod.eval()
+    with torch.no_grad():  # Fn.forward(*xs): one varargs entry
+        ep = torch.export.export(mod, inputs[-1], dynamic_shapes=(tuple(dyn),), strict=False)
+    if decompose:
+        ep = ep.run_decompositions()
+    m = braze.import_torch(ep)
+    before = braze.stats()["native_compiles"] + braze.stats()["cache_hits"]
+    cm = braze.compile(m) if native else None
+    for ins in inputs:
+        with torch.no_grad():
+            want = [w.numpy() for w in flatten_outputs(mod(*ins))]
+        ref = braze.reference.run(m, *ins)
+        ref = list(ref) if isinstance(ref, tuple) else [ref]
+        got = cm(*ins) if cm else None
+        got = (list(got) if isinstance(got, tuple) else [got]) if cm else [None] * len(ref)
+        for k, (w, r, g) in enumerate(zip(want, ref, got)):
+            what = f"output {k} at {[tuple(i.shape) for i in ins]}"
+            assert r.dtype == w.dtype, what
+            ex = exact if isinstance(exact, bool) else k in exact
+            if ex or w.dtype.kind != "f":
+                np.testing.assert_array_equal(r, w, err_msg=what)
+            else:
+                assert_close(r, w, rtol=rtol, atol=atol, what=what)
+            if g is not None:
+                g = g.numpy()
+                if ex or w.dtype.kind != "f":
+                    np.testing.assert_array_equal(g, r, err_msg="native " + what)
+                else:
+                    assert_close(g, r, rtol=rtol, atol=max(atol, 1e-5), what="native " + what)
+    if cm:
+        assert braze.stats()["native_compiles"] + braze.stats()["cache_hits"] == before + 1
+    return m
+
+
+@pytest.mark.parametrize("decompose", [False, True])  # torch's roll decomposition goes through fmod
+def test_fmod_tensor_scalar_and_roll(decompose):
+    def f(self, x, i):
+        return (torch.fmod(x, 0.7), torch.fmod(x, x * 0.5 + 3.0), torch.fmod(i, 3), torch.fmod(i, -4),
+                torch.roll(x, shifts=(-2, 3), dims=(1, 2)), torch.roll(i, 5, 1))
+
+    s = Dim("s", min=4, max=64)
+    inputs = [(torch.randn(2, n, n + 1) * 4, torch.arange(2 * n).reshape(2, n) - n) for n in (4, 5, 9)]
+    check(Fn(f), inputs, ({1: s, 2: s + 1}, {1: s}), decompose=decompose)
+
+
+MODES = [("nearest", None), ("nearest-exact", None), ("bilinear", False), ("bilinear", True), ("bicubic", False),
+         ("bicubic", True)]
+
+
+NEAREST = {0, 1}  # outputs of the nearest modes: the same indices as torch, exactly
+
+
+@pytest.mark.parametrize("how", ["size", "scale2", "scale1.5"])
+def test_interpolate_every_mode_symbolic_hw(how):
+    kw = {"size": dict(size=(7, 5)), "scale2": dict(scale_factor=2.0), "scale1.5": dict(scale_factor=(1.5, 0.75))}[how]
+
+    def f(self, x):
+        return tuple(F.interpolate(x, mode=mode, align_corners=ac, **kw) for mode, ac in MODES)
+
+    h, w = Dim("h", min=4, max=64), Dim("w", min=4, max=64)
+    inputs = [(torch.randn(1, 2, a, b),) for a, b in [(4, 4), (5, 9), (13, 6)]]
+    check(Fn(f), inputs, ({2: h, 3: w},), exact=NEAREST)
+
+
+@pytest.mark.parametrize("modes,native", [
+    ([("nearest-exact", None)], False),
+    pytest.param([("nearest-exact", None), ("bicubic", False), ("bicubic", True)], True, marks=pytest.mark.slow)])
+def test_interpolate_decomposed_program(modes, native):
+    """run_decompositions() turns nearest-exact and bicubic (the others stay upsample_*) into
+    index/floor/clamp graphs on SymFloats (torch's export and decomposition take ~5 s for bicubic)."""
+
+    def f(self, x):
+        return tuple(F.interpolate(x, scale_factor=1.5, mode=mode, align_corners=ac) for mode, ac in modes)
+
+    h, w = Dim("h", min=4, max=64), Dim("w", min=4, max=64)
+    inputs = [(torch.randn(1, 2, a, b),) for a, b in [(4, 4), (5, 9)]]
+    check(Fn(f), inputs, ({2: h, 3: w},), native=native, decompose=True, exact={0})
+
+
+def test_interpolate_1d_3d():
+    def f(self, x, v):
+        return (F.interpolate(x, scale_factor=2, mode="linear"), F.interpolate(x, size=5, mode="nearest"),
+                F.interpolate(v, size=(3, 4, 5), mode="trilinear", align_corners=True))
+
+    t = Dim("t", min=2, max=64)
+    inputs = [(torch.randn(2, 3, n), torch.randn(1, 1, 2, n, 3)) for n in (2, 3, 8)]
+    check(Fn(f), inputs, ({2: t}, {3: t}), native=False)
+
+
+def test_group_norm_weight_norm_conv1d():
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 6, 3, padding=1, groups=2), dim=2)
+    old = nn.utils.weight_norm(nn.Conv1d(6, 6, 1), dim=0)
+
+    def f(self, x):
+        h = F.gelu(self.gn(self.conv(x)))
+        return self.old(h) + F.group_norm(h, 2, eps=1e-3)
+
+    m = Fn(f, conv=conv, old=old, gn=nn.GroupNorm(3, 6))
+    t = Dim("t", min=1, max=4096)
+    check(m, [(torch.randn(2, 4, n),) for n in (1, 7, 64)], ({2: t},), rtol=1e-5, atol=1e-5)
+
+
+def test_topk_values_and_indices():
+    def f(self, x, i):
+        v, idx = torch.topk(x, 3, dim=1)
+        v2, idx2 = x.topk(2, dim=-1, largest=False, sorted=True)
+        return v, idx, v2, idx2, torch.topk(i, 4).values
+
+    s = Dim("s", min=4, max=512)
+    g = torch.Generator().manual_seed(0)
+    inputs = [(torch.randn(2, n, 5, generator=g), torch.randperm(3 * n, generator=g).reshape(3, n))
+              for n in (4, 7, 65)]  # distinct values: torch's indices are unambiguous
+    check(Fn(f), inputs, ({1: s}, {1: s}), exact=True)
+
+
+def test_derived_dims_become_input_symbols():
+    """A dim exported as 4 * hb (a derived Dim) is the symbol; hb is (dim // 4), and the
+    divisibility is checked on every call, natively too."""
+    def f(self, x):
+        b, h, w = x.shape
+        return x.view(b, h // 4, 4, w).sum(2) * 2
+
+    hb = Dim("hb", min=2, max=16)
+    m = check(Fn(f), [(torch.randn(2, 4 * i, 3),) for i in (2, 3, 5)], ({0: Dim("batch", min=1, max=8), 1: 4 * hb},))
+    assert "hb_x4" in m.symbols and m.main.params[0].type.shape[1] == m.symbols["hb_x4"]
+    cm = braze.compile(m)
+    for run in (lambda x: braze.reference.run(m, x), cm):
+        with pytest.raises(braze.InputError, match="divisible by 4"):
+            run(torch.randn(2, 10, 3))
+
+
+def test_unsafe_index_and_masked_index():
+    """What inductor-style decompositions of interpolate and padding emit."""
+    def f(self, x):
+        n = x.shape[1]
+        i = torch.arange(n + 2) - 1  # -1 and n are out of range: masked off below
+        mask = (i >= 0) & (i < n)
+        a = torch.ops.aten._unsafe_index(x, [None, torch.arange(n) // 2])
+        b = torch.ops.aten._unsafe_masked_index(x, mask, [None, i], -7.0)
+        return a, b
+
+    s = Dim("s", min=2, max=64)
+    check(Fn(f), [(torch.randn(2, n),) for n in (2, 5, 8)], ({1: s},), exact=True)
