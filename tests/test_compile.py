@@ -461,3 +461,26 @@ def test_braze_debug_shows_braze_logs_on_stderr_and_nothing_by_default(tmp_path)
     assert lines[0] == "braze.compile: compiling a braze IR module"
     assert any(ln.startswith("braze.cache: cache hit for 'main'") for ln in lines)
     assert lines[-1].startswith("braze.compile: compiled @main in ")
+
+
+def test_vit_attention_with_unbound_qkv_and_a_residual_on_pv():
+    """``q, k, v = qkv.reshape(...).permute(2, 0, 3, 1, 4).unbind(0)``; ``a @ v + q``."""
+    torch = pytest.importorskip("torch")
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(16, 48)
+
+        def forward(self, x):
+            b, n, c = x.shape
+            q, k, v = self.qkv(x).reshape(b, n, 3, 4, 4).permute(2, 0, 3, 1, 4).unbind(0)
+            return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v + q
+
+    net = Attn().eval()
+    dyn = ({0: torch.export.Dim("b", max=8), 1: torch.export.Dim("n", max=64)},)
+    m = braze.compile(net, (torch.randn(2, 5, 16),), dynamic_shapes=dyn)
+    for shape in ((1, 1), (3, 7), (8, 64)):
+        x = torch.randn(*shape, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(m(x), net(x), rtol=1e-5, atol=1e-5)
