@@ -15,7 +15,10 @@ is ``logical_and``-ed in. float16/bfloat16 inputs are computed in float32 and
 cast back (as the reference does).
 
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
-as they are (libraries and fused kernels handle them).
+as they are (libraries and fused kernels handle them), except a ``matmul`` or
+``linear`` whose contracted dim or an output dim is statically 0: oneDNN
+refuses a weight with a dim of 0, and the result is zeros (plus the bias) or
+empty, so it becomes ``full(0)`` (``+ bias``).
 
 ``decompose(module)`` mutates the module and returns it.
 """
@@ -102,7 +105,24 @@ def _decompose_sdpa(module: Module, n: Node, namer: Namer):
     return emit.nodes, o
 
 
-DECOMPOSITIONS = {"scaled_dot_product_attention": _decompose_sdpa}
+def _decompose_empty_contraction(module: Module, n: Node, namer: Namer):
+    a = n.inputs[0]
+    out = n.outputs[0]
+    dims = (a.type.shape[-1],) + tuple(out.type.shape)  # K, or an output dim, statically 0
+    if not any(isinstance(d, int) and d == 0 for d in dims):
+        return None
+    emit = _Emit(module, namer, n.loc)
+    o = emit("full", shape=tuple(out.type.shape), value=0.0, dtype=out.type.dtype, name=out.name)
+    bias = n.inputs[2] if n.op == "linear" and len(n.inputs) > 2 else None
+    if bias is not None:
+        o = emit("add", o, bias, name=out.name)
+    if not same_shape(module.constraints, o.type.shape, out.type.shape) or o.type.dtype != out.type.dtype:
+        return None
+    return emit.nodes, o
+
+
+DECOMPOSITIONS = {"scaled_dot_product_attention": _decompose_sdpa, "matmul": _decompose_empty_contraction,
+                  "linear": _decompose_empty_contraction}
 
 
 def decompose_function(module: Module, f: Function) -> int:

@@ -338,3 +338,38 @@ def test_input_shared_dim_param_mismatch():
 def test_dim_ranges_unknown_name():
     with pytest.raises(ModelFormatError, match="nope"):
         braze.import_onnx(_two_input_model(), dim_ranges={"nope": (1, 2)})
+
+
+# ---------------------------------------------------------------------------
+# 0-d and 0-sized tensors, in the reference and natively
+# ---------------------------------------------------------------------------
+
+
+def test_0d_and_empty_tensors_natively(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    c = numpy_helper.from_array
+    nodes = [helper.make_node("ReduceSum", ["s"], ["s_sum"], keepdims=0),  # a reduction of a 0-d input
+             helper.make_node("ReduceMax", ["s"], ["s_max"], keepdims=0),
+             helper.make_node("Mul", ["c16", "c3"], ["t"]), helper.make_node("Sqrt", ["t"], ["r"]),
+             helper.make_node("Div", ["x", "r"], ["y"]),  # a 0-d constant expression, folded
+             helper.make_node("Add", ["s", "r"], ["s_r"]),
+             helper.make_node("ReduceMax", ["e", "ax0"], ["e_max"], keepdims=0),  # over no elements
+             helper.make_node("ReduceSum", ["e", "ax0"], ["e_sum"], keepdims=0),
+             helper.make_node("Relu", ["e"], ["e_relu"])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F, ["n"]), helper.make_tensor_value_info("s", F, []),
+                       helper.make_tensor_value_info("e", F, [0, 3])],
+               [helper.make_tensor_value_info(v, F, shape) for v, shape in (
+                   ("s_sum", []), ("s_max", []), ("y", ["n"]), ("s_r", []), ("e_max", [3]), ("e_sum", [3]),
+                   ("e_relu", [0, 3]))],
+               [c(np.array(16.0, np.float32), "c16"), c(np.array(3.0, np.float32), "c3"),
+                c(np.array([0], np.int64), "ax0")])
+    mod = braze.import_onnx(m)
+    native = braze.compile(m)
+    for n in (1, 6):
+        feeds = {"x": _rng(n).standard_normal(n).astype(np.float32), "s": np.array(-2.5, np.float32),
+                 "e": np.zeros((0, 3), np.float32)}
+        want = _ort(m, feeds)
+        for kind, got in (("reference", reference.run(mod, *feeds.values())), ("native", native(*feeds.values()))):
+            for i, (g, w) in enumerate(zip(got, want)):
+                assert g.shape == w.shape, (kind, i, g.shape, w.shape)
+                assert_close(g, w, what=f"{kind} output {i}")

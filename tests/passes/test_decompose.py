@@ -108,3 +108,22 @@ def test_fully_masked_rows_give_zeros_natively(kind):
         got = m(q, k, v, mask)
         assert not np.isnan(got).any()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_empty_contraction_becomes_zeros(P):
+    """oneDNN refuses a weight with a dim of 0: matmul / linear with K = 0 (or an empty output)
+    become full(0) (+ bias)."""
+    b = Builder()
+    n = b.sym("n", 1, 8)
+    x = b.param("x", tensor("f32", n, 0))
+    w = b.constant(np.ones((0, 3), np.float32), name="w")
+    lw = b.constant(np.ones((4, 0), np.float32), name="lw")
+    bias = b.constant(np.arange(4, dtype=np.float32), name="bias")
+    y = b.param("y", tensor("f32", n, 5))
+    w0 = b.constant(np.ones((5, 0), np.float32), name="w0")
+    b.ret(b.matmul(x, w), b.linear(x, lw, bias), b.matmul(y, w0))
+    before = b.module
+    after = decompose(copy_module(before))
+    ops = [nd.op for nd in after.main.nodes]
+    assert "matmul" not in ops and "linear" not in ops and ops.count("full") == 3
+    P.check_equiv(before, after, [{"n": 1}, {"n": 3}])
