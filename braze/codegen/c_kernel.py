@@ -28,6 +28,9 @@ from .c_expr import c_int_lit, int_expr
 
 F32, F64, BOOL, I64 = DType.float32, DType.float64, DType.bool, DType.int64
 
+# float32 functions of braze_vmath.h: bz_v<fn> (vector) and bz_s<fn> (scalar), bit-identical
+_VMATH = ("exp", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh")
+
 CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
          DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t"}
 
@@ -260,6 +263,10 @@ class _Gen:
                  "gelu_tanh": f"bz_gelu_tanh{sfx}({x})", "sin": f"sin{f}({x})", "cos": f"cos{f}({x})",
                  "floor": f"floor{f}({x})", "ceil": f"ceil{f}({x})", "round": f"nearbyint{f}({x})",
                  "not": f"(uint8_t)(!{x})"}
+            if dt == F32 and fn in _VMATH:
+                # the scalar twin of the vector math (same bits), not libm: a vector loop's
+                # remainder, and unvectorized loops computing the same value, must agree
+                return f"bz_s{fn}({x})"
             return m[fn]
         t = ctype(dt)
         m = {"neg": f"({t})(-{x})", "abs": f"({t})({x} < 0 ? -{x} : {x})", "not": f"(uint8_t)(!{x})",
