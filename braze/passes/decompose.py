@@ -6,7 +6,7 @@
     s = s + mask                                               # float mask
     s = where(keep, s, -inf)                                   # bool mask and/or causal
     p = softmax(s, axis=-1)
-    p = where(reduce_max(s, -1) > -inf, p, 0)                  # any mask: fully masked rows give 0, as torch
+    p = where(reduce_max(s, -1) == -inf, 0, p)                 # all -inf rows give 0 (torch's _safe_softmax)
     out = matmul(p, v)
 
 ``keep`` for ``is_causal`` is torch's top-left lower triangle built from index
@@ -89,13 +89,12 @@ def _decompose_sdpa(module: Module, n: Node, namer: Namer):
     if keep is not None:
         s = emit("where", keep, s, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="scores")
     p = emit("softmax", s, axis=-1, name="probs")
-    if mask is not None:
-        # a row whose scores are all -inf (bool or float mask) gives zeros, as torch does,
-        # not softmax's NaN; the max joins the softmax's row kernel
-        row_max = emit("reduce_max", s, axes=(-1,), keepdims=True)
-        anyk = emit("greater", row_max, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"),
-                    name="row_any")
-        p = emit("where", anyk, p, emit.const(np.array(0, dtype=acc.numpy), "zero"), name="probs")
+    # a row whose scores are all -inf (masked, or -inf scores) gives zeros, as torch's
+    # _safe_softmax does, not softmax's NaN; a row with a NaN stays NaN. The max joins the
+    # softmax's row kernel.
+    row_max = emit("reduce_max", s, axes=(-1,), keepdims=True)
+    masked = emit("equal", row_max, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="row_masked")
+    p = emit("where", masked, emit.const(np.array(0, dtype=acc.numpy), "zero"), p, name="probs")
     o = emit("matmul", p, v, name="attn")
     if o.type.dtype is not out.type.dtype:
         o = emit("cast", o, dtype=out.type.dtype)

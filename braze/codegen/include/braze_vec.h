@@ -43,15 +43,19 @@ BZ_INLINE int64_t bz_floormod(int64_t a, int64_t b) {
 }
 BZ_INLINE int64_t bz_imin(int64_t a, int64_t b) { return a < b ? a : b; }
 BZ_INLINE int64_t bz_imax(int64_t a, int64_t b) { return a > b ? a : b; }
-/* integer division truncating toward zero; x / 0 == 0 (numpy's result) */
-BZ_INLINE int64_t bz_idiv(int64_t a, int64_t b) { return b == 0 ? 0 : a / b; }
-/* remainder with the divisor's sign (torch.remainder); x % 0 == 0 */
-BZ_INLINE int64_t bz_imod(int64_t a, int64_t b) { return b == 0 ? 0 : bz_floormod(a, b); }
+/* integer division truncating toward zero; x / 0 == 0 (numpy's result); x / -1 == -x,
+ * wrapping (INT64_MIN / -1 traps in the hardware divide) */
+BZ_INLINE int64_t bz_idiv(int64_t a, int64_t b) {
+    return b == 0 ? 0 : (b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b);
+}
+/* remainder with the divisor's sign (torch.remainder); x % 0 == 0, x % -1 == 0 */
+BZ_INLINE int64_t bz_imod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : bz_floormod(a, b); }
+/* integer power, wrapping on overflow (unsigned arithmetic: signed overflow is undefined in C) */
 BZ_INLINE int64_t bz_ipow(int64_t a, int64_t b) {
-    int64_t r = 1;
+    uint64_t r = 1, x = (uint64_t)a;
     if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-    while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
-    return r;
+    while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }
+    return (int64_t)r;
 }
 
 /* ------------------------------------------------------- scalar floats -- */

@@ -14,7 +14,7 @@
  * propagating); optionally BZ_SCALEF(y, n) = y 2^n rounded once (AVX-512 vscalefps).
  *
  * Special values (checked by tests/codegen/test_special_values.py):
- *   exp: +inf -> +inf, -inf -> +0, NaN -> NaN, overflow -> +inf, denormal results
+ *   exp (and expm1): +inf -> +inf, -inf -> +0 (-1), NaN -> NaN, overflow -> +inf, denormal results
  *        kept (2^n applied in two steps); log: 0 -> -inf, < 0 -> NaN, +inf -> +inf,
  *        denormal inputs exact (rescaled by 2^23); tanh, erf: odd (sign of zero
  *        kept), +-inf -> +-1; sigmoid: e/(1+e) for x < 0 (no early underflow);
@@ -82,6 +82,20 @@ BZ_INLINE BZ_T BZ_FN(log)(BZ_T x0) {
     x = BZ_SEL(BZ_LT(x0, BZ_S(0.0f)), BZ_S(NAN), x);
     x = BZ_SEL(BZ_EQ(x0, BZ_S(INFINITY)), BZ_S(INFINITY), x);
     return BZ_SEL(BZ_NE(x0, x0), x0, x);
+}
+
+/* expm1: x (1 + x/2 + ... + x^7/8!) below |x| = 0.5 (relative error ~1e-8 before rounding;
+ * keeps -0 and denormals), e^x - 1 above (no cancellation there) */
+BZ_INLINE BZ_T BZ_FN(expm1)(BZ_T x) {
+    BZ_T p = BZ_S(2.48015873015873e-05f); /* 1/8! */
+    p = BZ_FMA(p, x, BZ_S(1.98412698412698e-04f));
+    p = BZ_FMA(p, x, BZ_S(1.38888888888889e-03f));
+    p = BZ_FMA(p, x, BZ_S(8.33333333333333e-03f));
+    p = BZ_FMA(p, x, BZ_S(4.16666666666667e-02f));
+    p = BZ_FMA(p, x, BZ_S(1.66666666666667e-01f));
+    p = BZ_FMA(p, x, BZ_S(0.5f));
+    BZ_T small = x * BZ_FMA(p, x, BZ_S(1.0f)); /* x (1 + ...): keeps -0 */
+    return BZ_SEL(BZ_LT(BZ_ABS(x), BZ_S(0.5f)), small, BZ_FN(exp)(x) - 1.0f);
 }
 
 /* the sign bit of s on the magnitude a (odd functions keep -0 and stay exactly odd) */
