@@ -373,3 +373,31 @@ def test_0d_and_empty_tensors_natively(tmp_path, monkeypatch):
             for i, (g, w) in enumerate(zip(got, want)):
                 assert g.shape == w.shape, (kind, i, g.shape, w.shape)
                 assert_close(g, w, what=f"{kind} output {i}")
+
+
+def test_unary_special_values_follow_onnxruntime(tmp_path, monkeypatch):
+    """ONNX semantics at +-inf, NaN, +-0, denormals and the largest values, in the reference
+    and natively, against onnxruntime; except where onnxruntime is wrong (docs/semantics.md:
+    HardSwish and Gelu at -inf give NaN there, the limit is -0). ONNX's Sign(NaN) is NaN."""
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    ops = ["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Softplus", "Elu", "HardSwish", "HardSigmoid",
+           "LeakyRelu", "Abs", "Neg", "Sign", "Floor", "Ceil", "Round", "Reciprocal", "Gelu", "Sin", "Cos"]
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, -2.5, 3.0, 3.4e38, -3.4e38, 1.1754944e-38, 1e-40,
+                  -1e-40, 20, -20, -104.5], np.float32)
+    nodes = [helper.make_node(op, ["x"], [op]) for op in ops]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F, ["n"])],
+               [helper.make_tensor_value_info(op, F, ["n"]) for op in ops], opset=20)
+    want = _ort(m, {"x": x})
+    ref = reference.run(braze.import_onnx(m), x)
+    native = braze.compile(m)
+    for n in (1, 37):  # the scalar path, and the vector path with a remainder
+        xs = np.repeat(x, n)
+        for op, r, g, w in zip(ops, ref, native(xs), want):
+            w = w.copy()
+            if op in ("HardSwish", "Gelu"):
+                assert np.isnan(w[x == -np.inf]).all()
+                w[x == -np.inf] = -0.0
+            for kind, got, exp in (("reference", r, w), ("native", g, np.repeat(w, n))):
+                assert_close(got, exp, rtol=2e-6, atol=1e-6, what=f"{op} {kind}")
+                zero = (got == 0) & (exp == 0)
+                np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(exp[zero]), err_msg=f"{op} {kind}")
