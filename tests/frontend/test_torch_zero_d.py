@@ -105,6 +105,16 @@ def test_creation_ops_give_0d():
     check(f, (scalar(),), [(scalar(2.0),)])
 
 
+def test_empty_gives_0d():
+    """new_empty / empty: values are undefined, shapes and dtypes are not."""
+    mod = Fn(lambda self, x: (x.new_empty(()), torch.empty((), dtype=torch.int64), x.new_empty((0,)).sum())).eval()
+    ep = torch.export.export(mod, (torch.randn(3),), strict=False)
+    want = mod(torch.randn(3))
+    for got in (braze.compile(ep)(torch.randn(3)), braze.reference.run(braze.import_torch(ep), np.ones(3, np.float32))):
+        assert [(tuple(g.shape), str(g.dtype).split(".")[-1]) for g in got] == \
+            [(tuple(w.shape), str(w.dtype).split(".")[-1]) for w in want]
+
+
 def test_elementwise_chain_and_views_of_0d():
     def f(self, x):
         y = ((x * 2).exp() - x).tanh() * x.sigmoid() + F.gelu(x) - torch.where(x > 0, x, -x).clamp(-0.5, 0.5)
