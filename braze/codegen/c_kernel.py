@@ -28,8 +28,15 @@ from .c_expr import c_int_lit, int_expr
 
 F32, F64, BOOL, I64 = DType.float32, DType.float64, DType.bool, DType.int64
 
+# float32 functions of braze_vmath.h: bz_v<fn> (vector) and bz_s<fn> (scalar), bit-identical
+_VMATH = ("exp", "expm1", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh")
+
 CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
          DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t"}
+
+# int32/int64 arithmetic is done in the unsigned type of the same width (defined wrap-around);
+# narrower ints are promoted to int, which cannot overflow, and converted back
+_UNSIGNED = {DType.int64: "uint64_t", DType.int32: "uint32_t"}
 
 _INT_LIMITS = {DType.int64: ("INT64_MIN", "INT64_MAX"), DType.int32: ("INT32_MIN", "INT32_MAX"),
                DType.int8: ("INT8_MIN", "INT8_MAX"), DType.uint8: ("0", "UINT8_MAX"), DType.bool: ("0", "1")}
@@ -253,16 +260,23 @@ class _Gen:
             f = "f" if dt == F32 else ""
             sfx = "f" if dt == F32 else "d"
             one = "1.0f" if dt == F32 else "1.0"
-            m = {"neg": f"(-{x})", "abs": f"fabs{f}({x})", "exp": f"exp{f}({x})", "log": f"log{f}({x})",
+            m = {"neg": f"(-{x})", "abs": f"fabs{f}({x})", "exp": f"exp{f}({x})", "expm1": f"expm1{f}({x})",
+                 "log": f"log{f}({x})",
                  "log1p": f"log1p{f}({x})", "sqrt": f"sqrt{f}({x})", "rsqrt": f"({one} / sqrt{f}({x}))",
                  "reciprocal": f"({one} / {x})", "tanh": f"tanh{f}({x})", "erf": f"erf{f}({x})",
                  "sigmoid": f"bz_sigmoid{sfx}({x})", "silu": f"bz_silu{sfx}({x})", "gelu": f"bz_gelu{sfx}({x})",
                  "gelu_tanh": f"bz_gelu_tanh{sfx}({x})", "sin": f"sin{f}({x})", "cos": f"cos{f}({x})",
                  "floor": f"floor{f}({x})", "ceil": f"ceil{f}({x})", "round": f"nearbyint{f}({x})",
                  "not": f"(uint8_t)(!{x})"}
+            if dt == F32 and fn in _VMATH:
+                # the scalar twin of the vector math (same bits), not libm: a vector loop's
+                # remainder, and unvectorized loops computing the same value, must agree
+                return f"bz_s{fn}({x})"
             return m[fn]
         t = ctype(dt)
-        m = {"neg": f"({t})(-{x})", "abs": f"({t})({x} < 0 ? -{x} : {x})", "not": f"(uint8_t)(!{x})",
+        u = _UNSIGNED.get(dt)
+        neg = f"({t})(0 - ({u})({x}))" if u else f"({t})(-{x})"  # wraps at the minimum, as numpy and torch
+        m = {"neg": neg, "abs": f"({x} < 0 ? {neg} : {x})", "not": f"(uint8_t)(!{x})",
              "floor": x, "ceil": x, "round": x}
         if fn not in m:
             raise BrazeError(f"unary {fn} on {dt.name} has no C form")
@@ -280,7 +294,11 @@ class _Gen:
         if op in ("and", "or", "xor"):
             return f"({t})({a} {dict(**{'and': '&', 'or': '|', 'xor': '^'})[op]} {b})"
         if op in ("add", "sub", "mul"):
-            return f"({t})({a} {dict(add='+', sub='-', mul='*')[op]} {b})"
+            sym = dict(add='+', sub='-', mul='*')[op]
+            u = _UNSIGNED.get(dt)
+            if u:  # wrap on overflow (signed overflow is undefined in C; the compiler may exploit it)
+                return f"({t})(({u})({a}) {sym} ({u})({b}))"
+            return f"({t})({a} {sym} {b})"
         if op in ("max", "min"):
             return f"({a} {'>' if op == 'max' else '<'} {b} ? {a} : {b})"
         fn = {"div": "bz_idiv", "mod": "bz_imod", "fmod": "bz_ifmod", "pow": "bz_ipow"}[op]
@@ -297,10 +315,12 @@ class _Gen:
         return lo if op == "max" else hi
 
     def _combine(self, op, acc, v, dt) -> str:
-        if op == "sum":
-            return f"{acc} += {v};"
-        if op == "prod":
-            return f"{acc} *= {v};"
+        if op in ("sum", "prod"):
+            sym = "+" if op == "sum" else "*"
+            u = _UNSIGNED.get(dt)
+            if u:  # wrap on overflow
+                return f"{acc} = ({ctype(dt)})(({u}){acc} {sym} ({u})({v}));"
+            return f"{acc} {sym}= {v};"
         if dt.is_float:
             f = "f" if dt == F32 else "d"
             return f"{acc} = bz_{op}{f}({acc}, {v});"
@@ -436,7 +456,8 @@ class _Gen:
             raise BrazeError(f"codegen bug: vector bool {type(e).__name__}")
         if isinstance(e, Unary):
             x = self.vx(e.x)
-            m = {"neg": f"(-{x})", "abs": f"bz_vabs({x})", "exp": f"bz_vexp({x})", "log": f"bz_vlog({x})",
+            m = {"neg": f"(-{x})", "abs": f"bz_vabs({x})", "exp": f"bz_vexp({x})", "expm1": f"bz_vexpm1({x})",
+                 "log": f"bz_vlog({x})",
                  "log1p": f"BZ_LANES1(log1pf, {x})", "sqrt": f"bz_vsqrt({x})", "rsqrt": f"(1.0f / bz_vsqrt({x}))",
                  "reciprocal": f"(1.0f / {x})", "tanh": f"bz_vtanh({x})", "erf": f"bz_verf({x})",
                  "sigmoid": f"bz_vsigmoid({x})", "silu": f"bz_vsilu({x})", "gelu": f"bz_vgelu({x})",

@@ -125,7 +125,7 @@ class ConstantRef:
 
 
 def array_digest(a: np.ndarray) -> str:
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")  # ascontiguousarray would hash a 0-d array as shape (1,)
     h = hashlib.sha256()
     h.update(f"{a.dtype.name}{a.shape}".encode())
     h.update(a.tobytes())

@@ -120,7 +120,7 @@ class Load(Expr):
         return self.buffer.dtype
 
 
-UNARY_FNS = ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
+UNARY_FNS = ("neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
              "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not")
 BINARY_OPS = ("add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min", "and", "or", "xor")
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")

@@ -64,12 +64,13 @@ def sdpa_numpy(q, k, v, mask=None, is_causal=False, scale=None):
             scores = scores + mask.astype(acc, copy=False)
     if keep is not None:
         scores = np.where(keep, scores, acc(-np.inf))
-    m = np.max(scores, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, acc(0))
-    p = np.exp(scores - m)
-    denom = np.sum(p, axis=-1, keepdims=True)
-    # a fully masked row gives zeros, as torch does
-    p = np.where(denom > 0, p / np.where(denom > 0, denom, acc(1)), acc(0))
+    # softmax; a row that is all -inf gives zeros (torch's _safe_softmax), a NaN stays NaN
+    m = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
+    masked = m == -np.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = np.exp(scores - np.where(masked, acc(0), m))
+        p = p / np.sum(p, axis=-1, keepdims=True)
+    p = np.where(masked, acc(0), p)
     out = np.matmul(p, v)
     return np.ascontiguousarray(out.astype(out_dt, copy=False))
 

@@ -69,6 +69,13 @@ def _div(a, b, dt):
     return _int_div(a, b) if not dt.is_float else a / b
 
 
+def _remainder(a, b):
+    """torch.remainder of floats: fmod, moved into b's sign; a zero keeps a's sign (numpy's mod
+    gives b's sign there: remainder(0., -1.) is 0. in torch, -0. in numpy)."""
+    r = np.fmod(a, b)
+    return np.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
 def _pow(a, b, dt):
     if not dt.is_float and np.any(b < 0):
         from ..errors import BrazeError
@@ -86,7 +93,8 @@ _BINARY = {
     "pow": (_pow, False, "a ** b"),
     "maximum": (lambda a, b, dt: np.maximum(a, b), True, "elementwise max (NaN propagates)"),
     "minimum": (lambda a, b, dt: np.minimum(a, b), True, "elementwise min (NaN propagates)"),
-    "remainder": (lambda a, b, dt: np.mod(a, b), False, "a mod b with the sign of b (torch.remainder)"),
+    "remainder": (lambda a, b, dt: _remainder(a, b) if dt.is_float else np.mod(a, b), False,
+                  "a mod b with the sign of b (torch.remainder)"),
     "fmod": (lambda a, b, dt: np.fmod(a, b), False,
              "a mod b with the sign of a (C fmod, torch.fmod; exact); int x fmod 0 is 0"),
 }
@@ -200,6 +208,33 @@ def erf(x) -> np.ndarray:
     return np.copysign(out, x)
 
 
+def erfc(x) -> np.ndarray:
+    """1 - erf(x) in float64 without the cancellation: the continued fraction for x >= 3
+    (relative error ~1e-15 down to the underflow near x = 26.5)."""
+    x = np.asarray(x, dtype=np.float64)
+    out = 1.0 - erf(x)
+    big = x >= 3.0
+    if np.any(big):
+        xb = x[big]
+        f = xb.copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            for k in range(60, 0, -1):
+                f = xb + (k / 2.0) / f
+            out[big] = np.where(np.isinf(xb), 0.0, np.exp(-xb * xb) / math.sqrt(math.pi) / f)
+    return out
+
+
+def _finite_below(x):
+    """max(x, -largest float64): x * 0 at x = -inf is the limit -0, not NaN (see docs/semantics.md)."""
+    return np.maximum(x, -np.finfo(np.float64).max)
+
+
+def _gelu(x, approximate):
+    if approximate == "none":
+        return 0.5 * _finite_below(x) * erfc(-x * _SQRT1_2)
+    return 0.5 * _finite_below(x) * (1.0 + np.tanh(_SQRT_2_PI * (x + 0.044715 * x ** 3)))
+
+
 def _sigmoid(x):
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
@@ -220,17 +255,16 @@ _FLOAT_UNARY = {
     "tanh": (lambda x: np.tanh(x), {}, "hyperbolic tangent"),
     "erf": (erf, {}, "error function"),
     "sigmoid": (_sigmoid, {}, "1 / (1 + e^-x)"),
-    "silu": (lambda x: x * _sigmoid(x), {}, "x * sigmoid(x)"),
+    "silu": (lambda x: _finite_below(x) * _sigmoid(x), {}, "x * sigmoid(x)"),
     "sin": (lambda x: np.sin(x), {}, "sine"),
     "cos": (lambda x: np.cos(x), {}, "cosine"),
-    "hardswish": (lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0, {}, "x * relu6(x + 3) / 6"),
-    "gelu": (lambda x, approximate: (0.5 * x * (1.0 + erf(x * _SQRT1_2))) if approximate == "none"
-             else 0.5 * x * (1.0 + np.tanh(_SQRT_2_PI * (x + 0.044715 * x ** 3))),
+    "hardswish": (lambda x: _finite_below(x) * (np.clip(x + 3.0, 0.0, 6.0) / 6.0), {}, "x * relu6(x + 3) / 6"),
+    "gelu": (_gelu,
              {"approximate": Attr("str", "none", '"none" (exact, erf) or "tanh" (torch\'s tanh form)')},
              "Gaussian error linear unit"),
     "leaky_relu": (lambda x, alpha: np.where(x >= 0, x, alpha * x),
                    {"alpha": Attr("float", 0.01, "slope for x < 0")}, "x if x >= 0 else alpha * x"),
-    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0))),
+    "elu": (lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.where(x > 0, 0.0, x))),
             {"alpha": Attr("float", 1.0, "scale of the negative part")}, "x if x > 0 else alpha * (e^x - 1)"),
     "softplus": (_softplus, {"beta": Attr("float", 1.0), "threshold": Attr("float", 20.0, "linear above this beta*x")},
                  "log(1 + e^(beta x)) / beta, linear where beta x > threshold (torch)"),
@@ -272,7 +306,7 @@ _NUMERIC_UNARY = {
     "abs": (np.abs, "|x|"),
     "sign": (lambda x: np.where(np.isnan(x), 0, np.sign(x)) if x.dtype.kind == "f" else np.sign(x),
              "-1, 0 or 1 (NaN gives 0, like torch)"),
-    "relu": (lambda x: np.maximum(x, 0).astype(x.dtype, copy=False), "max(x, 0) (NaN propagates)"),
+    "relu": (lambda x: np.where(x < 0, np.zeros((), x.dtype), x), "max(x, 0) (NaN propagates)"),
     "floor": (_int_ident(np.floor), "round down (identity on ints)"),
     "ceil": (_int_ident(np.ceil), "round up (identity on ints)"),
     "round": (_int_ident(np.round), "round half to even (identity on ints)"),

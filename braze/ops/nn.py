@@ -53,7 +53,7 @@ def _softmax(x, axis, log):
         r = _softmax(y, 0, log)
         return r.reshape(())
     with np.errstate(invalid="ignore"):  # a row of -inf gives NaN, as torch.softmax does
-        z = y - np.max(y, axis=axis, keepdims=True)
+        z = y - np.max(y, axis=axis, keepdims=True, initial=-np.inf)  # initial: 0-sized tensors
         if log:
             r = z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
         else:

@@ -9,6 +9,12 @@ Dtype rules follow torch:
 * ``reduce_max``/``reduce_min`` keep the dtype (bool included); ``argmax`` and
   ``argmin`` give int64, the first occurrence (a NaN counts as the extreme).
 
+Over no elements (a 0-sized dim), ``reduce_max``/``reduce_min`` give -inf/+inf
+(ints: the dtype's lowest/highest; bool: False/True), ``reduce_sum`` 0,
+``reduce_prod`` 1, ``reduce_mean`` NaN (ONNX's rule; torch raises for max/min);
+``argmax``/``argmin`` over a dim of static size 0 are a ``ShapeError``.
+A 0-d input is one element: its reductions and its argmax (0) are defined.
+
 ``axes=None`` reduces every axis; an empty tuple reduces none (NumPy).
 Negative axes count from the end; repeated axes count once.
 Float references accumulate in float64 and round once to the output dtype.
@@ -66,6 +72,16 @@ def _reduce_infer(rule):
     return infer
 
 
+def _identity(dt: np.dtype, is_max: bool):
+    """The max (or min) of no elements: -inf / +inf, or the dtype's lowest / highest value."""
+    if dt.kind == "f":
+        return -np.inf if is_max else np.inf
+    if dt.kind == "b":
+        return not is_max
+    info = np.iinfo(dt)
+    return info.min if is_max else info.max
+
+
 def _reduce_ref(fn, rule):
     def reference(ctx, x, *, axes, keepdims):
         dt = DType.from_numpy(x.dtype)
@@ -74,8 +90,11 @@ def _reduce_ref(fn, rule):
             x = x.astype(np.float64, copy=False)
         elif out is DType.int64:
             x = x.astype(np.int64, copy=False)
+        kw = {}
+        if fn in (np.max, np.min):  # over no elements: the identity (ONNX; what the native code gives)
+            kw["initial"] = _identity(x.dtype, fn is np.max)
         with _errstate():
-            r = fn(x, axis=_np_axes(axes, x.ndim), keepdims=keepdims)
+            r = fn(x, axis=_np_axes(axes, x.ndim), keepdims=keepdims, **kw)
         return np.asarray(r).astype(out.numpy, copy=False)
 
     return reference
@@ -94,14 +113,17 @@ for _name, (_fn, _rule, _doc) in _REDUCE.items():
 
 
 def _arg_infer(ctx, x: TensorType, *, axis, keepdims):
-    if x.rank == 0:
-        raise ctx.error("needs an input of rank >= 1", hint="reshape the scalar to [1] first")
-    a = norm_axis(ctx, axis, x.rank)
-    return TensorType(DType.int64, reduced_shape(x.shape, (a,), keepdims))
+    a = norm_axis(ctx, axis, x.rank)  # a 0-d input (axis 0 or -1) has one element, at position 0 (torch)
+    if x.rank and isinstance(x.shape[a], int) and x.shape[a] == 0:
+        raise ctx.error(f"axis {axis} of {x} has size 0: there is no {ctx.op[3:]} position",
+                        hint="torch raises here too; reduce over a non-empty dim")
+    return TensorType(DType.int64, reduced_shape(x.shape, (a,) if x.rank else (), keepdims))
 
 
 def _arg_ref(fn):
     def reference(ctx, x, *, axis, keepdims):
+        if x.ndim == 0:
+            return np.zeros((), np.int64)
         if x.dtype.name == "bfloat16":
             x = x.astype(np.float32)
         return fn(x, axis=axis % x.ndim, keepdims=keepdims).astype(np.int64, copy=False)

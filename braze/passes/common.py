@@ -117,7 +117,7 @@ def make_node(module: Module, op: str, inputs, attrs: dict | None = None, *, loc
 def add_constant(module: Module, array, hint: str = "c") -> str:
     """Store ``array`` as a new module constant; returns its name."""
     from ..ops.builder import sanitize
-    a = np.ascontiguousarray(np.asarray(array))
+    a = np.asarray(array, order="C")  # not ascontiguousarray: it turns a 0-d array into shape (1,)
     hint = sanitize(hint)
     name, i = hint, 1
     while name in module.constants:

@@ -73,7 +73,7 @@ def _fold_node(module: Module, n: Node):
         a = np.asarray(a)
         if tuple(a.shape) != tuple(v.type.shape):
             return None
-        res.append(np.ascontiguousarray(a.astype(v.type.dtype.numpy, copy=False)))
+        res.append(np.asarray(a, dtype=v.type.dtype.numpy, order="C"))  # keeps 0-d arrays 0-d
     return res
 
 

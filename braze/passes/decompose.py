@@ -6,7 +6,7 @@
     s = s + mask                                               # float mask
     s = where(keep, s, -inf)                                   # bool mask and/or causal
     p = softmax(s, axis=-1)
-    p = where(reduce_max(s, -1) > -inf, p, 0)                  # any mask: fully masked rows give 0, as torch
+    p = where(reduce_max(s, -1) == -inf, 0, p)                 # all -inf rows give 0 (torch's _safe_softmax)
     out = matmul(p, v)
 
 ``keep`` for ``is_causal`` is torch's top-left lower triangle built from index
@@ -34,7 +34,10 @@ ranges do not prove it and the dim is a symbol, the symbol's lower bound becomes
 smaller size is then an input error, as torch raises).
 
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
-as they are (libraries and fused kernels handle them).
+as they are (libraries and fused kernels handle them), except a ``matmul`` or
+``linear`` whose contracted dim or an output dim is statically 0: oneDNN
+refuses a weight with a dim of 0, and the result is zeros (plus the bias) or
+empty, so it becomes ``full(0)`` (``+ bias``).
 
 ``decompose(module)`` mutates the module and returns it.
 """
@@ -107,13 +110,12 @@ def _decompose_sdpa(module: Module, n: Node, namer: Namer):
     if keep is not None:
         s = emit("where", keep, s, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="scores")
     p = emit("softmax", s, axis=-1, name="probs")
-    if mask is not None:
-        # a row whose scores are all -inf (bool or float mask) gives zeros, as torch does,
-        # not softmax's NaN; the max joins the softmax's row kernel
-        row_max = emit("reduce_max", s, axes=(-1,), keepdims=True)
-        anyk = emit("greater", row_max, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"),
-                    name="row_any")
-        p = emit("where", anyk, p, emit.const(np.array(0, dtype=acc.numpy), "zero"), name="probs")
+    # a row whose scores are all -inf (masked, or -inf scores) gives zeros, as torch's
+    # _safe_softmax does, not softmax's NaN; a row with a NaN stays NaN. The max joins the
+    # softmax's row kernel.
+    row_max = emit("reduce_max", s, axes=(-1,), keepdims=True)
+    masked = emit("equal", row_max, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="row_masked")
+    p = emit("where", masked, emit.const(np.array(0, dtype=acc.numpy), "zero"), p, name="probs")
     o = emit("matmul", p, v, name="attn")
     if o.type.dtype is not out.type.dtype:
         o = emit("cast", o, dtype=out.type.dtype)
@@ -196,8 +198,25 @@ def _decompose_topk(module: Module, n: Node, namer: Namer):
     return emit.nodes, (val, idx)
 
 
+def _decompose_empty_contraction(module: Module, n: Node, namer: Namer):
+    a = n.inputs[0]
+    out = n.outputs[0]
+    dims = (a.type.shape[-1],) + tuple(out.type.shape)  # K, or an output dim, statically 0
+    if not any(isinstance(d, int) and d == 0 for d in dims):
+        return None
+    emit = _Emit(module, namer, n.loc)
+    o = emit("full", shape=tuple(out.type.shape), value=0.0, dtype=out.type.dtype, name=out.name)
+    bias = n.inputs[2] if n.op == "linear" and len(n.inputs) > 2 else None
+    if bias is not None:
+        o = emit("add", o, bias, name=out.name)
+    if not same_shape(module.constraints, o.type.shape, out.type.shape) or o.type.dtype != out.type.dtype:
+        return None
+    return emit.nodes, o
+
+
 DECOMPOSITIONS = {"scaled_dot_product_attention": _decompose_sdpa, "group_norm": _decompose_group_norm,
-                  "topk": _decompose_topk}
+                  "topk": _decompose_topk, "matmul": _decompose_empty_contraction,
+                  "linear": _decompose_empty_contraction}
 
 
 def decompose_function(module: Module, f: Function) -> int:

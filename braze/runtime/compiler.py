@@ -24,15 +24,21 @@ that says to set ``BRAZE_CACHE_DIR``; if that fails too, a BrazeError does.
 The cache's root is passed explicitly (``cache_dir=``; braze.compile passes
 its Options' one), or read from ``BRAZE_CACHE_DIR``; braze never sets it.
 
-Flags: ``-O3 -fPIC -shared -fopenmp -std=gnu11 -ffp-contract=fast
+Flags: ``-O3 -fPIC -shared -fopenmp -std=gnu11 -ffp-contract=off
 -fno-math-errno`` plus the ISA flags. Not ``-ffast-math``: it assumes no NaN
 or infinity (attention masks use -inf; isnan checks vanish), reassociates
 reductions so results differ between ISAs, and, linked into a shared
 library, its crtfastmath.o sets flush-to-zero/denormals-are-zero in the MXCSR
 of the whole Python process when the library loads, changing numpy's and
-torch's results too. ``-ffp-contract=fast`` only fuses a*b+c into FMA (one
-rounding instead of two); ``-fno-math-errno`` only stops libm calls setting
-errno, which lets sqrt and friends become single instructions.
+torch's results too. ``-ffp-contract=off``: the C compiler never fuses a*b+c
+into an FMA on its own. Where it did, it fused one evaluation of an
+expression and not another (a stitch kernel's mean pass and its normalize
+pass both compute x*y; x*y - mean was not 0 for a constant row). Fusion is the
+code generator's choice: the math in braze_vmath.h calls bz_fmaf/bz_vfma
+explicitly, identically in its vector and scalar forms; kernel expressions
+round every operation, as the reference does. ``-fno-math-errno`` only stops
+libm calls setting errno, which lets sqrt and friends become single
+instructions.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from ..errors import BrazeError, BrazeWarning, MissingDependencyError
 _log = _logging.get("cache")
 
 BASE_CFLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-std=gnu11",
-               "-ffp-contract=fast", "-fno-math-errno")
+               "-ffp-contract=off", "-fno-math-errno")
 
 _STATS = {"native_compiles": 0, "cache_hits": 0}
 _VERIFIED: dict[str, tuple] = {}  # lib.so path -> (ino, size, mtime_ns) verified in this process

@@ -307,7 +307,8 @@ def _contiguous(e: Expr, v) -> bool:
 
 def _mark_reduce_vectors(e: Expr) -> Expr:
     def fn(y):
-        if isinstance(y, Reduce) and not y.vector and y.dtype == F32 and y.op in ("sum", "max", "min", "prod"):
+        if isinstance(y, Reduce) and y.loops and not y.vector and y.dtype == F32 and y.op in ("sum", "max", "min",
+                                                                                                "prod"):
             r = y.loops[-1][0]
             if vector_ok(y.body, r) and _contiguous(y.body, r):
                 return Reduce(y.op, y.body, y.loops, y.dtype, True)

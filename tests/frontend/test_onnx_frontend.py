@@ -338,3 +338,66 @@ def test_input_shared_dim_param_mismatch():
 def test_dim_ranges_unknown_name():
     with pytest.raises(ModelFormatError, match="nope"):
         braze.import_onnx(_two_input_model(), dim_ranges={"nope": (1, 2)})
+
+
+# ---------------------------------------------------------------------------
+# 0-d and 0-sized tensors, in the reference and natively
+# ---------------------------------------------------------------------------
+
+
+def test_0d_and_empty_tensors_natively(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    c = numpy_helper.from_array
+    nodes = [helper.make_node("ReduceSum", ["s"], ["s_sum"], keepdims=0),  # a reduction of a 0-d input
+             helper.make_node("ReduceMax", ["s"], ["s_max"], keepdims=0),
+             helper.make_node("Mul", ["c16", "c3"], ["t"]), helper.make_node("Sqrt", ["t"], ["r"]),
+             helper.make_node("Div", ["x", "r"], ["y"]),  # a 0-d constant expression, folded
+             helper.make_node("Add", ["s", "r"], ["s_r"]),
+             helper.make_node("ReduceMax", ["e", "ax0"], ["e_max"], keepdims=0),  # over no elements
+             helper.make_node("ReduceSum", ["e", "ax0"], ["e_sum"], keepdims=0),
+             helper.make_node("Relu", ["e"], ["e_relu"])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F, ["n"]), helper.make_tensor_value_info("s", F, []),
+                       helper.make_tensor_value_info("e", F, [0, 3])],
+               [helper.make_tensor_value_info(v, F, shape) for v, shape in (
+                   ("s_sum", []), ("s_max", []), ("y", ["n"]), ("s_r", []), ("e_max", [3]), ("e_sum", [3]),
+                   ("e_relu", [0, 3]))],
+               [c(np.array(16.0, np.float32), "c16"), c(np.array(3.0, np.float32), "c3"),
+                c(np.array([0], np.int64), "ax0")])
+    mod = braze.import_onnx(m)
+    native = braze.compile(m)
+    for n in (1, 6):
+        feeds = {"x": _rng(n).standard_normal(n).astype(np.float32), "s": np.array(-2.5, np.float32),
+                 "e": np.zeros((0, 3), np.float32)}
+        want = _ort(m, feeds)
+        for kind, got in (("reference", reference.run(mod, *feeds.values())), ("native", native(*feeds.values()))):
+            for i, (g, w) in enumerate(zip(got, want)):
+                assert g.shape == w.shape, (kind, i, g.shape, w.shape)
+                assert_close(g, w, what=f"{kind} output {i}")
+
+
+def test_unary_special_values_follow_onnxruntime(tmp_path, monkeypatch):
+    """ONNX semantics at +-inf, NaN, +-0, denormals and the largest values, in the reference
+    and natively, against onnxruntime; except where onnxruntime is wrong (docs/semantics.md:
+    HardSwish and Gelu at -inf give NaN there, the limit is -0). ONNX's Sign(NaN) is NaN."""
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    ops = ["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Softplus", "Elu", "HardSwish", "HardSigmoid",
+           "LeakyRelu", "Abs", "Neg", "Sign", "Floor", "Ceil", "Round", "Reciprocal", "Gelu", "Sin", "Cos"]
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, -2.5, 3.0, 3.4e38, -3.4e38, 1.1754944e-38, 1e-40,
+                  -1e-40, 20, -20, -104.5], np.float32)
+    nodes = [helper.make_node(op, ["x"], [op]) for op in ops]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F, ["n"])],
+               [helper.make_tensor_value_info(op, F, ["n"]) for op in ops], opset=20)
+    want = _ort(m, {"x": x})
+    ref = reference.run(braze.import_onnx(m), x)
+    native = braze.compile(m)
+    for n in (1, 37):  # the scalar path, and the vector path with a remainder
+        xs = np.repeat(x, n)
+        for op, r, g, w in zip(ops, ref, native(xs), want):
+            w = w.copy()
+            if op in ("HardSwish", "Gelu"):
+                assert np.isnan(w[x == -np.inf]).all()
+                w[x == -np.inf] = -0.0
+            for kind, got, exp in (("reference", r, w), ("native", g, np.repeat(w, n))):
+                assert_close(got, exp, rtol=2e-6, atol=1e-6, what=f"{op} {kind}")
+                zero = (got == 0) & (exp == 0)
+                np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(exp[zero]), err_msg=f"{op} {kind}")

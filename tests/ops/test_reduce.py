@@ -185,3 +185,43 @@ def test_infer_int_dtypes(T, dtype, op, want):
 def test_infer_errors(T, op, dtype, attrs, match):
     with pytest.raises(ShapeError, match=match):
         T.build(op, ["b s 4"], [dtype], **attrs)
+
+
+# ---------------------------------------------------------------------------
+# 0-d inputs and 0-sized dims
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op,attrs", [("reduce_sum", {}), ("reduce_mean", {}), ("reduce_max", dict(axes=(0,))),
+                                      ("reduce_min", dict(axes=(-1,), keepdims=True)), ("reduce_prod", {}),
+                                      ("argmax", dict(axis=0)), ("argmin", dict(axis=-1, keepdims=True)),
+                                      ("var", dict(correction=0)), ("cumsum", dict(axis=0)),
+                                      ("cumsum", dict(axis=-1, exclusive=True))])
+def test_0d_input_is_one_element(T, op, attrs):
+    module, out = T.build(op, [""], ["float32"], **attrs)
+    assert out.type.shape == ()
+    x = np.array(-1.25, np.float32)
+    got = T.run(module, x)
+    assert got.shape == ()
+    want = {"argmax": 0, "argmin": 0, "var": 0.0}.get(op, 0.0 if attrs.get("exclusive") else -1.25)
+    assert got == want
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
+def test_max_min_over_no_elements_give_the_identity(T, dtype):
+    """ONNX's rule (and what the native kernels compute): -inf / +inf, the int limits, False / True."""
+    x = np.zeros((0, 3), T.np_dtype(dtype))
+    lo, hi = {"float32": (-np.inf, np.inf), "int32": (np.iinfo(np.int32).min, np.iinfo(np.int32).max),
+              "bool": (False, True)}[dtype]
+    for op, want in (("reduce_max", lo), ("reduce_min", hi)):
+        module, _ = T.build(op, ["0 3"], [dtype], axes=(0,))
+        got = T.run(module, x)
+        assert got.dtype == x.dtype and got.shape == (3,)
+        np.testing.assert_array_equal(got, np.full(3, want, x.dtype))
+    module, _ = T.build("softmax", ["0 3"], ["float32"], axis=0)
+    assert T.run(module, np.zeros((0, 3), np.float32)).shape == (0, 3)
+
+
+def test_argmax_over_a_static_empty_dim_is_an_error(T):
+    with pytest.raises(ShapeError, match="size 0"):
+        T.build("argmax", ["2 0"], ["float32"], axis=1)

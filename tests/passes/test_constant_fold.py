@@ -98,3 +98,27 @@ def test_conv_batch_norm_folds_into_the_weights(P):
     ops = [nd.op for nd in after.main.nodes]
     assert "batch_norm" not in ops and ops.count("conv2d") == 1
     P.check_equiv(before, after, ENVS, rtol=1e-4, atol=1e-4)
+
+
+def test_0d_results_stay_0d(P):
+    """np.ascontiguousarray makes a 0-d array 1-d: folded 0-d values came back as f32[1]."""
+    text = """module {
+  constants {
+    @a : f32[] = [16.0]
+  }
+  func @main(%x: f32[4]) -> (f32[4], f32[], i64[]) {
+    %a = constant() {name="a"} : f32[]
+    %0 = full() {dtype=#f32, shape=[], value=3.0} : f32[]
+    %1 = mul(%a, %0) : f32[]
+    %2 = sqrt(%1) : f32[]
+    %3 = div(%x, %2) : f32[4]
+    %4 = full() {dtype=#i64, shape=[], value=7.0} : i64[]
+    return %3, %2, %4
+  }
+}
+"""
+    before, after = P.run_pass(constant_fold, text)
+    assert [nd.op for nd in after.main.nodes] == ["constant", "div", "constant"]
+    assert all(c.shape == () for c in after.constants.values())
+    assert after.main.results[1].type.shape == () and after.main.results[2].type.shape == ()
+    P.check_equiv(before, after, [{}])

@@ -154,3 +154,49 @@ def test_topk_needs_k_at_most_the_dim():
     b.ret(*b.topk(b.reshape(x, shape=(S.mul(2, n),)), k=5))  # an expression: not narrowed, not decomposed
     after = decompose(copy_module(b.module))
     assert "topk" in [m.op for m in after.main.nodes]
+
+
+def test_empty_contraction_becomes_zeros(P):
+    """oneDNN refuses a weight with a dim of 0: matmul / linear with K = 0 (or an empty output)
+    become full(0) (+ bias)."""
+    b = Builder()
+    n = b.sym("n", 1, 8)
+    x = b.param("x", tensor("f32", n, 0))
+    w = b.constant(np.ones((0, 3), np.float32), name="w")
+    lw = b.constant(np.ones((4, 0), np.float32), name="lw")
+    bias = b.constant(np.arange(4, dtype=np.float32), name="bias")
+    y = b.param("y", tensor("f32", n, 5))
+    w0 = b.constant(np.ones((5, 0), np.float32), name="w0")
+    b.ret(b.matmul(x, w), b.linear(x, lw, bias), b.matmul(y, w0))
+    before = b.module
+    after = decompose(copy_module(before))
+    ops = [nd.op for nd in after.main.nodes]
+    assert "matmul" not in ops and "linear" not in ops and ops.count("full") == 3
+    P.check_equiv(before, after, [{"n": 1}, {"n": 3}])
+
+
+@pytest.mark.parametrize("mask", [None, "float"])
+def test_all_minus_inf_rows_give_zeros_and_nan_rows_stay_nan(P, mask):
+    """torch's _safe_softmax: a row of scores that is all -inf gives zeros, with or without a
+    mask (here -inf scores from an infinite query); a row with a NaN score gives NaN."""
+    import braze
+    import braze.reference
+    torch = pytest.importorskip("torch")
+    before = _sdpa_module(mask)
+    after = decompose(copy_module(before))
+    native = braze.compile(before)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 2, 5, 8)).astype(np.float32)
+    k = -np.abs(rng.standard_normal((2, 2, 5, 8))).astype(np.float32) - 0.1  # all negative
+    v = rng.standard_normal((2, 2, 5, 4)).astype(np.float32)
+    q[0, 1, 3, :] = np.inf  # every score of this row is -inf
+    q[1, 0, 2, 4] = np.nan  # every score of this row is NaN
+    ins = [q, k, v]
+    if mask:
+        ins.append(np.zeros((2, 1, 1, 5), np.float32))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(x) for x in ins[:3]), attn_mask=torch.from_numpy(ins[3]) if mask else None).numpy()
+    assert np.all(want[0, 1, 3] == 0) and np.all(np.isnan(want[1, 0, 2]))
+    for what, got in (("reference", braze.reference.run(before, *ins)), ("decomposed", braze.reference.run(after, *ins)),
+                      ("native", native(*ins))):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=what)  # NaN where torch has NaN

@@ -3,15 +3,15 @@
  * Define BZ_VB (vector bytes: 64 AVX-512, 32 AVX2, 16 SSE, 0 scalar) before
  * including. Vectors are GCC vector extensions, so one source serves every
  * target; intrinsics are used only where the generic form has no operator
- * (sqrt, floor/ceil/round), behind feature macros.
+ * (sqrt, floor/ceil/round, fma), behind feature macros.
  *
- * Vector math (float32): exp, log (Cephes-style range reduction + polynomial,
- * ~1-2 ulp), tanh (polynomial below 0.625, else via exp), erf (rational
- * approximation on [-4, 4], abs error < 5e-7), gelu via erfc
- * (erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), relative error ~1e-7, so the
- * negative tail keeps its relative accuracy), sigmoid = 1/(1+exp(-x)).
- * Inputs are clamped so nothing overflows; NaN propagates.
- * Scalar versions use libm.
+ * float32 math (exp, log, tanh, erf, gelu, sigmoid, silu, gelu_tanh) is
+ * braze_vmath.h, instantiated for the SIMD type (bz_vexp, ...) and for plain
+ * floats (bz_sexp, ...): the same operations in the same order, so the SIMD
+ * body and the scalar remainder of a loop give the same bits. Fused
+ * multiply-adds are explicit (bz_fmaf, bz_vfma: fused where the target has FMA,
+ * else a multiply and an add, in both); kernels are compiled with
+ * -ffp-contract=off so the compiler fuses nothing else. float64 uses libm.
  */
 #ifndef BRAZE_VEC_H
 #define BRAZE_VEC_H
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <float.h>
 
 #ifndef BZ_VB
 #define BZ_VB 0
@@ -42,17 +43,21 @@ BZ_INLINE int64_t bz_floormod(int64_t a, int64_t b) {
 }
 BZ_INLINE int64_t bz_imin(int64_t a, int64_t b) { return a < b ? a : b; }
 BZ_INLINE int64_t bz_imax(int64_t a, int64_t b) { return a > b ? a : b; }
-/* integer division truncating toward zero; x / 0 == 0 (numpy's result) */
-BZ_INLINE int64_t bz_idiv(int64_t a, int64_t b) { return b == 0 ? 0 : a / b; }
-/* remainder with the divisor's sign (torch.remainder); x % 0 == 0 */
-BZ_INLINE int64_t bz_imod(int64_t a, int64_t b) { return b == 0 ? 0 : bz_floormod(a, b); }
+/* integer division truncating toward zero; x / 0 == 0 (numpy's result); x / -1 == -x,
+ * wrapping (INT64_MIN / -1 traps in the hardware divide) */
+BZ_INLINE int64_t bz_idiv(int64_t a, int64_t b) {
+    return b == 0 ? 0 : (b == -1 ? (int64_t)(0 - (uint64_t)a) : a / b);
+}
+/* remainder with the divisor's sign (torch.remainder); x % 0 == 0, x % -1 == 0 */
+BZ_INLINE int64_t bz_imod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : bz_floormod(a, b); }
 /* remainder with the dividend's sign (C %, torch.fmod); x % 0 == 0, and x % -1 == 0 avoids INT64_MIN % -1 */
 BZ_INLINE int64_t bz_ifmod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
+/* integer power, wrapping on overflow (unsigned arithmetic: signed overflow is undefined in C) */
 BZ_INLINE int64_t bz_ipow(int64_t a, int64_t b) {
-    int64_t r = 1;
+    uint64_t r = 1, x = (uint64_t)a;
     if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-    while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
-    return r;
+    while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }
+    return (int64_t)r;
 }
 
 /* ------------------------------------------------------- scalar floats -- */
@@ -69,18 +74,76 @@ BZ_INLINE double bz_modd(double a, double b) {
     double r = fmod(a, b);
     return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
 }
-BZ_INLINE float bz_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-BZ_INLINE double bz_sigmoidd(double x) { return 1.0 / (1.0 + exp(-x)); }
-BZ_INLINE float bz_siluf(float x) { return x / (1.0f + expf(-x)); }
-BZ_INLINE double bz_silud(double x) { return x / (1.0 + exp(-x)); }
-BZ_INLINE float bz_geluf(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
-BZ_INLINE double bz_gelud(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
-BZ_INLINE float bz_gelu_tanhf(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+/* float64 activations (libm); the limits at +-inf as in braze_vmath.h */
+BZ_INLINE double bz_sigmoidd(double x) {
+    double e = exp(-fabs(x));
+    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
 }
+BZ_INLINE double bz_silud(double x) { return fmax(x, -DBL_MAX) * bz_sigmoidd(x); }
+BZ_INLINE double bz_gelud(double x) { return 0.5 * fmax(x, -DBL_MAX) * erfc(-x * 0.70710678118654752); }
 BZ_INLINE double bz_gelu_tanhd(double x) {
-    return 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+    return 0.5 * fmax(x, -DBL_MAX) * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
 }
+
+/* ------------------------------------------------------------------ fma -- */
+#if defined(__FMA__) || defined(__AVX512F__)
+#define BZ_HAS_FMA 1
+#else
+#define BZ_HAS_FMA 0
+#endif
+BZ_INLINE float bz_fmaf(float a, float b, float c) {
+#if BZ_HAS_FMA
+    return __builtin_fmaf(a, b, c);
+#else
+    return a * b + c; /* two roundings, as bz_vfma on this target */
+#endif
+}
+
+/* ------------------------------------------------- scalar float32 math -- */
+BZ_INLINE int32_t bz_f2i_bits(float x) { int32_t i; __builtin_memcpy(&i, &x, 4); return i; }
+BZ_INLINE float bz_i2f_bits(int32_t i) { float x; __builtin_memcpy(&x, &i, 4); return x; }
+#define BZ_T float
+#define BZ_I int32_t
+#define BZ_FN(name) bz_s##name
+#define BZ_S(c) (c)
+#define BZ_FMA(a, b, c) bz_fmaf((a), (b), (c))
+#define BZ_SEL(m, a, b) ((m) ? (a) : (b))
+#define BZ_GT(a, b) (-(int32_t)((a) > (b)))
+#define BZ_LT(a, b) (-(int32_t)((a) < (b)))
+#define BZ_GE(a, b) (-(int32_t)((a) >= (b)))
+#define BZ_EQ(a, b) (-(int32_t)((a) == (b)))
+#define BZ_NE(a, b) (-(int32_t)((a) != (b)))
+#define BZ_ASI(x) bz_f2i_bits(x)
+#define BZ_ASF(i) bz_i2f_bits(i)
+#define BZ_CVTI(x) ((int32_t)(x))
+#define BZ_CVTF(i) ((float)(i))
+#define BZ_ABS(x) bz_i2f_bits(bz_f2i_bits(x) & 0x7fffffff)
+#define BZ_MAX(a, b) bz_maxf((a), (b))
+#define BZ_MIN(a, b) bz_minf((a), (b))
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define BZ_SCALEF(y, n) _mm_cvtss_f32(_mm_scalef_ss(_mm_set_ss(y), _mm_set_ss(n)))
+#endif
+#include "braze_vmath.h"
+#undef BZ_SCALEF
+#undef BZ_T
+#undef BZ_I
+#undef BZ_FN
+#undef BZ_S
+#undef BZ_FMA
+#undef BZ_SEL
+#undef BZ_GT
+#undef BZ_LT
+#undef BZ_GE
+#undef BZ_EQ
+#undef BZ_NE
+#undef BZ_ASI
+#undef BZ_ASF
+#undef BZ_CVTI
+#undef BZ_CVTF
+#undef BZ_ABS
+#undef BZ_MAX
+#undef BZ_MIN
 
 /* -------------------------------------------------------------- vectors -- */
 #if BZ_VB > 0
@@ -165,127 +228,65 @@ BZ_INLINE bz_vf bz_vceil(bz_vf x) { return BZ_LANES1(ceilf, x); }
 BZ_INLINE bz_vf bz_vround(bz_vf x) { return BZ_LANES1(nearbyintf, x); }
 #endif
 
-/* exp: x = n ln2 + r, |r| <= ln2/2; e^r by a degree-6 polynomial; 2^n via the exponent bits */
-BZ_INLINE bz_vf bz_vexp(bz_vf x0) {
-    bz_vf x = bz_sel(x0 > 88.3762626647949f, bz_splat(88.3762626647949f), x0);
-    x = bz_sel(x < -88.3762626647949f, bz_splat(-88.3762626647949f), x);
-    bz_vf fx = x * 1.44269504088896341f;
-    fx = (fx + 12582912.0f) - 12582912.0f; /* round to nearest */
-    x = x - fx * 0.693359375f;
-    x = x + fx * 2.12194440e-4f;
-    bz_vf z = x * x;
-    bz_vf y = bz_splat(1.9875691500e-4f);
-    y = y * x + 1.3981999507e-3f;
-    y = y * x + 8.3334519073e-3f;
-    y = y * x + 4.1665795894e-2f;
-    y = y * x + 1.6666665459e-1f;
-    y = y * x + 5.0000001201e-1f;
-    y = y * z + x + 1.0f;
-    bz_vi n = __builtin_convertvector(fx, bz_vi);
-    bz_vi e = (n + 127) << 23;
-    bz_vf r = y * (bz_vf)e;
-    r = bz_sel(x0 > 88.72283935546875f, bz_splat(INFINITY), r);
-    return bz_sel(x0 != x0, x0, r);
+#define BZ_LANES3(f, x, y, z) __extension__({ bz_vf _bx = (x), _by = (y), _bz = (z), _br; \
+    for (int _bl = 0; _bl < BZ_VL; _bl++) _br[_bl] = f(_bx[_bl], _by[_bl], _bz[_bl]); _br; })
+
+/* a * b + c, fused exactly where bz_fmaf is */
+BZ_INLINE bz_vf bz_vfma(bz_vf a, bz_vf b, bz_vf c) {
+#if defined(__AVX512F__) && BZ_VB == 64
+    return (bz_vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif (defined(__FMA__) || defined(__AVX512VL__)) && BZ_VB == 32
+    return (bz_vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#elif (defined(__FMA__) || defined(__AVX512VL__)) && BZ_VB == 16
+    return (bz_vf)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+#elif BZ_HAS_FMA
+    return BZ_LANES3(bz_fmaf, a, b, c);
+#else
+    return a * b + c;
+#endif
 }
 
-/* log: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by a degree-9 polynomial */
-BZ_INLINE bz_vf bz_vlog(bz_vf x0) {
-    bz_vf x = bz_sel(x0 < 1.17549435e-38f, bz_splat(1.17549435e-38f), x0);
-    bz_vi xi = (bz_vi)x;
-    bz_vi ei = ((xi >> 23) & 0xff) - 126;
-    xi = (xi & 0x807fffff) | 0x3f000000;
-    x = (bz_vf)xi; /* in [0.5, 1) */
-    bz_vi m = x < 0.707106781186547524f;
-    ei = ei + m; /* m is -1 where true */
-    bz_vf e = __builtin_convertvector(ei, bz_vf);
-    x = x + bz_sel(m, x, bz_splat(0.0f)) - 1.0f;
-    bz_vf z = x * x;
-    bz_vf y = bz_splat(7.0376836292e-2f);
-    y = y * x - 1.1514610310e-1f;
-    y = y * x + 1.1676998740e-1f;
-    y = y * x - 1.2420140846e-1f;
-    y = y * x + 1.4249322787e-1f;
-    y = y * x - 1.6668057665e-1f;
-    y = y * x + 2.0000714765e-1f;
-    y = y * x - 2.4999993993e-1f;
-    y = y * x + 3.3333331174e-1f;
-    y = y * x * z;
-    y = y + e * -2.12194440e-4f;
-    y = y - 0.5f * z;
-    x = x + y;
-    x = x + e * 0.693359375f;
-    x = bz_sel(x0 == 0.0f, bz_splat(-INFINITY), x);
-    x = bz_sel(x0 < 0.0f, bz_splat(NAN), x);
-    x = bz_sel(x0 == INFINITY, bz_splat(INFINITY), x);
-    return bz_sel(x0 != x0, x0, x);
-}
-
-BZ_INLINE bz_vf bz_vtanh(bz_vf x) {
-    bz_vf ax = bz_vabs(x);
-    bz_vf z = x * x;
-    bz_vf p = bz_splat(-5.70498872745e-3f);
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    bz_vf small = p * z * x + x;
-    bz_vf big = 1.0f - 2.0f / (bz_vexp(bz_vmin(ax + ax, bz_splat(88.0f))) + 1.0f);
-    big = bz_sel(x < 0.0f, -big, big);
-    return bz_sel(ax < 0.625f, small, bz_sel(x != x, x, big));
-}
-
-BZ_INLINE bz_vf bz_verf(bz_vf x0) {
-    bz_vf x = bz_vmin(bz_vmax(x0, bz_splat(-4.0f)), bz_splat(4.0f));
-    bz_vf x2 = x * x;
-    bz_vf p = bz_splat(-2.72614225801306e-10f);
-    p = p * x2 + 2.77068142495902e-08f;
-    p = p * x2 - 2.10102402082508e-06f;
-    p = p * x2 - 5.69250639462346e-05f;
-    p = p * x2 - 7.34990630326855e-04f;
-    p = p * x2 - 2.95459980854025e-03f;
-    p = p * x2 - 1.60960333262415e-02f;
-    p = p * x;
-    bz_vf q = bz_splat(-1.45660718464996e-05f);
-    q = q * x2 - 2.13374055278905e-04f;
-    q = q * x2 - 1.68282697438203e-03f;
-    q = q * x2 - 7.37332916720468e-03f;
-    q = q * x2 - 1.42647390514189e-02f;
-    return p / q;
-}
-
-/* erfc(z) for z >= 0 (Numerical Recipes' erfcc: relative error < 1.2e-7) */
-BZ_INLINE bz_vf bz_verfc_pos(bz_vf z) {
-    bz_vf t = 1.0f / (1.0f + 0.5f * z);
-    bz_vf p = bz_splat(0.17087277f);
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
-    return t * bz_vexp(p - z * z);
-}
-
-/* gelu(x) = x/2 * (1 + erf(x/sqrt 2)) = x/2 * erfc(-x/sqrt 2) */
-BZ_INLINE bz_vf bz_vgelu(bz_vf x) {
-    bz_vf z = x * -0.70710678118654752f; /* erfc argument */
-    bz_vf az = bz_vmin(bz_vabs(z), bz_splat(10.0f));
-    bz_vf c = bz_verfc_pos(az);
-    bz_vf ec = bz_sel(z < 0.0f, 2.0f - c, c);
-    /* near 0 the erf form is more accurate than 2 - erfc */
-    bz_vf ef = 1.0f + bz_verf(-z);
-    ec = bz_sel(bz_vabs(z) < 0.5f, ef, ec);
-    return 0.5f * x * ec;
-}
-
-BZ_INLINE bz_vf bz_vsigmoid(bz_vf x) { return 1.0f / (1.0f + bz_vexp(-x)); }
-BZ_INLINE bz_vf bz_vsilu(bz_vf x) { return x / (1.0f + bz_vexp(-x)); }
-BZ_INLINE bz_vf bz_vgelu_tanh(bz_vf x) {
-    return 0.5f * x * (1.0f + bz_vtanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
+#define BZ_T bz_vf
+#define BZ_I bz_vi
+#define BZ_FN(name) bz_v##name
+#define BZ_S(c) bz_splat(c)
+#define BZ_FMA(a, b, c) bz_vfma((a), (b), (c))
+#define BZ_SEL(m, a, b) bz_sel((m), (a), (b))
+#define BZ_GT(a, b) ((a) > (b))
+#define BZ_LT(a, b) ((a) < (b))
+#define BZ_GE(a, b) ((a) >= (b))
+#define BZ_EQ(a, b) ((a) == (b))
+#define BZ_NE(a, b) ((a) != (b))
+#define BZ_ASI(x) ((bz_vi)(x))
+#define BZ_ASF(i) ((bz_vf)(i))
+#define BZ_CVTI(x) __builtin_convertvector((x), bz_vi)
+#define BZ_CVTF(i) __builtin_convertvector((i), bz_vf)
+#define BZ_ABS(x) bz_vabs(x)
+#define BZ_MAX(a, b) bz_vmax((a), (b))
+#define BZ_MIN(a, b) bz_vmin((a), (b))
+#if defined(__AVX512F__) && BZ_VB == 64
+#define BZ_SCALEF(y, n) ((bz_vf)_mm512_scalef_ps((__m512)(y), (__m512)(n)))
+#endif
+#include "braze_vmath.h"
+#undef BZ_SCALEF
+#undef BZ_T
+#undef BZ_I
+#undef BZ_FN
+#undef BZ_S
+#undef BZ_FMA
+#undef BZ_SEL
+#undef BZ_GT
+#undef BZ_LT
+#undef BZ_GE
+#undef BZ_EQ
+#undef BZ_NE
+#undef BZ_ASI
+#undef BZ_ASF
+#undef BZ_CVTI
+#undef BZ_CVTF
+#undef BZ_ABS
+#undef BZ_MAX
+#undef BZ_MIN
 
 #endif /* BZ_VB > 0 */
 #endif /* BRAZE_VEC_H */

@@ -155,7 +155,7 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
         set_err(err, errlen, "braze_dnnl: packed weight is NULL (%s)", ctx);
         return 1;
     }
-    if (M < 0 || N != B->N || K != B->K || !A || !C) {
+    if (M < 0 || N != B->N || K != B->K || (M > 0 && (!A || !C))) { /* no rows: A and C may be NULL */
         set_err(err, errlen,
                 "braze_dnnl: invalid arguments (%s; packed weight is N=%lld K=%lld; A=%p C=%p)",
                 ctx, (long long)B->N, (long long)B->K, (const void *)A, (void *)C);
@@ -297,7 +297,8 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
     dnnl_memory_desc_t a = NULL, w = NULL, c = NULL;
     dnnl_memory_t ma = NULL, mw = NULL, mc = NULL;
     if (braze_dnnl_init(err, errlen)) return 1;
-    int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0 || !A || !Bm || !C;
+    /* a pointer to no elements may be NULL (an empty arena): checked once the sizes say it is used */
+    int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0;
     int64_t out = 1;
     for (int i = 0; !bad && i < nb; i++) {
         int64_t p = a_batch[i], q = b_batch[i];
@@ -310,6 +311,10 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
         return 1;
     }
     if (out == 0 || M == 0 || N == 0) return 0;
+    if (!C || (K > 0 && (!A || !Bm))) {
+        set_err(err, errlen, "braze_dnnl: NULL data pointer (%s)", ctx);
+        return 1;
+    }
     if (K == 0) {
         memset(C, 0, (size_t)(out * M * N) * sizeof(float));
         return 0;

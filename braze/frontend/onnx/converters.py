@@ -130,7 +130,11 @@ def _unary(ctx):
         r = fold.unary(ctx, t, ks[0], ctx.tv(0).dtype)
         if r is not None:
             return r
-    return ctx.op(_UNARY[t], ctx.value(0))
+    y = ctx.op(_UNARY[t], ctx.value(0))
+    if t == "Sign" and ctx.tv(0).dtype.is_float:  # ONNX: sign(NaN) is NaN (braze's sign, as torch's, gives 0)
+        x = ctx.value(0)
+        y = ctx.op("where", ctx.op("not_equal", x, x), x, y)
+    return y
 
 
 @converter("IsNaN")

@@ -333,11 +333,10 @@ def _cumsum(cx, n, x, dim, dtype=None):
 
 
 def _anyall(name):
+    # max/min over bool: over no elements they give False/True, as any/all do
     def f(cx, n, x, dim=None, keepdim=False):
         b = op(cx, "not_equal", [x, scalar(cx, 0, x.dtype)]) if x.dtype is not DType.bool else x
-        i = op(cx, "cast", [b], dtype=DType.int32)
-        r = op(cx, name, [i], axes=axes(cx, dim, x.rank), keepdims=bool(keepdim))
-        return op(cx, "cast", [r], dtype=DType.bool)
+        return op(cx, name, [b], axes=axes(cx, dim, x.rank), keepdims=bool(keepdim))
     return f
 
 

@@ -53,10 +53,23 @@ def _t(cx, n, x):
 # ---------------------------------------------------------------------------
 
 
-@conv("softmax", "_softmax", "_safe_softmax")
+@conv("softmax", "_softmax")
 def _softmax(cx, n, x, dim, dtype=None):
     x = cast(cx, x, out_dtype(cx, n))
     return op(cx, "softmax", [x], axis=axis(cx, dim, x.rank))
+
+
+@conv("_safe_softmax")
+def _safe_softmax(cx, n, x, dim, dtype=None):
+    """softmax, but a row that is all -inf gives zeros, not NaN (torch's _safe_softmax, what
+    scaled_dot_product_attention uses); a row with a NaN stays NaN. The row's max joins the
+    softmax's row kernel."""
+    x = cast(cx, x, out_dtype(cx, n))
+    a = axis(cx, dim, x.rank)
+    p = op(cx, "softmax", [x], axis=a)
+    m = op(cx, "reduce_max", [x], axes=(a,), keepdims=True)
+    masked = op(cx, "equal", [m, scalar(cx, float("-inf"), x.dtype)])
+    return op(cx, "where", [masked, scalar(cx, 0.0, x.dtype), p])
 
 
 @conv("log_softmax", "_log_softmax")

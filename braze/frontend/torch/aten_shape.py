@@ -174,7 +174,8 @@ def _squeeze(cx, n, x, dim=None):
     else:
         dims = [dim] if isinstance(dim, int) else dim
     ax = tuple(sorted({axis(cx, d, x.rank) for d in dims}))
-    ax = tuple(a for a in ax if isinstance(x.shape[a], int) and x.shape[a] == 1)
+    # a 0-d tensor squeezes to itself (dim 0 or -1 names the tensor, as in torch)
+    ax = tuple(a for a in ax if a < x.rank and isinstance(x.shape[a], int) and x.shape[a] == 1)
     if not ax:
         return x
     return op(cx, "squeeze", [x], axes=ax)

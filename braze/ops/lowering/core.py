@@ -112,8 +112,13 @@ class LowerCtx:
             d[key] = build()
         return d[key]
 
-    def reduce(self, op: str, body: Callable, extents, dtype: DType) -> Reduce:
-        """``op`` over fresh loop vars with ``extents``; ``body(vars) -> Expr``."""
+    def reduce(self, op: str, body: Callable, extents, dtype: DType) -> Expr:
+        """``op`` over fresh loop vars with ``extents``; ``body(vars) -> Expr``.
+
+        With no extents (a 0-d input, or no axes) there is one element: the reduction
+        is that element itself, and the position of an arg reduction is 0."""
+        if not extents:
+            return Const(0, I64) if op in ("argmax", "argmin") else cast(body([]), dtype)
         vs = [L.loop_var(e, "r") for e in extents]
         b = body(vs)
         if op not in ("argmax", "argmin"):

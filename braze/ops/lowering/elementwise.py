@@ -78,7 +78,11 @@ def _lower_gelu(ctx, x, *, approximate):
 
 @lowering("relu")
 def _lower_relu(ctx, x):
-    return lambda idx: vmax(x(idx), fconst(0, x(idx)))
+    # x < 0 ? 0 : x (torch): relu(-0) = -0, NaN propagates
+    def fn(idx):
+        v = x(idx)
+        return select(cmp("lt", v, fconst(0, v)), fconst(0, v), v)
+    return fn
 
 
 @lowering("floor", "ceil", "round")
@@ -98,12 +102,18 @@ def _lower_sign(ctx, x):
     return fn
 
 
+def _finite_below(v):
+    """max(v, -largest finite): x * 0 at x = -inf gives the limit -0 instead of NaN."""
+    return vmax(v, fconst(-float(np.finfo(v.dtype.numpy).max), v))
+
+
 @lowering("hardswish")
 def _lower_hardswish(ctx, x):
+    # x * (t / 6): exactly x for x >= 3 (t / 6 == 1), and -0 at -inf (the limit; torch gives NaN)
     def fn(idx):
         v = x(idx)
         t = vmin(vmax(add(v, fconst(3, v)), fconst(0, v)), fconst(6, v))
-        return div(mul(v, t), fconst(6, v))
+        return mul(_finite_below(v), div(t, fconst(6, v)))
     return fn
 
 
@@ -119,7 +129,7 @@ def _lower_leaky(ctx, x, *, alpha):
 def _lower_elu(ctx, x, *, alpha):
     def fn(idx):
         v = x(idx)
-        neg = mul(fconst(alpha, v), sub(un("exp", vmin(v, fconst(0, v))), fconst(1, v)))
+        neg = mul(fconst(alpha, v), un("expm1", v))  # expm1: exact near 0, elu(-0) = -0
         return select(cmp("gt", v, fconst(0, v)), v, neg)
     return fn
 

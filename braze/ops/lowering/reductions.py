@@ -64,9 +64,9 @@ def _lower_reduce(ctx, x, *, axes, keepdims):
 
 @lowering("argmax", "argmin")
 def _lower_arg(ctx, x, *, axis, keepdims):
-    ax = axis % x.rank
+    ax = _norm_axes((axis,), x.rank)  # () for a 0-d input
     op = ctx.node.op
-    return lambda idx: ctx.memo(tuple(idx), lambda: _reduce_over(ctx, x, (ax,), keepdims, op, I64, idx))
+    return lambda idx: ctx.memo(tuple(idx), lambda: _reduce_over(ctx, x, ax, keepdims, op, I64, idx))
 
 
 @lowering("var")
@@ -90,8 +90,10 @@ def _lower_var(ctx, x, *, axes, keepdims, correction):
 
 @lowering("cumsum")
 def _lower_cumsum(ctx, x, *, axis, exclusive, reverse):
-    ax = axis % x.rank
     dt = ctx.out_type.dtype
+    if x.rank == 0:  # one element: itself, or nothing before it
+        return lambda idx: const(0, dt) if exclusive else cast(x(idx), dt)
+    ax = axis % x.rank
     n = x.shape[ax]
 
     def fn(idx):

@@ -1,0 +1,86 @@
+"""Special values through the torch frontend, reference and native, against eager.
+
+braze follows PyTorch except where PyTorch is mathematically wrong; those cases are the
+table in docs/semantics.md, and the last test here checks that each entry still holds
+(so the table stays true when torch changes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+
+F = torch.nn.functional
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "braze_cache"))
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _both(fn, *xs):
+    """(reference, native) results of ``fn`` exported at ``xs``."""
+    ep = torch.export.export(Fn(fn), xs, strict=False)
+    ref = braze.reference.run(braze.import_torch(ep), *[x.numpy() for x in xs])
+    return ref, braze.compile(ep)(*xs).numpy()
+
+
+def _rows():
+    x = torch.randn(6, 19)
+    x[1] = -INF                       # all -inf: _safe_softmax gives 0, softmax NaN
+    x[2, 3] = NAN                     # a NaN: NaN either way
+    x[3, ::2] = -INF                  # partly -inf: an ordinary softmax
+    x[4, 5] = INF                     # +inf: NaN (inf - inf), as torch
+    x[5, :18] = -INF                  # one finite element: a one-hot row
+    return x
+
+
+def test_safe_softmax_gives_zeros_for_all_minus_inf_rows():
+    x = _rows()
+    want = torch.ops.aten._safe_softmax(x, -1).numpy()
+    assert np.all(want[1] == 0) and np.isnan(want[2]).all()
+    for got in _both(lambda t: torch.ops.aten._safe_softmax(t, -1), x):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)  # NaN where eager has NaN
+
+
+def test_plain_softmax_keeps_nan_for_all_minus_inf_rows():
+    x = _rows()
+    want = torch.softmax(x, -1).numpy()
+    assert np.isnan(want[1]).all()
+    for got in _both(lambda t: torch.softmax(t, -1), x):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+# (torch function, input, braze's value, eager's value): see docs/semantics.md
+DIFFERENCES = [
+    (F.gelu, INF, INF, NAN),
+    (F.gelu, -INF, -0.0, NAN),
+    (lambda t: F.gelu(t, approximate="tanh"), -INF, -0.0, NAN),
+    (F.silu, -INF, -0.0, NAN),
+    (F.hardswish, -INF, -0.0, NAN),
+    (F.hardswish, 3.0e38, 3.0e38, INF),
+]
+
+
+def test_documented_differences_from_eager():
+    """braze keeps the limit where eager's (vectorized) kernels give NaN or overflow; eager
+    still differs, so the table in docs/semantics.md is true."""
+    for fn, x, ours, eager in DIFFERENCES:
+        e = fn(torch.full((64,), x)).numpy()
+        assert np.array_equal(e, np.full(64, eager, np.float32), equal_nan=True), (fn, x, e)
+        for got in _both(fn, torch.full((37,), x)):
+            assert np.array_equal(got, np.full(37, ours, np.float32)), (fn, x, got)
+            assert np.array_equal(np.signbit(got), np.full(37, np.signbit(ours))), (fn, x, got)
