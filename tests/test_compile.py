@@ -153,3 +153,16 @@ def test_matmul_symbolic_batch_dim_against_a_static_one_is_checked_at_run_time()
     assert m(np.ones((2, 4, 8), np.float32), wv).shape == (2, 4, 5)
     with pytest.raises(InputError):
         m(np.ones((3, 4, 8), np.float32), wv)
+
+
+@pytest.mark.parametrize("dtype, ws", [("i64", (8, 5)), ("f32", (8,))])
+def test_native_limits_are_unsupported_op_errors(dtype, ws):
+    """What the native backend does not do yet (int matmul, a vector operand) is an
+    UnsupportedOpError, the error that says "not supported", not a bare BrazeError."""
+    from braze.errors import UnsupportedOpError
+    b = Builder()
+    x = b.param("x", tensor(dtype, 4, 8))
+    w = b.param("w", tensor(dtype, *ws))
+    b.ret(b.op("matmul", [x, w]))
+    with pytest.raises(UnsupportedOpError, match="not supported natively"):
+        braze.compile(b.module)
