@@ -21,8 +21,21 @@ def pair(v):
 # ---------------------------------------------------------------------------
 
 
+def _is_constant(v) -> bool:
+    return v.producer is not None and v.producer.op == "constant"
+
+
+def _float_only(cx, name, x):
+    if not x.dtype.is_float:
+        raise UnsupportedOpError(f"{name} on {x.dtype.name} tensors is not supported (floating point only)",
+                                 where=str(cx.loc), hint="cast the input to float32 first")
+
+
 @conv("linear")
 def _linear(cx, n, x, w, b=None):
+    if b is not None and not _is_constant(b):
+        # a bias computed at run time is a separate add: gemm libraries take constant biases only
+        return op(cx, "add", [op(cx, "linear", [x, w]), b])
     return op(cx, "linear", [x, w] + ([b] if b is not None else []))
 
 
@@ -116,6 +129,11 @@ def _bn_legit(cx, n, x, w, b, mean, var, training, momentum, eps):
 
 
 def _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups):
+    _float_only(cx, "convolution", x)
+    if b is not None and not _is_constant(b):
+        # a bias computed at run time: a separate add over the channel axis (see _linear)
+        y = _conv2d_impl(cx, x, w, None, stride, padding, dilation, groups)
+        return op(cx, "add", [y, op(cx, "reshape", [b], shape=(b.shape[0], 1, 1))])
     stride, dilation = pair(stride), pair(dilation)
     if isinstance(padding, str):
         if padding == "valid":
@@ -198,6 +216,7 @@ def _avg_pool2d(cx, n, x, kernel, stride=None, padding=0, ceil_mode=False, count
                 divisor_override=None):
     if divisor_override is not None:
         raise UnsupportedOpError("avg_pool2d(divisor_override=...) is not supported", where=str(cx.loc))
+    _float_only(cx, "avg_pool2d", x)
     k, s, p = _pool_args(kernel, stride, padding)
     return op(cx, "avg_pool2d", [x], kernel=k, stride=s, padding=p, ceil_mode=bool(ceil_mode),
               count_include_pad=bool(count_include_pad))
@@ -205,6 +224,7 @@ def _avg_pool2d(cx, n, x, kernel, stride=None, padding=0, ceil_mode=False, count
 
 @conv("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
 def _adaptive_avg_pool2d(cx, n, x, output_size):
+    _float_only(cx, "adaptive_avg_pool2d", x)
     return op(cx, "adaptive_avg_pool2d", [x], output_size=pair(output_size))
 
 
