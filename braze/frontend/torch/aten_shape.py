@@ -203,9 +203,32 @@ def _pads(cx, x, pad):
     return tuple(begins + ends)
 
 
+def _negative(p) -> bool:
+    return isinstance(p, int) and p < 0
+
+
+def _pad_op(cx, x, pads, mode, value=0.0):
+    """``pad``; in edge mode, negative pads crop first (torch: out[i] = x[clamp(i - pad, 0, n - 1)],
+    which is the cropped tensor padded with its own edges)."""
+    r = x.rank
+    if mode == "edge" and any(_negative(p) for p in pads):
+        for ax in range(r):
+            b, e = pads[ax], pads[r + ax]
+            if _negative(b) or _negative(e):
+                x = op(cx, "slice", [x], axis=ax, start=-b if _negative(b) else 0,
+                       end=S.add(x.shape[ax], e) if _negative(e) else BIG, step=1)
+        pads = tuple(0 if _negative(p) else p for p in pads)
+        if all(isinstance(p, int) and p == 0 for p in pads):
+            return x
+    if mode == "reflect" and any(_negative(p) for p in pads):
+        raise UnsupportedOpError(f"reflect padding with negative pads {list(pads)} is not supported",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
+    return op(cx, "pad", [x], pads=pads, mode=mode, value=float(value))
+
+
 @conv("constant_pad_nd")
 def _constant_pad(cx, n, x, pad, value=0):
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="constant", value=float(value))
+    return _pad_op(cx, x, _pads(cx, x, pad), "constant", value)
 
 
 @conv("pad")
@@ -214,17 +237,17 @@ def _pad(cx, n, x, pad, mode="constant", value=None):
     if m is None:
         raise UnsupportedOpError(f"pad mode '{mode}' is not supported", where=str(cx.loc),
                                  hint="supported: constant, reflect, replicate")
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode=m, value=float(value or 0.0))
+    return _pad_op(cx, x, _pads(cx, x, pad), m, value or 0.0)
 
 
 @conv("reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
 def _reflect_pad(cx, n, x, pad):
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="reflect", value=0.0)
+    return _pad_op(cx, x, _pads(cx, x, pad), "reflect")
 
 
 @conv("replication_pad1d", "replication_pad2d", "replication_pad3d")
 def _replicate_pad(cx, n, x, pad):
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="edge", value=0.0)
+    return _pad_op(cx, x, _pads(cx, x, pad), "edge")
 
 
 # ---------------------------------------------------------------------------
