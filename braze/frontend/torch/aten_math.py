@@ -204,11 +204,13 @@ def _clamp_max(cx, n, x, m):
 
 @conv("log1p")
 def _log1p(cx, n, x):
+    x = cast(cx, x, out_dtype(cx, n))  # ints give float32, as torch
     return op(cx, "log", [op(cx, "add", [x, scalar(cx, 1.0, x.dtype)])])
 
 
 @conv("expm1")
 def _expm1(cx, n, x):
+    x = cast(cx, x, out_dtype(cx, n))
     return op(cx, "sub", [op(cx, "exp", [x]), scalar(cx, 1.0, x.dtype)])
 
 
