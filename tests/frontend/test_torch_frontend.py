@@ -235,6 +235,55 @@ def test_static_shapes():
     check(Fn(lambda self, x: F.gelu(x) @ x.T), lambda: (rnd(3, 5),), None, [{}])
 
 
+def check_native(mod, make, dyn, shapes, example=None):
+    """check(), then the same model compiled natively against eager at every shape."""
+    m = check(mod, make, dyn, shapes, example)
+    cm = braze.compile(m)
+    for sh in shapes:
+        ins = make(**sh)
+        with torch.no_grad():
+            ref = tuple(flatten_outputs(mod(*ins)))
+        out = cm(*[t.numpy() for t in ins])
+        out = out if isinstance(out, tuple) else (out,)
+        for o, r in zip(out, ref):
+            assert_close(o, r.numpy(), rtol=1e-4, atol=1e-5, what=f"native {sh}")
+
+
+def test_linear_conv_with_a_runtime_bias():
+    # the bias is an input, not a weight: a separate add (libraries take constant biases only)
+    def f(self, x, b, img, cb):
+        return (F.linear(x, self.w, b), F.conv2d(img, self.cw, cb, padding=1),
+                F.conv1d(img[:, :, 0], self.cw[..., 0], cb))
+
+    m = Fn(f)
+    m.w = nn.Parameter(torch.randn(4, 6))
+    m.cw = nn.Parameter(torch.randn(5, 3, 3, 3))
+    check_native(m, lambda b: (rnd(b, 6), rnd(4, seed=1), rnd(b, 3, 5, 7, seed=2), rnd(5, seed=3)),
+                 ({0: B()}, None, {0: B()}, None), BATCHES)
+
+
+def test_replicate_pad_with_negative_pads_crops():
+    def f(self, x):
+        return F.pad(x, (-2, 3), mode="replicate"), F.pad(x.unsqueeze(1), (1, -1, -1, 2), mode="replicate")
+
+    check_native(Fn(f), lambda b: (rnd(b, 3, 9),), ({0: B()},), BATCHES)
+
+
+def test_log1p_expm1_of_ints_give_float():
+    def f(self, i):
+        return torch.log1p(i), torch.expm1(i)
+
+    check_native(Fn(f), lambda b: (torch.arange(b * 3).reshape(b, 3) - 2,), ({0: B()},), BATCHES)
+
+
+def test_int_convolution_and_average_pooling_are_unsupported():
+    x = torch.arange(2 * 3 * 6 * 6).reshape(2, 3, 6, 6)
+    for f in (lambda self, x: F.conv2d(x, torch.ones(2, 3, 3, 3, dtype=torch.int64)),
+              lambda self, x: F.avg_pool2d(x, 2), lambda self, x: F.adaptive_avg_pool2d(x, 2)):
+        with pytest.raises(UnsupportedOpError, match="int64"):
+            braze.import_torch(export(Fn(f), (x,), None))
+
+
 # ---------------------------------------------------------------------------
 # symbols, ranges, constants
 # ---------------------------------------------------------------------------
