@@ -262,11 +262,14 @@ def test_linear_conv_with_a_runtime_bias():
                  ({0: B()}, None, {0: B()}, None), BATCHES)
 
 
-def test_replicate_pad_with_negative_pads_crops():
+def test_replicate_pad_with_negative_pads():
+    # torch: out[i] = x[clamp(i - begin, 0, n - 1)], also when the crop leaves nothing
     def f(self, x):
-        return F.pad(x, (-2, 3), mode="replicate"), F.pad(x.unsqueeze(1), (1, -1, -1, 2), mode="replicate")
+        return (F.pad(x, (-2, 3), mode="replicate"), F.pad(x, (0, 0, -3, 2), mode="replicate"),
+                F.pad(x.unsqueeze(1), (1, -1, -1, 2), mode="replicate"))
 
-    check_native(Fn(f), lambda b: (rnd(b, 3, 9),), ({0: B()},), BATCHES)
+    check_native(Fn(f), lambda b, w: (rnd(b, 3, w),), ({0: B(), 2: Dim("w", min=4, max=64)},),
+                 [{"b": 1, "w": 4}, {"b": 2, "w": 9}, {"b": 3, "w": 13}])
 
 
 def test_log1p_expm1_of_ints_give_float():

@@ -208,16 +208,19 @@ def _negative(p) -> bool:
 
 
 def _pad_op(cx, x, pads, mode, value=0.0):
-    """``pad``; in edge mode, negative pads crop first (torch: out[i] = x[clamp(i - pad, 0, n - 1)],
-    which is the cropped tensor padded with its own edges)."""
+    """``pad``; in edge mode an axis with a negative pad is a gather of x[clamp(i - begin, 0, n - 1)]
+    (torch's definition, which also holds when the crop leaves nothing to replicate)."""
     r = x.rank
     if mode == "edge" and any(_negative(p) for p in pads):
-        for ax in range(r):
+        done = [ax for ax in range(r) if _negative(pads[ax]) or _negative(pads[r + ax])]
+        for ax in done:
             b, e = pads[ax], pads[r + ax]
-            if _negative(b) or _negative(e):
-                x = op(cx, "slice", [x], axis=ax, start=-b if _negative(b) else 0,
-                       end=S.add(x.shape[ax], e) if _negative(e) else BIG, step=1)
-        pads = tuple(0 if _negative(p) else p for p in pads)
+            n = x.shape[ax]
+            idx = op(cx, "arange", [], start=S.mul(-1, b), end=S.add(n, e), step=1, dtype=DType.int64)
+            idx = op(cx, "maximum", [idx, scalar(cx, 0, DType.int64)])
+            idx = op(cx, "minimum", [idx, scalar(cx, S.add(n, -1), DType.int64)])
+            x = op(cx, "gather", [x, idx], axis=ax)
+        pads = tuple(0 if i % r in done else p for i, p in enumerate(pads))
         if all(isinstance(p, int) and p == 0 for p in pads):
             return x
     if mode == "reflect" and any(_negative(p) for p in pads):
