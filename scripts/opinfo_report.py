@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import fnmatch
 import json
 import os
@@ -72,6 +73,13 @@ def summarize(results):
     return out
 
 
+def write_json(path, results) -> None:
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps({"summary": summarize(results), "results": [r.as_dict() for r in results]},
+                              indent=1))
+    tmp.replace(path)
+
+
 def table(summary) -> str:
     dtypes = list(summary)
     lines = []
@@ -96,7 +104,14 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="write every sample's result here")
     ap.add_argument("--chunk", type=int, default=20, help="ops whose samples compile together (default 20)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every sample")
+    ap.add_argument("--load", default=None, help="print the table of a JSON written earlier; run nothing")
     a = ap.parse_args(argv)
+    if a.load:
+        fields = {f.name for f in dataclasses.fields(sw.SampleResult)}
+        rs = [sw.SampleResult(**{k: v for k, v in d.items() if k in fields})
+              for d in json.loads(Path(a.load).read_text())["results"]]
+        print(table(summarize(rs)))
+        return 0
     cache = os.environ.get("BRAZE_CACHE_DIR") or tempfile.mkdtemp(prefix="braze-opinfo-")
     options = Options.from_env().replace(cache_dir=cache)
     results = []
@@ -118,12 +133,13 @@ def main(argv=None):
                               file=sys.stderr, flush=True)
             print(f"[{dtype}] {k + len(chunk)}/{len(ops)} ops, {time.perf_counter() - t0:.0f} s",
                   file=sys.stderr, flush=True)
+            if a.json:  # after every chunk: a long run that is stopped keeps what it did
+                write_json(a.json, results)
     summary = summarize(results)
     print(table(summary))
     print(f"{len(results)} samples in {time.perf_counter() - t0:.0f} s")
     if a.json:
-        Path(a.json).write_text(json.dumps({"summary": summary,
-                                            "results": [r.as_dict() for r in results]}, indent=1))
+        write_json(a.json, results)
     return 1 if any(r.failed for r in results) else 0
 
 
