@@ -265,7 +265,7 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
             return 1;
         }
     }
-    if (N < 0 || H <= 0 || W <= 0 || !X || !Y || OH != CONV_OH(P, H) || OW != CONV_OW(P, W) ||
+    if (N < 0 || H <= 0 || W <= 0 || (N > 0 && (!X || !Y)) || OH != CONV_OH(P, H) || OW != CONV_OW(P, W) ||
         OH <= 0 || OW <= 0) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; expected OH=%lld OW=%lld)", ctx,
                 (long long)CONV_OH(P, H), (long long)CONV_OW(P, W));

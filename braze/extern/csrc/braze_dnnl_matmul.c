@@ -155,7 +155,7 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
         set_err(err, errlen, "braze_dnnl: packed weight is NULL (%s)", ctx);
         return 1;
     }
-    if (M < 0 || N != B->N || K != B->K || !A || !C) {
+    if (M < 0 || N != B->N || K != B->K || (M > 0 && (!A || !C))) {  /* empty: may be NULL */
         set_err(err, errlen,
                 "braze_dnnl: invalid arguments (%s; packed weight is N=%lld K=%lld; A=%p C=%p)",
                 ctx, (long long)B->N, (long long)B->K, (const void *)A, (void *)C);
@@ -297,13 +297,16 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
     dnnl_memory_desc_t a = NULL, w = NULL, c = NULL;
     dnnl_memory_t ma = NULL, mw = NULL, mc = NULL;
     if (braze_dnnl_init(err, errlen)) return 1;
-    int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0 || !A || !Bm || !C;
+    int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0;
     int64_t out = 1;
     for (int i = 0; !bad && i < nb; i++) {
         int64_t p = a_batch[i], q = b_batch[i];
         bad = p < 0 || q < 0 || (p != q && p != 1 && q != 1);
         out *= p > q ? p : q;
     }
+    /* an empty operand or result may have no memory (NULL) */
+    if (!bad && out > 0 && M > 0 && N > 0)
+        bad = !C || (K > 0 && (!A || !Bm));
     if (bad) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; 1 to %d batch dims, each equal or 1 on one side)",
                 ctx, BMM_MAX_BATCH);
