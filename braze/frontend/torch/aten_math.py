@@ -301,8 +301,17 @@ conv("argmin")(_arg("argmin"))
 def _var_impl(cx, n, x, dim, correction, keepdim):
     if correction is None:
         correction = 1
-    return op(cx, "var", [x], axes=axes(cx, dim, x.rank), keepdims=bool(keepdim),
-              correction=int(need_static(cx, correction, "correction")))
+    c = need_static(cx, correction, "correction")
+    ax = axes(cx, dim, x.rank)
+    if float(c).is_integer():
+        return op(cx, "var", [x], axes=ax, keepdims=bool(keepdim), correction=int(c))
+    # a fractional correction (the op's is an int): the biased variance times n / max(n - c, 0)
+    count = 1
+    for a in (range(x.rank) if ax is None else ax):
+        count *= need_static(cx, x.shape[a], "the reduced size with a fractional correction")
+    v = op(cx, "var", [x], axes=ax, keepdims=bool(keepdim), correction=0)
+    d = max(count - float(c), 0.0)
+    return op(cx, "mul", [v, scalar(cx, count / d if d else float("inf"), v.dtype)])
 
 
 @conv("var")
