@@ -122,10 +122,29 @@ def _bn_no_training(cx, n, x, w, b, mean, var, momentum, eps):
 
 
 @conv("_native_batch_norm_legit", "native_batch_norm", "_native_batch_norm_legit_functional")
-def _bn_legit(cx, n, x, w, b, mean, var, training, momentum, eps):
+def _bn_legit(cx, n, x, w, b, *rest):
+    if len(rest) == 3:  # the no_stats overload (instance norm, no running stats): batch statistics
+        return (_bn_batch_stats(cx, x, w, b, rest[2]), NotProduced("saved mean"), NotProduced("saved rstd"))
+    mean, var, training, momentum, eps = rest
     if training or mean is None:
         raise _bn_training(cx)
     return (_bn(cx, x, w, b, mean, var, eps), NotProduced("saved mean"), NotProduced("saved rstd"))
+
+
+def _bn_batch_stats(cx, x, w, b, eps):
+    """(x - mean) / sqrt(var + eps) * w + b with the biased mean and var over every axis but 1."""
+    _float_only(cx, "batch norm", x)
+    ax = tuple(a for a in range(x.rank) if a != 1)
+    per_channel = (x.shape[1],) + (1,) * (x.rank - 2)
+    mean = op(cx, "reduce_mean", [x], axes=ax, keepdims=True)
+    var = op(cx, "var", [x], axes=ax, keepdims=True, correction=0)
+    inv = op(cx, "rsqrt", [op(cx, "add", [var, scalar(cx, float(eps), x.dtype)])])
+    y = op(cx, "mul", [op(cx, "sub", [x, mean]), inv])
+    if w is not None:
+        y = op(cx, "mul", [y, op(cx, "reshape", [w], shape=per_channel)])
+    if b is not None:
+        y = op(cx, "add", [y, op(cx, "reshape", [b], shape=per_channel)])
+    return y
 
 
 def _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups):
