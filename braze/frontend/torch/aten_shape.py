@@ -208,24 +208,25 @@ def _negative(p) -> bool:
 
 
 def _pad_op(cx, x, pads, mode, value=0.0):
-    """``pad``; in edge mode an axis with a negative pad is a gather of x[clamp(i - begin, 0, n - 1)]
-    (torch's definition, which also holds when the crop leaves nothing to replicate)."""
+    """``pad``; in edge and reflect modes an axis with a negative pad is a gather of x[j(i - begin)]
+    with j a clamp (edge) or a reflection (torch's definitions, which also hold when the crop
+    leaves less than the pad reads)."""
     r = x.rank
-    if mode == "edge" and any(_negative(p) for p in pads):
+    if mode in ("edge", "reflect") and any(_negative(p) for p in pads):
         done = [ax for ax in range(r) if _negative(pads[ax]) or _negative(pads[r + ax])]
+        i64 = DType.int64
         for ax in done:
             b, e = pads[ax], pads[r + ax]
-            n = x.shape[ax]
-            idx = op(cx, "arange", [], start=S.mul(-1, b), end=S.add(n, e), step=1, dtype=DType.int64)
-            idx = op(cx, "maximum", [idx, scalar(cx, 0, DType.int64)])
-            idx = op(cx, "minimum", [idx, scalar(cx, S.add(n, -1), DType.int64)])
+            last = scalar(cx, S.add(x.shape[ax], -1), i64)
+            idx = op(cx, "arange", [], start=S.mul(-1, b), end=S.add(x.shape[ax], e), step=1, dtype=i64)
+            if mode == "edge":
+                idx = op(cx, "minimum", [op(cx, "maximum", [idx, scalar(cx, 0, i64)]), last])
+            else:  # (n - 1) - |(n - 1) - |j||
+                idx = op(cx, "sub", [last, op(cx, "abs", [op(cx, "sub", [last, op(cx, "abs", [idx])])])])
             x = op(cx, "gather", [x, idx], axis=ax)
         pads = tuple(0 if i % r in done else p for i, p in enumerate(pads))
         if all(isinstance(p, int) and p == 0 for p in pads):
             return x
-    if mode == "reflect" and any(_negative(p) for p in pads):
-        raise UnsupportedOpError(f"reflect padding with negative pads {list(pads)} is not supported",
-                                 where=str(cx.loc), hint=ISSUES_HINT)
     return op(cx, "pad", [x], pads=pads, mode=mode, value=float(value))
 
 
