@@ -262,14 +262,44 @@ def test_linear_conv_with_a_runtime_bias():
                  ({0: B()}, None, {0: B()}, None), BATCHES)
 
 
-def test_replicate_pad_with_negative_pads():
-    # torch: out[i] = x[clamp(i - begin, 0, n - 1)], also when the crop leaves nothing
+def test_replicate_and_reflect_pad_with_negative_pads():
+    # torch: out[i] = x[j(i - begin)], j a clamp or a reflection, also when the crop leaves less
+    # than the pad reads (cropping first, as ONNX does, differs there)
     def f(self, x):
         return (F.pad(x, (-2, 3), mode="replicate"), F.pad(x, (0, 0, -3, 2), mode="replicate"),
-                F.pad(x.unsqueeze(1), (1, -1, -1, 2), mode="replicate"))
+                F.pad(x.unsqueeze(1), (1, -1, -1, 2), mode="replicate"),
+                F.pad(x, (-3, 2), mode="reflect"), F.pad(x, (0, 0, 2, -2), mode="reflect"))
 
     check_native(Fn(f), lambda b, w: (rnd(b, 3, w),), ({0: B(), 2: Dim("w", min=4, max=64)},),
                  [{"b": 1, "w": 4}, {"b": 2, "w": 9}, {"b": 3, "w": 13}])
+
+
+def test_reflect_pad_of_an_empty_dim_by_zero():
+    check_native(Fn(lambda self, x: F.pad(x, (1, 2), mode="reflect")), lambda b: (rnd(0, b, 5),),
+                 ({1: B()},), BATCHES)
+
+
+@pytest.mark.filterwarnings("ignore:var\\(\\)")  # torch, when n <= correction
+def test_var_std_with_fractional_and_negative_corrections():
+    def f(self, x):
+        return (torch.var(x, dim=1, correction=1.5), torch.std(x, correction=-1, keepdim=True),
+                *torch.var_mean(x, dim=(0, 2), correction=0.5), torch.var(x[:, :1], dim=1, correction=2.5))
+
+    check_native(Fn(f), lambda: (rnd(4, 5, 3),), None, [{}])
+
+
+def test_instance_norm_uses_batch_statistics():
+    def f(self, x):
+        return F.instance_norm(x, weight=self.w, bias=self.b, eps=1e-3), F.instance_norm(x)
+
+    m = Fn(f)
+    m.w, m.b = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(3))
+    check_native(m, lambda b: (rnd(b, 3, 6, 5) * 3 + 1,), ({0: B()},), BATCHES)
+
+
+def test_softmax_of_an_empty_tensor():
+    check_native(Fn(lambda self, x: (torch.softmax(x, -1), torch.log_softmax(x, 0))), lambda b: (rnd(b, 0),),
+                 ({0: B()},), BATCHES)
 
 
 def test_log1p_expm1_of_ints_give_float():
