@@ -104,12 +104,15 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="write every sample's result here")
     ap.add_argument("--chunk", type=int, default=20, help="ops whose samples compile together (default 20)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every sample")
-    ap.add_argument("--load", default=None, help="print the table of a JSON written earlier; run nothing")
+    ap.add_argument("--shard", default="0/1", help="K/N: run every N-th chunk from chunk K (N processes "
+                                                   "share a run; merge their JSON with --load)")
+    ap.add_argument("--load", nargs="+", default=None, help="print the table of JSON written earlier; run nothing")
     a = ap.parse_args(argv)
+    a.shard = tuple(int(v) for v in a.shard.split("/"))
     if a.load:
         fields = {f.name for f in dataclasses.fields(sw.SampleResult)}
         rs = [sw.SampleResult(**{k: v for k, v in d.items() if k in fields})
-              for d in json.loads(Path(a.load).read_text())["results"]]
+              for path in a.load for d in json.loads(Path(path).read_text())["results"]]
         print(table(summarize(rs)))
         return 0
     cache = os.environ.get("BRAZE_CACHE_DIR") or tempfile.mkdtemp(prefix="braze-opinfo-")
@@ -120,7 +123,9 @@ def main(argv=None):
         ops = sw.ops_for(dtype)
         if a.op:
             ops = [o for o in ops if any(fnmatch.fnmatchcase(sw.op_id(o), p) for p in a.op)]
-        for k in range(0, len(ops), a.chunk):
+        for ci, k in enumerate(range(0, len(ops), a.chunk)):
+            if ci % a.shard[1] != a.shard[0]:
+                continue
             chunk = ops[k:k + a.chunk]
             got = sw.run_ops([(o, dtype) for o in chunk], options, limit=a.limit, native=not a.no_native,
                              only=a.sample)
