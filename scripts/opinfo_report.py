@@ -80,6 +80,18 @@ def write_json(path, results) -> None:
     tmp.replace(path)
 
 
+def failure_table(results) -> str:
+    """One line per (op, dtype, kind of failure): how many samples, the first one's message and repro."""
+    groups = collections.OrderedDict()
+    for r in results:
+        if r.failed:
+            groups.setdefault((r.op, r.dtype, r.failure), []).append(r)
+    lines = [f"{len(groups)} (op, dtype, failure) groups"]
+    for (op, dtype, kind), rs in groups.items():
+        lines.append(f"{op} {dtype} {kind} x{len(rs)}: {rs[0].error[:200]}\n    repro: {rs[0].repro}")
+    return "\n".join(lines)
+
+
 def table(summary) -> str:
     dtypes = list(summary)
     lines = []
@@ -104,6 +116,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="write every sample's result here")
     ap.add_argument("--chunk", type=int, default=20, help="ops whose samples compile together (default 20)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every sample")
+    ap.add_argument("--failures", action="store_true", help="with --load: list the failures, grouped")
     ap.add_argument("--shard", default="0/1", help="K/N: run every N-th chunk from chunk K (N processes "
                                                    "share a run; merge their JSON with --load)")
     ap.add_argument("--load", nargs="+", default=None, help="print the table of JSON written earlier; run nothing")
@@ -114,6 +127,8 @@ def main(argv=None):
         rs = [sw.SampleResult(**{k: v for k, v in d.items() if k in fields})
               for path in a.load for d in json.loads(Path(path).read_text())["results"]]
         print(table(summarize(rs)))
+        if a.failures:
+            print(failure_table(rs))
         return 0
     cache = os.environ.get("BRAZE_CACHE_DIR") or tempfile.mkdtemp(prefix="braze-opinfo-")
     options = Options.from_env().replace(cache_dir=cache)
