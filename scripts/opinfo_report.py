@@ -119,9 +119,11 @@ def main(argv=None):
     ap.add_argument("--failures", action="store_true", help="with --load: list the failures, grouped")
     ap.add_argument("--shard", default="0/1", help="K/N: run every N-th chunk from chunk K (N processes "
                                                    "share a run; merge their JSON with --load)")
+    ap.add_argument("--chunks", default=None, help="only these chunks, as dtype:index,... (resuming a run)")
     ap.add_argument("--load", nargs="+", default=None, help="print the table of JSON written earlier; run nothing")
     a = ap.parse_args(argv)
     a.shard = tuple(int(v) for v in a.shard.split("/"))
+    a.chunks = None if a.chunks is None else set(a.chunks.split(","))
     if a.load:
         fields = {f.name for f in dataclasses.fields(sw.SampleResult)}
         rs = [sw.SampleResult(**{k: v for k, v in d.items() if k in fields})
@@ -139,7 +141,7 @@ def main(argv=None):
         if a.op:
             ops = [o for o in ops if any(fnmatch.fnmatchcase(sw.op_id(o), p) for p in a.op)]
         for ci, k in enumerate(range(0, len(ops), a.chunk)):
-            if ci % a.shard[1] != a.shard[0]:
+            if ci % a.shard[1] != a.shard[0] or (a.chunks is not None and f"{dtype}:{ci}" not in a.chunks):
                 continue
             chunk = ops[k:k + a.chunk]
             got = sw.run_ops([(o, dtype) for o in chunk], options, limit=a.limit, native=not a.no_native,
