@@ -96,6 +96,9 @@ def _rms_norm(cx, n, x, shape, w=None, eps=None):
 
 
 def _bn(cx, x, w, b, mean, var, eps):
+    if x.rank < 2:
+        raise UnsupportedOpError(f"batch norm of a rank-{x.rank} input (no channel axis) is not supported",
+                                 where=str(cx.loc), hint="give the input a batch and a channel axis")
     c = need_static(cx, x.shape[1], "the batch-norm channel count")
     if w is None:
         w = cx.b.constant(np.ones(c, x.dtype.numpy), loc=cx.loc)
@@ -134,6 +137,9 @@ def _bn_legit(cx, n, x, w, b, *rest):
 def _bn_batch_stats(cx, x, w, b, eps):
     """(x - mean) / sqrt(var + eps) * w + b with the biased mean and var over every axis but 1."""
     _float_only(cx, "batch norm", x)
+    if x.rank < 2:
+        raise UnsupportedOpError(f"batch norm of a rank-{x.rank} input (no channel axis) is not supported",
+                                 where=str(cx.loc), hint="give the input a batch and a channel axis")
     ax = tuple(a for a in range(x.rank) if a != 1)
     per_channel = (x.shape[1],) + (1,) * (x.rank - 2)
     mean = op(cx, "reduce_mean", [x], axes=ax, keepdims=True)
