@@ -46,7 +46,11 @@ DTYPES = ("float32", "int64")
 
 # op name (with ".variant" when the OpInfo has one) -> (rtol, atol, why). Default: TOLERANCES.
 # Looser only with a reason.
-OP_TOLERANCES: dict[str, tuple[float, float, str]] = {}
+OP_TOLERANCES: dict[str, tuple[float, float, str]] = {
+    "nn.functional.scaled_dot_product_attention": (
+        1e-4, 1e-5, "two float32 GEMMs and a softmax in eager against the float64-accumulated reference: "
+                    "up to 1.4e-5 relative (2.5e-5 absolute) measured on the OpInfo samples"),
+}
 
 
 @dataclasses.dataclass
