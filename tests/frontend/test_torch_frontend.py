@@ -444,3 +444,11 @@ def test_core_aten_decomposed_program():
         with torch.no_grad():
             ref = ep.module()(x)
         assert_close(braze.reference.run(mod, x), ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_int_arange_truncates_float_bounds_and_step():
+    def f(self, x):
+        return (x + torch.arange(0.1, -7.9, -4.0, dtype=torch.int64),
+                torch.arange(0.9, 5.5, 1.5, dtype=torch.int64), torch.arange(-0.9, 5, 2.9, dtype=torch.int64))
+
+    check_native(Fn(f), lambda: (torch.arange(2),), None, [{}])

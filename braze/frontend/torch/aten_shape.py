@@ -321,7 +321,10 @@ def _arange(cx, n, *args, dtype=None, **kw):
         (start, end), step = args, 1
     else:
         start, end, step = args[:3]
-    return op(cx, "arange", [], start=start, end=end, step=step, dtype=out_dtype(cx, n))
+    dt = out_dtype(cx, n)
+    if not dt.is_float:  # torch truncates float bounds and step to the int dtype first
+        start, end, step = (int(v) if isinstance(v, float) else v for v in (start, end, step))
+    return op(cx, "arange", [], start=start, end=end, step=step, dtype=dt)
 
 
 def _full_impl(cx, n, value):
