@@ -50,6 +50,8 @@ OP_TOLERANCES: dict[str, tuple[float, float, str]] = {
     "nn.functional.scaled_dot_product_attention": (
         1e-4, 1e-5, "two float32 GEMMs and a softmax in eager against the float64-accumulated reference: "
                     "up to 1.4e-5 relative (2.5e-5 absolute) measured on the OpInfo samples"),
+    "nn.functional.multi_head_attention_forward": (
+        1e-4, 1e-5, "the same attention, with input and output projections: 1.8e-5 relative measured"),
 }
 
 
