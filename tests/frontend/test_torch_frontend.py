@@ -452,3 +452,9 @@ def test_int_arange_truncates_float_bounds_and_step():
                 torch.arange(0.9, 5.5, 1.5, dtype=torch.int64), torch.arange(-0.9, 5, 2.9, dtype=torch.int64))
 
     check_native(Fn(f), lambda: (torch.arange(2),), None, [{}])
+
+
+def test_gather_with_an_empty_index():
+    # torch lets an empty index have another rank than the input
+    check_native(Fn(lambda self, x: torch.gather(x, 0, torch.zeros(2, 0, dtype=torch.int64)) + 1),
+                 lambda: (rnd(5),), None, [{}])

@@ -266,6 +266,9 @@ def _index_select(cx, n, x, dim, index):
 
 @conv("gather")
 def _gather(cx, n, x, dim, index, sparse_grad=False):
+    shape = out_shape(cx, n)
+    if any(isinstance(d, int) and d == 0 for d in shape):  # an empty index (torch lets its rank differ)
+        return op(cx, "full", [], shape=shape, value=0.0, dtype=out_dtype(cx, n))
     return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
 
 
