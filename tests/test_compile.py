@@ -484,3 +484,40 @@ def test_vit_attention_with_unbound_qkv_and_a_residual_on_pv():
         x = torch.randn(*shape, 16)
         with torch.no_grad():
             torch.testing.assert_close(m(x), net(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, ws", [("i64", (8, 5)), ("f32", (8,))])
+def test_native_limits_are_unsupported_op_errors(dtype, ws):
+    """What the native backend does not do yet (int matmul, a vector operand) is an
+    UnsupportedOpError, the error that says "not supported", not a bare BrazeError."""
+    from braze.errors import UnsupportedOpError
+    b = Builder()
+    x = b.param("x", tensor(dtype, 4, 8))
+    w = b.param("w", tensor(dtype, *ws))
+    b.ret(b.op("matmul", [x, w]))
+    with pytest.raises(UnsupportedOpError, match="not supported natively"):
+        braze.compile(b.module)
+
+
+def test_gemm_with_an_epilogue_on_an_empty_batch():
+    """A library GEMM whose result goes to scratch for an epilogue kernel: at M = 0 the scratch
+    has no memory (NULL), which the library call must accept (it was 'invalid arguments')."""
+    b = Builder()
+    m = b.sym("m", 0, 16)
+    x = b.param("x", tensor("f32", m, 3))
+    bias = b.param("bias", tensor("f32", 4))
+    w = b.constant(np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32), "w")
+    wt = b.param("wt", tensor("f32", 3, 4))
+    y = b.op("add", [b.op("linear", [x, w]), bias])
+    z = b.op("add", [b.op("matmul", [x, wt]), bias])
+    b.ret(b.op("tanh", [y]), b.op("tanh", [z]))
+    mod = b.module
+    cm = braze.compile(mod)
+    rng = np.random.default_rng(2)
+    bv = rng.standard_normal(4).astype(np.float32)
+    wv = rng.standard_normal((3, 4)).astype(np.float32)
+    for n in (0, 1, 5):
+        xv = rng.standard_normal((n, 3)).astype(np.float32)
+        for got, want in zip(cm(xv, bv, wv), braze.reference.run(mod, xv, bv, wv)):
+            assert got.shape == (n, 4)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

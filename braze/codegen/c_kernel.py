@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import BrazeError
+from ..errors import BrazeError, UnsupportedOpError
 from ..ir import loop as L
 from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kernel, Let, Load, Reduce, Select,
                        Store, Unary, Var)
@@ -62,8 +62,8 @@ def ctype(dt: DType) -> str:
     try:
         return CTYPE[dt]
     except KeyError:
-        raise BrazeError(f"generated kernels do not support dtype {dt.name} yet",
-                         hint="cast to float32 around the kernel") from None
+        raise UnsupportedOpError(f"generated kernels do not support dtype {dt.name} yet",
+                                 hint="cast to float32 around the kernel") from None
 
 
 def buffer_cname(b) -> str:

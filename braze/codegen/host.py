@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import BrazeError
+from ..errors import BrazeError, UnsupportedOpError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType, TensorType
@@ -381,13 +381,13 @@ class _EntryWriter:
         x = a.inputs[0]
         for v in a.inputs[:2]:
             if v.dtype != DType.float32:
-                raise BrazeError(f"{a.op} on {v.dtype.name} is not supported natively yet (float32 only)",
-                                 where=str(a.loc) if a.loc else None)
+                raise UnsupportedOpError(f"{a.op} on {v.dtype.name} is not supported natively yet (float32 only)",
+                                         where=str(a.loc) if a.loc else None)
         if a.op == "conv2d":
             w = a.inputs[1]
             if id(w) not in const_of:
-                raise BrazeError("conv2d with a non-constant weight is not supported natively",
-                                 where=str(a.loc) if a.loc else None)
+                raise UnsupportedOpError("conv2d with a non-constant weight is not supported natively",
+                                         where=str(a.loc) if a.loc else None)
             nhwc = a.attrs.get("layout") == "nhwc"
             h = self.gen.pack_conv(const_of[id(w)], w.shape, a.attrs["groups"], a.attrs["stride"],
                                    pads4(a.attrs["padding"]), a.attrs["dilation"], layout=1 if nhwc else 0)
@@ -410,7 +410,8 @@ class _EntryWriter:
                           f"{h}, {bias}, {res}, {act}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
                 return
             if bias != "NULL" or act or res != "NULL":
-                raise BrazeError("linear with a non-constant weight and an epilogue is not supported natively")
+                raise UnsupportedOpError(
+                    "linear with a non-constant weight and an epilogue is not supported natively")
             self.emit(f"if (braze_batch_matmul(1, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
                       f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, {transposed}, 1.0f, "
                       f"(float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
@@ -465,8 +466,8 @@ def _broadcast_batch(store, xb, wb, node: Node):
         else:
             merged.append((kind, p, q))
     if len(merged) > 4:
-        raise BrazeError(f"matmul batch dims {list(xb)} and {list(wb)} broadcast in more than 4 groups; "
-                         f"not supported natively", where=str(node.loc) if node.loc else None)
+        raise UnsupportedOpError(f"matmul batch dims {list(xb)} and {list(wb)} broadcast in more than 4 groups; "
+                                 f"not supported natively", where=str(node.loc) if node.loc else None)
     return tuple(p for _, p, _ in merged), tuple(q for _, _, q in merged)
 
 

@@ -77,11 +77,16 @@ def _remainder(a, b):
 
 
 def _pow(a, b, dt):
-    if not dt.is_float and np.any(b < 0):
-        from ..errors import BrazeError
-        raise BrazeError("pow: integer tensors cannot be raised to negative integer powers",
-                         hint="cast the base to a float dtype first (torch raises the same error)")
-    return np.power(a, b)
+    if dt.is_float:
+        return np.power(a, b)
+    # ints to negative powers, as torch (and bz_ipow): 1 -> 1, -1 -> +-1 by parity, else 0
+    a, b = np.broadcast_arrays(a, b)
+    neg = b < 0
+    if not neg.any():
+        return np.power(a, b)
+    pos = np.power(a, np.where(neg, 0, b))
+    inv = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(pos.dtype)
+    return np.where(neg, inv, pos)
 
 
 # name -> (fn(a, b, out_dtype) on arrays of the computed dtype, allow_bool, doc)

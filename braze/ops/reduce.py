@@ -143,9 +143,7 @@ for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
 
 
 def _var_infer(ctx, x: TensorType, *, axes, keepdims, correction):
-    dt = _out_dtype(ctx, x, "float")
-    if correction < 0:
-        raise ctx.error(f"correction must be >= 0, got {correction}")
+    dt = _out_dtype(ctx, x, "float")  # a negative correction divides by n + |c|, as torch
     return TensorType(dt, reduced_shape(x.shape, norm_axes(ctx, axes, x.rank), keepdims))
 
 

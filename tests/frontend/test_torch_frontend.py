@@ -235,6 +235,88 @@ def test_static_shapes():
     check(Fn(lambda self, x: F.gelu(x) @ x.T), lambda: (rnd(3, 5),), None, [{}])
 
 
+def check_native(mod, make, dyn, shapes, example=None):
+    """check(), then the same model compiled natively against eager at every shape."""
+    m = check(mod, make, dyn, shapes, example)
+    cm = braze.compile(m)
+    for sh in shapes:
+        ins = make(**sh)
+        with torch.no_grad():
+            ref = tuple(flatten_outputs(mod(*ins)))
+        out = cm(*[t.numpy() for t in ins])
+        out = out if isinstance(out, tuple) else (out,)
+        for o, r in zip(out, ref):
+            assert_close(o, r.numpy(), rtol=1e-4, atol=1e-5, what=f"native {sh}")
+
+
+def test_linear_conv_with_a_runtime_bias():
+    # the bias is an input, not a weight: a separate add (libraries take constant biases only)
+    def f(self, x, b, img, cb):
+        return (F.linear(x, self.w, b), F.conv2d(img, self.cw, cb, padding=1),
+                F.conv1d(img[:, :, 0], self.cw[..., 0], cb))
+
+    m = Fn(f)
+    m.w = nn.Parameter(torch.randn(4, 6))
+    m.cw = nn.Parameter(torch.randn(5, 3, 3, 3))
+    check_native(m, lambda b: (rnd(b, 6), rnd(4, seed=1), rnd(b, 3, 5, 7, seed=2), rnd(5, seed=3)),
+                 ({0: B()}, None, {0: B()}, None), BATCHES)
+
+
+def test_replicate_and_reflect_pad_with_negative_pads():
+    # torch: out[i] = x[j(i - begin)], j a clamp or a reflection, also when the crop leaves less
+    # than the pad reads (cropping first, as ONNX does, differs there)
+    def f(self, x):
+        return (F.pad(x, (-2, 3), mode="replicate"), F.pad(x, (0, 0, -3, 2), mode="replicate"),
+                F.pad(x.unsqueeze(1), (1, -1, -1, 2), mode="replicate"),
+                F.pad(x, (-3, 2), mode="reflect"), F.pad(x, (0, 0, 2, -2), mode="reflect"))
+
+    check_native(Fn(f), lambda b, w: (rnd(b, 3, w),), ({0: B(), 2: Dim("w", min=4, max=64)},),
+                 [{"b": 1, "w": 4}, {"b": 2, "w": 9}, {"b": 3, "w": 13}])
+
+
+def test_reflect_pad_of_an_empty_dim_by_zero():
+    check_native(Fn(lambda self, x: F.pad(x, (1, 2), mode="reflect")), lambda b: (rnd(0, b, 5),),
+                 ({1: B()},), BATCHES)
+
+
+@pytest.mark.filterwarnings("ignore:var\\(\\)")  # torch, when n <= correction
+def test_var_std_with_fractional_and_negative_corrections():
+    def f(self, x):
+        return (torch.var(x, dim=1, correction=1.5), torch.std(x, correction=-1, keepdim=True),
+                *torch.var_mean(x, dim=(0, 2), correction=0.5), torch.var(x[:, :1], dim=1, correction=2.5))
+
+    check_native(Fn(f), lambda: (rnd(4, 5, 3),), None, [{}])
+
+
+def test_instance_norm_uses_batch_statistics():
+    def f(self, x):
+        return F.instance_norm(x, weight=self.w, bias=self.b, eps=1e-3), F.instance_norm(x)
+
+    m = Fn(f)
+    m.w, m.b = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(3))
+    check_native(m, lambda b: (rnd(b, 3, 6, 5) * 3 + 1,), ({0: B()},), BATCHES)
+
+
+def test_softmax_of_an_empty_tensor():
+    check_native(Fn(lambda self, x: (torch.softmax(x, -1), torch.log_softmax(x, 0))), lambda b: (rnd(b, 0),),
+                 ({0: B()},), BATCHES)
+
+
+def test_log1p_expm1_of_ints_give_float():
+    def f(self, i):
+        return torch.log1p(i), torch.expm1(i)
+
+    check_native(Fn(f), lambda b: (torch.arange(b * 3).reshape(b, 3) - 2,), ({0: B()},), BATCHES)
+
+
+def test_int_convolution_and_average_pooling_are_unsupported():
+    x = torch.arange(2 * 3 * 6 * 6).reshape(2, 3, 6, 6)
+    for f in (lambda self, x: F.conv2d(x, torch.ones(2, 3, 3, 3, dtype=torch.int64)),
+              lambda self, x: F.avg_pool2d(x, 2), lambda self, x: F.adaptive_avg_pool2d(x, 2)):
+        with pytest.raises(UnsupportedOpError, match="int64"):
+            braze.import_torch(export(Fn(f), (x,), None))
+
+
 # ---------------------------------------------------------------------------
 # symbols, ranges, constants
 # ---------------------------------------------------------------------------
@@ -362,3 +444,17 @@ def test_core_aten_decomposed_program():
         with torch.no_grad():
             ref = ep.module()(x)
         assert_close(braze.reference.run(mod, x), ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_int_arange_truncates_float_bounds_and_step():
+    def f(self, x):
+        return (x + torch.arange(0.1, -7.9, -4.0, dtype=torch.int64),
+                torch.arange(0.9, 5.5, 1.5, dtype=torch.int64), torch.arange(-0.9, 5, 2.9, dtype=torch.int64))
+
+    check_native(Fn(f), lambda: (torch.arange(2),), None, [{}])
+
+
+def test_gather_with_an_empty_index():
+    # torch lets an empty index have another rank than the input
+    check_native(Fn(lambda self, x: torch.gather(x, 0, torch.zeros(2, 0, dtype=torch.int64)) + 1),
+                 lambda: (rnd(5),), None, [{}])

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from braze.errors import BrazeError, InputError, ShapeError
+import braze
+from braze.errors import InputError, ShapeError
 from braze.ir.sym import Sym
 from braze.ir.types import DType
 from braze.ops.elementwise import erf
@@ -102,10 +103,15 @@ def test_bool_add_mul_maximum(T):
         T.check(T.run(m, a, b), BINARY_TORCH[op](T.to_torch(a), T.to_torch(b)), what=op)
 
 
-def test_int_pow_negative_exponent_errors(T):
-    m, _ = T.build("pow", ["n", "n"], ["int64", "int64"])
-    with pytest.raises(BrazeError, match="negative"):
-        T.run(m, np.array([2, 3]), np.array([1, -1]))
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_int_pow_negative_exponent_matches_torch(T, dtype):
+    # torch: 1 ** -k = 1, (-1) ** -k = +-1 by parity, any other base (0 included) ** -k = 0
+    m, _ = T.build("pow", ["n 1", "1 k"], [dtype, dtype])
+    a = np.arange(-3, 4, dtype=dtype)[:, None]
+    b = np.array([-5, -2, -1, 0, 1, 2, 3], dtype=dtype)[None, :]
+    want = torch.pow(T.to_torch(a), T.to_torch(b))
+    T.check(T.run(m, a, b), want, what="reference")
+    T.check(braze.compile(m)(a, b), want, what="native")
 
 
 COMPARE_TORCH = {"equal": torch.eq, "not_equal": torch.ne, "less": torch.lt, "less_equal": torch.le,

@@ -305,6 +305,9 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
         bad = p < 0 || q < 0 || (p != q && p != 1 && q != 1);
         out *= p > q ? p : q;
     }
+    /* an empty operand or result may have no memory (NULL) */
+    if (!bad && out > 0 && M > 0 && N > 0)
+        bad = !C || (K > 0 && (!A || !Bm));
     if (bad) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; 1 to %d batch dims, each equal or 1 on one side)",
                 ctx, BMM_MAX_BATCH);

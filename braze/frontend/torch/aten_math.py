@@ -205,11 +205,13 @@ def _clamp_max(cx, n, x, m):
 
 @conv("log1p")
 def _log1p(cx, n, x):
+    x = cast(cx, x, out_dtype(cx, n))  # ints give float32, as torch
     return op(cx, "log", [op(cx, "add", [x, scalar(cx, 1.0, x.dtype)])])
 
 
 @conv("expm1")
 def _expm1(cx, n, x):
+    x = cast(cx, x, out_dtype(cx, n))
     return op(cx, "sub", [op(cx, "exp", [x]), scalar(cx, 1.0, x.dtype)])
 
 
@@ -300,8 +302,17 @@ conv("argmin")(_arg("argmin"))
 def _var_impl(cx, n, x, dim, correction, keepdim):
     if correction is None:
         correction = 1
-    return op(cx, "var", [x], axes=axes(cx, dim, x.rank), keepdims=bool(keepdim),
-              correction=int(need_static(cx, correction, "correction")))
+    c = need_static(cx, correction, "correction")
+    ax = axes(cx, dim, x.rank)
+    if float(c).is_integer():
+        return op(cx, "var", [x], axes=ax, keepdims=bool(keepdim), correction=int(c))
+    # a fractional correction (the op's is an int): the biased variance times n / max(n - c, 0)
+    count = 1
+    for a in (range(x.rank) if ax is None else ax):
+        count *= need_static(cx, x.shape[a], "the reduced size with a fractional correction")
+    v = op(cx, "var", [x], axes=ax, keepdims=bool(keepdim), correction=0)
+    d = max(count - float(c), 0.0)
+    return op(cx, "mul", [v, scalar(cx, count / d if d else float("inf"), v.dtype)])
 
 
 @conv("var")

@@ -21,8 +21,21 @@ def pair(v):
 # ---------------------------------------------------------------------------
 
 
+def _is_constant(v) -> bool:
+    return v.producer is not None and v.producer.op == "constant"
+
+
+def _float_only(cx, name, x):
+    if not x.dtype.is_float:
+        raise UnsupportedOpError(f"{name} on {x.dtype.name} tensors is not supported (floating point only)",
+                                 where=str(cx.loc), hint="cast the input to float32 first")
+
+
 @conv("linear")
 def _linear(cx, n, x, w, b=None):
+    if b is not None and not _is_constant(b):
+        # a bias computed at run time is a separate add: gemm libraries take constant biases only
+        return op(cx, "add", [op(cx, "linear", [x, w]), b])
     return op(cx, "linear", [x, w] + ([b] if b is not None else []))
 
 
@@ -96,6 +109,9 @@ def _rms_norm(cx, n, x, shape, w=None, eps=None):
 
 
 def _bn(cx, x, w, b, mean, var, eps):
+    if x.rank < 2:
+        raise UnsupportedOpError(f"batch norm of a rank-{x.rank} input (no channel axis) is not supported",
+                                 where=str(cx.loc), hint="give the input a batch and a channel axis")
     c = need_static(cx, x.shape[1], "the batch-norm channel count")
     if w is None:
         w = cx.b.constant(np.ones(c, x.dtype.numpy), loc=cx.loc)
@@ -122,13 +138,40 @@ def _bn_no_training(cx, n, x, w, b, mean, var, momentum, eps):
 
 
 @conv("_native_batch_norm_legit", "native_batch_norm", "_native_batch_norm_legit_functional")
-def _bn_legit(cx, n, x, w, b, mean, var, training, momentum, eps):
+def _bn_legit(cx, n, x, w, b, *rest):
+    if len(rest) == 3:  # the no_stats overload (instance norm, no running stats): batch statistics
+        return (_bn_batch_stats(cx, x, w, b, rest[2]), NotProduced("saved mean"), NotProduced("saved rstd"))
+    mean, var, training, momentum, eps = rest
     if training or mean is None:
         raise _bn_training(cx)
     return (_bn(cx, x, w, b, mean, var, eps), NotProduced("saved mean"), NotProduced("saved rstd"))
 
 
+def _bn_batch_stats(cx, x, w, b, eps):
+    """(x - mean) / sqrt(var + eps) * w + b with the biased mean and var over every axis but 1."""
+    _float_only(cx, "batch norm", x)
+    if x.rank < 2:
+        raise UnsupportedOpError(f"batch norm of a rank-{x.rank} input (no channel axis) is not supported",
+                                 where=str(cx.loc), hint="give the input a batch and a channel axis")
+    ax = tuple(a for a in range(x.rank) if a != 1)
+    per_channel = (x.shape[1],) + (1,) * (x.rank - 2)
+    mean = op(cx, "reduce_mean", [x], axes=ax, keepdims=True)
+    var = op(cx, "var", [x], axes=ax, keepdims=True, correction=0)
+    inv = op(cx, "rsqrt", [op(cx, "add", [var, scalar(cx, float(eps), x.dtype)])])
+    y = op(cx, "mul", [op(cx, "sub", [x, mean]), inv])
+    if w is not None:
+        y = op(cx, "mul", [y, op(cx, "reshape", [w], shape=per_channel)])
+    if b is not None:
+        y = op(cx, "add", [y, op(cx, "reshape", [b], shape=per_channel)])
+    return y
+
+
 def _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups):
+    _float_only(cx, "convolution", x)
+    if b is not None and not _is_constant(b):
+        # a bias computed at run time: a separate add over the channel axis (see _linear)
+        y = _conv2d_impl(cx, x, w, None, stride, padding, dilation, groups)
+        return op(cx, "add", [y, op(cx, "reshape", [b], shape=(b.shape[0], 1, 1))])
     stride, dilation = pair(stride), pair(dilation)
     if isinstance(padding, str):
         if padding == "valid":
@@ -211,6 +254,7 @@ def _avg_pool2d(cx, n, x, kernel, stride=None, padding=0, ceil_mode=False, count
                 divisor_override=None):
     if divisor_override is not None:
         raise UnsupportedOpError("avg_pool2d(divisor_override=...) is not supported", where=str(cx.loc))
+    _float_only(cx, "avg_pool2d", x)
     k, s, p = _pool_args(kernel, stride, padding)
     return op(cx, "avg_pool2d", [x], kernel=k, stride=s, padding=p, ceil_mode=bool(ceil_mode),
               count_include_pad=bool(count_include_pad))
@@ -218,6 +262,7 @@ def _avg_pool2d(cx, n, x, kernel, stride=None, padding=0, ceil_mode=False, count
 
 @conv("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
 def _adaptive_avg_pool2d(cx, n, x, output_size):
+    _float_only(cx, "adaptive_avg_pool2d", x)
     return op(cx, "adaptive_avg_pool2d", [x], output_size=pair(output_size))
 
 

@@ -204,9 +204,36 @@ def _pads(cx, x, pad):
     return tuple(begins + ends)
 
 
+def _negative(p) -> bool:
+    return isinstance(p, int) and p < 0
+
+
+def _pad_op(cx, x, pads, mode, value=0.0):
+    """``pad``; in edge and reflect modes an axis with a negative pad is a gather of x[j(i - begin)]
+    with j a clamp (edge) or a reflection (torch's definitions, which also hold when the crop
+    leaves less than the pad reads)."""
+    r = x.rank
+    if mode in ("edge", "reflect") and any(_negative(p) for p in pads):
+        done = [ax for ax in range(r) if _negative(pads[ax]) or _negative(pads[r + ax])]
+        i64 = DType.int64
+        for ax in done:
+            b, e = pads[ax], pads[r + ax]
+            last = scalar(cx, S.add(x.shape[ax], -1), i64)
+            idx = op(cx, "arange", [], start=S.mul(-1, b), end=S.add(x.shape[ax], e), step=1, dtype=i64)
+            if mode == "edge":
+                idx = op(cx, "minimum", [op(cx, "maximum", [idx, scalar(cx, 0, i64)]), last])
+            else:  # (n - 1) - |(n - 1) - |j||
+                idx = op(cx, "sub", [last, op(cx, "abs", [op(cx, "sub", [last, op(cx, "abs", [idx])])])])
+            x = op(cx, "gather", [x, idx], axis=ax)
+        pads = tuple(0 if i % r in done else p for i, p in enumerate(pads))
+        if all(isinstance(p, int) and p == 0 for p in pads):
+            return x
+    return op(cx, "pad", [x], pads=pads, mode=mode, value=float(value))
+
+
 @conv("constant_pad_nd")
 def _constant_pad(cx, n, x, pad, value=0):
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="constant", value=float(value))
+    return _pad_op(cx, x, _pads(cx, x, pad), "constant", value)
 
 
 @conv("pad")
@@ -215,17 +242,17 @@ def _pad(cx, n, x, pad, mode="constant", value=None):
     if m is None:
         raise UnsupportedOpError(f"pad mode '{mode}' is not supported", where=str(cx.loc),
                                  hint="supported: constant, reflect, replicate")
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode=m, value=float(value or 0.0))
+    return _pad_op(cx, x, _pads(cx, x, pad), m, value or 0.0)
 
 
 @conv("reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
 def _reflect_pad(cx, n, x, pad):
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="reflect", value=0.0)
+    return _pad_op(cx, x, _pads(cx, x, pad), "reflect")
 
 
 @conv("replication_pad1d", "replication_pad2d", "replication_pad3d")
 def _replicate_pad(cx, n, x, pad):
-    return op(cx, "pad", [x], pads=_pads(cx, x, pad), mode="edge", value=0.0)
+    return _pad_op(cx, x, _pads(cx, x, pad), "edge")
 
 
 # ---------------------------------------------------------------------------
@@ -261,6 +288,9 @@ def _roll(cx, n, x, shifts, dims=()):
 
 @conv("gather")
 def _gather(cx, n, x, dim, index, sparse_grad=False):
+    shape = out_shape(cx, n)
+    if any(isinstance(d, int) and d == 0 for d in shape):  # an empty index (torch lets its rank differ)
+        return op(cx, "full", [], shape=shape, value=0.0, dtype=out_dtype(cx, n))
     return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
 
 
@@ -334,7 +364,10 @@ def _arange(cx, n, *args, dtype=None, **kw):
         (start, end), step = args, 1
     else:
         start, end, step = args[:3]
-    return op(cx, "arange", [], start=start, end=end, step=step, dtype=out_dtype(cx, n))
+    dt = out_dtype(cx, n)
+    if not dt.is_float:  # torch truncates float bounds and step to the int dtype first
+        start, end, step = (int(v) if isinstance(v, float) else v for v in (start, end, step))
+    return op(cx, "arange", [], start=start, end=end, step=step, dtype=dt)
 
 
 def _full_impl(cx, n, value):
