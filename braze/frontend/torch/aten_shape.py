@@ -262,6 +262,8 @@ def _replicate_pad(cx, n, x, pad):
 
 @conv("index_select")
 def _index_select(cx, n, x, dim, index):
+    if x.rank == 0:  # torch: a 0-d tensor indexed by its only position is itself, 0-d
+        return x
     return op(cx, "gather", [x, index], axis=axis(cx, dim, x.rank))
 
 
@@ -291,6 +293,8 @@ def _gather(cx, n, x, dim, index, sparse_grad=False):
     shape = out_shape(cx, n)
     if any(isinstance(d, int) and d == 0 for d in shape):  # an empty index (torch lets its rank differ)
         return op(cx, "full", [], shape=shape, value=0.0, dtype=out_dtype(cx, n))
+    if x.rank == 0:  # the only valid index of a 0-d tensor is 0: the result is the tensor
+        return x
     return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
 
 
