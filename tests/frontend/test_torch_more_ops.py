@@ -178,3 +178,13 @@ def test_unsafe_index_and_masked_index():
 
     s = Dim("s", min=2, max=64)
     check(Fn(f), [(torch.randn(2, n),) for n in (2, 5, 8)], ({1: s},), exact=True)
+
+
+def test_int_linspace_follows_eager_not_the_float32_decomposition():
+    """torch's own decomposition computes int linspace in float32 (3 where eager gives 4)."""
+    def f(self, x, a, b):
+        return (x + torch.linspace(0, 7, 50, dtype=torch.int64), torch.linspace(-3.7, 11.2, 333, dtype=torch.int64),
+                torch.linspace(a, b, 77, dtype=torch.int64), torch.linspace(a, b, 9), torch.linspace(5, -2, 1))
+
+    a, b = torch.tensor(-9.5), torch.tensor(9.25)
+    check(Fn(f), [(torch.zeros(50, dtype=torch.int64), a, b)], [None, None, None])

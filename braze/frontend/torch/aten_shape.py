@@ -374,6 +374,27 @@ def _arange(cx, n, *args, dtype=None, **kw):
     return op(cx, "arange", [], start=start, end=end, step=step, dtype=dt)
 
 
+@conv("linspace")
+def _linspace(cx, n, start, end, steps, dtype=None, **kw):
+    """Eager's formula, not torch's decomposition (which computes int dtypes in float32 and so
+    differs from eager): start and end cast to the dtype first, ``step = (end - start) / (steps
+    - 1)`` in double for int dtypes (in the dtype for floats), the first half counted up from
+    start, the second down from end."""
+    dt = out_dtype(cx, n)
+    steps = int(need_static(cx, steps, "linspace steps"))
+    if steps <= 1:
+        return op(cx, "expand", [cast(cx, tensor(cx, start, dt), dt)], shape=(steps,))
+    acc = dt if dt.is_float else DType.float64
+    lo, hi = (cast(cx, cast(cx, tensor(cx, v, dt), dt), acc) for v in (start, end))
+    step = op(cx, "div", [op(cx, "sub", [hi, lo]), scalar(cx, steps - 1, acc)])
+    i = op(cx, "arange", [], start=0, end=steps, step=1, dtype=DType.int64)
+    up = op(cx, "add", [lo, op(cx, "mul", [step, cast(cx, i, acc)])])
+    back = op(cx, "sub", [scalar(cx, steps - 1, DType.int64), i])
+    down = op(cx, "sub", [hi, op(cx, "mul", [step, cast(cx, back, acc)])])
+    first_half = op(cx, "less", [i, scalar(cx, steps // 2, DType.int64)])
+    return cast(cx, op(cx, "where", [first_half, up, down]), dt)
+
+
 def _full_impl(cx, n, value):
     dt = out_dtype(cx, n)
     shape = out_shape(cx, n)
