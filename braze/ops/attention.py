@@ -64,7 +64,7 @@ def sdpa_numpy(q, k, v, mask=None, is_causal=False, scale=None):
             scores = scores + mask.astype(acc, copy=False)
     if keep is not None:
         scores = np.where(keep, scores, acc(-np.inf))
-    m = np.max(scores, axis=-1, keepdims=True)
+    m = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)  # no keys (S = 0): zeros out
     m = np.where(np.isfinite(m), m, acc(0))
     p = np.exp(scores - m)
     denom = np.sum(p, axis=-1, keepdims=True)

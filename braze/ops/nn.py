@@ -48,6 +48,8 @@ def _softmax(x, axis, log):
         y = y.reshape(1)
         r = _softmax(y, 0, log)
         return r.reshape(())
+    if y.shape[axis] == 0:  # empty rows: nothing to normalize (np.max has no identity)
+        return y
     with np.errstate(invalid="ignore"):  # a row of -inf gives NaN, as torch.softmax does
         z = y - np.max(y, axis=axis, keepdims=True)
         if log:

@@ -144,6 +144,9 @@ def reshape_index(idx, out_shape, in_shape) -> tuple:
         s += 1
     mid_out = out_shape[p:no - s]
     mid_in = in_shape[p:ni - s]
+    if any(isinstance(d, int) and d == 0 for d in (*mid_out, *mid_in)):
+        # no elements: the index is never evaluated (and the strides would divide by 0)
+        return tuple(idx[:p]) + (0,) * len(mid_in) + tuple(idx[no - s:])
     flat = 0
     st = 1
     for k in range(len(mid_out) - 1, -1, -1):
