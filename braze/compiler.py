@@ -6,13 +6,15 @@ import time
 from pathlib import Path
 
 from .errors import BrazeError
-from .ir.graph import Module
+from .ir.graph import Module, require_constant_data
 from .options import Options
 
 
 def _to_module(model, example_inputs, dynamic_shapes) -> Module:
     if isinstance(model, Module):
+        from .ir import verify
         from .passes.common import copy_module
+        verify(model)  # hand-written or parsed IR: an ill-typed node would read out of bounds natively
         return copy_module(model)
     if isinstance(model, (str, Path, bytes)) or type(model).__name__ == "ModelProto":
         from . import import_onnx
@@ -102,6 +104,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
         opts = opts.replace(threads=threads)
     t0 = time.perf_counter()
     module = _to_module(model, example_inputs, dynamic_shapes)
+    require_constant_data(module, "compile")
     t1 = time.perf_counter()
     module = run_pipeline(module, options=opts, copy=False)
     t2 = time.perf_counter()
