@@ -79,6 +79,7 @@ class GVal:
     special: bool = False
     ibound: float = 1.0
     no_epilogue: bool = False  # a matmul output the native backend cannot fuse an epilogue into
+    uses: int = 0  # nodes that read it so far
 
     @property
     def t(self) -> TensorType:
@@ -255,10 +256,12 @@ class Generator:
         return seq[int(self.rng.integers(0, len(seq)))]
 
     def pick(self, pred=lambda g: True, fresh_ok: bool = True, fresh_type=None) -> GVal | New | None:
-        """A value of the pool that satisfies ``pred`` (recent ones more likely), else a new one."""
+        """A value of the pool that satisfies ``pred``, else a new one. Recent values and values
+        nothing reads yet are more likely: chains, not wide graphs, so that fusion, the memory
+        plan and the schedules get long groups to work on (and the graph few results)."""
         cands = [g for g in self.pool if pred(g)]
-        if cands and (not fresh_ok or self.rng.random() < 0.8):
-            w = np.array([1.0 + i for i in range(len(cands))]) ** 1.5
+        if cands and (not fresh_ok or self.rng.random() < 0.85):
+            w = np.array([(1.0 + i) ** 2 * (6.0 if g.uses == 0 else 1.0) for i, g in enumerate(cands)])
             return cands[int(self.rng.choice(len(cands), p=w / w.sum()))]
         if not fresh_ok:
             return None
@@ -367,6 +370,9 @@ class Generator:
         if flagged and op in EPILOGUE_OPS:
             raise Reject("epilogue on a batched matmul (native limit)")
         gins = [self.materialize(x) for x in inputs]
+        for g in gins:
+            if g is not None:
+                g.uses += 1
         vals = self.b.op(op, [None if g is None else g.v for g in gins], **attrs)
         vals = list(vals) if isinstance(vals, tuple) else [vals]
         res = [GVal(v, exact=ex, special=sp, ibound=1.0 if v.type.dtype is BOOL else ib,

@@ -42,6 +42,7 @@ finite bound and its inf result is checked for equality.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -140,7 +141,8 @@ def propagate(module, func, arrays, env):
         ins = [None if v is None else vals[id(v)] for v in node.inputs]
         es = [None if v is None else errs[id(v)] for v in node.inputs]
         attrs = {k: _eval_attr(opdef.attrs[k].kind, v, env) for k, v in node.attrs.items()}
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # means of empty slices: NaN, as intended
             out = opdef.reference(ctx, *ins, **attrs)
             outs = [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else (out,))]
             eo = bound(ctx, node.op, opdef, ins, es, outs, attrs)
