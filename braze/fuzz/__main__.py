@@ -25,7 +25,7 @@ import threading
 import time
 
 from .generator import Config
-from .runner import GraphResult, STATUSES, check_batch, report_failure, summarize, timed_batches
+from .runner import STATUSES, GraphResult, check_batch, report_failure, summarize, timed_batches
 
 
 def _config(args) -> Config:
@@ -52,16 +52,20 @@ def _flags(args) -> list[str]:
 
 def worker(args) -> int:
     """Check the given seeds batch by batch; one JSON line per graph on stdout."""
+    import braze
     seeds = [int(s) for s in args.seeds.split(",")]
     for chunk in timed_batches(seeds, args.batch):
         print("BATCH " + ",".join(map(str, chunk)), flush=True)
+        c0 = braze.stats()["native_compiles"]
         for r in check_batch(chunk, _config(args), os.environ.get("BRAZE_CACHE_DIR")):
             print("RESULT " + json.dumps(r.to_json()), flush=True)
+        print(f"COMPILES {braze.stats()['native_compiles'] - c0}", flush=True)
     return 0
 
 
-def _spawn(seeds, args, env) -> tuple[list[GraphResult], list[int] | None, list[int], str]:
-    """Run a worker on ``seeds``: (results, the batch it died in or None, seeds not reached, how it ended)."""
+def _spawn(seeds, args, env, compiles: list) -> tuple[list[GraphResult], list[int] | None, list[int], str]:
+    """Run a worker on ``seeds``: (results, the batch it died in or None, seeds not reached, how it ended);
+    the C compiles it ran are appended to ``compiles``."""
     cmd = [sys.executable, "-m", "braze.fuzz", "--worker", "--seeds", ",".join(map(str, seeds)),
            "--batch", str(args.batch), *_flags(args)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -73,6 +77,8 @@ def _spawn(seeds, args, env) -> tuple[list[GraphResult], list[int] | None, list[
     for line in p.stdout:
         if line.startswith("BATCH "):
             batch = [int(s) for s in line[6:].split(",")]
+        elif line.startswith("COMPILES "):
+            compiles.append(int(line.split()[1]))
         elif line.startswith("RESULT "):
             r = GraphResult(**json.loads(line[7:]))
             results.append(r)
@@ -109,6 +115,7 @@ def parent(args) -> int:
     for i in range(0, len(seeds), args.per_worker):
         work.put(seeds[i:i + args.per_worker])
     results: list[GraphResult] = []
+    compiles: list[int] = []
     lock = threading.Lock()
     t0 = time.perf_counter()
     last = [t0]
@@ -127,7 +134,7 @@ def parent(args) -> int:
                 chunk = work.get_nowait()
             except queue.Empty:
                 return
-            res, died, rest, how = _spawn(chunk, args, env)
+            res, died, rest, how = _spawn(chunk, args, env, compiles)
             if died:
                 if len(died) == 1:
                     res.append(GraphResult(died[0], "crash", how))
@@ -151,8 +158,7 @@ def parent(args) -> int:
     for r in failures:
         print(report_failure(r, config) if not args.brief else
               f"seed {r.seed}: {r.status}: {r.message[:300]}", flush=True)
-    compiles = len(timed_batches(seeds, args.batch))
-    print(summarize(results, secs, compiles))
+    print(summarize(results, secs, sum(compiles)))
     if args.out:
         with open(args.out, "w") as fh:
             for r in results:
