@@ -41,6 +41,31 @@ def test_flatten_of_a_static_empty_tensor_compiles():
     assert out.shape == (0,) and y.tolist() == [-1, -1, -1]
 
 
+def test_tile_and_pad_of_an_empty_tensor_compile():
+    # lowering took the index modulo the 0 dim
+    n = Sym("n", 1, 8)
+    m, _ = build([tensor("f32", 1, 0, 3), tensor("f32", n)],
+                 lambda b, x, y: (b.pad(b.tile(x, repeats=(2, 3, 1)), pads=(0, 1, 0, 0, 0, 1), value=2.0),
+                                  b.neg(y)))
+    cm = braze.compile(m)
+    x, y = np.zeros((1, 0, 3), np.float32), np.ones(2, np.float32)
+    for got, want in zip(cm(x, y), braze.reference.run(m, x, y)):
+        assert_close(got, want)
+
+
+def test_average_pool_of_an_empty_input_is_zero_not_nan():
+    # a window with no input element (count_include_pad=False): the reference gives 0, the
+    # generated kernel gave 0/0
+    n = Sym("n", 1, 8)
+    m, _ = build([tensor("f32", n, 2, 0)],
+                 lambda b, x: b.avg_pool2d(x, kernel=(1, 2), stride=(1, 3), padding=(0, 1, 0, 1),
+                                           count_include_pad=False))
+    x = np.zeros((3, 2, 0), np.float32)
+    want = braze.reference.run(m, x)
+    assert want.shape == (3, 2, 1) and np.all(want == 0)
+    assert_close(braze.compile(m)(x), want)
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_over_an_empty_axis(op):
     n = Sym("n", 0, 8)

@@ -95,6 +95,8 @@ def _split(a, b):
 def ifloordiv(a, b):
     if isinstance(b, int) and b == 1:
         return a
+    if isinstance(b, int) and b == 0:  # by an empty dim: the tensor has no element to index
+        return 0
     if isinstance(a, Expr):
         return Binary("div", cast(a, I64), cast(_ie(b), I64), I64)  # indices are >= 0: trunc == floor
     q, r = _split(a, b)
@@ -106,7 +108,7 @@ def ifloordiv(a, b):
 
 
 def imod(a, b):
-    if isinstance(b, int) and b == 1:
+    if isinstance(b, int) and b in (0, 1):  # 0: an empty dim (no element to index, see ifloordiv)
         return 0
     if isinstance(a, Expr):
         return Binary("mod", cast(a, I64), cast(_ie(b), I64), I64)
