@@ -56,7 +56,7 @@ NATIVE_LIMITS = {
     "batched_matmul_no_epilogue": True,
 }
 EPILOGUE_OPS = ("add",) + ACTIVATIONS
-VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
+VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze", "expand")  # (an expand to the same shape is dropped)
 
 
 @dataclass

@@ -267,7 +267,7 @@ def p_reduce(gen, op):
         if op == "reduce_sum":
             bound = ib * max(counts)
         elif op == "reduce_prod":
-            bound = ib ** max(counts) if ib > 1 else 1.0
+            bound = 1.0 if ib <= 1 else ib ** min(max(counts), 64)  # (past 64 factors it is over anyway)
         elif op in ("argmax", "argmin"):
             bound = float(max(counts))
         check_int_bound(bound)

@@ -80,12 +80,15 @@ def unit(a) -> float:
 
 
 def rnd(out, c=1.0, absolute=0.0):
-    """The rounding part of a float output's bound: c u |out| (+ an absolute term)."""
+    """The rounding part of a float output's bound: c u |out| (+ an absolute term), and the
+    smallest normal number when c > 0: a denormal result may be flushed to 0 (oneDNN runs
+    with FTZ/DAZ; the vector exp returns 0 below the normal range)."""
     out = np.asarray(out)
     u = unit(out)
     if u == 0.0:
         return np.zeros(out.shape)
-    return c * u * np.minimum(mag(out), np.finfo(out.dtype).max) + absolute
+    fi = np.finfo(out.dtype)
+    return c * u * np.minimum(mag(out), fi.max) + absolute + (float(fi.tiny) if c > 0 else 0.0)
 
 
 def _any_err(e, shape):
@@ -230,15 +233,16 @@ def _unary(fn):
             elif op == "softplus":
                 L = 1.0
             p = L * e
-            if op in ("sin", "cos"):
-                p = np.minimum(p, 2.0)
+            if op in ("sin", "cos"):  # bounded, unless the operand may be inf (then NaN)
+                p = np.where(np.isinf(e), np.inf, np.minimum(p, 2.0))
         else:
             f = fn
             p = np.maximum(np.abs(f(x + e) - f(x)), np.abs(f(x - e) - f(x)))
+            # an operand interval reaching 0 (or below): -inf, NaN or a value are all possible
             if op in ("log", "sqrt", "rsqrt"):
-                p = np.where(x - e < 0, np.inf if op != "sqrt" else np.sqrt(e), p)
+                p = np.where((x - e <= 0) & (e > 0), np.inf, p)
             if op in ("reciprocal",):
-                p = np.where((x - e <= 0) & (x + e >= 0), np.inf, p)
+                p = np.where((x - e <= 0) & (x + e >= 0) & (e > 0), np.inf, p)
         c = 0.0 if op in EXACT_OPS else ROUND.get(op, 1)
         a = ABS.get(op, 0.0)
         if op == "elu":
