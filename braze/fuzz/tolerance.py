@@ -27,7 +27,14 @@ hides real bugs in well-conditioned graphs. So the bound is *computed*:
 * ``u`` is the unit roundoff of the output's dtype times a per-op factor: 1 for
   correctly rounded ops, a few for braze_vec.h's polynomial exp/log/tanh/erf/gelu
   (their documented errors), plus absolute terms where an approximation is
-  absolute (erf: 5e-7).
+  absolute (erf: 5e-7), plus the smallest normal number (a denormal result may
+  be flushed to 0: oneDNN runs with FTZ/DAZ).
+* Overflow on the way is not checked: where an output is inf from finite
+  operands, or a sum of magnitudes (a reduction, a dot product, a variance, any
+  order of batch_norm's terms) passes the dtype's largest value, partial sums in
+  another order give inf, -inf, NaN or a finite value, all correct; those
+  elements are "unbounded". An operand interval that reaches the edge of a
+  function's domain (log, sqrt, reciprocal at 0) makes the result unbounded too.
 
 Both sides (native and reference) are within ``E`` of the exact value, so they
 are within ``2E`` of each other; the check allows ``SLACK * 2E + FLOOR``
