@@ -272,6 +272,8 @@ def _binary(ctx, opdef, ins, es, outs, attrs):
         p = ea + eb
     elif op == "mul":
         p = A * eb + B * ea + ea * eb
+        # an uncertain operand near 0 times inf: NaN (0 * inf) or +-inf
+        p = np.where(((ea > 0) & np.isinf(b)) | ((eb > 0) & np.isinf(a)), np.inf, p)
     elif op == "div":
         den = B * (B - eb)
         p = np.where(B > eb, (A * eb + B * ea) / np.where(den > 0, den, 1.0), np.inf)
@@ -344,7 +346,11 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
         frac = np.where(X + e > 0, e / np.where(X + e > 0, X + e, 1.0), 0.0)
         p = np.sum(frac, axis=ax, keepdims=True) * P
         PX = np.prod(np.maximum(X, 1.0), axis=ax, keepdims=True)  # the largest partial product
-        r = (n + 1) * u * np.prod(X, axis=ax, keepdims=True) + _ovf(PX, out)
+        small = np.prod(np.minimum(X, 1.0), axis=ax, keepdims=True)  # the smallest one
+        tiny = float(np.finfo(out.dtype).tiny) if out.dtype.kind == "f" else 0.0
+        # a partial product in the denormal range has lost bits: tiny * (what multiplies it later)
+        r = (n + 1) * u * np.prod(X, axis=ax, keepdims=True) + _ovf(PX, out) + \
+            np.where(small < tiny, 2 * tiny * PX, 0.0)
         res = clean(p, e) if np.ndim(x) == 0 else clean(p, np.max(e, axis=ax, keepdims=True, initial=0.0)) + r
         return res if kd else np.reshape(res, out.shape)
     if op == "var":
@@ -449,6 +455,12 @@ def _matmul(ctx, opdef, ins, es, outs, attrs):
         B, eb = B.T, eb.T
     k = np.shape(a)[-1]
     p = np.matmul(ea, B) + np.matmul(A, eb) + np.matmul(ea, eb)
+    # an uncertain term times an inf one: NaN (0 * inf) or +-inf
+    b_inf = np.isinf(np.asarray(b, dtype=np.float64))
+    b_inf = b_inf.T if opdef.name == "linear" else b_inf
+    hits = np.matmul((ea > 0).astype(np.float64), b_inf.astype(np.float64)) + \
+        np.matmul(np.isinf(np.asarray(a, dtype=np.float64)).astype(np.float64), (eb > 0).astype(np.float64))
+    p = np.where(hits > 0, np.inf, p)
     AB = np.matmul(A, B)
     r = (k + 2) * unit(out) * AB + _ovf(AB, out)
     if opdef.name == "linear" and len(ins) > 2 and ins[2] is not None:
