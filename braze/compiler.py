@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import log as _logging
 from .errors import BrazeError, BrazeWarning, InputError
-from .ir.graph import Module, input_count_message
+from .ir.graph import Module, input_count_message, require_constant_data
 from .options import Options
 
 _log = _logging.get("compile")
@@ -19,7 +19,9 @@ _log = _logging.get("compile")
 def _to_module(model, example_inputs, dynamic_shapes, timings: dict) -> Module:
     """The model as a braze Module; ``timings["export"]`` gets the time torch.export took."""
     if isinstance(model, Module):
+        from .ir import verify
         from .passes.common import copy_module
+        verify(model)  # hand-written or parsed IR: an ill-typed node would read out of bounds natively
         return copy_module(model)
     if isinstance(model, (str, os.PathLike)):
         from .frontend.files import load_model_file
@@ -144,6 +146,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     module = _to_module(model, example_inputs, dynamic_shapes, timings)
+    require_constant_data(module, "compile")
     t1 = time.perf_counter()
     timings["import"] = t1 - t0 - timings.get("export", 0.0)
     module = run_pipeline(module, options=opts, copy=False)

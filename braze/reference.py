@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import BrazeError, InputError
 from .ir import sym as S
-from .ir.graph import Function, Module, input_count_message
+from .ir.graph import Function, Module, input_count_message, require_constant_data
 from .ir.types import DType, TensorType
 
 
@@ -89,6 +89,7 @@ def run(module: Module, *arrays, func: str | None = None, check_types: bool = Tr
     Returns one array, or a tuple when the function has several results.
     """
     f = module.functions[func] if func else module.main
+    require_constant_data(module, "run the reference")
     arrays = [_to_numpy(a, i, f.name) for i, a in enumerate(arrays)]
     env = bind_symbols(module, f, arrays)
     res = run_function(module, f, arrays, env, check_types)

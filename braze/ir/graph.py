@@ -124,6 +124,29 @@ class ConstantRef:
         return f"<ConstantRef {self.type} sha256:{self.digest[:12]}>"
 
 
+def missing_constants(module: "Module") -> list[str]:
+    """Names of the constants that nodes use but whose data is not at hand (ConstantRef)."""
+    used = {n.attrs.get("name") for f in module.functions.values() for n in f.nodes if n.op == "constant"}
+    return [k for k, c in module.constants.items() if isinstance(c, ConstantRef) and k in used]
+
+
+def require_constant_data(module: "Module", action: str) -> None:
+    """Raise ModelFormatError naming every constant without data (all of them, with a count):
+    running on a placeholder would read garbage (or crash, for large weights)."""
+    names = missing_constants(module)
+    if not names:
+        return
+    from ..errors import ModelFormatError
+    shown = ", ".join(f"@{k} ({module.constants[k].type})" for k in names[:20])
+    more = f", and {len(names) - 20} more" if len(names) > 20 else ""
+    raise ModelFormatError(
+        f"cannot {action}: {len(names)} constant{'s' if len(names) != 1 else ''} of the model "
+        f"{'have' if len(names) != 1 else 'has'} no data: {shown}{more}",
+        hint="the module was read without its weights. For IR text, pass them: "
+             "braze.ir.parse(text, constants={name: array}). For ONNX, load the external data "
+             "(onnx.load(path) loads it; keep the .onnx file next to its data file).")
+
+
 def array_digest(a: np.ndarray) -> str:
     a = np.asarray(a, order="C")  # ascontiguousarray would hash a 0-d array as shape (1,)
     h = hashlib.sha256()

@@ -336,18 +336,15 @@ def _adaptive_infer(ctx, x, *, output_size):
 
 
 def _adaptive_axis(a, axis, out):
+    """Means over PyTorch's bins [floor(i n / out), ceil((i + 1) n / out)) along ``axis``. Each bin
+    is summed on its own: differences of a cumulative sum lose small values next to large
+    ones and carry a NaN or inf into every later bin."""
     n = a.shape[axis]
-    i = np.arange(out)
-    starts = (i * n) // out
-    ends = -((-(i + 1) * n) // out)
-    c = np.cumsum(a, axis=axis, dtype=np.float64)
-    zero_shape = list(a.shape)
-    zero_shape[axis] = 1
-    c = np.concatenate([np.zeros(zero_shape), c], axis=axis)
-    sums = np.take(c, ends, axis=axis) - np.take(c, starts, axis=axis)
-    shape = [1] * a.ndim
-    shape[axis] = out
-    return sums / (ends - starts).reshape(shape)
+    a = a.astype(np.float64, copy=False)
+    bins = [np.take(a, np.arange((i * n) // out, -((-(i + 1) * n) // out)), axis=axis)
+            for i in range(out)]
+    with np.errstate(invalid="ignore"):
+        return np.concatenate([np.sum(b, axis=axis, keepdims=True) / b.shape[axis] for b in bins], axis=axis)
 
 
 def _adaptive_ref(ctx, x, *, output_size):

@@ -341,3 +341,73 @@ def test_primitive_cache_counts(lib):
     lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
     assert created.value - created0.value == 2
     assert hits.value - hits0.value == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# zero-sized operands (found by the random-graph fuzzer, braze/fuzz): an empty tensor's data
+# pointer may be NULL, oneDNN takes no zero dims, and a product over K = 0 terms is all zeros
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("act", list(ACTS) + [0x101, 0x103])
+@pytest.mark.parametrize("bias,residual", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_over_zero_k_is_the_epilogue_of_zeros(lib, act, bias, residual):
+    M, N = 3, 5
+    rng = np.random.default_rng(act)
+    W = np.zeros((N, 0), np.float32)
+    b = rng.standard_normal(N, dtype=np.float32) if bias else None
+    r = rng.standard_normal((M, N), dtype=np.float32) if residual else None
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), N, 0, 1, err, ERRLEN)
+    assert pb, err.value
+    try:
+        out = np.full((M, N), np.nan, np.float32)
+        A = np.zeros((M, 0), np.float32)
+        assert lib.braze_matmul(M, N, 0, _p(A), pb, _p(b), _p(r), act, _p(out), err, ERRLEN) == 0, err.value
+        x = np.zeros((M, N)) + (0 if b is None else b.astype(np.float64))
+        _close(out, _epilogue(x, act, r))
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+def test_matmul_with_no_rows_or_columns_takes_null_pointers(lib):
+    err = _err()
+    W = np.ones((4, 3), np.float32)
+    pb = lib.braze_pack_b_err(_p(W), 4, 3, 1, err, ERRLEN)
+    empty = lib.braze_pack_b_err(None, 0, 3, 1, err, ERRLEN)
+    assert pb and empty, err.value
+    try:
+        assert lib.braze_matmul(0, 4, 3, None, pb, None, None, 1, None, err, ERRLEN) == 0, err.value
+        A = np.ones((2, 3), np.float32)
+        assert lib.braze_matmul(2, 0, 3, _p(A), empty, None, None, 0, None, err, ERRLEN) == 0, err.value
+        # a nonempty product still needs its pointers
+        assert lib.braze_matmul(2, 4, 3, None, pb, None, None, 0, None, err, ERRLEN) != 0
+        assert b"invalid arguments" in err.value
+    finally:
+        lib.braze_free_packed_b(pb)
+        lib.braze_free_packed_b(empty)
+
+
+@pytest.mark.parametrize("ab,bb,M,N,K", [((0,), (0,), 3, 3, 8), ((1, 0), (1, 1), 1, 7, 7), ((1,), (0,), 2, 2, 2),
+                                         ((2,), (2,), 0, 4, 3), ((2,), (2,), 4, 0, 3)])
+def test_batch_matmul_with_an_empty_result_writes_nothing(lib, ab, bb, M, N, K):
+    err = _err()
+    a_b, b_b = np.array(ab, np.int64), np.array(bb, np.int64)
+    rc = lib.braze_batch_matmul_bcast(len(ab), _p(a_b), _p(b_b), M, N, K, None, 0, None, 0, 1.0, None, err, ERRLEN)
+    assert rc == 0, err.value
+
+
+def test_conv_of_an_empty_batch_and_of_an_empty_image(lib):
+    err = _err()
+    Wc = np.ones((2, 3, 1, 1), np.float32)
+    pc = lib.braze_pack_conv_weights(_p(Wc), 2, 3, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, err, ERRLEN)
+    assert pc, err.value
+    try:
+        assert lib.braze_conv2d(0, 4, 4, None, pc, None, None, 0, 4, 4, None, err, ERRLEN) == 0, err.value
+        # zero width with a batch: refused with a message (torch refuses it too), not a crash
+        X = np.ones((1, 3, 4, 1), np.float32)
+        Y = np.empty((1, 2, 4, 1), np.float32)
+        assert lib.braze_conv2d(1, 4, 0, _p(X), pc, None, None, 0, 4, 0, _p(Y), err, ERRLEN) != 0
+        assert b"invalid arguments" in err.value or b"zero height or width" in err.value
+    finally:
+        lib.braze_free_packed_conv(pc)

@@ -195,3 +195,16 @@ def test_adaptive_avg_pool2d(osize):
         x = rand(RNG, (n, c, h, w))
         ref = F.adaptive_avg_pool2d(torch.from_numpy(x), osize)
         assert_close_scaled(R.run(m, x), ref.numpy())
+
+
+def test_adaptive_avg_pool2d_keeps_each_bin_to_itself():
+    # the reference summed bins as differences of a cumulative sum: a NaN or inf leaked into
+    # every later bin, and small values next to huge ones vanished (found by braze/fuzz)
+    m, _ = build([tensor("f32", 1, 1, 6, 6)], lambda b, x: b.adaptive_avg_pool2d(x, output_size=(3, 2)))
+    x = RNG.standard_normal((1, 1, 6, 6)).astype(np.float32) * 1e-3
+    x[0, 0, 0, 0] = np.nan
+    x[0, 0, 2, 4] = 3e38
+    x[0, 0, 5, 1] = -np.inf
+    ref = F.adaptive_avg_pool2d(torch.from_numpy(x).double(), (3, 2)).float().numpy()
+    assert np.isnan(ref[0, 0, 0, 0]) and np.isneginf(ref[0, 0, 2, 0]) and np.isfinite(ref).sum() == 4
+    assert_close(R.run(m, x), ref)

@@ -265,13 +265,17 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
             return 1;
         }
     }
-    if (N < 0 || H <= 0 || W <= 0 || (N > 0 && (!X || !Y)) || OH != CONV_OH(P, H) || OW != CONV_OW(P, W) ||
-        OH <= 0 || OW <= 0) {
+    if (N < 0 || H < 0 || W < 0 || OH != CONV_OH(P, H) || OW != CONV_OW(P, W) || OH <= 0 || OW <= 0) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; expected OH=%lld OW=%lld)", ctx,
                 (long long)CONV_OH(P, H), (long long)CONV_OW(P, W));
         return 1;
     }
-    if (N == 0) return 0;
+    if (N == 0) return 0; /* an empty batch (its data pointers may be NULL) */
+    if (H == 0 || W == 0 || !X || !Y) {
+        set_err(err, errlen, "braze_dnnl: conv2d of an input with zero height or width is not supported (%s)",
+                ctx);
+        return 1;
+    }
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
     {

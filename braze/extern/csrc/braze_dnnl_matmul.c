@@ -22,7 +22,7 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
     dnnl_memory_desc_t plain = NULL, any = NULL, src = NULL, dst = NULL;
     dnnl_primitive_desc_t pd = NULL;
     if (braze_dnnl_init(err, errlen)) return NULL;
-    if (N <= 0 || K <= 0 || !W) {
+    if (N < 0 || K < 0 || (!W && N > 0 && K > 0)) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s, W=%p)", ctx, (const void *)W);
         return NULL;
     }
@@ -30,6 +30,7 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
     if (!B) goto oom;
     B->N = N;
     B->K = K;
+    if (N == 0 || K == 0) return B; /* an empty weight: braze_matmul needs no primitive for it */
     {
         dnnl_dims_t wd = {K, N}, sd = {PACK_M_HINT, K}, dd = {PACK_M_HINT, N};
         DN(dnnl_memory_desc_create_with_tag(&plain, 2, wd, dnnl_f32,
@@ -139,6 +140,30 @@ static int make_mm(cache_entry *e, void *a, char *err, int errlen) {
     return create_matmul_entry(e, m->M, m->B, m->has_bias, m->has_res, m->act, m->runtime_m, m->ctx, err, errlen);
 }
 
+/* C = act(bias) + residual (or act(bias + residual)) for a product over K = 0 terms: oneDNN
+ * takes no zero-sized dims, and the product itself is all zeros. */
+static float scalar_act(int act, float v) {
+    switch (act & 0xff) {
+    case BRAZE_ACT_RELU: return v > 0.f ? v : 0.f;
+    case BRAZE_ACT_GELU_ERF: return 0.5f * v * (1.f + erff(v * 0.70710678f));
+    case BRAZE_ACT_GELU_TANH: return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    case BRAZE_ACT_SILU: return v / (1.f + expf(-v));
+    case BRAZE_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
+    case BRAZE_ACT_TANH: return tanhf(v);
+    default: return v;
+    }
+}
+
+static void empty_k_epilogue(int64_t M, int64_t N, const float *bias, const float *residual, int act,
+                             float *C) {
+    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float v = bias ? bias[n] : 0.f, r = residual ? residual[m * N + n] : 0.f;
+            C[m * N + n] = late ? scalar_act(act, v + r) : scalar_act(act, v) + r;
+        }
+}
+
 int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
                  const float *bias, const float *residual, int act, float *C, char *err,
                  int errlen) {
@@ -155,7 +180,7 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
         set_err(err, errlen, "braze_dnnl: packed weight is NULL (%s)", ctx);
         return 1;
     }
-    if (M < 0 || N != B->N || K != B->K || (M > 0 && (!A || !C))) { /* no rows: A and C may be NULL */
+    if (M < 0 || N != B->N || K != B->K || (M > 0 && N > 0 && (!C || (K > 0 && !A)))) {
         set_err(err, errlen,
                 "braze_dnnl: invalid arguments (%s; packed weight is N=%lld K=%lld; A=%p C=%p)",
                 ctx, (long long)B->N, (long long)B->K, (const void *)A, (void *)C);
@@ -168,7 +193,11 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
             return 1;
         }
     }
-    if (M == 0) return 0;
+    if (M == 0 || N == 0) return 0;
+    if (K == 0) {
+        empty_k_epilogue(M, N, bias, residual, act, C);
+        return 0;
+    }
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
     {
@@ -297,17 +326,15 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
     dnnl_memory_desc_t a = NULL, w = NULL, c = NULL;
     dnnl_memory_t ma = NULL, mw = NULL, mc = NULL;
     if (braze_dnnl_init(err, errlen)) return 1;
-    /* a pointer to no elements may be NULL (an empty arena): checked once the sizes say it is used */
     int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0;
     int64_t out = 1;
     for (int i = 0; !bad && i < nb; i++) {
         int64_t p = a_batch[i], q = b_batch[i];
         bad = p < 0 || q < 0 || (p != q && p != 1 && q != 1);
-        out *= p > q ? p : q;
+        out *= p == 1 ? q : p; /* 1 broadcasts to q, even to 0 */
     }
-    /* an empty operand or result may have no memory (NULL) */
-    if (!bad && out > 0 && M > 0 && N > 0)
-        bad = !C || (K > 0 && (!A || !Bm));
+    /* an empty tensor's data pointer may be NULL */
+    bad = bad || (out > 0 && M > 0 && N > 0 && (!C || (K > 0 && (!A || !Bm))));
     if (bad) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; 1 to %d batch dims, each equal or 1 on one side)",
                 ctx, BMM_MAX_BATCH);

@@ -132,23 +132,44 @@ def load_model(model) -> tuple[Any, str | None]:
             raise ModelFormatError(f"cannot read ONNX model file: {e.strerror or e}", where=path,
                                    hint="check the path and the file's permissions") from None
         proto = _parse(data, path)
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        if _external(proto):
             try:
                 from onnx.external_data_helper import load_external_data_for_model
                 load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
             except Exception as e:
-                raise ModelFormatError(f"cannot load the model's external weight data: {e}", where=path,
-                                       hint="keep the external data files next to the .onnx file") from None
+                raise _missing_external(proto, f"cannot load the model's external weight data ({e})", path) from None
     else:
         raise ModelFormatError(f"import_onnx takes a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     where = path or "<model>"
+    if path is None and _external(proto):
+        # onnx.load(..., load_external_data=False): the weights are not in the proto, and reading
+        # them relative to the current directory would work only by accident
+        raise _missing_external(proto, "the model's weights are in external data that was not loaded", where)
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # onnx.checker.ValidationError and friends
-        msg = str(e).strip().splitlines()
-        raise ModelFormatError(f"the ONNX model is invalid: {msg[0] if msg else type(e).__name__}", where=where,
+        msg = " ".join(str(e).split())  # the checker's message spans lines (the node's name, its op)
+        msg = msg if len(msg) <= 400 else msg[:400] + " ..."
+        raise ModelFormatError(f"the ONNX model is invalid: {msg or type(e).__name__}", where=where,
                                hint="run onnx.checker.check_model(model) for details; re-export the model") from None
     return proto, path
+
+
+def _external(proto) -> list:
+    """The initializers whose data lives in an external file and is not loaded."""
+    import onnx
+    return [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _missing_external(proto, what: str, where: str) -> ModelFormatError:
+    ts = _external(proto)
+    files = sorted({e.value for t in ts for e in t.external_data if e.key == "location"})
+    names = ", ".join(t.name for t in ts[:20]) + (f", and {len(ts) - 20} more" if len(ts) > 20 else "")
+    return ModelFormatError(
+        f"{what}: {len(ts)} initializer{'s' if len(ts) != 1 else ''} without data: {names}"
+        + (f" (stored in {', '.join(files)})" if files else ""), where=where,
+        hint="load the model with onnx.load(path) (it loads external data from the .onnx file's directory), "
+             "or pass the .onnx path and keep its data file next to it")
 
 
 def _parse(data: bytes, where: str):

@@ -95,6 +95,8 @@ def _split(a, b):
 def ifloordiv(a, b):
     if isinstance(b, int) and b == 1:
         return a
+    if isinstance(b, int) and b == 0:  # by an empty dim: the tensor has no element to index
+        return 0
     if isinstance(a, Expr):
         return Binary("div", cast(a, I64), cast(_ie(b), I64), I64)  # indices are >= 0: trunc == floor
     q, r = _split(a, b)
@@ -106,7 +108,7 @@ def ifloordiv(a, b):
 
 
 def imod(a, b):
-    if isinstance(b, int) and b == 1:
+    if isinstance(b, int) and b in (0, 1):  # 0: an empty dim (no element to index, see ifloordiv)
         return 0
     if isinstance(a, Expr):
         return Binary("mod", cast(a, I64), cast(_ie(b), I64), I64)
@@ -144,6 +146,9 @@ def reshape_index(idx, out_shape, in_shape) -> tuple:
         s += 1
     mid_out = out_shape[p:no - s]
     mid_in = in_shape[p:ni - s]
+    if any(isinstance(d, int) and d == 0 for d in (*mid_out, *mid_in)):
+        # no elements: the index is never evaluated (and the strides would divide by 0)
+        return tuple(idx[:p]) + (0,) * len(mid_in) + tuple(idx[no - s:])
     flat = 0
     st = 1
     for k in range(len(mid_out) - 1, -1, -1):

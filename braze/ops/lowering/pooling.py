@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...ir import sym as S
 from ...ir.loop import Binary, Compare, Const, IndexValue
-from .core import BOOL, I64, cast, div, lowering, select
+from .core import BOOL, I64, cast, div, lowering, select, vmax
 from .index_math import iadd, imul
 from .views import _clamp_index
 
@@ -68,7 +68,10 @@ def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include
             return select(c, Const(1.0, dt), Const(0.0, dt))
 
         def build():
-            return div(ctx.reduce("sum", total, kernel, dt), ctx.reduce("sum", count, kernel, dt))
+            # a window with no input element (only an empty input has one) averages to 0, as the
+            # reference does, not 0/0
+            n = vmax(ctx.reduce("sum", count, kernel, dt), Const(1.0, dt))
+            return div(ctx.reduce("sum", total, kernel, dt), n)
         return ctx.memo(tuple(idx), build)
     return fn
 

@@ -1,0 +1,753 @@
+"""One proposer per op (or op family): operands and attributes for a candidate node.
+
+A proposer calls ``gen.emit(op, inputs, attrs)``, which checks the candidate with
+the op's shape inference and raises ``Reject`` when it does not fit; run-time
+rules that inference cannot see (a window larger than the input, a reduction
+of an empty axis with no identity, an index range) are checked here at the
+generator's run shapes, and also raise ``Reject``. Operands are values of the
+graph so far or ``New`` parameters/constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import sym as S
+from ..ir.types import TensorType
+from ..ops import all_ops
+from .generator import (ACTIVATIONS, BOOL, F32, F64, I32, I64, NATIVE_LIMITS, STATIC_DIMS, GVal, New,
+                        Reject)
+
+INT_LIMIT = 2.0 ** 30  # integer values stay below this (no overflow in int32 or int64 arithmetic)
+
+# op kind -> weight when choosing what to build next
+KIND_WEIGHTS = {"elementwise": 36, "injective": 18, "broadcast": 3, "reduction": 12, "normalization": 8,
+                "gemm": 9, "conv": 4, "pool": 3, "attention": 1.5, "creation": 2}
+
+
+def choose_op(gen, ops):
+    by_kind: dict[str, list[str]] = {}
+    reg = all_ops()
+    for o in ops:
+        by_kind.setdefault(reg[o].kind, []).append(o)
+    kinds = sorted(by_kind)
+    w = np.array([KIND_WEIGHTS.get(k, 1.0) for k in kinds])
+    k = kinds[int(gen.rng.choice(len(kinds), p=w / w.sum()))]
+    return gen.choice(by_kind[k])
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def props(gen, x):
+    """(exact, special, ibound) of an operand, new or built."""
+    if isinstance(x, GVal):
+        return x.exact, x.special, x.ibound
+    if x.const:
+        return True, False, float(np.abs(x.data).max(initial=0)) if x.data.size else 0.0
+    special = gen.special and x.type.dtype.is_float and x.index_dim is None
+    if x.index_dim is not None:
+        return True, False, float(max(gen.evals(x.index_dim)))
+    return True, special, float(max(abs(x.low if x.low is not None else 5), abs(x.high if x.high is not None else 6)))
+
+
+def dtype_of(x):
+    return x.type.dtype if isinstance(x, New) else x.dtype
+
+
+def shape_of(x):
+    return x.type.shape if isinstance(x, New) else x.shape
+
+
+def bcast_ok(gen, a, b) -> bool:
+    """Shapes that broadcast without an assumption: dims equal (provably) or 1."""
+    store = gen.module.constraints
+    for p, q in zip(reversed(a), reversed(b)):
+        if (isinstance(p, int) and p == 1) or (isinstance(q, int) and q == 1):
+            continue
+        if store.equal(p, q) is not True:
+            return False
+    return True
+
+
+def bcast_to_ok(gen, target, shape) -> bool:
+    """``shape`` broadcasts *to* ``target`` (its dims are 1 or equal to the target's)."""
+    return len(shape) <= len(target) and bcast_ok(gen, target, shape) and all(
+        not (isinstance(t, int) and t == 1) or (isinstance(d, int) and d == 1)
+        for t, d in zip(reversed(target), reversed(shape)))
+
+
+def numeric(g) -> bool:
+    return g.dtype is not BOOL
+
+
+def exact_ok(x) -> bool:
+    return not isinstance(x, GVal) or x.exact
+
+
+def check_int_bound(b: float):
+    if b > INT_LIMIT:
+        raise Reject("integer bound")
+
+
+def random_axes(gen, rank):
+    if rank == 0 or gen.rng.random() < 0.2:
+        return None
+    k = int(gen.rng.integers(1, rank + 1))
+    axes = sorted(gen.rng.choice(rank, size=k, replace=False).tolist())
+    return tuple(a - rank if gen.rng.random() < 0.3 else a for a in axes)
+
+
+def reduced_count(gen, shape, axes) -> list[int]:
+    """Elements reduced per output element, at each run shape."""
+    ax = range(len(shape)) if axes is None else [a % max(len(shape), 1) for a in axes]
+    return [int(np.prod([S.evaluate(shape[a], e) for a in ax])) for e in gen.envs]
+
+
+def partner(gen, a, dtype=None, exact=False, const=None, allow_bool=False):
+    """A second operand that broadcasts with ``a``: from the graph, or new."""
+    dt = dtype or dtype_of(a)
+
+    def fits(g):
+        if exact and not g.exact:
+            return False
+        if (g.dtype is BOOL) != (dt is BOOL) and not allow_bool:
+            return False
+        if dt.is_float != g.dtype.is_float:
+            return False
+        return bcast_ok(gen, shape_of(a), g.shape)
+
+    if gen.rng.random() < 0.5:
+        got = gen.pick(fits, fresh_ok=False)
+        if got is not None:
+            return got
+    return gen.like(shape_of(a), dt, const=const)
+
+
+# ---------------------------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------------------------
+
+FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid", "silu", "sin", "cos",
+               "hardswish", "gelu", "leaky_relu", "elu", "softplus", "hardsigmoid")
+
+
+def p_float_unary(gen, op):
+    x = gen.fval()
+    attrs = {}
+    r = gen.rng
+    if op == "gelu":
+        attrs["approximate"] = gen.choice(["none", "tanh"])
+    elif op == "leaky_relu" and r.random() < 0.5:
+        attrs["alpha"] = float(gen.choice([0.01, 0.2, 1.5]))
+    elif op == "elu" and r.random() < 0.5:
+        attrs["alpha"] = float(gen.choice([0.5, 1.0, 2.0]))
+    elif op == "softplus" and r.random() < 0.5:
+        attrs.update(beta=float(gen.choice([0.5, 1.0, 2.0])), threshold=float(gen.choice([5.0, 20.0])))
+    elif op == "hardsigmoid" and r.random() < 0.5:
+        attrs.update(alpha=0.2, beta=0.5)
+    gen.emit(op, [x], attrs, exact=False)
+
+
+def p_numeric_unary(gen, op):
+    """neg abs relu (continuous); sign floor ceil round clamp (exact operands for floats)."""
+    disc = op in ("sign", "floor", "ceil", "round")
+    x = gen.pick(lambda g: numeric(g) and (g.exact or not disc),
+                 fresh_type=TensorType(gen.choice([F32, F32, I64, I32]), gen.shape()))
+    attrs = {}
+    if op == "clamp":
+        lo = None if gen.rng.random() < 0.3 else float(gen.choice([-1.5, -1.0, 0.0, 0.5]))
+        hi = None if (gen.rng.random() < 0.3 and lo is not None) else float(gen.choice([-0.5, 1.0, 2.5]))
+        attrs = {"min": lo, "max": hi}
+    gen.emit(op, [x], attrs)
+
+
+def p_binary(gen, op):
+    r = gen.rng
+    if op == "pow":
+        a = gen.fval()
+        b = partner(gen, a, exact=True) if r.random() < 0.5 else \
+            gen.new(TensorType(dtype_of(a), ()), const=True, high=None)
+        if isinstance(b, New) and b.const and b.type.rank == 0:
+            b.data = np.asarray(gen.choice([2.0, 3.0, 0.5, -1.0, 1.5]), dtype=np.float32)
+        if r.random() < 0.5:  # a positive base keeps pow continuous
+            a = gen.like(shape_of(b), F32, low=0.0) if isinstance(a, New) else a
+        gen.emit(op, [a, b], {}, exact=False)
+        return
+    disc = op == "remainder"
+    allow_bool = op in ("add", "mul", "maximum", "minimum")
+    dt = gen.choice([F32, F32, F32, I64, I32] + ([BOOL] if allow_bool else []))
+    a = gen.pick(lambda g: (g.dtype is BOOL) == (dt is BOOL) and g.dtype.is_float == dt.is_float
+                 and (g.exact or not disc), fresh_type=TensorType(dt, gen.shape()))
+    b = partner(gen, a, exact=disc, const=None if r.random() < 0.5 else True)
+    if r.random() < 0.4:
+        a, b = b, a
+    fl = dtype_of(a).is_float or dtype_of(b).is_float
+    ea, _, ia = props(gen, a)
+    eb, _, ib = props(gen, b)
+    bound = {"add": ia + ib, "sub": ia + ib, "mul": ia * ib, "div": ia, "remainder": ib,
+             "maximum": max(ia, ib), "minimum": max(ia, ib)}[op]
+    if not fl:
+        check_int_bound(bound)
+    exact = ea and eb and (not fl or op in ("maximum", "minimum", "remainder"))
+    gen.emit(op, [a, b], {}, exact=exact, ibound=bound)
+
+
+def p_compare(gen, op):
+    dt = gen.choice([F32, F32, I64, BOOL])
+    a = gen.pick(lambda g: g.exact and (g.dtype is BOOL) == (dt is BOOL), fresh_type=TensorType(dt, gen.shape()))
+    b = partner(gen, a, exact=True, allow_bool=True)
+    gen.emit(op, [a, b], {}, exact=True, ibound=1.0)
+
+
+def p_logical(gen, op):
+    a = gen.pick(lambda g: g.exact, fresh_type=TensorType(BOOL, gen.shape()))
+    if op == "logical_not":
+        gen.emit(op, [a], {}, exact=True, ibound=1.0)
+        return
+    b = partner(gen, a, exact=True, allow_bool=True)
+    gen.emit(op, [a, b], {}, exact=True, ibound=1.0)
+
+
+def p_where(gen, op):
+    c = gen.pick(lambda g: g.exact and g.dtype is BOOL, fresh_type=TensorType(BOOL, gen.shape()))
+    a = gen.pick(lambda g: numeric(g) and bcast_ok(gen, c.type.shape if isinstance(c, New) else c.shape, g.shape))
+    b = partner(gen, a)
+    if gen.rng.random() < 0.5:
+        a, b = b, a
+    _, _, ia = props(gen, a)
+    _, _, ib = props(gen, b)
+    gen.emit(op, [c, a, b], {}, ibound=max(ia, ib))
+
+
+def p_cast(gen, op):
+    x = gen.pick(lambda g: True)
+    src = dtype_of(x)
+    ex, sp, ib = props(gen, x)
+    dst = gen.choice([F32, F64, I64, I32, BOOL])
+    if dst == src:
+        raise Reject("same dtype")
+    if src.is_float and not dst.is_float and (not ex or sp):
+        raise Reject("float to int needs an exact, finite operand")
+    exact = ex and not (src.is_int and dst is F32 and ib >= 2 ** 24)
+    gen.emit(op, [x], {"dtype": dst}, exact=exact, ibound=1.0 if dst is BOOL else ib)
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------------------------
+
+
+def p_reduce(gen, op):
+    float_only = op in ("reduce_mean", "var")
+    disc = op in ("argmax", "argmin")
+    x = gen.pick(lambda g: (g.dtype.is_float or not float_only) and (g.exact or not disc)
+                 and (g.dtype is not BOOL or op in ("reduce_max", "reduce_min", "reduce_sum"))
+                 and g.t.rank >= (1 if disc else 0))
+    shape = shape_of(x)
+    ex, sp, ib = props(gen, x)
+    attrs = {"keepdims": bool(gen.rng.random() < 0.4)}
+    if op in ("argmax", "argmin"):
+        if len(shape) == 0:
+            raise Reject("rank 0")
+        attrs["axis"] = int(gen.rng.integers(-len(shape), len(shape)))
+        axes = (attrs["axis"],)
+    else:
+        axes = attrs["axes"] = random_axes(gen, len(shape))
+        if op == "var":
+            attrs["correction"] = int(gen.choice([0, 1, 1, 2]))
+    counts = reduced_count(gen, shape, axes)
+    if op in ("reduce_max", "reduce_min", "argmax", "argmin") and min(counts) == 0:
+        raise Reject("empty reduction without identity")
+    exact = ex if op in ("reduce_max", "reduce_min", "argmax", "argmin") else not dtype_of(x).is_float and ex
+    bound = ib
+    if not dtype_of(x).is_float:
+        if op == "reduce_sum":
+            bound = ib * max(counts)
+        elif op == "reduce_prod":
+            bound = 1.0 if ib <= 1 else ib ** min(max(counts), 64)  # (past 64 factors it is over anyway)
+        elif op in ("argmax", "argmin"):
+            bound = float(max(counts))
+        check_int_bound(bound)
+    gen.emit(op, [x], attrs, exact=exact, ibound=bound)
+
+
+def p_cumsum(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 1, fresh_type=TensorType(F32, gen.shape(int(gen.rng.integers(1, 4)))))
+    shape = shape_of(x)
+    if not shape:
+        raise Reject("rank 0")
+    axis = int(gen.rng.integers(-len(shape), len(shape)))
+    ex, _, ib = props(gen, x)
+    fl = dtype_of(x).is_float
+    bound = ib * max(gen.evals(shape[axis]))
+    if not fl:
+        check_int_bound(bound)
+    gen.emit(op, [x], {"axis": axis, "exclusive": bool(gen.rng.random() < 0.3),
+                       "reverse": bool(gen.rng.random() < 0.3)}, exact=ex and not fl, ibound=bound)
+
+
+# ---------------------------------------------------------------------------------------------
+# normalization
+# ---------------------------------------------------------------------------------------------
+
+
+def param_like(gen, shape, low=None):
+    """A per-feature parameter: a constant when the shape is static, else a parameter."""
+    t = TensorType(F32, tuple(shape))
+    return gen.new(t, const=t.is_static() and gen.rng.random() < 0.8, low=low)
+
+
+def p_norm(gen, op):
+    x = gen.fval(lambda g: g.t.rank >= 1, fresh_type=TensorType(F32, gen.shape(int(gen.rng.integers(1, 4)))))
+    shape = shape_of(x)
+    r = len(shape)
+    if r == 0:
+        raise Reject("rank 0")
+    if op in ("softmax", "log_softmax"):
+        gen.emit(op, [x], {"axis": int(gen.rng.integers(-r, r))}, exact=False)
+        return
+    if op == "batch_norm":
+        if r < 2:
+            raise Reject("rank < 2")
+        c = (shape[1],)
+        ins = [x, param_like(gen, c), param_like(gen, c), param_like(gen, c), param_like(gen, c, low=0.0)]
+        gen.emit(op, ins, {"eps": float(gen.choice([1e-5, 1e-3]))}, exact=False)
+        return
+    axis = int(gen.rng.integers(-r, 0))
+    norm = shape[axis % r:]
+    ins = [x]
+    if gen.rng.random() < 0.6:
+        ins.append(param_like(gen, norm))
+        if op == "layer_norm" and gen.rng.random() < 0.6:
+            ins.append(param_like(gen, norm))
+    gen.emit(op, ins, {"axis": axis, "eps": float(gen.choice([1e-5, 1e-6, 1e-2]))}, exact=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm and conv, with the epilogues the vendor path fuses
+# ---------------------------------------------------------------------------------------------
+
+
+def f32_value(gen, min_rank, pred=lambda g: True):
+    rank = int(gen.rng.integers(min_rank, min_rank + 2))
+    return gen.pick(lambda g: g.dtype is F32 and g.t.rank >= min_rank and pred(g),
+                    fresh_type=TensorType(F32, gen.shape(rank)))
+
+
+def epilogue(gen, y: GVal, bias_shape):
+    """Some of: bias add, an activation, a residual add; in the order the library fuses them,
+    sometimes shuffled (then part of it becomes a generated kernel)."""
+    steps = [s for s in ("bias", "act", "residual") if gen.rng.random() < 0.5]
+    if gen.rng.random() < 0.2:
+        gen.rng.shuffle(steps)
+    for s in steps:
+        if s == "bias":
+            b = gen.new(TensorType(F32, bias_shape), const=True)
+            (y,) = gen.emit("add", [y, b] if gen.rng.random() < 0.7 else [b, y], {}, exact=False)
+        elif s == "act":
+            act = gen.choice(list(ACTIVATIONS))
+            attrs = {"approximate": gen.choice(["none", "tanh"])} if act == "gelu" else {}
+            (y,) = gen.emit(act, [y], attrs, exact=False)
+        else:
+            other = gen.pick(lambda g: g.dtype is F32 and g is not y and g.t.rank == y.t.rank
+                             and all(gen.module.constraints.equal(p, q) is True for p, q in zip(g.shape, y.shape)),
+                             fresh_type=y.t)
+            (y,) = gen.emit("add", [y, other] if gen.rng.random() < 0.7 else [other, y], {}, exact=False)
+    return y
+
+
+def static_last(g) -> bool:
+    return g.t.rank >= 1 and isinstance(g.shape[-1], int)
+
+
+def p_linear(gen, op):
+    x = f32_value(gen, 1, static_last)
+    shape = shape_of(x)
+    if not shape or not isinstance(shape[-1], int):
+        raise Reject("contracted dim is symbolic")
+    k = shape[-1]
+    n = int(gen.choice(STATIC_DIMS[1:] + (16, 32)))
+    const = gen.rng.random() < 0.8  # a weight that is an input: the library's plain GEMM
+    w = gen.new(TensorType(F32, (n, k)), const=const, high=1.0 / max(1.0, np.sqrt(k)))
+    ins = [x, w]
+    limited = not const and NATIVE_LIMITS["batched_matmul_no_epilogue"]
+    if gen.rng.random() < 0.4 and not limited:
+        ins.append(gen.new(TensorType(F32, (n,)), const=True))
+    (y,) = gen.emit("linear", ins, {}, exact=False)
+    if limited:
+        y.no_epilogue = True
+        return
+    if gen.rng.random() < 0.6:
+        epilogue(gen, y, (n,))
+
+
+def p_matmul(gen, op):
+    mode = gen.choice(["const", "act", "act", "bcast"])
+    a = f32_value(gen, 2)
+    sa = shape_of(a)
+    if len(sa) < 2:
+        raise Reject("rank < 2")
+    k = sa[-1]
+    n = gen.dim()
+    if mode == "const":
+        if not isinstance(k, int):
+            raise Reject("contracted dim is symbolic")
+        b = gen.new(TensorType(F32, (k, int(gen.choice(STATIC_DIMS)))), const=True)
+    elif mode == "act":
+        b = gen.new(TensorType(F32, tuple(sa[:-2]) + (k, n)))
+    else:
+        batch = tuple(1 if gen.rng.random() < 0.5 else d for d in sa[:-2])
+        if gen.rng.random() < 0.3:
+            batch = (gen.dim(),) + batch
+        b = gen.new(TensorType(F32, batch + (k, n)), const=False)
+    if gen.rng.random() < 0.3:
+        a, b = b, a  # the new operand on the left
+        sb = shape_of(a)
+        a = gen.new(TensorType(F32, tuple(sb[:-2]) + (gen.dim(), sb[-2])))
+    if not NATIVE_LIMITS["matmul_no_vector"] and gen.rng.random() < 0.2:  # a vector on one side
+        if gen.rng.random() < 0.5:
+            b = gen.new(TensorType(F32, (shape_of(a)[-1],)))
+        else:
+            a = gen.new(TensorType(F32, (shape_of(b)[-2],)))
+    (y,) = gen.emit("matmul", [a, b], {}, exact=False)
+    if NATIVE_LIMITS["batched_matmul_no_epilogue"] and not (isinstance(b, New) and b.const and b.type.rank == 2):
+        y.no_epilogue = True
+        return
+    if gen.rng.random() < 0.5:
+        epilogue(gen, y, (y.shape[-1],))
+
+
+def spatial_ok(gen, d, span) -> bool:
+    return gen.min_val(d) >= span
+
+
+def p_conv(gen, op):
+    r = gen.rng
+    c = int(gen.choice([1, 2, 3, 4, 8]))
+    g = int(gen.choice([1, 1, 1, c])) if c > 1 else 1
+    if g > 1 and c % 2 == 0 and r.random() < 0.3:
+        g = 2
+    o = g * int(gen.choice([1, 2, 3]))
+    kh, kw = int(gen.choice([1, 2, 3])), int(gen.choice([1, 3]))
+    stride = (int(gen.choice([1, 1, 2])), int(gen.choice([1, 2])))
+    dil = (int(gen.choice([1, 1, 2])), 1)
+    pad = tuple(int(gen.choice([0, 0, 1, 2])) for _ in range(4))
+    x = gen.pick(lambda v: v.dtype is F32 and v.t.rank == 4 and v.shape[1] == c,
+                 fresh_type=TensorType(F32, (gen.dim(), c, gen.dim(), gen.dim())))
+    sx = shape_of(x)
+    if min(gen.min_val(sx[2]), gen.min_val(sx[3])) < 1:
+        raise Reject("zero height or width")  # torch refuses it; the native conv says so too
+    for d, k, dl, p0, p1 in ((sx[2], kh, dil[0], pad[0], pad[2]), (sx[3], kw, dil[1], pad[1], pad[3])):
+        if gen.min_val(S.add(d, p0 + p1)) < dl * (k - 1) + 1:
+            raise Reject("window larger than the padded input")
+    w = gen.new(TensorType(F32, (o, c // g, kh, kw)), const=True, high=1.0 / np.sqrt(c // g * kh * kw))
+    ins = [x, w]
+    if r.random() < 0.4:
+        ins.append(gen.new(TensorType(F32, (o,)), const=True))
+    (y,) = gen.emit("conv2d", ins, {"stride": stride, "padding": pad, "dilation": dil, "groups": g}, exact=False)
+    if r.random() < 0.2:
+        cc = (o,)
+        (y,) = gen.emit("batch_norm", [y, param_like(gen, cc), param_like(gen, cc), param_like(gen, cc),
+                                       param_like(gen, cc, low=0.0)], {}, exact=False)
+    if r.random() < 0.6:
+        epilogue(gen, y, (o, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# pools
+# ---------------------------------------------------------------------------------------------
+
+
+def p_pool(gen, op):
+    r = gen.rng
+    x = gen.fval(lambda g: g.t.rank in (3, 4),
+                 fresh_type=TensorType(F32, (gen.dim(), int(gen.choice([1, 2, 3])), gen.dim(), gen.dim())))
+    sx = shape_of(x)
+    if op == "adaptive_avg_pool2d":
+        if min(gen.min_val(sx[-2]), gen.min_val(sx[-1])) < 1:
+            raise Reject("empty input")
+        gen.emit(op, [x], {"output_size": (int(r.integers(1, 5)), int(r.integers(1, 5)))}, exact=False)
+        return
+    k = (int(gen.choice([1, 2, 3])), int(gen.choice([1, 2, 3])))
+    stride = None if r.random() < 0.4 else (int(gen.choice([1, 2])), int(gen.choice([1, 2, 3])))
+    pad = tuple(int(r.integers(0, k[i % 2] // 2 + 1)) for i in range(4))
+    attrs = {"kernel": k, "stride": stride, "padding": pad, "ceil_mode": bool(r.random() < 0.3)}
+    dil = (1, 1)
+    if op == "max_pool2d" and r.random() < 0.2:
+        dil = (2, 1)
+        attrs["dilation"] = dil
+    if op == "avg_pool2d":
+        attrs["count_include_pad"] = bool(r.random() < 0.5)
+    for i, d in enumerate(sx[-2:]):
+        if gen.min_val(S.add(d, pad[i] + pad[i + 2])) < dil[i] * (k[i] - 1) + 1:
+            raise Reject("window larger than the padded input")
+    gen.emit(op, [x], attrs, exact=None if op == "max_pool2d" else False)
+
+
+# ---------------------------------------------------------------------------------------------
+# shape and index ops
+# ---------------------------------------------------------------------------------------------
+
+
+def _factors(d):
+    if isinstance(d, int):
+        out, p, n = [], 2, d
+        while n > 1 and p <= n:
+            while n % p == 0:
+                out.append(p)
+                n //= p
+            p += 1
+        return out if d != 0 else [0]
+    return [d]
+
+
+def p_reshape(gen, op):
+    x = gen.pick(lambda g: True)
+    atoms = [f for d in shape_of(x) for f in _factors(d)]
+    gen.rng.shuffle(atoms) if gen.rng.random() < 0.3 else None
+    dims, cur = [], 1
+    for a in atoms:
+        cur = S.mul(cur, a)
+        if gen.rng.random() < 0.5:
+            dims.append(cur)
+            cur = 1
+    if cur != 1 or not dims:
+        dims.append(cur)
+    for _ in range(int(gen.rng.integers(0, 2))):
+        dims.insert(int(gen.rng.integers(0, len(dims) + 1)), 1)
+    gen.emit(op, [x], {"shape": tuple(dims)})
+
+
+def p_permute(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 2)
+    r = len(shape_of(x))
+    perm = [int(i) for i in gen.rng.permutation(r)]
+    gen.emit(op, [x], {"perm": tuple(p - r if gen.rng.random() < 0.2 else p for p in perm)})
+
+
+def p_expand(gen, op):
+    x = gen.pick(lambda g: any(d == 1 for d in g.shape) or gen.rng.random() < 0.3)
+    shape = [gen.dim() if (isinstance(d, int) and d == 1 and gen.rng.random() < 0.7) else
+             (-1 if gen.rng.random() < 0.2 else d) for d in shape_of(x)]
+    lead = [gen.dim() for _ in range(int(gen.choice([0, 0, 1, 2])))]
+    gen.emit(op, [x], {"shape": tuple(lead + shape)})
+
+
+def p_concat(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 1, fresh_type=TensorType(F32, gen.shape(int(gen.rng.integers(1, 4)))))
+    sx = list(shape_of(x))
+    if not sx:
+        raise Reject("rank 0")
+    ax = int(gen.rng.integers(0, len(sx)))
+    ins = [x]
+    for _ in range(int(gen.rng.integers(1, 3))):
+        sh = list(sx)
+        sh[ax] = gen.dim(allow_zero=True)
+        got = gen.pick(lambda g: g.t.rank == len(sx) and g.dtype == dtype_of(x) and all(
+            i == ax or gen.module.constraints.equal(p, q) is True for i, (p, q) in enumerate(zip(g.shape, sx))),
+            fresh_type=TensorType(dtype_of(x), tuple(sh)))
+        ins.append(got)
+    gen.rng.shuffle(ins)
+    gen.emit(op, ins, {"axis": ax - len(sx) if gen.rng.random() < 0.3 else ax})
+
+
+def p_split(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 1)
+    sx = shape_of(x)
+    if not sx:
+        raise Reject("rank 0")
+    ax = int(gen.rng.integers(0, len(sx)))
+    d = sx[ax]
+    if isinstance(d, int):
+        cuts = sorted(gen.rng.integers(0, d + 1, size=int(gen.rng.integers(1, 3))).tolist())
+        sizes = [b - a for a, b in zip([0] + cuts, cuts + [d])]
+    else:
+        k = int(gen.choice([0, 1, 2]))
+        if gen.min_val(d) < k:
+            raise Reject("a piece would be negative")
+        sizes = [k, S.add(d, -k)] if gen.rng.random() < 0.5 else [S.add(d, -k), k]
+    gen.emit(op, [x], {"axis": ax, "sizes": tuple(sizes)})
+
+
+def p_slice(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 1)
+    sx = shape_of(x)
+    if not sx:
+        raise Reject("rank 0")
+    ax = int(gen.rng.integers(0, len(sx)))
+    step = int(gen.choice([1, 1, 2, 3, -1, -2]))
+    start = int(gen.choice([0, 0, 1, 2, -1, -3, 2 ** 62, -(2 ** 62)]))
+    end = gen.choice([2 ** 62, 2 ** 62, -1, 1, 3, -(2 ** 62)])
+    gen.emit(op, [x], {"axis": ax, "start": start, "end": int(end), "step": step})
+
+
+def p_squeeze(gen, op):
+    x = gen.pick(lambda g: any(isinstance(d, int) and d == 1 for d in g.shape))
+    ones = [i for i, d in enumerate(shape_of(x)) if isinstance(d, int) and d == 1]
+    if not ones or gen.rng.random() < 0.2:
+        gen.emit(op, [x], {"axes": None})
+        return
+    k = int(gen.rng.integers(1, len(ones) + 1))
+    gen.emit(op, [x], {"axes": tuple(sorted(gen.rng.choice(ones, size=k, replace=False).tolist()))})
+
+
+def p_unsqueeze(gen, op):
+    x = gen.pick(lambda g: True)
+    r = len(shape_of(x)) + int(gen.rng.integers(1, 3))
+    axes = gen.rng.choice(r, size=r - len(shape_of(x)), replace=False).tolist()
+    gen.emit(op, [x], {"axes": tuple(int(a) for a in axes)})
+
+
+def p_flatten(gen, op):
+    x = gen.pick(lambda g: True)
+    r = max(len(shape_of(x)), 1)
+    s = int(gen.rng.integers(0, r))
+    e = int(gen.rng.integers(s, r))
+    gen.emit(op, [x], {"start_axis": s, "end_axis": e - r if gen.rng.random() < 0.5 else e})
+
+
+def p_pad(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 1)
+    sx = shape_of(x)
+    mode = gen.choice(["constant", "constant", "reflect", "edge"])
+    r = len(sx)
+    pads = [int(gen.choice([0, 0, 1, 2] + ([-1] if mode == "constant" else []))) for _ in range(2 * r)]
+    for i, d in enumerate(sx):
+        b, e = pads[i], pads[r + i]
+        if gen.min_val(S.add(d, b + e)) < 0 or (b < 0 and gen.min_val(d) < -b) or (e < 0 and gen.min_val(d) < -e):
+            raise Reject("crops below zero")
+        if mode == "reflect" and max(b, e) > 0 and gen.min_val(d) <= max(b, e):
+            raise Reject("reflect pad >= dim")
+        if mode == "edge" and max(b, e) > 0 and gen.min_val(d) < 1:
+            raise Reject("edge pad of an empty dim")
+    attrs = {"pads": tuple(pads), "mode": mode}
+    if mode == "constant":
+        attrs["value"] = float(gen.choice([0.0, 1.0, -2.5]))
+    gen.emit(op, [x], attrs)
+
+
+def p_tile(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 1)
+    r = len(shape_of(x)) + int(gen.choice([0, 0, 1]))
+    gen.emit(op, [x], {"repeats": tuple(int(gen.choice([1, 1, 2, 3, 0])) for _ in range(max(r, 1)))})
+
+
+def p_gather(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 1)
+    sx = shape_of(x)
+    if not sx:
+        raise Reject("rank 0")
+    ax = int(gen.rng.integers(0, len(sx)))
+    d = sx[ax]
+    if not gen.always_pos(d):
+        raise Reject("empty axis")
+    if op == "gather":
+        ishape = tuple(gen.dim() for _ in range(int(gen.choice([0, 1, 1, 2]))))
+    else:
+        ishape = tuple(gen.dim() if i == ax else (d_ if gen.rng.random() < 0.7 or not isinstance(d_, int)
+                                                  else int(gen.rng.integers(1, d_ + 1)) if d_ >= 1 else d_)
+                       for i, d_ in enumerate(sx))
+    idx = gen.new(TensorType(gen.choice([I64, I64, I32]), ishape), index_dim=d)
+    gen.emit(op, [x, idx], {"axis": ax - len(sx) if gen.rng.random() < 0.3 else ax})
+
+
+def p_tri(gen, op):
+    x = gen.pick(lambda g: g.t.rank >= 2)
+    gen.emit(op, [x], {"k": int(gen.choice([0, 0, 1, -1, 2, -3]))})
+
+
+# ---------------------------------------------------------------------------------------------
+# creation and attention
+# ---------------------------------------------------------------------------------------------
+
+
+def p_arange(gen, op):
+    start = int(gen.choice([0, 0, 1, 3]))
+    end = gen.choice([gen.dim(), S.add(gen.dim(), 2), 5])
+    step = int(gen.choice([1, 1, 2]))
+    dt = gen.choice([F32, I64, I32])
+    gen.emit(op, [], {"start": start, "end": end, "step": step, "dtype": dt}, exact=True,
+             ibound=float(max(gen.evals(S.as_intlike(end))) + 3))
+
+
+def p_full(gen, op):
+    dt = gen.choice([F32, F32, I64, BOOL])
+    v = float(gen.choice([0.0, 1.0, -2.0, 0.5]))
+    if op == "full":
+        gen.emit(op, [], {"shape": gen.shape(), "value": v, "dtype": dt}, exact=True, ibound=2.0)
+    else:
+        x = gen.pick(lambda g: True)
+        gen.emit(op, [x], {"value": v, "dtype": dt if gen.rng.random() < 0.5 else None}, exact=True, ibound=2.0)
+
+
+def p_sdpa(gen, op):
+    b, h, lq, sk, e = gen.dim(), int(gen.choice([1, 2])), gen.dim(), gen.dim(), int(gen.choice([2, 4, 8]))
+    q = gen.new(TensorType(F32, (b, h, lq, e)))
+    k = gen.new(TensorType(F32, (b, h, sk, e)))
+    v = gen.new(TensorType(F32, (b, h, sk, int(gen.choice([2, 4])))))
+    ins = [q, k, v]
+    attrs = {}
+    r = gen.rng.random()
+    if r < 0.3:
+        attrs["is_causal"] = True
+    elif r < 0.7:
+        # torch: the mask broadcasts to (L, S) (braze's inference also takes one that L, S broadcast to)
+        ins.append(gen.pick(lambda g: g.dtype is BOOL and g.exact and g.t.rank == 2
+                            and bcast_to_ok(gen, (lq, sk), g.shape), fresh_type=TensorType(BOOL, (lq, sk))))
+    if gen.rng.random() < 0.3:
+        attrs["scale"] = float(gen.choice([0.1, 1.0]))
+    (y,) = gen.emit(op, ins, attrs, exact=False)
+    y.no_epilogue = NATIVE_LIMITS["batched_matmul_no_epilogue"]  # it decomposes into matmuls
+
+
+# ---------------------------------------------------------------------------------------------
+# ops with no proposer of their own: by kind and arity
+# ---------------------------------------------------------------------------------------------
+
+
+def propose_generic(gen, op):
+    od = all_ops()[op]
+    required = [n for n in od.inputs if not n.endswith(("?", "*"))]
+    if any(a.default is not None and a.default is not object and a.kind not in ("int", "float", "bool", "str")
+           and _required(a) for a in od.attrs.values()):
+        raise Reject("no proposer")
+    attrs = {}
+    for name, a in od.attrs.items():
+        if _required(a):
+            if a.kind == "int":
+                attrs[name] = -1
+            else:
+                raise Reject("no proposer")
+    ins = [gen.pick(lambda g: g.dtype.is_float)]
+    for _ in required[1:]:
+        ins.append(partner(gen, ins[0]))
+    gen.emit(op, ins, attrs, exact=False)
+
+
+def _required(a):
+    from ..ops.registry import REQUIRED
+    return a.default is REQUIRED
+
+
+PROPOSERS = {
+    **{o: p_float_unary for o in FLOAT_UNARY},
+    **{o: p_numeric_unary for o in ("neg", "abs", "relu", "sign", "floor", "ceil", "round", "clamp")},
+    **{o: p_binary for o in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder")},
+    **{o: p_compare for o in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")},
+    **{o: p_logical for o in ("logical_and", "logical_or", "logical_xor", "logical_not")},
+    "where": p_where, "cast": p_cast,
+    **{o: p_reduce for o in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var",
+                             "argmax", "argmin")},
+    "cumsum": p_cumsum,
+    **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
+    "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv,
+    **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")},
+    "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,
+    "slice": p_slice, "squeeze": p_squeeze, "unsqueeze": p_unsqueeze, "flatten": p_flatten, "pad": p_pad,
+    "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "tril": p_tri, "triu": p_tri,
+    "arange": p_arange, "full": p_full, "full_like": p_full,
+    "scaled_dot_product_attention": p_sdpa,
+}
