@@ -325,3 +325,21 @@ def test_vector_math_has_the_same_bits_at_every_width():
             diff = a.view(np.uint32) != s.view(np.uint32)
             diff &= ~(np.isnan(a) & np.isnan(s))
             assert not diff.any(), f"{name} at {vb} bytes: {xs[diff][:5]} -> {a[diff][:5]} vs scalar {s[diff][:5]}"
+
+
+def test_activations_after_a_gemm_at_special_values():
+    """relu after a GEMM keeps NaN (oneDNN's relu post-op would map it to 0, so relu is not
+    fused); gelu/silu fused into oneDNN give eager's NaN at +-inf (docs/semantics.md)."""
+    import braze
+    from braze.ops import Builder, tensor
+    x = np.ones((4, 16), np.float32)
+    x[0, 0], x[1, 0], x[2, 0] = np.nan, np.inf, -np.inf
+    want = {"relu": [np.nan, np.inf, 0.0, 16.0], "gelu": [np.nan, np.nan, np.nan, 16.0],
+            "silu": [np.nan, np.inf, np.nan, 16.0], "sigmoid": [np.nan, 1.0, 0.0, 1.0]}
+    for act, w in want.items():
+        b = Builder()
+        n = b.sym("n", 1, 8)
+        y = b.op("linear", [b.param("x", tensor("f32", n, 16)), b.constant(np.ones((16, 16), np.float32), "w")])
+        b.ret(getattr(b, act)(y))
+        got = braze.compile(b.module)(x)[:, 0]
+        np.testing.assert_allclose(got, np.array(w, np.float32), rtol=1e-6, equal_nan=True, err_msg=act)
