@@ -486,10 +486,10 @@ def test_vit_attention_with_unbound_qkv_and_a_residual_on_pv():
             torch.testing.assert_close(m(x), net(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype, ws", [("i64", (8, 5)), ("f32", (8,))])
+@pytest.mark.parametrize("dtype, ws", [("i64", (8, 5)), ("i64", (8,))])
 def test_native_limits_are_unsupported_op_errors(dtype, ws):
-    """What the native backend does not do yet (int matmul, a vector operand) is an
-    UnsupportedOpError, the error that says "not supported", not a bare BrazeError."""
+    """What the native backend does not do yet (an int matmul) is an UnsupportedOpError, the
+    error that says "not supported", not a bare BrazeError."""
     from braze.errors import UnsupportedOpError
     b = Builder()
     x = b.param("x", tensor(dtype, 4, 8))
@@ -521,3 +521,17 @@ def test_gemm_with_an_epilogue_on_an_empty_batch():
         for got, want in zip(cm(xv, bv, wv), braze.reference.run(mod, xv, bv, wv)):
             assert got.shape == (n, 4)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_by_a_weight_computed_at_run_time_with_bias_and_epilogue():
+    """The fuzzer's seeds 50/52: ``gelu(linear(x, w_param, bias)) + r``; the bias becomes an add."""
+    rng = np.random.default_rng(50)
+    b = Builder()
+    n = b.sym("n", 1, 16)
+    x, w, r = b.param("x", tensor("f32", n, 7)), b.param("w", tensor("f32", 8, 7)), b.param("r", tensor("f32", n, 8))
+    bias = b.constant(rng.standard_normal(8).astype(np.float32), "bias")
+    b.ret(b.add(b.gelu(b.op("linear", [x, w, bias])), r))
+    m = braze.compile(b.module)
+    for rows in (1, 5, 16):
+        ins = [rng.standard_normal(s).astype(np.float32) for s in ((rows, 7), (8, 7), (rows, 8))]
+        np.testing.assert_allclose(m(*ins), braze.reference.run(b.module, *ins), rtol=1e-5, atol=1e-5)

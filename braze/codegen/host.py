@@ -332,14 +332,17 @@ class _EntryWriter:
         bias = residual = None
         act = 0
         if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
-            if id(anchor.inputs[2]) not in const_of:
-                return self._kernel(n)
+            if id(anchor.inputs[2]) not in const_of:  # decompose splits a linear's off
+                raise UnsupportedOpError(f"{anchor.op} with a bias computed at run time is not supported natively",
+                                         where=str(anchor.loc) if anchor.loc else None,
+                                         hint="add the bias after the convolution")
             bias = cptr[id(anchor.inputs[2])]
         users = _users(callee)
         i = 0
-        # oneDNN post-ops are wired for linear, conv and matmul by a 2-D constant weight; a
-        # matmul of two activations runs its whole epilogue as a generated kernel
-        absorbs = anchor.op != "matmul" or (anchor.inputs[1].rank == 2 and id(anchor.inputs[1]) in const_of)
+        # oneDNN post-ops are wired for a constant weight (linear, conv, a 2-D matmul weight); a
+        # product of two activations runs its whole epilogue as a generated kernel
+        w = anchor.inputs[1]
+        absorbs = id(w) in const_of and (anchor.op != "matmul" or w.rank == 2)
         while absorbs and i < len(rest):
             m = rest[i]
             if len(users.get(id(chain), [])) != 1 or (chain is callee.results[0] and i < len(rest)):

@@ -50,10 +50,10 @@ ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")  # what the gemm/conv 
 # conv weights constants by construction (proposers.py); the rest can be switched off here when
 # the limit goes.
 NATIVE_LIMITS = {
-    "matmul_no_vector": True,        # matmul operands have rank >= 2 (issue 10, item 9)
+    "matmul_no_vector": False,        # matmul operands have rank >= 2 (issue 10, item 9)
     # a matmul whose right operand is not a 2-D constant takes no bias/activation/residual
     # epilogue (issue 10, item 9): its output is not fed straight to add or an activation
-    "batched_matmul_no_epilogue": True,
+    "batched_matmul_no_epilogue": False,
 }
 EPILOGUE_OPS = ("add",) + ACTIVATIONS
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze", "expand")  # (an expand to the same shape is dropped)

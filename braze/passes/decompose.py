@@ -214,9 +214,24 @@ def _decompose_empty_contraction(module: Module, n: Node, namer: Namer):
     return emit.nodes, o
 
 
+def _is_constant(v: Value | None) -> bool:
+    return v is not None and v.producer is not None and v.producer.op == "constant"
+
+
+def _decompose_linear(module: Module, n: Node, namer: Namer):
+    """An empty contraction (above), or a bias next to a weight computed at run time: the
+    library takes a bias with a constant weight only, so the bias becomes an add (an epilogue)."""
+    r = _decompose_empty_contraction(module, n, namer)
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    if r is not None or bias is None or (_is_constant(n.inputs[1]) and _is_constant(bias)):
+        return r
+    emit = _Emit(module, namer, n.loc)
+    y = emit("linear", n.inputs[0], n.inputs[1], name=n.outputs[0].name)
+    return emit.nodes, emit("add", y, bias, name=n.outputs[0].name)
+
+
 DECOMPOSITIONS = {"scaled_dot_product_attention": _decompose_sdpa, "group_norm": _decompose_group_norm,
-                  "topk": _decompose_topk, "matmul": _decompose_empty_contraction,
-                  "linear": _decompose_empty_contraction}
+                  "topk": _decompose_topk, "matmul": _decompose_empty_contraction, "linear": _decompose_linear}
 
 
 def decompose_function(module: Module, f: Function) -> int:

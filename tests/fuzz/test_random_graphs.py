@@ -35,19 +35,6 @@ def _has_0d(g) -> bool:
 
 # (rule on the graph and its result, why): failures that a rule explains are reported, not failed
 KNOWN = [
-    (lambda g, r: _has_0d(g), "0-d tensors (issue 10, item 3): shape [1] for [], scheduler IndexError, "
-                              "folded 0-d constants"),
-    (lambda g, r: g.special, "special values (issue 10, item 4): reference sdpa turns NaN rows into 0, reference "
-                             "adaptive_avg_pool2d's cumsum loses huge/inf values, oneDNN's fused relu maps NaN to "
-                             "0, hardswish overflows on the way"),
-    (lambda g, r: "got np.float64(-87.3365478515625)" in r.message,
-     "special values (issue 10, item 4): the vector log of a denormal is log(FLT_MIN) = -87.34"),
-    (lambda g, r: "got np.float64(2.40614" in r.message and "exp" in g.op_counts,
-     "large values (issue 10, item 4): the vector exp clamps x > 88.376 to exp(88.376) = 2.406e38"),
-    (lambda g, r: "expected np.float64(nan)" in r.message and set(g.op_counts) & {"relu", "sigmoid", "gelu", "silu"}
-     and set(g.op_counts) & {"linear", "matmul", "conv2d"},
-     "NaN (issue 10, item 4): oneDNN's fused activations (relu, sigmoid) map NaN to a number; braze's own keep "
-     "it NaN"),
 ]
 
 
