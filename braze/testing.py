@@ -163,3 +163,21 @@ def thread_stress(fn, cases, threads: int = 8, calls: int = 50):
     for t in ts:
         t.join()
     return bad
+
+
+def torch_module(fn, **submodules):
+    """A ``torch.nn.Module`` whose ``forward(*inputs)`` is ``fn(self, *inputs)``, with
+    ``submodules`` (layers, parameters) as attributes: a model from a lambda, for tests."""
+    import torch
+
+    class FnModule(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fn = fn
+            for k, v in submodules.items():
+                setattr(self, k, v)
+
+        def forward(self, *xs):
+            return self.fn(self, *xs)
+
+    return FnModule()

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import braze  # noqa: E402
 from braze.errors import InputError, UnsupportedOpError  # noqa: E402
 from braze.ir import sym as S  # noqa: E402
-from braze.testing import assert_close, flatten_outputs  # noqa: E402
+from braze.testing import assert_close, flatten_outputs, torch_module  # noqa: E402
 
 Dim = torch.export.Dim
 nn = torch.nn
@@ -20,7 +20,7 @@ F = torch.nn.functional
 
 def export(mod, example, dyn):
     mod = mod.eval()
-    if isinstance(mod, Fn) and dyn is not None:
+    if type(mod).__name__ == "FnModule" and dyn is not None:
         dyn = (tuple(dyn),)  # Fn.forward(*xs): one varargs entry
     with torch.no_grad():
         return torch.export.export(mod, example, dynamic_shapes=dyn, strict=False)
@@ -50,15 +50,7 @@ def check(mod, make, dyn, shapes, example=None, rtol=1e-4, atol=1e-5):
     return m
 
 
-class Fn(nn.Module):
-    def __init__(self, fn, **mods):
-        super().__init__()
-        self.fn = fn
-        for k, v in mods.items():
-            setattr(self, k, v)
-
-    def forward(self, *xs):
-        return self.fn(self, *xs)
+Fn = torch_module
 
 
 def rnd(*shape, seed=0):

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import braze  # noqa: E402
-from braze.testing import assert_close, flatten_outputs  # noqa: E402
+from braze.testing import assert_close, flatten_outputs, torch_module  # noqa: E402
 
 Dim = torch.export.Dim
 nn = torch.nn
@@ -22,15 +22,7 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "torch_more_cache"))
 
 
-class Fn(nn.Module):
-    def __init__(self, fn, **mods):
-        super().__init__()
-        self.fn = fn
-        for k, v in mods.items():
-            setattr(self, k, v)
-
-    def forward(self, *xs):
-        return self.fn(self, *xs)
+Fn = torch_module
 
 
 def check(mod, inputs, dyn, native=True, decompose=False, exact=False, rtol=1e-5, atol=2e-6):

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import braze  # noqa: E402
-from braze.testing import assert_close, flatten_outputs  # noqa: E402
+from braze.testing import assert_close, flatten_outputs, torch_module  # noqa: E402
 
 Dim = torch.export.Dim
 F = torch.nn.functional
@@ -23,15 +23,7 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "braze_cache"))
 
 
-class Fn(torch.nn.Module):
-    def __init__(self, fn, **mods):
-        super().__init__()
-        self.fn = fn
-        for k, v in mods.items():
-            setattr(self, k, v)
-
-    def forward(self, *xs):
-        return self.fn(self, *xs)
+Fn = torch_module
 
 
 def _compare(got, want, what):

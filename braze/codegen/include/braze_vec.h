@@ -124,26 +124,7 @@ BZ_INLINE float bz_i2f_bits(int32_t i) { float x; __builtin_memcpy(&x, &i, 4); r
 #include <immintrin.h>
 #define BZ_SCALEF(y, n) _mm_cvtss_f32(_mm_scalef_ss(_mm_set_ss(y), _mm_set_ss(n)))
 #endif
-#include "braze_vmath.h"
-#undef BZ_SCALEF
-#undef BZ_T
-#undef BZ_I
-#undef BZ_FN
-#undef BZ_S
-#undef BZ_FMA
-#undef BZ_SEL
-#undef BZ_GT
-#undef BZ_LT
-#undef BZ_GE
-#undef BZ_EQ
-#undef BZ_NE
-#undef BZ_ASI
-#undef BZ_ASF
-#undef BZ_CVTI
-#undef BZ_CVTF
-#undef BZ_ABS
-#undef BZ_MAX
-#undef BZ_MIN
+#include "braze_vmath.h" /* undefines the BZ_* macros it took */
 
 /* -------------------------------------------------------------- vectors -- */
 #if BZ_VB > 0
@@ -267,26 +248,7 @@ BZ_INLINE bz_vf bz_vfma(bz_vf a, bz_vf b, bz_vf c) {
 #if defined(__AVX512F__) && BZ_VB == 64
 #define BZ_SCALEF(y, n) ((bz_vf)_mm512_scalef_ps((__m512)(y), (__m512)(n)))
 #endif
-#include "braze_vmath.h"
-#undef BZ_SCALEF
-#undef BZ_T
-#undef BZ_I
-#undef BZ_FN
-#undef BZ_S
-#undef BZ_FMA
-#undef BZ_SEL
-#undef BZ_GT
-#undef BZ_LT
-#undef BZ_GE
-#undef BZ_EQ
-#undef BZ_NE
-#undef BZ_ASI
-#undef BZ_ASF
-#undef BZ_CVTI
-#undef BZ_CVTF
-#undef BZ_ABS
-#undef BZ_MAX
-#undef BZ_MIN
+#include "braze_vmath.h" /* undefines the BZ_* macros it took */
 
 #endif /* BZ_VB > 0 */
 #endif /* BRAZE_VEC_H */

@@ -12,6 +12,7 @@
  * BZ_NE (masks: all ones or zero), BZ_ASI/BZ_ASF (bit casts), BZ_CVTI (float ->
  * int32, truncating), BZ_CVTF (int32 -> float), BZ_ABS, BZ_MAX, BZ_MIN (NaN
  * propagating); optionally BZ_SCALEF(y, n) = y 2^n rounded once (AVX-512 vscalefps).
+ * They are undefined at the end of this file.
  *
  * Special values (checked by tests/codegen/test_special_values.py):
  *   exp (and expm1): +inf -> +inf, -inf -> +0 (-1), NaN -> NaN, overflow -> +inf, results
@@ -186,3 +187,24 @@ BZ_INLINE BZ_T BZ_FN(gelu_tanh)(BZ_T x) {
     BZ_T u = 0.79788456080286536f * BZ_FMA(0.044715f * x * x, x, x);
     return 0.5f * BZ_MAX(x, BZ_S(-3.40282347e+38f)) * (1.0f + BZ_FN(tanh)(u));
 }
+
+/* the includer's macros end here, so the next instance can define them again */
+#undef BZ_SCALEF
+#undef BZ_T
+#undef BZ_I
+#undef BZ_FN
+#undef BZ_S
+#undef BZ_FMA
+#undef BZ_SEL
+#undef BZ_GT
+#undef BZ_LT
+#undef BZ_GE
+#undef BZ_EQ
+#undef BZ_NE
+#undef BZ_ASI
+#undef BZ_ASF
+#undef BZ_CVTI
+#undef BZ_CVTF
+#undef BZ_ABS
+#undef BZ_MAX
+#undef BZ_MIN
