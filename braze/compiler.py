@@ -12,6 +12,7 @@ from . import log as _logging
 from .errors import BrazeError, BrazeWarning, InputError
 from .ir.graph import Module, input_count_message, require_constant_data
 from .options import Options
+from .runtime.tensors import TensorSpec
 
 _log = _logging.get("compile")
 
@@ -78,9 +79,9 @@ class CompiledModel:
         self.instance = instance  # this model's constants, packed weights and thread count
         self.options = options
         self.timings = timings
-        self._fns = {e.function.name: instance.function(e.symbol, [p.type for p in e.function.params],
-                                                        [r.type for r in e.function.results])
-                     for e in native.entries}
+        self._fns = {e.function.name: instance.function(
+            e.symbol, [TensorSpec(p.type.dtype, p.type.rank, p.name) for p in e.function.params],
+            [r.type for r in e.function.results]) for e in native.entries}
         self._main = self._fns[module.main.name]
         self._n_inputs = len(module.main.params)
 

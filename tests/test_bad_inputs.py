@@ -200,7 +200,8 @@ def two_inputs(tmp_path_factory):
 @pytest.mark.parametrize("args,words", [
     (lambda: (np.ones((2, 4), np.float32),), ["takes 2 inputs", "got 1"]),
     (lambda: (np.ones((2, 4), np.float32),) * 3, ["takes 2 inputs", "got 3"]),
-    (lambda: ("not an array", np.ones((2, 4), np.float32)), ["dtype <U12 is not supported"]),
+    (lambda: ("not an array", np.ones((2, 4), np.float32)), ["input 0 (%x): dtype <U12 is not supported"]),
+    (lambda: (np.ones((2, 4), np.float32), np.array(["ab", "c"])), ["input 1 (%y): dtype <U2"]),
     (lambda: (np.ones((0, 4), np.float32), np.ones((0, 4), np.float32)), ["n = 0", "range [1, 16]"]),
     (lambda: (np.ones((2, 4), np.float32), np.ones((3, 4), np.float32)), ["already bound to 2"]),
 ])

@@ -202,16 +202,29 @@ class NativeFunction:
 
     # ------------------------------------------------------------------ inputs
 
+    def _label(self, i: int) -> str:
+        name = self.params[i].name if i < len(self.params) else None
+        return f"{i} (%{name})" if name else str(i)
+
     def _convert(self, i, x):
         """(keep, data pointer, dtype code, shape, is_torch) for a non-ndarray or odd input."""
+        try:
+            return self._convert_one(i, x)
+        except InputError as e:
+            if e.what.startswith("input "):
+                raise
+            raise InputError(f"input {self._label(i)}: {e.what}", where=e.where, hint=e.hint) from None
+
+    def _convert_one(self, i, x):
         if T.is_torch_tensor(x):
             if x.device.type != "cpu":
-                raise InputError(f"input {i} is on device {x.device}; braze runs on the CPU",
+                raise InputError(f"input {self._label(i)} is on device {x.device}; braze runs on the CPU",
                                  hint="move it with .cpu()")
             if x.requires_grad:
                 import torch
                 if torch.is_grad_enabled():  # the result would be silently cut off from autograd
-                    raise InputError(f"input {i} requires grad, but braze computes no gradients (inference only)",
+                    raise InputError(f"input {self._label(i)} requires grad, but braze computes no gradients "
+                                     "(inference only)",
                                      hint="call the model under torch.no_grad() or torch.inference_mode(), "
                                           "or pass x.detach()")
                 x = x.detach()
