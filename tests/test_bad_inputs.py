@@ -287,3 +287,19 @@ def test_threads_compiling_one_model_at_once_all_work(tmp_path):
     # one C compile; the other threads waited on the entry's lock and found it built
     assert after["native_compiles"] - before["native_compiles"] == 1
     assert after["cache_hits"] - before["cache_hits"] == 3
+
+
+def test_an_image_smaller_than_the_conv_window_is_an_input_error():
+    """A symbolic spatial dim too small for one window (declared range [1, 64]) is refused by
+    the entry's range check, natively and in the reference (it was 'braze_dnnl: invalid arguments')."""
+    b = Builder()
+    n, h = b.sym("n", 1, 8), b.sym("h", 1, 64)
+    x = b.param("x", tensor("f32", n, 2, h, h))
+    w = b.constant(np.ones((3, 2, 3, 3), np.float32), "w")
+    b.ret(b.relu(b.op("conv2d", [x, w])))
+    m = braze.compile(b.module)
+    assert m(np.ones((1, 2, 3, 3), np.float32)).shape == (1, 3, 1, 1)
+    small = np.ones((1, 2, 2, 2), np.float32)
+    for run in (m, lambda a: braze.reference.run(b.module, a)):
+        with pytest.raises(InputError, match=r"h = 2 is outside its range \[3, 64\]"):
+            run(small)

@@ -65,6 +65,17 @@ def _out_dim(ctx, n, k, s, p0, p1, d, ceil_mode, axis_name):
     lo, hi = S.bounds(out)
     if hi < 1:
         raise ctx.error(f"output {axis_name} {out} is never >= 1")
+    sym = ctx.constraints.simplify(n)
+    if lo < 1 and isinstance(sym, S.Sym):
+        # an input too small for one window is an input error, checked on every call (the
+        # symbol's range starts where the first window fits, as torch.export would guard it)
+        need = span - p0 - p1
+        if need > sym.lo:
+            s = ctx.constraints.symbols.get(sym.name, sym)
+            if s.hi is not None and need > s.hi:
+                raise ctx.error(f"input {axis_name} {sym} in [{s.lo}, {s.hi}] is never as large as the window ({span})")
+            ctx.constraints.add_range(s, max(need, s.lo), s.hi)
+            out = ctx.constraints.simplify(out)
     return out
 
 
