@@ -535,3 +535,12 @@ def test_linear_by_a_weight_computed_at_run_time_with_bias_and_epilogue():
     for rows in (1, 5, 16):
         ins = [rng.standard_normal(s).astype(np.float32) for s in ((rows, 7), (8, 7), (rows, 8))]
         np.testing.assert_allclose(m(*ins), braze.reference.run(b.module, *ins), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_without_gemm_or_conv_links_no_onednn():
+    b = Builder()
+    n = b.sym("n", 1, 64)
+    b.ret(b.tanh(b.param("x", tensor("f32", n, 8))))
+    m = braze.compile(b.module)
+    assert "braze_dnnl" not in m.library.path.with_name("source.c").read_text()
+    assert "braze_dnnl" in braze.compile(_module()).library.path.with_name("source.c").read_text()

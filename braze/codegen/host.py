@@ -41,8 +41,9 @@ class Entry:
 class NativeSource:
     source: str
     entries: list[Entry]
-    constants: list[str]  # module constant names, in braze_init order
+    constants: list[str]  # module constant names, in braze_create order
     kernels: dict[str, str] = field(default_factory=dict)  # kernel name -> loop IR text (for dumps)
+    uses_library: bool = False  # calls oneDNN: link the helper (braze/extern) into the library
 
 
 def _act_key(n: Node) -> str | None:
@@ -62,6 +63,7 @@ class HostGen:
         self.init_lines: list[str] = []
         self.packed_b: list[str] = []
         self.packed_conv: list[str] = []
+        self.uses_library = False
 
     # --- constants (fields of the model instance) ----------------------------------------
     def const(self, name: str) -> str:
@@ -109,48 +111,47 @@ class HostGen:
             sym = f"braze_{f.name}"
             bodies.append(_EntryWriter(self, f).write(sym))
             entries.append(Entry(sym, f))
-        model = _model_c(len(self.const_index), len(self.packed_b), len(self.packed_conv), self.init_lines)
+        model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library)
         parts = [
             "#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n",
-            '#include "braze_abi.h"\n#include "braze_dnnl.h"\n',
+            '#include "braze_abi.h"\n' + ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
             c_prelude(self.isa), C_DTYPE_NAMES, _ARENA_C, *self.kernel_src, model, _profile_c(self.profile_labels) if self.profile else "", *bodies,
         ]
         names = sorted(self.const_index, key=self.const_index.get)
-        return NativeSource("\n".join(parts), entries, names, self.kernel_ir)
+        return NativeSource("\n".join(parts), entries, names, self.kernel_ir, self.uses_library)
 
 
-def _model_c(n_const: int, n_packed_b: int, n_packed_conv: int, init_lines: list[str]) -> str:
+def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
+             library: bool) -> str:
     """The model instance: its struct, braze_create (constants, prepacked weights, threads)
-    and braze_destroy."""
+    and braze_destroy. Without library calls, no oneDNN at all (a faster C compile)."""
     init = "".join(f"    {ln}\n" for ln in init_lines)
+    fields = (f"    braze_packed_b *pb[{max(len(packed_b), 1)}];\n"
+              f"    braze_packed_conv *pc[{max(len(packed_conv), 1)}];\n") if library else ""
+    frees = "".join(f"    braze_free_packed_b({h});\n" for h in packed_b) + \
+        "".join(f"    braze_free_packed_conv({h});\n" for h in packed_conv)
+    dnnl_init = "    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;\n" if library else ""
+    fail = "fail:\n    braze_destroy(M);\n    return BRAZE_ERR_INTERNAL;\n" if init_lines else ""
     return f"""struct braze_model {{
     void *c[{max(n_const, 1)}];
-    braze_packed_b *pb[{max(n_packed_b, 1)}];
-    braze_packed_conv *pc[{max(n_packed_conv, 1)}];
-    int32_t threads;
+{fields}    int32_t threads;
 }};
 BRAZE_EXPORT void braze_destroy(braze_model *M) {{
     if (!M) return;
-    for (int i = 0; i < {n_packed_b}; i++) braze_free_packed_b(M->pb[i]);
-    for (int i = 0; i < {n_packed_conv}; i++) braze_free_packed_conv(M->pc[i]);
-    free(M);
+{frees}    free(M);
 }}
 BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
                                   braze_model **out, char *err, int32_t errlen) {{
     *out = NULL;
     if (n_constants != {n_const})
         BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected {n_const} constants, got %d", (int)n_constants);
-    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;
-    braze_model *M = (braze_model *)calloc(1, sizeof *M);
+{dnnl_init}    braze_model *M = (braze_model *)calloc(1, sizeof *M);
     if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, "braze_create: out of memory");
     for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];
     M->threads = threads;
 {init}    *out = M;
     return BRAZE_OK;
-{"fail:" if init_lines else ""}
-    braze_destroy(M);
-    return BRAZE_ERR_INTERNAL;
-}}
+{fail}}}
 """
 
 
@@ -382,6 +383,7 @@ class _EntryWriter:
             self._kernel(n, sub, sub_inputs, [out_v])
 
     def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst) -> None:
+        self.gen.uses_library = True
         e = "err, errlen"
         bias = f"(const float *){bias}" if bias else "NULL"
         res = f"(const float *){residual}" if residual else "NULL"
