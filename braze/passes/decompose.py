@@ -19,7 +19,8 @@ cast back (as the reference does).
     y = reshape(layer_norm(reshape(x, [N, groups, C/groups * prod(rest)]), axis=-1), x.shape)
     y = y * reshape(w, [C, 1, ...]) + reshape(b, [C, 1, ...])
 
-(C must be a constant), so each group is one row of layer_norm's stitch kernel.
+so each group is one row of layer_norm's stitch kernel (a symbolic C: ``C // groups``, and the
+reshape checks at run time that groups divides C).
 
 ``topk(x; k, axis, largest)`` becomes, with the axis moved last (``xi`` the element
 at i, ``xl`` every other element l of its row, ``n`` the row length)::
@@ -131,10 +132,11 @@ def _decompose_group_norm(module: Module, n: Node, namer: Namer):
     b = n.inputs[2] if len(n.inputs) > 2 else None
     shape = x.type.shape
     c, g = shape[1], n.attrs["groups"]
-    if not isinstance(c, int) or c % g:
+    if isinstance(c, int) and c % g:
         return None
     emit = _Emit(module, namer, n.loc)
-    row = S.mul(c // g, S.prod(shape[2:]))
+    # a symbolic C: C / groups channels per group (the reshape checks at run time that groups divides C)
+    row = S.mul(c // g if isinstance(c, int) else S.floordiv(c, g), S.prod(shape[2:]))
     y = emit("reshape", x, shape=(shape[0], g, row), name="groups")
     y = emit("layer_norm", y, axis=-1, eps=n.attrs["eps"], name="normed")
     y = emit("reshape", y, shape=tuple(shape), name="normed")

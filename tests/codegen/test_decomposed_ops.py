@@ -56,3 +56,21 @@ def test_group_norm_native_matches_reference():
         xs = (rng.standard_normal((shp[0], 8, shp[1])) * 3 + 1).astype(np.float32)
         for g, r in zip(m(xs), reference.run(b.module, xs)):
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_with_a_symbolic_channel_count_runs_natively():
+    """C a symbol (found by the fuzzer: it reached code generation undecomposed); a C that
+    groups does not divide is an input error, as torch raises."""
+    b = Builder()
+    n, c = b.sym("n", 0, None), b.sym("c")
+    x = b.param("x", tensor("f32", n, c, 3))
+    b.ret(b.group_norm(x, groups=1), b.group_norm(x, groups=2, eps=1e-3))
+    m = _compile_once(b.module)
+    rng = np.random.default_rng(2)
+    for shp in [(1, 2), (3, 6), (0, 4), (2, 10)]:
+        xs = rng.standard_normal(shp + (3,)).astype(np.float32)
+        for g, r in zip(m(xs), reference.run(b.module, xs)):
+            assert g.shape == r.shape
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="c // 2"):
+        m(np.zeros((2, 3, 3), np.float32))

@@ -128,6 +128,16 @@ def test_group_norm_decomposes_to_layer_norm(P, dims, groups):
     P.check_equiv(before, after, ENVS[:2] + [{"b": 3, "s": 9}], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_group_norm_with_a_symbolic_channel_count_decomposes(P, groups):
+    """Found by the fuzzer: a symbolic C stayed group_norm, which has no kernel (a crash in codegen)."""
+    before = _one_op_module("group_norm", (("b", "s", 3), "f32"), groups=groups)
+    after = decompose(copy_module(before))
+    ops = [n.op for n in after.main.nodes]
+    assert "group_norm" not in ops and ops.count("layer_norm") == 1
+    P.check_equiv(before, after, [{"b": 1, "s": 2}, {"b": 3, "s": 6}, {"b": 2, "s": 10}], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["f32", "i64"])
 @pytest.mark.parametrize("axis,largest", [(-1, True), (1, False), (0, True)])
 def test_topk_decomposes_to_compares_and_sums(P, dtype, axis, largest):
