@@ -74,3 +74,20 @@ def test_group_norm_with_a_symbolic_channel_count_runs_natively():
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
     with pytest.raises(InputError, match="c // 2"):
         m(np.zeros((2, 3, 3), np.float32))
+
+
+def test_topk_over_a_dim_expression_runs_natively_and_checks_k():
+    """k <= n // 2 cannot be a symbol's range: it is checked as a constraint on every call
+    (found by the fuzzer: the topk stayed undecomposed and crashed code generation)."""
+    b = Builder()
+    n = b.sym("n", 1, 100)
+    x = b.param("x", tensor("f32", 2, n))
+    b.ret(*b.topk(b.slice(x, axis=1, start=1, end=2 ** 62, step=2), k=3, largest=False))
+    m = _compile_once(b.module)
+    rng = np.random.default_rng(3)
+    for k in (6, 7, 31):
+        xs = rng.integers(-2, 3, size=(2, k)).astype(np.float32)  # ties
+        for g, w in zip(m(xs), reference.run(b.module, xs)):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(InputError, match=r"min\(\(n // 2\), 3\) == 3"):
+        m(np.zeros((2, 5), np.float32))
