@@ -45,18 +45,6 @@ MAX_NUMEL = 6000  # elements of any value at any run shape (keeps the reference 
 RUN_VALUES = (0, 1, 2, 3, 5, 7, 8, 13, 17, 33)  # symbol values the runs draw from
 STATIC_DIMS = (1, 1, 2, 3, 4, 5, 7, 8, 16)
 ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")  # what the gemm/conv epilogues fuse
-# Native limits documented in docs/compiler-design.md ("Limits of the native backend today"):
-# the generator does not build them, so a failure is a bug. GEMM/conv operands are float32 and
-# conv weights constants by construction (proposers.py); the rest can be switched off here when
-# the limit goes.
-NATIVE_LIMITS = {
-    "matmul_no_vector": False,        # matmul operands have rank >= 2 (issue 10, item 9)
-    # a matmul whose right operand is not a 2-D constant takes no bias/activation/residual
-    # epilogue (issue 10, item 9): its output is not fed straight to add or an activation
-    "batched_matmul_no_epilogue": False,
-}
-EPILOGUE_OPS = ("add",) + ACTIVATIONS
-VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze", "expand")  # (an expand to the same shape is dropped)
 
 
 @dataclass
@@ -78,7 +66,6 @@ class GVal:
     exact: bool = True
     special: bool = False
     ibound: float = 1.0
-    no_epilogue: bool = False  # a matmul output the native backend cannot fuse an epilogue into
     uses: int = 0  # nodes that read it so far
 
     @property
@@ -366,17 +353,13 @@ class Generator:
         ib = max([p[2] for p in pr], default=1.0) if ibound is None else ibound
         if any(t.dtype.is_int for t in outs) and ib > INT_LIMIT:
             raise Reject("integer bound")
-        flagged = any(isinstance(x, GVal) and x.no_epilogue for x in inputs)
-        if flagged and op in EPILOGUE_OPS:
-            raise Reject("epilogue on a batched matmul (native limit)")
         gins = [self.materialize(x) for x in inputs]
         for g in gins:
             if g is not None:
                 g.uses += 1
         vals = self.b.op(op, [None if g is None else g.v for g in gins], **attrs)
         vals = list(vals) if isinstance(vals, tuple) else [vals]
-        res = [GVal(v, exact=ex, special=sp, ibound=1.0 if v.type.dtype is BOOL else ib,
-                    no_epilogue=flagged and op in VIEWS) for v in vals]
+        res = [GVal(v, exact=ex, special=sp, ibound=1.0 if v.type.dtype is BOOL else ib) for v in vals]
         self.pool.extend(res)
         self.op_counts[op] = self.op_counts.get(op, 0) + 1
         return res

@@ -15,14 +15,13 @@ import numpy as np
 from ..ir import sym as S
 from ..ir.types import TensorType
 from ..ops import all_ops
-from .generator import (ACTIVATIONS, BOOL, F32, F64, I32, I64, NATIVE_LIMITS, STATIC_DIMS, GVal, New,
-                        Reject)
+from .generator import ACTIVATIONS, BOOL, F32, F64, I32, I64, STATIC_DIMS, GVal, New, Reject
 
 INT_LIMIT = 2.0 ** 30  # integer values stay below this (no overflow in int32 or int64 arithmetic)
 
 # op kind -> weight when choosing what to build next
 KIND_WEIGHTS = {"elementwise": 36, "injective": 18, "broadcast": 3, "reduction": 12, "normalization": 8,
-                "gemm": 9, "conv": 4, "pool": 3, "attention": 1.5, "creation": 2}
+                "gemm": 9, "conv": 4, "pool": 3, "attention": 1.5, "creation": 2, "opaque": 2}
 
 
 def choose_op(gen, ops):
@@ -176,7 +175,7 @@ def p_binary(gen, op):
             a = gen.like(shape_of(b), F32, low=0.0) if isinstance(a, New) else a
         gen.emit(op, [a, b], {}, exact=False)
         return
-    disc = op == "remainder"
+    disc = op in ("remainder", "fmod")  # discontinuous in the divisor
     allow_bool = op in ("add", "mul", "maximum", "minimum")
     dt = gen.choice([F32, F32, F32, I64, I32] + ([BOOL] if allow_bool else []))
     a = gen.pick(lambda g: (g.dtype is BOOL) == (dt is BOOL) and g.dtype.is_float == dt.is_float
@@ -187,11 +186,11 @@ def p_binary(gen, op):
     fl = dtype_of(a).is_float or dtype_of(b).is_float
     ea, _, ia = props(gen, a)
     eb, _, ib = props(gen, b)
-    bound = {"add": ia + ib, "sub": ia + ib, "mul": ia * ib, "div": ia, "remainder": ib,
+    bound = {"add": ia + ib, "sub": ia + ib, "mul": ia * ib, "div": ia, "remainder": ib, "fmod": ia,
              "maximum": max(ia, ib), "minimum": max(ia, ib)}[op]
     if not fl:
         check_int_bound(bound)
-    exact = ea and eb and (not fl or op in ("maximum", "minimum", "remainder"))
+    exact = ea and eb and (not fl or op in ("maximum", "minimum", "remainder", "fmod"))
     gen.emit(op, [a, b], {}, exact=exact, ibound=bound)
 
 
@@ -326,6 +325,25 @@ def p_norm(gen, op):
     gen.emit(op, ins, {"axis": axis, "eps": float(gen.choice([1e-5, 1e-6, 1e-2]))}, exact=False)
 
 
+def p_group_norm(gen, op):
+    """Channels on axis 1; groups divide them. A symbolic channel count takes groups=1 (a run
+    shape it does not divide would be an input error)."""
+    x = gen.fval(lambda g: g.t.rank >= 2,
+                 fresh_type=TensorType(F32, (gen.dim(), int(gen.choice([1, 2, 4, 6, 8])))
+                                       + tuple(gen.dim() for _ in range(int(gen.choice([0, 1, 2]))))))
+    shape = shape_of(x)
+    if len(shape) < 2:
+        raise Reject("rank < 2")
+    c = shape[1]
+    groups = int(gen.choice([g for g in range(1, c + 1) if c % g == 0])) if isinstance(c, int) and c > 0 else 1
+    ins = [x]
+    if gen.rng.random() < 0.6:
+        ins.append(param_like(gen, (c,)))
+        if gen.rng.random() < 0.6:
+            ins.append(param_like(gen, (c,)))
+    gen.emit(op, ins, {"groups": groups, "eps": float(gen.choice([1e-5, 1e-3]))}, exact=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # gemm and conv, with the epilogues the vendor path fuses
 # ---------------------------------------------------------------------------------------------
@@ -373,13 +391,9 @@ def p_linear(gen, op):
     const = gen.rng.random() < 0.8  # a weight that is an input: the library's plain GEMM
     w = gen.new(TensorType(F32, (n, k)), const=const, high=1.0 / max(1.0, np.sqrt(k)))
     ins = [x, w]
-    limited = not const and NATIVE_LIMITS["batched_matmul_no_epilogue"]
-    if gen.rng.random() < 0.4 and not limited:
+    if gen.rng.random() < 0.4:
         ins.append(gen.new(TensorType(F32, (n,)), const=True))
     (y,) = gen.emit("linear", ins, {}, exact=False)
-    if limited:
-        y.no_epilogue = True
-        return
     if gen.rng.random() < 0.6:
         epilogue(gen, y, (n,))
 
@@ -407,15 +421,12 @@ def p_matmul(gen, op):
         a, b = b, a  # the new operand on the left
         sb = shape_of(a)
         a = gen.new(TensorType(F32, tuple(sb[:-2]) + (gen.dim(), sb[-2])))
-    if not NATIVE_LIMITS["matmul_no_vector"] and gen.rng.random() < 0.2:  # a vector on one side
+    if gen.rng.random() < 0.2:  # a vector on one side
         if gen.rng.random() < 0.5:
             b = gen.new(TensorType(F32, (shape_of(a)[-1],)))
         else:
             a = gen.new(TensorType(F32, (shape_of(b)[-2],)))
     (y,) = gen.emit("matmul", [a, b], {}, exact=False)
-    if NATIVE_LIMITS["batched_matmul_no_epilogue"] and not (isinstance(b, New) and b.const and b.type.rank == 2):
-        y.no_epilogue = True
-        return
     if gen.rng.random() < 0.5:
         epilogue(gen, y, (y.shape[-1],))
 
@@ -659,6 +670,71 @@ def p_tri(gen, op):
     gen.emit(op, [x], {"k": int(gen.choice([0, 0, 1, -1, 2, -3]))})
 
 
+RESIZE_MODES = ("nearest", "nearest", "linear", "linear", "cubic")
+RESIZE_COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+RESIZE_NEAREST = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+
+
+def p_resize(gen, op):
+    """1 to 3 trailing axes, each to a static size, the same or twice the (symbolic) input size,
+    or another symbol; with scale factors sometimes (torch's scale_factor, ONNX's scales)."""
+    r = gen.rng
+    mode = gen.choice(RESIZE_MODES)
+    x = gen.pick(lambda g: g.t.rank >= 1 and (mode == "nearest" or g.dtype.is_float),
+                 fresh_type=TensorType(F32, gen.shape(int(gen.choice([3, 4, 4])))))
+    sx = shape_of(x)
+    if not sx:
+        raise Reject("rank 0")
+    k = int(r.integers(1, min(len(sx), 3) + 1))
+    if any(gen.min_val(d) < 1 for d in sx[-k:]):
+        raise Reject("an empty resized axis")
+    with_scales = r.random() < 0.35
+    sizes, scales = [], []
+    for d in sx[-k:]:
+        if with_scales:
+            f = float(gen.choice([0.5, 1.0, 1.5, 2.0, 3.0, 0.75]))
+            if isinstance(d, int):
+                m = max(1, int(np.floor(d * f)))
+            elif f in (1.0, 2.0, 3.0):
+                m = S.mul(int(f), d)
+            else:
+                m = S.add(d, int(gen.choice([0, 1])))  # sizes and scales need not agree (ONNX)
+            scales.append(f)
+        else:
+            m = gen.choice([int(gen.choice([1, 2, 3, 5, 8, 13])), d, S.mul(2, d), gen.dim()])
+            if gen.min_val(m) < 1:
+                raise Reject("an empty output axis")
+        sizes.append(m)
+    attrs = {"sizes": tuple(sizes), "mode": mode, "coord": gen.choice(RESIZE_COORDS)}
+    if mode == "nearest":
+        attrs["nearest"] = gen.choice(RESIZE_NEAREST)
+    if mode == "cubic":
+        attrs["cubic_a"] = float(gen.choice([-0.75, -0.5]))
+        attrs["exclude_outside"] = bool(r.random() < 0.3)
+    if with_scales:
+        attrs["scales"] = tuple(scales)
+        attrs["torch_shortcuts"] = bool(r.random() < 0.5)
+    ex, _, ib = props(gen, x)
+    gen.emit(op, [x], attrs, exact=ex if mode == "nearest" else False, ibound=ib)
+
+
+def p_topk(gen, op):
+    """k static (at most the axis at every run shape) or the whole axis. The values of an inexact
+    operand are within its error (order statistics are 1-Lipschitz); its indices are not checked."""
+    x = gen.pick(lambda g: g.dtype is not BOOL)
+    sx = shape_of(x)
+    ex, _, ib = props(gen, x)
+    if not sx:
+        gen.emit(op, [x], {"k": 1, "axis": int(gen.choice([0, -1]))}, exact=ex, ibound=ib)
+        return
+    ax = int(gen.rng.integers(-len(sx), len(sx)))
+    d = sx[ax]
+    lo = gen.min_val(d)
+    k = d if gen.rng.random() < 0.25 else int(gen.rng.integers(0, min(lo, 6) + 1))
+    attrs = {"k": k, "axis": ax, "largest": bool(gen.rng.random() < 0.6), "sorted": bool(gen.rng.random() < 0.8)}
+    gen.emit(op, [x], attrs, exact=ex, ibound=max(ib, float(max(gen.evals(d)))))
+
+
 # ---------------------------------------------------------------------------------------------
 # creation and attention
 # ---------------------------------------------------------------------------------------------
@@ -699,8 +775,7 @@ def p_sdpa(gen, op):
                             and bcast_to_ok(gen, (lq, sk), g.shape), fresh_type=TensorType(BOOL, (lq, sk))))
     if gen.rng.random() < 0.3:
         attrs["scale"] = float(gen.choice([0.1, 1.0]))
-    (y,) = gen.emit(op, ins, attrs, exact=False)
-    y.no_epilogue = NATIVE_LIMITS["batched_matmul_no_epilogue"]  # it decomposes into matmuls
+    gen.emit(op, ins, attrs, exact=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -735,7 +810,7 @@ def _required(a):
 PROPOSERS = {
     **{o: p_float_unary for o in FLOAT_UNARY},
     **{o: p_numeric_unary for o in ("neg", "abs", "relu", "sign", "floor", "ceil", "round", "clamp")},
-    **{o: p_binary for o in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder")},
+    **{o: p_binary for o in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     **{o: p_compare for o in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")},
     **{o: p_logical for o in ("logical_and", "logical_or", "logical_xor", "logical_not")},
     "where": p_where, "cast": p_cast,
@@ -743,11 +818,13 @@ PROPOSERS = {
                              "argmax", "argmin")},
     "cumsum": p_cumsum,
     **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
+    "group_norm": p_group_norm,
     "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv,
     **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")},
     "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,
     "slice": p_slice, "squeeze": p_squeeze, "unsqueeze": p_unsqueeze, "flatten": p_flatten, "pad": p_pad,
     "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "tril": p_tri, "triu": p_tri,
+    "resize": p_resize, "topk": p_topk,
     "arange": p_arange, "full": p_full, "full_like": p_full,
     "scaled_dot_product_attention": p_sdpa,
 }

@@ -71,7 +71,7 @@ ABS = {"erf": 1e-6, "gelu": 1e-6, "elu": 1e-6, "log": 1e-7, "tanh": 1e-7, "sin":
 LIPSCHITZ = {"tanh": 1.0, "erf": 1.13, "sigmoid": 0.25, "silu": 1.1, "gelu": 1.13, "sin": 1.0, "cos": 1.0,
              "softplus": 1.0, "hardswish": 1.5, "relu": 1.0, "abs": 1.0, "neg": 1.0, "clamp": 1.0}
 EXACT_OPS = {"relu", "abs", "neg", "clamp", "maximum", "minimum", "where", "reduce_max", "reduce_min",
-             "max_pool2d", "remainder"}
+             "max_pool2d", "remainder", "fmod"}
 DISCONTINUOUS = {"floor", "ceil", "round", "sign", "equal", "not_equal", "less", "less_equal", "greater",
                  "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "argmax", "argmin"}
 
@@ -279,7 +279,7 @@ def _binary(ctx, opdef, ins, es, outs, attrs):
         p = np.where(B > eb, (A * eb + B * ea) / np.where(den > 0, den, 1.0), np.inf)
     elif op in ("maximum", "minimum"):
         p = np.maximum(ea, eb)
-    elif op == "remainder":
+    elif op in ("remainder", "fmod"):  # exact, but discontinuous in the divisor
         p = unbounded_if([ea, eb], out.shape)
     elif op == "pow":
         x, y = _f64(a), _f64(b)
@@ -446,6 +446,63 @@ def _batch_norm(ctx, opdef, ins, es, outs, attrs):
     return clean(es[0] * k, es[0]) + unbounded_if(es[1:], out.shape) + r + ovf
 
 
+def _group_norm(ctx, opdef, ins, es, outs, attrs):
+    """layer_norm's bound on each (sample, group) row, then the per-channel affine."""
+    x, out = ins[0], outs[0]
+    n, c, g = x.shape[0], x.shape[1], attrs["groups"]
+    row = (c // g) * int(np.prod(x.shape[2:], dtype=np.int64))
+    ln = type("LN", (), {"name": "layer_norm"})
+    base = _layer_norm(ctx, ln, [np.reshape(x, (n, g, row))], [np.reshape(es[0], (n, g, row))],
+                       [np.reshape(out, (n, g, row))], {"axis": -1, "eps": attrs["eps"]})
+    p = np.reshape(base, x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    w = ins[1] if len(ins) > 1 else None
+    b = ins[2] if len(ins) > 2 else None
+    if w is not None:
+        p = p * mag(w).reshape(shape)
+    r = 4 * unit(out) * (mag(out) + (2 * mag(b).reshape(shape) if b is not None else 0.0))
+    return p + r + unbounded_if([e for e in es[1:] if e is not None], out.shape)
+
+
+def _resize(ctx, opdef, ins, es, outs, attrs):
+    """nearest moves the error with the data; linear and cubic are weighted sums of taps whose
+    weights both sides compute alike (the same float32 operations): the operands' errors times
+    |w|, plus the rounding of a sum of every tap in the tensor product (in any order)."""
+    if attrs["mode"] == "nearest":
+        return _move(ctx, opdef, ins, es, outs, attrs)
+    from ..ops.resize import axis_taps, coord_dtype
+    from ..ir.types import DType
+    x, out = ins[0], outs[0]
+    cd = coord_dtype(DType.from_numpy(out.dtype)).numpy
+    sizes, scales = attrs["sizes"], attrs["scales"]
+    k = len(sizes)
+    opts = {a: attrs[a] for a in ("mode", "coord", "nearest", "cubic_a", "exclude_outside", "torch_shortcuts")}
+    ew, xw = _f64(es[0]), mag(x)
+    taps = 1
+    for j, m in enumerate(sizes):
+        ax = x.ndim - k + j
+        idx, w = axis_taps(x.shape[ax], int(m), None if scales is None else scales[j], cd=cd, **opts)
+        taps *= len(idx)
+        shape = (int(m),) + (1,) * (x.ndim - ax - 1)
+        ws = [np.abs(c.astype(np.float64)).reshape(shape) for c in w]
+        ew = sum(np.take(ew, i, axis=ax) * c for i, c in zip(idx, ws))
+        xw = sum(np.take(xw, i, axis=ax) * c for i, c in zip(idx, ws))
+    r = (taps + 2) * unit(out) * xw + _ovf(taps * xw, out)
+    return clean(ew, ew) + r + rnd(out, 1)
+
+
+def _topk(ctx, opdef, ins, es, outs, attrs):
+    """The j-th largest of perturbed values is within the largest perturbation of its row;
+    indices of an inexact operand may differ wherever values are close (unchecked)."""
+    x, e = ins[0], _f64(es[0])
+    vals, idx = outs
+    if np.ndim(x) == 0:
+        return [e.copy(), unbounded_if([e], idx.shape)]
+    ax = attrs["axis"] % np.ndim(x)
+    row = np.max(e, axis=ax, keepdims=True, initial=0.0)
+    return [clean(np.broadcast_to(row, vals.shape), row), unbounded_if([row], idx.shape)]
+
+
 def _matmul(ctx, opdef, ins, es, outs, attrs):
     a, b = ins[0], ins[1]
     ea, eb = es[0], es[1]
@@ -540,12 +597,13 @@ RULES = {
     **{op: _unary(_F.get(op)) for op in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
                                          "silu", "sin", "cos", "hardswish", "gelu", "leaky_relu", "elu", "softplus",
                                          "hardsigmoid", "relu", "abs", "neg", "clamp")},
-    **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder")},
+    **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},
     "cumsum": _cumsum,
     "softmax": _softmax, "log_softmax": _softmax,
-    "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm,
+    "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
+    "resize": _resize, "topk": _topk,
     "matmul": _matmul, "linear": _matmul, "conv2d": _conv,
     "max_pool2d": _pool, "avg_pool2d": _pool, "adaptive_avg_pool2d": _pool,
     "scaled_dot_product_attention": _sdpa,

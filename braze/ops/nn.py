@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import BrazeError
 from ..ir.types import TensorType
 from .common import norm_axis
 from .registry import Attr, defop
@@ -194,7 +195,9 @@ def _group_norm_infer(ctx, x, weight=None, bias=None, *, groups, eps):
 
 def _group_norm_ref(ctx, x, weight=None, bias=None, *, groups, eps):
     n, c = x.shape[0], x.shape[1]
-    y = _f64(x).reshape(n, groups, -1)
+    if c % groups:
+        raise BrazeError(f"group_norm: the channel count {c} is not divisible by groups={groups}")
+    y = _f64(x).reshape(n, groups, (c // groups) * int(np.prod(x.shape[2:], dtype=np.int64)))  # no -1: N may be 0
     mean = y.mean(axis=-1, keepdims=True)
     d = y - mean
     var = (d * d).mean(axis=-1, keepdims=True)

@@ -19,7 +19,8 @@ cast back (as the reference does).
     y = reshape(layer_norm(reshape(x, [N, groups, C/groups * prod(rest)]), axis=-1), x.shape)
     y = y * reshape(w, [C, 1, ...]) + reshape(b, [C, 1, ...])
 
-(C must be a constant), so each group is one row of layer_norm's stitch kernel.
+so each group is one row of layer_norm's stitch kernel (a symbolic C: ``C // groups``, and the
+reshape checks at run time that groups divides C).
 
 ``topk(x; k, axis, largest)`` becomes, with the axis moved last (``xi`` the element
 at i, ``xl`` every other element l of its row, ``n`` the row length)::
@@ -30,8 +31,9 @@ at i, ``xl`` every other element l of its row, ``n`` the row length)::
     value[j] = gather_elements(x, index)
 
 The compares fuse into their reductions (no n x n buffer). k <= n is required: when the
-ranges do not prove it and the dim is a symbol, the symbol's lower bound becomes k (a
-smaller size is then an input error, as torch raises).
+ranges do not prove it and the dim is a symbol, the symbol's lower bound becomes k; when
+it is an expression, the constraint ``min(n, k) == k`` is recorded. A smaller size is then
+an input error, checked on every call (torch raises too).
 
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
 as they are (libraries and fused kernels handle them), except a ``matmul`` or
@@ -131,10 +133,11 @@ def _decompose_group_norm(module: Module, n: Node, namer: Namer):
     b = n.inputs[2] if len(n.inputs) > 2 else None
     shape = x.type.shape
     c, g = shape[1], n.attrs["groups"]
-    if not isinstance(c, int) or c % g:
+    if isinstance(c, int) and c % g:
         return None
     emit = _Emit(module, namer, n.loc)
-    row = S.mul(c // g, S.prod(shape[2:]))
+    # a symbolic C: C / groups channels per group (the reshape checks at run time that groups divides C)
+    row = S.mul(c // g if isinstance(c, int) else S.floordiv(c, g), S.prod(shape[2:]))
     y = emit("reshape", x, shape=(shape[0], g, row), name="groups")
     y = emit("layer_norm", y, axis=-1, eps=n.attrs["eps"], name="normed")
     y = emit("reshape", y, shape=tuple(shape), name="normed")
@@ -160,14 +163,15 @@ def _decompose_topk(module: Module, n: Node, namer: Namer):
     cnt = x.type.shape[a]
     store = module.constraints
     may = k_may_exceed(store, k, cnt)
-    if may == "always" or (may == "maybe" and not isinstance(store.simplify(cnt), S.Sym)):
+    if may == "always":
         return None
     if may == "maybe":  # a smaller dim is an input error, checked on every call
         s = store.simplify(cnt)
         lo = S.bounds(store._with_ranges(k))[1] if S.is_symbolic(k) else k
-        if lo == float("inf"):
-            return None
-        store.add_range(s, int(lo), store.symbols[s.name].hi)
+        if isinstance(s, S.Sym) and lo != float("inf"):
+            store.add_range(s, int(lo), store.symbols[s.name].hi)
+        else:  # an expression (or an unbounded k): the fact min(n, k) == k
+            store.add_equal(S.smin(cnt, k), k)
     perm = tuple(d for d in range(r) if d != a) + (a,)
     xt = emit("permute", x, perm=perm, name="rows") if a != r - 1 else x
     xi = emit("unsqueeze", xt, axes=(r,), name="xi")  # [..., n, 1]: the element ranked

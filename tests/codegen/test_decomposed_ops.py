@@ -56,3 +56,38 @@ def test_group_norm_native_matches_reference():
         xs = (rng.standard_normal((shp[0], 8, shp[1])) * 3 + 1).astype(np.float32)
         for g, r in zip(m(xs), reference.run(b.module, xs)):
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_with_a_symbolic_channel_count_runs_natively():
+    """C a symbol (found by the fuzzer: it reached code generation undecomposed); a C that
+    groups does not divide is an input error, as torch raises."""
+    b = Builder()
+    n, c = b.sym("n", 0, None), b.sym("c")
+    x = b.param("x", tensor("f32", n, c, 3))
+    b.ret(b.group_norm(x, groups=1), b.group_norm(x, groups=2, eps=1e-3))
+    m = _compile_once(b.module)
+    rng = np.random.default_rng(2)
+    for shp in [(1, 2), (3, 6), (0, 4), (2, 10)]:
+        xs = rng.standard_normal(shp + (3,)).astype(np.float32)
+        for g, r in zip(m(xs), reference.run(b.module, xs)):
+            assert g.shape == r.shape
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="c // 2"):
+        m(np.zeros((2, 3, 3), np.float32))
+
+
+def test_topk_over_a_dim_expression_runs_natively_and_checks_k():
+    """k <= n // 2 cannot be a symbol's range: it is checked as a constraint on every call
+    (found by the fuzzer: the topk stayed undecomposed and crashed code generation)."""
+    b = Builder()
+    n = b.sym("n", 1, 100)
+    x = b.param("x", tensor("f32", 2, n))
+    b.ret(*b.topk(b.slice(x, axis=1, start=1, end=2 ** 62, step=2), k=3, largest=False))
+    m = _compile_once(b.module)
+    rng = np.random.default_rng(3)
+    for k in (6, 7, 31):
+        xs = rng.integers(-2, 3, size=(2, k)).astype(np.float32)  # ties
+        for g, w in zip(m(xs), reference.run(b.module, xs)):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(InputError, match=r"min\(\(n // 2\), 3\) == 3"):
+        m(np.zeros((2, 5), np.float32))

@@ -155,6 +155,32 @@ def test_the_bound_grows_with_the_condition_of_the_graph():
     assert errs[1] > 1000 * errs[0], errs
 
 
+def test_bounds_of_resize_topk_group_norm_and_fmod():
+    """nearest and topk of exact operands, and fmod, are exact; linear/cubic resize and group_norm
+    get a few ulp; topk's indices are unchecked, and its values bounded, when the operand is inexact."""
+    from braze.ops import tensor
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4, 5, 3)).astype(np.float32)
+    y = (rng.standard_normal((2, 4, 5, 3)) + 3).astype(np.float32)
+    t = [tensor("f32", 2, 4, 5, 3)]
+    for mode in ("nearest", "linear", "cubic"):
+        want, err = _bound_of(lambda b, x, m=mode: b.resize(x, sizes=(7, 2), mode=m), t, [x])
+        if mode == "nearest":
+            assert np.all(err == 0)
+        else:
+            assert np.all(err > 0) and np.all(err < 1e-5 * np.abs(x).max())
+    _, err = _bound_of(lambda b, x, y: b.fmod(x, y), t * 2, [x, y])
+    assert np.all(err == 0)
+    want, err = _bound_of(lambda b, x: b.group_norm(x, groups=2), t, [x])
+    assert np.all(err > 0) and np.all(err < 1e-4)
+    _, err = _bound_of(lambda b, x: b.topk(x, k=2, axis=1)[1], t, [x])
+    assert np.all(err == 0)
+    _, err = _bound_of(lambda b, x: b.topk(b.exp(x), k=2, axis=1)[0], t, [x])
+    assert np.all(np.isfinite(err)) and np.all(err > 0)
+    _, err = _bound_of(lambda b, x: b.topk(b.exp(x), k=2, axis=1)[1], t, [x])
+    assert np.all(np.isinf(err))
+
+
 # ---------------------------------------------------------------------------------------------
 # native against the reference: a fixed set of seeds
 # ---------------------------------------------------------------------------------------------

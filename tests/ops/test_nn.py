@@ -169,3 +169,15 @@ def test_group_norm_vs_torch(T, rng, xspec, groups, dtype, affine):
 def test_group_norm_infer_errors(T, specs, attrs, match):
     with pytest.raises(ShapeError, match=match):
         T.build("group_norm", specs, ["float32"] * len(specs), **attrs)
+
+
+@pytest.mark.parametrize("shape", [(0, 6, 3), (2, 6, 0), (0, 6, 0)])
+def test_group_norm_of_an_empty_batch_or_spatial_dim_is_empty(T, shape):
+    """Found by the fuzzer: the reference reshaped to (N, groups, -1), which NumPy refuses for 0 elements."""
+    from braze.ops import get_op
+    from braze.ops.registry import RefCtx
+    x = np.zeros(shape, np.float32)
+    w = np.ones(6, np.float32)
+    got = get_op("group_norm").reference(RefCtx({}), x, w, w, groups=3, eps=1e-5)
+    want = torch.group_norm(torch.from_numpy(x), 3, torch.from_numpy(w), torch.from_numpy(w)).numpy()
+    assert got.shape == want.shape == shape and got.dtype == np.float32

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from braze import ir
 from braze.ir import sym as S
 from braze.ops import Builder, tensor
 from braze.passes import copy_module, decompose
@@ -128,6 +129,16 @@ def test_group_norm_decomposes_to_layer_norm(P, dims, groups):
     P.check_equiv(before, after, ENVS[:2] + [{"b": 3, "s": 9}], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_group_norm_with_a_symbolic_channel_count_decomposes(P, groups):
+    """Found by the fuzzer: a symbolic C stayed group_norm, which has no kernel (a crash in codegen)."""
+    before = _one_op_module("group_norm", (("b", "s", 3), "f32"), groups=groups)
+    after = decompose(copy_module(before))
+    ops = [n.op for n in after.main.nodes]
+    assert "group_norm" not in ops and ops.count("layer_norm") == 1
+    P.check_equiv(before, after, [{"b": 1, "s": 2}, {"b": 3, "s": 6}, {"b": 2, "s": 10}], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["f32", "i64"])
 @pytest.mark.parametrize("axis,largest", [(-1, True), (1, False), (0, True)])
 def test_topk_decomposes_to_compares_and_sums(P, dtype, axis, largest):
@@ -151,9 +162,12 @@ def test_topk_needs_k_at_most_the_dim():
     b = Builder()
     n = b.sym("n", 1, 100)
     x = b.param("x", tensor("f32", 2, n))
-    b.ret(*b.topk(b.reshape(x, shape=(S.mul(2, n),)), k=5))  # an expression: not narrowed, not decomposed
-    after = decompose(copy_module(b.module))
-    assert "topk" in [m.op for m in after.main.nodes]
+    b.ret(*b.topk(b.slice(x, axis=1, start=1, end=2 ** 62, step=2), k=5))  # an expression: n // 2 >= 5
+    after = decompose(copy_module(b.module))  # (found by the fuzzer: it stayed topk, which has no kernel)
+    assert "topk" not in [m.op for m in after.main.nodes]
+    assert after.constraints.symbols["n"].lo == 1
+    assert after.constraints.violations({"n": 10}) == [] and after.constraints.violations({"n": 9})
+    assert ir.parse(after.to_text(), constants=after.constants).to_text() == after.to_text()
 
 
 def test_empty_contraction_becomes_zeros(P):
