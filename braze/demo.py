@@ -58,8 +58,8 @@ def run_demo(model: str = "bert", frontend: str = "torch", repeat: int = 3, thre
     f = compiled.module.main
     compiles = braze.stats()["native_compiles"]
     exporter = "torch.export" if frontend == "torch" else "torch.onnx.export"
-    say(f"[2/3] ready in {t_total:.1f} s: exported in {t_export:.1f} s ({exporter}), compiled in "
-        f"{t_total - t_export:.1f} s ({compiles} native compile(s); "
+    say(f"[2/3] ready in {t_total:.2f} s: exported in {t_export:.2f} s ({exporter}), compiled in "
+        f"{t_total - t_export:.2f} s ({compiles} native compile(s); "
         + ", ".join(f"{k} {v:.1f} s" for k, v in compiled.timings.items()) + ")")
     for p in f.params:
         say(f"      input  %{p.name}: {p.type}")

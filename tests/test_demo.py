@@ -74,5 +74,5 @@ def test_demo_reports_export_and_compile_apart(capsys, tmp_path, monkeypatch):
     m = re.search(r"ready in ([\d.]+) s: exported in ([\d.]+) s \(torch\.export\), compiled in ([\d.]+) s", line)
     assert m, line
     total, export, comp = map(float, m.groups())
-    assert abs(total - export - comp) <= 0.11 and export > 0
+    assert abs(total - export - comp) <= 0.016 and export > 0  # each printed to 0.01 s
     assert rows[0]["rel_err"] < 1e-4 and braze.stats()["native_compiles"] >= 1
