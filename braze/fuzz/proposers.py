@@ -547,12 +547,18 @@ def p_expand(gen, op):
     gen.emit(op, [x], {"shape": tuple(lead + shape)})
 
 
-def p_concat(gen, op):
-    x = gen.pick(lambda g: g.t.rank >= 1, fresh_type=TensorType(F32, gen.shape(int(gen.rng.integers(1, 4)))))
-    sx = list(shape_of(x))
+def _with_axis(gen, x):
+    """``x``, its shape and a random axis of it (rejects a 0-d ``x``)."""
+    sx = shape_of(x)
     if not sx:
         raise Reject("rank 0")
-    ax = int(gen.rng.integers(0, len(sx)))
+    return x, sx, int(gen.rng.integers(0, len(sx)))
+
+
+def p_concat(gen, op):
+    x, sx, ax = _with_axis(gen, gen.pick(lambda g: g.t.rank >= 1,
+                                         fresh_type=TensorType(F32, gen.shape(int(gen.rng.integers(1, 4))))))
+    sx = list(sx)
     ins = [x]
     for _ in range(int(gen.rng.integers(1, 3))):
         sh = list(sx)
@@ -566,11 +572,7 @@ def p_concat(gen, op):
 
 
 def p_split(gen, op):
-    x = gen.pick(lambda g: g.t.rank >= 1)
-    sx = shape_of(x)
-    if not sx:
-        raise Reject("rank 0")
-    ax = int(gen.rng.integers(0, len(sx)))
+    x, sx, ax = _with_axis(gen, gen.pick(lambda g: g.t.rank >= 1))
     d = sx[ax]
     if isinstance(d, int):
         cuts = sorted(gen.rng.integers(0, d + 1, size=int(gen.rng.integers(1, 3))).tolist())
@@ -584,11 +586,7 @@ def p_split(gen, op):
 
 
 def p_slice(gen, op):
-    x = gen.pick(lambda g: g.t.rank >= 1)
-    sx = shape_of(x)
-    if not sx:
-        raise Reject("rank 0")
-    ax = int(gen.rng.integers(0, len(sx)))
+    x, sx, ax = _with_axis(gen, gen.pick(lambda g: g.t.rank >= 1))
     step = int(gen.choice([1, 1, 2, 3, -1, -2]))
     start = int(gen.choice([0, 0, 1, 2, -1, -3, 2 ** 62, -(2 ** 62)]))
     end = gen.choice([2 ** 62, 2 ** 62, -1, 1, 3, -(2 ** 62)])
@@ -647,11 +645,7 @@ def p_tile(gen, op):
 
 
 def p_gather(gen, op):
-    x = gen.pick(lambda g: g.t.rank >= 1)
-    sx = shape_of(x)
-    if not sx:
-        raise Reject("rank 0")
-    ax = int(gen.rng.integers(0, len(sx)))
+    x, sx, ax = _with_axis(gen, gen.pick(lambda g: g.t.rank >= 1))
     d = sx[ax]
     if not gen.always_pos(d):
         raise Reject("empty axis")
