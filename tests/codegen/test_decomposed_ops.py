@@ -91,3 +91,23 @@ def test_topk_over_a_dim_expression_runs_natively_and_checks_k():
             np.testing.assert_array_equal(g, w)
     with pytest.raises(InputError, match=r"min\(\(n // 2\), 3\) == 3"):
         m(np.zeros((2, 5), np.float32))
+
+
+def test_integer_and_float64_matmul_run_natively_and_exactly():
+    b = Builder()
+    n, k = b.sym("n"), b.sym("k")
+    a = b.param("a", tensor("i64", n, k))
+    c = b.param("c", tensor("i32", 2, k, 3))
+    x = b.param("x", tensor("f64", n, k))
+    w = b.constant(np.arange(4 * 7, dtype=np.float64).reshape(4, 7) - 9)
+    b.ret(b.matmul(a, b.cast(c, dtype="i64")), b.matmul(b.cast(a, dtype="i32"), c),
+          b.add(b.matmul(x, b.permute(x, perm=(1, 0))), b.constant(np.float64(1))),
+          b.linear(b.param("z", tensor("f64", n, 7)), w))
+    m = _compile_once(b.module)
+    rng = np.random.default_rng(2)
+    for nv, kv in [(1, 1), (3, 5), (17, 33)]:
+        ins = [rng.integers(-100, 100, (nv, kv)), rng.integers(-100, 100, (2, kv, 3)).astype(np.int32),
+               rng.integers(-9, 9, (nv, kv)).astype(np.float64), rng.integers(-9, 9, (nv, 7)).astype(np.float64)]
+        for g, r in zip(m(*ins), reference.run(b.module, *ins)):
+            assert g.dtype == r.dtype and g.shape == r.shape
+            np.testing.assert_array_equal(g, r)

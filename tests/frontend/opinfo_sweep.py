@@ -52,6 +52,9 @@ OP_TOLERANCES: dict[str, tuple[float, float, str]] = {
                     "up to 1.4e-5 relative (2.5e-5 absolute) measured on the OpInfo samples"),
     "nn.functional.multi_head_attention_forward": (
         1e-4, 1e-5, "the same attention, with input and output projections: 1.8e-5 relative measured"),
+    "nn.functional.interpolate.bicubic": (
+        1e-4, 2e-5, "16-tap float32 sums: on the OpInfo samples eager float32 is up to 7.4e-6 absolute "
+                    "from float64 eager, braze native up to 1.0e-5"),
 }
 
 

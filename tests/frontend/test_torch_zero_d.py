@@ -163,8 +163,10 @@ def test_empty_gemm_and_conv():
           lin0=torch.nn.Linear(0, 4), conv=torch.nn.Conv2d(3, 4, 3), lin=torch.nn.Linear(5, 6))
 
 
-def test_index_select_and_gather_of_a_0d_tensor_are_0d():
+def test_index_select_and_gather_of_a_0d_tensor():
+    # index_select gives 0-d whatever the index; gather gives the index's shape
     def f(self, x, i):
-        return torch.index_select(x, 0, i) * 2, torch.gather(x, 0, i.reshape(())) + 1
+        return (torch.index_select(x, 0, i) * 2, torch.gather(x, 0, i.reshape(())) + 1,
+                torch.gather(x, 0, i) - 1, torch.gather(x, 0, i.expand(3)))
 
     check(f, (scalar(5.0), torch.tensor([0])))

@@ -214,3 +214,23 @@ def test_all_minus_inf_rows_give_zeros_and_nan_rows_stay_nan(P, mask):
     for what, got in (("reference", braze.reference.run(before, *ins)), ("decomposed", braze.reference.run(after, *ins)),
                       ("native", native(*ins))):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=what)  # NaN where torch has NaN
+
+
+@pytest.mark.parametrize("dtype", ["i64", "i32", "f64"])
+def test_matmul_the_library_does_not_take_becomes_products_summed(P, dtype):
+    """oneDNN takes float32 only: integer and float64 matmul / linear become a broadcast
+    product and a sum over k (numpy.matmul's 1-D and batch rules kept)."""
+    b = Builder()
+    n, k = b.sym("n", 1, 8), b.sym("k", 1, 8)
+    a = b.param("a", tensor(dtype, 2, n, k))
+    m2 = b.param("m2", tensor(dtype, k, 3))
+    v = b.param("v", tensor(dtype, k))
+    w = b.param("w", tensor(dtype, 5, k))
+    bias = b.param("bias", tensor(dtype, 5))
+    b.ret(b.matmul(a, m2), b.matmul(v, m2), b.matmul(a, v), b.matmul(v, v), b.matmul(m2, b.param("bb", tensor(dtype, 2, 3, n))),
+          b.linear(a, w, bias), b.linear(v, w))
+    before = b.module
+    after = decompose(copy_module(before))
+    ops = [nd.op for nd in after.main.nodes]
+    assert "matmul" not in ops and "linear" not in ops and ops.count("reduce_sum") == 7
+    P.check_equiv(before, after, [{"n": 1, "k": 1}, {"n": 3, "k": 5}, {"n": 8, "k": 2}])

@@ -293,8 +293,8 @@ def _gather(cx, n, x, dim, index, sparse_grad=False):
     shape = out_shape(cx, n)
     if any(isinstance(d, int) and d == 0 for d in shape):  # an empty index (torch lets its rank differ)
         return op(cx, "full", [], shape=shape, value=0.0, dtype=out_dtype(cx, n))
-    if x.rank == 0:  # the only valid index of a 0-d tensor is 0: the result is the tensor
-        return x
+    if x.rank == 0:  # every valid index of a 0-d tensor is 0: the tensor, in the index's shape
+        return op(cx, "expand", [x], shape=shape) if shape else x
     return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
 
 
