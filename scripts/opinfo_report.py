@@ -120,14 +120,16 @@ def main(argv=None):
     ap.add_argument("--shard", default="0/1", help="K/N: run every N-th chunk from chunk K (N processes "
                                                    "share a run; merge their JSON with --load)")
     ap.add_argument("--chunks", default=None, help="only these chunks, as dtype:index,... (resuming a run)")
-    ap.add_argument("--load", nargs="+", default=None, help="print the table of JSON written earlier; run nothing")
+    ap.add_argument("--load", nargs="+", default=None, help="print the table of JSON written earlier (a later file's samples replace "
+                         "the same samples of an earlier one); run nothing")
     a = ap.parse_args(argv)
     a.shard = tuple(int(v) for v in a.shard.split("/"))
     a.chunks = None if a.chunks is None else set(a.chunks.split(","))
     if a.load:
         fields = {f.name for f in dataclasses.fields(sw.SampleResult)}
-        rs = [sw.SampleResult(**{k: v for k, v in d.items() if k in fields})
-              for path in a.load for d in json.loads(Path(path).read_text())["results"]]
+        by_sample = {(d["op"], d["dtype"], d["index"]): sw.SampleResult(**{k: v for k, v in d.items() if k in fields})
+                     for path in a.load for d in json.loads(Path(path).read_text())["results"]}
+        rs = list(by_sample.values())  # a later file's sample replaces an earlier one's (a re-run)
         print(table(summarize(rs)))
         if a.failures:
             print(failure_table(rs))

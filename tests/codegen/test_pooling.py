@@ -31,3 +31,18 @@ def test_pool_matches_reference(op, attrs):
     for shp in [(1, 3, 5, 5), (2, 3, 9, 12), (1, 3, 33, 33)]:
         a = rng.standard_normal(shp).astype(np.float32)
         np.testing.assert_allclose(m(a), reference.run(b.module, a), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["i64", "i32", "u8"])
+def test_integer_max_pool_ignores_its_padding(dtype):
+    b = Builder()
+    n, h = b.sym("n"), b.sym("h", 3)
+    x = b.param("x", tensor(dtype, n, 2, h, 7))
+    b.ret(b.op("max_pool2d", [x], kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1)))
+    m = braze.compile(b.module)
+    info = np.iinfo(tensor(dtype, 1).dtype.numpy)
+    rng = np.random.default_rng(0)
+    for shp in [(1, 2, 3, 7), (2, 2, 8, 7)]:
+        a = rng.integers(info.min, info.max, size=shp, endpoint=True, dtype=info.dtype)
+        a.flat[::5] = info.min  # the dtype's lowest, where padding must not win or lose
+        np.testing.assert_array_equal(m(a), reference.run(b.module, a))

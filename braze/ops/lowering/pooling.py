@@ -6,6 +6,8 @@ sum), so speculative loads are clamped into bounds.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir import sym as S
 from ...ir.loop import Binary, Compare, Const, IndexValue
 from .core import BOOL, I64, cast, div, lowering, select, vmax
@@ -36,11 +38,13 @@ def _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout="nchw"):
 def _lower_max_pool(ctx, x, *, kernel, stride, padding, dilation, ceil_mode, layout="nchw"):
     stride = stride or kernel
     dt = x.dtype
+    # a window always holds an element of the input: its padding never wins
+    lowest = float("-inf") if dt.is_float else int(np.iinfo(dt.numpy).min) if dt.is_int else 0
 
     def fn(idx):
         def body(vs):
             e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout)
-            return select(c, e, Const(float("-inf"), dt))
+            return select(c, e, Const(lowest, dt))
         return ctx.memo(tuple(idx), lambda: ctx.reduce("max", body, kernel, dt))
     return fn
 
