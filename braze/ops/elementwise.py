@@ -210,14 +210,14 @@ def erf(x) -> np.ndarray:
         out[mid] = 1.0 - np.exp(-xm * xm) / math.sqrt(math.pi) / f
     out[ax >= 6.0] = 1.0
     out = np.where(np.isnan(x), np.nan, out)
-    return np.copysign(out, x)
+    return np.asarray(np.copysign(out, x))  # an array for a 0-d x too (numpy gives a scalar)
 
 
 def erfc(x) -> np.ndarray:
     """1 - erf(x) in float64 without the cancellation: the continued fraction for x >= 3
     (relative error ~1e-15 down to the underflow near x = 26.5)."""
     x = np.asarray(x, dtype=np.float64)
-    out = 1.0 - erf(x)
+    out = np.asarray(1.0 - erf(x))
     big = x >= 3.0
     if np.any(big):
         xb = x[big]

@@ -376,6 +376,8 @@ def _pad_ref(ctx, x, *, pads, mode, value):
     ix = tuple(slice(max(0, -b), x.shape[i] - max(0, -e)) for i, (b, e) in enumerate(zip(begins, ends)))
     x = x[ix]
     widths = [(max(0, b), max(0, e)) for b, e in zip(begins, ends)]
+    if not widths:  # 0-d: nothing to pad (np.pad takes no empty widths)
+        return x.copy()
     if mode == "constant":
         return np.pad(x, widths, mode="constant", constant_values=np.asarray(value).astype(x.dtype))
     return np.pad(x, widths, mode=mode)

@@ -62,7 +62,7 @@ def to_torch(a):
     a = np.asarray(a)
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_numpy(a if a.flags.c_contiguous else a.copy())  # ascontiguousarray makes 0-d 1-d
 
 
 def from_torch(t):

@@ -353,3 +353,14 @@ def test_broadcast_assumption_is_checked_at_run_time(T):
 def test_infer_errors(T, op, specs, dtypes, attrs, match):
     with pytest.raises(ShapeError, match=match):
         T.build(op, specs, dtypes, **attrs)
+
+
+@pytest.mark.parametrize("op,torch_fn", [("gelu", torch.nn.functional.gelu), ("erf", torch.erf)])
+def test_0d_input_far_in_the_tail(T, op, torch_fn):
+    """erfc's continued-fraction branch assigned into a numpy scalar for a 0-d input (fuzz seed 1176)."""
+    m, _ = T.build(op, [""], ["float32"])
+    for v in (-10.0, -4.5, 0.0, 4.5, 10.0):
+        x = np.array(v, np.float32)
+        got = T.run(m, x)
+        assert got.shape == ()
+        T.check(got, torch_fn(T.to_torch(x)), what=f"{op}({v})")

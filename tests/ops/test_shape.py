@@ -249,3 +249,13 @@ def test_tile(reps):
         x = rand(RNG, (n, 3))
         r = tuple(S.evaluate(v, {"s": n}) for v in reps)
         assert_close(R.run(m, x), torch.from_numpy(x).tile(r).numpy())
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_of_a_0d_tensor_is_the_tensor(mode):
+    """np.pad refuses an empty width list (fuzz seeds 766, 3278)."""
+    m, out = build([tensor("f32")], lambda b, x: b.pad(x, pads=(), mode=mode))
+    assert out.type.shape == ()
+    x = np.array(2.5, np.float32)
+    got = R.run(m, x)
+    assert got.shape == () and got == x
