@@ -25,9 +25,10 @@ from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
 
 # activations oneDNN applies as post-ops (braze_dnnl.h codes). Not relu: oneDNN's maps NaN to 0
 # (a max with 0), which would hide a NaN that eager shows; braze's own relu kernel costs no
-# measurable time after a conv (ResNet-50). oneDNN's gelu and silu give NaN at +-inf, as eager
-# does (docs/semantics.md).
-ACTIVATIONS = {"gelu:none": 2, "gelu:tanh": 3, "silu": 4, "sigmoid": 5, "tanh": 6}
+# measurable time after a conv (ResNet-50). Not sigmoid: some of oneDNN's convolutions (few
+# channels, a pad as tall as the kernel) map NaN to 0 in it too (fuzz seed 986). oneDNN's gelu
+# and silu give NaN at +-inf, as eager does (docs/semantics.md).
+ACTIVATIONS = {"gelu:none": 2, "gelu:tanh": 3, "silu": 4, "tanh": 6}
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 
 
