@@ -364,6 +364,9 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
         r = 2 * (n + 2) * u * np.sum(X * X, axis=ax, keepdims=kd) + _ovf(np.sum(X * X, axis=ax, keepdims=kd), out)
         with np.errstate(all="ignore"):
             p = clean(num / dof if dof > 0 else np.zeros(out.shape), np.sum(e, axis=ax, keepdims=kd))
+            if dof <= 0:  # ss / 0: inf, or NaN where ss underflows to 0 in the output dtype (seed 1007)
+                ss = np.sum(cdev * cdev, axis=ax, keepdims=kd)
+                p = np.where(ss < (n + 2) * float(np.finfo(out.dtype).tiny), np.inf, p)
             return p + (r / dof if dof > 0 else 0.0) + rnd(out, 2)
     raise AssertionError(op)
 

@@ -77,8 +77,8 @@ def _remainder(a, b):
 
 
 def _pow(a, b, dt):
-    if dt.is_float:
-        return np.power(a, b)
+    if dt.is_float:  # IEEE pow: a full exponent array keeps numpy off its sqrt path for b = 0.5
+        return np.power(a, np.array(np.broadcast_to(b, np.broadcast_shapes(np.shape(a), np.shape(b)))))
     # ints to negative powers, as torch (and bz_ipow): 1 -> 1, -1 -> +-1 by parity, else 0
     a, b = np.broadcast_arrays(a, b)
     neg = b < 0

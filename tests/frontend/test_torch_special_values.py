@@ -84,3 +84,16 @@ def test_documented_differences_from_eager():
         for got in _both(fn, torch.full((37,), x)):
             assert np.array_equal(got, np.full(37, ours, np.float32)), (fn, x, got)
             assert np.array_equal(np.signbit(got), np.full(37, np.signbit(ours))), (fn, x, got)
+
+
+@pytest.mark.parametrize("p", [0.5, -0.5, 1.5, 3.0, -1.0])
+def test_pow_by_a_scalar_and_by_a_tensor_at_special_values(p):
+    """eager takes sqrt / rsqrt for x ** 0.5 / x ** -0.5 (NaN at -inf, -0 kept) but IEEE pow
+    for a tensor exponent (fuzz seed 2849: numpy's sqrt shortcut made the reference differ)."""
+    x = torch.tensor([-INF, -4.0, -0.0, 0.0, 4.0, INF, NAN, 1e-40])
+    e = torch.tensor(p)
+    want_s, want_t = torch.pow(x, p).numpy(), torch.pow(x, e).numpy()
+    (ref_s, nat_s), (ref_t, nat_t) = _both(lambda t: torch.pow(t, p), x), _both(torch.pow, x, e)
+    for got, want in ((ref_s, want_s), (nat_s, want_s), (ref_t, want_t), (nat_t, want_t)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, equal_nan=True)
+        assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all(), (got, want)

@@ -72,6 +72,10 @@ def _pow(cx, n, a, b):
     if not isinstance(b, Value) and b == 2:
         a = tensor(cx, a, dt)
         return op(cx, "mul", [a, a])
+    if isinstance(a, Value) and not isinstance(b, Value) and b in (0.5, -0.5) and dt.is_float:
+        # eager takes sqrt / rsqrt for these scalar powers: NaN at -inf and -0 -> -0 (-inf),
+        # where IEEE pow (braze's pow, and eager's with a tensor exponent) gives inf and 0 (inf)
+        return op(cx, "sqrt" if b > 0 else "rsqrt", [tensor(cx, a, dt)])
     return op(cx, "pow", [tensor(cx, a, dt), tensor(cx, b, dt)])
 
 
