@@ -502,14 +502,23 @@ class _Gen:
         return name
 
     def vreduce(self, e: Reduce) -> str:
+        """One output per lane. A sum accumulates in double as sreduce's does: the same value
+        computed by both (a tail, or a second output of the kernel) has the same bits."""
         acc = self.tmp("vacc")
-        self.line(f"bz_vf {acc} = bz_splat({self._init(e.op, F32)});")
+        if e.op == "sum":
+            self.line(f"bz_vd2 {acc} = (bz_vd2){{0}};")
+        else:
+            self.line(f"bz_vf {acc} = bz_splat({self._init(e.op, F32)});")
         self._open_loops(e.loops)
         v = self.vx(e.body)
-        self.line({"sum": f"{acc} += {v};", "prod": f"{acc} *= {v};", "max": f"{acc} = bz_vmax({acc}, {v});",
-                   "min": f"{acc} = bz_vmin({acc}, {v});"}[e.op])
+        self.line({"sum": f"{acc} += __builtin_convertvector({v}, bz_vd2);", "prod": f"{acc} *= {v};",
+                   "max": f"{acc} = bz_vmax({acc}, {v});", "min": f"{acc} = bz_vmin({acc}, {v});"}[e.op])
         self._close_loops(e.loops)
-        return acc
+        if e.op != "sum":
+            return acc
+        name = self.tmp("vsum")
+        self.line(f"const bz_vf {name} = __builtin_convertvector({acc}, bz_vf);")
+        return name
 
     # --- statements -----------------------------------------------------------
     def stmt(self, s):

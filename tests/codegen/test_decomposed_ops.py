@@ -111,3 +111,19 @@ def test_integer_and_float64_matmul_run_natively_and_exactly():
         for g, r in zip(m(*ins), reference.run(b.module, *ins)):
             assert g.dtype == r.dtype and g.shape == r.shape
             np.testing.assert_array_equal(g, r)
+
+
+def test_topk_of_a_sum_computed_in_the_same_kernel():
+    """topk compares a value with itself: the stitch kernel computed the mean once per lane
+    (float accumulator) and once per row (double), ties broke, and the index summed to 78 for a
+    row of 13 (fuzz seed 2622). Both accumulate in double now."""
+    b = Builder()
+    s = b.sym("s", 1, 64)
+    x = b.param("x", tensor("f32", 16, 2, s, 4))
+    b.ret(*b.topk(b.reduce_mean(x, axes=(-1,), keepdims=False), k=2, axis=2))
+    m = _compile_once(b.module)
+    rng = np.random.default_rng(0)
+    for rows in (2, 13, 40):
+        xs = (rng.standard_normal((16, 2, 1, 4)) * 300).astype(np.float32).repeat(rows, axis=2)  # all ties
+        for g, r in zip(m(xs), reference.run(b.module, xs)):
+            np.testing.assert_array_equal(g, r)

@@ -287,6 +287,25 @@ def test_gather_embedding_tri_creation():
     check(b, inputs, [(5, 1), (7, 3), (40, 17)], vbs=(0, 64), per_result_tol={10: "sum"})
 
 
+def test_indices_out_of_range_are_clamped_not_read_out_of_bounds():
+    """The kernels do not check data: an index outside [-n, n) reads the nearest end of the axis
+    (docs/semantics.md); before, ids like 10**9 read far outside the table."""
+    import braze
+    b = Builder()
+    V, T = b.sym("V"), b.sym("T")
+    table = b.param("table", tensor("f32", V, 8))
+    ids = b.param("ids", tensor("i64", T))
+    b.ret(b.gather(table, ids, axis=0), b.gather_elements(table, b.unsqueeze(ids, axes=(1,)), axis=0))
+    m = braze.compile(b.module)
+    rng = np.random.default_rng(0)
+    tab = f32(rng, 5, 8)
+    idx = np.array([0, 4, 5, -1, -5, -6, 10 ** 9, -(10 ** 12), 2], np.int64)
+    want = np.clip(np.where(idx < 0, idx + 5, idx), 0, 4)
+    g, ge = m(tab, idx)
+    np.testing.assert_array_equal(g, tab[want])
+    np.testing.assert_array_equal(ge[:, 0], tab[want, 0])
+
+
 # ---------------------------------------------------------------------------
 # reductions
 # ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from ...ir import sym as S
 from ...ir.loop import Binary, Compare, Const, Expr, IndexValue, Select
 from ...ir.sym import IntLike
 from ...ir.types import DType
-from .core import BOOL, I64, cast, fconst, lowering
+from .core import BOOL, I64, cast, fconst, lowering, vmax, vmin
 from .index_math import _ie, _in_range, broadcast_to, iadd, imod, imul, reshape_index
 
 
@@ -198,8 +198,11 @@ def _lower_tile(ctx, x, *, repeats):
 
 
 def _wrap_index(v: Expr, n: IntLike) -> Expr:
+    """A negative index counts from the end; one still outside [0, n) is clamped into it, so
+    a bad index reads an element of x, never memory outside it (eager raises; docs/semantics.md)."""
     v = cast(v, I64)
-    return Select(Compare("lt", v, Const(0, I64)), Binary("add", v, _ie(n), I64), v, I64)
+    v = Select(Compare("lt", v, Const(0, I64)), Binary("add", v, _ie(n), I64), v, I64)
+    return vmin(vmax(v, Const(0, I64)), Binary("sub", _ie(n), Const(1, I64), I64))
 
 
 @lowering("gather")
