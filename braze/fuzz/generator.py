@@ -345,7 +345,7 @@ class Generator:
     def emit(self, op: str, inputs, attrs, exact=None, ibound=None) -> list[GVal]:
         """Check the candidate, create its new operands, add the node; the outputs' GVals.
         ``exact``/``ibound``: the outputs' (default: all operands exact / the largest bound)."""
-        from .proposers import INT_LIMIT, props
+        from .operands import INT_LIMIT, props
         outs = self.check(op, inputs, attrs)
         pr = [props(self, x) for x in inputs if x is not None]
         ex = all(p[0] for p in pr) if exact is None else exact
@@ -366,7 +366,8 @@ class Generator:
 
     # --- the main loop ----------------------------------------------------------------------------
     def run(self) -> RandomGraph:
-        from .proposers import PROPOSERS, choose_op
+        from .operands import choose_op
+        from .proposers import PROPOSERS
         n_nodes = int(self.rng.integers(self.cfg.min_nodes, self.cfg.max_nodes + 1))
         ops = [o for o in all_ops() if o not in ("constant", "fused")]
         if self.cfg.ops is not None:
