@@ -486,16 +486,21 @@ def test_vit_attention_with_unbound_qkv_and_a_residual_on_pv():
             torch.testing.assert_close(m(x), net(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype, ws", [("i64", (8, 5)), ("i64", (8,))])
-def test_native_limits_are_unsupported_op_errors(dtype, ws):
-    """What the native backend does not do yet (an int matmul) is an UnsupportedOpError, the
-    error that says "not supported", not a bare BrazeError."""
+@pytest.mark.parametrize("case", ["conv_weight_at_run_time", "float16"])
+def test_native_limits_are_unsupported_op_errors(case):
+    """What the native backend does not do yet (a conv by a weight computed at run time, a
+    float16 kernel) is an UnsupportedOpError, the error that says "not supported", not a bare
+    BrazeError. (An integer matmul was one; it now runs, tests/codegen/test_decomposed_ops.py.)"""
     from braze.errors import UnsupportedOpError
     b = Builder()
-    x = b.param("x", tensor(dtype, 4, 8))
-    w = b.param("w", tensor(dtype, *ws))
-    b.ret(b.op("matmul", [x, w]))
-    with pytest.raises(UnsupportedOpError, match="not supported natively"):
+    if case == "float16":
+        b.ret(b.op("exp", [b.param("x", tensor("f16", 4, 8))]))
+        match = "do not support dtype float16"
+    else:
+        x, w = b.param("x", tensor("f32", 1, 2, 5, 5)), b.param("w", tensor("f32", 3, 2, 3, 3))
+        b.ret(b.conv2d(x, w, None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1))
+        match = "not supported natively"
+    with pytest.raises(UnsupportedOpError, match=match):
         braze.compile(b.module)
 
 
