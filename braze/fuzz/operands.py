@@ -74,10 +74,6 @@ def numeric(g) -> bool:
     return g.dtype is not BOOL
 
 
-def exact_ok(x) -> bool:
-    return not isinstance(x, GVal) or x.exact
-
-
 def check_int_bound(b: float):
     if b > INT_LIMIT:
         raise Reject("integer bound")
