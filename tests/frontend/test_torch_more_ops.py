@@ -87,8 +87,10 @@ def test_interpolate_every_mode_symbolic_hw(how):
         return tuple(F.interpolate(x, mode=mode, align_corners=ac, **kw) for mode, ac in MODES)
 
     h, w = Dim("h", min=4, max=64), Dim("w", min=4, max=64)
-    inputs = [(torch.randn(1, 2, a, b),) for a, b in [(4, 4), (5, 9), (13, 6)]]
-    check(Fn(f), inputs, ({2: h, 3: w},), exact=NEAREST)
+    g = torch.Generator().manual_seed(0)
+    inputs = [(torch.randn(1, 2, a, b, generator=g),) for a, b in [(4, 4), (5, 9), (13, 6)]]
+    # bicubic's 16-tap float32 sums: eager is up to ~7e-6 from float64 (an unseeded run hit 2.4e-6)
+    check(Fn(f), inputs, ({2: h, 3: w},), exact=NEAREST, atol=2e-5)
 
 
 @pytest.mark.parametrize("modes,native", [
