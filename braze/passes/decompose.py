@@ -232,16 +232,10 @@ def _decompose_linear(module: Module, n: Node, namer: Namer):
     library takes a bias with a constant weight only, so the bias becomes an add (an epilogue)."""
     r = _decompose_empty_contraction(module, n, namer)
     bias = n.inputs[2] if len(n.inputs) > 2 else None
-    out = n.outputs[0]
-    if r is None and not _library_takes(n.inputs[0], n.inputs[1]) and (
-            out.type.dtype.is_int or out.type.dtype is DType.float64):
+    if r is None and _outside_the_library(n):
         emit = _Emit(module, namer, n.loc)  # as matmul below: x [..., i] against w [o, i]
-        y = _products_summed(emit, n.inputs[0], n.inputs[1], out.type.dtype, out.name)
-        if bias is not None:
-            y = emit("add", y, bias, name=out.name)
-        if y.type.dtype is not out.type.dtype:
-            y = emit("cast", y, dtype=out.type.dtype, name=out.name)
-        return emit.nodes, y
+        y = _products_summed(emit, n.inputs[0], n.inputs[1], n.outputs[0])
+        return emit.nodes, (y if bias is None else emit("add", y, bias, name=n.outputs[0].name))
     if r is not None or bias is None or (_is_constant(n.inputs[1]) and _is_constant(bias)):
         return r
     emit = _Emit(module, namer, n.loc)
@@ -249,38 +243,41 @@ def _decompose_linear(module: Module, n: Node, namer: Namer):
     return emit.nodes, emit("add", y, bias, name=n.outputs[0].name)
 
 
-def _products_summed(emit: _Emit, a: Value, b: Value, dtype: DType, name: str) -> Value:
-    """``sum_k a[..., m, k] * b[..., n, k]`` in ``dtype`` (``b`` broadcasts against ``a[..., m, None, :]``)."""
-    a, b = (v if v.type.dtype is dtype else emit("cast", v, dtype=dtype) for v in (a, b))
+def _outside_the_library(n: Node) -> bool:
+    """An integer or float64 product: oneDNN's GEMM takes float32 only."""
+    dt = n.outputs[0].type.dtype
+    return (dt.is_int or dt is DType.float64) and not all(v.type.dtype is DType.float32 for v in n.inputs[:2])
+
+
+def _products_summed(emit: _Emit, a: Value, b: Value, out: Value) -> Value:
+    """``sum_k a[..., m, k] * b[..., n, k]`` in ``out``'s dtype (``b`` broadcasts against
+    ``a[..., m, None, :]``)."""
+    dt = out.type.dtype
+    a, b = (v if v.type.dtype is dt else emit("cast", v, dtype=dt) for v in (a, b))
     prod = emit("mul", emit("unsqueeze", a, axes=(a.type.rank - 1,)), b, name="products")  # [..., m, n, k]
-    return emit("reduce_sum", prod, axes=(-1,), keepdims=False, name=name)
-
-
-def _library_takes(*values: Value) -> bool:
-    return all(v.type.dtype is DType.float32 for v in values)
+    y = emit("reduce_sum", prod, axes=(-1,), keepdims=False, name=out.name)  # int sums are int64
+    return y if y.type.dtype is dt else emit("cast", y, dtype=dt, name=out.name)
 
 
 def _decompose_matmul(module: Module, n: Node, namer: Namer):
     """An empty contraction (above), or integer / float64 operands, which the GEMM library
     does not take: broadcast products summed over k (the products fuse into the sum)."""
     r = _decompose_empty_contraction(module, n, namer)
+    if r is not None or not _outside_the_library(n):
+        return r
     a, b = n.inputs[:2]
     out = n.outputs[0]
-    if r is not None or _library_takes(a, b) or not (out.type.dtype.is_int or out.type.dtype is DType.float64):
-        return r
     emit = _Emit(module, namer, n.loc)
     a2 = emit("unsqueeze", a, axes=(0,)) if a.type.rank == 1 else a  # [k] -> [1, k]
     rb = b.type.rank
     bt = emit("unsqueeze", b, axes=(0,)) if rb == 1 else emit(  # [.., k, n] -> [.., n, k]
         "permute", b, perm=tuple(range(rb - 2)) + (rb - 1, rb - 2))
     bt = emit("unsqueeze", bt, axes=(bt.type.rank - 2,))  # [.., 1, n, k]: its batch dims align with a's
-    y = _products_summed(emit, a2, bt, out.type.dtype, out.name)  # [..., m, n]
-    if b.type.rank == 1:
+    y = _products_summed(emit, a2, bt, out)  # [..., m, n]
+    if rb == 1:
         y = emit("squeeze", y, axes=(-1,), name=out.name)
     if a.type.rank == 1:
-        y = emit("squeeze", y, axes=(-1 if b.type.rank == 1 else -2,), name=out.name)
-    if y.type.dtype is not out.type.dtype:
-        y = emit("cast", y, dtype=out.type.dtype, name=out.name)
+        y = emit("squeeze", y, axes=(-1 if rb == 1 else -2,), name=out.name)
     return emit.nodes, y
 
 
