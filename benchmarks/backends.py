@@ -9,9 +9,10 @@ A backend turns a zoo model into a ``Prepared`` object:
 - ``first_output(out)``: the first output as a NumPy array (for the error
   check; not timed).
 
-``compile_count()`` is a counter of compilations the backend has done so far
-in this process (``None`` where the idea does not apply); the harness
-reports its increase after the first shape as the number of recompiles.
+``compile_counts()`` gives the backend's counters of compilations done so far
+in this process, by name (empty where the idea does not apply); the harness
+reports how much each grew up to the first result and after the first shape
+(recompiles). The first counter is the pair's ``recompiles``.
 
 Importing this module is cheap: every backend imports its libraries inside
 its methods, so the parent process never loads torch, ORT or TVM.
@@ -56,8 +57,8 @@ class Backend:
     def prepare(self, zm, cache_dir: Path, threads: int) -> Prepared:
         raise NotImplementedError
 
-    def compile_count(self) -> int | None:
-        return None
+    def compile_counts(self) -> dict[str, int]:
+        return {}
 
 
 # ---------------------------------------------------------------------------
@@ -105,9 +106,13 @@ class Inductor(Backend):
         return Prepared(run=run, first_output=_torch_first_output,
                         info={"freezing": self.freezing, "torch_compile": "backend=inductor, dynamic=True"})
 
-    def compile_count(self):
-        from torch._dynamo.utils import counters
-        return int(counters["stats"]["unique_graphs"])
+    def compile_counts(self):
+        return {"dynamo_graphs": _dynamo_graphs()}
+
+
+def _dynamo_graphs() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
 
 
 class InductorFreezing(Inductor):
@@ -120,6 +125,19 @@ class InductorFreezing(Inductor):
 # ---------------------------------------------------------------------------
 # ONNX Runtime
 # ---------------------------------------------------------------------------
+
+
+def _onnx_file(zm, cache_dir) -> tuple[Path, bool]:
+    """The pair's .onnx (braze.zoo.export_onnx, dynamic dims), exported unless cached; (path, exported)."""
+    from braze import zoo
+
+    path = Path(cache_dir) / f"{zm.name}.onnx"
+    if path.exists():
+        return path, False
+    tmp = path.with_suffix(".tmp.onnx")
+    zoo.export_onnx(zm, tmp)
+    os.replace(tmp, path)
+    return path, True
 
 
 class OnnxRuntime(Backend):
@@ -141,15 +159,7 @@ class OnnxRuntime(Backend):
         import numpy as np
         import onnxruntime as ort
 
-        from braze import zoo
-
-        path = Path(cache_dir) / f"{zm.name}.onnx"
-        exported = False
-        if not path.exists():
-            tmp = path.with_suffix(".tmp.onnx")
-            zoo.export_onnx(zm, tmp)
-            os.replace(tmp, path)
-            exported = True
+        path, exported = _onnx_file(zm, cache_dir)
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = threads
@@ -169,6 +179,60 @@ class OnnxRuntime(Backend):
             return sess.run(None, feed)
         return Prepared(run=run, convert=convert, first_output=lambda out: out[0],
                         info={"exported_onnx": exported, "onnx_inputs": names})
+
+
+# ---------------------------------------------------------------------------
+# OpenVINO
+# ---------------------------------------------------------------------------
+
+
+class OpenVINO(Backend):
+    name = "openvino"
+    label = "OpenVINO"
+    description = ("the same .onnx as 'onnxruntime' -> openvino.Core().read_model (dynamic dims kept) -> "
+                   "compile_model on the CPU plugin with INFERENCE_PRECISION_HINT = f32, INFERENCE_NUM_THREADS = "
+                   "threads, PERFORMANCE_HINT = LATENCY; one infer request. The .onnx and OpenVINO's CACHE_DIR "
+                   "blobs are the warm cache")
+    warm_cache = True
+
+    def unavailable_reason(self):
+        try:
+            import openvino  # noqa: F401
+        except Exception as e:  # ImportError, or a broken native library
+            return f"openvino is not installed or does not import: {type(e).__name__}: {e} (pip install openvino)"
+        return None
+
+    def prepare(self, zm, cache_dir, threads):
+        import numpy as np
+        import openvino as ov
+
+        path, exported = _onnx_file(zm, cache_dir)
+        ov_cache = Path(cache_dir) / "openvino"
+        cached = ov_cache.is_dir() and any(ov_cache.iterdir())
+        core = ov.Core()
+        model = core.read_model(str(path))
+        # the CPU plugin defaults to bf16 where the ISA has it; every backend here is fp32
+        config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads,
+                  "PERFORMANCE_HINT": "LATENCY", "CACHE_DIR": str(ov_cache)}
+        compiled = core.compile_model(model, "CPU", config)
+        names = [i.get_any_name() for i in compiled.inputs]
+        missing = [n for n in names if n not in zm.input_names]
+        if missing:
+            raise RuntimeError(f"the ONNX model has inputs {names}, the zoo model {zm.input_names}")
+        req = compiled.create_infer_request()
+
+        def convert(inputs):
+            by_name = dict(zip(zm.input_names, inputs))
+            return {n: np.ascontiguousarray(by_name[n].numpy()) for n in names}
+
+        def run(feed):
+            # share_inputs: no input copy, like ORT reading the NumPy buffers in place
+            return req.infer(feed, share_inputs=True)
+        precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        return Prepared(run=run, convert=convert, first_output=lambda out: out[0],
+                        info={"exported_onnx": exported, "onnx_inputs": names, "ov_cache_hit": cached,
+                              "input_shapes": [str(i.get_partial_shape()) for i in compiled.inputs],
+                              "inference_precision": precision})
 
 
 # ---------------------------------------------------------------------------
@@ -318,11 +382,49 @@ class Braze(Backend):
             return o.detach().numpy() if hasattr(o, "detach") else np.asarray(o)
         return Prepared(run=run, first_output=first_output)
 
-    def compile_count(self):
+    def compile_counts(self):
         import braze
         if not hasattr(braze, "stats"):
-            return None
-        return int(braze.stats().get("native_compiles", 0))
+            return {}
+        return {"native_compiles": int(braze.stats().get("native_compiles", 0))}
+
+
+class BrazePlugin(Backend):
+    name = "braze-plugin"
+    label = "torch.compile(braze)"
+    description = ("torch.compile(module, backend='braze', dynamic=True) under torch.no_grad(): dynamo hands its "
+                   "graphs to braze.plugin (the torch_dynamo_backends entry point 'braze'); compilation happens at "
+                   "the first call; BRAZE_CACHE_DIR is the warm cache. Recompiles count both dynamo graphs and "
+                   "braze native compiles")
+    warm_cache = True
+
+    def unavailable_reason(self):
+        try:
+            from braze import plugin
+        except Exception as e:
+            return f"braze.plugin not built yet ({type(e).__name__}: {e})"
+        if not callable(getattr(plugin, "backend", None)):
+            return "braze.plugin.backend not built yet"
+        import torch
+        if "braze" not in torch._dynamo.list_backends(exclude_tags=()):
+            return ("torch.compile does not know backend 'braze': the torch_dynamo_backends entry point is not "
+                    "registered (reinstall: pip install -e .)")
+        return None
+
+    def prepare(self, zm, cache_dir, threads):
+        import torch
+
+        compiled = torch.compile(zm.module, backend="braze", dynamic=True)
+
+        def run(args):
+            with torch.no_grad():
+                return compiled(*args)
+        return Prepared(run=run, first_output=_torch_first_output,
+                        info={"torch_compile": "backend=braze, dynamic=True"})
+
+    def compile_counts(self):
+        import braze
+        return {"dynamo_graphs": _dynamo_graphs(), "native_compiles": int(braze.stats()["native_compiles"])}
 
 
 class BrazeReference(Backend):
@@ -347,10 +449,10 @@ class BrazeReference(Backend):
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in
-                                (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), TVM(), Braze(),
-                                 BrazeReference())}
+                                (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OpenVINO(), TVM(),
+                                 Braze(), BrazePlugin(), BrazeReference())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]
-PEERS = [n for n in BACKENDS if n not in ("braze", "braze-reference")]
+PEERS = [n for n in BACKENDS if not n.startswith("braze")]
 
 
 def get(name: str) -> Backend:

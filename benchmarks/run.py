@@ -1,22 +1,23 @@
-"""Benchmark braze against PyTorch eager, torch.compile, ONNX Runtime and TVM on the model zoo.
+"""Benchmark braze against PyTorch eager, torch.compile, ONNX Runtime, OpenVINO and TVM on the model zoo.
 
 Every (model, backend) pair runs in its own worker process (this module with
 --worker), so one backend's threads and allocators never affect another's;
 the parent collects each worker's JSON. Per pair it measures:
 
   cold   a fresh cache dir (BRAZE_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, the
-         .onnx / TVM .so files): prepare time + the first call at the first
-         shape = time to first result;
+         .onnx, OpenVINO's CACHE_DIR, TVM .so files): prepare time + the
+         first call at the first shape = time to first result;
   warm   a second process with the same (now warm) cache dir, for backends
          that cache (not eager);
   per shape: the median latency over N runs after warm-up (N adaptive: at
          least --repeat runs and at least --min-time seconds), the first-call
          time, and max|out - ref| / max|ref| against PyTorch eager;
   recompiles: compilations after the first shape (torch.compile: dynamo's
-         unique_graphs; braze: braze.stats()['native_compiles']).
+         unique_graphs; braze: braze.stats()['native_compiles']; braze-plugin,
+         i.e. torch.compile(backend='braze'): both).
 
 All workers use --threads threads (torch.set_num_threads, OMP_NUM_THREADS,
-ORT intra_op_num_threads, TVM_NUM_THREADS).
+ORT intra_op_num_threads, OpenVINO INFERENCE_NUM_THREADS, TVM_NUM_THREADS).
 
 Writes OUT/latest.json and OUT/latest.md (a markdown table with braze/peer
 ratios) and prints a table. `python -m benchmarks.update_readme` copies
@@ -156,6 +157,7 @@ def worker(args) -> int:
         return ref
 
     try:
+        counts_start = backend.compile_counts()
         t = time.perf_counter()
         prep = backend.prepare(zm, Path(args.cache_dir), args.threads)
         res["prepare_s"] = time.perf_counter() - t
@@ -171,7 +173,7 @@ def worker(args) -> int:
         return 0
     save()
 
-    count0 = None
+    counts0 = {}
     prev = None  # (cost, seconds per call) of the last measured shape
     for i, dims in enumerate(shapes):
         entry = {"dims": dims, "shape": shape_str(dims)}
@@ -193,7 +195,8 @@ def worker(args) -> int:
             if i == 0:
                 res["first_call_s"] = first
                 res["time_to_first_result_s"] = res["prepare_s"] + first
-                count0 = backend.compile_count()
+                counts0 = backend.compile_counts()
+                res["compile_counters"] = {k: {"first_result": v - counts_start[k]} for k, v in counts0.items()}
             if args.phase == "warm":
                 entry["status"] = "ok"
                 save()
@@ -211,8 +214,10 @@ def worker(args) -> int:
             entry.update(status="error", reason=f"{type(e).__name__}: {B._short(e)}",
                          traceback=traceback.format_exc()[-3000:])
         save()
-    if count0 is not None:
-        res["recompiles"] = backend.compile_count() - count0
+    if counts0:
+        for k, v in backend.compile_counts().items():
+            res["compile_counters"][k]["recompiles"] = v - counts0[k]
+        res["recompiles"] = next(iter(res["compile_counters"].values()))["recompiles"]
     ok = [s for s in res["shapes"] if s.get("status") == "ok"]
     res["status"] = "ok" if ok else "error"
     if not ok and "reason" not in res:
@@ -230,8 +235,8 @@ def _versions() -> dict:
     from importlib import metadata
     v = {"python": platform.python_version()}
     for dist, key in [("torch", "torch"), ("onnxruntime", "onnxruntime"), ("onnx", "onnx"),
-                      ("apache-tvm", "tvm"), ("braze", "braze"), ("transformers", "transformers"),
-                      ("numpy", "numpy")]:
+                      ("openvino", "openvino"), ("apache-tvm", "tvm"), ("braze", "braze"),
+                      ("transformers", "transformers"), ("numpy", "numpy")]:
         try:
             v[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -333,12 +338,14 @@ def run_all(a, say=print) -> dict:
                 entry = {"model": model, "backend": name, "status": res.get("status"),
                          "reason": res.get("reason"), "prepare_cold_s": res.get("prepare_s"),
                          "ttfr_cold_s": res.get("time_to_first_result_s"), "recompiles": res.get("recompiles"),
+                         "compile_counters": res.get("compile_counters"),
                          "info": res.get("info", {}), "shapes": res.get("shapes", []), "wall_s": res["wall_s"]}
                 if B.get(name).warm_cache and res.get("status") in ("ok", "partial"):
                     w = _run_worker(_worker_cmd(model, name, "warm", shapes, cache, ref_dir, work / "w.json", a),
                                     penv, a.pair_timeout, work / "w.json", work / f"{model}-{name}-warm.log", say)
                     entry["prepare_warm_s"] = w.get("prepare_s")
                     entry["ttfr_warm_s"] = w.get("time_to_first_result_s")
+                    entry["compile_counters_warm"] = w.get("compile_counters")  # 0 native compiles = cache hit
                     if w.get("status") not in ("ok",):
                         entry["warm_reason"] = w.get("reason")
                     entry["wall_s"] += w["wall_s"]
@@ -423,10 +430,17 @@ def prep_rows(doc):
     body = []
     for e in doc["results"]:
         errs = [s["max_rel_err"] for s in e["shapes"] if s.get("status") == "ok"]
-        rc = e.get("recompiles")
         body.append([e["model"], e["backend"], e["status"], _fmt_s(e.get("ttfr_cold_s")), _fmt_s(e.get("ttfr_warm_s")),
-                     "n/a" if rc is None else str(rc), f"{max(errs):.1e}" if errs else "n/a"])
+                     _recompiles_cell(e), f"{max(errs):.1e}" if errs else "n/a"])
     return headers, body
+
+
+def _recompiles_cell(e) -> str:
+    cc = e.get("compile_counters") or {}
+    if len(cc) > 1:  # e.g. braze-plugin: dynamo graphs and braze native compiles
+        return ", ".join(f"{k} {v.get('recompiles', 'n/a')}" for k, v in cc.items())
+    rc = e.get("recompiles")
+    return "n/a" if rc is None else str(rc)
 
 
 def notes(doc) -> list[str]:
@@ -452,7 +466,8 @@ def to_markdown(doc) -> str:
     head = (f"Run {doc['date']} on {m['cpu']} ({m['cores']} cores, {m['threads']} threads per backend"
             f"{', ISA ' + ' '.join(m['isa']) if m.get('isa') else ''}"
             f"{f', load average {load[0]:.1f} at start' if load else ''}); "
-            f"torch {v.get('torch')}, onnxruntime {v.get('onnxruntime')}, tvm {v.get('tvm') or 'not installed'}, "
+            f"torch {v.get('torch')}, onnxruntime {v.get('onnxruntime')}, "
+            f"openvino {v.get('openvino') or 'not installed'}, tvm {v.get('tvm') or 'not installed'}, "
             f"braze {v.get('braze')}. Shapes: `{doc['config']['shapes']}`; median of >= {doc['config']['repeat']} "
             f"runs and >= {doc['config']['min_time_s']:g} s after warm-up.")
     parts = [head, "", "Median latency (ms; lower is better). `braze/X` = braze time / X time "

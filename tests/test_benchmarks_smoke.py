@@ -24,7 +24,7 @@ def _run(args, timeout=150):
 def test_help_explains_options():
     p = _run(["--help"], timeout=60)
     assert p.returncode == 0, p.stderr
-    for opt in ("--models", "--backends", "--shapes", "--repeat", "--out"):
+    for opt in ("--models", "--backends", "--shapes", "--repeat", "--out", "openvino", "braze-plugin"):
         assert opt in p.stdout
 
 
@@ -82,3 +82,21 @@ def test_report_formats_without_braze():
     doc["results"][1] = {"model": "mlp", "backend": "braze", "status": "ok", "recompiles": 0,
                          "shapes": [{"shape": "batch=2", "status": "ok", "median_ms": 1.0, "max_rel_err": 1e-6}]}
     assert "0.50x" in run.to_markdown(doc)
+
+
+def test_report_shows_both_plugin_counters():
+    from benchmarks import run
+    doc = {"date": "d", "machine": {"cpu": "c", "cores": 2, "threads": 2, "isa": [], "loadavg_at_start": None},
+           "versions": {"torch": "t"}, "config": {"backends": ["inductor", "braze-plugin"], "shapes": "tiny",
+                                                   "repeat": 2, "min_time_s": 0},
+           "backends": {"inductor": {"description": "i"}, "braze-plugin": {"description": "p"}},
+           "results": [{"model": "mlp", "backend": "inductor", "status": "ok", "recompiles": 0,
+                        "compile_counters": {"dynamo_graphs": {"first_result": 1, "recompiles": 0}},
+                        "shapes": [{"shape": "batch=2", "status": "ok", "median_ms": 2.0, "max_rel_err": 0.0}]},
+                       {"model": "mlp", "backend": "braze-plugin", "status": "ok", "recompiles": 1,
+                        "compile_counters": {"dynamo_graphs": {"first_result": 1, "recompiles": 1},
+                                             "native_compiles": {"first_result": 1, "recompiles": 2}},
+                        "shapes": [{"shape": "batch=2", "status": "ok", "median_ms": 1.0, "max_rel_err": 0.0}]}]}
+    rows = {r[1]: r[5] for r in run.prep_rows(doc)[1]}
+    assert rows == {"inductor": "0", "braze-plugin": "dynamo_graphs 1, native_compiles 2"}
+    assert "dynamo_graphs 1, native_compiles 2" in run.to_markdown(doc)

@@ -54,6 +54,11 @@ def print_module(module: Module, inline_limit: int = 16) -> str:
     return _Printer(module).module(inline_limit)
 
 
+def print_function(module: Module, func) -> str:
+    """One function's text, without the module's symbols and constants."""
+    return "\n".join(_Printer(module).function(func.name, func))
+
+
 def format_node(module: Module, node: Node) -> str:
     """One node as a line of text, with the values' own names (for messages)."""
     p = _Printer(module)

@@ -32,7 +32,7 @@ SKIP = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constra
 def conv(*names):
     def deco(fn):
         for n in names:
-            CONVERTERS[n if n.startswith("aten.") else "aten." + n] = fn
+            CONVERTERS[n if n.startswith(("aten.", "prims.")) else "aten." + n] = fn
         return fn
     return deco
 

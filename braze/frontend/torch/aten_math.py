@@ -236,7 +236,7 @@ def _masked_fill(cx, n, x, mask, value):
 # casts and identities
 
 
-@conv("_to_copy", "to", "type_as", "_to_dim_order_copy")
+@conv("_to_copy", "to", "type_as", "_to_dim_order_copy", "prims.convert_element_type")
 def _to(cx, n, x, *args, **kw):
     return cast(cx, x, out_dtype(cx, n))
 

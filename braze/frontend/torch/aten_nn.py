@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import UnsupportedOpError
+from ...ir import sym as S
 from ...ir.types import DType
 from .aten import axis, cast, conv, need_static, op, out_dtype, scalar
 from .importer import ISSUES_HINT, NotProduced
@@ -39,8 +40,37 @@ def _linear(cx, n, x, w, b=None):
     return op(cx, "linear", [x, w] + ([b] if b is not None else []))
 
 
+def _linear_weight(a, b):
+    """W when ``b`` is ``t(W)`` of a constant 2-D weight: ``a @ t(W)`` is a linear layer, which
+    AOTAutograd (torch.compile) decomposes into ``t`` and ``mm``/``addmm``. As a ``linear`` node it
+    gets the GEMM library's prepacked weight, as it does from torch.export."""
+    p = b.producer
+    if a.rank == 2 and p is not None and p.op == "permute" and tuple(p.attrs.get("perm", ())) == (1, 0) \
+            and _is_constant(p.inputs[0]):
+        return p.inputs[0]
+    return None
+
+
+def _linear_2d(cx, n, a, w, bias=None):
+    """``linear`` for a 2-D ``a``; when ``a`` flattens the leading dims of ``x`` (the
+    ``view(x, [-1, K])`` AOTAutograd puts before ``mm``), on ``x`` itself, so the flattening is not
+    a copy, with the 2-D view of the result (which the ``view`` back folds away)."""
+    p = a.producer
+    if p is not None and p.op == "reshape" and p.inputs[0].rank >= 3:
+        x = p.inputs[0]
+        lead = tuple(x.shape[:-1])
+        if cx.module.constraints.equal(x.shape[-1], a.shape[1]) is True and \
+                cx.module.constraints.equal(S.prod(lead), a.shape[0]) is True:
+            y = _linear(cx, n, x, w, bias)
+            return op(cx, "reshape", [y], shape=(a.shape[0], y.shape[-1]))
+    return _linear(cx, n, a, w, bias)
+
+
 @conv("mm", "bmm", "matmul", "mv", "dot")
 def _matmul(cx, n, a, b):
+    w = _linear_weight(a, b) if str(n.target).startswith("aten.mm") else None
+    if w is not None:
+        return _linear_2d(cx, n, a, w)
     return op(cx, "matmul", [a, b])
 
 
@@ -50,6 +80,9 @@ def _scaled(cx, v, k):
 
 @conv("addmm", "baddbmm", "addmv")
 def _addmm(cx, n, bias, a, b, beta=1, alpha=1):
+    w = _linear_weight(a, b) if str(n.target).startswith("aten.addmm") and beta == 1 and alpha == 1 else None
+    if w is not None and bias.rank == 1:
+        return _linear_2d(cx, n, a, w, bias)
     m = _scaled(cx, op(cx, "matmul", [a, b]), alpha)
     if beta == 0:
         return m
@@ -286,7 +319,9 @@ def _sdpa(cx, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa=False):
     if dropout_p:
         raise UnsupportedOpError("attention dropout is not supported", where=str(cx.loc),
                                  hint="call model.eval() before torch.export")
-    if enable_gqa:
+    hq, hk = (q.shape[-3], k.shape[-3]) if q.rank >= 3 and k.rank >= 3 else (None, None)
+    # the CPU flash kernel takes grouped key/value heads with no flag (torch dispatches enable_gqa there)
+    if enable_gqa or (isinstance(hq, int) and isinstance(hk, int) and hq != hk):
         k, v = _repeat_kv(cx, k, q.shape[-3]), _repeat_kv(cx, v, q.shape[-3])
     ins = [q, k, v] + ([mask] if mask is not None else [])
     return op(cx, "scaled_dot_product_attention", ins, is_causal=bool(is_causal),

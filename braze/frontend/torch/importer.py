@@ -290,37 +290,97 @@ class NotProduced:
         self.what = what
 
 
+class GraphInput:
+    """What one placeholder of the graph is: a run-time input, a constant tensor, or a token."""
+
+    __slots__ = ("kind", "name", "tensor")
+
+    def __init__(self, kind: str, name: str | None = None, tensor=None):
+        self.kind = kind  # "input" | "constant" | "token"
+        self.name = name
+        self.tensor = tensor
+
+
+class TorchGraph:
+    """What the importer reads: an FX graph, the role of each placeholder, and the symbols'
+    names and ranges. Built from a torch.export program (``from_exported``) or from a graph that
+    torch.compile hands over (``braze.plugin``); both then share one walk and one converter table."""
+
+    def __init__(self, graph, inputs: dict[str, GraphInput], ranges: dict[str, tuple[int, int | None]],
+                 names: dict[str, str], shape_env=None, outputs: list[str] | None = None,
+                 notes=None, user_ranged: set[str] = frozenset()):
+        self.graph = graph
+        self.inputs = inputs  # placeholder name -> role (absent: a run-time input)
+        self.ranges = ranges  # torch symbol name -> (lo, hi or None)
+        self.names = names  # torch symbol name -> braze symbol name
+        self.shape_env = shape_env
+        self.outputs = outputs  # the output nodes' names braze returns (None: all)
+        self.notes = notes  # (params, symbols, func name) -> input notes, or None
+        self.user_ranged = user_ranged
+
+
+def from_exported(ep, names: dict[str, str] | None = None, user_ranged: set[str] | None = None) -> TorchGraph:
+    """A ``torch.export.ExportedProgram`` as a TorchGraph: weights and buffers become constants."""
+    import sympy
+    import torch
+    own, shape_env = _dim_names_safe(ep)
+    names = {**own, **(names or {})}
+    user_ranged = set(own) | set(user_ranged or ())
+    consts, state = dict(ep.constants), ep.state_dict
+    inputs: dict[str, GraphInput] = {}
+    for spec in ep.graph_signature.input_specs:
+        if not hasattr(spec.arg, "name"):
+            continue
+        kind = spec.kind.name
+        if kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+            t = spec.target
+            arr = state[t] if t in state else consts[t] if t in consts else None
+            if arr is None:
+                raise ModelFormatError(f"exported program has no value for {kind.lower()} '{t}'")
+            if not isinstance(arr, torch.Tensor):
+                raise UnsupportedOpError(f"{kind.lower()} '{t}' is a {type(arr).__name__}, not a tensor")
+            inputs[spec.arg.name] = GraphInput("constant", t, arr)
+        elif kind == "TOKEN":
+            inputs[spec.arg.name] = GraphInput("token")
+        elif kind != "USER_INPUT":
+            raise UnsupportedOpError(f"exported input '{spec.arg.name}' of kind {kind} is not supported",
+                                     hint=ISSUES_HINT)
+    ranges = {k.name: (max(1, _vr_int(vr.lower, 1)), _vr_int(vr.upper, None))
+              for k, vr in ep.range_constraints.items() if isinstance(k, sympy.Symbol)}
+    outputs = [s.arg.name for s in ep.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"] or None
+
+    def notes(params, symbols, func_name):
+        from .dims import input_notes
+        return input_notes(ep, params, symbols, user_ranged, func_name)
+
+    return TorchGraph(ep.graph, inputs, ranges, names, shape_env, outputs, notes, user_ranged)
+
+
 class Importer:
-    def __init__(self, ep, names: dict[str, str] | None = None, user_ranged: set[str] | None = None):
-        self.ep = ep
+    def __init__(self, tg: TorchGraph):
+        self.tg = tg
         self.module = Module()
         self.b = Builder(self.module)
         self.env: dict[Any, Any] = {}
         self.loc: SourceLoc | None = None
         self.node = None
-        own, shape_env = _dim_names_safe(ep)
-        self.names = {**own, **(names or {})}
-        # torch symbols whose range the user chose (a named Dim), not torch
-        self.user_ranged = set(own) | set(user_ranged or ())
-        self.conv_sym = SymConverter({}, shape_env)
+        self.names = tg.names
+        self.weights: dict[str, Any] = {}  # constant name in the module -> the torch tensor it copies
+        self.conv_sym = SymConverter({}, tg.shape_env)
         self._setup_symbols()
 
     # --- symbols ------------------------------------------------------------
     def _setup_symbols(self):
-        import sympy
         used = set()
-        ranges = {}
-        for k, vr in self.ep.range_constraints.items():
-            if isinstance(k, sympy.Symbol):
-                ranges[k.name] = vr
-        # every symbol in a placeholder shape or a range constraint
+        ranges = self.tg.ranges
+        # every symbol in a placeholder shape or a range
         tnames = list(ranges)
-        for n in self.ep.graph.nodes:
+        for n in self.tg.graph.nodes:
             if n.op == "placeholder":
                 for d in getattr(n.meta.get("val"), "shape", ()):
                     e = getattr(getattr(d, "node", None), "expr", None)
                     if e is not None:
-                        for s in e.free_symbols:
+                        for s in sorted(e.free_symbols, key=str):
                             if s.name not in tnames:
                                 tnames.append(s.name)
         derived = self._derived_dims()
@@ -334,11 +394,7 @@ class Importer:
                 name = f"{base}_{i}"
                 i += 1
             used.add(name)
-            lo, hi = 1, None
-            vr = ranges.get(tn)
-            if vr is not None:
-                lo = max(1, _vr_int(vr.lower, 1))
-                hi = _vr_int(vr.upper, None)
+            lo, hi = ranges.get(tn, (1, None))
             if tn in derived:
                 store = self.module.constraints
                 d = store.add_symbol(S.Sym(name, max(1, a * lo + b), None if hi is None else a * hi + b))
@@ -349,6 +405,36 @@ class Importer:
                 continue
             s = self.module.constraints.add_symbol(S.Sym(name, lo, hi))
             self.conv_sym.symbols[tn] = s
+        self._opaque_dims(set(derived), used)
+
+    def _opaque_dims(self, derived: set, used: set) -> None:
+        """An input dim such as ``2*s0*s1`` whose symbols no plain input dim gives (a graph that
+        torch.compile cut between two ops, say) becomes a symbol of its own: the entry binds it
+        from that dim, and the same expression elsewhere in the graph reads it. Any other use of
+        ``s0`` or ``s1`` stays unbound, and the compile says so."""
+        import sympy
+        plain, exprs = set(derived), []
+        for n in self.tg.graph.nodes:
+            if n.op == "placeholder":
+                for d in getattr(n.meta.get("val"), "shape", ()):
+                    e = getattr(getattr(d, "node", None), "expr", None)
+                    if isinstance(e, sympy.Symbol):
+                        plain.add(e.name)
+                    elif e is not None and e.free_symbols and e not in exprs:
+                        exprs.append(e)
+        for e in exprs:
+            if {s.name for s in e.free_symbols} <= plain or e in self.conv_sym._cache:
+                continue
+            text = str(e)
+            for tn, sym in self.conv_sym.symbols.items():
+                if isinstance(sym, S.Sym):
+                    text = re.sub(rf"\b{re.escape(tn)}\b", sym.name, text)
+            name = base = "dim_" + re.sub(r"\W+", "_", text.replace("*", "_x_")).strip("_")
+            i = 1
+            while name in used:
+                name, i = f"{base}_{i}", i + 1
+            used.add(name)
+            self.conv_sym._cache[e] = self.module.constraints.add_symbol(S.Sym(name, 1, None))
 
     def _derived_dims(self) -> dict:
         """torch symbols that occur in the inputs' shapes only as ``a * s + b`` (a derived
@@ -358,7 +444,7 @@ class Importer:
         import sympy
         plain, found = set(), {}
         exprs = []
-        for n in self.ep.graph.nodes:
+        for n in self.tg.graph.nodes:
             if n.op == "placeholder":
                 for d in getattr(n.meta.get("val"), "shape", ()):
                     e = getattr(getattr(d, "node", None), "expr", None)
@@ -390,21 +476,19 @@ class Importer:
         import torch
         from .aten import convert_node
 
-        ep = self.ep
-        sig = ep.graph_signature
-        specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
-        consts = dict(ep.constants)
-        state = ep.state_dict
-        user_outputs = [s.arg.name for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
-        nodes = list(ep.graph.nodes)
-        placeholders = [n for n in nodes if n.op == "placeholder"]
+        tg = self.tg
+        nodes = list(tg.graph.nodes)
         # user inputs first (in order), then weights on first use
-        for n in placeholders:
-            spec = specs.get(n.name)
-            kind = spec.kind.name if spec is not None else "USER_INPUT"
+        for n in nodes:
+            if n.op != "placeholder":
+                continue
+            role = tg.inputs.get(n.name)
             self.node, self.loc = n, SourceLoc(name=n.name)
-            if kind == "USER_INPUT":
+            if role is None or role.kind == "input":
                 v = n.meta.get("val")
+                if isinstance(v, torch.SymInt):  # a size torch passes along: braze reads it from the shapes
+                    self.env[n] = self.sym(v)
+                    continue
                 if not isinstance(v, torch.Tensor):
                     if isinstance(v, (int, float, bool)) or v is None:
                         self.env[n] = v  # a constant non-tensor input, baked in
@@ -412,22 +496,11 @@ class Importer:
                     raise UnsupportedOpError(f"input '{n.name}' is a {type(v).__name__}; braze takes tensor inputs",
                                              hint="pass sizes as tensor shapes, not Python numbers")
                 self.env[n] = self.b.param(n.name, self.meta_type(v))
-            elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
-                t = spec.target
-                if t in state:
-                    arr = state[t]
-                elif t in consts:
-                    arr = consts[t]
-                else:
-                    raise ModelFormatError(f"exported program has no value for {kind.lower()} '{t}'")
-                if not isinstance(arr, torch.Tensor):
-                    raise UnsupportedOpError(f"{kind.lower()} '{t}' is a {type(arr).__name__}, not a tensor")
-                self.env[n] = _Lazy(t, arr)
-            elif kind == "TOKEN":
-                self.env[n] = None
+            elif role.kind == "constant":
+                self.env[n] = _Lazy(role.name, role.tensor)
             else:
-                raise UnsupportedOpError(f"exported input '{n.name}' of kind {kind} is not supported",
-                                         hint=ISSUES_HINT)
+                self.env[n] = None
+        user_outputs = tg.outputs
         results = []
         for n in nodes:
             if n.op == "placeholder":
@@ -453,11 +526,10 @@ class Importer:
                 raise UnsupportedOpError(f"FX node kind '{n.op}' is not supported", where=str(self.loc))
             self.env[n] = convert_node(self, n)
         self.b.ret(*results)
-        from .dims import input_notes
-        params = {n.name: v for n, v in self.env.items() if getattr(n, "op", None) == "placeholder"
-                  and isinstance(v, Value)}
-        self.module.input_notes.update(input_notes(ep, params, self.conv_sym.symbols, self.user_ranged,
-                                                   self.b.func.name))
+        if tg.notes is not None:
+            params = {n.name: v for n, v in self.env.items() if getattr(n, "op", None) == "placeholder"
+                      and isinstance(v, Value)}
+            self.module.input_notes.update(tg.notes(params, self.conv_sym.symbols, self.b.func.name))
         return self.module
 
     def value(self, a):
@@ -468,7 +540,10 @@ class Importer:
                 raise BrazeError(f"torch frontend: node '{a.name}' used before it is defined")
             v = self.env[a]
             if isinstance(v, _Lazy):
-                v = self.b.constant(tensor_to_numpy(v.tensor, v.name), name=v.name, loc=SourceLoc(name=v.name))
+                lazy = v
+                v = self.b.constant(tensor_to_numpy(lazy.tensor, lazy.name), name=lazy.name,
+                                    loc=SourceLoc(name=lazy.name))
+                self.weights[v.producer.attrs["name"]] = lazy.tensor
                 self.env[a] = v
             if isinstance(v, NotProduced):
                 raise UnsupportedOpError(f"the {v.what} of '{a.target}' is used, but braze does not compute it",
@@ -566,4 +641,4 @@ def import_torch(ep, dynamic_shapes=None) -> Module:
         from .aten import unsupported_report
         raise unsupported_report(bad, note)
     # a decomposed program may have a fresh shape env: keep the original Dim names
-    return Importer(ep2, names=names, user_ranged=user_ranged).run()
+    return Importer(from_exported(ep2, names, user_ranged)).run()

@@ -1,0 +1,180 @@
+"""The dynamo backend: options, AOTAutograd's lowering to ATen, and which weights are frozen."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+from .. import log as _logging
+from ..errors import BrazeError, BrazeWarning
+from ..options import Options
+
+_log = _logging.get("plugin")
+
+OPTIONS = {
+    "threads": "OpenMP threads of the native code (default: BRAZE_THREADS, else the runtime's)",
+    "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 kernel timers",
+    "dump": "a directory for the IR after every pass, the fusion report and the C source (BRAZE_DUMP)",
+    "cache_dir": "where compiled libraries are cached (BRAZE_CACHE_DIR)",
+}
+
+
+def plugin_options(options: dict | None) -> Options:
+    """``torch.compile(..., options={...})`` over the environment's settings."""
+    opts = Options.from_env()
+    if not options:
+        return opts
+    if not isinstance(options, dict):
+        raise BrazeError(f"torch.compile options for braze must be a dict, got {type(options).__name__}",
+                         hint="options={'threads': 2}")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise BrazeError(f"unknown braze option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+                         hint="braze takes: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
+    changes = {}
+    for key in ("threads", "debug"):
+        if key in options:
+            v = options[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "threads" else 0):
+                raise BrazeError(f"braze option {key!r} must be an integer >= {1 if key == 'threads' else 0}, "
+                                 f"got {v!r}")
+            changes[key] = v
+    for key, field in (("dump", "dump_dir"), ("cache_dir", "cache_dir")):
+        if options.get(key) is not None:
+            changes[field] = str(options[key])
+    return opts.replace(**changes)
+
+
+@functools.cache
+def decompositions() -> dict:
+    """torch's core-ATen decompositions of the ops braze has no converter for (as ``braze.compile``
+    decomposes an exported program): ops braze supports whole stay whole."""
+    import torch
+    from ..frontend.torch.aten import is_supported
+    table = torch.export.default_decompositions()
+    return {op: fn for op, fn in table.items() if not is_supported(op)}
+
+
+def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | None = None):
+    """dynamo hands over ``gm`` and its real inputs; AOTAutograd functionalizes and decomposes it,
+    then ``partition.compile_graph`` compiles what braze supports."""
+    import torch
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from .partition import compile_graph
+
+    opts = plugin_options(options)
+    _logging.enable_debug_output(opts.debug)
+    if mode not in (None, "default"):
+        warnings.warn(BrazeWarning(f"torch.compile mode={mode!r} has no meaning for braze; it is ignored"),
+                      stacklevel=2)
+    real = [x if isinstance(x, torch.Tensor) else None for x in example_inputs]
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    names = [weight_name(n, i) for i, n in enumerate(places)]
+    scalars = {i for i, n in enumerate(places) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)}
+
+    def lower(g, weights: bool):
+        with unset_fake_temporarily():  # braze reads the real weights
+            frozen, checks = _frozen_inputs(g, real, names, scalars, weights)
+            real.clear()  # what braze keeps is in ``frozen``; the activations are not needed
+            speculative = maybe_specialised(g) or retraced_frame()
+            return compile_graph(g, frozen, opts, speculative=speculative, checks=checks)
+
+    def inference(g, fake_args):
+        return lower(g, weights=True)
+
+    def forward(g, fake_args):  # training: weights stay inputs; torch runs the backward
+        return lower(g, weights=False)
+
+    def backward(g, fake_args):
+        return make_boxed_func(g.forward)
+
+    return aot_autograd(fw_compiler=forward, inference_compiler=inference, bw_compiler=backward,
+                        decompositions=decompositions(), keep_inference_input_mutations=False)(gm, example_inputs)
+
+
+RETRACES = 2  # from this many graphs of one frame on, a graph compiles on its second call
+
+
+def retraced_frame() -> bool:
+    """Whether dynamo has traced this frame RETRACES times before: a model whose Python branches
+    on sizes (a scan unrolled per sequence length) gets a new graph for many shapes, and a graph
+    used once is not worth a C compile."""
+    from torch._guards import CompileContext
+    cid = CompileContext.current_compile_id()
+    return cid is not None and (cid.frame_compile_id or 0) >= RETRACES
+
+
+def maybe_specialised(g) -> bool:
+    """Whether dynamo may have fixed this graph's sizes for one call: a user input (not a weight or
+    buffer) has a dim of 0 or 1 (dynamo's 0/1 specialisation), or no user input has a symbolic dim
+    (automatic-dynamic's first graph). braze then compiles the graph's regions on their second
+    call, after looking for a symbolic library that serves them (``region.Region``)."""
+    import torch
+    from torch._guards import TracingContext
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    static = set(getattr(meta, "static_input_indices", ()) or ())
+    places = [n for n in g.graph.nodes if n.op == "placeholder"]
+    dims = [d for i, p in enumerate(places) if i not in static and isinstance(p.meta.get("val"), torch.Tensor)
+            for d in p.meta["val"].shape]
+    if not dims:
+        return False
+    return any(type(d) is int and d in (0, 1) for d in dims) or not any(isinstance(d, torch.SymInt) for d in dims)
+
+
+def weight_name(node, i: int) -> str:
+    """A weight's name from where dynamo found it: ``L['self']._modules['fc']._parameters['weight']``
+    -> ``fc.weight``; stable across the graphs of one model, so equal graphs compare equal."""
+    import re
+    ga = node.meta.get("grapharg")
+    try:
+        text = ga.source.name() if callable(ga.source.name) else ga.source.name
+    except Exception:
+        return node.name
+    parts = re.findall(r"\['([^']+)'\]|\.(\w+)", text)
+    keep = [a or b for a, b in parts if (a or b) not in ("self", "_modules", "_parameters", "_buffers", "L", "G")]
+    return ".".join(keep) or node.name
+
+
+def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: bool) -> tuple[dict, list]:
+    """What braze bakes in as constants: placeholder name -> (name, tensor); and the checks that
+    keep that honest: (input index, value) per baked-in scalar.
+
+    - Weights (``weights``): dynamo's static inputs (parameters, buffers) that the graph neither
+      mutates nor returns a view of. As with inductor's freezing, a weight changed in place later
+      is not seen: call ``torch._dynamo.reset()`` and compile again.
+    - Python floats dynamo passes as 0-d tensors without guarding their value (``eps``,
+      ``scaling``, ``math.pi``). Baked in, they fold and join patterns (GELU's tanh form); the
+      call compares each with its baked value (``partition.GuardedCall``).
+    """
+    import math
+
+    import torch
+    from torch._functorch._aot_autograd.schemas import MutationType
+    from torch._guards import TracingContext
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    places = [n for n in g.graph.nodes if n.op == "placeholder"]
+    if meta is None or len(places) != len(real):
+        _log.info("braze plugin: inputs do not line up with dynamo's (%d vs %d); nothing is frozen",
+                  len(places), len(real))
+        return {}, []
+    keep = {i for i, m in enumerate(meta.input_info)
+            if m.mutation_type in (MutationType.MUTATED_IN_GRAPH, MutationType.MUTATED_OUT_GRAPH)}
+    keep |= {o.base_idx for o in meta.output_info if o.base_idx is not None}
+    frozen, checks = {}, []
+    for i in sorted(scalars - keep):
+        t = real[i]
+        if t is not None and t.dim() == 0 and t.dtype.is_floating_point and not math.isnan(t.item()):
+            frozen[places[i].name] = (names[i], t.clone())
+            checks.append((i, t.item()))
+    for i in (meta.static_input_indices if weights else ()):
+        t, fake = real[i], places[i].meta.get("val")
+        shape = tuple(getattr(fake, "shape", ()))
+        if i in keep or not isinstance(t, torch.Tensor) or not all(type(d) is int for d in shape) \
+                or shape != tuple(t.shape) or t.dtype != fake.dtype:
+            continue
+        frozen[places[i].name] = (names[i] if i < len(names) else places[i].name, t)
+    return frozen, checks

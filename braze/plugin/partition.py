@@ -1,0 +1,286 @@
+"""Capability-based partitioning: braze compiles the largest regions of an ATen graph it supports,
+PyTorch runs the rest, and the partitioned graph calls both.
+
+A node runs in PyTorch when braze has no converter for its op, when a dtype has no braze kernels,
+when its output shape depends on tensor data, when a convolution's weight is computed at run
+time, or when its converter refused it (the partition is then redone without that node). Size
+arithmetic stays in torch: braze reads sizes from its inputs' shapes, so those nodes die once the
+regions are in place.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .. import log as _logging
+from ..errors import BrazeError
+from . import report
+from .region import Refused, compile_region
+
+_log = _logging.get("plugin")
+
+SIZE = "size"  # a node that computes sizes, not tensors
+MAX_REFUSALS = 64
+# a region of nothing but these is not worth a library: torch does them without copying
+VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.permute", "aten.t",
+            "aten.transpose", "aten.unsqueeze", "aten.squeeze", "aten.slice", "aten.select", "aten.alias",
+            "aten.as_strided", "aten.detach", "aten.lift_fresh_copy", "aten.clone"}
+CONV_OPS = {"aten.convolution", "aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.conv_transpose2d"}
+
+
+def _braze_dtypes():
+    import torch
+    return {torch.float32, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool}
+
+
+def _tensors(val):
+    import torch
+    if isinstance(val, torch.Tensor):
+        yield val
+    elif isinstance(val, (list, tuple)):
+        for v in val:
+            yield from _tensors(v)
+
+
+def _packet(target) -> str:
+    from ..frontend.torch.aten import _names
+    return _names(target)[1] or ""
+
+
+def support(node, frozen: dict, refused: dict) -> str | None:
+    """None when braze compiles ``node``; SIZE for size arithmetic; else why torch runs it."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    from ..frontend.torch.aten import is_supported
+    if node.name in refused:
+        return refused[node.name]
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return support(src, frozen, refused) if getattr(src, "op", None) == "call_function" else SIZE
+    outs = list(_tensors(node.meta.get("val")))
+    if not outs:
+        return SIZE
+    if not is_supported(node.target):
+        return "braze has no converter for it"
+    dtypes = _braze_dtypes()
+    args = [a.meta.get("val") for a in node.all_input_nodes]
+    for t in outs + [t for a in args for t in _tensors(a)]:
+        if t.dtype not in dtypes:
+            return f"braze has no {str(t.dtype).removeprefix('torch.')} kernels"
+    if any(free_unbacked_symbols(t) for t in outs):
+        return "its output shape depends on tensor data"
+    if _packet(node.target) in CONV_OPS and len(node.args) > 1 and not _constant(node.args[1], frozen):
+        return "its weight is computed at run time, and braze convolves with constant weights"
+    return None
+
+
+def _constant(v, frozen: dict) -> bool:
+    """A frozen weight, or a view of one (braze folds the view)."""
+    while getattr(v, "op", None) == "call_function" and _packet(v.target) in VIEW_OPS:
+        v = v.args[0]
+    return getattr(v, "op", None) == "placeholder" and v.name in frozen
+
+
+class _Support:
+    """The OperatorSupport protocol of torch.fx's partitioner, over a precomputed set."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def is_node_supported(self, submodules, node) -> bool:
+        return node.name in self.names
+
+
+def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: list = ()):
+    """The callable AOTAutograd runs for ``gm`` (boxed: it takes a list of inputs). ``frozen``:
+    placeholder name -> (weight name, tensor), the weights braze bakes in. ``speculative``: dynamo
+    may have fixed the sizes for one call, so the regions compile on their second call. ``checks``:
+    (input index, value) of the scalars baked in with the weights, compared on every call."""
+    entry = _compile_graph(gm, frozen, opts, speculative)
+    return GuardedCall(entry, checks, _boxed(gm)) if checks else entry
+
+
+def _compile_graph(gm, frozen, opts, speculative):
+    refused: dict[str, str] = {}
+    names = {n.name for n in gm.graph.nodes}
+    try:
+        for _ in range(MAX_REFUSALS):
+            try:
+                return _build(gm, frozen, refused, opts, speculative)
+            except Refused as r:
+                _log.info("braze plugin: %s refused (%s); partitioning again", r.node_name, r.reason)
+                if r.node_name in refused or r.node_name not in names:
+                    raise BrazeError(f"the partition did not converge at {r.node_name}: {r.reason}") from None
+                refused[r.node_name] = r.reason
+        raise BrazeError(f"{MAX_REFUSALS} ops refused in one graph")
+    except BrazeError as e:  # whatever braze cannot do, PyTorch still runs the graph
+        report.warn_once(f"graph:{e.what}", f"braze runs a whole graph in PyTorch: {e.what}")
+        return _boxed(gm)
+
+
+def _shape_env(gm):
+    for n in gm.graph.nodes:
+        for t in _tensors(n.meta.get("val")):
+            mode = getattr(t, "fake_mode", None)
+            if mode is not None and mode.shape_env is not None:
+                return mode.shape_env
+    return None
+
+
+def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
+    import copy
+
+    import torch
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+    g = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # attributes shared, graph private
+    calls = [n for n in g.graph.nodes if n.op == "call_function"]
+    reasons = {n.name: support(n, frozen, refused) for n in calls}
+    ok = {k for k, v in reasons.items() if v is None}
+    partitioner = CapabilityBasedPartitioner(g, _Support(ok), allows_single_node_partition=True)
+    parts = [p for p in partitioner.propose_partitions()
+             if any(_packet(n.target) not in VIEW_OPS for n in p.nodes if n.target is not operator.getitem)]
+    torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE) and n.target is not operator.getitem]
+    fused = partitioner.fuse_partitions(parts) if parts else g
+    shape_env = _shape_env(gm)
+    regions = []
+    for node in list(fused.graph.nodes):
+        if node.op != "call_module" or not str(node.target).startswith("fused_"):
+            continue
+        sub = getattr(fused, node.target)
+        try:
+            region = compile_region(str(node.target), sub, node, frozen, shape_env, opts, speculative)
+        except Refused:
+            raise
+        except BrazeError as e:  # the region as a whole: torch runs it
+            ops = [n for n in sub.graph.nodes if n.op == "call_function"]
+            report.warn_once(f"region:{e.what}", f"braze runs a region of {len(ops)} ops in PyTorch: {e.what}"
+                             + (f" (first op at {report.where(ops[0])})" if ops else ""), ops[0] if ops else None)
+            torch_nodes += ops
+            continue
+        with fused.graph.inserting_before(node):
+            new = fused.graph.call_function(region, tuple(node.args))
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        fused.graph.erase_node(node)
+        delattr(fused, node.target)
+        regions.append(region)
+    for n in torch_nodes:
+        if n.op == "call_function" and reasons.get(n.name) not in (None, SIZE):
+            report.warn_torch_op(n, reasons[n.name])
+    fused.graph.eliminate_dead_code()
+    fused.recompile()
+    title = f"graph {next(_counter)}"
+    if opts.debug >= 1:
+        _log.info("%s", report.describe_partition(f"braze plugin {title}", regions, torch_nodes))
+        times = report.GraphTimes(title, regions)
+        for node in fused.graph.nodes:
+            if node.op == "call_function" and node.target in regions:
+                node.target = times.timed_region(node.target)
+        fused.recompile()
+        return times.timed_graph(_boxed(fused))
+    entry = GraphCall(_boxed(fused))
+    direct = _direct(fused, regions)
+    if direct is not None:  # once the one region is compiled, AOTAutograd calls it with no FX layer
+        region = regions[0]
+        if region.model is not None:
+            entry.impl = direct(region)
+        else:
+            region.on_ready.append(lambda: setattr(entry, "impl", direct(region)))
+    return entry
+
+
+class GuardedCall:
+    """Runs the braze graph while the baked-in scalars keep their values; a call where one changed
+    runs the whole graph in PyTorch (and says so once)."""
+
+    _boxed_call = True
+
+    def __init__(self, entry, checks: list, eager):
+        self.entry, self.eager = entry, eager
+        self.index = tuple(i for i, _ in checks)
+        self.values = [v for _, v in checks]
+
+    def __call__(self, args):
+        if [args[i].item() for i in self.index] == self.values:
+            return self.entry(args)
+        report.warn_once("scalar-changed", "a Python float braze compiled in as a constant (a module attribute "
+                         "such as eps or a scale) changed value; those calls run in PyTorch: call "
+                         "torch._dynamo.reset() to compile again with the new value")
+        return self.eager(args)
+
+
+class GraphCall:
+    """The boxed callable AOTAutograd keeps; its implementation may switch once, to the direct call."""
+
+    _boxed_call = True
+    __slots__ = ("impl",)
+
+    def __init__(self, impl):
+        self.impl = impl
+
+    def __call__(self, args):
+        return self.impl(args)
+
+
+def _counter_gen():
+    i = 0
+    while True:
+        yield i
+        i += 1
+
+
+_counter = _counter_gen()
+
+
+def _boxed(gm):
+    fwd = gm.forward
+
+    def call(args):
+        return fwd(*args)
+    call._boxed_call = True
+    return call
+
+
+def _direct(gm, regions):
+    """For a graph that is one braze region and nothing else: a maker of the call without the FX
+    layer, from AOTAutograd's arguments straight to the native entry; else None."""
+    if len(regions) != 1:
+        return None
+    places, body, out = [], [], None
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            places.append(n)
+        elif n.op == "output":
+            out = n
+        else:
+            body.append(n)
+    region = regions[0]
+    node = next((n for n in body if n.target is region), None)
+    if node is None or any(n is not node and not (n.target is operator.getitem and n.args[0] is node)
+                           for n in body):
+        return None
+    results = out.args[0]
+    results = list(results) if isinstance(results, (list, tuple)) else [results]
+    single = not any(n.target is operator.getitem for n in body)
+    if single and results != [node]:
+        return None
+    if not single and [r.args[1] if r.target is operator.getitem and r.args[0] is node else None
+                       for r in results] != list(range(len(results))):
+        return None
+    args = [node.args[i] for i in region.arg_index]
+    if not args or not all(a in places for a in args):
+        return None
+    index = [places.index(a) for a in args]
+
+    def make(region):
+        main = region.tensors
+        pick = operator.itemgetter(*index)
+        if len(index) == 1:
+            if single:
+                return lambda args: (main(pick(args)),)
+            return lambda args: main(pick(args))
+        if single:
+            return lambda args: (main(*pick(args)),)
+        return lambda args: main(*pick(args))
+    return make

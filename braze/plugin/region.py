@@ -1,0 +1,246 @@
+"""One braze region of a partitioned graph: its FX subgraph imported and compiled natively."""
+
+from __future__ import annotations
+
+import operator
+import re
+import threading
+
+from .. import log as _logging
+from ..errors import BrazeError
+from . import reuse
+
+_log = _logging.get("plugin")
+
+
+class Refused(Exception):
+    """A converter refused one node (its attributes, its dtypes): rerun the partition without it."""
+
+    def __init__(self, node_name: str, reason: str):
+        super().__init__(f"{node_name}: {reason}")
+        self.node_name = node_name
+        self.reason = reason
+
+
+class Region:
+    """A braze region of the partitioned graph, called with the fused subgraph's arguments.
+
+    A region of a graph whose sizes dynamo may have specialised (``dynamo.maybe_specialised``) is
+    compiled lazily: its first call runs the subgraph in PyTorch, and its second looks for a
+    symbolic library it is an instance of (``reuse``) before compiling one. A graph dynamo
+    traces for one call (the first shape of automatic-dynamic, a batch of 1) then costs no C
+    compile at all."""
+
+    def __init__(self, name: str, sub, ops: list[str], arg_index: list[int], module, weights: dict, opts,
+                 model=None):
+        self.name = name
+        self.sub = sub  # the FX subgraph: PyTorch runs it until braze's library is ready
+        self.ops = ops  # the ATen ops it covers, for the debug report
+        self.arg_index = arg_index  # positions of the subgraph's arguments braze takes
+        self.module, self.weights, self.opts = module, weights, opts
+        self.model = None
+        self.on_ready = []  # callbacks once the library serves the region
+        self._lock = threading.Lock()
+        self._seen = False
+        self._call = self._deferred
+        self.__name__ = name
+        if model is not None:
+            self._ready(model)
+
+    def __call__(self, *args):
+        return self._call(*args)
+
+    def tensors(self, *tensors):
+        """The native call, with braze's inputs only (``arg_index`` picked)."""
+        return self._main(*tensors)
+
+    def _ready(self, model):
+        self.model, self.module = model, None  # the imported IR lives on in ``reuse``
+        self._main = main = model._main
+        idx = self.arg_index
+        if len(idx) == 1:
+            i0 = idx[0]
+            self._call = lambda *args: main(args[i0])
+        else:
+            pick = operator.itemgetter(*idx)
+            self._call = lambda *args: main(*pick(args))
+        for fn in self.on_ready:
+            fn()
+
+    def _deferred(self, *args):
+        if self._lock.acquire(blocking=False):  # another thread compiling: run in torch meanwhile
+            try:
+                if self.model is None and self.module is not None:
+                    if self._seen:
+                        self._finish()
+                    self._seen = True
+            finally:
+                self._lock.release()
+        if self.model is not None:
+            return self._call(*args)
+        return self.sub(*args)
+
+    def _finish(self):
+        model = reuse.find(self.module, self.weights)
+        if model is not None:
+            _log.info("braze plugin: %s is an instance of a symbolic region compiled before; reusing its "
+                      "library", self.name)
+        else:
+            from ..compiler import compile as braze_compile
+            try:
+                model = braze_compile(self.module, options=self.opts)
+            except BrazeError as e:
+                from .report import warn_once
+                self.module = None  # PyTorch keeps running it
+                warn_once(f"region:{e.what}", f"braze runs a region of {len(self.ops)} ops in PyTorch: {e.what}")
+                return
+            reuse.remember(self.module, self.weights, model)
+        self._ready(model)
+
+    def __repr__(self):
+        state = "compiled" if self.model is not None else "deferred"
+        return f"<braze region {self.name}: {len(self.ops)} ops, {state}>"
+
+
+def symbol_names(shape_env) -> dict[str, str]:
+    """torch symbol -> a braze name from where dynamo found it: ``L['x'].size()[0]`` -> ``x_dim0``.
+    Names depend only on the model's arguments, so the same graph gives the same library."""
+    out: dict[str, str] = {}
+    for sym, sources in getattr(shape_env, "var_to_sources", {}).items():
+        for src in sources:
+            try:
+                text = src.name() if callable(src.name) else src.name
+            except Exception:
+                continue
+            m = re.fullmatch(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", text)
+            name = f"{m.group(1)}_dim{m.group(2)}" if m else re.sub(r"\W+", "_", text).strip("_")
+            if name:
+                out[str(sym)] = name if name[0].isalpha() else "d_" + name
+                break
+    return out
+
+
+def symbol_ranges(shape_env) -> dict[str, tuple[int, int | None]]:
+    """Ranges from the ShapeEnv, from 1 where dynamo's starts at 2: dynamo's 0/1 specialisation
+    sends size 1 to another graph, and that graph may reuse this library (``reuse``)."""
+    from ..frontend.torch.importer import _vr_int
+    out = {}
+    for sym, vr in getattr(shape_env, "var_to_range", {}).items():
+        lo, hi = _vr_int(vr.lower, 1), _vr_int(vr.upper, None)
+        out[str(sym)] = (1 if lo <= 2 else lo, hi)
+    return out
+
+
+def fingerprint(t) -> tuple:
+    """Which tensor, in which state: a weight changed in place bumps its version. A scalar (a
+    baked-in Python float) is its value."""
+    if t.dim() == 0:
+        return ("value", t.item(), str(t.dtype))
+    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), str(t.dtype))
+
+
+def _free_symbols(val) -> set:
+    import torch
+    if isinstance(val, torch.Tensor):
+        return {s for d in val.shape if isinstance(d, torch.SymInt) for s in d.node.expr.free_symbols}
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return set(val.node.expr.free_symbols)
+    return set()
+
+
+def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, speculative: bool) -> Region:
+    """Import the fused subgraph ``sub`` (called by ``call_node`` in the outer graph) and compile it.
+    Weights in ``frozen`` (outer placeholder -> (name, tensor)) become constants; braze reads sizes
+    from its inputs' shapes, so of the region's arguments it takes the run-time tensors only.
+    Raises Refused when a converter refuses a node, BrazeError when the region cannot be compiled.
+    A region of a ``speculative`` graph compiles on its second call (``Region``)."""
+    import torch
+
+    from ..compiler import compile as braze_compile
+    from ..frontend.torch.importer import GraphInput, Importer, TorchGraph
+
+    places = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    inputs, arg_index = {}, []
+    for i, p in enumerate(places):
+        outer = call_node.args[i]
+        if getattr(outer, "op", None) == "placeholder" and outer.name in frozen:
+            cname, tensor = frozen[outer.name]
+            inputs[p.name] = GraphInput("constant", cname, tensor)
+        elif getattr(outer, "op", None) == "get_attr":  # a tensor the graph holds (torch.tensor(...))
+            inputs[p.name] = GraphInput("constant", str(outer.target), _fetch_attr(call_node.graph, outer.target))
+        elif isinstance(p.meta.get("val"), torch.Tensor):
+            arg_index.append(i)
+    _check_sizes(places, arg_index, sub)
+    used = {str(s) for p in places for s in _free_symbols(p.meta.get("val"))}
+    ranges = {k: v for k, v in symbol_ranges(shape_env).items() if k in used}
+    tg = TorchGraph(sub.graph, inputs, ranges, symbol_names(shape_env), shape_env)
+    imp = Importer(tg)
+    try:
+        module = imp.run()
+    except BrazeError as e:
+        node = imp.node
+        if node is not None and node.op == "call_function":
+            raise Refused(node.name, e.what) from e
+        raise
+    weights = {k: fingerprint(t) for k, t in imp.weights.items()}
+    from .report import op_name
+    ops = [op_name(n) for n in sub.graph.nodes if n.op == "call_function"]
+    model = reuse.find(module, weights)
+    if model is not None:
+        _log.info("braze plugin: %s is an instance of a symbolic region compiled before; reusing its library",
+                  name)
+    elif not speculative:
+        model = braze_compile(module, options=opts)
+        reuse.remember(module, weights, model)
+    return Region(name, sub, ops, arg_index, module, weights, opts, model)
+
+
+def _linear(e) -> bool:
+    """``e`` is ``a*s + b`` in one symbol with integers a >= 1 and b: the importer recovers ``s``."""
+    import sympy
+    if len(e.free_symbols) != 1:
+        return False
+    s = next(iter(e.free_symbols))
+    a, b = e.coeff(s), e.subs(s, 0)
+    return a.is_Integer and b.is_Integer and int(a) >= 1 and sympy.expand(a * s + b - e) == 0
+
+
+def _check_sizes(places, arg_index, sub) -> None:
+    """Every size in the region must follow from its tensor inputs' shapes, the only sizes braze
+    reads: a plain symbol, a single-symbol ``a*s + b``, or an input dim's whole expression. The
+    first node that needs another size (from tensor data, or from another graph) is refused."""
+    import torch
+    syms, exprs = set(), set()
+    for i in arg_index:
+        for d in places[i].meta["val"].shape:
+            if isinstance(d, torch.SymInt):
+                e = d.node.expr
+                exprs.add(e)
+                if _linear(e):
+                    syms |= e.free_symbols
+
+    def readable(val) -> bool:
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            e = val.node.expr
+            return e.free_symbols <= syms or e in exprs
+        if isinstance(val, torch.Tensor):
+            return all(readable(d) for d in val.shape)
+        if isinstance(val, (list, tuple)):
+            return all(readable(v) for v in val)
+        return True
+
+    for n in sub.graph.nodes:
+        if n.op == "placeholder" and not readable(n.meta.get("val")):
+            users = [u for u in n.users if u.op == "call_function"]
+            if users:
+                raise Refused(users[0].name, "it uses a size braze cannot read from its inputs' shapes: one "
+                                             "that comes from tensor data or from another graph")
+        elif n.op == "call_function" and not readable(n.meta.get("val")):
+            raise Refused(n.name, "its shape needs a size braze cannot read from the region's inputs: one that "
+                                  "comes from tensor data or from another graph")
+
+def _fetch_attr(graph, target: str):
+    obj = graph.owning_module
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -1,0 +1,190 @@
+"""The torch.compile backend: registration, options, lowering, write-back, grad mode, threads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+from braze.errors import BrazeError  # noqa: E402
+
+nn = torch.nn
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+
+
+def test_entry_point_registers_the_backend():
+    from importlib.metadata import entry_points
+    eps = {e.name: e.value for e in entry_points(group="torch_dynamo_backends")}
+    assert eps.get("braze") == "braze.plugin:backend"
+    assert "braze" in torch._dynamo.list_backends(exclude_tags=())
+
+
+def test_backend_works_without_importing_braze(tmp_path):
+    code = (
+        "import sys, torch\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()\n"
+        "assert 'braze' not in sys.modules\n"
+        "c = torch.compile(m, backend='braze', dynamic=True)\n"
+        "with torch.no_grad():\n"
+        "    for b in (2, 5):\n"
+        "        x = torch.randn(b, 4)\n"
+        "        assert torch.allclose(c(x), m(x), atol=1e-6)\n"
+        "import braze\n"
+        "print('native', braze.stats()['native_compiles'] + braze.stats()['cache_hits'])\n")
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "native 1" in out.stdout  # braze built the library: no silent eager fallback
+
+
+@pytest.mark.parametrize("bad, what", [({"thread": 2}, "unknown braze option 'thread'"),
+                                       ({"threads": 0}, "'threads' must be an integer >= 1"),
+                                       ({"debug": "x"}, "'debug' must be an integer >= 0")])
+def test_bad_options_name_the_problem(bad, what):
+    from braze.plugin.dynamo import plugin_options
+    with pytest.raises(BrazeError, match=what):
+        plugin_options(bad)
+    c = torch.compile(mlp(), backend="braze", options=bad)
+    with pytest.raises(Exception, match=what):
+        c(torch.randn(2, 16))
+
+
+def test_options_reach_the_compile(tmp_path):
+    m = mlp()
+    c = torch.compile(m, backend="braze", dynamic=True,
+                      options={"threads": 1, "cache_dir": str(tmp_path / "cache"), "dump": str(tmp_path / "dump")})
+    with torch.no_grad():
+        for b in (3, 4):
+            x = torch.randn(b, 16)
+            torch.testing.assert_close(c(x), m(x))
+    assert any((tmp_path / "cache").rglob("*.so")), "the library was not cached where options said"
+    assert (tmp_path / "dump" / "model.c").exists()
+
+
+def test_dynamic_batch_one_library_every_shape(run_shapes, compiles):
+    before = compiles()
+    counts = run_shapes(mlp(), lambda b: (torch.randn(b, 16),), [(1,), (2,), (3,), (7,), (1,), (16,)])
+    assert counts[-1] - before <= 1, f"native compiles per call: {[c - before for c in counts]}"
+    assert counts[-1] == counts[1], "a native compile after the first two shapes"
+
+
+def test_buffer_mutation_is_written_back():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("calls", torch.zeros(1))
+            self.register_buffer("running", torch.zeros(4))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            self.running.mul_(0.5).add_(x.mean(0))
+            return self.lin(x) + self.running
+
+    m, ref = Counter().eval(), Counter().eval()
+    ref.load_state_dict(m.state_dict())
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with torch.no_grad():
+        for b in (2, 3, 5, 2):
+            x = torch.randn(b, 4)
+            torch.testing.assert_close(c(x), ref(x))
+    assert m.calls.item() == 4
+    torch.testing.assert_close(m.running, ref.running)
+
+
+def test_weights_changed_in_place_are_seen_after_reset():
+    m = mlp()
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        c = torch.compile(m, backend="braze", dynamic=True)
+        c(x)
+        m[0].weight.mul_(2)
+        torch._dynamo.reset()  # braze froze the weights, as inductor's freezing does
+        c = torch.compile(m, backend="braze", dynamic=True)
+        for b in (3, 4):
+            x = torch.randn(b, 16)
+            torch.testing.assert_close(c(x), m(x))
+
+
+def test_grad_mode_trains_through_torch_backward():
+    m, ref = mlp().train(), mlp().train()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    for b in (2, 3):
+        x = torch.randn(b, 16)
+        c(x).square().sum().backward()
+        ref(x).square().sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_threads_share_one_compiled_model():
+    m = mlp()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    xs = [torch.randn(b, 16) for b in (1, 2, 3, 5, 8, 13)]
+    with torch.no_grad():
+        want = [m(x) for x in xs]
+        for x in xs:
+            c(x)
+            c(x)  # every graph compiled before the threads start
+    errors = []
+
+    def work(k):
+        try:
+            with torch.no_grad():
+                for i in range(40):
+                    j = (i + k) % len(xs)
+                    torch.testing.assert_close(c(xs[j]), want[j], rtol=1e-5, atol=1e-5)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_bad_input_raises_what_eager_raises():
+    m = mlp()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with torch.no_grad():
+        c(torch.randn(2, 16))
+        for bad in (torch.randn(2, 15), torch.randint(0, 3, (2, 16))):
+            with pytest.raises(RuntimeError) as eager:
+                m(bad)
+            with pytest.raises(RuntimeError) as got:
+                c(bad)
+            assert type(eager.value).__name__ in type(got.value).__name__ or \
+                isinstance(got.value, type(eager.value)), (type(got.value), type(eager.value))
+
+
+def test_a_float_attribute_changed_later_is_honoured(fresh_warnings):
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.scale = 0.5
+
+        def forward(self, x):
+            return torch.tanh(self.lin(x) * self.scale)
+
+    m = Scaled().eval()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with torch.no_grad():
+        for b in (2, 3):
+            x = torch.randn(b, 8)
+            torch.testing.assert_close(c(x), m(x))
+        m.scale = 2.0  # dynamo passes this float without a guard; braze baked 0.5 in
+        with pytest.warns(braze.errors.BrazeWarning, match="changed value"):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(c(x), m(x))

@@ -1,0 +1,140 @@
+"""Per-op fallback: braze compiles the regions it supports, PyTorch runs the rest, one warning per op."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+from braze.errors import BrazeWarning  # noqa: E402
+
+nn = torch.nn
+F = torch.nn.functional
+
+
+class Mixed(nn.Module):
+    """Supported layers around ops braze lacks: sort, an FFT (complex), nonzero (data-dependent)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        v, idx = torch.sort(y, dim=-1)
+        f = torch.fft.rfft(v, dim=-1).abs()
+        z = self.b(v) + f.sum(-1, keepdim=True)
+        nz = torch.nonzero(z > 0)
+        return z * 2, nz.shape[0] + z.sum(), idx
+
+
+def _braze_warnings(record):
+    return [w for w in record if issubclass(w.category, BrazeWarning)]
+
+
+def test_unsupported_ops_run_in_torch_with_one_warning_each(fresh_warnings, compiles):
+    m = Mixed().eval()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    before = compiles()
+    with warnings.catch_warnings(record=True) as record, torch.no_grad():
+        warnings.simplefilter("always")
+        for b in (2, 3, 1, 5, 2, 9):
+            x = torch.randn(b, 16)
+            got, want = c(x), m(x)
+            torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-3)
+            assert torch.equal(got[2], want[2])
+    texts = [str(w.message) for w in _braze_warnings(record)]
+    for op in ("aten.sort.default", "aten._fft_r2c.default"):
+        mine = [t for t in texts if op in t]
+        assert len(mine) == 1, (op, texts)
+        assert "test_partition.py" in mine[0] and "no converter" in mine[0]
+    sort = next(w for w in _braze_warnings(record) if "sort" in str(w.message))
+    assert sort.filename.endswith("test_partition.py")  # the warning points at the user's line
+    assert "torch.sort(y, dim=-1)" in str(sort.message)
+    assert any("complex64" in t for t in texts)
+    assert compiles() > before, "braze compiled none of the supported regions"
+
+
+def test_debug_prints_the_partition_and_time_shares(caplog):
+    from braze.plugin import report
+    m = Mixed().eval()
+    c = torch.compile(m, backend="braze", dynamic=True, options={"debug": 1})
+    with caplog.at_level(logging.INFO, logger="braze.plugin"), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for b in (3, 4, 4):
+            c(torch.randn(b, 16))
+    text = caplog.text
+    assert "braze region(s)" in text and "torch: " in text and "sort.default" in text
+    shares = report.time_report()
+    assert "braze fused_" in shares and "torch and glue" in shares and "calls" in shares
+
+
+def test_a_refused_converter_splits_the_region(fresh_warnings):
+    class Pool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            y = F.avg_pool2d(torch.relu(self.conv(x)), 2, divisor_override=3)  # braze refuses divisor_override
+            return torch.sigmoid(y) * 2
+
+    m = Pool().eval()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record, torch.no_grad():
+        warnings.simplefilter("always")
+        for hw in (8, 10, 12):
+            x = torch.randn(2, 3, hw, hw)
+            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    texts = [str(w.message) for w in _braze_warnings(record)]
+    assert any("avg_pool2d" in t and "divisor_override" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("case", ["float16", "runtime_conv_weight"])
+def test_what_braze_cannot_run_natively_stays_in_torch(case, fresh_warnings):
+    class Half(nn.Module):
+        def forward(self, x):
+            return (torch.tanh(x).half() * 3).float() + 1
+
+    class RuntimeWeight(nn.Module):
+        def forward(self, x):
+            w = x[:4, :, :3, :3].contiguous()  # a weight computed from the input
+            return F.conv2d(torch.relu(x), w) + 1
+
+    m = Half() if case == "float16" else RuntimeWeight()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record, torch.no_grad():
+        warnings.simplefilter("always")
+        for s in (5, 6, 9):
+            x = torch.randn(4, 4, s, s)
+            torch.testing.assert_close(c(x), m(x), rtol=1e-3, atol=1e-3)
+    texts = " ".join(str(w.message) for w in _braze_warnings(record))
+    assert ("float16 kernels" if case == "float16" else "weight is computed at run time") in texts
+
+
+def test_a_graph_break_gives_each_graph_its_own_compile(compiles):
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            print("", end="")  # a graph break
+            return self.b(y).tanh()
+
+    m = Broken().eval()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    before = compiles()
+    with torch.no_grad():
+        for b in (2, 3, 7):
+            x = torch.randn(b, 8)
+            torch.testing.assert_close(c(x), m(x))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2
+    assert compiles() - before <= 2
