@@ -393,9 +393,11 @@ class BrazePlugin(Backend):
     name = "braze-plugin"
     label = "torch.compile(braze)"
     description = ("torch.compile(module, backend='braze', dynamic=True) under torch.no_grad(): dynamo hands its "
-                   "graphs to braze.plugin (the torch_dynamo_backends entry point 'braze'); compilation happens at "
-                   "the first call; BRAZE_CACHE_DIR is the warm cache. Recompiles count both dynamo graphs and "
-                   "braze native compiles")
+                   "graphs to braze.plugin (the torch_dynamo_backends entry point 'braze'); a graph with symbolic "
+                   "sizes compiles at its first call, one dynamo fixed to a size of 1 runs in PyTorch at its first "
+                   "call and compiles at its second (so that compile is in the first timed calls, not in 'first "
+                   "result'); BRAZE_CACHE_DIR is the warm cache. Recompiles count both dynamo graphs and braze "
+                   "native compiles")
     warm_cache = True
 
     def unavailable_reason(self):

@@ -59,21 +59,28 @@ SHAPES = {
         "gpt2": [{"batch": 1, "seq": 16}, {"batch": 4, "seq": 64}, {"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}],
         "resnet50": [{"batch": 2, "height": 96, "width": 128}, {"batch": 1, "height": 160, "width": 160},
                      {"batch": 1, "height": 224, "width": 224}, {"batch": 4, "height": 224, "width": 224}],
+        "vit": [{"batch": 1}, {"batch": 2}, {"batch": 4}],
+        "llama": [{"batch": 1, "seq": 16}, {"batch": 4, "seq": 64}, {"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}],
     },
     "quick": {
         "mlp": [{"batch": 1}, {"batch": 16}],
         "bert": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
         "gpt2": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
         "resnet50": [{"batch": 1, "height": 64, "width": 64}, {"batch": 2, "height": 96, "width": 128}],
+        "vit": [{"batch": 1}, {"batch": 2}],
+        "llama": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
     },
     "tiny": {
         "mlp": [{"batch": 2}],
         "bert": [{"batch": 1, "seq": 8}],
         "gpt2": [{"batch": 1, "seq": 8}],
         "resnet50": [{"batch": 1, "height": 64, "width": 64}],
+        "vit": [{"batch": 1}],
+        "llama": [{"batch": 1, "seq": 8}],
     },
 }
-MODELS = ["mlp", "bert", "gpt2", "resnet50"]
+MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama"]
+DEFAULT_MODELS = ["mlp", "bert", "gpt2", "resnet50"]
 
 
 def shape_str(dims: dict) -> str:
@@ -518,8 +525,8 @@ def _list(kind, valid):
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", type=_list("model", MODELS), default=list(MODELS),
-                    help=f"comma-separated zoo models (default: {','.join(MODELS)})")
+    ap.add_argument("--models", type=_list("model", MODELS), default=list(DEFAULT_MODELS),
+                    help=f"comma-separated zoo models from {','.join(MODELS)} (default: {','.join(DEFAULT_MODELS)})")
     ap.add_argument("--backends", type=_list("backend", list(B.BACKENDS)), default=list(B.DEFAULT_BACKENDS),
                     help="comma-separated backends (default: %s). " % ",".join(B.DEFAULT_BACKENDS)
                     + " ".join(f"{n}: {b.description}." for n, b in B.BACKENDS.items()))

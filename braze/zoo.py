@@ -1,4 +1,5 @@
-"""A small model zoo for tests and benchmarks: MLP, BERT-base, GPT-2, ResNet-50.
+"""A small model zoo for tests and benchmarks: MLP, BERT-base, GPT-2, ResNet-50 (``MODELS``), and
+ViT-base and a LLaMA-style decoder (``EXTRA``: by name, for benchmarks).
 
 Every model is built from code or a config object with seeded random weights
 (nothing is downloaded). torch and transformers are imported only inside the
@@ -291,15 +292,75 @@ def resnet50() -> ZooModel:
 
 
 # ---------------------------------------------------------------------------
+# ViT-base and a LLaMA-style decoder (plug-in mode's acceptance families; not in MODELS, so the
+# default tests stay quick: ``get`` and the benchmarks reach them by name)
+# ---------------------------------------------------------------------------
+
+
+def _hidden_state_wrapper(model, arg: str):
+    import torch
+
+    class LastHiddenState(torch.nn.Module):
+        """Returns the last hidden state as a plain tensor; no KV cache."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(**{arg: x}, return_dict=True).last_hidden_state
+
+    return LastHiddenState(model).eval()
+
+
+def vit() -> ZooModel:
+    torch = _seeded()
+    transformers = require("transformers", "examples")
+    cfg = transformers.ViTConfig()  # ViT-base/16 at 224x224
+    cfg._attn_implementation = "sdpa"
+    module = _hidden_state_wrapper(transformers.ViTModel(cfg, add_pooling_layer=False).eval().float(), "pixel_values")
+
+    def make_inputs(batch: int = 2):
+        return (torch.randn(batch, 3, 224, 224, generator=_generator({"batch": batch}, salt=3)),)
+
+    dims = {"batch": (1, 64)}
+    return ZooModel("vit", module, make_inputs, dims, test_shapes=[{"batch": 1}, {"batch": 2}, {"batch": 3}],
+                    dynamic_shapes=({0: _dim("batch", *dims["batch"])},), input_names=["pixel_values"],
+                    example_dims={"batch": 2})
+
+
+def llama() -> ZooModel:
+    torch = _seeded()
+    transformers = require("transformers", "examples")
+    # LLaMA-style: grouped-query attention, rotary embeddings, RMSNorm, SiLU-gated MLP
+    cfg = transformers.LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                                   num_attention_heads=12, num_key_value_heads=4, vocab_size=32000,
+                                   max_position_embeddings=2048, use_cache=False)
+    cfg._attn_implementation = "sdpa"
+    module = _hidden_state_wrapper(transformers.LlamaModel(cfg).eval().float(), "input_ids")
+
+    def make_inputs(batch: int = 2, seq: int = 8):
+        g = _generator({"batch": batch, "seq": seq}, salt=4)
+        return (torch.randint(0, cfg.vocab_size, (batch, seq), generator=g),)
+
+    dims = {"batch": (1, 64), "seq": (1, 2048)}
+    b, s = _dim("batch", *dims["batch"]), _dim("seq", *dims["seq"])
+    return ZooModel("llama", module, make_inputs, dims,
+                    test_shapes=[{"batch": 1, "seq": 1}, {"batch": 1, "seq": 9}, {"batch": 2, "seq": 16}],
+                    dynamic_shapes=({0: b, 1: s},), input_names=["input_ids"], example_dims={"batch": 2, "seq": 16})
+
+
+# ---------------------------------------------------------------------------
 
 MODELS = {"mlp": mlp, "bert": bert, "gpt2": gpt2, "resnet50": resnet50}
+EXTRA = {"vit": vit, "llama": llama}
 
 
 def get(name: str) -> ZooModel:
-    try:
-        return MODELS[name]()
-    except KeyError:
-        raise KeyError(f"unknown zoo model {name!r}; choose from {', '.join(MODELS)}") from None
+    make = MODELS.get(name) or EXTRA.get(name)
+    if make is None:
+        raise KeyError(f"unknown zoo model {name!r}; choose from {', '.join(names())}")
+    return make()
 
 
 def all_models() -> list[ZooModel]:
@@ -328,7 +389,7 @@ def export_onnx(zm: ZooModel, path) -> str:
 
 
 def names() -> list[str]:
-    return list(MODELS)
+    return list(MODELS) + list(EXTRA)
 
 
 def first_output(out):
@@ -336,5 +397,5 @@ def first_output(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-__all__ = ["ZooModel", "mlp", "bert", "gpt2", "resnet50", "all_models", "get", "export", "export_onnx", "names",
+__all__ = ["ZooModel", "mlp", "bert", "gpt2", "resnet50", "vit", "llama", "all_models", "get", "export", "export_onnx", "names",
            "first_output", "MODELS"]

@@ -138,16 +138,18 @@ def weight_name(node, i: int) -> str:
     return ".".join(keep) or node.name
 
 
-def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: bool) -> tuple[dict, list]:
+def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: bool) -> tuple[dict, tuple]:
     """What braze bakes in as constants: placeholder name -> (name, tensor); and the checks that
-    keep that honest: (input index, value) per baked-in scalar.
+    keep that honest (``partition.GuardedCall``): (input index, the tensor, its version) per
+    weight, (input index, value) per scalar.
 
     - Weights (``weights``): dynamo's static inputs (parameters, buffers) that the graph neither
-      mutates nor returns a view of. As with inductor's freezing, a weight changed in place later
-      is not seen: call ``torch._dynamo.reset()`` and compile again.
+      mutates nor returns a view of, as inductor's freezing does. Each call checks that every one
+      is the same tensor at the same version; a weight replaced or changed in place since makes
+      the graph run in PyTorch until ``torch._dynamo.reset()`` and a new compile.
     - Python floats dynamo passes as 0-d tensors without guarding their value (``eps``,
-      ``scaling``, ``math.pi``). Baked in, they fold and join patterns (GELU's tanh form); the
-      call compares each with its baked value (``partition.GuardedCall``).
+      ``scaling``, ``math.pi``). Baked in, they fold and join patterns (GELU's tanh form); each
+      call compares them with their baked values.
     """
     import math
 
@@ -160,16 +162,16 @@ def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: 
     if meta is None or len(places) != len(real):
         _log.info("braze plugin: inputs do not line up with dynamo's (%d vs %d); nothing is frozen",
                   len(places), len(real))
-        return {}, []
+        return {}, ([], [])
     keep = {i for i, m in enumerate(meta.input_info)
             if m.mutation_type in (MutationType.MUTATED_IN_GRAPH, MutationType.MUTATED_OUT_GRAPH)}
     keep |= {o.base_idx for o in meta.output_info if o.base_idx is not None}
-    frozen, checks = {}, []
+    frozen, weight_checks, scalar_checks = {}, [], []
     for i in sorted(scalars - keep):
         t = real[i]
         if t is not None and t.dim() == 0 and t.dtype.is_floating_point and not math.isnan(t.item()):
             frozen[places[i].name] = (names[i], t.clone())
-            checks.append((i, t.item()))
+            scalar_checks.append((i, t.item()))
     for i in (meta.static_input_indices if weights else ()):
         t, fake = real[i], places[i].meta.get("val")
         shape = tuple(getattr(fake, "shape", ()))
@@ -177,4 +179,5 @@ def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: 
                 or shape != tuple(t.shape) or t.dtype != fake.dtype:
             continue
         frozen[places[i].name] = (names[i] if i < len(names) else places[i].name, t)
-    return frozen, checks
+        weight_checks.append((i, t, t._version))
+    return frozen, (weight_checks, scalar_checks)

@@ -10,6 +10,7 @@ regions are in place.
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 from .. import log as _logging
@@ -91,13 +92,13 @@ class _Support:
         return node.name in self.names
 
 
-def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: list = ()):
+def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: tuple = ((), ())):
     """The callable AOTAutograd runs for ``gm`` (boxed: it takes a list of inputs). ``frozen``:
     placeholder name -> (weight name, tensor), the weights braze bakes in. ``speculative``: dynamo
     may have fixed the sizes for one call, so the regions compile on their second call. ``checks``:
-    (input index, value) of the scalars baked in with the weights, compared on every call."""
+    what every call verifies of the baked-in weights and scalars (``GuardedCall``)."""
     entry = _compile_graph(gm, frozen, opts, speculative)
-    return GuardedCall(entry, checks, _boxed(gm)) if checks else entry
+    return GuardedCall(entry, *checks, _boxed(gm)) if any(checks) else entry
 
 
 def _compile_graph(gm, frozen, opts, speculative):
@@ -114,7 +115,8 @@ def _compile_graph(gm, frozen, opts, speculative):
                 refused[r.node_name] = r.reason
         raise BrazeError(f"{MAX_REFUSALS} ops refused in one graph")
     except BrazeError as e:  # whatever braze cannot do, PyTorch still runs the graph
-        report.warn_once(f"graph:{e.what}", f"braze runs a whole graph in PyTorch: {e.what}")
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        report.region_failed([report.op_name(n) for n in calls], e, calls[0] if calls else None)
         return _boxed(gm)
 
 
@@ -150,12 +152,9 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
         sub = getattr(fused, node.target)
         try:
             region = compile_region(str(node.target), sub, node, frozen, shape_env, opts, speculative)
-        except Refused:
-            raise
-        except BrazeError as e:  # the region as a whole: torch runs it
+        except BrazeError as e:  # the region as a whole: torch runs it (a Refused node reruns the partition)
             ops = [n for n in sub.graph.nodes if n.op == "call_function"]
-            report.warn_once(f"region:{e.what}", f"braze runs a region of {len(ops)} ops in PyTorch: {e.what}"
-                             + (f" (first op at {report.where(ops[0])})" if ops else ""), ops[0] if ops else None)
+            report.region_failed([report.op_name(n) for n in ops], e, ops[0] if ops else None)
             torch_nodes += ops
             continue
         with fused.graph.inserting_before(node):
@@ -191,23 +190,37 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
 
 
 class GuardedCall:
-    """Runs the braze graph while the baked-in scalars keep their values; a call where one changed
-    runs the whole graph in PyTorch (and says so once)."""
+    """Runs the braze graph while what it baked in still holds: each frozen weight is the same
+    tensor at the same version (``_version`` counts in-place writes), each baked-in scalar has its
+    value. Otherwise the call runs the graph in PyTorch, and braze says so once."""
 
     _boxed_call = True
 
-    def __init__(self, entry, checks: list, eager):
+    def __init__(self, entry, weights: list, scalars: list, eager):
         self.entry, self.eager = entry, eager
-        self.index = tuple(i for i, _ in checks)
-        self.values = [v for _, v in checks]
+        self.w_index = tuple(i for i, _, _ in weights)
+        self.w_tensors = tuple(t for _, t, _ in weights)
+        self.w_versions = [v for _, _, v in weights]
+        self.s_index = tuple(i for i, _ in scalars)
+        self.s_values = [v for _, v in scalars]
 
     def __call__(self, args):
-        if [args[i].item() for i in self.index] == self.values:
-            return self.entry(args)
-        report.warn_once("scalar-changed", "a Python float braze compiled in as a constant (a module attribute "
-                         "such as eps or a scale) changed value; those calls run in PyTorch: call "
-                         "torch._dynamo.reset() to compile again with the new value")
-        return self.eager(args)
+        if self.w_index:
+            ws = [args[i] for i in self.w_index]
+            if not all(map(operator.is_, ws, self.w_tensors)) or list(map(_VERSION, ws)) != self.w_versions:
+                report.warn_once("weight-changed", "a weight or buffer braze compiled in as a constant was replaced "
+                                 "or changed in place; calls run in PyTorch from now on: call "
+                                 "torch._dynamo.reset() to compile again with the new weights")
+                return self.eager(args)
+        if self.s_index and [args[i].item() for i in self.s_index] != self.s_values:
+            report.warn_once("scalar-changed", "a Python float braze compiled in as a constant (a module attribute "
+                             "such as eps or a scale) changed value; those calls run in PyTorch: call "
+                             "torch._dynamo.reset() to compile again with the new value")
+            return self.eager(args)
+        return self.entry(args)
+
+
+_VERSION = operator.attrgetter("_version")
 
 
 class GraphCall:
@@ -223,14 +236,7 @@ class GraphCall:
         return self.impl(args)
 
 
-def _counter_gen():
-    i = 0
-    while True:
-        yield i
-        i += 1
-
-
-_counter = _counter_gen()
+_counter = itertools.count()
 
 
 def _boxed(gm):

@@ -89,10 +89,10 @@ class Region:
             from ..compiler import compile as braze_compile
             try:
                 model = braze_compile(self.module, options=self.opts)
-            except BrazeError as e:
-                from .report import warn_once
+            except Exception as e:  # noqa: BLE001 -- the user's call must not fail for braze's sake
+                from .report import region_failed
                 self.module = None  # PyTorch keeps running it
-                warn_once(f"region:{e.what}", f"braze runs a region of {len(self.ops)} ops in PyTorch: {e.what}")
+                region_failed(self.ops, e)
                 return
             reuse.remember(self.module, self.weights, model)
         self._ready(model)

@@ -53,6 +53,17 @@ def warn_torch_op(node, reason: str) -> None:
     warn_once(f"{op}: {reason}", f"braze runs {op} in PyTorch ({reason}); first seen at {where(node)}", node)
 
 
+def region_failed(ops: list[str], e: Exception, node=None) -> None:
+    """A region braze could not compile runs in PyTorch: say so once per reason, in one line (the
+    C compiler's whole output goes to the log)."""
+    what = getattr(e, "what", None) or f"{type(e).__name__}: {e}"
+    first = what.strip().splitlines()[0] if what.strip() else type(e).__name__
+    _log.info("braze plugin: region of %d ops not compiled: %s", len(ops), what)
+    at = f"; first op at {where(node)}" if node is not None else ""
+    warn_once(f"region:{first}", f"braze runs a region of {len(ops)} ops in PyTorch ({first}){at}; "
+              "BRAZE_DEBUG=1 logs the details", node)
+
+
 def describe_partition(title: str, regions: list, torch_nodes: list) -> str:
     """The partition of one graph: each braze region's ops, and the ops left to torch."""
     lines = [f"{title}: {len(regions)} braze region(s), {len(torch_nodes)} op(s) in torch"]

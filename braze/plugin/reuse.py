@@ -39,10 +39,15 @@ def is_symbolic(m: Module) -> bool:
 
 
 def remember(m: Module, weights: dict, model) -> None:
-    """Keep a symbolic region (as imported) for later graphs; ``weights``: constant -> fingerprint."""
+    """Keep a symbolic region (as imported) for later graphs; ``weights``: constant -> fingerprint.
+    The weights' data is dropped: they compare by fingerprint, and the library holds its own."""
+    from ..passes.common import copy_module
     if is_symbolic(m):
+        kept = copy_module(m)
+        for name in weights:
+            kept.constants[name] = None
         with _lock:
-            _libraries.setdefault(_signature(m), []).append((m, weights, model))
+            _libraries.setdefault(_signature(m), []).append((kept, weights, model))
 
 
 def find(m: Module, weights: dict):
@@ -123,8 +128,7 @@ def canonical(m: Module, weights: dict) -> tuple:
     from ..passes.common import copy_module
     c = copy_module(m)
     for name in weights:  # opaque: folding never copies a weight, and weights compare by fingerprint
-        if name in c.constants:
-            c.constants[name] = None
+        c.constants[name] = None
     for p in (canonicalize, constant_fold, cse, dce):
         c = p(c) or c
     text = _LOC_RE.sub("", print_function(c, c.main))

@@ -375,14 +375,10 @@ class Importer:
         ranges = self.tg.ranges
         # every symbol in a placeholder shape or a range
         tnames = list(ranges)
-        for n in self.tg.graph.nodes:
-            if n.op == "placeholder":
-                for d in getattr(n.meta.get("val"), "shape", ()):
-                    e = getattr(getattr(d, "node", None), "expr", None)
-                    if e is not None:
-                        for s in sorted(e.free_symbols, key=str):
-                            if s.name not in tnames:
-                                tnames.append(s.name)
+        for e in self._input_dims():
+            for s in sorted(e.free_symbols, key=str):
+                if s.name not in tnames:
+                    tnames.append(s.name)
         derived = self._derived_dims()
         for tn in tnames:
             name = self.names.get(tn) or _sanitize_sym(tn)
@@ -407,6 +403,15 @@ class Importer:
             self.conv_sym.symbols[tn] = s
         self._opaque_dims(set(derived), used)
 
+    def _input_dims(self):
+        """The sympy expressions of the placeholders' symbolic dims, in order."""
+        for n in self.tg.graph.nodes:
+            if n.op == "placeholder":
+                for d in getattr(n.meta.get("val"), "shape", ()):
+                    e = getattr(getattr(d, "node", None), "expr", None)
+                    if e is not None:
+                        yield e
+
     def _opaque_dims(self, derived: set, used: set) -> None:
         """An input dim such as ``2*s0*s1`` whose symbols no plain input dim gives (a graph that
         torch.compile cut between two ops, say) becomes a symbol of its own: the entry binds it
@@ -414,14 +419,11 @@ class Importer:
         ``s0`` or ``s1`` stays unbound, and the compile says so."""
         import sympy
         plain, exprs = set(derived), []
-        for n in self.tg.graph.nodes:
-            if n.op == "placeholder":
-                for d in getattr(n.meta.get("val"), "shape", ()):
-                    e = getattr(getattr(d, "node", None), "expr", None)
-                    if isinstance(e, sympy.Symbol):
-                        plain.add(e.name)
-                    elif e is not None and e.free_symbols and e not in exprs:
-                        exprs.append(e)
+        for e in self._input_dims():
+            if isinstance(e, sympy.Symbol):
+                plain.add(e.name)
+            elif e.free_symbols and e not in exprs:
+                exprs.append(e)
         for e in exprs:
             if {s.name for s in e.free_symbols} <= plain or e in self.conv_sym._cache:
                 continue
@@ -444,14 +446,11 @@ class Importer:
         import sympy
         plain, found = set(), {}
         exprs = []
-        for n in self.tg.graph.nodes:
-            if n.op == "placeholder":
-                for d in getattr(n.meta.get("val"), "shape", ()):
-                    e = getattr(getattr(d, "node", None), "expr", None)
-                    if isinstance(e, sympy.Symbol):
-                        plain.add(e.name)
-                    elif e is not None and len(e.free_symbols) == 1:
-                        exprs.append(e)
+        for e in self._input_dims():
+            if isinstance(e, sympy.Symbol):
+                plain.add(e.name)
+            elif len(e.free_symbols) == 1:
+                exprs.append(e)
         for e in exprs:
             s = next(iter(e.free_symbols))
             a, b = e.coeff(s), e.subs(s, 0)
