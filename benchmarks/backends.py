@@ -49,6 +49,7 @@ class Backend:
     label: str = ""
     description: str = ""
     warm_cache: bool = False  # a second process with the same cache dir prepares faster
+    min_warmups: int = 1  # untimed calls per shape before the timed runs (the first call counts)
     default: bool = True  # part of the default --backends list
 
     def unavailable_reason(self) -> str | None:
@@ -399,6 +400,7 @@ class BrazePlugin(Backend):
                    "result'); BRAZE_CACHE_DIR is the warm cache. Recompiles count both dynamo graphs and braze "
                    "native compiles")
     warm_cache = True
+    min_warmups = 3  # the PyTorch call, the compiling call, the first native call
 
     def unavailable_reason(self):
         try:

@@ -99,9 +99,10 @@ def _cost(dims: dict) -> float:
 # ---------------------------------------------------------------------------
 
 
-def _measure(run, args, repeat: int, min_time: float, max_time: float, first_call_s: float) -> dict:
+def _measure(run, args, repeat: int, min_time: float, max_time: float, first_call_s: float,
+             min_warmups: int = 1) -> dict:
     """Warm-up, then timed runs until >= repeat runs and >= min_time s (capped by max_time)."""
-    warmups = 1 if first_call_s > 2.0 else 2
+    warmups = max(min_warmups, 1 if first_call_s > 2.0 else 2)
     for _ in range(warmups - 1):  # the first call already was one warm-up
         run(args)
     times = []
@@ -214,8 +215,10 @@ def worker(args) -> int:
             if tuple(got.shape) != tuple(ref.shape):
                 raise RuntimeError(f"output shape {tuple(got.shape)} != eager's {tuple(ref.shape)}")
             entry["max_rel_err"] = rel_error(got, ref)
-            entry.update(_measure(prep.run, a, args.repeat, args.min_time, args.max_time, first))
+            entry.update(_measure(prep.run, a, args.repeat, args.min_time, args.max_time, first,
+                                  backend.min_warmups))
             entry["status"] = "ok"
+            entry["compile_counts_after"] = {k: v - counts_start[k] for k, v in backend.compile_counts().items()}
             prev = (_cost(dims), entry["median_ms"] / 1e3)
         except Exception as e:
             entry.update(status="error", reason=f"{type(e).__name__}: {B._short(e)}",
@@ -417,9 +420,13 @@ def table_rows(doc):
     backends = doc["config"]["backends"]
     peers = [b for b in backends if b in B.PEERS]
     has_braze = "braze" in backends
+    # plug-in mode against braze.compile and the two references the issue names
+    plugin_refs = [b for b in ("braze", "eager", "inductor-freezing") if b in backends] \
+        if "braze-plugin" in backends else []
     headers = ["model", "shape"] + [f"{b} ms" for b in backends]
     if has_braze:
         headers += [f"braze/{p}" for p in peers]
+    headers += [f"plugin/{p}" for p in plugin_refs]
     rows, grid = _grid(doc)
     body = []
     for key in rows:
@@ -428,6 +435,8 @@ def table_rows(doc):
         if has_braze:
             for p in peers:
                 r.append(f"{g['braze'] / g[p]:.2f}x" if "braze" in g and p in g else "—")
+        for p in plugin_refs:
+            r.append(f"{g['braze-plugin'] / g[p]:.2f}x" if "braze-plugin" in g and p in g else "—")
         body.append(r)
     return headers, body
 
@@ -451,7 +460,7 @@ def _recompiles_cell(e) -> str:
 
 
 def notes(doc) -> list[str]:
-    out = []
+    out = list(doc.get("remarks", []))
     for e in doc["results"]:
         if e["status"] not in ("ok",) and e.get("reason"):
             out.append(f"{e['model']} / {e['backend']}: {e['status']}: {e['reason']}")
@@ -478,7 +487,7 @@ def to_markdown(doc) -> str:
             f"braze {v.get('braze')}. Shapes: `{doc['config']['shapes']}`; median of >= {doc['config']['repeat']} "
             f"runs and >= {doc['config']['min_time_s']:g} s after warm-up.")
     parts = [head, "", "Median latency (ms; lower is better). `braze/X` = braze time / X time "
-             "(below 1.00x: braze is faster).", "", _md_table(*table_rows(doc)), "",
+             "(below 1.00x: braze is faster); `plugin/X` the same for braze-plugin.", "", _md_table(*table_rows(doc)), "",
              "Time to first result (prepare + first call, s) with a fresh cache (cold) and in a second process "
              "with that cache (warm); recompiles after the first shape; max |err| / max |ref| vs eager over "
              "all shapes.", "", _md_table(*prep_rows(doc))]

@@ -5,7 +5,9 @@ torch.export (or ONNX), compiles it once into native code with its symbolic
 dims, runs it at several shapes and compares results and timings with
 PyTorch eager, checking that no new shape triggers a recompile. It reports
 the export time and the compile time apart (their sum is the time to a
-compiled model).
+compiled model). ``--frontend plugin`` runs the same model through
+``torch.compile(model, backend="braze", dynamic=True)`` instead, and counts
+dynamo's graphs and braze's native compiles.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import sys
 import time
 
 
-def _time(fn, repeat: int) -> tuple[float, object]:
-    out = fn()  # warm-up, and the result to compare
+def _time(fn, repeat: int, warmups: int = 1) -> tuple[float, object]:
+    for _ in range(warmups):
+        out = fn()  # warm-up, and the result to compare
     ts = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -39,6 +42,8 @@ def run_demo(model: str = "bert", frontend: str = "torch", repeat: int = 3, thre
         torch.set_num_threads(threads)
     say = (lambda m: console.print(m, markup=False, highlight=False)) if console else print
     zm = zoo.get(model)
+    if frontend == "plugin":
+        return _run_plugin(zm, repeat, threads, say, console)
     dims = ", ".join(f"{k} in [{lo}, {hi}]" for k, (lo, hi) in zm.dims.items())
     say(f"[1/3] {zm.name}: exporting and compiling with dynamic dims {dims} ({frontend} frontend)")
     t0 = time.perf_counter()
@@ -83,6 +88,40 @@ def run_demo(model: str = "bert", frontend: str = "torch", repeat: int = 3, thre
     return rows
 
 
+def _run_plugin(zm, repeat, threads, say, console) -> list[dict]:
+    import numpy as np
+    import torch
+
+    import braze
+    from braze import zoo
+    from braze.testing import rel_error
+
+    graphs = torch._dynamo.utils.counters["stats"]
+    say(f"[1/2] {zm.name}: torch.compile(model, backend='braze', dynamic=True); braze compiles each graph dynamo "
+        "hands over at its first call (a graph dynamo fixed to a size of 1: at its second)")
+    opts = {"threads": threads} if threads else None
+    compiled = torch.compile(zm.module, backend="braze", dynamic=True, options=opts)
+    say("[2/2] running at several shapes: braze plug-in vs PyTorch eager")
+    rows, counts = [], []
+    for shape in zm.test_shapes:
+        inputs = zm.make_inputs(**shape)
+        with torch.no_grad():
+            t_torch, ref = _time(lambda: zm.module(*inputs), repeat)
+            t0 = time.perf_counter()
+            compiled(*inputs)
+            first = time.perf_counter() - t0
+            t_braze, out = _time(lambda: compiled(*inputs), repeat)
+        ref, out = zoo.first_output(ref).numpy(), zoo.first_output(out).numpy()
+        rows.append({"shape": shape, "out_shape": list(np.shape(out)), "braze_ms": t_braze, "torch_ms": t_torch,
+                     "rel_err": rel_error(out, ref), "first_s": first})
+        counts.append((int(graphs["unique_graphs"]), braze.stats()["native_compiles"]))
+    _report(rows, say, console)
+    firsts = ", ".join(f"{r['first_s']:.2f} s" for r in rows)
+    say("dynamo graphs / braze native compiles after each shape: " + ", ".join(f"{g}/{n}" for g, n in counts)
+        + f"; first call at each shape: {firsts}.")
+    return rows
+
+
 def _report(rows, say, console):
     headers = ["shape", "output", "braze ms", "torch ms", "braze/torch", "max rel err"]
     body = [[", ".join(f"{k}={v}" for k, v in r["shape"].items()), str(r["out_shape"]), f"{r['braze_ms']:.1f}",
@@ -119,8 +158,9 @@ def main(argv=None) -> int:
 
     ap = _Parser(prog="braze demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="bert", choices=zoo.names(), help="zoo model (default: bert)")
-    ap.add_argument("--frontend", default="torch", choices=["torch", "onnx"],
-                    help="import path: torch.export, or torch.onnx.export then the ONNX frontend (default: torch)")
+    ap.add_argument("--frontend", default="torch", choices=["torch", "onnx", "plugin"],
+                    help="import path: torch.export, torch.onnx.export then the ONNX frontend, or plugin: "
+                         "torch.compile(model, backend='braze', dynamic=True) (default: torch)")
     ap.add_argument("--repeat", type=_positive, default=3, help="timed runs per shape (median is shown)")
     ap.add_argument("--threads", type=_positive, default=None,
                     help="threads for both braze and PyTorch (default: their own)")

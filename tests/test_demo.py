@@ -76,3 +76,20 @@ def test_demo_reports_export_and_compile_apart(capsys, tmp_path, monkeypatch):
     total, export, comp = map(float, m.groups())
     assert abs(total - export - comp) <= 0.016 and export > 0  # each printed to 0.01 s
     assert rows[0]["rel_err"] < 1e-4 and braze.stats()["native_compiles"] >= 1
+
+
+def test_demo_plugin_frontend_counts_graphs_and_compiles(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    import torch
+
+    from braze import demo, zoo
+    small = zoo.mlp()
+    small.module = torch.nn.Sequential(torch.nn.Linear(1024, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)).eval()
+    small.test_shapes = [{"batch": 1}, {"batch": 3}, {"batch": 5}]
+    monkeypatch.setattr(zoo, "get", lambda name: small)
+    torch._dynamo.reset()
+    rows = demo.run_demo("mlp", frontend="plugin", repeat=1)
+    torch._dynamo.reset()
+    out = capsys.readouterr().out
+    assert "backend='braze'" in out and "dynamo graphs / braze native compiles after each shape" in out
+    assert all(r["rel_err"] < 1e-4 for r in rows)

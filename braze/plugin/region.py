@@ -103,7 +103,8 @@ class Region:
 
 
 def symbol_names(shape_env) -> dict[str, str]:
-    """torch symbol -> a braze name from where dynamo found it: ``L['x'].size()[0]`` -> ``x_dim0``.
+    """torch symbol -> a braze name from where dynamo found it: ``L['x'].size()[0]`` -> ``x_dim0``,
+    ``L['kwargs']['input_ids'].size()[1]`` -> ``input_ids_dim1``.
     Names depend only on the model's arguments, so the same graph gives the same library."""
     out: dict[str, str] = {}
     for sym, sources in getattr(shape_env, "var_to_sources", {}).items():
@@ -112,8 +113,12 @@ def symbol_names(shape_env) -> dict[str, str]:
                 text = src.name() if callable(src.name) else src.name
             except Exception:
                 continue
-            m = re.fullmatch(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", text)
-            name = f"{m.group(1)}_dim{m.group(2)}" if m else re.sub(r"\W+", "_", text).strip("_")
+            m = re.fullmatch(r"L((?:\[[^\]]+\])+)\.size\(\)\[(\d+)\]", text)
+            if m:  # L['x'], L['args'][0], L['kwargs']['input_ids']
+                keys = [k.strip("'\"") for k in re.findall(r"\[([^\]]+)\]", m.group(1))]
+                name = re.sub(r"\W+", "_", "_".join(k for k in keys if k != "kwargs")) + f"_dim{m.group(2)}"
+            else:
+                name = re.sub(r"\W+", "_", text).strip("_")
             if name:
                 out[str(sym)] = name if name[0].isalpha() else "d_" + name
                 break
