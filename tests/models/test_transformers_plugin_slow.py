@@ -53,10 +53,10 @@ def test_architecture_under_the_backend(arch):
     model_cls, cfg_cls, kw = ARCHS[arch]
     cfg = getattr(transformers, cfg_cls)(**kw)
     cfg.use_cache = False
-    if arch != "mamba":
-        cfg._attn_implementation = "sdpa"
+    cls = getattr(transformers, model_cls)
+    cfg._attn_implementation = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
     torch.manual_seed(0)
-    m = getattr(transformers, model_cls)(cfg).eval()
+    m = cls(cfg).eval()
     torch._dynamo.reset()
     c = torch.compile(m, backend="braze", dynamic=True)
     before, counts = libraries(), []
