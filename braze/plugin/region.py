@@ -106,13 +106,10 @@ def symbol_names(shape_env) -> dict[str, str]:
     """torch symbol -> a braze name from where dynamo found it: ``L['x'].size()[0]`` -> ``x_dim0``,
     ``L['kwargs']['input_ids'].size()[1]`` -> ``input_ids_dim1``.
     Names depend only on the model's arguments, so the same graph gives the same library."""
+    from ..frontend.torch.importer import source_names
     out: dict[str, str] = {}
-    for sym, sources in getattr(shape_env, "var_to_sources", {}).items():
-        for src in sources:
-            try:
-                text = src.name() if callable(src.name) else src.name
-            except Exception:
-                continue
+    for sym, texts in source_names(shape_env).items():
+        for text in texts:
             m = re.fullmatch(r"L((?:\[[^\]]+\])+)\.size\(\)\[(\d+)\]", text)
             if m:  # L['x'], L['args'][0], L['kwargs']['input_ids']
                 keys = [k.strip("'\"") for k in re.findall(r"\[([^\]]+)\]", m.group(1))]
@@ -120,7 +117,7 @@ def symbol_names(shape_env) -> dict[str, str]:
             else:
                 name = re.sub(r"\W+", "_", text).strip("_")
             if name:
-                out[str(sym)] = name if name[0].isalpha() else "d_" + name
+                out[sym] = name if name[0].isalpha() else "d_" + name
                 break
     return out
 

@@ -177,6 +177,20 @@ def _sanitize_sym(name: str) -> str:
     return s
 
 
+def source_names(shape_env) -> dict[str, list[str]]:
+    """torch symbol name -> the names of the sources it was read from (``L['x'].size()[0]``)."""
+    out: dict[str, list[str]] = {}
+    for sym, sources in getattr(shape_env, "var_to_sources", {}).items():
+        names = []
+        for src in sources:
+            try:
+                names.append(src.name() if callable(src.name) else src.name)
+            except Exception:  # a source torch cannot name: skip it
+                continue
+        out[str(sym)] = names
+    return out
+
+
 def dim_names(ep) -> dict[str, str]:
     """torch symbol name -> the user's Dim name, from the shape env's source names."""
     out: dict[str, str] = {}
@@ -195,16 +209,10 @@ def dim_names(ep) -> dict[str, str]:
     if env is None:
         return out, None
     debug = getattr(env, "source_name_to_debug_name", {}) or {}
-    for sym, sources in getattr(env, "var_to_sources", {}).items():
-        for src in sources:
-            try:
-                nm = src.name() if callable(src.name) else src.name
-            except Exception:
-                continue
-            dn = debug.get(nm)
-            if dn and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", dn):
-                out[str(sym)] = dn
-                break
+    for sym, names in source_names(env).items():
+        dn = next((debug[nm] for nm in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", debug.get(nm) or "")), None)
+        if dn:
+            out[sym] = dn
     _derived_dim_names(ep, debug.values(), out)
     return out, env
 
