@@ -136,7 +136,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     from .codegen.host import HostGen
     from .codegen.isa import detect_isa
     from .extern import onednn
-    from .pipeline import run_pipeline
+    from .pipeline import PassTimer, run_pipeline
     from .runtime import load_library
 
     opts = options if options is not None else Options.from_env()
@@ -150,8 +150,10 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     require_constant_data(module, "compile")
     t1 = time.perf_counter()
     timings["import"] = t1 - t0 - timings.get("export", 0.0)
-    module = run_pipeline(module, options=opts, copy=False)
+    timer = PassTimer()
+    module = run_pipeline(module, options=opts, copy=False, instruments=[timer])
     t2 = time.perf_counter()
+    _log.info("passes: %s", timer.report())
     native = HostGen(module, detect_isa(), profile=opts.debug >= 3).generate()
     t3 = time.perf_counter()
     if opts.dump_dir:

@@ -75,3 +75,58 @@ def test_custom_pass_list(P):
     q, k, v = (np.random.default_rng(0).standard_normal((2, 2, 6, 4)).astype(np.float32) for _ in range(3))
     np.testing.assert_allclose(braze.reference.run(out, q, k, v), braze.reference.run(P.parse(TEXT), q, k, v),
                                rtol=1e-6)
+
+
+def test_instruments_see_every_pass_in_order(P):
+    from braze.pipeline import Instrument, PassTimer
+
+    class Recorder(Instrument):
+        def __init__(self):
+            self.events = []
+
+        def start(self, module):
+            self.events.append(("start", len(module.main.nodes)))
+
+        def before(self, index, name, module):
+            self.events.append(("before", index, name))
+
+        def after(self, index, name, module):
+            self.events.append(("after", index, name))
+
+    rec, timer = Recorder(), PassTimer()
+    run_pipeline(P.parse(TEXT), options=Options(), instruments=[rec, timer])
+    names = [p.__name__ for p in CPU_PASSES]
+    assert rec.events[0][0] == "start"
+    assert rec.events[1:] == [e for i, n in enumerate(names, 1) for e in (("before", i, n), ("after", i, n))]
+    assert [n for n, _ in timer.times] == names and all(t >= 0 for _, t in timer.times)
+    assert all(f"{n} " in timer.report() for n in names)
+
+
+def test_print_after_prints_the_named_passes(P):
+    import io
+
+    from braze.pipeline import PrintAfter
+    out = io.StringIO()
+    run_pipeline(P.parse(TEXT), options=Options(), instruments=[PrintAfter({"fuse"}, out)])
+    text = out.getvalue()
+    assert text.count("// after pass") == 1 and "// after pass 'fuse'" in text
+    assert braze.ir.parse(text.split("\n", 1)[1]).main.nodes  # the printed IR parses back
+
+
+def test_compile_logs_the_time_of_every_pass(caplog):
+    import logging
+
+    import numpy as np
+    from braze.ir.graph import Module
+    from braze.ops.builder import Builder
+    from braze.ir.types import DType, TensorType
+    m = Module()
+    b = Builder(m)
+    n = m.constraints.add_symbol(braze.ir.sym.Sym("n", 1, None))
+    x = b.param("x", TensorType(DType.float32, (n, 4)))
+    b.ret(b.op("relu", [x]))
+    with caplog.at_level(logging.INFO, logger="braze.compile"):
+        cm = braze.compile(m)
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("passes: "))
+    assert "canonicalize " in line and "fuse " in line and "ms" in line
+    np.testing.assert_array_equal(cm(np.array([[-1, 2, -3, 4]], np.float32)), [[0, 2, 0, 4]])
