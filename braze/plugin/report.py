@@ -23,7 +23,7 @@ def op_name(node) -> str:
 
 
 def where(node) -> str:
-    from ..frontend.torch.importer import source_loc
+    from ..frontend.torch.common import source_loc
     loc = source_loc(node)
     if loc.file and loc.line:
         return f"{loc.file}:{loc.line}" + (f": {loc.code}" if loc.code else "")
@@ -39,7 +39,7 @@ def warn_once(key: str, message: str, node=None) -> bool:
         _warned.add(key)
     loc = None
     if node is not None:
-        from ..frontend.torch.importer import source_loc
+        from ..frontend.torch.common import source_loc
         loc = source_loc(node)
     if loc is not None and loc.file and loc.line:
         warnings.warn_explicit(BrazeWarning(message), BrazeWarning, loc.file, loc.line, module="braze.plugin")

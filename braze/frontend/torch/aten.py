@@ -1,4 +1,4 @@
-"""ATen op -> braze op converters: the table, dispatch and shared helpers.
+"""ATen op -> braze op converters: the table and the dispatch.
 
 A converter is ``fn(cx, node, *args, **kwargs)``: ``cx`` is the Importer
 (``cx.b`` the Builder, ``cx.loc`` the node's SourceLoc), ``args`` the FX
@@ -6,35 +6,23 @@ arguments with tensors as braze Values and sizes as IntLikes. It returns a
 Value, a tuple of Values (multi-output ops, read back through getitem), or
 ``None`` (asserts). Keys are ``"aten.name.overload"`` or ``"aten.name"``
 (any overload). In-place ops (``relu_``) use their functional converter.
-The converters live in ``aten_math``, ``aten_shape`` and ``aten_nn``;
-``table()`` imports them.
+The converters live in ``aten_math``, ``aten_shape`` and ``aten_nn``, built with the
+registry and helpers of ``convert``; ``table()`` imports them.
 """
 
 from __future__ import annotations
 
 import operator
 
-import numpy as np
-
 from ...errors import UnsupportedOpError
-from ...ir import sym as S
 from ...ir.graph import Value
-from ...ir.types import DType
-from .importer import ISSUES_HINT, source_loc, to_braze_dtype
+from .common import ISSUES_HINT, source_loc, to_braze_dtype
+from .convert import CONVERTERS, float_value, op
 
-CONVERTERS: dict = {}
 SKIP = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range",
         "aten.sym_constrain_range_for_size", "aten._assert_async", "aten._functional_assert_async",
         "aten._functional_sym_constrain_range", "aten._functional_sym_constrain_range_for_size",
         "aten._check_is_size"}
-
-
-def conv(*names):
-    def deco(fn):
-        for n in names:
-            CONVERTERS[n if n.startswith(("aten.", "prims.")) else "aten." + n] = fn
-        return fn
-    return deco
 
 
 def table() -> dict:
@@ -187,92 +175,3 @@ def _match_meta(cx, n, val, out):
                              f"[{', '.join(str(d) for d in shape)}]", where=str(cx.loc),
                              hint="this is a bug in braze's converter for this op; please report it")
     return out
-
-
-# ---------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------
-
-
-def op(cx, name, inputs, **attrs):
-    return cx.b.op(name, inputs, loc=cx.loc, **attrs)
-
-
-def meta(n, i=None):
-    v = n.meta["val"]
-    if isinstance(v, (list, tuple)):
-        v = v[0 if i is None else i]
-    return v
-
-
-def out_dtype(cx, n, i=None) -> DType:
-    return to_braze_dtype(meta(n, i).dtype, str(cx.loc))
-
-
-def out_shape(cx, n, i=None) -> tuple:
-    return cx.shape_of(meta(n, i))
-
-
-def cast(cx, v, dt):
-    return v if dt is None or v.dtype == dt else op(cx, "cast", [v], dtype=dt)
-
-
-def scalar(cx, v, dt: DType):
-    """A 0-d tensor of value ``v`` (a number or a symbolic size)."""
-    if S.is_symbolic(v):
-        a = op(cx, "arange", [], start=v, end=v + 1, step=1, dtype=dt if dt else DType.int64)
-        return op(cx, "reshape", [a], shape=())
-    if dt is None:
-        dt = DType.bool if isinstance(v, bool) else DType.int64 if isinstance(v, int) else DType.float32
-    return cx.b.constant(np.asarray(v, dtype=dt.numpy), loc=cx.loc)
-
-
-def float_value(cx, e):
-    """A float-valued size expression (a torch SymFloat: ``ToFloat(s) / 7``, ``1.5 * ToFloat(s)``,
-    ...) as a 0-d float64 Value computed at run time, in double precision as Python does."""
-    import sympy
-    f64 = DType.float64
-    name = type(e).__name__
-    if e.is_Number:
-        return scalar(cx, float(e), f64)
-    if name == "ToFloat" or e.is_integer:
-        return op(cx, "cast", [scalar(cx, cx.sym(e.args[0] if name == "ToFloat" else e), DType.int64)], dtype=f64)
-    if name in ("FloatTrueDiv", "IntTrueDiv"):
-        return op(cx, "div", [float_value(cx, e.args[0]), float_value(cx, e.args[1])])
-    if isinstance(e, (sympy.Mul, sympy.Add)):
-        vs = [float_value(cx, a) for a in e.args]
-        out = vs[0]
-        for v in vs[1:]:
-            out = op(cx, "mul" if isinstance(e, sympy.Mul) else "add", [out, v])
-        return out
-    if isinstance(e, sympy.Pow) and e.exp == -1:
-        return op(cx, "div", [scalar(cx, 1.0, f64), float_value(cx, e.base)])
-    raise UnsupportedOpError(f"the float size expression {e} ({name}) has no braze equivalent", where=str(cx.loc),
-                             hint="braze computes + - * / over sizes")
-
-
-def tensor(cx, x, dt: DType | None):
-    if isinstance(x, Value):
-        return cast(cx, x, dt)
-    return scalar(cx, x, dt)
-
-
-def axis(cx, d, rank):
-    r = max(rank, 1)
-    if not -r <= d < r:
-        raise UnsupportedOpError(f"dim {d} is out of range for rank {rank}", where=str(cx.loc))
-    return d % r
-
-
-def axes(cx, dims, rank):
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        return None
-    if isinstance(dims, int):
-        dims = [dims]
-    return tuple(sorted({axis(cx, d, rank) for d in dims}))
-
-
-def need_static(cx, v, what):
-    if S.is_symbolic(v):
-        raise UnsupportedOpError(f"{what} must be a constant, got the symbolic size {v}", where=str(cx.loc))
-    return v

@@ -7,8 +7,8 @@ from ...ir import sym as S
 from ...ir.graph import Value
 from ...ir.types import DType
 from ...ops.common import promote
-from .aten import axes, axis, cast, conv, need_static, op, out_dtype, scalar, tensor
-from .importer import ISSUES_HINT, NotProduced
+from .convert import axes, axis, cast, conv, need_static, op, out_dtype, scalar, tensor
+from .common import ISSUES_HINT, NotProduced
 
 
 # ---------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import numpy as np
 from ...errors import UnsupportedOpError
 from ...ir import sym as S
 from ...ir.types import DType
-from .aten import axis, cast, conv, need_static, op, out_dtype, scalar
-from .importer import ISSUES_HINT, NotProduced
+from .convert import axis, cast, conv, need_static, op, out_dtype, scalar
+from .common import ISSUES_HINT, NotProduced
 
 
 def pair(v):

@@ -6,8 +6,8 @@ from ...errors import UnsupportedOpError
 from ...ir import sym as S
 from ...ir.graph import Value
 from ...ir.types import DType
-from .aten import axis, cast, conv, meta, need_static, op, out_dtype, out_shape, scalar, tensor
-from .importer import ISSUES_HINT
+from .convert import axis, cast, conv, meta, need_static, op, out_dtype, out_shape, scalar, tensor
+from .common import ISSUES_HINT
 
 BIG = 2 ** 62  # an open slice end
 
