@@ -197,28 +197,20 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     return Region(name, sub, ops, arg_index, module, weights, opts, model)
 
 
-def _linear(e) -> bool:
-    """``e`` is ``a*s + b`` in one symbol with integers a >= 1 and b: the importer recovers ``s``."""
-    import sympy
-    if len(e.free_symbols) != 1:
-        return False
-    s = next(iter(e.free_symbols))
-    a, b = e.coeff(s), e.subs(s, 0)
-    return a.is_Integer and b.is_Integer and int(a) >= 1 and sympy.expand(a * s + b - e) == 0
-
-
 def _check_sizes(places, arg_index, sub) -> None:
     """Every size in the region must follow from its tensor inputs' shapes, the only sizes braze
     reads: a plain symbol, a single-symbol ``a*s + b``, or an input dim's whole expression. The
     first node that needs another size (from tensor data, or from another graph) is refused."""
     import torch
+
+    from ..frontend.torch.importer import linear_form
     syms, exprs = set(), set()
     for i in arg_index:
         for d in places[i].meta["val"].shape:
             if isinstance(d, torch.SymInt):
                 e = d.node.expr
                 exprs.add(e)
-                if _linear(e):
+                if linear_form(e) is not None:
                     syms |= e.free_symbols
 
     def readable(val) -> bool:

@@ -37,6 +37,17 @@ def _braze_warnings(record):
     return [w for w in record if issubclass(w.category, BrazeWarning)]
 
 
+def _compare_and_warnings(m, inputs, tol) -> str:
+    """Compile ``m`` with the backend, check it against eager at every input, return the text
+    of the BrazeWarnings it gave."""
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record, torch.no_grad():
+        warnings.simplefilter("always")
+        for x in inputs:
+            torch.testing.assert_close(c(x), m(x), rtol=tol, atol=tol)
+    return " | ".join(str(w.message) for w in _braze_warnings(record))
+
+
 def test_unsupported_ops_run_in_torch_with_one_warning_each(fresh_warnings, compiles):
     m = Mixed().eval()
     c = torch.compile(m, backend="braze", dynamic=True)
@@ -85,15 +96,8 @@ def test_a_refused_converter_splits_the_region(fresh_warnings):
             y = F.avg_pool2d(torch.relu(self.conv(x)), 2, divisor_override=3)  # braze refuses divisor_override
             return torch.sigmoid(y) * 2
 
-    m = Pool().eval()
-    c = torch.compile(m, backend="braze", dynamic=True)
-    with warnings.catch_warnings(record=True) as record, torch.no_grad():
-        warnings.simplefilter("always")
-        for hw in (8, 10, 12):
-            x = torch.randn(2, 3, hw, hw)
-            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
-    texts = [str(w.message) for w in _braze_warnings(record)]
-    assert any("avg_pool2d" in t and "divisor_override" in t for t in texts), texts
+    texts = _compare_and_warnings(Pool().eval(), [torch.randn(2, 3, hw, hw) for hw in (8, 10, 12)], 1e-5)
+    assert any("avg_pool2d" in t and "divisor_override" in t for t in texts.split(" | ")), texts
 
 
 @pytest.mark.parametrize("case", ["float16", "runtime_conv_weight"])
@@ -108,13 +112,7 @@ def test_what_braze_cannot_run_natively_stays_in_torch(case, fresh_warnings):
             return F.conv2d(torch.relu(x), w) + 1
 
     m = Half() if case == "float16" else RuntimeWeight()
-    c = torch.compile(m, backend="braze", dynamic=True)
-    with warnings.catch_warnings(record=True) as record, torch.no_grad():
-        warnings.simplefilter("always")
-        for s in (5, 6, 9):
-            x = torch.randn(4, 4, s, s)
-            torch.testing.assert_close(c(x), m(x), rtol=1e-3, atol=1e-3)
-    texts = " ".join(str(w.message) for w in _braze_warnings(record))
+    texts = _compare_and_warnings(m, [torch.randn(4, 4, s, s) for s in (5, 6, 9)], 1e-3)
     assert ("float16 kernels" if case == "float16" else "weight is computed at run time") in texts
 
 

@@ -133,6 +133,19 @@ class SymConverter:
         return out
 
 
+def linear_form(e):
+    """(s, a, b) when the sympy expression ``e`` is ``a*s + b`` in one symbol ``s``, with integers
+    a >= 1 and b; else None. The importer recovers ``s`` from such an input dim."""
+    import sympy
+    if len(e.free_symbols) != 1:
+        return None
+    s = next(iter(e.free_symbols))
+    a, b = e.coeff(s), e.subs(s, 0)
+    if a.is_Integer and b.is_Integer and int(a) >= 1 and sympy.expand(a * s + b - e) == 0:
+        return s, int(a), int(b)
+    return None
+
+
 def _sanitize_sym(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_]", "_", name)
     if not s or not (s[0].isalpha() or s[0] == "_"):
@@ -375,11 +388,9 @@ class Importer:
             elif len(e.free_symbols) == 1:
                 exprs.append(e)
         for e in exprs:
-            s = next(iter(e.free_symbols))
-            a, b = e.coeff(s), e.subs(s, 0)
-            if s.name not in plain and a.is_Integer and b.is_Integer and int(a) >= 1 \
-                    and sympy.expand(a * s + b - e) == 0:
-                found.setdefault(s.name, (e, int(a), int(b)))
+            form = linear_form(e)
+            if form is not None and form[0].name not in plain:
+                found.setdefault(form[0].name, (e, form[1], form[2]))
         return found
 
     def sym(self, x):
