@@ -31,10 +31,17 @@ def import_torch(exported_program, dynamic_shapes=None):
 
 
 __all__ = ["BrazeError", "InputError", "ModelFormatError", "ShapeError", "UnsupportedOpError",
-           "import_onnx", "import_torch", "ir", "reference", "stats", "__version__"]
+           "import_onnx", "import_torch", "ir", "reference", "resume", "stats", "__version__"]
 
 
 def compile(model, example_inputs=None, dynamic_shapes=None, **kw):
     """Compile a model once into native code that serves every shape (see braze.compiler.compile)."""
     from .compiler import compile as _compile
     return _compile(model, example_inputs, dynamic_shapes, **kw)
+
+
+def resume(path, **kw):
+    """Compile from a stage file of a BRAZE_DUMP directory; the same C as the dumped compile
+    (see braze.compiler.resume)."""
+    from .compiler import resume as _resume
+    return _resume(path, **kw)

@@ -6,6 +6,8 @@ commands:
   braze inspect MODEL [--dim ...]  import a model file (.onnx, .pt2, .braze) and print its IR
   braze ops [ir|onnx|aten]         list what braze supports: graph IR ops, and the ONNX and
                                    ATen ops its two frontends import
+  braze resume DUMP/NN_STAGE.braze continue a compile from one stage of a BRAZE_DUMP directory
+                                   (a repro: the same C as the compile that dumped it)
 
 `braze COMMAND --help` explains each command. Errors are one line on stderr:
 exit status 2 for a usage error (a bad option, a missing file), 1 for a
@@ -16,22 +18,10 @@ error (README.md lists every BRAZE_* variable).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 
-USAGE_ERROR = 2
-
-
-class UsageError(Exception):
-    """A bad command line: one line on stderr, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (argparse prints the usage block first)."""
-
-    def error(self, message):
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+from .cmdline import Parser, UsageError, one_line, run_command
 
 
 def _parse_dim(spec: str) -> tuple[str, tuple[int, int | None]]:
@@ -52,7 +42,7 @@ def cmd_inspect(args) -> int:
     try:
         check_model_path(args.model)
     except ModelFileError as e:
-        raise UsageError(_one_line(e)) from None
+        raise UsageError(one_line(e)) from None
     dims = dict(args.dim or [])
     mod = load_model_file(args.model, dim_ranges=dims or None)
     print(mod.to_text(inline_limit=args.inline), end="")
@@ -65,11 +55,38 @@ def cmd_ops(args) -> int:
     return 0
 
 
+def cmd_resume(args) -> int:
+    import hashlib
+    import os
+
+    from .codegen.isa import detect_isa
+    from .dump import stage_of
+    from .pipeline import resume_c, stage_names
+    if not os.path.isfile(args.stage):
+        raise UsageError(f"no such file: {args.stage!r}")
+    index, _, _ = stage_of(args.stage)
+    native, _ = resume_c(args.stage, detect_isa())
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(native.source)
+    digest = hashlib.sha256(native.source.encode()).hexdigest()[:16]
+    ran = stage_names()[index:]
+    print(f"resumed after stage {index:02d}; ran {', '.join(ran)}")
+    print(f"C source: {len(native.source)} bytes, sha256 {digest}..." +
+          (f", written to {args.output}" if args.output else ""))
+    if args.check:
+        with open(args.check) as fh:
+            same = fh.read() == native.source
+        print("identical to " + args.check if same else "DIFFERS from " + args.check)
+        return 0 if same else 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    ap = _Parser(prog="braze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="braze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"braze {__version__}")
-    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     sub.add_parser("demo", add_help=False, help="compile a bundled model once and run it at several shapes "
                    "against PyTorch eager (braze demo --help)")
@@ -93,15 +110,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "converts.\n\n  braze ops          all three\n  braze ops onnx     one of them")
     p.add_argument("section", nargs="?", default="all", choices=["all", "ir", "onnx", "aten"],
                    help="which list to print (default: all)")
+    p = sub.add_parser(
+        "resume", help="continue a compile from a stage of a BRAZE_DUMP directory",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Read one stage's text from a BRAZE_DUMP directory (graph IR NN_<pass>.braze or loop IR "
+                    "NN_<stage>.loop, with the constants/ folder beside it), run the stages after it and "
+                    "produce the C source. It is byte for byte the C of the compile that wrote the dump, so "
+                    "a dump is a repro: edit a stage's text and resume to see what changes.\n\n"
+                    "  BRAZE_DUMP=out python app.py\n"
+                    "  braze resume out/14_assign_memory.braze --check out/model.c\n"
+                    "  braze resume out/17_collapse.loop -o model.c")
+    p.add_argument("stage", help="a stage file of a BRAZE_DUMP directory")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the C source to FILE")
+    p.add_argument("--check", metavar="FILE", help="compare the C source with FILE (e.g. the dump's model.c); "
+                   "exit status 1 if they differ")
     return ap
-
-
-def _one_line(e: BaseException) -> str:
-    """A BrazeError's what / where / hint (or any exception) as one line."""
-    what = getattr(e, "what", None) or str(e) or type(e).__name__
-    parts = [what] + [f"{k}: {v}" for k, v in (("where", getattr(e, "where", None)),
-                                                 ("hint", getattr(e, "hint", None))) if v]
-    return "; ".join(" ".join(p.split()) for p in parts)
 
 
 def _run(argv) -> int:
@@ -109,38 +132,14 @@ def _run(argv) -> int:
         from .demo import main as demo_main
         return demo_main(argv[1:])
     args = build_parser().parse_args(argv)
-    return {"inspect": cmd_inspect, "ops": cmd_ops}[args.cmd](args)
+    return {"inspect": cmd_inspect, "ops": cmd_ops, "resume": cmd_resume}[args.cmd](args)
 
 
 def main(argv=None) -> int:
-    from .errors import BrazeError
     argv = sys.argv[1:] if argv is None else list(argv)
     cmd = next((a for a in argv if not a.startswith("-")), None)
-    prog = f"braze {cmd}" if cmd in ("demo", "inspect", "ops") else "braze"
-    try:
-        rc = _run(argv)
-        sys.stdout.flush()
-        return rc
-    except BrokenPipeError:
-        # the reader stopped early (`braze ops | head`): that is not an error; drop what is left
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-    except UsageError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return USAGE_ERROR
-    except BrazeError as e:
-        print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # a bug in braze: one line, the traceback with BRAZE_DEBUG
-        if os.environ.get("BRAZE_DEBUG", "").strip() not in ("", "0"):
-            raise
-        print(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} (a braze bug: please report it; "
-              "BRAZE_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return 1
+    prog = f"braze {cmd}" if cmd in ("demo", "inspect", "ops", "resume") else "braze"
+    return run_command(prog, lambda: _run(argv))
 
 
 if __name__ == "__main__":

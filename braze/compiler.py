@@ -6,7 +6,7 @@ import os
 import sys
 import time
 import warnings
-from pathlib import Path
+from dataclasses import dataclass
 
 from . import log as _logging
 from .errors import BrazeError, BrazeWarning, InputError
@@ -70,6 +70,17 @@ def _describe(model) -> str:
     return f"a {type(model).__name__}"
 
 
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel's totals over every call since load (BRAZE_DEBUG >= 3)."""
+
+    label: str
+    seconds: float
+    calls: int
+    bytes: float  # read and written, summed over calls
+    flops: float  # GEMM/convolution multiply-adds x 2, summed over calls; 0 for generated kernels
+
+
 class CompiledModel:
     """A compiled model: call it with numpy arrays or torch tensors (same kind back)."""
 
@@ -90,24 +101,35 @@ class CompiledModel:
             raise InputError(f"{input_count_message(self.module.main)}; got {len(inputs)}")
         return self._main(*inputs)
 
-    def profile(self) -> list[tuple[str, float, int]]:
-        """Per-kernel (label, total seconds, calls) since load; needs BRAZE_DEBUG >= 3 at compile time."""
+    def profile(self) -> list[KernelTime]:
+        """Per-kernel totals since load (``KernelTime``); needs BRAZE_DEBUG >= 3 at compile time."""
         import ctypes
         cdll = ctypes.CDLL(str(self.library.path))
         if not hasattr(cdll, "braze_profile"):
             raise BrazeError("this model was compiled without profiling", hint="compile it with BRAZE_DEBUG=3")
         names = ctypes.POINTER(ctypes.c_char_p)()
-        secs = ctypes.POINTER(ctypes.c_double)()
+        secs, nbytes, flops = (ctypes.POINTER(ctypes.c_double)() for _ in range(3))
         calls = ctypes.POINTER(ctypes.c_int64)()
-        n = cdll.braze_profile(ctypes.byref(names), ctypes.byref(secs), ctypes.byref(calls))
-        return [(names[i].decode(), secs[i], calls[i]) for i in range(n)]
+        n = cdll.braze_profile(ctypes.byref(names), ctypes.byref(secs), ctypes.byref(calls), ctypes.byref(nbytes),
+                               ctypes.byref(flops))
+        return [KernelTime(names[i].decode(), secs[i], calls[i], nbytes[i], flops[i]) for i in range(n)]
 
     def profile_report(self, top: int = 25) -> str:
-        rows = sorted(self.profile(), key=lambda r: -r[1])
-        total = sum(r[1] for r in rows) or 1.0
-        lines = [f"{'kernel':60s} {'ms':>10s} {'calls':>7s} {'share':>6s}"]
-        for name, s, c in rows[:top]:
-            lines.append(f"{name[:60]:60s} {s * 1e3:10.2f} {c:7d} {100 * s / total:5.1f}%")
+        """The slowest kernels: time, calls, share, and GB/s and GFLOP/s against what this machine
+        measures (braze/runtime/limits.py)."""
+        from .runtime.limits import measured_limits
+        lim = measured_limits()
+        rows = sorted(self.profile(), key=lambda r: -r.seconds)
+        total = sum(r.seconds for r in rows) or 1.0
+        lines = [f"machine: {lim.bandwidth_gbs:.1f} GB/s copy, {lim.gemm_gflops:.0f} GFLOP/s GEMM (measured)",
+                 f"{'kernel':52s} {'ms':>9s} {'calls':>6s} {'share':>6s} {'GB/s':>7s} {'%bw':>5s} "
+                 f"{'GFLOP/s':>8s} {'%peak':>6s}"]
+        for r in rows[:top]:
+            gbs = r.bytes / r.seconds / 1e9 if r.seconds else 0.0
+            gfl = r.flops / r.seconds / 1e9 if r.seconds else 0.0
+            flop = f"{gfl:8.1f} {100 * gfl / lim.gemm_gflops:5.0f}%" if r.flops else f"{'-':>8s} {'-':>6s}"
+            lines.append(f"{r.label[:52]:52s} {r.seconds * 1e3:9.2f} {r.calls:6d} {100 * r.seconds / total:5.1f}% "
+                         f"{gbs:7.1f} {100 * gbs / lim.bandwidth_gbs:4.0f}% {flop}")
         return "\n".join(lines)
 
     def function(self, name: str):
@@ -133,11 +155,9 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     where the library is cached, passed down explicitly (the environment is
     never changed, so threads compiling at once keep their own settings).
     """
-    from .codegen.host import HostGen
     from .codegen.isa import detect_isa
-    from .extern import onednn
-    from .pipeline import PassTimer, run_pipeline
-    from .runtime import load_library
+    from .instruments import PassTimer
+    from .pipeline import compile_to_c
 
     opts = options if options is not None else Options.from_env()
     if threads is not None:
@@ -151,18 +171,33 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     t1 = time.perf_counter()
     timings["import"] = t1 - t0 - timings.get("export", 0.0)
     timer = PassTimer()
-    module = run_pipeline(module, options=opts, copy=False, instruments=[timer])
-    t2 = time.perf_counter()
-    _log.info("passes: %s", timer.report())
-    native = HostGen(module, detect_isa(), profile=opts.debug >= 3).generate()
+    native, module = compile_to_c(module, detect_isa(), options=opts, copy=False, instruments=[timer])
+    _log.info("stages: %s", timer.report_text())
+    timings["stages"] = time.perf_counter() - t1
+    return _build(module, native, opts, timings, t0)
+
+
+def resume(path, *, threads: int | None = None, options: Options | None = None) -> CompiledModel:
+    """Compile from a stage file of a ``BRAZE_DUMP`` directory (``NN_<stage>.braze`` or
+    ``.loop``), running the stages after it: the same C as the compile that dumped it."""
+    from .codegen.isa import detect_isa
+    from .pipeline import resume_c
+
+    opts = options if options is not None else Options.from_env()
+    if threads is not None:
+        opts = opts.replace(threads=threads)
+    _logging.enable_debug_output(opts.debug)
+    t0 = time.perf_counter()
+    native, module = resume_c(path, detect_isa(), options=opts)
+    return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0)
+
+
+def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> CompiledModel:
+    """Compile the C (or find it in the cache), load it and make the model instance."""
+    from .extern import onednn
+    from .runtime import load_library
+
     t3 = time.perf_counter()
-    if opts.dump_dir:
-        d = Path(opts.dump_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "model.c").write_text(native.source)
-        (d / "kernels.txt").write_text("\n\n".join(native.kernels.values()))
-        _logging.get("dump").info("BRAZE_DUMP: wrote the IR after each pass, fusion.txt, kernels.txt and "
-                                  "model.c to %s", d.resolve())
     if native.uses_library:
         lib = load_library(
             native.source + "\n/* ---- oneDNN helper ---- */\n" + onednn.helper_text(), name=module.main.name,
@@ -174,7 +209,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     t4 = time.perf_counter()
     instance = lib.create([module.constants[n] for n in native.constants], threads=opts.threads)
     t5 = time.perf_counter()
-    timings.update(passes=t2 - t1, codegen=t3 - t2, c_compile=t4 - t3, init=t5 - t4)
+    timings.update(c_compile=t4 - t3, init=t5 - t4)
     _log.info("compiled @%s in %.2f s (%s); library %s", module.main.name, t5 - t0,
               ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()), lib.path)
     return CompiledModel(module, lib, instance, native, opts, timings)

@@ -151,12 +151,11 @@ def _positive(s: str) -> int:
 
 
 def main(argv=None) -> int:
-    """``braze demo``'s body (``braze.cli`` turns its errors into one line)."""
+    """``braze demo``'s body (``braze.cmdline.run_command`` turns its errors into one line)."""
     from braze import zoo
+    from braze.cmdline import Parser
 
-    from braze.cli import _Parser
-
-    ap = _Parser(prog="braze demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="braze demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="bert", choices=zoo.names(), help="zoo model (default: bert)")
     ap.add_argument("--frontend", default="torch", choices=["torch", "onnx", "plugin"],
                     help="import path: torch.export, torch.onnx.export then the ONNX frontend, or plugin: "
@@ -180,5 +179,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from braze.cli import main as cli_main
-    raise SystemExit(cli_main(["demo", *sys.argv[1:]]))
+    from braze.cmdline import run_command
+    raise SystemExit(run_command("braze demo", lambda: main(sys.argv[1:])))

@@ -4,9 +4,11 @@
 
 * ``BRAZE_DEBUG``: 0 (default); >= 1 verifies the IR after every pass and shows
   braze's INFO log (compile start, cache hit or miss, timings) on stderr; >= 2
-  also the fusion report; >= 3 compiles per-kernel timers into the library.
-* ``BRAZE_DUMP=<dir>``: write the IR after every pass (``NN_<pass>.braze``),
-  ``fusion.txt``, ``kernels.txt`` and ``model.c`` there.
+  also the fusion report and rewrite-rule hit counts; >= 3 compiles per-kernel
+  counters (time, bytes, flops) into the library.
+* ``BRAZE_DUMP=<dir>``: write every stage's text there (``NN_<pass>.braze``,
+  ``NN_<stage>.loop``, ``NN_emit.c`` = ``model.c``), ``fusion.txt`` and the
+  constants (braze/dump.py).
 * ``BRAZE_CACHE_DIR``: where compiled libraries are cached (None: the runtime's
   default). braze.compile hands ``cache_dir`` to the C compiler driver
   explicitly; nothing sets the environment.

@@ -1,29 +1,35 @@
-"""The pass pipeline for the CPU target.
+"""The CPU pipeline, graph to C, as one list of named stages run by one driver.
 
-``run_pipeline(module, passes=CPU_PASSES, debug=None, options=None, instruments=())``
-copies the module and runs each pass (``fn(module) -> module``) between the hooks of
-its instruments (``Instrument``: ``start``, ``before``, ``after``). The options give
-the default ones: ``Verify`` after each pass when ``debug >= 1``, ``FusionLog`` (the
-fusion report on ``braze.pipeline`` at DEBUG, on stderr when ``debug >= 2``, see
-braze/log.py), and ``Dump`` (``<dump_dir>/NN_<pass>.braze`` and ``fusion.txt``) when
-a dump directory is set. ``PassTimer`` and ``PrintAfter`` are there to add. Settings
-come from an ``Options`` object (``Options.from_env()`` reads ``BRAZE_DEBUG``/
-``BRAZE_DUMP`` when none is given); ``debug=`` overrides its ``debug``.
+``stage_names()`` lists every stage in order:
+
+* graph passes (``GRAPH_PASSES``, ``Module -> Module``): clean-up, fusion, library
+  offload, memory planning. Every decision is written into the IR, so the text
+  after any pass is the whole state.
+* ``lower``: each generated group becomes a loop-IR kernel (``lower_kernels``).
+* kernel stages (``braze.schedule.KERNEL_STAGES``, ``Kernel -> Kernel``): the schedule.
+* ``emit``: the host C and every kernel's C (``codegen.host.HostGen``).
+
+``run_pipeline`` runs the graph passes; ``compile_to_c`` runs all of it;
+``resume_c`` continues from a stage file of a ``BRAZE_DUMP`` directory and gives
+the same C. Instruments (braze/instruments.py) hook every stage; the options
+choose the default ones: ``Verify`` at ``debug >= 1``, the fusion log, ``Dump``
+when a dump directory is set.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 from . import log as _logging
-from .errors import VerifyError
+from .errors import BrazeError
+from .instruments import Instrument, LogReports, PassTimer, PrintAfter, RuleCounter, Verify
 from .ir.graph import Module
 from .options import Options
-from .passes import (assign_memory, canonicalize, channels_last, constant_fold, recognize_patterns, copy_module, cse, dce, decompose, fuse,
-                     fusion_report)
+from .passes import (assign_memory, canonicalize, channels_last, constant_fold, copy_module, cse, dce, decompose,
+                     fuse, recognize_patterns)
+from .passes.offload import offload
+from .passes.common import top_functions
 
 Pass = Callable[[Module], Module]
 
@@ -32,133 +38,182 @@ _log = _logging.get("pipeline")
 # canonicalize first so folding and CSE see the simplest form; channels_last after
 # batch norms are folded into convs (its permute pairs cancel in the next canonicalize);
 # decompose after the clean-up (sdpa's pieces then get canonicalized and CSE'd: one mask
-# per model, not one per layer); fuse last, then drop what fusion made dead and plan the arena.
-CPU_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose, canonicalize, cse, dce,
-                          fuse, dce, assign_memory]
+# per model, not one per layer); fuse, then offload the library calls' post-ops, drop what
+# that made dead, and plan the arena.
+GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose,
+                            canonicalize, cse, dce, fuse, offload, dce, assign_memory]
+CPU_PASSES = GRAPH_PASSES  # the name the graph-pass list had before kernel stages joined it
+
+
+def kernel_stages() -> list:
+    """The schedule stages, run on every kernel after ``lower`` (``lower_kernels``)."""
+    from .schedule import KERNEL_STAGES
+    return list(KERNEL_STAGES)
+
+
+def emit(module, kernels, isa, profile: bool = False):
+    from .codegen.host import HostGen
+    return HostGen(module, kernels, isa, profile=profile).generate()
+
+
+def stage_names() -> list[str]:
+    """Every stage of the CPU pipeline, in order (the ``NN_`` numbers of a dump count from 1)."""
+    return [pass_name(p) for p in GRAPH_PASSES] + ["lower"] + [pass_name(s) for s in kernel_stages()] + ["emit"]
 
 
 def pass_name(p) -> str:
     return getattr(p, "__name__", type(p).__name__)
 
 
-class Instrument:
-    """Hooks around every pass of ``run_pipeline``: ``start`` sees the input, ``before`` and
-    ``after`` each pass (numbered from 1). Subclass and override what you need."""
+class Kernels(dict):
+    """callee name -> loop-IR Kernel; ``str()`` is every kernel's text, one after another."""
 
-    def start(self, module: Module) -> None:
-        pass
-
-    def before(self, index: int, name: str, module: Module) -> None:
-        pass
-
-    def after(self, index: int, name: str, module: Module) -> None:
-        pass
-
-
-class Verify(Instrument):
-    """Verify the IR after every pass (``BRAZE_DEBUG >= 1``); the error names the pass."""
-
-    def after(self, index, name, module):
-        from .ir import verify
-        try:
-            verify(module)
-        except VerifyError as e:
-            raise VerifyError(f"after pass '{name}' (#{index}): {e.what}", where=e.where, hint=e.hint) from e
-
-
-class Dump(Instrument):
-    """Write the IR before the first pass and after each one (``NN_<pass>.braze``), and the
-    fusion report after ``fuse`` (``fusion.txt``), to a directory (``BRAZE_DUMP``)."""
-
-    def __init__(self, directory: str):
-        self.dir = directory
-
-    def start(self, module):
-        os.makedirs(self.dir, exist_ok=True)
-        _logging.get("dump").info("BRAZE_DUMP: writing the IR after each pass to %s", os.path.abspath(self.dir))
-        _write(os.path.join(self.dir, "00_input.braze"), str(module))
-
-    def after(self, index, name, module):
-        _write(os.path.join(self.dir, f"{index:02d}_{name}.braze"), str(module))
-        if name == "fuse":
-            _write(os.path.join(self.dir, "fusion.txt"), fusion_report(module))
-
-
-class FusionLog(Instrument):
-    """Log the fusion report after ``fuse`` (``braze.pipeline``, DEBUG; stderr at ``BRAZE_DEBUG >= 2``)."""
-
-    def after(self, index, name, module):
-        if name == "fuse" and _log.isEnabledFor(logging.DEBUG):
-            _log.debug("%s", fusion_report(module).rstrip("\n"))
-
-
-class PassTimer(Instrument):
-    """Seconds per pass, in order: ``times`` is a list of (pass name, seconds)."""
-
-    def __init__(self):
-        self.times: list[tuple[str, float]] = []
-        self._t0 = 0.0
-
-    def before(self, index, name, module):
-        self._t0 = time.perf_counter()
-
-    def after(self, index, name, module):
-        self.times.append((name, time.perf_counter() - self._t0))
-
-    def report(self) -> str:
-        total = sum(t for _, t in self.times) or 1e-30
-        return ", ".join(f"{n} {t * 1e3:.1f} ms ({100 * t / total:.0f}%)" for n, t in self.times)
-
-
-class PrintAfter(Instrument):
-    """Print the IR after the named passes (every pass when ``names`` is None) to ``stream``."""
-
-    def __init__(self, names=None, stream=None):
-        self.names = None if names is None else set(names)
-        self.stream = stream
-
-    def after(self, index, name, module):
-        if self.names is None or name in self.names:
-            import sys
-            print(f"// after pass '{name}' (#{index})\n{module}", file=self.stream or sys.stderr)
+    def __str__(self):
+        return "\n\n".join(str(k) for k in self.values()) + "\n"
 
 
 def default_instruments(opts: Options) -> list[Instrument]:
-    """The instruments the options ask for: verify at debug >= 1, the fusion log, the dump."""
+    """The instruments the options ask for: verify at debug >= 1; the fusion log and the rule
+    hit counts (shown at debug >= 2); the dump."""
     out: list[Instrument] = [Verify()] if opts.debug >= 1 else []
-    out.append(FusionLog())
+    out.append(LogReports())
+    if opts.debug >= 2:
+        out.append(RuleCounter())
     if opts.dump_dir:
+        from .dump import Dump
         out.append(Dump(opts.dump_dir))
     return out
+
+
+def _hooks(opts: Options | None, debug: int | None, instruments) -> tuple[Options, list[Instrument]]:
+    opts = opts if opts is not None else Options.from_env()
+    if debug is not None:
+        opts = opts.replace(debug=debug)
+    _logging.enable_debug_output(opts.debug)
+    return opts, default_instruments(opts) + list(instruments)
+
+
+def _graph_passes(m: Module, passes, hooks, first: int) -> Module:
+    for i, p in enumerate(passes, first):
+        name = pass_name(p)
+        for h in hooks:
+            h.before(i, name, m)
+        out = p(m)
+        log = None
+        if isinstance(out, tuple):  # a pass with a log: fuse
+            out, log = out
+        m = out if out is not None else m
+        for h in hooks:
+            h.after(i, name, m)
+            if log is not None:
+                h.report(i, name, log)
+    return m
 
 
 def run_pipeline(module: Module, passes: Sequence[Pass] | None = None, debug: int | None = None,
                  options: Options | None = None, copy: bool = True,
                  instruments: Sequence[Instrument] = ()) -> Module:
-    opts = options if options is not None else Options.from_env()
-    if debug is not None:
-        opts = opts.replace(debug=debug)
-    passes = CPU_PASSES if passes is None else list(passes)
-    _logging.enable_debug_output(opts.debug)
-    hooks = default_instruments(opts) + list(instruments)
+    """The graph passes (``GRAPH_PASSES`` by default) on a copy of ``module``."""
+    _, hooks = _hooks(options, debug, instruments)
     m = copy_module(module) if copy else module
     for h in hooks:
         h.start(m)
-    for i, p in enumerate(passes, 1):
-        name = pass_name(p)
-        for h in hooks:
-            h.before(i, name, m)
-        out = p(m)
-        m = out if out is not None else m
-        for h in hooks:
-            h.after(i, name, m)
+    m = _graph_passes(m, GRAPH_PASSES if passes is None else list(passes), hooks, 1)
+    for h in hooks:
+        h.finish(m)
     return m
 
 
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as fh:
-        fh.write(text)
+def lower_kernels(module: Module) -> Kernels:
+    """One loop-IR kernel per generated group (every fused node but gemm/conv), in call order."""
+    from .ir.loop import kernel_names
+    from .lowering import lower_function
+    out = Kernels()
+    for f in top_functions(module):
+        for n in f.nodes:
+            callee = n.attrs.get("callee") if n.op == "fused" else None
+            if callee is None or n.attrs.get("kind") in ("gemm", "conv") or callee in out:
+                continue
+            with kernel_names():
+                out[callee] = lower_function(module.functions[callee], module, f"k_{callee}")
+    return out
 
 
-__all__ = ["CPU_PASSES", "run_pipeline", "Options", "pass_name", "Instrument", "Verify", "Dump", "FusionLog",
-           "PassTimer", "PrintAfter", "default_instruments"]
+def run_kernel_stages(kernels: Kernels, stages: Sequence, hooks, first: int) -> Kernels:
+    """Each stage over every kernel (a stage's output depends on its input only: it numbers new
+    names past the kernel's, so a resumed compile names them the same)."""
+    for i, stage in enumerate(stages, first):
+        name = pass_name(stage)
+        for h in hooks:
+            h.before(i, name, kernels)
+        kernels = Kernels((key, stage(k)) for key, k in kernels.items())
+        for h in hooks:
+            h.after(i, name, kernels)
+    return kernels
+
+
+def compile_to_c(module: Module, isa, options: Options | None = None, copy: bool = True,
+                 instruments: Sequence[Instrument] = ()):
+    """Every stage: the module's ``NativeSource`` (C and entry list) and the
+    module after the graph passes."""
+    opts, hooks = _hooks(options, None, instruments)
+    m = copy_module(module) if copy else module
+    for h in hooks:
+        h.start(m)
+    return _finish(m, None, 1, isa, opts, hooks)
+
+
+def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, hooks):
+    """From stage ``index`` (1-based, over the whole pipeline) to the C."""
+    n_graph = len(GRAPH_PASSES)
+    stages = kernel_stages()
+    if index <= n_graph:
+        m = _graph_passes(m, GRAPH_PASSES[index - 1:], hooks, index)
+        index = n_graph + 1
+    if kernels is None:  # the lower stage
+        for h in hooks:
+            h.before(index, "lower", m)
+        kernels = lower_kernels(m)
+        for h in hooks:
+            h.after(index, "lower", kernels)
+        index += 1
+    k0 = index - n_graph - 2  # position in kernel_stages(), after lower
+    kernels = run_kernel_stages(kernels, stages[k0:], hooks, index)
+    index = n_graph + len(stages) + 2
+    for h in hooks:
+        h.before(index, "emit", kernels)
+    native = emit(m, kernels, isa, profile=opts.debug >= 3)
+    for h in hooks:
+        h.after(index, "emit", native)
+    for h in hooks:
+        h.finish(native)
+    return native, m
+
+
+def resume_c(path, isa, options: Options | None = None, instruments: Sequence[Instrument] = ()):
+    """Continue compiling from a stage file of a ``BRAZE_DUMP`` directory (``NN_<stage>.braze``
+    or ``.loop``): the same ``NativeSource`` as the compile that wrote it, and the module."""
+    from .dump import last_graph_stage, read_kernels, read_module, stage_of
+    index, name, kind = stage_of(path)
+    names = stage_names()
+    if kind == "c" or not (0 <= index <= len(names)) or (index and names[index - 1] != name):
+        want = "00_input" if index == 0 else (f"{index:02d}_{names[index - 1]}" if 0 < index <= len(names) else "?")
+        raise BrazeError(f"{path} is not a stage this braze can resume from (stage {index} is {want!r} here)",
+                         hint="resume from a .braze or .loop file dumped by this version of braze")
+    opts, hooks = _hooks(options, None, instruments)
+    if kind == "braze":
+        m = read_module(path)
+        for h in hooks:
+            h.start(m)
+        return _finish(m, None, index + 1, isa, opts, hooks)
+    m = read_module(last_graph_stage(Path(path).parent))
+    kernels = Kernels((k.name[2:] if k.name.startswith("k_") else k.name, k) for k in read_kernels(path))
+    for h in hooks:
+        h.start(m)
+    return _finish(m, kernels, index + 1, isa, opts, hooks)
+
+
+__all__ = ["CPU_PASSES", "GRAPH_PASSES", "Kernels", "compile_to_c", "default_instruments", "emit",
+           "kernel_stages", "lower_kernels", "pass_name", "resume_c", "run_kernel_stages", "run_pipeline",
+           "stage_names", "Options", "Instrument", "Verify", "LogReports", "PassTimer", "PrintAfter",
+           "RuleCounter"]

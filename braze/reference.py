@@ -99,12 +99,13 @@ def run(module: Module, *arrays, func: str | None = None, check_types: bool = Tr
 def run_function(module: Module, f: Function, arrays, env: Mapping[str, int], check_types: bool = True) -> tuple:
     """Run ``f``'s nodes on ``arrays`` with the symbols already bound in ``env``; all results, as a tuple.
 
-    ``run`` binds the symbols from the inputs first; the ``fused`` op calls this with its caller's symbols.
+    ``run`` binds the symbols from the inputs first; the ``fused`` op calls this (through ``RefCtx.run``)
+    with its caller's symbols.
     """
-    from .ops import get_op
-    from .ops.registry import RefCtx
+    from .ops.registry import RefCtx, get_op
 
-    ctx = RefCtx(env, module.constants, module=module)
+    ctx = RefCtx(env, module.constants, module=module,
+                 run=lambda g, xs: run_function(module, g, xs, env, check_types))
     vals: dict[int, np.ndarray] = {id(p): a for p, a in zip(f.params, arrays)}
     for node in f.nodes:
         opdef = get_op(node.op)

@@ -200,9 +200,14 @@ def test_profile_counts_every_call_of_every_kernel_even_from_many_threads():
     x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
     assert thread_stress(m, [(x,)], threads=4, calls=25) == []
     rows = m.profile()
-    assert rows and all(calls == 101 for _, _, calls in rows)  # 1 single-threaded + 4 x 25
-    assert all(s >= 0 for _, s, _ in rows)
-    assert "kernel" in m.profile_report().splitlines()[0]
+    assert rows and all(r.calls == 101 for r in rows)  # 1 single-threaded + 4 x 25
+    assert all(r.seconds >= 0 for r in rows)
+    # every group reads or writes at least one f32[2, 5, 8] (320 bytes) per call
+    assert all(r.bytes >= 101 * x.nbytes for r in rows), rows
+    gemm = [r for r in rows if "gemm" in r.label or "conv" in r.label]
+    assert gemm and all(r.flops > 0 for r in gemm) and all(r.flops == 0 for r in rows if r not in gemm)
+    report = m.profile_report()
+    assert "GB/s" in report.splitlines()[1] and "GFLOP/s" in report.splitlines()[1]
     with pytest.raises(BrazeError, match="without profiling"):
         braze.compile(mod).profile()
 

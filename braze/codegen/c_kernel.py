@@ -12,7 +12,7 @@ Buffers are row-major and contiguous; bool is ``uint8_t`` (0/1).
 SIMD: GCC vector extensions of ``isa.vector_bytes`` bytes (float32 only; a
 loop of ``kind="vector"`` gets a vector main loop plus a scalar remainder, so
 any run-time extent works). ``vector_bytes == 0`` emits scalar code only.
-The kernel is scheduled with the default schedule if it is not already.
+The kernel is emitted as it is given: scheduling it is the caller's step, not this one's.
 """
 
 from __future__ import annotations
@@ -598,10 +598,13 @@ class _Gen:
 
 
 def kernel_to_c(kernel: Kernel, isa=None) -> str:
-    """C source of one kernel: ``static void <name>(buffers..., int64_t syms...)``."""
-    if not kernel.scheduled:
-        from ..schedule.default import schedule
-        kernel = schedule(kernel)
+    """C source of one kernel: ``static void <name>(buffers..., int64_t syms...)``, emitted as
+    given: schedule it first (``braze.schedule.schedule``, or the pipeline's kernel stages)."""
+    if any(isinstance(x, Load) and not x.flat for s in L.walk_stmts(kernel.body) for e in L.stmt_exprs(s)
+           for x in L.walk(e)):
+        raise BrazeError(f"kernel {kernel.name} reads through per-dim indices: it has not been scheduled",
+                         hint="this is a braze bug: run braze.schedule.schedule (at least its flatten stage) "
+                              "before kernel_to_c, which emits what it is given")
     vb = vector_bytes_of(isa)
     g = _Gen(kernel, vb)
     params = ", ".join(f"{t} {n}" for t, n in kernel_signature(kernel)) or "void"

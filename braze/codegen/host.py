@@ -16,19 +16,14 @@ from dataclasses import dataclass, field
 
 from ..errors import BrazeError, UnsupportedOpError
 from ..ir import sym as S
-from ..ir.graph import Function, Module, Node, Value
-from ..ir.types import DType, TensorType
+from ..ir.graph import Function, Module, Node
 from ..ops.conv import pads4
 from ..passes.common import top_functions
 from .c_expr import c_sym_name, int_expr
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
 
-# activations oneDNN applies as post-ops (braze_dnnl.h codes). Not relu: oneDNN's maps NaN to 0
-# (a max with 0), which would hide a NaN that eager shows; braze's own relu kernel costs no
-# measurable time after a conv (ResNet-50). Not sigmoid: some of oneDNN's convolutions (few
-# channels, a pad as tall as the kernel) map NaN to 0 in it too (fuzz seed 986). oneDNN's gelu
-# and silu give NaN at +-inf, as eager does (docs/semantics.md).
-ACTIVATIONS = {"gelu:none": 2, "gelu:tanh": 3, "silu": 4, "tanh": 6}
+# the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py)
+ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6}
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 
 
@@ -47,20 +42,17 @@ class NativeSource:
     uses_library: bool = False  # calls oneDNN: link the helper (braze/extern) into the library
 
 
-def _act_key(n: Node) -> str | None:
-    key = f"gelu:{n.attrs.get('approximate', 'none')}" if n.op == "gelu" else n.op
-    return key if key in ACTIVATIONS else None
-
-
 class HostGen:
-    def __init__(self, module: Module, isa, profile: bool = False):
+    """C for a module after the graph pipeline (fused, offloaded, memory assigned) and its
+    kernels (callee name -> scheduled loop-IR Kernel). It translates; it decides nothing."""
+
+    def __init__(self, module: Module, kernels: dict, isa, profile: bool = False):
         self.module = module
+        self.kernels = kernels
         self.isa = isa
         self.profile = profile
         self.profile_labels: list[str] = []
         self.const_index: dict[str, int] = {}
-        self.kernel_src: list[str] = []
-        self.kernel_ir: dict[str, str] = {}
         self.init_lines: list[str] = []
         self.packed_b: list[str] = []
         self.packed_conv: list[str] = []
@@ -94,18 +86,9 @@ class HostGen:
             f"if (!{h}) goto fail;")
         return h
 
-    # --- kernels ------------------------------------------------------------------------
-    def kernel(self, func: Function, name: str):
-        from ..ops.lowering import build_kernel
-        from .c_kernel import kernel_to_c
-        k = build_kernel(func, self.module, name)
-        self.kernel_src.append(kernel_to_c(k, self.isa))
-        self.kernel_ir[name] = str(k)
-        return k
-
     # --- the translation unit -----------------------------------------------------------
     def generate(self) -> NativeSource:
-        from .c_kernel import c_prelude
+        from .c_kernel import c_prelude, kernel_to_c
         entries = []
         bodies = []
         for f in top_functions(self.module):
@@ -116,10 +99,12 @@ class HostGen:
         parts = [
             "#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n",
             '#include "braze_abi.h"\n' + ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
-            c_prelude(self.isa), C_DTYPE_NAMES, _ARENA_C, *self.kernel_src, model, _profile_c(self.profile_labels) if self.profile else "", *bodies,
+            c_prelude(self.isa), C_DTYPE_NAMES, _ARENA_C, *(kernel_to_c(k, self.isa) for k in self.kernels.values()),
+            model, _profile_c(self.profile_labels) if self.profile else "", *bodies,
         ]
         names = sorted(self.const_index, key=self.const_index.get)
-        return NativeSource("\n".join(parts), entries, names, self.kernel_ir, self.uses_library)
+        return NativeSource("\n".join(parts), entries, names, {k.name: str(k) for k in self.kernels.values()},
+                            self.uses_library)
 
 
 def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
@@ -159,10 +144,12 @@ BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, i
 def _profile_c(labels: list[str]) -> str:
     n = max(len(labels), 1)
     names = ", ".join('"' + x.replace('"', "'") + '"' for x in labels) or '""'
-    return (f"static double g_prof_s[{n}];\nstatic int64_t g_prof_n[{n}];\n"
+    return (f"static double g_prof_s[{n}], g_prof_b[{n}], g_prof_f[{n}];\nstatic int64_t g_prof_n[{n}];\n"
             f"static const char *const g_prof_names[{n}] = {{{names}}};\n"
-            "BRAZE_EXPORT int32_t braze_profile(const char *const **names, double **seconds, int64_t **calls) {\n"
-            f"    *names = g_prof_names; *seconds = g_prof_s; *calls = g_prof_n; return {len(labels)};\n}}\n")
+            "BRAZE_EXPORT int32_t braze_profile(const char *const **names, double **seconds, int64_t **calls, "
+            "double **bytes, double **flops) {\n"
+            "    *names = g_prof_names; *seconds = g_prof_s; *calls = g_prof_n; *bytes = g_prof_b; *flops = g_prof_f;\n"
+            f"    return {len(labels)};\n}}\n")
 
 
 _ARENA_C = """
@@ -187,7 +174,6 @@ class _EntryWriter:
         self.module = gen.module
         self.lines: list[str] = []
         self.ptr: dict[int, str] = {}
-        self.scratch: list = []  # sizes of per-node scratch, placed after the planned arena
 
     def emit(self, s: str) -> None:
         self.lines.append(s)
@@ -195,7 +181,8 @@ class _EntryWriter:
     def write(self, symbol: str) -> str:
         f = self.func
         checks, _ = validation_c(f, self.module.constraints, self.module.input_notes)
-        plan = (getattr(self.module, "memory_plans", None) or {}).get(f.name)
+        if f.name not in self.module.arena_sizes:
+            raise BrazeError(f"@{f.name} has no memory plan", hint="run the assign_memory pass before generating C")
         for i, p in enumerate(f.params):
             self.ptr[id(p)] = f"((char *)inputs[{i}].data)"
         for n in f.nodes:
@@ -214,34 +201,29 @@ class _EntryWriter:
                 copies.append((k, r))  # a param, constant or repeated result: copied at the end
             else:
                 self.ptr[id(r)] = f"out_{k}"
-        if plan is not None:
-            for b in plan.buffers:
-                if id(b.value) not in self.ptr:
-                    self.ptr[id(b.value)] = f"(arena + {int_expr(b.offset)})"
         for n in f.nodes:
             if n.op == "constant":
                 continue
             if n.op != "fused":
                 raise BrazeError(f"node '{n.op}' was not fused; the native backend runs fused groups only",
                                  where=str(n.loc) if n.loc else f"@{f.name}", hint="this is a braze bug; please report it")
-            for v in n.outputs:
-                if id(v) not in self.ptr:
-                    raise BrazeError(f"%{v.name} has no memory (not in the memory plan)", where=f"@{f.name}")
+            self._place(n)
             label = f"{n.attrs['kind']} @{n.attrs['callee']}"
             self.emit(f"/* {label} */")
             start = len(self.lines)
-            getattr(self, "_" + n.attrs["kind"], self._kernel)(n)
+            if n.attrs["kind"] in ("gemm", "conv"):
+                self._library(n)
+            else:
+                self._kernel(n)
             if self.gen.profile:
-                self._time(start, f"@{f.name}: {label}")
+                self._time(start, f"@{f.name}: {label}", *_traffic(self.module, n))
         for k, r in copies:
             src = self.ptr[id(r)] if not any(r is q for q in f.results[:k]) else f"out_{[q is r for q in f.results].index(True)}"
             self.emit(f"memcpy(out_{k}, {src}, (size_t)({int_expr(S.mul(r.type.numel(), r.dtype.itemsize))}));")
-        arena_size = plan.arena_size if plan is not None else 0
-        scratch = S.smax(*self.scratch) if self.scratch else 0
         head = [*checks,
                 *(f"char *out_{k} = NULL;" for k in range(len(f.results))),
                 *out_lines,
-                f"size_t arena_bytes = (size_t)({int_expr(S.add(arena_size, scratch))});",
+                f"size_t arena_bytes = (size_t)({int_expr(self.module.arena_sizes[f.name])});",
                 "char *arena = braze_arena(arena_bytes);",
                 "if (!arena && arena_bytes) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate %zu bytes of scratch memory\", arena_bytes);",
                 "(void)arena;"]
@@ -260,27 +242,45 @@ class _EntryWriter:
                 f"    omp_set_num_threads(saved);\n"
                 f"    return rc;\n}}\n")
 
-    def _time(self, start: int, label: str) -> None:
-        """Wrap the lines from ``start`` in a timer (BRAZE_DEBUG >= 3)."""
+    def _place(self, n: Node) -> None:
+        """Each output's memory: the caller's output, or its offset in the arena (assign_memory)."""
+        offsets = n.attrs.get("arena")
+        if offsets is None or len(offsets) != len(n.outputs):
+            raise BrazeError(f"the fused node of @{n.attrs['callee']} has no arena offsets",
+                             where=f"@{self.func.name}", hint="run the assign_memory pass before generating C")
+        for v, off in zip(n.outputs, offsets):
+            if id(v) in self.ptr:
+                continue
+            if isinstance(off, int) and off < 0:
+                raise BrazeError(f"%{v.name} has no memory: its arena offset is {off}, but it is not a result "
+                                 f"of @{self.func.name}", hint="run the assign_memory pass again after changing the IR")
+            self.ptr[id(v)] = f"(arena + {int_expr(off)})"
+
+    def _time(self, start: int, label: str, nbytes, flops) -> None:
+        """Wrap the lines from ``start`` in a timer that also sums the bytes the group moves and
+        the flops of its GEMM or convolution (BRAZE_DEBUG >= 3)."""
         i = len(self.gen.profile_labels)
         self.gen.profile_labels.append(label)
         self.lines[start:] = ["{ double t0_ = omp_get_wtime();", *self.lines[start:],
                               "double dt_ = omp_get_wtime() - t0_;",
-                              f"#pragma omp atomic\ng_prof_s[{i}] += dt_;",  # calls may run in many threads
+                              # calls may run in many threads
+                              f"#pragma omp atomic\ng_prof_s[{i}] += dt_;",
+                              f"#pragma omp atomic\ng_prof_b[{i}] += (double)({int_expr(nbytes)});",
+                              f"#pragma omp atomic\ng_prof_f[{i}] += (double)({int_expr(flops)});",
                               f"#pragma omp atomic\ng_prof_n[{i}]++; }}"]
 
     # --- generated kernels --------------------------------------------------------------
-    def _kernel(self, n: Node, callee: Function | None = None, inputs=None, outputs=None) -> None:
-        callee = callee or self.module.functions[n.attrs["callee"]]
-        inputs = list(n.inputs) if inputs is None else inputs
-        outputs = list(n.outputs) if outputs is None else outputs
-        k = self.gen.kernel(callee, f"k_{callee.name}")
+    def _kernel(self, n: Node) -> None:
+        callee = n.attrs["callee"]
+        k = self.gen.kernels.get(callee)
+        if k is None:
+            raise BrazeError(f"no kernel was built for @{callee}", hint="this is a braze bug; please report it")
         ins = [b for b in k.buffers if b.role == "in" and b.const_name is None]
         outs = [b for b in k.buffers if b.role == "out"]
-        if len(ins) != len(inputs) or len(outs) != len(outputs):
+        if len(ins) != len(n.inputs) or len(outs) != len(n.outputs):
             raise BrazeError(f"kernel {k.name} takes {len(ins)} inputs and {len(outs)} outputs, but its call has "
-                             f"{len(inputs)} and {len(outputs)}", hint="this is a braze bug; please report it")
-        it_in, it_out = iter(inputs), iter(outputs)
+                             f"{len(n.inputs)} and {len(n.outputs)}", hint="this is a braze bug; please report it")
+        it_in, it_out = iter(n.inputs), iter(n.outputs)
         args = []
         for b in k.buffers:
             if b.const_name is not None:
@@ -293,95 +293,58 @@ class _EntryWriter:
         self.emit(f"{k.name}({', '.join(args)});")
 
     def ptr_of(self, v) -> str:
-        if isinstance(v, str):
-            return v
         try:
             return self.ptr[id(v)]
         except KeyError:
             raise BrazeError(f"%{v.name} has no memory at this point", hint="this is a braze bug; please report it") \
                 from None
 
-    # --- library calls with fused epilogues ---------------------------------------------
-    def _gemm(self, n: Node) -> None:
-        self._library(n, ("linear", "matmul"))
-
-    def _conv(self, n: Node) -> None:
-        self._library(n, ("conv2d",))
-
-    def _library(self, n: Node, anchors) -> None:
+    # --- library calls with their post-ops (chosen by passes/offload.py) -----------------
+    def _library(self, n: Node) -> None:
         callee = self.module.functions[n.attrs["callee"]]
+        post_ops = n.attrs.get("post_ops")
+        if post_ops is None:
+            raise BrazeError(f"the {n.attrs['kind']} group @{callee.name} was not offloaded",
+                             hint="run the offload pass after fuse")
         cptr = {id(p): self.ptr_of(v) for p, v in zip(callee.params, n.inputs)}
         const_of = {}
+        nodes = []
         for m in callee.nodes:
             if m.op == "constant":
                 const_of[id(m.outputs[0])] = m.attrs["name"]
                 cptr[id(m.outputs[0])] = f"((char *){self.gen.const(m.attrs['name'])})"
-        anchor_i = next((i for i, m in enumerate(callee.nodes) if m.op in anchors), None)
-        if anchor_i is None or len(n.outputs) != 1:
-            return self._kernel(n)
-        # prologue views before the anchor only reinterpret contiguous memory
-        for m in callee.nodes[:anchor_i]:
-            if m.op in VIEW_OPS and id(m.inputs[0]) in cptr:
-                cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]
-            elif m.op != "constant":
-                return self._kernel(n)
-        anchor = callee.nodes[anchor_i]
-        if any(v is not None and id(v) not in cptr for v in anchor.inputs):
-            return self._kernel(n)
-        # absorb bias, one activation and a residual add into the library call
-        rest = callee.nodes[anchor_i + 1:]
-        chain = anchor.outputs[0]
+            else:
+                nodes.append(m)
+        anchor_i = next(i for i, m in enumerate(nodes) if m.op not in VIEW_OPS)
+        anchor = nodes[anchor_i]
+        for m in nodes[:anchor_i]:  # prologue views reinterpret their contiguous input
+            cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]
         bias = residual = None
         act = 0
         if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
-            if id(anchor.inputs[2]) not in const_of:  # decompose splits a linear's off
-                raise UnsupportedOpError(f"{anchor.op} with a bias computed at run time is not supported natively",
-                                         where=str(anchor.loc) if anchor.loc else None,
-                                         hint="add the bias after the convolution")
             bias = cptr[id(anchor.inputs[2])]
-        users = _users(callee)
-        i = 0
-        # oneDNN post-ops are wired for a constant weight (linear, conv, a 2-D matmul weight); a
-        # product of two activations runs its whole epilogue as a generated kernel
-        w = anchor.inputs[1]
-        absorbs = id(w) in const_of and (anchor.op != "matmul" or w.rank == 2)
-        while absorbs and i < len(rest):
-            m = rest[i]
-            if len(users.get(id(chain), [])) != 1 or (chain is callee.results[0] and i < len(rest)):
-                break
-            if m.op in VIEW_OPS and m.inputs[0] is chain:
+        todo = list(post_ops)
+        chain = anchor.outputs[0]
+        for m in nodes[anchor_i + 1:]:  # views only rename the result; each other node is the next post-op
+            if m.op in VIEW_OPS:
                 pass
-            elif _act_key(m) and act == 0 and residual is None and m.inputs[0] is chain:
-                act = ACTIVATIONS[_act_key(m)]
-            elif m.op == "add" and bias is None and act == 0 and residual is None and \
-                    _is_bias(m, chain, const_of, anchor):
-                other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
-                bias = cptr[id(other)]
-            elif m.op == "add" and residual is None and len(m.inputs) == 2 and chain in m.inputs:
-                other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
-                if other is chain or id(other) not in cptr or other.dtype != DType.float32 or \
-                        not _same_shape(self.module, other.type, chain.type):
-                    break
-                residual = cptr[id(other)]
+            elif not todo or chain not in m.inputs:
+                raise BrazeError(f"@{callee.name} does not match its post_ops {post_ops} at '{m.op}'",
+                                 hint="this is a braze bug; please report it")
             else:
-                break
+                op = todo.pop(0)
+                other = next((v for v in m.inputs if v is not chain), None)
+                if op in ACTIVATION_CODES:
+                    act = ACTIVATION_CODES[op]
+                elif op == "bias":
+                    bias = cptr[id(other)]
+                else:
+                    residual = cptr[id(other)]
             chain = m.outputs[0]
-            i += 1
-        out_v = n.outputs[0]
-        leftover = rest[i:]
-        if leftover:
-            # library result into scratch, then the remaining epilogue as a generated kernel
-            nbytes = S.mul(chain.type.numel(), 4)
-            self.scratch.append(nbytes)
-            arena_size = getattr(self.module, "memory_plans", {}).get(self.func.name)
-            base = arena_size.arena_size if arena_size is not None else 0
-            dst = f"(arena + {int_expr(base)})"
-        else:
-            dst = self.ptr_of(out_v)
-        self._call_library(anchor, cptr, const_of, bias, residual, act, dst)
-        if leftover:
-            sub, sub_inputs = _epilogue_function(self.module, callee, chain, leftover, cptr, dst)
-            self._kernel(n, sub, sub_inputs, [out_v])
+        if todo:
+            raise BrazeError(f"@{callee.name} lacks the nodes of its post_ops {todo}",
+                             hint="this is a braze bug; please report it")
+        self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]))
 
     def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst) -> None:
         self.gen.uses_library = True
@@ -389,15 +352,8 @@ class _EntryWriter:
         bias = f"(const float *){bias}" if bias else "NULL"
         res = f"(const float *){residual}" if residual else "NULL"
         x = a.inputs[0]
-        for v in a.inputs[:2]:
-            if v.dtype != DType.float32:
-                raise UnsupportedOpError(f"{a.op} on {v.dtype.name} is not supported natively yet (float32 only)",
-                                         where=str(a.loc) if a.loc else None)
         if a.op == "conv2d":
             w = a.inputs[1]
-            if id(w) not in const_of:
-                raise UnsupportedOpError("conv2d with a non-constant weight is not supported natively",
-                                         where=str(a.loc) if a.loc else None)
             nhwc = a.attrs.get("layout") == "nhwc"
             h = self.gen.pack_conv(const_of[id(w)], w.shape, a.attrs["groups"], a.attrs["stride"],
                                    pads4(a.attrs["padding"]), a.attrs["dilation"], layout=1 if nhwc else 0)
@@ -481,73 +437,19 @@ def _broadcast_batch(store, xb, wb, node: Node):
     return tuple(p for _, p, _ in merged), tuple(q for _, _, q in merged)
 
 
-def _is_bias(m: Node, chain: Value, const_of, anchor: Node) -> bool:
-    """``chain + b`` with b a float32 constant of shape [N] (gemm) or [OC, 1, 1] (conv)."""
-    if len(m.inputs) != 2 or chain not in m.inputs:
-        return False
-    other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
-    if other is chain or id(other) not in const_of or other.dtype != DType.float32:
-        return False
-    if anchor.op == "conv2d":
-        if anchor.attrs.get("layout") == "nhwc":
-            return other.rank == 1 and other.shape[0] == chain.shape[3] and m.outputs[0].shape == chain.shape
-        return other.shape == (chain.shape[1], 1, 1) and m.outputs[0].shape == chain.shape
-    return other.rank == 1 and other.shape[0] == chain.shape[-1] and m.outputs[0].shape == chain.shape
-
-
-def _users(f: Function) -> dict[int, list[Node]]:
-    out: dict[int, list[Node]] = {}
-    for n in f.nodes:
-        for v in n.inputs:
-            if v is not None:
-                out.setdefault(id(v), []).append(n)
-    for r in f.results:
-        out.setdefault(id(r), []).append(None)
-    return out
-
-
-def _same_shape(module: Module, a: TensorType, b: TensorType) -> bool:
-    return a.rank == b.rank and all(module.constraints.equal(p, q) is True for p, q in zip(a.shape, b.shape))
-
-
-def _epilogue_function(module: Module, callee: Function, chain: Value, nodes: list[Node], cptr, chain_ptr):
-    """A sub-function computing ``nodes`` from the library result (its first param) and outside values."""
-    sub = Function(f"{callee.name}_epilogue")
-    remap: dict[int, Value] = {}
-    inputs = []
-
-    def param_for(v: Value) -> Value:
-        if id(v) not in remap:
-            p = Value(f"p{len(sub.params)}", v.type)
-            sub.params.append(p)
-            remap[id(v)] = p
-            inputs.append(chain_ptr if v is chain else cptr[id(v)])
-        return remap[id(v)]
-
-    param_for(chain)
-    defined = {id(m.outputs[0]) for m in nodes for _ in [0]}
-    const_nodes = {id(m.outputs[0]): m for m in callee.nodes if m.op == "constant"}
-    for m in nodes:
-        ins = []
-        for v in m.inputs:
-            if v is None:
-                ins.append(None)
-            elif id(v) in remap:
-                ins.append(remap[id(v)])
-            elif id(v) in const_nodes:
-                c = const_nodes[id(v)]
-                cv = Value(f"c{len(sub.nodes)}", v.type)
-                sub.nodes.append(Node("constant", [], dict(c.attrs), [cv], c.loc))
-                remap[id(v)] = cv
-                ins.append(cv)
-            elif id(v) in defined:
-                ins.append(remap[id(v)])
-            else:
-                ins.append(param_for(v))
-        outs = [Value(f"e{len(sub.nodes)}_{i}", o.type) for i, o in enumerate(m.outputs)]
-        for o, no in zip(m.outputs, outs):
-            remap[id(o)] = no
-        sub.nodes.append(Node(m.op, ins, dict(m.attrs), outs, m.loc))
-    sub.results = [remap[id(callee.results[0])]]
-    module.functions[sub.name] = sub
-    return sub, inputs
+def _traffic(module: Module, n: Node):
+    """(bytes read and written, flops) of one fused node: its inputs, outputs and weights; the
+    flops of its GEMM or convolution (2 per multiply-add; 0 for a generated kernel)."""
+    callee = module.functions[n.attrs["callee"]]
+    vals = [v for v in n.inputs if v is not None] + list(n.outputs) + \
+        [m.outputs[0] for m in callee.nodes if m.op == "constant"]
+    nbytes = 0
+    for v in vals:
+        nbytes = S.add(nbytes, S.mul(v.type.numel(), v.dtype.itemsize))
+    flops = 0
+    for m in callee.nodes:
+        if m.op in ("linear", "matmul"):
+            flops = S.mul(2, S.mul(m.outputs[0].type.numel(), m.inputs[0].shape[-1] if m.inputs[0].rank else 1))
+        elif m.op == "conv2d":
+            flops = S.mul(2, S.mul(m.outputs[0].type.numel(), S.prod(m.inputs[1].shape[1:])))
+    return nbytes, flops

@@ -38,6 +38,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..errors import BrazeError
+from .toolchain import find_compiler
 
 LEVELS = ("scalar", "sse", "avx2", "avx512")  # low to high
 VECTOR_BYTES = {"scalar": 0, "sse": 16, "avx2": 32, "avx512": 64}
@@ -187,7 +188,7 @@ def detect_isa(cc=None) -> ISA:
     """The ISA native code is compiled for on this host (honouring ``BRAZE_ISA``).
 
     ``cc``: the compiler command (list of str); default: the one
-    ``braze.runtime.compiler.find_compiler`` finds. Cached per process per
+    ``braze.codegen.toolchain.find_compiler`` finds. Cached per process per
     (BRAZE_ISA, compiler).
     """
     forced = os.environ.get("BRAZE_ISA", "").strip().lower() or "auto"
@@ -197,7 +198,6 @@ def detect_isa(cc=None) -> ISA:
     if forced == "native":
         forced = "auto"
     if cc is None:
-        from ..runtime.compiler import find_compiler
         cc = find_compiler()
     elif isinstance(cc, str):
         cc = shlex.split(cc)

@@ -36,15 +36,15 @@ from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Module, Value
 from ..ir.sym import Sym
-from ..ir.types import DType, TensorType
+from ..ir.types import TensorType
 from ..ops import Builder, all_ops
 from ..ops.registry import InferCtx
+from .common import BOOL, F32, STATIC_DIMS, GVal, New, Reject
+from .operands import INT_LIMIT, choose_op, props
+from .proposers import PROPOSERS, propose_generic
 
-F32, F64, I64, I32, BOOL = DType.float32, DType.float64, DType.int64, DType.int32, DType.bool
 MAX_NUMEL = 6000  # elements of any value at any run shape (keeps the reference fast)
 RUN_VALUES = (0, 1, 2, 3, 5, 7, 8, 13, 17, 33)  # symbol values the runs draw from
-STATIC_DIMS = (1, 1, 2, 3, 4, 5, 7, 8, 16)
-ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")  # what the gemm/conv epilogues fuse
 
 
 @dataclass
@@ -58,39 +58,6 @@ class Config:
     p_zero_size: float = 0.15    # share of graphs whose symbols may be 0 (0-sized dims)
     n_runs: int = 2              # run shapes per graph (each symbol takes a new value)
     ops: tuple[str, ...] | None = None  # restrict to these ops (None: every claimed op)
-
-
-@dataclass
-class GVal:
-    v: Value
-    exact: bool = True
-    special: bool = False
-    ibound: float = 1.0
-    uses: int = 0  # nodes that read it so far
-
-    @property
-    def t(self) -> TensorType:
-        return self.v.type
-
-    @property
-    def dtype(self) -> DType:
-        return self.v.type.dtype
-
-    @property
-    def shape(self):
-        return self.v.type.shape
-
-
-@dataclass
-class New:
-    """An operand to create if the candidate is accepted: a parameter or a constant."""
-
-    type: TensorType
-    const: bool = False
-    index_dim: object = None  # for index tensors: values drawn in [-dim, dim)
-    low: float | None = None  # ints: value range; floats: positive values when low >= 0
-    high: float | None = None
-    data: np.ndarray | None = None  # constants: the data (drawn now, from the seed)
 
 
 @dataclass
@@ -173,10 +140,6 @@ def _draw(rng, p: ParamSpec, env) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # the generator
 # ---------------------------------------------------------------------------------------------
-
-
-class Reject(Exception):
-    """This candidate does not fit; try another."""
 
 
 class Generator:
@@ -345,7 +308,6 @@ class Generator:
     def emit(self, op: str, inputs, attrs, exact=None, ibound=None) -> list[GVal]:
         """Check the candidate, create its new operands, add the node; the outputs' GVals.
         ``exact``/``ibound``: the outputs' (default: all operands exact / the largest bound)."""
-        from .operands import INT_LIMIT, props
         outs = self.check(op, inputs, attrs)
         pr = [props(self, x) for x in inputs if x is not None]
         ex = all(p[0] for p in pr) if exact is None else exact
@@ -366,8 +328,6 @@ class Generator:
 
     # --- the main loop ----------------------------------------------------------------------------
     def run(self) -> RandomGraph:
-        from .operands import choose_op
-        from .proposers import PROPOSERS
         n_nodes = int(self.rng.integers(self.cfg.min_nodes, self.cfg.max_nodes + 1))
         ops = [o for o in all_ops() if o not in ("constant", "fused")]
         if self.cfg.ops is not None:
@@ -377,7 +337,7 @@ class Generator:
             tries += 1
             op = choose_op(self, ops)
             try:
-                PROPOSERS.get(op, _generic)(self, op)
+                PROPOSERS.get(op, propose_generic)(self, op)
                 built += 1
             except Reject as e:
                 key = f"{op}: {str(e).split(':')[0]}"
@@ -404,12 +364,6 @@ class Generator:
         self.b.ret(*sinks)
         return RandomGraph(self.seed, self.module, self.func, self.params, self.envs, self.op_counts,
                            self.special, list(self.syms), self.skipped)
-
-
-def _generic(gen: Generator, op: str):
-    """A proposer by kind and arity, for ops that have no proposer of their own."""
-    from .proposers import propose_generic
-    propose_generic(gen, op)
 
 
 def generate(seed: int, module: Module | None = None, config: Config | None = None) -> RandomGraph:

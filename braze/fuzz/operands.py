@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ir import sym as S
 from ..ops import all_ops
-from .generator import BOOL, GVal, New, Reject
+from .common import BOOL, GVal, New, Reject
 
 INT_LIMIT = 2.0 ** 30  # integer values stay below this (no overflow in int32 or int64 arithmetic)
 

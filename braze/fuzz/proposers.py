@@ -15,7 +15,7 @@ import numpy as np
 from ..ir import sym as S
 from ..ir.types import TensorType
 from ..ops import all_ops
-from .generator import ACTIVATIONS, BOOL, F32, F64, I32, I64, STATIC_DIMS, GVal, New, Reject
+from .common import ACTIVATIONS, BOOL, F32, F64, I32, I64, STATIC_DIMS, GVal, New, Reject
 from .operands import (bcast_ok, bcast_to_ok, check_int_bound, dtype_of, numeric, partner, props, random_axes,
                        reduced_count, shape_of)
 

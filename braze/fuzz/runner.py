@@ -78,14 +78,13 @@ def _compile(module, cache_dir):
 def _lower_alone(g) -> BaseException | None:
     """The error of compiling graph ``g`` alone up to the C source (passes, lowering, codegen;
     no C compiler): most compile failures happen there, and this costs ~1/20 of a C compile."""
-    from ..codegen.host import HostGen
     from ..codegen.isa import detect_isa
     from ..ir import verify
-    from ..pipeline import run_pipeline
+    from ..pipeline import compile_to_c
     try:
         m = g.alone()
         verify(m)
-        HostGen(run_pipeline(m, copy=False), detect_isa()).generate()
+        compile_to_c(m, detect_isa(), copy=False)
     except Exception as e:  # noqa: BLE001
         return e
     return None

@@ -4,90 +4,21 @@ A ``Node`` applies a registered op to input ``Value``s and defines output
 ``Value``s. Weights live in ``Module.constants`` and enter a function through
 ``constant`` nodes that name them. Symbols and their relations live in
 ``Module.constraints``; the same ``Sym`` objects appear in every type.
+
+Values and nodes (``value.py``) and constant hashes (``constant.py``) sit below
+this module so that the printer, which ``Module.__str__`` calls, needs nothing
+from here; they are imported from here all the same.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from .constant import ConstantRef, array_digest
 from .constraints import ConstraintStore
-from .sym import Sym
-from .types import DType, TensorType
-
-
-@dataclass(frozen=True)
-class SourceLoc:
-    """Where a node came from in the user's model."""
-
-    file: str | None = None
-    line: int | None = None
-    name: str | None = None  # node name, module path or op label
-    code: str | None = None  # the source line, when known
-
-    def __str__(self):
-        parts = []
-        if self.file:
-            parts.append(f"{self.file}:{self.line}" if self.line else self.file)
-        if self.name:
-            parts.append(self.name if not parts else f"({self.name})")
-        s = " ".join(parts) or "<unknown>"
-        if self.code:
-            s += f": {self.code.strip()}"
-        return s
-
-    def to_json(self) -> str:
-        d = {k: v for k, v in (("file", self.file), ("line", self.line), ("name", self.name),
-                               ("code", self.code)) if v is not None}
-        return json.dumps(d, sort_keys=True, separators=(",", ":"))
-
-
-class Value:
-    """An SSA value. Identity is the object; ``name`` is for printing."""
-
-    __slots__ = ("name", "type", "producer")
-
-    def __init__(self, name: str, type: TensorType, producer: "Node | None" = None):
-        self.name = name
-        self.type = type
-        self.producer = producer
-
-    @property
-    def shape(self):
-        return self.type.shape
-
-    @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def rank(self) -> int:
-        return self.type.rank
-
-    def __repr__(self):
-        return f"%{self.name}: {self.type}"
-
-
-class Node:
-    __slots__ = ("op", "inputs", "attrs", "outputs", "loc")
-
-    def __init__(self, op: str, inputs: list, attrs: dict, outputs: list[Value], loc: SourceLoc | None = None):
-        self.op = op
-        self.inputs = list(inputs)  # Value or None (an absent optional input)
-        self.attrs = dict(attrs)
-        self.outputs = list(outputs)
-        self.loc = loc
-        for v in self.outputs:
-            v.producer = self
-
-    def __repr__(self):
-        ins = ", ".join("none" if v is None else f"%{v.name}" for v in self.inputs)
-        outs = ", ".join(f"%{v.name}" for v in self.outputs)
-        return f"{outs} = {self.op}({ins}) {self.attrs}"
+from .sym import IntLike, Sym
+from .value import Node, SourceLoc, Value
 
 
 @dataclass
@@ -107,21 +38,6 @@ def input_count_message(func: Function) -> str:
     sig = ", ".join(f"%{p.name}: {p.type}" for p in func.params)
     who = "the model" if func.name == "main" else f"@{func.name}"
     return f"{who} takes {k} input{'' if k == 1 else 's'} ({sig})"
-
-
-class ConstantRef:
-    """A constant whose data is not at hand (parsed from text that elided it)."""
-
-    def __init__(self, type: TensorType, digest: str):
-        self.type = type
-        self.digest = digest
-
-    @property
-    def shape(self):
-        return self.type.shape
-
-    def __repr__(self):
-        return f"<ConstantRef {self.type} sha256:{self.digest[:12]}>"
 
 
 def missing_constants(module: "Module") -> list[str]:
@@ -147,14 +63,6 @@ def require_constant_data(module: "Module", action: str) -> None:
              "(onnx.load(path) loads it; keep the .onnx file next to its data file).")
 
 
-def array_digest(a: np.ndarray) -> str:
-    a = np.asarray(a, order="C")  # ascontiguousarray would hash a 0-d array as shape (1,)
-    h = hashlib.sha256()
-    h.update(f"{a.dtype.name}{a.shape}".encode())
-    h.update(a.tobytes())
-    return h.hexdigest()
-
-
 class Module:
     def __init__(self):
         self.functions: dict[str, Function] = {}
@@ -163,6 +71,9 @@ class Module:
         # (function, parameter, axis) -> why that input dim is what it is, from the importer
         # (e.g. "fixed at export"); input errors quote it
         self.input_notes: dict[tuple[str, str, int], str] = {}
+        # function -> bytes of scratch its intermediates need (assign_memory; each fused node's
+        # ``arena`` attr places its outputs in it)
+        self.arena_sizes: dict[str, IntLike] = {}
 
     @property
     def symbols(self) -> dict[str, Sym]:
@@ -193,3 +104,7 @@ class Module:
 
     def __repr__(self):
         return f"<braze Module: {', '.join('@' + f for f in self.functions)}; {len(self.constants)} constants>"
+
+
+__all__ = ["ConstantRef", "Function", "Module", "Node", "SourceLoc", "Value", "array_digest", "input_count_message",
+           "missing_constants", "require_constant_data"]

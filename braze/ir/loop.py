@@ -50,10 +50,10 @@ _PROCESS_COUNTER = itertools.count(1)
 
 
 @contextlib.contextmanager
-def kernel_names():
-    """Number the loop variables made inside this block from 1, so a kernel's text (and the
-    compile-cache key) depends on the kernel only, not on what the process built before."""
-    token = _KERNEL_COUNTER.set(itertools.count(1))
+def kernel_names(start: int = 1):
+    """Number the loop variables made inside this block from ``start``, so a kernel's text (and
+    the compile-cache key) depends on the kernel only, not on what the process built before."""
+    token = _KERNEL_COUNTER.set(itertools.count(start))
     try:
         yield
     finally:
@@ -456,3 +456,25 @@ def with_children(e: Expr, new: list) -> Expr:
 
 def is_trivial(e: Expr) -> bool:
     return isinstance(e, (Const, Var, IndexValue))
+
+
+def kernel_syms(k: Kernel) -> list:
+    """The symbols (not loop variables) ``k`` reads, sorted by name: its ``int64_t`` arguments.
+    Here, not in lowering or the schedule, so both can ask without importing each other."""
+    syms: set = set()
+    for b in k.buffers:
+        for d in b.shape:
+            syms |= S.free_syms(d)
+    for s in walk_stmts(k.body):
+        if isinstance(s, For):
+            syms |= S.free_syms(s.extent)
+            if s.work is not None:
+                syms |= S.free_syms(s.work)
+        if isinstance(s, (Store, Let)):
+            for e in stmt_exprs(s):
+                syms |= int_syms(e)
+            if isinstance(s, Store):
+                for i in s.index:
+                    if not isinstance(i, Expr) and i is not None:
+                        syms |= S.free_syms(i)
+    return sorted((s for s in syms if not is_loop_var(s)), key=lambda s: s.name)

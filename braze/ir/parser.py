@@ -362,6 +362,8 @@ class _Parser:
             self.constants_block(m, constants)
         if self.accept("notes"):
             self.notes_block(m)
+        if self.accept("memory"):
+            self.memory_block(m)
         while self.at("func"):
             self.function(m)
         if not self.at("}"):
@@ -439,6 +441,14 @@ class _Parser:
             param = self.expect_kind("val", "an input name (%name)").value
             axis = self.expect_int("the input's axis (an integer)")
             m.input_notes[(fn, param, axis)] = self.expect_kind("str", "the note (a string)").value
+
+    def memory_block(self, m: Module):
+        """``@func arena <bytes>`` lines: each function's scratch size (assign_memory)."""
+        self.expect("{", "after 'memory'")
+        while not self.accept("}"):
+            fn = self.expect_kind("glob", "a function name (@name) or '}'").value
+            self.expect("arena", "after the function name in a memory block")
+            m.arena_sizes[fn] = self.expr()
 
     def constants_block(self, m: Module, given: Mapping | None):
         self.expect("{", "after 'constants'")

@@ -43,23 +43,26 @@ import re
 import numpy as np
 
 from . import sym as S
-from .graph import ConstantRef, Function, Module, Node, Value
+from .constant import ConstantRef, array_digest
 from .types import DType, TensorType
+from .value import Node, Value
+
+# Module and Function come in as arguments, never by import: graph.py prints through this module.
 
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _VALUE_NAME_RE = re.compile(r"[A-Za-z0-9_.]+\Z")
 
 
-def print_module(module: Module, inline_limit: int = 16) -> str:
+def print_module(module, inline_limit: int = 16) -> str:
     return _Printer(module).module(inline_limit)
 
 
-def print_function(module: Module, func) -> str:
+def print_function(module, func) -> str:
     """One function's text, without the module's symbols and constants."""
     return "\n".join(_Printer(module).function(func.name, func))
 
 
-def format_node(module: Module, node: Node) -> str:
+def format_node(module, node: Node) -> str:
     """One node as a line of text, with the values' own names (for messages)."""
     p = _Printer(module)
     try:
@@ -83,7 +86,7 @@ def format_float(x) -> str:
 
 
 class _Printer:
-    def __init__(self, module: Module):
+    def __init__(self, module):
         self.m = module
         self.store = module.constraints
         self._expr_cache: dict = {}
@@ -190,7 +193,6 @@ class _Printer:
             return head + f"<unsupported constant dtype {a.dtype}>"
         t = f"{dt.short}[{', '.join(str(d) for d in a.shape)}]"
         if a.size > inline_limit:
-            from .graph import array_digest
             return head + f"{t} = dense<sha256:{array_digest(a)}>"
         return head + f"{t} = [{', '.join(_scalar(x, dt) for x in a.reshape(-1))}]"
 
@@ -207,7 +209,7 @@ class _Printer:
             s += f"  loc{node.loc.to_json()}"
         return s
 
-    def function(self, key: str, f: Function) -> list[str]:
+    def function(self, key: str, f) -> list[str]:
         names = _Names(f)
         params = ", ".join(f"{names.define(p)}: {self.type(p.type)}" for p in f.params)
         res_types = ", ".join(self.type(v.type) for v in f.results)
@@ -243,6 +245,11 @@ class _Printer:
             for (fn, param, axis), text in sorted(self.m.input_notes.items()):
                 lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {axis} {json.dumps(text)}")
             lines.append("  }")
+        if self.m.arena_sizes:
+            lines.append("  memory {")
+            for fn, size in self.m.arena_sizes.items():
+                lines.append(f"    {format_global_name(fn)} arena {self.expr(size)}")
+            lines.append("  }")
         for key, f in self.m.functions.items():
             lines.extend(self.function(key, f))
         lines.append("}")
@@ -263,7 +270,7 @@ class _Printer:
 class _Names:
     """Printed names of a function's values: unique, and stable in definition order."""
 
-    def __init__(self, f: Function):
+    def __init__(self, f):
         self.by_id: dict[int, str] = {}
         self.taken: set[str] = set()
 

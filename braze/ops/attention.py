@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir.types import DType, TensorType
 from .common import broadcast_shapes
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 def _sdpa_infer(ctx, q, k, v, mask=None, *, is_causal, scale):

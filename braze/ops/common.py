@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..ir import sym as S
 from ..ir.types import DType, TensorType
-from .registry import InferCtx
+from .context import InferCtx
 
 # numpy-like promotion among braze dtypes (bool < ints < floats)
 _ORDER = [DType.bool, DType.uint8, DType.int8, DType.int32, DType.int64,

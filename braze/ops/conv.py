@@ -8,7 +8,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..ir import sym as S
 from ..ir.types import DType, TensorType
 from .common import promote
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 # ---------------------------------------------------------------------------

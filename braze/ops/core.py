@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..ir.graph import ConstantRef
+from ..ir.constant import ConstantRef
 from ..ir.types import DType, TensorType
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 def _constant_infer(ctx, *, name):
@@ -48,7 +48,7 @@ def _callee(ctx, callee):
     return f
 
 
-def _fused_infer(ctx, *xs, callee, kind):
+def _fused_infer(ctx, *xs, callee, kind, post_ops=None, arena=None):
     from ..ir import sym as S
     if kind not in FUSED_KINDS:
         raise ctx.error(f"kind {kind!r} is not one of {', '.join(FUSED_KINDS)}")
@@ -72,15 +72,22 @@ def _fused_infer(ctx, *xs, callee, kind):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _fused_ref(ctx, *xs, callee, kind):
-    from ..reference import run_function
+def _fused_ref(ctx, *xs, callee, kind, post_ops=None, arena=None):
     f = _callee(ctx, callee)
-    res = run_function(ctx.module, f, list(xs), ctx.env)
+    if ctx.run is None:
+        from ..errors import BrazeError
+        raise BrazeError(f"fused: running @{callee} needs an interpreter (RefCtx.run)",
+                         hint="run the module with braze.reference.run")
+    res = ctx.run(f, list(xs))
     return res[0] if len(res) == 1 else res
 
 
 defop("fused", inputs=("xs*",),
       attrs={"callee": Attr("str", doc="the group's sub-function, e.g. fused_3"),
-             "kind": Attr("str", "opaque", "pointwise | reduction | stitch | gemm | conv | opaque")},
+             "kind": Attr("str", "opaque", "pointwise | reduction | stitch | gemm | conv | opaque"),
+             "post_ops": Attr("any", None, "gemm/conv: the ops after the anchor that the library call applies, "
+                                           "in order (bias, residual, gelu, gelu_tanh, silu, tanh); set by offload"),
+             "arena": Attr("intlikes", None, "each output's byte offset in the function's arena, -1 for a "
+                                             "function result (the caller's memory); set by assign_memory")},
       infer=_fused_infer, reference=_fused_ref, kind="opaque",
       doc="A fusion group: calls @callee (a function of the same module) on the inputs; its results.")

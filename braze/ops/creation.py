@@ -10,7 +10,7 @@ import numpy as np
 from ..ir import sym as S
 from ..ir.types import TensorType
 from .common import _fmt
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 def _is_float(v):

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..ir.types import DType, TensorType
 from .common import broadcast_shapes, elementwise_infer, promote
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 # ---------------------------------------------------------------------------
 # helpers

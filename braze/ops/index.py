@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir.types import TensorType
 from .common import norm_axis
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 def _int_indices(ctx, idx):

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir.types import DType, TensorType
 from .common import _fmt, broadcast_shapes, promote
-from .registry import defop
+from .opdef import defop
 
 
 def _check_contracted(ctx, ka, kb, a_shape, b_shape):

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import BrazeError
 from ..ir.types import TensorType
 from .common import norm_axis
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 def _need_float(ctx, x: TensorType, what: str = "input"):

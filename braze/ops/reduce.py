@@ -26,7 +26,7 @@ import numpy as np
 
 from ..ir.types import DType, TensorType
 from .common import norm_axes, norm_axis
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 def reduced_shape(shape, axes, keepdims: bool) -> tuple:

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..ir import sym as S
 from ..ir.types import DType, TensorType
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 MODES = ("nearest", "linear", "cubic")
 COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")

@@ -7,7 +7,7 @@ import numpy as np
 from ..ir import sym as S
 from ..ir.types import DType, TensorType
 from .common import _fmt, norm_axis, promote
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 BIG = 2 ** 62  # a slice bound at or past this means "to the end"
 

@@ -20,7 +20,7 @@ from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.types import DType, TensorType
 from .common import norm_axis
-from .registry import Attr, defop
+from .opdef import Attr, defop
 
 
 def k_may_exceed(constraints, k, n) -> str:

@@ -9,6 +9,9 @@ returns it (``braze.pipeline.run_pipeline`` copies the input first).
 * ``decompose``: scaled_dot_product_attention -> matmul, softmax, matmul
 * ``fuse``: groups -> ``fused`` nodes calling ``@fused_N`` sub-functions (``fusion_report``)
 * ``plan_memory`` / ``assign_memory``: arena offsets for intermediates (``MemoryPlan``)
+
+Their local rewrite rules are named; ``with collect_rule_stats() as stats:`` counts the hits
+of each in the block (``stats.report()``; see braze/passes/rules.py).
 """
 
 from .canonicalize import canonicalize
@@ -19,8 +22,9 @@ from .dce import dce
 from .decompose import decompose
 from .layout import channels_last
 from .patterns import recognize_patterns
+from .rules import RuleStats, all_rules, collect_rule_stats
 from .fusion import fuse, fusion_report, group_counts
 from .memory import MemoryPlan, assign_memory, plan_memory
 
 __all__ = ["canonicalize", "channels_last", "recognize_patterns", "constant_fold", "cse", "dce", "decompose", "fuse", "fusion_report", "group_counts",
-           "plan_memory", "assign_memory", "MemoryPlan", "copy_module"]
+           "plan_memory", "assign_memory", "MemoryPlan", "copy_module", "RuleStats", "collect_rule_stats", "all_rules"]

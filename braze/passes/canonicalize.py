@@ -1,20 +1,22 @@
 """Canonicalization: local rewrites that remove work without changing any result bit.
 
-Rules (each checks that the replacement has the node's exact type):
+Rules (each checks that the replacement has the node's exact type; names as counted by
+``braze.passes.rules``):
 
-* ``cast`` to the input's dtype -> the input.
-* ``reshape`` / ``expand`` to the input's shape, ``permute`` by the identity,
-  full-range ``slice`` (start 0, end >= the dim, step 1), one-input ``concat``,
+* ``identity_<op>``: ``cast`` to the input's dtype, ``reshape`` / ``expand`` /
+  ``flatten`` / ``squeeze`` / ``unsqueeze`` to the input's shape, ``permute`` by the
+  identity, full-range ``slice`` (start 0, end >= the dim, step 1), one-input ``concat``,
   one-output ``split`` -> the input.
-* chains of views (``reshape``, ``flatten``, ``squeeze``, ``unsqueeze``): a chain
+* ``view_chain``: chains of views (``reshape``, ``flatten``, ``squeeze``, ``unsqueeze``): a chain
   that ends in the shape it started from (an unsqueeze/squeeze pair, a reshape
   and its inverse) -> the start; otherwise consecutive views -> one ``reshape``.
-* ``permute(permute(x, p), q)`` -> ``permute(x, p[q])`` (dropped if the identity).
-* ``x * 1``, ``1 * x``, ``x / 1`` -> x (exact for every float, -0.0, inf and NaN included).
-* ``x + c`` and ``c + x`` -> x only when every element of the constant ``c`` is
+* ``permute_chain``: ``permute(permute(x, p), q)`` -> ``permute(x, p[q])`` (dropped if the identity).
+* ``mul_one``, ``div_one``: ``x * 1``, ``1 * x``, ``x / 1`` -> x (exact for every float,
+  -0.0, inf and NaN included).
+* ``add_neg_zero``: ``x + c`` and ``c + x`` -> x only when every element of the constant ``c`` is
   **-0.0** (floats) or 0 (ints): ``x + (+0.0)`` is *not* the identity, since
   ``-0.0 + 0.0 == +0.0`` (the sign of zero would change), so it is kept.
-  ``x - 0`` -> x for +0.0 (``-0.0 - 0.0 == -0.0``) and integer 0.
+  ``sub_zero``: ``x - 0`` -> x for +0.0 (``-0.0 - 0.0 == -0.0``) and integer 0.
   In every case the constant must not broadcast the result to a larger shape or
   promote its dtype.
 
@@ -30,7 +32,9 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ops.shape import BIG
 from .common import Namer, apply_replacements, constant_value, follow, make_node, same_shape
 from .dce import dce_function, drop_unused_constants
+from .rules import Rule, rule
 
+PASS = "canonicalize"
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
 
 
@@ -67,81 +71,107 @@ def _is_pos_zero_or_int_zero(c):
     return False
 
 
-def _rewrite(module: Module, n: Node, namer: Namer):
-    """A Value that replaces n's single output, a new Node replacing n, or None."""
-    store = module.constraints
-    if len(n.outputs) != 1:
+def _ident(module: Module, v: Value | None, out: Value) -> Value | None:
+    """``v`` when it can stand for ``out`` (the same dtype and shape), else None."""
+    return v if v is not None and _same_type(module.constraints, v, out) else None
+
+
+def _identity(op: str, when=None) -> Rule:
+    """``op`` -> its input, when the output has the input's type (and ``when(module, n)``)."""
+    def fn(module, n):
+        return _ident(module, n.inputs[0], n.outputs[0]) if when is None or when(module, n) else None
+    return Rule(PASS, f"identity_{op}", fn)
+
+
+def _perm(n: Node, rank: int) -> list[int]:
+    return [p % max(rank, 1) for p in n.attrs["perm"]]
+
+
+def _is_identity_perm(module, n) -> bool:
+    perm = _perm(n, n.outputs[0].rank)
+    return perm == list(range(len(perm)))
+
+
+def _is_full_range(module, n) -> bool:
+    a, x = n.attrs, n.inputs[0]
+    d = x.type.shape[a["axis"] % max(x.rank, 1)]
+    end = a["end"]
+    return a["step"] == 1 and isinstance(a["start"], int) and a["start"] == 0 and \
+        ((isinstance(end, int) and end >= BIG) or module.constraints.equal(end, d) is True or
+         (isinstance(end, int) and isinstance(d, int) and end >= d))
+
+
+@rule(PASS, "permute_chain")
+def _permute_chain(module, n):
+    """permute(permute(x, p), q) -> x when p[q] is the identity, else permute(x, p[q])."""
+    out, x = n.outputs[0], n.inputs[0]
+    inner = x.producer
+    if inner is None or inner.op != "permute":
         return None
-    out = n.outputs[0]
-    ins = n.inputs
-    x = ins[0] if ins else None
+    p1 = _perm(inner, out.rank)
+    comp = [p1[q] for q in _perm(n, out.rank)]
+    src = inner.inputs[0]
+    if comp == list(range(len(comp))):
+        return _ident(module, src, out)
+    return make_node(module, "permute", [src], {"perm": tuple(comp)}, loc=n.loc, namer=None, name=out.name)
 
-    def ident(v):
-        return v if v is not None and _same_type(store, v, out) else None
 
-    op = n.op
-    if op == "cast":
-        return ident(x)
-    if op in ("reshape", "expand"):
-        r = ident(x)
-        if r is not None:
-            return r
-    if op == "permute":
-        perm = [p % max(out.rank, 1) for p in n.attrs["perm"]]
-        if perm == list(range(len(perm))):
-            return ident(x)
-        if x is not None and x.producer is not None and x.producer.op == "permute":
-            inner = x.producer
-            p1 = [p % max(out.rank, 1) for p in inner.attrs["perm"]]
-            comp = [p1[q] for q in perm]
-            src = inner.inputs[0]
-            if comp == list(range(len(comp))):
-                return ident(src)
-            return make_node(module, "permute", [src], {"perm": tuple(comp)}, loc=n.loc, namer=None,
-                             name=out.name)
-    if op == "slice":
-        a = n.attrs
-        ax = a["axis"] % max(x.rank, 1)
-        d = x.type.shape[ax]
-        end = a["end"]
-        if a["step"] == 1 and isinstance(a["start"], int) and a["start"] == 0 and \
-                ((isinstance(end, int) and end >= BIG) or store.equal(end, d) is True or
-                 (isinstance(end, int) and isinstance(d, int) and end >= d)):
-            return ident(x)
-    if op == "split":
-        return ident(x)
-    if op == "concat" and len(ins) == 1:
-        return ident(x)
-    if op in VIEWS and x is not None:
-        r = ident(x) if op != "reshape" else None
-        if r is not None:
-            return r
-        if x.producer is not None and x.producer.op in VIEWS:
-            src = x.producer.inputs[0]
-            if _same_type(store, src, out):
-                return src
-            return make_node(module, "reshape", [src], {"shape": tuple(out.type.shape)}, loc=n.loc,
-                             namer=None, name=out.name)
-    if op in ("mul", "div", "add", "sub") and len(ins) == 2:
-        a, b = ins
-        cands = []
-        if op == "mul":
-            cands = [(a, b), (b, a)]
-            pred = _is_one
-        elif op == "div":
-            cands = [(a, b)]
-            pred = _is_one
-        elif op == "add":
-            cands = [(a, b), (b, a)]
-            pred = _is_neg_zero_or_int_zero
-        else:
-            cands = [(a, b)]
-            pred = _is_pos_zero_or_int_zero
-        for keep, c in cands:
+@rule(PASS, "view_chain")
+def _view_chain(module, n):
+    """A view of a view -> the start when it has the end's type, else one reshape of it."""
+    out, x = n.outputs[0], n.inputs[0]
+    if x is None or x.producer is None or x.producer.op not in VIEWS:
+        return None
+    src = x.producer.inputs[0]
+    if _same_type(module.constraints, src, out):
+        return src
+    return make_node(module, "reshape", [src], {"shape": tuple(out.type.shape)}, loc=n.loc, namer=None,
+                     name=out.name)
+
+
+def _drop_constant(name: str, pred, commutes: bool = False) -> Rule:
+    """``op(x, c)`` (and ``op(c, x)`` when it commutes) -> x when every element of the constant
+    ``c`` satisfies ``pred`` and x has the result's type (no broadcast, no promotion)."""
+    def fn(module, n):
+        if len(n.inputs) != 2:
+            return None
+        a, b = n.inputs
+        for keep, c in ((a, b), (b, a)) if commutes else ((a, b),):
             if _all_const(module, c, pred):
-                r = ident(keep)
+                r = _ident(module, keep, n.outputs[0])
                 if r is not None:
                     return r
+        return None
+    return Rule(PASS, name, fn)
+
+
+# op -> its rules, tried in order: the first that gives a replacement is applied
+RULES: dict[str, tuple[Rule, ...]] = {
+    "cast": (_identity("cast"),),
+    "reshape": (_identity("reshape"), _view_chain),
+    "expand": (_identity("expand"),),
+    "flatten": (_identity("flatten"), _view_chain),
+    "squeeze": (_identity("squeeze"), _view_chain),
+    "unsqueeze": (_identity("unsqueeze"), _view_chain),
+    "permute": (_identity("permute", _is_identity_perm), _permute_chain),
+    "slice": (_identity("slice", _is_full_range),),
+    "split": (_identity("split"),),
+    "concat": (_identity("concat", lambda module, n: len(n.inputs) == 1),),
+    "mul": (_drop_constant("mul_one", _is_one, commutes=True),),
+    "div": (_drop_constant("div_one", _is_one),),
+    "add": (_drop_constant("add_neg_zero", _is_neg_zero_or_int_zero, commutes=True),),
+    "sub": (_drop_constant("sub_zero", _is_pos_zero_or_int_zero),),
+}
+
+
+def _rewrite(module: Module, n: Node, namer: Namer):
+    """A Value that replaces n's single output, a new Node replacing n, or None."""
+    if len(n.outputs) != 1:
+        return None
+    for r in RULES.get(n.op, ()):
+        out = r(module, n)
+        if out is not None:
+            return out
     return None
 
 

@@ -1,13 +1,13 @@
 """Constant folding: nodes whose inputs are all constants are computed now, with the op's
 NumPy reference, into new module constants.
 
-A node folds when every input is the output of a ``constant`` node with data, its
+A node folds (rule ``fold_node``) when every input is the output of a ``constant`` node with data, its
 attributes and output types are concrete (no symbols), and either the result is
 small (<= ``SMALL`` elements) or it is no larger than its inputs together (a
 weight transform: transpose, reshape, cast, scale of a weight...). Creation ops
 with no inputs (``arange``, ``full``) fold when small and concrete.
 
-It also folds an inference ``batch_norm`` with constant parameters into the
+It also folds (rule ``conv_batch_norm``) an inference ``batch_norm`` with constant parameters into the
 ``conv2d`` before it (constant weight and bias, the conv's only user):
 ``W' = W * s``, ``b' = (b - mean) * s + beta`` with ``s = gamma / sqrt(var + eps)``.
 
@@ -24,6 +24,7 @@ from ..ir.graph import Function, Module, Node
 from ..ops.registry import RefCtx, get_op
 from .common import Namer, apply_replacements, constant_node, constant_value, users
 from .dce import dce_function, drop_unused_constants
+from .rules import Rule, rule
 
 SMALL = 1 << 16
 NEVER = ("constant", "fused")
@@ -38,6 +39,7 @@ def _concrete_attrs(attrs) -> bool:
     return True
 
 
+@rule("constant_fold", "fold_node")
 def _fold_node(module: Module, n: Node):
     """The output arrays of ``n`` when it folds, else None."""
     if n.op in NEVER:
@@ -75,6 +77,9 @@ def _fold_node(module: Module, n: Node):
             return None
         res.append(np.asarray(a, dtype=v.type.dtype.numpy, order="C"))  # keeps 0-d arrays 0-d
     return res
+
+
+_CONV_BN = Rule("constant_fold", "conv_batch_norm")
 
 
 def _fold_conv_bn(module: Module, f: Function, namer: Namer) -> int:
@@ -117,6 +122,7 @@ def _fold_conv_bn(module: Module, f: Function, namer: Namer) -> int:
                     new_nodes.extend([wn, bn_, nc])
                     repl[id(n.outputs[0])] = nc.outputs[0]
                     count += 1
+                    _CONV_BN.hit()
                     continue
         new_nodes.append(n)
     if count:

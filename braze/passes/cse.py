@@ -1,7 +1,7 @@
 """Common-subexpression elimination: nodes with the same op, the same inputs and the same
 attributes compute the same values (every braze op is pure), so later copies are replaced by
-the first. ``constant`` nodes naming the same constant, or small constants (<= 1024
-elements) with equal contents, are merged too.
+the first (rule ``same_node``). ``constant`` nodes naming the same constant, or small constants
+(<= 1024 elements) with equal contents, are merged too (rule ``same_constant``).
 
 ``cse(module)`` mutates the module and returns it.
 """
@@ -15,8 +15,11 @@ from ..ir.graph import Function, Module, array_digest
 from ..ir.types import DType
 from .common import apply_replacements, follow
 from .dce import dce_function, drop_unused_constants
+from .rules import Rule
 
 SMALL_CONSTANT = 1024
+_SAME_NODE = Rule("cse", "same_node")
+_SAME_CONSTANT = Rule("cse", "same_constant")
 
 
 def attr_key(v):
@@ -65,6 +68,7 @@ def cse_function(module: Module, f: Function) -> int:
             for a, b in zip(n.outputs, old.outputs):
                 repl[id(a)] = b
             merged += 1
+            (_SAME_CONSTANT if n.op == "constant" else _SAME_NODE).hit()
             continue
         seen[key] = n
         keep.append(n)

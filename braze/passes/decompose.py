@@ -46,6 +46,7 @@ as they are (libraries and fused kernels handle them), except:
   (wrapping as torch does), and the product fuses into the sum;
 - a ``linear`` whose weight is computed at run time takes its bias as an ``add``.
 
+Each op's decomposition is one rule named after the op (``braze.passes.rules``).
 ``decompose(module)`` mutates the module and returns it.
 """
 
@@ -61,6 +62,7 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import Namer, apply_replacements, constant_node, make_node, same_shape
 from .dce import dce_function
+from .rules import Rule
 
 
 class _Emit:
@@ -281,8 +283,10 @@ def _decompose_matmul(module: Module, n: Node, namer: Namer):
     return emit.nodes, y
 
 
-DECOMPOSITIONS = {"scaled_dot_product_attention": _decompose_sdpa, "group_norm": _decompose_group_norm,
-                  "topk": _decompose_topk, "matmul": _decompose_matmul, "linear": _decompose_linear}
+# op -> its rule (named after the op), which gives (new nodes, replacement outputs) or None
+DECOMPOSITIONS = {op: Rule("decompose", op, fn) for op, fn in (
+    ("scaled_dot_product_attention", _decompose_sdpa), ("group_norm", _decompose_group_norm),
+    ("topk", _decompose_topk), ("matmul", _decompose_matmul), ("linear", _decompose_linear))}
 
 
 def decompose_function(module: Module, f: Function) -> int:

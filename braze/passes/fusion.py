@@ -38,13 +38,14 @@ dims known to be equal fuse whatever their values):
 4. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
 
 No merge may create a cycle: two groups never merge when one reaches the
-other through a third. ``fuse(module)`` mutates the module and returns it;
-``fusion_report(module)`` is the readable record of the decisions.
+other through a third. ``fuse(module)`` mutates the module and returns it with its
+``FusionLog``, the readable record of the groups and the decisions (``str(log)``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 
 from ..ir.graph import Function, Module, Node, Value
 from ..ops.registry import get_op
@@ -617,7 +618,19 @@ class _Fuser:
         return records
 
 
-def fuse(module: Module) -> Module:
+@dataclass
+class FusionLog:
+    """What ``fuse`` decided: ``report`` (the groups, as they came out) and the decision lines."""
+
+    report: str = ""
+    decisions: list[str] = field(default_factory=list)
+
+    def __str__(self):
+        extra = "decisions:\n" + "".join(f"  {s}\n" for s in self.decisions) if self.decisions else ""
+        return self.report + extra
+
+
+def fuse(module: Module) -> tuple[Module, FusionLog]:
     """Partition every entry function into ``fused`` groups (in place); see the module doc."""
     used = set(module.functions)
     counter = [0]
@@ -630,8 +643,7 @@ def fuse(module: Module) -> Module:
         recs = _Fuser(module, f, log).run(used, counter)
         logs.extend(log)
         groups.extend(recs)
-    module.fusion_log = logs
-    return module
+    return module, FusionLog(fusion_report(module), logs)
 
 
 def group_counts(module: Module) -> dict[str, int]:
@@ -645,7 +657,7 @@ def group_counts(module: Module) -> dict[str, int]:
 
 
 def fusion_report(module: Module) -> str:
-    """The fusion decisions, readable: a summary, one line per group, and the decision log."""
+    """The fusion groups, readable: a summary and one line per group."""
     from ..ir.printer import _Printer
     p = _Printer(module)
     lines = []
@@ -664,8 +676,4 @@ def fusion_report(module: Module) -> str:
                 f" ({len(ops)} ops)"
             lines.append(f"  @{n.attrs['callee']:<10} {n.attrs['kind']:<9} {opstr}")
             lines.append(f"      in: {ins or '-'}   out: {outs}")
-    log = getattr(module, "fusion_log", None)
-    if log:
-        lines.append("decisions:")
-        lines.extend("  " + s for s in log)
     return "\n".join(lines) + "\n"

@@ -2,8 +2,8 @@
 
 oneDNN's fast convolutions want NHWC (docs/gemm.md: plain NCHW 1x1 convs run
 at under 1 GFLOP/s). Each float32 ``conv2d`` / ``max_pool2d`` becomes
-``permute(op(permute(x, to_nhwc), layout="nhwc"), to_nchw)``; then each
-``to_nchw`` permute sinks through the elementwise ops after it (relu,
+``permute(op(permute(x, to_nhwc), layout="nhwc"), to_nchw)`` (rule ``to_nhwc``); then each
+``to_nchw`` permute sinks (rule ``sink_permute``) through the elementwise ops after it (relu,
 residual add) until it meets a ``to_nhwc`` permute, and the pair cancels (the
 canonicalize pass merges and drops them). What remains are permutes at the
 edges of the convolutional part of the graph.
@@ -15,10 +15,13 @@ from ..ir.graph import Function, Module
 from ..ir.types import DType
 from ..ops.registry import get_op
 from .common import Namer, make_node, replace_all_uses, top_functions
+from .rules import Rule
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 CHANNELS_LAST_OPS = ("conv2d", "max_pool2d")
+_TO_NHWC = Rule("channels_last", "to_nhwc")
+_SINK = Rule("channels_last", "sink_permute")
 
 
 def _is_to_nchw(v) -> bool:
@@ -40,6 +43,7 @@ def _convert(module: Module, f: Function, namer: Namer) -> int:
             out += [p, m, back]
             replace_all_uses(f, n.outputs[0], back.outputs[0])
             changed += 1
+            _TO_NHWC.hit()
         else:
             out.append(n)
     f.nodes = out
@@ -72,6 +76,7 @@ def _sink(module: Module, f: Function, namer: Namer) -> int:
             out += [m, back]
             replace_all_uses(f, n.outputs[0], back.outputs[0])
             changed += 1
+            _SINK.hit()
         else:
             out.append(n)
     f.nodes = out

@@ -12,8 +12,11 @@ provably equal one, else it gets a new slot. Slots are laid out one after the
 other, each rounded up to ``ALIGN`` bytes; the arena size is their sum.
 
 ``plan_memory(module, func=None) -> MemoryPlan`` (main function by default);
-``assign_memory(module)`` is the pass form: it attaches the plan of every entry
-function as ``module.memory_plan`` (the main one) and ``module.memory_plans``.
+``assign_memory(module)`` is the pass form: it writes the plan into the IR, so
+the printed module carries it and a parsed one compiles the same: each node's
+``arena`` attr holds its outputs' byte offsets (-1 for a function result,
+which lives in the caller's memory), and ``module.arena_sizes`` each entry
+function's arena size (the ``memory { @main arena <bytes> }`` block).
 """
 
 from __future__ import annotations
@@ -121,6 +124,10 @@ class MemoryPlan:
         return "\n".join(lines)
 
 
+def _key(x: IntLike):
+    return x._key() if isinstance(x, S.SymExpr) else x
+
+
 def _provably_le(store, a: IntLike, b: IntLike) -> bool:
     """a <= b for every allowed value of the symbols."""
     if store.equal(a, b) is True:
@@ -142,6 +149,16 @@ def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
             if v is not None:
                 last_use[id(v)] = i
     plan = MemoryPlan(f.name)
+    memo: dict = {}
+
+    def fits(size: IntLike, slot: IntLike) -> str:
+        """"equal", "smaller" (provably <=) or "no"; a model repeats few sizes, each proof is dear."""
+        key = (_key(size), _key(slot))
+        if key not in memo:
+            memo[key] = "equal" if store.equal(slot, size) is True else \
+                "smaller" if _provably_le(store, size, slot) else "no"
+        return memo[key]
+
     free: list[int] = []  # free slot ids
     live: list[Buffer] = []
     for i, n in enumerate(f.nodes):
@@ -162,10 +179,10 @@ def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
             best = None
             for s in free:
                 size = plan.slot_sizes[s]
-                if store.equal(size, b.size) is True:
+                if fits(b.size, size) == "equal":
                     best = s
                     break
-                if best is None and _provably_le(store, b.size, size):
+                if best is None and fits(b.size, size) == "smaller":
                     best = s
             if best is None:
                 plan.slot_sizes.append(b.size)
@@ -186,10 +203,14 @@ def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
 
 
 def assign_memory(module: Module) -> Module:
-    """The pass form: plans every entry function; ``module.memory_plan`` is main's plan."""
-    plans = {f.name: plan_memory(module, f.name) for f in top_functions(module)}
-    module.memory_plans = plans
-    module.memory_plan = plans.get(module.main.name)
+    """The pass form: plans every entry function and writes each plan into the IR."""
+    for f in top_functions(module):
+        plan = plan_memory(module, f.name)
+        offsets = {id(b.value): b.offset for b in plan.buffers}
+        for n in f.nodes:
+            if n.op != "constant":
+                n.attrs["arena"] = [offsets.get(id(v), -1) for v in n.outputs]
+        module.arena_sizes[f.name] = plan.arena_size
     return module
 
 

@@ -3,15 +3,16 @@
 GPT-2 (and other "NewGELU" models) spell the tanh GELU out as
 ``0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3)))``: eight nodes, one of them
 a ``pow``. As one ``gelu(approximate="tanh")`` it becomes a oneDNN post-op of
-the GEMM before it instead of a separate pass over memory.
+the GEMM before it instead of a separate pass over memory (rule ``gelu_tanh``).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..ir.graph import Function, Module, Value
+from ..ir.graph import Function, Module, Node, Value
 from .common import Namer, make_node, replace_all_uses, scalar_value, top_functions
+from .rules import rule
 
 
 def _near(a, b) -> bool:
@@ -68,14 +69,22 @@ def _match_gelu_tanh(module: Module, n) -> Value | None:
     return None
 
 
+@rule("recognize_patterns", "gelu_tanh")
+def _gelu_tanh(module: Module, n: Node, namer: Namer) -> Node | None:
+    """The gelu node that replaces the hand-written tanh GELU ending at ``n``, else None."""
+    x = _match_gelu_tanh(module, n)
+    if x is None or not x.dtype.is_float or n.outputs[0].shape != x.shape:
+        return None
+    return make_node(module, "gelu", [x], {"approximate": "tanh"}, loc=n.loc, namer=namer, name="gelu")
+
+
 def _rewrite(module: Module, f: Function) -> int:
     namer = Namer(f)
     out, count = [], 0
     for n in f.nodes:
         out.append(n)
-        x = _match_gelu_tanh(module, n)
-        if x is not None and x.dtype.is_float and n.outputs[0].shape == x.shape:
-            g = make_node(module, "gelu", [x], {"approximate": "tanh"}, loc=n.loc, namer=namer, name="gelu")
+        g = _gelu_tanh(module, n, namer)
+        if g is not None:
             out.append(g)
             replace_all_uses(f, n.outputs[0], g.outputs[0])
             count += 1

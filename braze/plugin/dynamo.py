@@ -14,7 +14,7 @@ _log = _logging.get("plugin")
 OPTIONS = {
     "threads": "OpenMP threads of the native code (default: BRAZE_THREADS, else the runtime's)",
     "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 kernel timers",
-    "dump": "a directory for the IR after every pass, the fusion report and the C source (BRAZE_DUMP)",
+    "dump": "a directory for every stage's text (graph IR, loop IR, C) and the fusion report (BRAZE_DUMP)",
     "cache_dir": "where compiled libraries are cached (BRAZE_CACHE_DIR)",
 }
 

@@ -61,7 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import log as _logging
-from ..errors import BrazeError, BrazeWarning, MissingDependencyError
+from ..codegen.toolchain import compiler_version, find_compiler
+from ..errors import BrazeError, BrazeWarning
 
 _log = _logging.get("cache")
 
@@ -80,43 +81,6 @@ def stats() -> dict:
 def reset_stats() -> None:
     for k in _STATS:
         _STATS[k] = 0
-
-
-# --------------------------------------------------------------------------- compiler
-
-
-def find_compiler() -> list[str]:
-    """The C compiler command: ``$CC`` (may hold arguments, e.g. 'ccache gcc'), else cc, else gcc."""
-    env = os.environ.get("CC", "").strip()
-    if env:
-        cmd = shlex.split(env)
-        exe = shutil.which(cmd[0])
-        if exe is None:
-            raise MissingDependencyError(
-                f"no C compiler found: CC={env!r} does not name an executable",
-                hint="install gcc (apt-get install gcc) or set CC to a C compiler")
-        return [exe, *cmd[1:]]
-    for cand in ("cc", "gcc"):
-        exe = shutil.which(cand)
-        if exe:
-            return [exe]
-    raise MissingDependencyError(
-        "no C compiler found; install gcc (apt-get install gcc) or set CC",
-        hint="braze compiles models to native code and needs a C compiler with OpenMP (gcc)")
-
-
-@functools.lru_cache(maxsize=None)
-def compiler_version(cc: tuple[str, ...]) -> str:
-    try:
-        r = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise MissingDependencyError(f"the C compiler {' '.join(cc)!r} does not run ({e})",
-                                     hint="install gcc (apt-get install gcc) or set CC") from None
-    if r.returncode != 0:
-        raise MissingDependencyError(
-            f"the C compiler {' '.join(cc)!r} fails on --version: {r.stderr.strip()[:500]}",
-            hint="install gcc (apt-get install gcc) or set CC")
-    return r.stdout.strip()
 
 
 def resolve_cache_dir(explicit: str | os.PathLike | None = None) -> Path:

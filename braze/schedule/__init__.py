@@ -1,5 +1,17 @@
-"""Schedules: how a lowered loop-IR kernel is laid out on the CPU (see default.py)."""
+"""Schedules: how a lowered loop-IR kernel is laid out on the CPU.
 
-from .default import schedule
+``KERNEL_STAGES`` is the default schedule as an ordered list of ``Kernel -> Kernel``
+stages and ``schedule(kernel, stages=None)`` runs them (see default.py).
+"""
 
-__all__ = ["schedule"]
+from .collapse import collapse
+from .default import CHUNK, GRAIN, KERNEL_STAGES, Stage, schedule
+from .flatten import flatten
+from .hoist import hoist
+from .materialize import materialize
+from .nest import next_loop_index
+from .parallelize import parallelize
+from .vectorize import vectorize
+
+__all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "materialize",
+           "next_loop_index", "parallelize", "schedule", "vectorize"]

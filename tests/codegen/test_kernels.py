@@ -1,7 +1,7 @@
 """Generated kernels against the reference interpreter.
 
 Each test builds a small graph function with symbolic dims, lowers it to one
-loop-IR kernel (braze.ops.lowering), schedules it, emits C
+loop-IR kernel (braze.lowering), schedules it, emits C
 (braze.codegen.c_kernel) plus a tiny exported wrapper, compiles it with
 braze.runtime.compiler.compile_shared, calls it through ctypes and compares
 with braze.reference.run at several shapes (1, odd sizes, > one vector).
@@ -27,7 +27,7 @@ from braze import reference
 from braze.codegen.c_kernel import c_prelude, kernel_entry, kernel_to_c
 from braze.ir import loop as L
 from braze.ops import Builder, tensor
-from braze.ops.lowering import build_kernel, lower_function
+from braze.lowering import build_kernel, lower_function
 
 VBS = (0, 32, 64)
 TOL = {"f32": (1e-5, 1e-6), "f64": (1e-12, 1e-12), "transcendental": (2e-5, 2e-6), "sum": (1e-4, 1e-5)}

@@ -300,7 +300,7 @@ def test_vector_math_has_the_same_bits_at_every_width():
     no vectors and with 16-, 32- and 64-byte vectors gives the same bits on special and
     ordinary values (the SIMD body at every width, the scalar remainder, scalar-only code)."""
     from braze.codegen.c_kernel import c_prelude, kernel_entry, kernel_to_c
-    from braze.ops.lowering import build_kernel
+    from braze.lowering import build_kernel
     from braze.runtime.compiler import compile_shared
     b = Builder()
     n = b.sym("n")

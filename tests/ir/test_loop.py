@@ -1,4 +1,5 @@
-"""Loop IR: construction, printing, index simplification, lowering structure, the default schedule."""
+"""Loop IR: construction, printing, index simplification, lowering structure, the default schedule
+(its stages one by one: tests/schedule/test_stages.py)."""
 
 import numpy as np
 
@@ -6,9 +7,10 @@ from braze.ir import loop as L
 from braze.ir import sym as S
 from braze.ir.types import DType
 from braze.ops import Builder, tensor
-from braze.ops.lowering import ifloordiv, imod, lower_function, reshape_index
+from braze.lowering import ifloordiv, imod, lower_function, reshape_index
 from braze.schedule import schedule
-from braze.schedule.default import coeff, vector_ok
+from braze.schedule.nest import coeff
+from braze.schedule.vectorize import vector_ok
 
 F32 = DType.float32
 

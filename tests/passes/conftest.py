@@ -51,6 +51,8 @@ def run_pass(p, text: str, constants=None):
     """(module before, module after ``p``): the pass runs on a copy; both verify."""
     before = parse(text, constants)
     after = p(copy_module(before))
+    if isinstance(after, tuple):  # fuse: (module, its log)
+        after = after[0]
     ir.verify(after)
     return before, after
 

@@ -69,8 +69,14 @@ def test_larger_buffer_does_not_take_a_smaller_slot(P):
 ])
 def test_zoo_plan_has_no_overlap_and_reuses(zoo_modules, name, envs):
     m = run_pipeline(zoo_modules.module(name), debug=0)
-    plan = m.memory_plan
-    assert plan is not None and plan.function == "main"
+    plan = plan_memory(m)
+    assert plan.function == "main"
+    # the pipeline wrote this plan into the IR: each node's arena offsets and the arena size
+    offsets = plan.offsets
+    for nd in m.main.nodes:
+        if nd.op != "constant":
+            assert list(nd.attrs["arena"]) == [offsets.get(v, -1) for v in nd.outputs]
+    assert m.arena_sizes["main"] == plan.arena_size
     assert len(plan.slot_sizes) < len(plan.buffers)
     for env in envs:
         plan.check(env)

@@ -10,7 +10,7 @@ from .importer import import_onnx
 
 def supported_ops() -> list[str]:
     """ONNX op types (default domain) that braze imports, sorted."""
-    from .converters import supported_ops as _s
+    from .table import supported_ops as _s
     return _s()
 
 

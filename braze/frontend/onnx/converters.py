@@ -12,22 +12,9 @@ import numpy as np
 
 from ...ir.types import DType
 from . import fold
-from .importer import onnx_dtype
-
-CONVERTERS: dict = {}  # ONNX op type -> (function(ctx) -> outputs, allowed attribute names)
-
-
-def converter(*op_types, attrs=()):
-    def deco(fn):
-        for t in op_types:
-            CONVERTERS[t] = (fn, frozenset(attrs))
-        return fn
-    return deco
-
-
-def supported_ops() -> list[str]:
-    """ONNX op types (default domain) braze imports."""
-    return sorted(CONVERTERS)
+from .common import onnx_dtype
+from .convert import converter
+from .converters_shape import einsum
 
 
 # ---------------------------------------------------------------------------
@@ -487,8 +474,4 @@ def _gemm(ctx):
 
 @converter("Einsum", attrs=("equation",))
 def _einsum(ctx):
-    from .converters_shape import einsum
     return einsum(ctx, ctx.attr("equation"))
-
-
-from . import converters_nn, converters_shape  # noqa: E402,F401  (register the rest)

@@ -8,7 +8,7 @@ import numpy as np
 from ...ir import sym as S
 from ..sizes import floor_scaled
 from . import fold
-from .converters import converter
+from .convert import converter
 
 
 def _spatial(ctx, x, n_sp):

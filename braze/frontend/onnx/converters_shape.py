@@ -13,8 +13,8 @@ import numpy as np
 from ...ir import sym as S
 from ...ir.types import DType
 from . import fold
-from .converters import converter
-from .importer import TV, as_object, is_symbolic_array, onnx_dtype
+from .common import TV, as_object, is_symbolic_array, onnx_dtype
+from .convert import converter
 
 
 def _known_or_none(ctx, i):

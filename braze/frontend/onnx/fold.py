@@ -11,7 +11,9 @@ import numpy as np
 
 from ...ir import sym as S
 from ...ir.types import DType
-from .importer import FOLD_LIMIT, TV, as_object, is_symbolic_array, normalize_known
+from .common import TV, as_object, is_symbolic_array, normalize_known
+
+FOLD_LIMIT = 1 << 16  # fold known values with at most this many elements
 
 
 class _Undecided(Exception):

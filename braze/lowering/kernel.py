@@ -1,18 +1,18 @@
-"""Functions -> loop-IR kernels: ``lower_function`` (unscheduled),
-``build_kernel`` (with the default schedule) and ``kernel_syms``."""
+"""Functions -> loop-IR kernels: ``lower_function`` (unscheduled; the first stage of a
+kernel's compile) and ``build_kernel`` (``lower_function`` then ``braze.schedule.schedule``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...errors import BrazeError
-from ...ir import loop as L
-from ...ir import sym as S
-from ...ir.graph import ConstantRef, Function, Module
-from ...ir.loop import Buffer, Expr, For, Kernel, Load, Store
-from ..builder import sanitize
-from ..registry import get_op
-from .core import LowerCtx, TensorFn, _State, cast, const
+from ..errors import BrazeError
+from ..ir import loop as L
+from ..ir.graph import ConstantRef, Function, Module
+from ..ir.loop import Buffer, For, Kernel, Load, Store, kernel_syms
+from ..schedule import schedule
+from ..ops.builder import sanitize
+from ..ops.registry import get_op
+from .core import LOWERINGS, LowerCtx, TensorFn, _State, cast, const
 from .index_math import _deq
 
 
@@ -46,7 +46,7 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
     constant that is not a scalar (``const_name`` set), then one ``out`` per
     result (in order). ``kernel.syms``: the symbols the kernel needs, by name.
     """
-    from ..registry import _load_all
+    from ..ops.registry import _load_all
     _load_all()
     used: set = set()
     bufs: list = []
@@ -64,7 +64,8 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
         if node.op == "constant":
             env[id(node.outputs[0])] = TensorFn(_const_fn(module, node, bufs, used), node.outputs[0].type)
             continue
-        if opdef.lower is None:
+        lower = LOWERINGS.get(node.op)
+        if lower is None:
             raise BrazeError(f"op '{node.op}' has no loop lowering (kind {opdef.kind})",
                              where=str(node.loc) if node.loc else None,
                              hint="fusion must keep it out of generated kernels (extern call)")
@@ -74,7 +75,7 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
         while ins and ins[-1] is None:
             ins.pop()
         ctx = LowerCtx(node, module, state)
-        out = opdef.lower(ctx, *ins, **node.attrs)
+        out = lower(ctx, *ins, **node.attrs)
         outs = out if isinstance(out, tuple) else (out,)
         if len(outs) != len(node.outputs):
             raise BrazeError(f"lowering of '{node.op}' gave {len(outs)} results, expected {len(node.outputs)}")
@@ -110,28 +111,8 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
     return k
 
 
-def kernel_syms(k: Kernel) -> list:
-    syms: set = set()
-    for b in k.buffers:
-        for d in b.shape:
-            syms |= S.free_syms(d)
-    for s in L.walk_stmts(k.body):
-        if isinstance(s, For):
-            syms |= S.free_syms(s.extent)
-            if s.work is not None:
-                syms |= S.free_syms(s.work)
-        if isinstance(s, (Store, L.Let)):
-            for e in L.stmt_exprs(s):
-                syms |= L.int_syms(e)
-            if isinstance(s, Store):
-                for i in s.index:
-                    if not isinstance(i, Expr) and i is not None:
-                        syms |= S.free_syms(i)
-    return sorted((s for s in syms if not L.is_loop_var(s)), key=lambda s: s.name)
-
-
 def build_kernel(func: Function, module: Module | None = None, name: str | None = None) -> Kernel:
-    """``lower_function`` followed by the default schedule; loop variables are numbered per kernel."""
-    from ...schedule.default import schedule
+    """``lower_function`` then ``schedule`` (every stage of ``KERNEL_STAGES``), in one
+    ``kernel_names`` block: loop variables are numbered per kernel."""
     with L.kernel_names():
         return schedule(lower_function(func, module, name))

@@ -3,10 +3,10 @@ squeeze, slice, split, concat, pad, tile) and indexed reads (gather, tril/triu).
 
 from __future__ import annotations
 
-from ...ir import sym as S
-from ...ir.loop import Binary, Compare, Const, Expr, IndexValue, Select
-from ...ir.sym import IntLike
-from ...ir.types import DType
+from ..ir import sym as S
+from ..ir.loop import Binary, Compare, Const, Expr, IndexValue, Select
+from ..ir.sym import IntLike
+from ..ir.types import DType
 from .core import BOOL, I64, cast, fconst, lowering, vmax, vmin
 from .index_math import _ie, _in_range, broadcast_to, iadd, imod, imul, reshape_index
 
@@ -68,7 +68,7 @@ def _lower_squeeze(ctx, x, *, axes):
 
 def _slice_start(ctx, d, start, step):
     """The first read index of x[start::step] along a dim of size d."""
-    from ..shape import _norm_bound
+    from ..ops.shape import _norm_bound
     if step > 0 and isinstance(start, int) and start == 0:
         return 0
     return _norm_bound(ctx, start, d, step, "start")

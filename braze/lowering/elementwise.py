@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from ...ir.loop import Binary, Compare, Select, Unary
-from ..common import promote
+from ..ir.loop import Binary, Compare, Select, Unary
+from ..ops.common import promote
 from .core import (BOOL, add, cast, cmp, const, div, fconst, lowering, mul, select, sub, un, vmax,
                    vmin)
 from .index_math import broadcast_to

@@ -1,9 +1,9 @@
 """Lowering graph sub-functions to loop-IR kernels (define-by-run, as TorchInductor).
 
 Each op registers ``fn(ctx, *inputs, **attrs)`` with ``@lowering("name", ...)``
-(which sets ``OpDef.lower``). Every input is a ``TensorFn``: call it with an
-index tuple (one ``IntLike`` or integer ``Expr`` per dim) to get the scalar
-``Expr`` of that element; the lowering returns an index function for its
+into ``LOWERINGS``, apart from the op semantics in braze/ops (which know nothing
+of loops). Every input is a ``TensorFn``: call it with an index tuple (one
+``IntLike`` or integer ``Expr`` per dim) to get the scalar ``Expr`` of that element; the lowering returns an index function for its
 output (a ``TensorFn`` or any callable ``idx -> Expr``). Intermediates are
 thus inlined into their consumers; a reduction becomes a ``Reduce``
 expression, which the schedule hoists out of the loops it does not depend on
@@ -12,8 +12,8 @@ that reads the row once per reduction phase).
 
 Entry points:
 
-    lower_function(func, module=None, name=None) -> Kernel   # unscheduled
-    build_kernel(func, module=None, name=None) -> Kernel     # lowered + default schedule
+    lower_function(func, module=None, name=None) -> Kernel   # unscheduled: the first kernel stage
+    build_kernel(func, module=None, name=None) -> Kernel     # lower_function, then braze.schedule.schedule
 
 Modules:
 
@@ -24,7 +24,7 @@ Modules:
     views        reshape / permute / expand / slice / concat / pad / tile / gather / tril
     reductions   reductions, argmax, var, cumsum, softmax and the norms
     resize       nearest / linear / cubic interpolation
-    kernel       ``lower_function`` / ``build_kernel`` / ``kernel_syms``
+    kernel       ``lower_function`` / ``build_kernel`` (``kernel_syms`` is braze.ir.loop's, re-exported)
 
 Importing this package registers every op lowering.
 """

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...ir import loop as L
-from ...ir import sym as S
-from ...ir.loop import Binary, Expr, IndexValue
+from ..ir import loop as L
+from ..ir import sym as S
+from ..ir.loop import Binary, Expr, IndexValue
 from .core import I64, TensorFn, cast
 
 

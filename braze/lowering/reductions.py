@@ -4,7 +4,7 @@ schedule turns into one "stitch" kernel."""
 
 from __future__ import annotations
 
-from ...ir import sym as S
+from ..ir import sym as S
 from .core import I64, TensorFn, add, cast, const, div, fconst, intlike_value, lowering, mul, sub, un
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import sym as S
-from ...ir.loop import Compare, Expr, IndexValue
-from ...ir.types import DType
-from ..resize import coord_dtype
+from ..ir import sym as S
+from ..ir.loop import Compare, Expr, IndexValue
+from ..ir.types import DType
+from ..ops.resize import coord_dtype
 from .core import BOOL, I64, add, cast, const, div, lowering, mul, select, sub, un, vmax, vmin
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from ...ir import sym as S
-from ...ir.loop import Const, Expr, IndexValue
-from ...ir.types import DType
+from ..ir import sym as S
+from ..ir.loop import Const, Expr, IndexValue
+from ..ir.types import DType
 from .core import add, cast, const, intlike_value, lowering, mul
 from .index_math import iadd, imul
 
 
 @lowering("arange")
 def _lower_arange(ctx, *, start, end, step, dtype):
-    from ..creation import _is_float
+    from ..ops.creation import _is_float
     if any(_is_float(v) for v in (start, end, step)):
         def fn(idx):
             f = add(const(float(start), DType.float64),

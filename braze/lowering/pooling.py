@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import sym as S
-from ...ir.loop import Binary, Compare, Const, IndexValue
+from ..ir import sym as S
+from ..ir.loop import Binary, Compare, Const, IndexValue
 from .core import BOOL, I64, cast, div, lowering, select, vmax
 from .index_math import iadd, imul
 from .views import _clamp_index

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from ...errors import BrazeError
-from ...ir import loop as L
-from ...ir.graph import Module
-from ...ir.loop import Binary, Cast, Compare, Const, Expr, IndexValue, Reduce, Select, Unary
-from ...ir.sym import IntLike
-from ...ir.types import DType, TensorType
-from ..registry import get_op
+from ..errors import BrazeError
+from ..ir import loop as L
+from ..ir.graph import Module
+from ..ir.loop import Binary, Cast, Compare, Const, Expr, IndexValue, Reduce, Select, Unary
+from ..ir.sym import IntLike
+from ..ir.types import DType, TensorType
+from ..ops.registry import get_op
 
 
 I64 = DType.int64
@@ -23,20 +23,24 @@ BOOL = DType.bool
 # ---------------------------------------------------------------------------
 
 
+LOWERINGS: dict[str, Callable] = {}  # op name -> its loop lowering, filled as this package loads
+
+
 def lowering(*names: str):
-    """Register ``fn(ctx, *inputs, **attrs)`` as the loop lowering of ops ``names``."""
+    """Register ``fn(ctx, *inputs, **attrs)`` as the loop lowering of ops ``names`` (each a
+    registered op: op semantics live in braze/ops, their loop form here)."""
 
     def deco(fn):
         for n in names:
-            get_op(n).lower = fn
+            get_op(n)  # an unknown name is an error here, not a silent entry
+            LOWERINGS[n] = fn
         return fn
 
     return deco
 
 
 def lowered_ops() -> list[str]:
-    from ..registry import all_ops
-    return sorted(n for n, op in all_ops().items() if op.lower is not None)
+    return sorted(LOWERINGS)
 
 
 # ---------------------------------------------------------------------------

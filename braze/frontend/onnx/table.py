@@ -1,0 +1,15 @@
+"""Every ONNX converter, by op type. Importing this module imports the converter modules, which
+register themselves; the importer imports it, never the other way."""
+
+from __future__ import annotations
+
+from . import converters, converters_nn, converters_shape  # noqa: F401  (each registers its converters)
+from .convert import CONVERTERS
+
+
+def supported_ops() -> list[str]:
+    """ONNX op types (default domain) braze imports."""
+    return sorted(CONVERTERS)
+
+
+__all__ = ["CONVERTERS", "supported_ops"]

@@ -1,0 +1,128 @@
+"""One op's definition: its inputs, its attributes (with kinds and defaults), symbolic
+shape/dtype inference and NumPy reference semantics; ``defop`` adds it to the table.
+
+Signatures, so an op file reads as a table:
+
+    infer(ctx: InferCtx, *input_types, **attrs) -> TensorType | tuple[TensorType, ...]
+    reference(ctx: RefCtx, *arrays, **attrs) -> np.ndarray | tuple[np.ndarray, ...]
+
+An absent optional input arrives as ``None`` when a later input is given,
+and is left out when trailing, so give optional parameters a ``None`` default. Symbolic attributes (``intlike``
+kinds) arrive as IntLikes in ``infer`` and as evaluated ints in ``reference``.
+
+Op modules import this, never ``braze.ops.registry``: the registry's lookup imports every op
+module (``_catalog``), so op modules sit below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..errors import ShapeError
+from ..ir import sym as S
+from ..ir.types import DType
+
+REQUIRED = object()
+
+# attribute kinds: how a value is checked, printed and evaluated
+ATTR_KINDS = ("int", "float", "bool", "str", "dtype", "ints", "floats", "intlike", "intlikes", "any")
+
+# op kinds, used by later fusion passes
+OP_KINDS = ("elementwise", "broadcast", "injective", "reduction", "normalization", "gemm", "conv",
+            "pool", "attention", "creation", "opaque")
+
+
+@dataclass(frozen=True)
+class Attr:
+    kind: str
+    default: Any = REQUIRED
+    doc: str = ""
+
+    def __post_init__(self):
+        assert self.kind in ATTR_KINDS, self.kind
+
+
+@dataclass
+class OpDef:
+    name: str
+    inputs: tuple[str, ...]  # "x", optional "bias?", variadic last "xs*"
+    infer: Callable
+    reference: Callable
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    kind: str = "opaque"
+    doc: str = ""
+
+    @property
+    def variadic(self) -> bool:
+        return bool(self.inputs) and self.inputs[-1].endswith("*")
+
+    def input_names(self) -> list[str]:
+        return [n.rstrip("?*") for n in self.inputs]
+
+    def check_arity(self, n: int) -> str | None:
+        required = sum(1 for i in self.inputs if not i.endswith(("?", "*")))
+        if self.variadic:
+            if n < required:
+                return f"takes at least {required} inputs, got {n}"
+            return None
+        if not (required <= n <= len(self.inputs)):
+            want = str(required) if required == len(self.inputs) else f"{required} to {len(self.inputs)}"
+            return f"takes {want} inputs ({', '.join(self.inputs)}), got {n}"
+        return None
+
+    def complete_attrs(self, attrs: Mapping[str, Any]) -> dict:
+        """Attributes with defaults filled in; raises on unknown or missing ones."""
+        out = {}
+        unknown = set(attrs) - set(self.attrs)
+        if unknown:
+            raise ShapeError(f"op '{self.name}' got unknown attribute(s) {sorted(unknown)}",
+                             hint=f"its attributes are: {', '.join(self.attrs) or 'none'}")
+        for k, a in self.attrs.items():
+            if k in attrs:
+                out[k] = _coerce(self.name, k, a.kind, attrs[k])
+            elif a.default is REQUIRED:
+                raise ShapeError(f"op '{self.name}' needs attribute '{k}' ({a.kind})")
+            else:
+                out[k] = a.default
+        return out
+
+
+def _coerce(op, name, kind, v):
+    try:
+        if v is None:
+            return None
+        if kind == "int":
+            return int(v)
+        if kind == "float":
+            return float(v)
+        if kind == "bool":
+            return bool(v)
+        if kind == "str":
+            return str(v)
+        if kind == "dtype":
+            return v if isinstance(v, DType) else DType.parse(str(v))
+        if kind == "ints":
+            return tuple(int(x) for x in v)
+        if kind == "floats":
+            return tuple(float(x) for x in v)
+        if kind == "intlike":
+            return S.as_intlike(v)
+        if kind == "intlikes":
+            return tuple(S.as_intlike(x) for x in v)
+        return v
+    except (TypeError, ValueError) as e:
+        raise ShapeError(f"op '{op}' attribute '{name}' must be {kind}, got {v!r} ({e})") from None
+
+
+# every op defined so far, by name; braze.ops.registry looks ops up here once all op modules are loaded
+DEFINED: dict[str, OpDef] = {}
+
+
+def defop(name: str, *, inputs, infer, reference, attrs=None, kind="opaque", doc="") -> OpDef:
+    if name in DEFINED:
+        raise ValueError(f"op '{name}' is registered twice")
+    assert kind in OP_KINDS, kind
+    op = OpDef(name, tuple(inputs), infer, reference, dict(attrs or {}), kind, doc)
+    DEFINED[name] = op
+    return op

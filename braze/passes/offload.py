@@ -1,0 +1,236 @@
+"""Library offload: which ops of each gemm or conv group oneDNN runs, decided once, in the IR.
+
+Fusion gives a ``gemm``/``conv`` group an anchor (``linear``, ``matmul``,
+``conv2d``), view prologues and an elementwise epilogue. This pass keeps in the
+group what one oneDNN call does: the prologue views, the anchor, then at most a
+bias add, one activation and a residual add (views between them are free). It
+names them on the ``fused`` node, ``post_ops=["bias", "gelu_tanh", "residual"]``,
+in the order of the callee's nodes, and moves the rest of the epilogue into a new
+``pointwise`` group that reads the library's result. The host generator then only
+translates: it decides nothing.
+
+``offload(module)`` mutates the module and returns it. A group the library cannot
+run raises ``UnsupportedOpError`` here, with the op's source location.
+"""
+
+from __future__ import annotations
+
+from ..errors import BrazeError, UnsupportedOpError
+from ..ir.graph import Function, Module, Node, Value
+from ..ir.types import DType
+from .common import top_functions
+
+ANCHORS = {"gemm": ("linear", "matmul"), "conv": ("conv2d",)}
+VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
+# activations oneDNN applies as post-ops. Not relu: oneDNN's maps NaN to 0 (a max with 0),
+# which would hide a NaN that eager shows; braze's own relu kernel costs no measurable time
+# after a conv (ResNet-50). Not sigmoid: some of oneDNN's convolutions (few channels, a pad as
+# tall as the kernel) map NaN to 0 in it too (fuzz seed 986). oneDNN's gelu and silu give NaN
+# at +-inf, as eager does (docs/semantics.md).
+ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh")
+POST_OPS = ("bias", "residual") + ACTIVATIONS
+
+
+def activation_name(n: Node) -> str | None:
+    """The post-op name of an activation node oneDNN can apply, else None."""
+    name = ("gelu_tanh" if n.attrs.get("approximate") == "tanh" else "gelu") if n.op == "gelu" else n.op
+    return name if name in ACTIVATIONS else None
+
+
+def offload(module: Module) -> Module:
+    """Split every gemm/conv group into the library call and a generated epilogue."""
+    used = set(module.functions)
+    for f in top_functions(module):
+        out: list[Node] = []
+        for n in f.nodes:
+            if n.op == "fused" and n.attrs.get("kind") in ANCHORS and n.attrs.get("post_ops") is None:
+                out.extend(_split(module, f, n, used))
+            else:
+                out.append(n)
+        f.nodes = out
+    return module
+
+
+def _where(n: Node) -> str | None:
+    return str(n.loc) if n.loc else None
+
+
+def _split(module: Module, f: Function, n: Node, used: set) -> list[Node]:
+    callee = module.functions[n.attrs["callee"]]
+    kind = n.attrs["kind"]
+    const_of = {id(m.outputs[0]): m for m in callee.nodes if m.op == "constant"}
+    anchor_i = next((i for i, m in enumerate(callee.nodes) if m.op in ANCHORS[kind]), None)
+    if anchor_i is None or len(n.outputs) != 1:
+        raise BrazeError(f"the {kind} group @{callee.name} has no single {'/'.join(ANCHORS[kind])} with one output",
+                         where=_where(n), hint="this is a braze bug; please report it")
+    for m in callee.nodes[:anchor_i]:
+        if m.op not in VIEW_OPS and m.op != "constant":
+            raise BrazeError(f"the {kind} group @{callee.name} computes '{m.op}' before its {callee.nodes[anchor_i].op}; "
+                             "only views may come first", where=_where(m), hint="this is a braze bug; please report it")
+    anchor = callee.nodes[anchor_i]
+    _check_anchor(anchor, const_of)
+    post_ops, absorbed = _absorb(module, callee, anchor_i, const_of)
+    rest = callee.nodes[anchor_i + 1 + absorbed:]
+    rest = [m for m in rest if m.op != "constant"]
+    n.attrs["post_ops"] = post_ops
+    if not rest:
+        return [n]
+    # the library result: the last absorbed value, a new intermediate of the caller
+    chain = callee.nodes[anchor_i + absorbed].outputs[0]
+    lib_out = Value(f"{callee.name}_out", chain.type)
+    keep = callee.nodes[:anchor_i + 1 + absorbed]
+    epi = _epilogue(module, callee, chain, rest, n, lib_out, used)
+    callee.nodes = keep
+    callee.results = [chain]
+    _drop_unused_params(callee, n)
+    lib = Node("fused", n.inputs, dict(n.attrs), [lib_out], n.loc)
+    return [lib, epi]
+
+
+def _check_anchor(a: Node, const_of) -> None:
+    for v in a.inputs[:2]:
+        if v.dtype != DType.float32:
+            raise UnsupportedOpError(f"{a.op} on {v.dtype.name} is not supported natively yet (float32 only)",
+                                     where=_where(a))
+    if a.op == "conv2d" and id(a.inputs[1]) not in const_of:
+        raise UnsupportedOpError("conv2d with a non-constant weight is not supported natively", where=_where(a))
+    if a.op in ("linear", "conv2d") and len(a.inputs) > 2 and a.inputs[2] is not None \
+            and id(a.inputs[2]) not in const_of:  # decompose splits a linear's off
+        raise UnsupportedOpError(f"{a.op} with a bias computed at run time is not supported natively",
+                                 where=_where(a), hint="add the bias after the convolution")
+
+
+def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[list[str], int]:
+    """The post-ops one library call applies after the anchor, and how many nodes they span."""
+    anchor = callee.nodes[anchor_i]
+    rest = callee.nodes[anchor_i + 1:]
+    chain = anchor.outputs[0]
+    users = _use_counts(callee)
+    w = anchor.inputs[1]
+    # post-ops are wired for a constant weight (linear, conv, a 2-D matmul weight); a product
+    # of two activations runs its whole epilogue as a generated kernel
+    if id(w) not in const_of or (anchor.op == "matmul" and w.rank != 2):
+        return [], 0
+    # values with memory of their own: params, constants and views of them before the anchor
+    in_memory = {id(p) for p in callee.params} | set(const_of) | \
+        {id(m.outputs[0]) for m in callee.nodes[:anchor_i] if m.op in VIEW_OPS}
+    has_bias = anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None
+    post: list[str] = []
+    i = 0
+    while i < len(rest):
+        m = rest[i]
+        if users.get(id(chain), 0) != 1:
+            break
+        act = activation_name(m)
+        if m.op in VIEW_OPS and m.inputs[0] is chain:
+            pass
+        elif act and not any(p in ACTIVATIONS or p == "residual" for p in post) and m.inputs[0] is chain:
+            post.append(act)
+        elif m.op == "add" and not has_bias and not post and _is_bias(m, chain, const_of, anchor):
+            post.append("bias")
+            has_bias = True
+        elif m.op == "add" and "residual" not in post and _is_residual(module, m, chain, in_memory):
+            post.append("residual")
+        else:
+            break
+        chain = m.outputs[0]
+        i += 1
+    return post, i
+
+
+def _use_counts(f: Function) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for n in f.nodes:
+        for v in n.inputs:
+            if v is not None:
+                out[id(v)] = out.get(id(v), 0) + 1
+    for r in f.results:
+        out[id(r)] = out.get(id(r), 0) + 1
+    return out
+
+
+def _other(m: Node, chain: Value) -> Value | None:
+    if len(m.inputs) != 2 or chain not in m.inputs:
+        return None
+    other = m.inputs[1] if m.inputs[0] is chain else m.inputs[0]
+    return None if other is chain else other
+
+
+def _is_bias(m: Node, chain: Value, const_of, anchor: Node) -> bool:
+    """``chain + b`` with b a float32 constant of shape [N] (gemm) or [OC, 1, 1] (conv)."""
+    other = _other(m, chain)
+    if other is None or id(other) not in const_of or other.dtype != DType.float32:
+        return False
+    if anchor.op == "conv2d":
+        if anchor.attrs.get("layout") == "nhwc":
+            return other.rank == 1 and other.shape[0] == chain.shape[3] and m.outputs[0].shape == chain.shape
+        return other.shape == (chain.shape[1], 1, 1) and m.outputs[0].shape == chain.shape
+    return other.rank == 1 and other.shape[0] == chain.shape[-1] and m.outputs[0].shape == chain.shape
+
+
+def _is_residual(module: Module, m: Node, chain: Value, in_memory: set) -> bool:
+    """``chain + r`` with r a float32 tensor of chain's shape, read from memory as it is."""
+    other = _other(m, chain)
+    if other is None or id(other) not in in_memory or other.dtype != DType.float32 or other.rank != chain.rank:
+        return False
+    return all(module.constraints.equal(p, q) is True for p, q in zip(other.shape, chain.shape))
+
+
+def _epilogue(module: Module, callee: Function, chain: Value, nodes: list[Node], n: Node, lib_out: Value,
+              used: set) -> Node:
+    """A new pointwise group computing ``nodes`` from the library result and the caller's values."""
+    name = _fresh(used)
+    sub = Function(name)
+    outer = {id(p): v for p, v in zip(callee.params, n.inputs)}
+    outer[id(chain)] = lib_out
+    remap: dict[int, Value] = {}
+    inputs: list[Value] = []
+    defined = {id(v) for m in nodes for v in m.outputs}
+    producers = {id(v): m for m in callee.nodes for v in m.outputs}
+
+    def get(v: Value) -> Value:
+        if id(v) in remap:
+            return remap[id(v)]
+        if id(v) in outer:
+            p = Value(v.name, v.type)
+            sub.params.append(p)
+            inputs.append(outer[id(v)])
+            remap[id(v)] = p
+            return p
+        if id(v) in defined:
+            raise BrazeError(f"%{v.name} is used before it is defined in @{callee.name}",
+                             hint="this is a braze bug; please report it")
+        copy(producers[id(v)])  # a constant or a prologue view: cheap to redo in the epilogue
+        return remap[id(v)]
+
+    def copy(m: Node) -> None:
+        ins = [None if v is None else get(v) for v in m.inputs]
+        outs = [Value(v.name, v.type) for v in m.outputs]
+        for v, w in zip(m.outputs, outs):
+            remap[id(v)] = w
+        sub.nodes.append(Node(m.op, ins, dict(m.attrs), outs, m.loc))
+
+    get(chain)
+    for m in nodes:
+        copy(m)
+    sub.results = [remap[id(callee.results[0])]]
+    module.functions[name] = sub
+    return Node("fused", inputs, {"callee": name, "kind": "pointwise"}, list(n.outputs), n.loc)
+
+
+def _drop_unused_params(callee: Function, n: Node) -> None:
+    live = {id(v) for m in callee.nodes for v in m.inputs if v is not None} | {id(v) for v in callee.results}
+    keep = [i for i, p in enumerate(callee.params) if id(p) in live]
+    callee.params = [callee.params[i] for i in keep]
+    n.inputs = [n.inputs[i] for i in keep]
+
+
+def _fresh(used: set) -> str:
+    k = 0
+    while f"fused_{k}" in used:
+        k += 1
+    used.add(f"fused_{k}")
+    return f"fused_{k}"
+
+
+__all__ = ["offload", "activation_name", "ACTIVATIONS", "POST_OPS"]

@@ -1,0 +1,82 @@
+"""Stage ``collapse``: adjacent loops of a nest merge into one when every access is
+affine in both with ``stride(outer) == stride(inner) * extent(inner)`` (contiguous
+dims), and loops of extent 1 go. Fewer, longer loops: one parallel split, one long
+vector loop. Needs flat accesses (``flatten``); other nests are left as they are.
+"""
+
+from __future__ import annotations
+
+from ..ir import loop as L
+from ..ir import sym as S
+from ..ir.loop import IndexValue, Kernel, Load, Reduce, Store
+from .nest import build_nest, coeff, is_flat, map_nests, next_loop_index, subs_store
+
+
+def _accesses(stores):
+    """Flat polys of every access, and the syms used outside access polys."""
+    polys = []
+    other = set()
+
+    def visit(e):
+        for x in L.walk(e):
+            if isinstance(x, Load):
+                polys.append(x.index[0])
+                if x.index[1] is not None:
+                    other.update(L.free_loop_vars(x.index[1]))
+            elif isinstance(x, IndexValue):
+                other.update(S.free_syms(x.value))
+            elif isinstance(x, Reduce):
+                for _, ext in x.loops:
+                    other.update(S.free_syms(ext))
+    for s in stores:
+        polys.append(s.index[0])
+        if s.index[1] is not None:
+            visit(s.index[1])
+            other.update(L.free_loop_vars(s.index[1]))
+        visit(s.value)
+    return polys, other
+
+
+def collapse_loops(vars_, exts, stores):
+    """``(vars, extents, stores)`` with unit loops dropped and contiguous neighbours merged."""
+    unit = {v: 0 for v, e in zip(vars_, exts) if isinstance(e, int) and e == 1}
+    if unit:
+        stores = [Store(s.buffer, (S.subs(s.index[0], unit), s.index[1] if s.index[1] is None else
+                                   L.subs_expr(s.index[1], unit)), L.subs_expr(s.value, unit), True)
+                  for s in stores]
+        exts = [e for v, e in zip(vars_, exts) if v not in unit]
+        vars_ = [v for v in vars_ if v not in unit]
+    vars_, exts = list(vars_), list(exts)
+    i = len(vars_) - 2
+    while i >= 0:
+        u, w = vars_[i], vars_[i + 1]
+        polys, other = _accesses(stores)
+        ok = u not in other and w not in other
+        if ok:
+            for p in polys:
+                cu, cw = coeff(p, u), coeff(p, w)
+                if cu is None or cw is None or S.add(cu, S.mul(-1, S.mul(cw, exts[i + 1]))) != 0:
+                    ok = False
+                    break
+        if ok:
+            # u * ext(w) + w is one variable f: cu*u + cw*w == cw*f
+            ext = S.mul(exts[i], exts[i + 1])
+            f = L.loop_var(ext, "f")
+            m = {u: 0, w: f}
+            stores = [subs_store(s, m) for s in stores]
+            vars_[i:i + 2] = [f]
+            exts[i:i + 2] = [ext]
+        i -= 1
+    return vars_, exts, stores
+
+
+def collapse_nest(vars_, exts, stores) -> list:
+    if not is_flat(stores):
+        return build_nest(vars_, exts, stores)
+    return build_nest(*collapse_loops(vars_, exts, stores))
+
+
+def collapse(kernel: Kernel) -> Kernel:
+    """Every flat perfect nest with its contiguous loops merged."""
+    with L.kernel_names(next_loop_index(kernel)):
+        return map_nests(kernel, collapse_nest)

@@ -1,0 +1,79 @@
+"""Stage ``hoist`` (stitch): a ``Reduce``, and any non-trivial sub-expression, that does
+not depend on a nest's inner loops becomes a ``Let`` at the outermost loop level it
+depends on (before the nest when it depends on none); equal sub-expressions share one
+Let. layer_norm's nest becomes ``for row: let mean = sum(..); let var = sum(..); for col:
+store``: the row is read once per reduction, not once per element.
+
+Lets are named ``r<n>`` (a reduction) or ``t<n>``, numbered past the kernel's names.
+"""
+
+from __future__ import annotations
+
+from ..ir import loop as L
+from ..ir.loop import For, Kernel, Let, Reduce, Store, Var
+from .nest import fresh_name, map_nests, used_names
+
+
+class _Hoister:
+    def __init__(self, vars_, names):
+        self.pos = {v: i for i, v in enumerate(vars_)}
+        self.k = len(vars_) - 1
+        self.level_of: dict = {}
+        self.lets: dict = {lv: [] for lv in range(-1, self.k + 1)}
+        self.memo: dict = {}
+        self.names = names
+
+    def lvl(self, e):
+        """The innermost loop level ``e`` depends on (-1: none), None if it uses a loop var
+        of its own (a Reduce's)."""
+        lv = -1
+        for v in L.free_loop_vars(e):
+            if v not in self.pos:
+                return None
+            lv = max(lv, self.pos[v])
+        for n in L.vars_used(e):
+            lv = max(lv, self.level_of.get(n, -1))
+        return lv
+
+    def value(self, e, c):
+        return L.with_children(e, [self.td(ch, c) for ch in L.children(e)])
+
+    def td(self, e, c):
+        """``e`` evaluated at loop level ``c``, its parts that depend on less hoisted out."""
+        if L.is_trivial(e):
+            return e
+        hit = self.memo.get(e)
+        if hit is not None:
+            return hit
+        le = self.lvl(e)
+        if le is not None and (le < c or (isinstance(e, Reduce) and le <= c and le < self.k)):
+            val = self.value(e, le)
+            name = fresh_name(self.names, "r" if isinstance(val, Reduce) else "t")
+            var = Var(name, e.dtype)
+            self.lets[le].append(Let(var, val))
+            self.level_of[name] = le
+            self.memo[e] = var
+            return var
+        return self.value(e, c)
+
+
+def _hoist(vars_, exts, stores, names) -> list:
+    k = len(vars_) - 1
+    if k < 0:
+        return stores  # no loops to hoist out of
+    h = _Hoister(vars_, names)
+    stores = [Store(s.buffer, s.index, s.value if L.is_trivial(s.value) else h.value(s.value, k), s.flat)
+              for s in stores]
+    body = stores
+    for lv in range(k, -1, -1):
+        body = [For(vars_[lv], exts[lv], h.lets[lv] + body if lv < k else body)]
+    return h.lets[-1] + body
+
+
+def hoist(kernel: Kernel) -> Kernel:
+    """Loop-invariant reductions and sub-expressions of every perfect nest, as Lets."""
+    names = used_names(kernel)
+    return map_nests(kernel, lambda v, e, s: _hoist(v, e, s, names))
+
+
+__all__ = ["hoist"]

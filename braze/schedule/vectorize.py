@@ -1,0 +1,139 @@
+"""Stage ``vectorize``: the innermost loop of a nest becomes ``kind="vector"`` when its
+body is float32 arithmetic over contiguous or invariant accesses (C code gives it a
+vector main loop and a scalar remainder, so any run-time extent works); a reduction
+whose innermost loop is contiguous gets ``Reduce.vector`` (vector lanes, then a
+horizontal combine). Needs flat accesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import loop as L
+from ..ir import sym as S
+from ..ir.loop import (
+    Binary,
+    Cast,
+    Compare,
+    Const,
+    Expr,
+    For,
+    IndexValue,
+    Kernel,
+    Let,
+    Load,
+    Reduce,
+    Select,
+    Store,
+    Unary,
+    Var,
+)
+from ..ir.types import DType
+from .nest import coeff, loop_chain, with_body
+
+F32 = DType.float32
+BOOL = DType.bool
+_VECTOR_REDUCE = ("sum", "max", "min", "prod")
+
+
+def vector_ok(e: Expr, v, memo=None) -> bool:
+    """Can ``e`` be evaluated for VL consecutive values of loop var v at once?"""
+    memo = {} if memo is None else memo
+    k = id(e)
+    if k in memo:
+        return memo[k]
+    if v not in L.free_loop_vars(e):
+        r = True
+    elif isinstance(e, Load):
+        r = e.dtype in (F32, BOOL)
+    elif isinstance(e, (Const, Var)):
+        r = True
+    elif isinstance(e, IndexValue) or e.dtype not in (F32, BOOL):
+        r = False
+    elif isinstance(e, Reduce):
+        r = (e.op in _VECTOR_REDUCE and vector_ok(e.body, v, memo)
+             and not any(v in S.free_syms(ext) for _, ext in e.loops))
+    elif isinstance(e, Compare):
+        r = e.a.dtype == F32 and vector_ok(e.a, v, memo) and vector_ok(e.b, v, memo)
+    elif isinstance(e, Cast):
+        if isinstance(e.x, Load) and e.dtype == F32 and e.x.dtype.is_int:
+            r = True  # converted lane by lane
+        else:
+            r = e.x.dtype in (F32, BOOL) and vector_ok(e.x, v, memo)
+    elif isinstance(e, Select):
+        r = all(vector_ok(x, v, memo) for x in (e.cond, e.a, e.b))
+    elif isinstance(e, Binary):
+        if e.dtype == BOOL:
+            r = e.op in ("and", "or", "xor") and vector_ok(e.a, v, memo) and vector_ok(e.b, v, memo)
+        else:
+            r = vector_ok(e.a, v, memo) and vector_ok(e.b, v, memo)
+    elif isinstance(e, Unary):
+        r = (e.dtype == F32 or e.fn == "not") and vector_ok(e.x, v, memo)
+    else:
+        r = False
+    memo[k] = r
+    return r
+
+
+def _unit_stride(x, v) -> bool:
+    """A flat load or store whose offset steps by exactly one element as v steps."""
+    if not x.flat:
+        return False
+    poly, extra = x.index
+    if extra is not None and v in L.free_loop_vars(extra):
+        return False
+    c = coeff(poly, v)
+    return isinstance(c, int) and c == 1
+
+
+def _store_vector_ok(s: Store, v) -> bool:
+    return s.buffer.dtype == F32 and _unit_stride(s, v)
+
+
+def _contiguous(e: Expr, v) -> bool:
+    """Every load that depends on v reads consecutive elements as v steps."""
+    return all(_unit_stride(x, v) for x in L.walk(e)
+               if isinstance(x, Load) and v in L.free_loop_vars(x))
+
+
+def _mark_reduce_vectors(e: Expr) -> Expr:
+    def fn(y):
+        if isinstance(y, Reduce) and y.loops and not y.vector and y.dtype == F32 and y.op in _VECTOR_REDUCE:
+            r = y.loops[-1][0]
+            if vector_ok(y.body, r) and _contiguous(y.body, r):
+                return Reduce(y.op, y.body, y.loops, y.dtype, True)
+        return y
+    return L.map_expr(e, fn)
+
+
+def _mark_stmt(s):
+    """A copy of ``s`` with its reductions marked (loops copied, so kinds can be set on them)."""
+    if isinstance(s, For):
+        return replace(s, body=[_mark_stmt(x) for x in s.body])
+    if isinstance(s, Store):
+        return Store(s.buffer, s.index, _mark_reduce_vectors(s.value), s.flat)
+    if isinstance(s, Let):
+        return Let(s.var, _mark_reduce_vectors(s.value))
+    return s
+
+
+def _vectorize_nest(s: For) -> None:
+    inner = loop_chain(s)[-1]
+    stores = inner.body
+    if inner.kind != "serial" or not stores or not all(isinstance(x, Store) for x in stores):
+        return
+    v = inner.var
+    if all(_store_vector_ok(x, v) and vector_ok(x.value, v) for x in stores):
+        inner.kind = "vector"
+
+
+def vectorize(kernel: Kernel) -> Kernel:
+    """Vectorizable innermost loops and reductions, marked."""
+    body = [_mark_stmt(s) for s in kernel.body]
+    for s in body:
+        if isinstance(s, For):
+            _vectorize_nest(s)
+    return with_body(kernel, body)
+
+
+__all__ = ["vector_ok", "vectorize"]

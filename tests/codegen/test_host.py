@@ -1,0 +1,86 @@
+"""The host generator translates: IR text in (after offload and assign_memory), C out. Every
+decision it emits (post-ops, memory) is read from the IR; a module without them is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from braze import ir
+from braze.codegen.host import HostGen
+from braze.codegen.isa import detect_isa
+from braze.errors import BrazeError
+
+MODULE = """module {
+  symbols {
+    n in [1, 64]
+  }
+  constants {
+    @w : f32[2, 4] = [0.5, -1.0, 0.25, 2.0, 1.5, -0.5, 0.75, -2.0]
+    @b : f32[2] = [0.125, -0.25]
+    @v : f32[2, 2] = [1.0, 2.0, 3.0, 4.0]
+  }
+  memory {
+    @main arena 64*((8*n + 63) // 64)
+  }
+  func @main(%x: f32[n, 4], %r: f32[n, 2]) -> (f32[n, 2]) {
+    %3 = fused(%x, %r) {ARENA0callee="g0", kind="gemm", POSTOPS} : f32[n, 2]
+    %4 = fused(%3) {arena=[-1], callee="g1", kind="gemm", post_ops=[]} : f32[n, 2]
+    return %4
+  }
+  func @g0(%x: f32[n, 4], %r: f32[n, 2]) -> (f32[n, 2]) {
+    %w = constant() {name="w"} : f32[2, 4]
+    %b = constant() {name="b"} : f32[2]
+    %0 = linear(%x, %w) : f32[n, 2]
+    %1 = add(%0, %b) : f32[n, 2]
+    %2 = gelu(%1) {approximate="tanh"} : f32[n, 2]
+    %3 = add(%2, %r) : f32[n, 2]
+    return %3
+  }
+  func @g1(%3: f32[n, 2]) -> (f32[n, 2]) {
+    %v = constant() {name="v"} : f32[2, 2]
+    %4 = linear(%3, %v) : f32[n, 2]
+    return %4
+  }
+}
+"""
+
+
+def emit(arena='arena=[0], ', post_ops='post_ops=["bias", "gelu_tanh", "residual"]') -> str:
+    m = ir.parse(MODULE.replace("ARENA0", arena).replace("POSTOPS", post_ops))
+    ir.verify(m)
+    return HostGen(m, {}, detect_isa()).generate().source
+
+
+def test_library_calls_take_their_post_ops_and_memory_from_the_ir():
+    src = emit()
+    body = src[src.index("static int32_t braze_main_body"):]
+    assert "size_t arena_bytes = (size_t)((64*bz_floordiv((8*sym_n + 63), 64)));" in body
+    # bias (constant 1), tanh GELU (code 3) and the residual (input 1) in one call, into the arena
+    assert ("braze_matmul(sym_n, 2, 4, (const float *)((char *)inputs[0].data), M->pb[0], "
+            "(const float *)((char *)M->c[1]), (const float *)((char *)inputs[1].data), 3, "
+            "(float *)(arena + 0), err, errlen)") in body
+    assert ("braze_matmul(sym_n, 2, 2, (const float *)(arena + 0), M->pb[1], NULL, NULL, 0, "
+            "(float *)out_0, err, errlen)") in body
+
+
+def test_the_same_ir_gives_the_same_c():
+    assert emit() == emit()
+
+
+def test_no_memory_plan_is_refused():
+    with pytest.raises(BrazeError, match="no arena offsets") as e:
+        emit(arena="")
+    assert "assign_memory" in e.value.hint
+
+
+def test_a_group_not_offloaded_is_refused():
+    with pytest.raises(BrazeError, match="was not offloaded") as e:
+        emit(post_ops="post_ops=none")
+    assert "offload" in e.value.hint
+
+
+def test_post_ops_that_do_not_match_the_callee_are_a_bug_report():
+    with pytest.raises(BrazeError, match="does not match its post_ops"):
+        emit(post_ops='post_ops=["bias"]')
+    with pytest.raises(BrazeError, match="lacks the nodes"):
+        emit(post_ops='post_ops=["bias", "gelu_tanh", "residual", "tanh"]')

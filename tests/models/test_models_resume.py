@@ -1,0 +1,31 @@
+"""The acceptance of a dump as a repro on the zoo models (slow: each compiles a large model and
+resumes it from every stage): the same C byte for byte, the same results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze
+from braze.codegen.isa import detect_isa
+from braze.options import Options
+from braze.pipeline import compile_to_c, resume_c, stage_names
+
+ISA = detect_isa()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mlp", "bert", "gpt2", "resnet50"])
+def test_zoo_model_resumes_from_every_stage(zoo_cache, name, tmp_path):
+    from braze import zoo
+    module = zoo_cache.torch_imported(name)
+    native, _ = compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
+    files = sorted(f.name for f in tmp_path.iterdir() if f.name[:2].isdigit() and f.suffix in (".braze", ".loop"))
+    assert len(files) == len(stage_names())  # 00_input and every stage but emit
+    for f in files:
+        assert resume_c(tmp_path / f, ISA)[0].source == native.source, f"resuming from {f} gives other C"
+    zm = zoo_cache.model(name)
+    x = [t.numpy() for t in zm.make_inputs(**zm.test_shapes[1])]
+    a = braze.compile(module)(*x)
+    b = braze.resume(tmp_path / "14_assign_memory.braze")(*x)
+    np.testing.assert_array_equal(zoo.first_output(a), zoo.first_output(b))

@@ -1,0 +1,103 @@
+"""offload: a gemm/conv group keeps what one library call does (its post_ops, named on the
+node) and the rest of its epilogue becomes a pointwise group; results unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from braze.errors import UnsupportedOpError
+from braze.passes import fuse
+from braze.passes.offload import offload
+
+HEAD = """module {
+  symbols {
+    n in [1, 64]
+  }
+  constants {
+    @w : f32[2, 4] = [0.5, -1.0, 0.25, 2.0, 1.5, -0.5, 0.75, -2.0]
+    @b : f32[2] = [0.125, -0.25]
+  }
+"""
+ENVS = [{"n": 1}, {"n": 3}, {"n": 10}]
+
+
+def fuse_then_offload(m):
+    return offload(fuse(m)[0])
+
+
+def groups(m):
+    """(kind, post_ops, callee's ops) of each fused node of @main."""
+    return [(nd.attrs["kind"], nd.attrs.get("post_ops"),
+             [x.op for x in m.functions[nd.attrs["callee"]].nodes if x.op != "constant"])
+            for nd in m.main.nodes if nd.op == "fused"]
+
+
+def test_library_keeps_bias_activation_residual_and_the_rest_is_a_pointwise_group(P):
+    text = HEAD + """  func @main(%x: f32[n, 4], %r: f32[n, 2]) -> (f32[n, 2]) {
+    %w = constant() {name="w"} : f32[2, 4]
+    %b = constant() {name="b"} : f32[2]
+    %0 = linear(%x, %w) : f32[n, 2]
+    %1 = add(%0, %b) : f32[n, 2]
+    %2 = gelu(%1) {approximate="tanh"} : f32[n, 2]
+    %3 = add(%2, %r) : f32[n, 2]
+    %4 = exp(%3) : f32[n, 2]
+    %5 = mul(%4, %3) : f32[n, 2]
+    return %5
+  }
+}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", ["bias", "gelu_tanh", "residual"], ["linear", "add", "gelu", "add"]),
+                             ("pointwise", None, ["exp", "mul"])]
+    lib, epi = [nd for nd in after.main.nodes if nd.op == "fused"]
+    assert epi.inputs == lib.outputs  # the epilogue reads the library's result
+    assert [p.name for p in after.functions[lib.attrs["callee"]].params] == ["x", "r"]
+    P.check_equiv(before, after, ENVS)
+    assert str(offload(after)) == str(after)  # a second run changes nothing
+
+
+def test_a_whole_epilogue_the_library_cannot_take_moves_out(P):
+    # a product of two activations takes no post-ops: its bias add and tanh are generated code
+    text = HEAD + """  func @main(%x: f32[n, 4], %y: f32[4, 2]) -> (f32[n, 2]) {
+    %b = constant() {name="b"} : f32[2]
+    %0 = matmul(%x, %y) : f32[n, 2]
+    %1 = add(%0, %b) : f32[n, 2]
+    %2 = tanh(%1) : f32[n, 2]
+    return %2
+  }
+}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", [], ["matmul"]), ("pointwise", None, ["add", "tanh"])]
+    P.check_equiv(before, after, ENVS)
+
+
+def test_relu_stays_generated_code(P):
+    # oneDNN's relu maps NaN to 0; eager keeps the NaN (docs/semantics.md)
+    text = HEAD + """  func @main(%x: f32[n, 4]) -> (f32[n, 2]) {
+    %w = constant() {name="w"} : f32[2, 4]
+    %0 = linear(%x, %w) : f32[n, 2]
+    %1 = relu(%0) : f32[n, 2]
+    return %1
+  }
+}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", [], ["linear"]), ("pointwise", None, ["relu"])]
+    P.check_equiv(before, after, ENVS)
+
+
+def test_a_group_the_library_cannot_run_is_refused_here_with_its_location(P):
+    text = """module {
+  symbols {
+    n in [1, 8]
+  }
+  func @main(%x: f32[n, 3, 8, 8], %w: f32[4, 3, 3, 3]) -> (f32[n, 4, 6, 6]) {
+    %0 = conv2d(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1]} : f32[n, 4, 6, 6]  loc{"file":"model.py","line":7}
+    return %0
+  }
+}
+"""
+    with pytest.raises(UnsupportedOpError, match="non-constant weight") as e:
+        fuse_then_offload(P.parse(text))
+    assert "model.py:7" in str(e.value)

@@ -1,0 +1,385 @@
+"""The schedule as named stages (braze/schedule): what each stage does to a lowered kernel,
+that the stages run one by one are ``schedule``, that a stage's output depends on its input
+only, and that every stage's output is a kernel that prints, emits C and computes the same."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+import numpy as np
+import pytest
+
+from braze import reference
+from braze.codegen.c_kernel import c_prelude, kernel_entry, kernel_to_c
+from braze.errors import BrazeError
+from braze.ir import loop as L
+from braze.ir import sym as S
+from braze.ops import Builder, tensor
+from braze.lowering import build_kernel, lower_function
+from braze.schedule import (
+    KERNEL_STAGES,
+    collapse,
+    flatten,
+    hoist,
+    materialize,
+    parallelize,
+    schedule,
+    vectorize,
+)
+
+NAMES = ["flatten", "collapse", "materialize", "hoist", "vectorize", "parallelize"]
+
+
+def lowered(b: Builder) -> L.Kernel:
+    with L.kernel_names():
+        return lower_function(b.func, b.module)
+
+
+def upto(k: L.Kernel, last) -> L.Kernel:
+    """``k`` after the default stages up to and including ``last``."""
+    for stage in KERNEL_STAGES:
+        k = stage(k)
+        if stage is last:
+            return k
+    raise AssertionError(last)
+
+
+def fors(k) -> list:
+    return [s for s in k.body if isinstance(s, L.For)]
+
+
+def chain(f: L.For) -> list:
+    out = [f]
+    while True:
+        inner = [s for s in out[-1].body if isinstance(s, L.For)]
+        if len(inner) != 1:
+            return out
+        out.append(inner[0])
+
+
+def accesses(k) -> list:
+    out = []
+    for s in L.walk_stmts(k.body):
+        if isinstance(s, L.Store):
+            out.append(s)
+        for e in L.stmt_exprs(s):
+            out.extend(x for x in L.walk(e) if isinstance(x, L.Load))
+    return out
+
+
+# --- small functions -------------------------------------------------------------------
+
+
+def f_exp():
+    """Pointwise over a contiguous [B, S, 8]."""
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("B"), b.sym("S"), 8))
+    b.ret(b.exp(x))
+    return b
+
+
+def f_transpose():
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), b.sym("M")))
+    b.ret(b.permute(x, perm=(1, 0)))
+    return b
+
+
+def f_layer_norm():
+    b = Builder()
+    B, H = b.sym("B"), b.sym("H")
+    x = b.param("x", tensor("f32", B, 4, H))
+    w = b.param("w", tensor("f32", H))
+    b.ret(b.relu(b.layer_norm(b.add(x, w), w)))
+    return b
+
+
+def f_column_mean():
+    """A reduction over the outer axis: the mean depends on the column only."""
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("B"), b.sym("N")))
+    b.ret(b.sub(x, b.reduce_mean(x, axes=(0,), keepdims=True)))
+    return b
+
+
+def f_mixed():
+    """Three nests (a stitch with a materialized column mean, a reshape, a 0-d sum)."""
+    b = Builder()
+    B, N = b.sym("B"), b.sym("N")
+    x = b.param("x", tensor("f32", B, N))
+    b.ret(b.layer_norm(x, axis=-1), b.sub(x, b.reduce_mean(x, axes=(0,), keepdims=True)),
+          b.exp(b.reshape(x, shape=(B, N, 1))), b.reduce_sum(x))
+    return b
+
+
+def f_log_softmax_axis0():
+    """Two temps, the second reading the first."""
+    b = Builder()
+    x = b.param("x", tensor("f32", 4, b.sym("N")))
+    b.ret(b.log_softmax(x, axis=0))
+    return b
+
+
+FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax_axis0]
+
+
+# --- the stage list -----------------------------------------------------------------------
+
+
+def test_the_stages_are_named_and_ordered():
+    assert [s.__name__ for s in KERNEL_STAGES] == NAMES
+    assert list(KERNEL_STAGES) == [flatten, collapse, materialize, hoist, vectorize, parallelize]
+
+
+# --- each stage ---------------------------------------------------------------------------
+
+
+def test_flatten_gives_every_access_one_offset():
+    k = lowered(f_exp())
+    assert not any(a.flat for a in accesses(k))
+    after = flatten(k)
+    assert all(a.flat for a in accesses(after))
+    assert str(after) != str(k) and "[[" in str(after) and "[[" not in str(k)
+    (store,) = [s for s in L.walk_stmts(after.body) if isinstance(s, L.Store)]
+    i, j, m = (f.var for f in chain(fors(after)[0]))
+    assert store.index == (S.add(S.add(S.mul(i, S.mul(S.Sym("S"), 8)), S.mul(j, 8)), m), None)
+    assert len(chain(fors(after)[0])) == 3  # the loops are untouched
+
+
+def test_collapse_merges_contiguous_loops_only():
+    k = flatten(lowered(f_exp()))
+    (f,) = fors(collapse(k))
+    assert len(chain(f)) == 1 and f.extent == S.mul(S.mul(S.Sym("B"), S.Sym("S")), 8)
+    assert str(collapse(k)).count(" for ") == 1 and str(k).count(" for ") == 3
+    # a transpose reads x across rows: its two loops stay
+    t = flatten(lowered(f_transpose()))
+    assert len(chain(fors(collapse(t))[0])) == 2
+
+
+def test_collapse_drops_unit_loops():
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), 1))
+    b.ret(b.exp(b.permute(x, perm=(1, 0))))  # [1, N]: the unit loop is outermost
+    (f,) = fors(collapse(flatten(lowered(b))))
+    assert len(chain(f)) == 1 and f.extent == S.Sym("N")
+
+
+def test_collapse_needs_flat_accesses():
+    k = lowered(f_exp())
+    assert str(collapse(k)) == str(k)
+
+
+def test_materialize_moves_an_outer_axis_reduction_to_a_temp():
+    k = upto(lowered(f_column_mean()), collapse)
+    after = materialize(k)
+    alloc, tmp_nest, main = after.body
+    assert isinstance(alloc, L.Alloc) and alloc.buffer.role == "temp" and alloc.buffer.name == "tmp0"
+    assert alloc.buffer.shape == (S.Sym("N"),)
+    (tmp_store,) = chain(tmp_nest)[-1].body
+    assert tmp_store.buffer is alloc.buffer and isinstance(tmp_store.value, L.Reduce)
+    # the main nest reads the temp and reduces nothing
+    (store,) = chain(main)[-1].body
+    assert not any(isinstance(x, L.Reduce) for x in L.walk(store.value))
+    assert any(isinstance(x, L.Load) and x.buffer == alloc.buffer for x in L.walk(store.value))
+    assert "alloc tmp0" in str(after) and "alloc" not in str(k)
+
+
+def test_materialize_leaves_row_reductions_to_hoist():
+    k = upto(lowered(f_layer_norm()), collapse)
+    assert str(materialize(k)) == str(k)
+
+
+def test_hoist_stitches_row_reductions_into_lets():
+    k = upto(lowered(f_layer_norm()), materialize)
+    after = hoist(k)
+    (outer,) = fors(after)
+    assert outer.extent == S.mul(4, S.Sym("B"))  # [B, 4] collapsed into one row loop
+    lets = [s for s in outer.body if isinstance(s, L.Let)]
+    reds = [s for s in lets if isinstance(s.value, L.Reduce)]
+    assert len(reds) == 2 and all(r.var.name.startswith("r") for r in reds)
+    # the variance reads the mean as a Var, not a second sum
+    assert any(isinstance(n, L.Var) for n in L.walk(reds[1].value.body))
+    (inner,) = [s for s in outer.body if isinstance(s, L.For)]
+    assert inner.kind == "serial" and all(isinstance(s, L.Store) for s in inner.body)
+    assert not any(isinstance(x, L.Reduce) for s in inner.body for x in L.walk(s.value))
+    assert "let r" in str(after) and "let " not in str(k)
+
+
+def test_vectorize_marks_contiguous_inner_loops_and_reductions():
+    k = upto(lowered(f_layer_norm()), hoist)
+    after = vectorize(k)
+    (outer,) = fors(after)
+    assert outer.kind == "serial" and chain(outer)[-1].kind == "vector"
+    reds = [s.value for s in outer.body if isinstance(s, L.Let) and isinstance(s.value, L.Reduce)]
+    assert reds and all(r.vector for r in reds)
+    assert "vector for" in str(after) and "vector for" not in str(k)
+    # int64 arithmetic has no vector form here: the loop stays scalar
+    b = Builder()
+    x = b.param("x", tensor("i64", b.sym("N"), b.sym("M")))
+    b.ret(b.add(x, x))
+    t = upto(lowered(b), vectorize)
+    assert all(f.kind == "serial" for f in chain(fors(t)[0]))
+
+
+def test_parallelize_splits_work_over_threads():
+    # a stitch nest: the row loop, work counted once per pass over the row
+    k = upto(lowered(f_layer_norm()), vectorize)
+    (outer,) = fors(parallelize(k))
+    B, H = S.Sym("B"), S.Sym("H")
+    assert outer.kind == "parallel" and outer.work == S.mul(S.prod([S.mul(4, B), H]), 3)
+    # one long vector loop: parallel chunks of vector loops
+    (f,) = fors(parallelize(upto(lowered(f_exp()), vectorize)))
+    assert f.kind == "parallel" and [x.kind for x in chain(f)] == ["parallel", "vector"]
+    # a short constant one stays a plain vector loop
+    b = Builder()
+    x = b.param("x", tensor("f32", 100))
+    b.ret(b.exp(x))
+    (f,) = fors(schedule(lowered(b)))
+    assert f.kind == "vector" and len(chain(f)) == 1
+
+
+def test_a_zero_d_result_is_a_lone_store():
+    b = Builder()
+    x = b.param("x", tensor("f32", 3))
+    b.ret(b.reduce_sum(x, axes=(0,)))
+    k = schedule(lowered(b))
+    (store,) = k.body
+    assert isinstance(store, L.Store) and store.flat and store.value.vector
+
+
+# --- composition ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", FUNCS, ids=lambda f: f.__name__)
+def test_the_stages_one_by_one_are_schedule(make):
+    k = lowered(make())
+    want = schedule(k)
+    got = k
+    for stage in KERNEL_STAGES:
+        got = stage(got)
+    assert str(dataclasses.replace(got, scheduled=True)) == str(want)
+    assert kernel_to_c(got, 64) == kernel_to_c(want, 64)
+
+
+@pytest.mark.parametrize("make", FUNCS, ids=lambda f: f.__name__)
+def test_a_stage_depends_on_its_input_only(make):
+    """Not on the loop-variable counter around it (a resumed compile gives the same text),
+    nor on having run before: each stage a second time changes nothing."""
+    k = lowered(make())
+    with L.kernel_names(500):
+        elsewhere = schedule(k)
+    assert str(elsewhere) == str(schedule(k))
+    for stage in KERNEL_STAGES:
+        once = stage(k)
+        assert str(stage(once)) == str(once), stage.__name__
+        k = once
+    assert str(schedule(schedule(k))) == str(schedule(k))
+
+
+def test_schedule_does_not_change_its_input():
+    k = lowered(f_mixed())
+    before = str(k)
+    schedule(k)
+    assert str(k) == before and not k.scheduled
+
+
+def test_a_stage_left_out_is_not_run():
+    k = lowered(f_exp())
+    no_collapse = schedule(k, [s for s in KERNEL_STAGES if s is not collapse])
+    (f,) = fors(no_collapse)
+    assert [x.kind for x in chain(f)] == ["parallel", "serial", "vector"]
+    serial = schedule(k, [s for s in KERNEL_STAGES if s is not parallelize])
+    assert "parallel" not in str(serial)
+    nothing = schedule(k, [])
+    assert nothing.scheduled and str(dataclasses.replace(nothing, scheduled=False)) == str(k)
+
+
+def test_build_kernel_is_lower_then_schedule():
+    b = f_layer_norm()
+    k = build_kernel(b.func, b.module)
+    assert k.scheduled and str(k) == str(schedule(lowered(b)))
+
+
+def test_kernel_to_c_emits_what_it_is_given():
+    k = lowered(f_exp())
+    with pytest.raises(BrazeError, match="not been scheduled"):
+        kernel_to_c(k, 64)
+    flat = flatten(k)
+    assert "#pragma omp" not in kernel_to_c(flat, 64)  # no hidden schedule
+    assert "#pragma omp parallel" in kernel_to_c(schedule(k), 64)
+
+
+# --- every stage's output runs ---------------------------------------------------------------
+
+
+@pytest.fixture
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "braze-cache"))
+
+
+def _run(kernel, module, func, arrays, vb):
+    from braze.runtime.compiler import compile_shared
+    src = c_prelude(vb) + "\n" + kernel_to_c(kernel, vb) + "\n" + kernel_entry(kernel, "bz_test_entry")
+    fn = ctypes.CDLL(str(compile_shared(src, name=kernel.name))).bz_test_entry
+    fn.restype = None
+    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
+    env = reference.bind_symbols(module, func, arrays)
+    ins, keep, outs = iter(arrays), [], []
+    for b in kernel.buffers:
+        if b.role == "in":
+            a = np.ascontiguousarray(next(ins), b.dtype.numpy)
+        else:
+            a = np.empty(tuple(S.evaluate(d, env) for d in b.shape), b.dtype.numpy)
+            outs.append(a)
+        keep.append(a)
+    ptrs = (ctypes.c_void_p * len(keep))(*[a.ctypes.data for a in keep])
+    syms = [int(env[s.name]) for s in kernel.syms]
+    fn(ptrs, (ctypes.c_int64 * max(1, len(syms)))(*syms))
+    return outs
+
+
+def test_every_stage_output_computes_the_same(_cache):
+    """flatten is the least a kernel needs to be emitted; each stage after it keeps the values."""
+    b = f_mixed()
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, (3, 37)).astype(np.float32)
+    want = reference.run(b.module, x)
+    k = lowered(b)
+    for stage in KERNEL_STAGES:
+        k = stage(k)
+        got = _run(k, b.module, b.func, [x], 32)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=stage.__name__)
+
+
+# --- a small model through the graph pipeline --------------------------------------------------
+
+
+def test_a_model_s_kernels_stage_by_stage_are_schedule():
+    """Every generated kernel of a small transformer block after the graph passes: the stages
+    one by one give the C that ``schedule`` (and ``build_kernel``) gives."""
+    from braze.pipeline import run_pipeline
+    rng = np.random.default_rng(0)
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("B"), b.sym("T"), 16))
+    w = b.constant(rng.standard_normal((16, 16)).astype(np.float32), name="w")
+    q = b.matmul(b.layer_norm(x, b.constant(np.ones(16, np.float32), name="g")), w)
+    s = b.softmax(b.matmul(q, b.permute(q, perm=(0, 2, 1))), axis=-1)
+    o = b.add(x, b.gelu(b.matmul(s, q)))
+    b.ret(o, b.sub(o, b.reduce_mean(o, axes=(1,), keepdims=True)))
+    m = run_pipeline(b.module)
+    n = 0
+    for f in list(m.functions.values()):
+        for node in f.nodes:
+            if node.op != "fused" or node.attrs["kind"] in ("gemm", "conv"):
+                continue
+            callee = m.functions[node.attrs["callee"]]
+            with L.kernel_names():
+                k = lower_function(callee, m, f"k_{callee.name}")
+            for stage in KERNEL_STAGES:
+                k = stage(k)
+            want = kernel_to_c(build_kernel(callee, m, f"k_{callee.name}"), 32)
+            assert kernel_to_c(k, 32) == want, callee.name
+            n += 1
+    assert n >= 4
