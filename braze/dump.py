@@ -3,13 +3,15 @@
 The directory holds ``00_input.braze``, then one file per stage, numbered in
 pipeline order: ``NN_<pass>.braze`` (graph IR), ``NN_<stage>.loop`` (every
 kernel's loop IR), ``NN_emit.c`` (the C source, also as ``model.c``), plus
-``fusion.txt`` (the fusion log) and ``constants/<sha256>.npy`` (each constant the
-IR names by hash, once). A stage file with the constants is a repro:
+``fusion.txt`` (the fusion log), ``constants/<sha256>.npy`` (each constant the
+IR names by hash, once) and ``target.json`` (the ISA and whether per-kernel
+counters were compiled in: the C depends on both). A stage file with the constants is a repro:
 ``braze.pipeline.resume_c(path)`` continues from it and writes the same C.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -43,6 +45,7 @@ class Dump(Instrument):
         elif name == "emit":
             _write(self.dir / f"{index:02d}_{name}.c", ir.source)
             _write(self.dir / "model.c", ir.source)
+            _write(self.dir / "target.json", json.dumps({"isa": ir.isa, "profile": ir.profile}) + "\n")
         else:
             _write(self.dir / f"{index:02d}_{name}.loop", str(ir))
 
@@ -77,9 +80,18 @@ def stage_of(path) -> tuple[int, str, str]:
     return int(m.group(1)), m.group(2), m.group(3)
 
 
+def read_target(directory) -> dict:
+    """What the dump's C was generated for (``target.json``): ``isa`` and ``profile``; {} if absent."""
+    f = Path(directory) / "target.json"
+    try:
+        return json.loads(f.read_text()) if f.exists() else {}
+    except (OSError, ValueError) as e:
+        raise BrazeError(f"cannot read {f}: {e}", hint="dump again with BRAZE_DUMP set") from None
+
+
 def read_module(path) -> Module:
-    """A dumped graph-IR stage with its constants (from ``constants/`` beside it)."""
-    from .ir import parse
+    """A dumped graph-IR stage with its constants (from ``constants/`` beside it), verified."""
+    from .ir import parse, verify
     path = Path(path)
     try:
         text = path.read_text()
@@ -94,7 +106,12 @@ def read_module(path) -> Module:
         if not f.exists():
             raise BrazeError(f"constant @{name} of {path.name} is not in the dump ({f} is missing)",
                              hint="dump again with BRAZE_DUMP set; the directory must keep its constants/ folder")
-        m.constants[name] = np.load(f, allow_pickle=False)
+        a = np.load(f, allow_pickle=False)
+        if tuple(a.shape) != tuple(c.type.shape) or str(a.dtype) != c.type.dtype.name:
+            raise BrazeError(f"constant @{name} in {f} is {a.dtype}{list(a.shape)}, but {path.name} declares it "
+                             f"{c.type}", hint="the dump's constants/ folder is from another compile; dump again")
+        m.constants[name] = a
+    verify(m)  # edited text: an ill-typed node would read out of bounds natively
     return m
 
 
@@ -116,4 +133,4 @@ def last_graph_stage(directory) -> Path:
     return files[-1]
 
 
-__all__ = ["Dump", "stage_of", "read_module", "read_kernels", "last_graph_stage"]
+__all__ = ["Dump", "stage_of", "read_module", "read_kernels", "read_target", "last_graph_stage"]

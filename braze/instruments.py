@@ -21,7 +21,8 @@ _log = _logging.get("pipeline")
 class Instrument:
     """Hooks around every stage: ``start`` sees the input module, ``before`` and ``after``
     each stage (numbered from 1, over the whole pipeline), ``report`` a stage's log (the
-    fusion log), ``finish`` the last stage's IR. Subclass and override what you need."""
+    fusion log), ``finish`` the last stage's IR, ``abort`` a stage that raised. Subclass and
+    override what you need."""
 
     def start(self, module: Module) -> None:
         pass
@@ -36,6 +37,9 @@ class Instrument:
         pass
 
     def finish(self, ir) -> None:
+        pass
+
+    def abort(self, index: int, name: str) -> None:
         pass
 
 
@@ -108,6 +112,9 @@ class RuleCounter(Instrument):
         if self._block is not None:
             self._block.__exit__(None, None, None)
             self._block = None
+
+    def abort(self, index, name):  # a pass raised: close the collector all the same
+        self.after(index, name, None)
 
     def finish(self, ir):
         if _log.isEnabledFor(logging.DEBUG):

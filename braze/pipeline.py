@@ -18,11 +18,12 @@ when a dump directory is set.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
 from . import log as _logging
-from .errors import BrazeError
+from .errors import BrazeError, BrazeWarning
 from .instruments import Instrument, LogReports, PassTimer, PrintAfter, RuleCounter, Verify
 from .ir.graph import Module
 from .options import Options
@@ -98,7 +99,12 @@ def _graph_passes(m: Module, passes, hooks, first: int) -> Module:
         name = pass_name(p)
         for h in hooks:
             h.before(i, name, m)
-        out = p(m)
+        try:
+            out = p(m)
+        except BaseException:
+            for h in hooks:
+                h.abort(i, name)
+            raise
         log = None
         if isinstance(out, tuple):  # a pass with a log: fuse
             out, log = out
@@ -193,21 +199,32 @@ def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, 
 def resume_c(path, isa, options: Options | None = None, instruments: Sequence[Instrument] = ()):
     """Continue compiling from a stage file of a ``BRAZE_DUMP`` directory (``NN_<stage>.braze``
     or ``.loop``): the same ``NativeSource`` as the compile that wrote it, and the module."""
-    from .dump import last_graph_stage, read_kernels, read_module, stage_of
+    from .dump import last_graph_stage, read_kernels, read_module, read_target, stage_of
     index, name, kind = stage_of(path)
     names = stage_names()
-    if kind == "c" or not (0 <= index <= len(names)) or (index and names[index - 1] != name):
-        want = "00_input" if index == 0 else (f"{index:02d}_{names[index - 1]}" if 0 < index <= len(names) else "?")
-        raise BrazeError(f"{path} is not a stage this braze can resume from (stage {index} is {want!r} here)",
+    n_graph = len(GRAPH_PASSES)
+    want_kind = "braze" if index <= n_graph else "loop" if index < len(names) else "c"
+    if not index <= len(names) or (index and names[index - 1] != name) or kind != want_kind:
+        here = "00_input.braze" if index == 0 else \
+            f"{index:02d}_{names[index - 1]}.{want_kind}" if index <= len(names) else "past the last stage"
+        raise BrazeError(f"{path} is not a stage this braze can resume from (stage {index} is {here!r} here)",
                          hint="resume from a .braze or .loop file dumped by this version of braze")
-    opts, hooks = _hooks(options, None, instruments)
+    directory = Path(path).parent
+    opts = options if options is not None else Options.from_env()
+    if opts.dump_dir and Path(opts.dump_dir).resolve() == directory.resolve():
+        opts = opts.replace(dump_dir=None)  # never overwrite the dump being resumed
+    target = read_target(directory)
+    if target.get("isa") not in (None, isa.name):
+        warnings.warn(BrazeWarning(f"{directory} was compiled for the {target['isa']} ISA and is resumed for "
+                                   f"{isa.name}: the C will differ (set BRAZE_ISA={target['isa']} to match)"))
+    opts, hooks = _hooks(opts.replace(debug=max(opts.debug, 3)) if target.get("profile") else opts, None,
+                         instruments)
     if kind == "braze":
         m = read_module(path)
-        for h in hooks:
-            h.start(m)
-        return _finish(m, None, index + 1, isa, opts, hooks)
-    m = read_module(last_graph_stage(Path(path).parent))
-    kernels = Kernels((k.name[2:] if k.name.startswith("k_") else k.name, k) for k in read_kernels(path))
+        kernels = None
+    else:
+        m = read_module(last_graph_stage(directory))
+        kernels = Kernels((k.name[2:] if k.name.startswith("k_") else k.name, k) for k in read_kernels(path))
     for h in hooks:
         h.start(m)
     return _finish(m, kernels, index + 1, isa, opts, hooks)

@@ -85,10 +85,37 @@ def test_bad_stage_files_are_clear_errors(tiny, tmp_path):
         resume_c(tmp_path / "fusion.txt", ISA)
     wrong = tmp_path / "12_fuse.braze"  # stage 12 is offload: a dump of another braze
     wrong.write_text((tmp_path / "11_fuse.braze").read_text())
-    with pytest.raises(BrazeError, match="stage 12 is '12_offload'"):
+    with pytest.raises(BrazeError, match="stage 12 is '12_offload.braze'"):
+        resume_c(wrong, ISA)
+    wrong = tmp_path / "15_lower.braze"  # lower's output is loop IR
+    wrong.write_text((tmp_path / "14_assign_memory.braze").read_text())
+    with pytest.raises(BrazeError, match="stage 15 is '15_lower.loop'"):
         resume_c(wrong, ISA)
     for f in (tmp_path / "constants").iterdir():
         f.unlink()
     with pytest.raises(BrazeError, match="is not in the dump") as e:
         resume_c(tmp_path / "14_assign_memory.braze", ISA)
     assert "constants/" in e.value.hint
+
+
+def test_resuming_into_its_own_dump_directory_leaves_it_alone(tiny, tmp_path):
+    module, _ = tiny["cnn"]
+    native, _ = compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
+    resume_c(tmp_path / "12_offload.braze", ISA, options=Options(dump_dir=str(tmp_path)))
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before
+
+
+def test_a_dump_records_its_target_and_a_resume_for_another_says_so(tiny, tmp_path):
+    import json
+    from braze.errors import BrazeWarning
+    module, _ = tiny["cnn"]
+    compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path), debug=3))
+    target = json.loads((tmp_path / "target.json").read_text())
+    assert target == {"isa": ISA.name, "profile": True}
+    # per-kernel counters were compiled in: the resume does so too, and matches
+    assert resume_c(tmp_path / "14_assign_memory.braze", ISA, options=Options())[0].source == \
+        (tmp_path / "model.c").read_text()
+    (tmp_path / "target.json").write_text(json.dumps({"isa": "other", "profile": True}))
+    with pytest.warns(BrazeWarning, match="compiled for the other ISA"):
+        resume_c(tmp_path / "14_assign_memory.braze", ISA, options=Options())

@@ -19,12 +19,12 @@ from ..ir import sym as S
 from ..ir.graph import Function, Module, Node
 from ..ops.conv import pads4
 from ..passes.common import top_functions
+from ..passes.offload import ANCHORS, VIEW_OPS
 from .c_expr import c_sym_name, int_expr
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
 
 # the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py)
 ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6}
-VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 
 
 @dataclass
@@ -40,6 +40,8 @@ class NativeSource:
     constants: list[str]  # module constant names, in braze_create order
     kernels: dict[str, str] = field(default_factory=dict)  # kernel name -> loop IR text (for dumps)
     uses_library: bool = False  # calls oneDNN: link the helper (braze/extern) into the library
+    isa: str = ""  # what the C was generated for, with ``profile`` (a dump records both)
+    profile: bool = False
 
 
 class HostGen:
@@ -104,7 +106,7 @@ class HostGen:
         ]
         names = sorted(self.const_index, key=self.const_index.get)
         return NativeSource("\n".join(parts), entries, names, {k.name: str(k) for k in self.kernels.values()},
-                            self.uses_library)
+                            self.uses_library, getattr(self.isa, "name", str(self.isa)), self.profile)
 
 
 def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
@@ -315,7 +317,7 @@ class _EntryWriter:
                 cptr[id(m.outputs[0])] = f"((char *){self.gen.const(m.attrs['name'])})"
             else:
                 nodes.append(m)
-        anchor_i = next(i for i, m in enumerate(nodes) if m.op not in VIEW_OPS)
+        anchor_i = next(i for i, m in enumerate(nodes) if m.op in ANCHORS[n.attrs["kind"]])
         anchor = nodes[anchor_i]
         for m in nodes[:anchor_i]:  # prologue views reinterpret their contiguous input
             cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]

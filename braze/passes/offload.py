@@ -3,7 +3,8 @@
 Fusion gives a ``gemm``/``conv`` group an anchor (``linear``, ``matmul``,
 ``conv2d``), view prologues and an elementwise epilogue. This pass keeps in the
 group what one oneDNN call does: the prologue views, the anchor, then at most a
-bias add, one activation and a residual add (views between them are free). It
+bias add straight on the anchor's result, one activation and a residual add (views
+between the anchor and the activation or residual only rename the result). It
 names them on the ``fused`` node, ``post_ops=["bias", "gelu_tanh", "residual"]``,
 in the order of the callee's nodes, and moves the rest of the epilogue into a new
 ``pointwise`` group that reads the library's result. The host generator then only
@@ -94,10 +95,13 @@ def _check_anchor(a: Node, const_of) -> None:
                                      where=_where(a))
     if a.op == "conv2d" and id(a.inputs[1]) not in const_of:
         raise UnsupportedOpError("conv2d with a non-constant weight is not supported natively", where=_where(a))
-    if a.op in ("linear", "conv2d") and len(a.inputs) > 2 and a.inputs[2] is not None \
-            and id(a.inputs[2]) not in const_of:  # decompose splits a linear's off
+    has_bias = a.op in ("linear", "conv2d") and len(a.inputs) > 2 and a.inputs[2] is not None
+    if has_bias and id(a.inputs[2]) not in const_of:  # decompose splits a linear's off
         raise UnsupportedOpError(f"{a.op} with a bias computed at run time is not supported natively",
                                  where=_where(a), hint="add the bias after the convolution")
+    if has_bias and a.op == "linear" and id(a.inputs[1]) not in const_of:
+        raise UnsupportedOpError("linear with a weight computed at run time and a bias is not supported natively",
+                                 where=_where(a), hint="add the bias after the linear")
 
 
 def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[list[str], int]:
@@ -126,7 +130,7 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
             pass
         elif act and not any(p in ACTIVATIONS or p == "residual" for p in post) and m.inputs[0] is chain:
             post.append(act)
-        elif m.op == "add" and not has_bias and not post and _is_bias(m, chain, const_of, anchor):
+        elif m.op == "add" and not has_bias and chain is anchor.outputs[0] and _is_bias(m, chain, const_of, anchor):
             post.append("bias")
             has_bias = True
         elif m.op == "add" and "residual" not in post and _is_residual(module, m, chain, in_memory):
@@ -233,4 +237,4 @@ def _fresh(used: set) -> str:
     return f"fused_{k}"
 
 
-__all__ = ["offload", "activation_name", "ACTIVATIONS", "POST_OPS"]
+__all__ = ["offload", "activation_name", "ACTIVATIONS", "ANCHORS", "POST_OPS", "VIEW_OPS"]

@@ -63,6 +63,12 @@ def test_library_calls_take_their_post_ops_and_memory_from_the_ir():
             "(float *)out_0, err, errlen)") in body
 
 
+def test_every_post_op_activation_has_its_library_code():
+    from braze.codegen.host import ACTIVATION_CODES
+    from braze.passes.offload import ACTIVATIONS
+    assert set(ACTIVATION_CODES) == set(ACTIVATIONS)
+
+
 def test_the_same_ir_gives_the_same_c():
     assert emit() == emit()
 

@@ -101,3 +101,37 @@ def test_a_group_the_library_cannot_run_is_refused_here_with_its_location(P):
     with pytest.raises(UnsupportedOpError, match="non-constant weight") as e:
         fuse_then_offload(P.parse(text))
     assert "model.py:7" in str(e.value)
+
+
+def test_a_bias_after_a_view_stays_generated_code(P):
+    # a [2] add after a reshape of the [n, 4] product is not the GEMM's bias over N = 4
+    text = HEAD + """  func @main(%x: f32[n, 4]) -> (f32[n, 2, 2]) {
+    %0 = fused(%x) {callee="g", kind="gemm"} : f32[n, 2, 2]
+    return %0
+  }
+  func @g(%x: f32[n, 4]) -> (f32[n, 2, 2]) {
+    %w = constant() {name="w4"} : f32[4, 4]
+    %b = constant() {name="b"} : f32[2]
+    %0 = linear(%x, %w) : f32[n, 4]
+    %1 = reshape(%0) {shape=[n, 2, 2]} : f32[n, 2, 2]
+    %2 = add(%1, %b) : f32[n, 2, 2]
+    return %2
+  }
+}
+"""
+    text = text.replace("  }\n  func @main", "    @w4 : f32[4, 4] = [" + ", ".join(["0.5"] * 16) + "]\n  }\n  func @main", 1)
+    before, after = P.run_pass(offload, text)
+    assert groups(after) == [("gemm", [], ["linear", "reshape"]), ("pointwise", None, ["add"])]
+    P.check_equiv(before, after, ENVS)
+
+
+def test_a_linear_with_a_computed_weight_and_a_bias_is_refused(P):
+    text = HEAD + """  func @main(%x: f32[n, 4], %y: f32[2, 4]) -> (f32[n, 2]) {
+    %b = constant() {name="b"} : f32[2]
+    %0 = linear(%x, %y, %b) : f32[n, 2]
+    return %0
+  }
+}
+"""
+    with pytest.raises(UnsupportedOpError, match="weight computed at run time and a bias"):
+        fuse_then_offload(P.parse(text))

@@ -130,3 +130,20 @@ def test_compile_logs_the_time_of_every_pass(caplog):
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("stages: "))
     assert "canonicalize " in line and "fuse " in line and "ms" in line
     np.testing.assert_array_equal(cm(np.array([[-1, 2, -3, 4]], np.float32)), [[0, 2, 0, 4]])
+
+
+def test_a_pass_that_raises_leaves_no_rule_collector_open(P):
+    from braze.passes import canonicalize
+    from braze.passes.rules import RuleStats, collect_rule_stats
+    from braze.pipeline import RuleCounter
+
+    def broken(module):
+        raise RuntimeError("boom")
+
+    counter = RuleCounter()
+    with pytest.raises(RuntimeError, match="boom"):
+        run_pipeline(P.parse(TEXT), passes=[canonicalize, broken], options=Options(), instruments=[counter])
+    seen = dict(counter.stats.hits)
+    with collect_rule_stats(RuleStats()):  # a later block in this thread counts into its own stats only
+        run_pipeline(P.parse(TEXT), passes=[canonicalize], options=Options())
+    assert dict(counter.stats.hits) == seen
