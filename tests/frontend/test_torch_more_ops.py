@@ -182,3 +182,22 @@ def test_int_linspace_follows_eager_not_the_float32_decomposition():
 
     a, b = torch.tensor(-9.5), torch.tensor(9.25)
     check(Fn(f), [(torch.zeros(50, dtype=torch.int64), a, b)], [None, None, None])
+
+
+def test_diff_is_converted_without_decomposing_the_program(monkeypatch):
+    # transformers' masks call diff; decomposing it would re-trace the whole program
+    def f(self, x, m, i):
+        return torch.diff(x), torch.diff(x, n=2, dim=0), torch.diff(m, dim=-1), torch.diff(i, n=1, dim=1)
+
+    def g(self, x):
+        return torch.diff(x, dim=1, prepend=x[:, :2], append=x[:, -1:]), torch.diff(x, n=3)
+
+    def no_decompositions(self, *a, **k):
+        raise AssertionError("the program was decomposed")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", no_decompositions)
+    s = Dim("s", min=3, max=64)  # torch's export guards s - 1 != 1 for a diff along s
+    inputs = [(torch.randn(3, n), torch.rand(2, n) > 0.5, torch.arange(2 * n).reshape(2, n) ** 2) for n in (3, 4, 7)]
+    check(Fn(f), inputs, ({1: s}, {1: s}, {1: s}), exact=True)
+    s = Dim("s", min=5, max=64)
+    check(Fn(g), [(torch.randn(2, n),) for n in (5, 6, 9)], ({1: s},), exact=True)

@@ -148,6 +148,21 @@ def _slice(cx, n, x, dim=0, start=None, end=None, step=1):
     return op(cx, "slice", [x], axis=d, start=start, end=end, step=int(need_static(cx, step, "slice step")))
 
 
+@conv("diff")
+def _diff(cx, node, x, *args, **kw):
+    """``x[1:] - x[:-1]`` along ``dim``, ``n`` times, after ``prepend``/``append`` (bool: xor).
+    Converted here, not decomposed: torch's decomposition re-traces the whole program."""
+    spec = dict(zip(("n", "dim", "prepend", "append"), args), **kw)
+    d = axis(cx, spec.get("dim", -1), x.rank)
+    parts = [p for p in (spec.get("prepend"), x, spec.get("append")) if p is not None]
+    y = op(cx, "concat", parts, axis=d) if len(parts) > 1 else x
+    for _ in range(int(need_static(cx, spec.get("n", 1), "diff order n"))):
+        hi = op(cx, "slice", [y], axis=d, start=1, end=BIG, step=1)
+        lo = op(cx, "slice", [y], axis=d, start=0, end=-1, step=1)
+        y = op(cx, "logical_xor" if y.dtype == DType.bool else "sub", [hi, lo])
+    return y
+
+
 @conv("select", "select_copy")
 def _select(cx, n, x, dim, index):
     d = axis(cx, dim, x.rank)
