@@ -29,7 +29,7 @@ from .c_expr import c_int_lit, int_expr
 F32, F64, BOOL, I64 = DType.float32, DType.float64, DType.bool, DType.int64
 
 # float32 functions of braze_vmath.h: bz_v<fn> (vector) and bz_s<fn> (scalar), bit-identical
-_VMATH = ("exp", "expm1", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh")
+_VMATH = ("exp", "expm1", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh", "sin", "cos", "log1p")
 
 CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
          DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t"}
@@ -458,10 +458,10 @@ class _Gen:
             x = self.vx(e.x)
             m = {"neg": f"(-{x})", "abs": f"bz_vabs({x})", "exp": f"bz_vexp({x})", "expm1": f"bz_vexpm1({x})",
                  "log": f"bz_vlog({x})",
-                 "log1p": f"BZ_LANES1(log1pf, {x})", "sqrt": f"bz_vsqrt({x})", "rsqrt": f"(1.0f / bz_vsqrt({x}))",
+                 "log1p": f"bz_vlog1p({x})", "sqrt": f"bz_vsqrt({x})", "rsqrt": f"(1.0f / bz_vsqrt({x}))",
                  "reciprocal": f"(1.0f / {x})", "tanh": f"bz_vtanh({x})", "erf": f"bz_verf({x})",
                  "sigmoid": f"bz_vsigmoid({x})", "silu": f"bz_vsilu({x})", "gelu": f"bz_vgelu({x})",
-                 "gelu_tanh": f"bz_vgelu_tanh({x})", "sin": f"BZ_LANES1(sinf, {x})", "cos": f"BZ_LANES1(cosf, {x})",
+                 "gelu_tanh": f"bz_vgelu_tanh({x})", "sin": f"bz_vsin({x})", "cos": f"bz_vcos({x})",
                  "floor": f"bz_vfloor({x})", "ceil": f"bz_vceil({x})", "round": f"bz_vround({x})"}
             return m[e.fn], "vf"
         if isinstance(e, Binary):

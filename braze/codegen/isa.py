@@ -35,6 +35,7 @@ import os
 import platform
 import shlex
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 
 from ..errors import BrazeError
@@ -81,6 +82,9 @@ class ISA:
     name: 'avx512' | 'avx2' | 'sse' | 'scalar'; vector_bytes: 64 | 32 | 16 | 0;
     cflags: the compiler flags enabling it; features: the CPU features those
     flags enable (cpuinfo spelling: avx512f, avx512_bf16, fma, ...).
+    ldlibs: libraries its code links after the sources (``-lmvec``, glibc's vector
+    math, when the toolchain has it for this vector width; cflags then define
+    ``BZ_HAVE_MVEC``).
     host_features: every ISA feature the host has (may exceed ``features``
     when BRAZE_ISA forced a lower level).
     """
@@ -90,6 +94,7 @@ class ISA:
     cflags: list = field(default_factory=list)
     features: frozenset = frozenset()
     host_features: frozenset = frozenset()
+    ldlibs: tuple = ()
 
     def vector_lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per vector (1 for scalar)."""
@@ -148,6 +153,26 @@ def _compiler_accepts(cc: tuple[str, ...], flags: tuple[str, ...]) -> bool:
     return r.returncode == 0
 
 
+# libmvec's name mangling per vector width (x86_64 vector function ABI)
+_MVEC_PREFIX = {64: "_ZGVeN16v_", 32: "_ZGVdN8v_", 16: "_ZGVbN4v_"}
+
+
+def _links_mvec(cc: tuple[str, ...], flags: tuple[str, ...], vector_bytes: int) -> bool:
+    """Whether a program calling libmvec's sinf at this width compiles and links (glibc >= 2.22)."""
+    prefix = _MVEC_PREFIX.get(vector_bytes)
+    if prefix is None:
+        return False
+    src = (f"typedef float v __attribute__((vector_size({vector_bytes})));\n"
+           f"v {prefix}sinf(v);\nint main(void) {{ v x = {{0}}; return (int){prefix}sinf(x)[0]; }}\n")
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            r = subprocess.run([*cc, *flags, "-x", "c", "-", "-o", os.path.join(d, "probe"), "-lmvec", "-lm"],
+                               input=src, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return r.returncode == 0
+
+
 def _level_for(level: str, host: frozenset, cc: tuple[str, ...]) -> ISA | None:
     """The ISA for ``level`` if the host has it and the compiler takes its flags."""
     if level == "scalar":
@@ -161,6 +186,9 @@ def _level_for(level: str, host: frozenset, cc: tuple[str, ...]) -> ISA | None:
         flags = tuple(_FLAG[f] for f in chosen)
         if _compiler_accepts(cc, flags):
             enabled = set(chosen) | {f for f in _REQUIRED[level]}
+            if _links_mvec(cc, flags, VECTOR_BYTES[level]):
+                return ISA(level, VECTOR_BYTES[level], [*flags, "-DBZ_HAVE_MVEC=1"], frozenset(enabled), host,
+                           ("-lmvec",))
             return ISA(level, VECTOR_BYTES[level], list(flags), frozenset(enabled), host)
     return None
 

@@ -213,7 +213,7 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
     inc = [str(_include_dir()), *(str(p) for p in include_dirs)]
     cflags = [*BASE_CFLAGS, *isa.cflags, *extra_cflags]
     link = ([f"-L{d}" for d in library_dirs] + [f"-l{lib}" for lib in libraries]
-            + [f"-Wl,-rpath,{r}" for r in rpaths] + ["-lm"])
+            + [f"-Wl,-rpath,{r}" for r in rpaths] + [*isa.ldlibs, "-lm"])
 
     h = hashlib.sha256()
     for part in (source, "\0".join(cc), "\0".join(cflags), "\0".join(inc), "\0".join(link),

@@ -139,7 +139,7 @@ typedef int32_t bz_vi __attribute__((vector_size(BZ_VB)));
 
 BZ_INLINE bz_vf bz_ld(const float *p) { bz_vf v; __builtin_memcpy(&v, p, sizeof v); return v; }
 BZ_INLINE void bz_st(float *p, bz_vf v) { __builtin_memcpy(p, &v, sizeof v); }
-BZ_INLINE bz_vf bz_splat(float s) { return (bz_vf){0} + s; }
+BZ_INLINE bz_vf bz_splat(float s) { return s - (bz_vf){0}; } /* s - 0 keeps -0 (0 + -0 is +0) */
 BZ_INLINE bz_vi bz_msplat(int c) { return (bz_vi){0} - (c ? 1 : 0); }
 BZ_INLINE bz_vf bz_sel(bz_vi m, bz_vf a, bz_vf b) { return (bz_vf)(((bz_vi)a & m) | ((bz_vi)b & ~m)); }
 BZ_INLINE bz_vf bz_vmax(bz_vf a, bz_vf b) { return bz_sel((a > b) | (a != a), a, b); }
@@ -250,5 +250,39 @@ BZ_INLINE bz_vf bz_vfma(bz_vf a, bz_vf b, bz_vf c) {
 #endif
 #include "braze_vmath.h" /* undefines the BZ_* macros it took */
 
+/* sin, cos, log1p: glibc's vector math (libmvec, <= 4 ulp; measured 7.7-9.7x faster than
+ * libm lane by lane here) when the toolchain links it (BZ_HAVE_MVEC, set by braze/codegen/isa.py),
+ * else libm per lane. The scalar forms run one lane of the same vector call, so a vector
+ * loop's remainder, and unvectorized loops, give the same bits as its body. */
+#if defined(BZ_HAVE_MVEC) && BZ_VB == 64
+#define BZ_MVEC(name) _ZGVeN16v_##name
+#elif defined(BZ_HAVE_MVEC) && BZ_VB == 32
+#define BZ_MVEC(name) _ZGVdN8v_##name
+#elif defined(BZ_HAVE_MVEC) && BZ_VB == 16
+#define BZ_MVEC(name) _ZGVbN4v_##name
+#endif
+#ifdef BZ_MVEC
+bz_vf BZ_MVEC(sinf)(bz_vf);
+bz_vf BZ_MVEC(cosf)(bz_vf);
+bz_vf BZ_MVEC(log1pf)(bz_vf);
+/* libmvec's sinf and log1pf return +0 at -0; eager (and libm) keep the sign */
+BZ_INLINE bz_vf bz_vsin(bz_vf x) { return bz_sel(x == 0.0f, x, BZ_MVEC(sinf)(x)); }
+BZ_INLINE bz_vf bz_vcos(bz_vf x) { return BZ_MVEC(cosf)(x); }
+BZ_INLINE bz_vf bz_vlog1p(bz_vf x) { return bz_sel(x == 0.0f, x, BZ_MVEC(log1pf)(x)); }
+BZ_INLINE float bz_ssin(float x) { return bz_vsin(bz_splat(x))[0]; }
+BZ_INLINE float bz_scos(float x) { return bz_vcos(bz_splat(x))[0]; }
+BZ_INLINE float bz_slog1p(float x) { return bz_vlog1p(bz_splat(x))[0]; }
+#else
+BZ_INLINE bz_vf bz_vsin(bz_vf x) { return BZ_LANES1(sinf, x); }
+BZ_INLINE bz_vf bz_vcos(bz_vf x) { return BZ_LANES1(cosf, x); }
+BZ_INLINE bz_vf bz_vlog1p(bz_vf x) { return BZ_LANES1(log1pf, x); }
+#endif
+
 #endif /* BZ_VB > 0 */
+
+#if BZ_VB == 0 || !defined(BZ_MVEC)
+BZ_INLINE float bz_ssin(float x) { return sinf(x); }
+BZ_INLINE float bz_scos(float x) { return cosf(x); }
+BZ_INLINE float bz_slog1p(float x) { return log1pf(x); }
+#endif
 #endif /* BRAZE_VEC_H */
