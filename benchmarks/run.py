@@ -61,6 +61,8 @@ SHAPES = {
                      {"batch": 1, "height": 224, "width": 224}, {"batch": 4, "height": 224, "width": 224}],
         "vit": [{"batch": 1}, {"batch": 2}, {"batch": 4}],
         "llama": [{"batch": 1, "seq": 16}, {"batch": 4, "seq": 64}, {"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}],
+        "chain_ln": [{"rows": 64}, {"rows": 1024}, {"rows": 8192}, {"rows": 32768}],
+        "chain_rms": [{"rows": 64}, {"rows": 1024}, {"rows": 8192}, {"rows": 32768}],
     },
     "quick": {
         "mlp": [{"batch": 1}, {"batch": 16}],
@@ -69,6 +71,8 @@ SHAPES = {
         "resnet50": [{"batch": 1, "height": 64, "width": 64}, {"batch": 2, "height": 96, "width": 128}],
         "vit": [{"batch": 1}, {"batch": 2}],
         "llama": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
+        "chain_ln": [{"rows": 64}, {"rows": 8192}],
+        "chain_rms": [{"rows": 64}, {"rows": 8192}],
     },
     "tiny": {
         "mlp": [{"batch": 2}],
@@ -77,9 +81,11 @@ SHAPES = {
         "resnet50": [{"batch": 1, "height": 64, "width": 64}],
         "vit": [{"batch": 1}],
         "llama": [{"batch": 1, "seq": 8}],
+        "chain_ln": [{"rows": 64}],
+        "chain_rms": [{"rows": 64}],
     },
 }
-MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama"]
+MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms"]
 DEFAULT_MODELS = ["mlp", "bert", "gpt2", "resnet50"]
 
 
@@ -218,6 +224,8 @@ def worker(args) -> int:
             entry.update(_measure(prep.run, a, args.repeat, args.min_time, args.max_time, first,
                                   backend.min_warmups))
             entry["status"] = "ok"
+            if zm.bytes_moved is not None:  # memory-bound: the bytes a perfect kernel moves, per second
+                entry["gbs"] = zm.bytes_moved(**dims) / (entry["median_ms"] / 1e3) / 1e9
             entry["compile_counts_after"] = {k: v - counts_start[k] for k, v in backend.compile_counts().items()}
             prev = (_cost(dims), entry["median_ms"] / 1e3)
         except Exception as e:
@@ -269,8 +277,10 @@ def _machine(threads: int) -> dict:
         load = list(os.getloadavg())
     except OSError:
         load = None
+    from braze.runtime.limits import measured_limits
+    lim = measured_limits()
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "isa": isa, "platform": platform.platform(),
-            "loadavg_at_start": load}
+            "loadavg_at_start": load, "copy_gbs": round(lim.bandwidth_gbs, 1), "gemm_gflops": round(lim.gemm_gflops)}
 
 
 def _worker_cmd(model, backend, phase, shapes, cache_dir, ref_dir, result, a) -> list[str]:
@@ -428,6 +438,11 @@ def table_rows(doc):
         headers += [f"braze/{p}" for p in peers]
     headers += [f"plugin/{p}" for p in plugin_refs]
     rows, grid = _grid(doc)
+    gbs = {(e["model"], s["shape"]): s["gbs"] for e in doc["results"] if e["backend"] == "braze"
+           for s in e["shapes"] if "gbs" in s}
+    copy = doc["machine"].get("copy_gbs")
+    if gbs:
+        headers += ["braze GB/s" + (f" (% of {copy:g} copy)" if copy else "")]
     body = []
     for key in rows:
         g = grid[key]
@@ -435,6 +450,9 @@ def table_rows(doc):
         if has_braze:
             for p in peers:
                 r.append(f"{g['braze'] / g[p]:.2f}x" if "braze" in g and p in g else "—")
+        if gbs:
+            v = gbs.get(key)
+            r.append("—" if v is None else f"{v:.1f}" + (f" ({100 * v / copy:.0f}%)" if copy else ""))
         for p in plugin_refs:
             r.append(f"{g['braze-plugin'] / g[p]:.2f}x" if "braze-plugin" in g and p in g else "—")
         body.append(r)
@@ -459,8 +477,23 @@ def _recompiles_cell(e) -> str:
     return "n/a" if rc is None else str(rc)
 
 
+def best_peer_geomean(doc) -> tuple[float, int] | None:
+    """Geometric mean over every point braze and a peer both ran of (best peer time / braze time):
+    above 1, braze is faster than the best peer on average; and the number of points."""
+    import math
+    peers = [b for b in doc["config"]["backends"] if b in B.PEERS]
+    rows, grid = _grid(doc)
+    logs = [math.log(min(grid[k][p] for p in peers if p in grid[k]) / grid[k]["braze"]) for k in rows
+            if "braze" in grid[k] and any(p in grid[k] for p in peers)]
+    return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else None
+
+
 def notes(doc) -> list[str]:
     out = list(doc.get("remarks", []))
+    gm = best_peer_geomean(doc)
+    if gm:
+        out.insert(0, f"geometric mean of best peer time / braze time over {gm[1]} points: {gm[0]:.2f} "
+                      "(above 1: braze is faster)")
     for e in doc["results"]:
         if e["status"] not in ("ok",) and e.get("reason"):
             out.append(f"{e['model']} / {e['backend']}: {e['status']}: {e['reason']}")

@@ -13,6 +13,7 @@ shapes (small, including 1 and odd sizes), the ``dynamic_shapes`` spec for
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,6 +32,8 @@ class ZooModel:
     dynamic_shapes: Any  # for torch.export.export(..., dynamic_shapes=...)
     input_names: list[str]
     example_dims: dict[str, int] = field(default_factory=dict)  # dims of the export example
+    # bytes a perfect kernel reads and writes at these dims (memory-bound models: GB/s in the benchmarks)
+    bytes_moved: Callable[..., int] | None = None
 
     def example_inputs(self) -> tuple:
         return self.make_inputs(**self.example_dims)
@@ -351,9 +354,59 @@ def llama() -> ZooModel:
 
 
 # ---------------------------------------------------------------------------
+# memory-bound chains: normalization, softmax and activations with no GEMM, one row per token
+# ---------------------------------------------------------------------------
+
+
+def _chain(name: str, width: int, forward, params: dict) -> ZooModel:
+    torch = _seeded()
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            for k, shape in params.items():
+                setattr(self, k, torch.nn.Parameter(torch.randn(*shape) * 0.1 + (1.0 if k.endswith("w") else 0.0)))
+
+        def forward(self, x):
+            return forward(self, x)
+
+    def make_inputs(rows: int = 4):
+        return (torch.randn(rows, width, generator=_generator({"rows": rows}, salt=5)) * 2,)
+
+    dims = {"rows": (1, 65536)}
+    weights = sum(4 * math.prod(s) for s in params.values())
+    return ZooModel(name, Chain().eval(), make_inputs, dims,
+                    test_shapes=[{"rows": 1}, {"rows": 7}, {"rows": 64}],
+                    dynamic_shapes=({0: _dim("rows", *dims["rows"])},), input_names=["x"],
+                    example_dims={"rows": 16}, bytes_moved=lambda rows: 2 * 4 * rows * width + weights)
+
+
+def chain_ln() -> ZooModel:
+    """softmax -> gelu * sigmoid -> residual add -> layer_norm over 1024-wide rows."""
+    import torch
+    F = torch.nn.functional
+
+    def forward(m, x):
+        s = torch.softmax(x, -1) * 1024.0
+        return F.layer_norm(F.gelu(s) * torch.sigmoid(s) + x, (1024,), m.ln_w, m.ln_b)
+
+    return _chain("chain_ln", 1024, forward, {"ln_w": (1024,), "ln_b": (1024,)})
+
+
+def chain_rms() -> ZooModel:
+    """rms_norm -> SiLU gate -> log_softmax over 768-wide rows."""
+    import torch
+    F = torch.nn.functional
+
+    def forward(m, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * m.rms_w
+        return F.log_softmax(F.silu(h) * (h + m.gate_b), -1)
+
+    return _chain("chain_rms", 768, forward, {"rms_w": (768,), "gate_b": (768,)})
+
 
 MODELS = {"mlp": mlp, "bert": bert, "gpt2": gpt2, "resnet50": resnet50}
-EXTRA = {"vit": vit, "llama": llama}
+EXTRA = {"vit": vit, "llama": llama, "chain_ln": chain_ln, "chain_rms": chain_rms}
 
 
 def get(name: str) -> ZooModel:
@@ -397,5 +450,5 @@ def first_output(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-__all__ = ["ZooModel", "mlp", "bert", "gpt2", "resnet50", "vit", "llama", "all_models", "get", "export", "export_onnx", "names",
+__all__ = ["ZooModel", "mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms", "all_models", "get", "export", "export_onnx", "names",
            "first_output", "MODELS"]

@@ -1,0 +1,25 @@
+"""The memory-bound chains of the benchmarks (braze/zoo.py): one stitch kernel each, and the
+same results as eager at 1 row, an odd row count and 64 rows."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+from braze import zoo  # noqa: E402
+from braze.testing import assert_close  # noqa: E402
+
+
+@pytest.mark.parametrize("name", ["chain_ln", "chain_rms"])
+def test_chain_is_one_stitch_kernel_and_matches_eager(name):
+    zm = zoo.get(name)
+    cm = braze.compile(zoo.export(zm))
+    assert [n.attrs["kind"] for n in cm.module.main.nodes if n.op == "fused"] == ["stitch"]
+    for dims in zm.test_shapes:
+        x = zm.make_inputs(**dims)
+        with torch.no_grad():
+            want = zm.module(*x).numpy()
+        assert_close(cm(*x).numpy(), want, rtol=1e-5, atol=1e-5, what=f"{name} at {dims}")
+        assert zm.bytes_moved(**dims) >= 2 * x[0].numel() * 4  # the input read and the output written
