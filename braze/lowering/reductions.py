@@ -69,6 +69,16 @@ def _lower_arg(ctx, x, *, axis, keepdims):
     return lambda idx: ctx.memo(tuple(idx), lambda: _reduce_over(ctx, x, ax, keepdims, op, I64, idx))
 
 
+def _mean_and_squares(ctx, x, axes, keepdims, dt, idx, n):
+    """The mean over ``axes`` and the sum of squared deviations from it (two passes: accurate)."""
+    mean = div(_reduce_over(ctx, x, axes, keepdims, "sum", dt, idx), intlike_value(n, dt))
+
+    def sq(e, _):
+        c = sub(e, mean)
+        return mul(c, c)
+    return mean, _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, sq)
+
+
 @lowering("var")
 def _lower_var(ctx, x, *, axes, keepdims, correction):
     ax = _norm_axes(axes, x.rank)
@@ -77,12 +87,7 @@ def _lower_var(ctx, x, *, axes, keepdims, correction):
 
     def fn(idx):
         def build():
-            mean = div(_reduce_over(ctx, x, ax, keepdims, "sum", dt, idx), intlike_value(n, dt))
-
-            def sq(e, _):
-                c = sub(e, mean)
-                return mul(c, c)
-            ss = _reduce_over(ctx, x, ax, keepdims, "sum", dt, idx, sq)
+            _, ss = _mean_and_squares(ctx, x, ax, keepdims, dt, idx, n)
             return div(ss, intlike_value(S.smax(S.add(n, -correction), 0), dt))
         return ctx.memo(tuple(idx), build)
     return fn
@@ -163,12 +168,8 @@ def _lower_layer_norm(ctx, x, weight=None, bias=None, *, axis, eps):
 
     def stats(key):
         def build():
-            mean = div(_reduce_over(ctx, x, axes, True, "sum", dt, key), intlike_value(n, dt))
-
-            def sq(e, _):
-                c = sub(e, mean)
-                return mul(c, c)
-            var = div(_reduce_over(ctx, x, axes, True, "sum", dt, key, sq), intlike_value(n, dt))
+            mean, ss = _mean_and_squares(ctx, x, axes, True, dt, key, n)
+            var = div(ss, intlike_value(n, dt))
             rstd = un("rsqrt", add(var, const(eps, dt)))
             return mean, rstd
         return ctx.memo(key, build)

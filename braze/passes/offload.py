@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..errors import BrazeError, UnsupportedOpError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
-from .common import top_functions
+from .common import result_ids, top_functions, users
 
 ANCHORS = {"gemm": ("linear", "matmul"), "conv": ("conv2d",)}
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
@@ -109,7 +109,7 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
     anchor = callee.nodes[anchor_i]
     rest = callee.nodes[anchor_i + 1:]
     chain = anchor.outputs[0]
-    users = _use_counts(callee)
+    readers, results = users(callee), result_ids(callee)
     w = anchor.inputs[1]
     # post-ops are wired for a constant weight (linear, conv, a 2-D matmul weight); a product
     # of two activations runs its whole epilogue as a generated kernel
@@ -123,7 +123,7 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
     i = 0
     while i < len(rest):
         m = rest[i]
-        if users.get(id(chain), 0) != 1:
+        if len(readers.get(id(chain), ())) + (id(chain) in results) != 1:
             break
         act = activation_name(m)
         if m.op in VIEW_OPS and m.inputs[0] is chain:
@@ -140,17 +140,6 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         chain = m.outputs[0]
         i += 1
     return post, i
-
-
-def _use_counts(f: Function) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for n in f.nodes:
-        for v in n.inputs:
-            if v is not None:
-                out[id(v)] = out.get(id(v), 0) + 1
-    for r in f.results:
-        out[id(r)] = out.get(id(r), 0) + 1
-    return out
 
 
 def _other(m: Node, chain: Value) -> Value | None:
