@@ -21,6 +21,7 @@ import math
 
 from ..errors import BrazeError, UnsupportedOpError
 from ..ir import loop as L
+from ..ir import sym as S
 from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kernel, Let, Load, Reduce, Select,
                        Store, Unary, Var)
 from ..ir.types import DType
@@ -106,6 +107,9 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
 # ---------------------------------------------------------------------------
 
 
+NACC = 4  # independent vector accumulators of a contiguous float32 reduction
+
+
 class _Gen:
     def __init__(self, k: Kernel, vb: int):
         self.k = k
@@ -120,6 +124,9 @@ class _Gen:
         self.rename: dict = {}  # loop var name -> C expression (lane loops)
         self.vec_vars: set = set()  # Let names holding vectors
         self._flv: dict = {}
+        self.frees: list = []  # per open block: the buffers it allocated
+        self.hoisted: set = set()  # Allocs made before an enclosing loop
+        self.tail_of = None  # the vector loop whose scalar remainder is being emitted
 
     # --- output -------------------------------------------------------------
     def line(self, s: str):
@@ -342,6 +349,8 @@ class _Gen:
 
     def sreduce(self, e: Reduce) -> str:
         dt = e.dtype
+        if e.vector and self.vl and dt == F32 and not (self.tail_of is not None and self.tail_of in self.flv(e)):
+            return self.sreduce_vector(e)
         acc = self.tmp("acc")
         if e.op in ("argmax", "argmin"):
             bt = ctype(e.body.dtype)
@@ -359,47 +368,6 @@ class _Gen:
             return acc
         wide = e.op == "sum" and dt == F32  # float32 sums accumulate in double
         self.line(f"{'double' if wide else ctype(dt)} {acc} = {self._init(e.op, dt)};")
-        if e.vector and self.vl and dt == F32:
-            vacc = self.tmp("vacc")
-            if wide:
-                self.line(f"bz_vd2 {vacc} = (bz_vd2){{0}};")
-            else:
-                self.line(f"bz_vf {vacc} = bz_splat({self._init(e.op, dt)});")
-            self._open_loops(e.loops[:-1])
-            r, ext = e.loops[-1]
-            n = self.tmp("n")
-            self.line(f"const int64_t {n} = {self.ic(ext)};")
-            self.line(f"int64_t {r.name} = 0;")
-            self.line(f"for (; {r.name} + {self.vl} <= {n}; {r.name} += {self.vl}) {{")
-            self.ind += 1
-            saved = self.vvar, self.vec_vars
-            self.vvar, self.vec_vars = r, set()
-            self.push(barrier=r)
-            v, isv = self.emit(e.body)
-            if not isv:
-                v = f"bz_splat({v})"
-            self.line({"sum": f"{vacc} += __builtin_convertvector({v}, bz_vd2);" if wide else f"{vacc} += {v};",
-                       "prod": f"{vacc} *= {v};",
-                       "max": f"{vacc} = bz_vmax({vacc}, {v});", "min": f"{vacc} = bz_vmin({vacc}, {v});"}[e.op])
-            self.pop()
-            self.vvar, self.vec_vars = saved
-            self.ind -= 1
-            self.line("}")
-            self.line(f"for (; {r.name} < {n}; {r.name}++) {{")
-            self.ind += 1
-            self.push(barrier=r)
-            saved = self.vvar
-            self.vvar = None
-            self.line(self._combine(e.op, acc, self.sx(e.body), dt))
-            self.vvar = saved
-            self.pop()
-            self.ind -= 1
-            self.line("}")
-            self._close_loops(e.loops[:-1])
-            h = {"sum": "bz_hsum_d2" if wide else "bz_hsum", "prod": "bz_hprod", "max": "bz_hmax",
-                 "min": "bz_hmin"}[e.op]
-            self.line(self._combine(e.op, acc, f"{h}({vacc})", dt))
-            return self._narrow(acc, wide)
         saved = self.vvar
         self.vvar = None
         self._open_loops(e.loops)
@@ -407,6 +375,81 @@ class _Gen:
         self._close_loops(e.loops)
         self.vvar = saved
         return self._narrow(acc, wide)
+
+    def _vbody(self, e: Reduce, r, lane0: str):
+        """The reduction's body as a vector at ``r + lane0`` (a fresh scope: nothing that depends
+        on ``r`` is shared with another copy)."""
+        saved = self.vvar, self.vec_vars, dict(self.rename)
+        self.vvar, self.vec_vars = r, set()
+        if lane0 != "0":
+            self.rename[r.name] = f"({r.name} + {lane0})"
+        self.push(barrier=r)
+        v, isv = self.emit(e.body)
+        self.pop()
+        self.vvar, self.vec_vars, self.rename = saved
+        return v if isv else f"bz_splat({v})"
+
+    def sreduce_vector(self, e: Reduce) -> str:
+        """A float32 reduction over a contiguous innermost loop, in float32 vectors: ``NACC``
+        independent accumulators (the adds overlap instead of waiting on each other), then
+        one, then a scalar tail of fewer than VL elements (a sum's in double, so a short row
+        sums as vreduce's lanes do); combined pairwise at the end. A sum's error is at most
+        (n/(NACC*VL) + NACC + log2(VL) + 2) * 2^-24 * sum|x| (docs/semantics.md)."""
+        op, vl = e.op, self.vl
+        init = self._init(op, F32)
+        step = {"sum": "{a} += {v};", "prod": "{a} *= {v};", "max": "{a} = bz_vmax({a}, {v});",
+                "min": "{a} = bz_vmin({a}, {v});"}[op]
+        join = {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "bz_vmax({a}, {b})",
+                "min": "bz_vmin({a}, {b})"}[op]
+        wide = op == "sum"
+        acc = self.tmp("acc")
+        self.line(f"{'double' if wide else 'float'} {acc} = {init};")
+        vaccs = [self.tmp("vacc") for _ in range(NACC)]
+        for a in vaccs:
+            self.line(f"bz_vf {a} = bz_splat({init});")
+        self._open_loops(e.loops[:-1])
+        r, ext = e.loops[-1]
+        n = self.tmp("n")
+        self.line(f"const int64_t {n} = {self.ic(ext)};")
+        self.line(f"int64_t {r.name} = 0;")
+        self.line(f"for (; {r.name} + {NACC * vl} <= {n}; {r.name} += {NACC * vl}) {{")
+        self.ind += 1
+        for k, a in enumerate(vaccs):
+            self.line("{")  # a block per copy: each declares what its body computes
+            self.ind += 1
+            self.line(step.format(a=a, v=self._vbody(e, r, str(k * vl))))
+            self.ind -= 1
+            self.line("}")
+        self.ind -= 1
+        self.line("}")
+        self.line(f"for (; {r.name} + {vl} <= {n}; {r.name} += {vl}) {{")
+        self.ind += 1
+        self.line(step.format(a=vaccs[0], v=self._vbody(e, r, "0")))
+        self.ind -= 1
+        self.line("}")
+        self.line(f"for (; {r.name} < {n}; {r.name}++) {{")
+        self.ind += 1
+        self.push(barrier=r)
+        saved = self.vvar
+        self.vvar = None
+        self.line(self._combine(op, acc, self.sx(e.body), F32))
+        self.vvar = saved
+        self.pop()
+        self.ind -= 1
+        self.line("}")
+        self._close_loops(e.loops[:-1])
+        while len(vaccs) > 1:
+            half = len(vaccs) // 2
+            for a, b in zip(vaccs[:half], vaccs[half:]):
+                self.line(f"{a} = {join.format(a=a, b=b)};")
+            vaccs = vaccs[:half]
+        h = {"sum": "bz_hsum", "prod": "bz_hprod", "max": "bz_hmax", "min": "bz_hmin"}[op]
+        if not wide:
+            self.line(self._combine(op, acc, f"{h}({vaccs[0]})", F32))
+            return acc
+        name = self.tmp("sum")
+        self.line(f"const float {name} = bz_hsum({vaccs[0]}) + (float){acc};")
+        return name
 
     def _narrow(self, acc, wide):
         if not wide:
@@ -533,9 +576,9 @@ class _Gen:
             if vec:
                 self.vec_vars.add(s.var.name)
         elif isinstance(s, L.Alloc):
-            b = s.buffer
-            self.line(f"{ctype(b.dtype)} *{buffer_cname(b)} = ({ctype(b.dtype)} *)malloc(sizeof({ctype(b.dtype)}) * "
-                      f"(size_t)({self.ic(b.numel())}));")
+            if s not in self.hoisted:
+                self.alloc(s.buffer)
+                self.frees[-1].append(s.buffer)
         else:
             raise BrazeError(f"cannot emit statement {type(s).__name__}")
 
@@ -551,9 +594,26 @@ class _Gen:
             return
         self.line(f"{buffer_cname(s.buffer)}[{self.offset(s.index)}] = {self.sx(s.value)};")
 
+    def alloc(self, b):
+        t = ctype(b.dtype)
+        self.line(f"{t} *{buffer_cname(b)} = ({t} *)malloc(sizeof({t}) * (size_t)({self.ic(b.numel())}));")
+
     def body(self, stmts):
+        """``stmts`` as a C block's statements; the buffers they allocate are freed at its end."""
+        self.frees.append([])
         for s in stmts:
             self.stmt(s)
+        for b in self.frees.pop():
+            self.line(f"free({buffer_cname(b)});")
+
+    def invariant_allocs(self, f: For) -> list:
+        """Allocs inside ``f`` whose size no loop variable changes: made once before the loop
+        (once per thread for a parallel one) instead of once per iteration. Their contents do
+        not live across iterations: stage ``keep`` fills a row buffer before each read of it."""
+        out = [s for s in L.walk_stmts(f.body) if isinstance(s, L.Alloc) and s not in self.hoisted
+               and not any(L.is_loop_var(v) for d in s.buffer.shape for v in S.free_syms(d))]
+        self.hoisted.update(out)
+        return out
 
     def for_(self, f: For):
         v = f.var.name
@@ -576,16 +636,27 @@ class _Gen:
             self.line(f"for (; {v} < {n}; {v}++) {{")
             self.ind += 1
             self.push(barrier=f.var)
+            saved_tail, self.tail_of = self.tail_of, f.var  # its reductions as vreduce's lanes do them
             self.body(f.body)
+            self.tail_of = saved_tail
             self.pop()
             self.ind -= 1
             self.line("}")
             self.ind -= 1
             self.line("}")
             return
+        allocs = self.invariant_allocs(f)
+        if allocs:
+            if f.kind == "parallel":
+                cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None else ""
+                self.line(f"#pragma omp parallel{cond}")
+            self.line("{")
+            self.ind += 1
+            for a in allocs:
+                self.alloc(a.buffer)
         if f.kind == "parallel":
-            cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None else ""
-            self.line(f"#pragma omp parallel for schedule(static){cond}")
+            cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None and not allocs else ""
+            self.line(f"#pragma omp {'for' if allocs else 'parallel for'} schedule(static){cond}")
         elif f.kind == "unroll":
             self.line("#pragma GCC unroll 4")
         self.line(f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{")
@@ -595,6 +666,11 @@ class _Gen:
         self.pop()
         self.ind -= 1
         self.line("}")
+        if allocs:
+            for a in allocs:
+                self.line(f"free({buffer_cname(a.buffer)});")
+            self.ind -= 1
+            self.line("}")
 
 
 def kernel_to_c(kernel: Kernel, isa=None) -> str:
@@ -608,10 +684,7 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
     vb = vector_bytes_of(isa)
     g = _Gen(kernel, vb)
     params = ", ".join(f"{t} {n}" for t, n in kernel_signature(kernel)) or "void"
-    allocs = [s for s in L.walk_stmts(kernel.body) if isinstance(s, L.Alloc)]
     g.body(kernel.body)
-    for a in allocs:
-        g.line(f"free({buffer_cname(a.buffer)});")
     return (f"static void {kernel.name}({params}) {{\n" + "\n".join(g.lines) + "\n}\n")
 
 

@@ -157,13 +157,19 @@ def _compiler_accepts(cc: tuple[str, ...], flags: tuple[str, ...]) -> bool:
 _MVEC_PREFIX = {64: "_ZGVeN16v_", 32: "_ZGVdN8v_", 16: "_ZGVbN4v_"}
 
 
+# the libmvec functions braze_vec.h calls (tanhf and expm1f need glibc >= 2.35)
+MVEC_FUNCTIONS = ("sinf", "cosf", "tanhf", "expm1f")
+
+
 def _links_mvec(cc: tuple[str, ...], flags: tuple[str, ...], vector_bytes: int) -> bool:
-    """Whether a program calling libmvec's sinf at this width compiles and links (glibc >= 2.22)."""
+    """Whether a program calling every libmvec function braze uses at this width compiles and links."""
     prefix = _MVEC_PREFIX.get(vector_bytes)
     if prefix is None:
         return False
+    decls = "".join(f"v {prefix}{f}(v);\n" for f in MVEC_FUNCTIONS)
+    calls = " + ".join(f"{prefix}{f}(x)[0]" for f in MVEC_FUNCTIONS)
     src = (f"typedef float v __attribute__((vector_size({vector_bytes})));\n"
-           f"v {prefix}sinf(v);\nint main(void) {{ v x = {{0}}; return (int){prefix}sinf(x)[0]; }}\n")
+           f"{decls}int main(void) {{ v x = {{0}}; return (int)({calls}); }}\n")
     with tempfile.TemporaryDirectory() as d:
         try:
             r = subprocess.run([*cc, *flags, "-x", "c", "-", "-o", os.path.join(d, "probe"), "-lmvec", "-lm"],

@@ -22,10 +22,11 @@ def _norm_axes(axes, rank):
     return tuple(sorted({a % max(rank, 1) for a in axes})) if rank else ()
 
 
-def _reduce_over(ctx, x: TensorFn, axes, keepdims, op, dt, idx, body_fn=None):
-    """Reduce(op) over ``axes`` of x at output index ``idx``; ``body_fn(x_elem, full_idx)``."""
+def _reduce_over(ctx, x: TensorFn, axes, keepdims, op, dt, idx, body_fn=None, extents=None):
+    """Reduce(op) over ``axes`` of x at output index ``idx``; ``body_fn(x_elem, full_idx)``;
+    ``extents``: how far along each axis (default: all of it)."""
     rank = x.rank
-    ext = [x.shape[a] for a in axes]
+    ext = list(extents) if extents is not None else [x.shape[a] for a in axes]
 
     def body(vs):
         full = []
@@ -54,6 +55,8 @@ def _lower_reduce(ctx, x, *, axes, keepdims):
 
     def fn(idx):
         def build():
+            if op == "reduce_mean" and dt.is_float:
+                return _mean(ctx, x, ax, keepdims, dt, idx, n)
             r = _reduce_over(ctx, x, ax, keepdims, _RED_IR[op], dt, idx, lambda e, _: cast(e, dt))
             if op == "reduce_mean":
                 r = div(r, intlike_value(n, dt))
@@ -69,9 +72,29 @@ def _lower_arg(ctx, x, *, axis, keepdims):
     return lambda idx: ctx.memo(tuple(idx), lambda: _reduce_over(ctx, x, ax, keepdims, op, I64, idx))
 
 
+def _mean(ctx, x, axes, keepdims, dt, idx, n):
+    """The float mean over ``axes``: the row's first element plus the mean of the differences
+    from it. A constant row's mean is exactly its value whatever order a float32 sum takes
+    (``x - mean(x)`` and layer_norm of a constant row are exactly 0, as in PyTorch). The first
+    element is read directly when every reduced extent is at least 1, else it is a sum over
+    min(extent, 1) elements, so an empty row reads nothing."""
+    ones = [S.smin(x.shape[a], 1) for a in axes]
+    if all(isinstance(o, int) and o == 1 for o in ones):
+        at, it = [], iter(idx)
+        for d in range(x.rank):
+            at.append(0 if d in axes else next(it))
+            if d in axes and keepdims:
+                next(it)
+        first = cast(x(tuple(at)), dt)
+    else:
+        first = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: cast(e, dt), extents=ones)
+    diff = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: sub(cast(e, dt), first))
+    return add(first, div(diff, intlike_value(n, dt)))
+
+
 def _mean_and_squares(ctx, x, axes, keepdims, dt, idx, n):
     """The mean over ``axes`` and the sum of squared deviations from it (two passes: accurate)."""
-    mean = div(_reduce_over(ctx, x, axes, keepdims, "sum", dt, idx), intlike_value(n, dt))
+    mean = _mean(ctx, x, axes, keepdims, dt, idx, n)
 
     def sq(e, _):
         c = sub(e, mean)
@@ -139,15 +162,14 @@ def _lower_softmax(ctx, x, *, axis):
         def build():
             m = _reduce_over(ctx, x, (ax,), True, "max", dt, idx)
             s = _reduce_over(ctx, x, (ax,), True, "sum", dt, idx, lambda e, _: un("exp", sub(e, m)))
-            return m, s
+            # one division per row, a multiply per element (as PyTorch's softmax kernel)
+            return m, (un("log", s) if log else div(fconst(1.0, s), s))
         return ctx.memo(_row_key(idx, (ax,)), build)
 
     def fn(idx):
-        m, s = stats(_row_key(idx, (ax,)))
+        m, t = stats(_row_key(idx, (ax,)))
         z = sub(x(idx), m)
-        if log:
-            return sub(z, un("log", s))
-        return div(un("exp", z), s)
+        return sub(z, t) if log else mul(un("exp", z), t)
     return fn
 
 

@@ -8,10 +8,11 @@ from .collapse import collapse
 from .default import CHUNK, GRAIN, KERNEL_STAGES, Stage, schedule
 from .flatten import flatten
 from .hoist import hoist
+from .keep import keep
 from .materialize import materialize
 from .nest import next_loop_index
 from .parallelize import parallelize
 from .vectorize import vectorize
 
-__all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "materialize",
+__all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "keep", "materialize",
            "next_loop_index", "parallelize", "schedule", "vectorize"]

@@ -14,8 +14,21 @@ from ..ir.loop import For, Kernel, Let, Reduce, Store, Var
 from .nest import fresh_name, map_nests, used_names
 
 
+def _shared(exprs) -> set:
+    """Sub-expressions with two or more distinct parents (structurally): hoisted even at
+    their own level, so a row value two reductions read is computed once."""
+    parents: dict = {}
+    for e in exprs:
+        for x in L.walk(e):
+            for ch in L.children(x):
+                if not L.is_trivial(ch):
+                    parents.setdefault(ch, set()).add(x)
+    return {x for x, ps in parents.items() if len(ps) > 1}
+
+
 class _Hoister:
-    def __init__(self, vars_, names):
+    def __init__(self, vars_, names, exprs=()):
+        self.shared = _shared(exprs)
         self.pos = {v: i for i, v in enumerate(vars_)}
         self.k = len(vars_) - 1
         self.level_of: dict = {}
@@ -36,7 +49,10 @@ class _Hoister:
         return lv
 
     def value(self, e, c):
-        return L.with_children(e, [self.td(ch, c) for ch in L.children(e)])
+        # a Reduce's body runs one loop deeper: what it reads at level c is hoisted too (not
+        # from the innermost loop, whose body stays Stores only)
+        cc = c + 0.5 if isinstance(e, Reduce) and c < self.k else c
+        return L.with_children(e, [self.td(ch, cc) for ch in L.children(e)])
 
     def td(self, e, c):
         """``e`` evaluated at loop level ``c``, its parts that depend on less hoisted out."""
@@ -46,7 +62,7 @@ class _Hoister:
         if hit is not None:
             return hit
         le = self.lvl(e)
-        if le is not None and (le < c or (isinstance(e, Reduce) and le <= c and le < self.k)):
+        if le is not None and (le < c or ((isinstance(e, Reduce) or e in self.shared) and le <= c and le < self.k)):
             val = self.value(e, le)
             name = fresh_name(self.names, "r" if isinstance(val, Reduce) else "t")
             var = Var(name, e.dtype)
@@ -61,7 +77,7 @@ def _hoist(vars_, exts, stores, names) -> list:
     k = len(vars_) - 1
     if k < 0:
         return stores  # no loops to hoist out of
-    h = _Hoister(vars_, names)
+    h = _Hoister(vars_, names, [s.value for s in stores])
     stores = [Store(s.buffer, s.index, s.value if L.is_trivial(s.value) else h.value(s.value, k), s.flat)
               for s in stores]
     body = stores

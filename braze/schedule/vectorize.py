@@ -29,7 +29,7 @@ from ..ir.loop import (
     Var,
 )
 from ..ir.types import DType
-from .nest import coeff, loop_chain, with_body
+from .nest import coeff, with_body
 
 F32 = DType.float32
 BOOL = DType.bool
@@ -118,13 +118,15 @@ def _mark_stmt(s):
 
 
 def _vectorize_nest(s: For) -> None:
-    inner = loop_chain(s)[-1]
-    stores = inner.body
-    if inner.kind != "serial" or not stores or not all(isinstance(x, Store) for x in stores):
-        return
-    v = inner.var
-    if all(_store_vector_ok(x, v) and vector_ok(x.value, v) for x in stores):
-        inner.kind = "vector"
+    """Every innermost loop of the nest (one whose body is Stores only): one in a perfect
+    nest, several in a stitch nest with row buffers (stage ``keep``)."""
+    for inner in [x for x in L.walk_stmts([s]) if isinstance(x, For)]:
+        stores = inner.body
+        if inner.kind != "serial" or not stores or not all(isinstance(x, Store) for x in stores):
+            continue
+        v = inner.var
+        if all(_store_vector_ok(x, v) and vector_ok(x.value, v) for x in stores):
+            inner.kind = "vector"
 
 
 def vectorize(kernel: Kernel) -> Kernel:

@@ -335,8 +335,9 @@ def test_reductions(vb):
 # ---------------------------------------------------------------------------
 
 
-def _stitch_structure(k):
-    """One parallel row loop holding the reductions as Lets, then an inner loop."""
+def _stitch_structure(k, kept=None):
+    """One parallel row loop holding the reductions as Lets, a vector loop filling each
+    row buffer (``kept`` of them, when given), then the vector loop of the results."""
     fors = [s for s in k.body if isinstance(s, L.For)]
     assert len(fors) == 1, str(k)
     outer = fors[0]
@@ -344,7 +345,13 @@ def _stitch_structure(k):
     lets = [s for s in outer.body if isinstance(s, L.Let) and isinstance(s.value, L.Reduce)]
     assert lets, str(k)
     inner = [s for s in outer.body if isinstance(s, L.For)]
-    assert len(inner) == 1 and inner[0].kind == "vector", str(k)
+    assert all(f.kind == "vector" for f in inner), str(k)
+    fills = [f for f in inner if all(st.buffer.role == "temp" for st in f.body)]
+    assert fills == inner[:-1], str(k)
+    allocs = [s.buffer for s in outer.body if isinstance(s, L.Alloc)]
+    assert sorted(b.name for b in allocs) == sorted(f.body[0].buffer.name for f in fills), str(k)
+    if kept is not None:
+        assert len(fills) == kept, str(k)
     return lets
 
 
@@ -362,7 +369,7 @@ def test_layer_norm_stitch(vb):
 
     def kc(k):
         lets = _stitch_structure(k)
-        assert len(lets) == 2  # mean, then centered variance
+        assert len(lets) == 2  # the mean (of the differences from the row's first element), centered variance
         assert all(s.value.vector for s in lets)
 
     def inputs(rng, bb, s, h):
@@ -382,7 +389,7 @@ def test_softmax_stitch_with_producers(vb):
     b.ret(b.softmax(s, axis=-1), b.log_softmax(x, axis=1))
 
     def kc(k):
-        lets = _stitch_structure(k)
+        lets = _stitch_structure(k, kept=1)  # the masked softmax's exp; log_softmax reads its exp once
         assert len(lets) == 4  # max, sum for each softmax
 
     def inputs(rng, n, mm):
@@ -401,7 +408,7 @@ def test_rms_norm_stitch(vb):
     y = b.rms_norm(b.silu(x), w)
     b.ret(b.add(y, x))
     check(b, lambda rng, t, h: [f32(rng, t, h), f32(rng, h)], ODD, vbs=(vb,), tol="transcendental",
-          kernel_check=_stitch_structure)
+          kernel_check=lambda k: _stitch_structure(k, kept=1))  # silu(x): in the mean square and the result
 
 
 def test_layer_norm_multi_axis_and_batch_norm():

@@ -292,7 +292,7 @@ def test_integer_division_extremes_do_not_trap():
 # vector math: the same bits at every vector width, and in scalar code
 # ---------------------------------------------------------------------------
 
-_VMATH = ["exp", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "elu"]  # softplus takes libmvec's log1p
+_VMATH = ["exp", "log", "erf", "sigmoid", "silu", "gelu", "softplus"]  # softplus: braze's log1p
 
 
 def test_vector_math_has_the_same_bits_at_every_width():
@@ -305,7 +305,7 @@ def test_vector_math_has_the_same_bits_at_every_width():
     b = Builder()
     n = b.sym("n")
     x = b.param("x", tensor("f32", n))
-    outs = [b.op(op, [x]) for op in _VMATH] + [b.gelu(x, approximate="tanh")]
+    outs = [b.op(op, [x]) for op in _VMATH]
     b.ret(*outs)
     kernel = build_kernel(b.func, b.module)
     rng = np.random.default_rng(0)
@@ -321,26 +321,34 @@ def test_vector_math_has_the_same_bits_at_every_width():
         lib.entry(ptrs, (ctypes.c_int64 * 1)(len(xs)))
         results[vb] = ys
     for vb in (16, 32, 64):
-        for name, a, s in zip(_VMATH + ["gelu_tanh"], results[vb], results[0]):
+        for name, a, s in zip(_VMATH, results[vb], results[0]):
             diff = a.view(np.uint32) != s.view(np.uint32)
             diff &= ~(np.isnan(a) & np.isnan(s))
             assert not diff.any(), f"{name} at {vb} bytes: {xs[diff][:5]} -> {a[diff][:5]} vs scalar {s[diff][:5]}"
 
 
-_MVEC = {"sin": np.sin, "cos": np.cos, "log1p": np.log1p}  # log1p: torch's log1p converts to it
+def _gelu_tanh64(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+# None: bit agreement only (gelu_tanh's 1 + tanh cancels below x = -3, as in PyTorch's formula)
+_MVEC = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "expm1": np.expm1, "gelu_tanh": None}
 
 
 @pytest.mark.parametrize("vb", [0, 16, 32, 64])
 def test_libmvec_math_is_one_function_per_width_within_4_ulp(vb):
-    """sin, cos, log1p come from glibc's vector math where the toolchain links it: one
+    """sin, cos, tanh, expm1 come from glibc's vector math where the toolchain links it (tanh
+    and expm1 because they measure faster than braze's own: benchmarks/math_ulp.py): one
     implementation per vector width, so within a build the SIMD body, its remainder and
-    scalar-only code agree bit for bit; special values are exact; finite values are within
-    4 ulp of float64 (libmvec's documented bound). Widths may differ from each other."""
+    scalar-only code agree bit for bit (also gelu_tanh, built on tanh); special values are
+    exact; finite values are within 4 ulp of float64 (libmvec's documented bound). Widths
+    may differ from each other."""
     from braze.codegen.c_kernel import c_prelude, kernel_entry, kernel_to_c
     from braze.ir.loop_parser import parse_kernel
     from braze.runtime.compiler import compile_shared
     from braze.schedule import KERNEL_STAGES, schedule, vectorize
-    lowered = parse_kernel("kernel k_mvec(in x: f32[n], out y0: f32[n], out y1: f32[n], out y2: f32[n]); syms n  [pointwise]\n"
+    outs_decl = ", ".join(f"out y{i}: f32[n]" for i in range(len(_MVEC)))
+    lowered = parse_kernel(f"kernel k_mvec(in x: f32[n], {outs_decl}); syms n  [pointwise]\n"
                            "  for _i1 in 0..n:\n" +
                            "".join(f"    y{i}[_i1] = {fn}(x[_i1])\n" for i, fn in enumerate(_MVEC)))
     rng = np.random.default_rng(1)
@@ -358,9 +366,11 @@ def test_libmvec_math_is_one_function_per_width_within_4_ulp(vb):
     for (name, ref), a, s in zip(_MVEC.items(), outs[True], outs[False]):
         same = (a.view(np.uint32) == s.view(np.uint32)) | (np.isnan(a) & np.isnan(s))
         assert same.all(), f"{name} at {vb} bytes: vector {a[~same][:5]} vs scalar {s[~same][:5]} at {xs[~same][:5]}"
+        if ref is None:
+            continue
         with np.errstate(all="ignore"):
             want = ref(xs.astype(np.float64))
-        special = ~np.isfinite(want) | (xs == 0) | ~np.isfinite(xs)
+        special = ~np.isfinite(want.astype(np.float32)) | (xs == 0) | ~np.isfinite(xs)
         np.testing.assert_array_equal(a[special], want[special].astype(np.float32), err_msg=f"{name} at {vb}")
         w32 = want[~special].astype(np.float32)
         ulp = np.spacing(np.abs(w32)).astype(np.float64)

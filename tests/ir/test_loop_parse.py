@@ -133,7 +133,7 @@ def test_pointwise_collapses_and_chunks_under_the_declared_range():
         """
     assert scheduled_text(src) == expect("""
         kernel k_exp(in x: f32[n, 4], out y: f32[n, 4]); syms n in [1, 1024]  [pointwise, scheduled]
-          parallel for _c4 in 0..((4*n + 4095) // 4096)  (threads if 4*n >= 32768):
+          parallel for _c4 in 0..((4*n + 4095) // 4096)  (threads if 48*((4*n + 4095) // 4096)*n - 48*n >= 65536):
             vector for _v5 in 0..-4096*_c4 + 4*n:
               y[[4096*_c4 + _v5]] = exp(x[[4096*_c4 + _v5]])
         """)
@@ -149,11 +149,14 @@ def test_softmax_stitches_its_reductions():
               y[_i1, _i2] = (exp((x[_i1, _i2] - max(_r3 < 10: x[_i1, _r3]))) / sum(_r4 < 10: exp((x[_i1, _r4] - max(_r3 < 10: x[_i1, _r3])))))
         """) == expect("""
         kernel k_softmax(in x: f32[rows, 10], out y: f32[rows, 10]); syms rows  [stitch, scheduled]
-          parallel for _i1 in 0..rows  (threads if 30*rows >= 32768):
+          parallel for _i1 in 0..rows  (threads if 230*min(1, rows - 1)*rows >= 65536):
+            alloc row2: f32[10]
             let r0: f32 = max vector(_r3 < 10: x[[10*_i1 + _r3]])
-            let r1: f32 = sum vector(_r4 < 10: exp((x[[10*_i1 + _r4]] - r0)))
+            vector for _k5 in 0..10:
+              row2[[_k5]] = exp((x[[10*_i1 + _k5]] - r0))
+            let r1: f32 = sum vector(_r4 < 10: row2[[_r4]])
             vector for _i2 in 0..10:
-              y[[10*_i1 + _i2]] = (exp((x[[10*_i1 + _i2]] - r0)) / r1)
+              y[[10*_i1 + _i2]] = (row2[[_i2]] / r1)
         """)
 
 
@@ -166,7 +169,7 @@ def test_gather_index_becomes_a_hoisted_flat_extra():
               y[_i1, _i2] = table[{i64(ids[_i1])}, _i2]
         """) == expect("""
         kernel k_gather(in table: f32[100, 8] = @emb.weight, in ids: i32[n], out y: f32[n, 8]); syms n  [pointwise, scheduled]
-          parallel for _i1 in 0..n  (threads if 8*n >= 32768):
+          parallel for _i1 in 0..n  (threads if 40*min(1, n - 1)*n >= 65536):
             let t0: i64 = (i64(ids[[_i1]]) * 8)
             vector for _i2 in 0..8:
               y[[8*_i1 + _i2]] = table[[_i2 + {t0}]]

@@ -147,10 +147,13 @@ BZ_INLINE bz_vf bz_vmin(bz_vf a, bz_vf b) { return bz_sel((a < b) | (a != a), a,
 BZ_INLINE bz_vf bz_vabs(bz_vf x) { return (bz_vf)((bz_vi)x & 0x7fffffff); }
 BZ_INLINE bz_vf bz_vm2f(bz_vi m) { return bz_sel(m, bz_splat(1.0f), bz_splat(0.0f)); }
 
+/* pairwise: log2(VL) roundings on any lane's path, and VL equal lanes sum exactly */
 BZ_INLINE float bz_hsum(bz_vf v) {
-    float s = 0.0f;
-    for (int i = 0; i < BZ_VL; i++) s += v[i];
-    return s;
+    float t[BZ_VL];
+    for (int i = 0; i < BZ_VL; i++) t[i] = v[i];
+    for (int w = BZ_VL / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) t[i] += t[i + w];
+    return t[0];
 }
 typedef double bz_vd2 __attribute__((vector_size(BZ_VB * 2))); /* BZ_VL doubles */
 BZ_INLINE double bz_hsum_d2(bz_vd2 v) {
@@ -250,10 +253,12 @@ BZ_INLINE bz_vf bz_vfma(bz_vf a, bz_vf b, bz_vf c) {
 #endif
 #include "braze_vmath.h" /* undefines the BZ_* macros it took */
 
-/* sin, cos, log1p: glibc's vector math (libmvec, <= 4 ulp; measured 7.7-9.7x faster than
- * libm lane by lane here) when the toolchain links it (BZ_HAVE_MVEC, set by braze/codegen/isa.py),
- * else libm per lane. The scalar forms run one lane of the same vector call, so a vector
- * loop's remainder, and unvectorized loops, give the same bits as its body. */
+/* sin, cos, tanh, expm1: glibc's vector math (libmvec, <= 4 ulp; sin and cos measured 7.7-9.7x
+ * faster than libm lane by lane, tanh 1.6x and expm1 1.35x faster than braze_vmath.h's: see
+ * benchmarks/math_ulp.py) when the toolchain links it (BZ_HAVE_MVEC, set by
+ * braze/codegen/isa.py); else libm per lane (sin, cos) or braze_vmath.h (tanh, expm1). The
+ * scalar forms run one lane of the same vector call, so a vector loop's remainder, and
+ * unvectorized loops, give the same bits as its body. */
 #if defined(BZ_HAVE_MVEC) && BZ_VB == 64
 #define BZ_MVEC(name) _ZGVeN16v_##name
 #elif defined(BZ_HAVE_MVEC) && BZ_VB == 32
@@ -264,25 +269,39 @@ BZ_INLINE bz_vf bz_vfma(bz_vf a, bz_vf b, bz_vf c) {
 #ifdef BZ_MVEC
 bz_vf BZ_MVEC(sinf)(bz_vf);
 bz_vf BZ_MVEC(cosf)(bz_vf);
-bz_vf BZ_MVEC(log1pf)(bz_vf);
-/* libmvec's sinf and log1pf return +0 at -0; eager (and libm) keep the sign */
+bz_vf BZ_MVEC(tanhf)(bz_vf);
+bz_vf BZ_MVEC(expm1f)(bz_vf);
+/* libmvec's sinf (tanhf, expm1f) may return +0 at -0; eager (and libm) keep the sign */
 BZ_INLINE bz_vf bz_vsin(bz_vf x) { return bz_sel(x == 0.0f, x, BZ_MVEC(sinf)(x)); }
 BZ_INLINE bz_vf bz_vcos(bz_vf x) { return BZ_MVEC(cosf)(x); }
-BZ_INLINE bz_vf bz_vlog1p(bz_vf x) { return bz_sel(x == 0.0f, x, BZ_MVEC(log1pf)(x)); }
+BZ_INLINE bz_vf bz_vtanh(bz_vf x) { return bz_sel(x == 0.0f, x, BZ_MVEC(tanhf)(x)); }
+BZ_INLINE bz_vf bz_vexpm1(bz_vf x) { return bz_sel(x == 0.0f, x, BZ_MVEC(expm1f)(x)); }
 BZ_INLINE float bz_ssin(float x) { return bz_vsin(bz_splat(x))[0]; }
 BZ_INLINE float bz_scos(float x) { return bz_vcos(bz_splat(x))[0]; }
-BZ_INLINE float bz_slog1p(float x) { return bz_vlog1p(bz_splat(x))[0]; }
+BZ_INLINE float bz_stanh(float x) { return bz_vtanh(bz_splat(x))[0]; }
+BZ_INLINE float bz_sexpm1(float x) { return bz_vexpm1(bz_splat(x))[0]; }
 #else
 BZ_INLINE bz_vf bz_vsin(bz_vf x) { return BZ_LANES1(sinf, x); }
 BZ_INLINE bz_vf bz_vcos(bz_vf x) { return BZ_LANES1(cosf, x); }
-BZ_INLINE bz_vf bz_vlog1p(bz_vf x) { return BZ_LANES1(log1pf, x); }
+BZ_INLINE bz_vf bz_vtanh(bz_vf x) { return bz_vtanh_own(x); }
+BZ_INLINE bz_vf bz_vexpm1(bz_vf x) { return bz_vexpm1_own(x); }
 #endif
+BZ_INLINE bz_vf bz_vgelu_tanh(bz_vf x) {
+    bz_vf u = 0.79788456080286536f * bz_vfma(0.044715f * x * x, x, x);
+    return 0.5f * bz_vmax(x, bz_splat(-3.40282347e+38f)) * (1.0f + bz_vtanh(u));
+}
 
 #endif /* BZ_VB > 0 */
 
 #if BZ_VB == 0 || !defined(BZ_MVEC)
 BZ_INLINE float bz_ssin(float x) { return sinf(x); }
 BZ_INLINE float bz_scos(float x) { return cosf(x); }
-BZ_INLINE float bz_slog1p(float x) { return log1pf(x); }
+BZ_INLINE float bz_stanh(float x) { return bz_stanh_own(x); }
+BZ_INLINE float bz_sexpm1(float x) { return bz_sexpm1_own(x); }
 #endif
+/* tanh-approximated gelu, on the tanh chosen above (the same operations as bz_vgelu_tanh) */
+BZ_INLINE float bz_sgelu_tanh(float x) {
+    float u = 0.79788456080286536f * bz_fmaf(0.044715f * x * x, x, x);
+    return 0.5f * bz_maxf(x, -3.40282347e+38f) * (1.0f + bz_stanh(u));
+}
 #endif /* BRAZE_VEC_H */
