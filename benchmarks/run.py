@@ -54,6 +54,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 # 33 <= height, width <= 512 (ResNet-50). Ordered by cost (the harness skips shapes predicted too slow).
 SHAPES = {
     "full": {
+        "block": [{"rows": 64}, {"rows": 512}, {"rows": 4096}],
         "mlp": [{"batch": 1}, {"batch": 8}, {"batch": 32}, {"batch": 64}],
         "bert": [{"batch": 1, "seq": 16}, {"batch": 4, "seq": 64}, {"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}],
         "gpt2": [{"batch": 1, "seq": 16}, {"batch": 4, "seq": 64}, {"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}],
@@ -65,6 +66,7 @@ SHAPES = {
         "chain_rms": [{"rows": 64}, {"rows": 1024}, {"rows": 8192}, {"rows": 32768}],
     },
     "quick": {
+        "block": [{"rows": 64}, {"rows": 4096}],
         "mlp": [{"batch": 1}, {"batch": 16}],
         "bert": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
         "gpt2": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
@@ -75,6 +77,7 @@ SHAPES = {
         "chain_rms": [{"rows": 64}, {"rows": 8192}],
     },
     "tiny": {
+        "block": [{"rows": 64}],
         "mlp": [{"batch": 2}],
         "bert": [{"batch": 1, "seq": 8}],
         "gpt2": [{"batch": 1, "seq": 8}],
@@ -85,7 +88,7 @@ SHAPES = {
         "chain_rms": [{"rows": 64}],
     },
 }
-MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms"]
+MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms", "block"]
 DEFAULT_MODELS = ["mlp", "bert", "gpt2", "resnet50"]
 
 
@@ -226,6 +229,8 @@ def worker(args) -> int:
             entry["status"] = "ok"
             if zm.bytes_moved is not None:  # memory-bound: the bytes a perfect kernel moves, per second
                 entry["gbs"] = zm.bytes_moved(**dims) / (entry["median_ms"] / 1e3) / 1e9
+            if zm.flops is not None:  # GEMM-bound: the model's GEMM flops per second
+                entry["gflops"] = zm.flops(**dims) / (entry["median_ms"] / 1e3) / 1e9
             entry["compile_counts_after"] = {k: v - counts_start[k] for k, v in backend.compile_counts().items()}
             prev = (_cost(dims), entry["median_ms"] / 1e3)
         except Exception as e:
@@ -443,6 +448,11 @@ def table_rows(doc):
     copy = doc["machine"].get("copy_gbs")
     if gbs:
         headers += ["braze GB/s" + (f" (% of {copy:g} copy)" if copy else "")]
+    gfl = {(e["model"], s["shape"]): s["gflops"] for e in doc["results"] if e["backend"] == "braze"
+           for s in e["shapes"] if "gflops" in s}
+    peak = doc["machine"].get("gemm_gflops")
+    if gfl:
+        headers += ["braze GFLOP/s" + (f" (% of {peak:g} GEMM)" if peak else "")]
     body = []
     for key in rows:
         g = grid[key]
@@ -453,6 +463,9 @@ def table_rows(doc):
         if gbs:
             v = gbs.get(key)
             r.append("—" if v is None else f"{v:.1f}" + (f" ({100 * v / copy:.0f}%)" if copy else ""))
+        if gfl:
+            v = gfl.get(key)
+            r.append("—" if v is None else f"{v:.0f}" + (f" ({100 * v / peak:.0f}%)" if peak else ""))
         for p in plugin_refs:
             r.append(f"{g['braze-plugin'] / g[p]:.2f}x" if "braze-plugin" in g and p in g else "—")
         body.append(r)

@@ -198,12 +198,9 @@ def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> C
     from .runtime import load_library
 
     t3 = time.perf_counter()
-    if native.uses_library:
-        lib = load_library(
-            native.source + "\n/* ---- oneDNN helper ---- */\n" + onednn.helper_text(), name=module.main.name,
-            include_dirs=[*onednn.include_dirs(), str(onednn.helper_header().parent)],
-            library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=onednn.rpaths(),
-            extra_cflags=onednn.extra_link_flags(), cache_dir=opts.cache_dir)
+    if native.uses_library:  # links the oneDNN helper, built once per cache (rebuilt here if deleted)
+        lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir,
+                           **onednn.model_build_args(opts.cache_dir))
     else:  # no GEMM or convolution: no oneDNN in the library (half the C compile time)
         lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir)
     t4 = time.perf_counter()

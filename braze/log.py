@@ -1,8 +1,10 @@
 """braze's messages: stdlib ``logging`` on named channels under the ``braze`` logger.
 
 Channels: ``braze.compile`` (a compile starts, where its time went),
-``braze.cache`` (hit or miss, where the library is, a fallback cache),
-``braze.frontend`` (importing a model), ``braze.pipeline`` (passes, the
+``braze.cache`` (hit or miss, where the library is, a fallback cache; ``braze.cache.helper``
+for the oneDNN helper library that models link),
+``braze.frontend`` (importing a model), ``braze.schedule`` (kernel-stage decisions at DEBUG:
+the row buffers ``keep`` makes), ``braze.pipeline`` (passes, the
 fusion report at DEBUG), ``braze.dump`` (where ``BRAZE_DUMP`` wrote).
 
 braze prints nothing by default: its records go wherever the application's

@@ -34,6 +34,8 @@ class ZooModel:
     example_dims: dict[str, int] = field(default_factory=dict)  # dims of the export example
     # bytes a perfect kernel reads and writes at these dims (memory-bound models: GB/s in the benchmarks)
     bytes_moved: Callable[..., int] | None = None
+    # GEMM/convolution flops (2 per multiply-add) at these dims (GFLOP/s in the benchmarks)
+    flops: Callable[..., int] | None = None
 
     def example_inputs(self) -> tuple:
         return self.make_inputs(**self.example_dims)
@@ -81,7 +83,8 @@ def mlp() -> ZooModel:
     batch = _dim("batch", *dims["batch"])
     return ZooModel("mlp", module, make_inputs, dims,
                     test_shapes=[{"batch": 1}, {"batch": 2}, {"batch": 3}, {"batch": 7}],
-                    dynamic_shapes=({0: batch},), input_names=["input"], example_dims={"batch": 4})
+                    dynamic_shapes=({0: batch},), input_names=["input"], example_dims={"batch": 4},
+                    flops=lambda batch: 2 * batch * (1024 * 4096 + 4096 * 4096 + 4096 * 1000))
 
 
 # ---------------------------------------------------------------------------
@@ -405,8 +408,33 @@ def chain_rms() -> ZooModel:
     return _chain("chain_rms", 768, forward, {"rms_w": (768,), "gate_b": (768,)})
 
 
+def block() -> ZooModel:
+    """A transformer block's tail: linear 768 -> 768, GELU, a residual add, layer_norm."""
+    torch = _seeded()
+    nn = torch.nn
+    width = 768
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(width, width)
+            self.ln = nn.LayerNorm(width)
+
+        def forward(self, x):
+            return self.ln(nn.functional.gelu(self.fc(x)) + x)
+
+    def make_inputs(rows: int = 4):
+        return (torch.randn(rows, width, generator=_generator({"rows": rows}, salt=7)),)
+
+    dims = {"rows": (1, 65536)}
+    return ZooModel("block", Block().eval(), make_inputs, dims,
+                    test_shapes=[{"rows": 1}, {"rows": 7}, {"rows": 64}],
+                    dynamic_shapes=({0: _dim("rows", *dims["rows"])},), input_names=["x"],
+                    example_dims={"rows": 16}, flops=lambda rows: 2 * rows * width * width)
+
+
 MODELS = {"mlp": mlp, "bert": bert, "gpt2": gpt2, "resnet50": resnet50}
-EXTRA = {"vit": vit, "llama": llama, "chain_ln": chain_ln, "chain_rms": chain_rms}
+EXTRA = {"vit": vit, "llama": llama, "chain_ln": chain_ln, "chain_rms": chain_rms, "block": block}
 
 
 def get(name: str) -> ZooModel:
@@ -450,5 +478,6 @@ def first_output(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-__all__ = ["ZooModel", "mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms", "all_models", "get", "export", "export_onnx", "names",
+__all__ = ["ZooModel", "mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms", "block",
+           "all_models", "get", "export", "export_onnx", "names",
            "first_output", "MODELS"]

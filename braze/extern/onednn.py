@@ -13,13 +13,23 @@ They install ``libdnnl.so`` under ``<sys.prefix>/lib`` and the headers under
 3. the data directories of the installed oneDNN distributions (their RECORD
    names the files wherever pip put them).
 
-Building against it (what braze.compile passes to ``compile_shared``)::
+The helper (``csrc/braze_dnnl_*.c``, about 1100 lines against oneDNN's C API)
+is built once into a shared library of its own in the compile cache
+(``helper_library``), and each model library that calls oneDNN links it
+(``model_build_args``; what braze.compile does)::
 
     from braze.extern import onednn
-    compile_shared(src + onednn.helper_text(), name=...,
-                   include_dirs=onednn.include_dirs(), library_dirs=onednn.library_dirs(),
-                   libraries=onednn.libraries(), rpaths=onednn.rpaths(),
-                   extra_cflags=onednn.extra_link_flags())
+    compile_shared(model_src, name=..., cache_dir=..., **onednn.model_build_args(cache_dir))
+
+Compiled into every model, the helper was most of a small model's C compile
+(zoo MLP: 0.60 s, against 0.19 s linking it; docs/gemm.md). Its own build
+gets ``include_dirs()``, ``library_dirs()``, ``libraries()``, ``rpaths()`` and
+``extra_link_flags()``, plus the ISA flags compile_shared gives every library,
+so its cache key (hence its path) changes with the helper's source, the
+oneDNN build, the ISA and the compiler. A model links the helper by that
+absolute path (its DT_NEEDED), which puts the helper's key into the model's
+key too. The helper's builds and hits count in ``helper_stats()``, not in
+``braze.stats()``.
 
 ``extra_link_flags()`` holds ``-Wl,--disable-new-dtags`` and a define naming
 the oneDNN build (so the cache key changes with it). The pinned build's
@@ -28,6 +38,13 @@ DT_RPATH the flag gives is for a build under ``BRAZE_DNNL_ROOT`` whose
 libdnnl needs libraries from its own directory without a RUNPATH of its own
 (only a DT_RPATH on the loading library is searched for the dependencies of
 its dependencies, not a DT_RUNPATH).
+
+One helper instance per process (per helper file): every model that links the same
+file shares its engine, per-thread streams and scratchpads, primitive cache
+and ``braze_dnnl_set_runtime_m`` setting (``BRAZE_DNNL_RUNTIME_M`` is read once,
+when the engine starts). The primitive cache keys on the packed weight's
+process-wide owner id, so models never see each other's primitives, and
+freeing a weight drops only its own entries (braze_dnnl_core.c).
 """
 
 from __future__ import annotations
@@ -211,9 +228,9 @@ HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_matmul.c", "braze_dnnl_conv.c")
 
 
 def helper_text() -> str:
-    """The C helper's source: its parts, in order, as one text to append to a model's
-    translation unit. ``#line`` names each part (by file name only, so the text, and
-    with it the compile-cache key, does not depend on where braze is installed)."""
+    """The C helper's source: its parts, in order, as one translation unit (``helper_library``).
+    ``#line`` names each part (by file name only, so the text, and with it the
+    compile-cache key, does not depend on where braze is installed)."""
     return "".join(f'#line 1 "{p}"\n' + (_CSRC / p).read_text() + "\n" for p in HELPER_PARTS)
 
 
@@ -243,26 +260,73 @@ def describe() -> str:
             f"{info.cpu_runtime}, threading {info.threading_runtime}")
 
 
-def build_standalone(extra_source: str = "") -> Path:
-    """Compile the C helper on its own (plus ``extra_source``) into a shared library (cached).
+HELPER_FILE = "libbraze_dnnl.so"
+_HELPER_STATS = {"native_compiles": 0, "cache_hits": 0}
 
-    For tests and benchmarks; models compile the helper into their own library.
+
+def helper_library(cache_dir: str | os.PathLike | None = None, *, force: bool = False) -> Path:
+    """The C helper as its own shared library in the compile cache (``libbraze_dnnl.so``
+    in its entry), built on first use.
+
+    One per (helper source, oneDNN build, ISA flags, compiler, cache): compile_shared
+    gives it the same ISA flags as the models, and its key covers them all. A missing
+    or corrupt entry (say, deleted from the cache) is rebuilt here, at the same path.
+    Its compiles and hits count in ``helper_stats()``, not ``braze.stats()`` (which
+    counts the libraries braze loads, one per model), and log on ``braze.cache.helper``.
     """
+    from ..runtime.compiler import compile_shared
+    return compile_shared(helper_text(), name="braze_dnnl", include_dirs=include_dirs(),
+                          library_dirs=library_dirs(), libraries=libraries(), rpaths=rpaths(),
+                          extra_cflags=extra_link_flags(), force=force, cache_dir=cache_dir,
+                          filename=HELPER_FILE, counters=_HELPER_STATS, log_channel="cache.helper")
+
+
+def helper_stats() -> dict:
+    """This process's builds of the helper library (``native_compiles``) and cache hits."""
+    return dict(_HELPER_STATS)
+
+
+def model_build_args(cache_dir: str | os.PathLike | None = None) -> dict:
+    """``compile_shared`` keywords for a model library that calls the helper: builds the
+    helper first (``helper_library``) and links the model against that exact file.
+
+    The helper has no SONAME and is linked by its absolute path, so the model's
+    DT_NEEDED is that path (no rpath search): the loader binds exactly this file, never
+    another helper build of the same file name already loaded in the process. The path
+    (it holds the helper's key) is in the model's link flags, hence in its cache key: a
+    model is never reused against another helper. The helper finds libdnnl through its
+    own DT_RPATH.
+    """
+    helper = helper_library(cache_dir)
+    return {"include_dirs": [str(_CSRC)], "link_inputs": [str(helper)]}
+
+
+def build_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None = None) -> Path:
+    """The helper library (``helper_library``), or the helper plus ``extra_source`` in one
+    library of its own (cached). For tests and benchmarks."""
+    if not extra_source:
+        return helper_library(cache_dir)
     from ..runtime.compiler import compile_shared
     return compile_shared(helper_text() + extra_source, name="braze_dnnl", include_dirs=include_dirs(),
                           library_dirs=library_dirs(), libraries=libraries(),
-                          rpaths=rpaths(), extra_cflags=extra_link_flags())
+                          rpaths=rpaths(), extra_cflags=extra_link_flags(), cache_dir=cache_dir)
 
 
-def load_standalone(extra_source: str = ""):
-    """ctypes handle on a standalone helper library with argtypes set."""
+def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None = None):
+    """ctypes handle on a standalone helper library with argtypes set.
+
+    Without ``extra_source`` this is the file models in the same cache link, so in a
+    process that has loaded one it is the very same instance (one engine, one
+    primitive cache, one ``braze_dnnl_set_runtime_m`` setting): restore what you change.
+    """
     import ctypes as C
-    lib = C.CDLL(str(build_standalone(extra_source)))
+    lib = C.CDLL(str(build_standalone(extra_source, cache_dir)))
     i64, fp, vp, cp, i32 = C.c_int64, C.POINTER(C.c_float), C.c_void_p, C.c_char_p, C.c_int
     sig = {
         "braze_dnnl_init": (i32, [cp, i32]),
         "braze_dnnl_runtime": (cp, []),
         "braze_dnnl_set_runtime_m": (None, [i32]),
+        "braze_dnnl_runtime_m": (i32, []),
         "braze_dnnl_stats": (None, [C.POINTER(i64), C.POINTER(i64)]),
         "braze_pack_b_err": (vp, [vp, i64, i64, i32, cp, i32]),
         "braze_pack_b": (vp, [vp, i64, i64, i32]),

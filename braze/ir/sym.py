@@ -552,9 +552,12 @@ def _canon_sort_key(x):
     return (str(x), repr(_k(x)))
 
 
-def _provably_le(a, b) -> bool:
+def provably_le(a, b) -> bool:
     """True when a <= b for every value of the symbols (by interval bounds)."""
     return bounds(add(b, mul(-1, a)))[0] >= 0
+
+
+_provably_le = provably_le
 
 
 def smin(*args) -> IntLike:

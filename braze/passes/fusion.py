@@ -35,6 +35,13 @@ dims known to be equal fuse whatever their values):
 3. a cheap pointwise group (<= 16 nodes) with several consumer groups is
    duplicated into each consumer it can join (e.g. an attention mask built
    from ``arange`` compares); it stays for the others. Then rule 2 again.
+
+Neither rule 2 nor rule 3 puts a producer with a transcendental op (``EXPENSIVE``)
+into a consumer that iterates over more elements than the producer makes: the
+consumer would evaluate it once per element of the broadcast. A RoPE table
+(``cos``/``sin`` of ``arange * inv_freq``, [seq, 64]) read by every attention
+head of every layer is computed once per call, in a group of its own, not in each
+of the 2 x layers consumers at batch x heads times its size.
 4. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
 
 No merge may create a cycle: two groups never merge when one reaches the
@@ -47,6 +54,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
@@ -57,6 +65,10 @@ NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
 GEMMS = ("linear", "matmul")
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
+# ten or more simple ops per element (braze/schedule/cost.py): not recomputed per element
+# of a broadcast
+EXPENSIVE = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "erf", "sigmoid", "silu", "gelu", "softplus",
+             "elu", "pow", "mish", "softmax", "log_softmax")
 
 
 def node_class(n: Node) -> str:
@@ -191,6 +203,18 @@ class _Fuser:
                 if s.gid not in seen:
                     stack.append(s)
         return False
+
+    def amplifies(self, g: Group, c: Group) -> bool:
+        """Whether merging producer ``g`` into consumer ``c`` would evaluate a transcendental
+        of ``g`` more often than ``g`` has elements: ``c`` iterates over (at least) its
+        largest value, and what ``g`` gives ``c`` is smaller (a broadcast)."""
+        if not any(n.op in EXPENSIVE for n in g.nodes):
+            return False
+        simp = self.store.simplify  # the constraints (b == a) decide what is equal
+        into = [simp(S.prod(v.type.shape)) for n in g.nodes for v in n.outputs
+                if any(self.group_of.get(id(u)) is c for u in self.cons.get(id(v), ()))]
+        sizes = {simp(S.prod(v.type.shape)) for n in c.nodes for v in (*n.inputs, *n.outputs) if v is not None}
+        return any(not S.provably_le(w, v) for v in into for w in sizes)
 
     def merge(self, members: list[Group], kind: str) -> Group:
         g = members[0]
@@ -420,7 +444,7 @@ class _Fuser:
                         if c.kind in ("gemm", "conv", "opaque"):
                             continue
                         kind = self.validate(g.nodes + c.nodes)
-                        if kind is None or self.would_cycle([g, c]):
+                        if kind is None or self.would_cycle([g, c]) or self.amplifies(g, c):
                             continue
                         # keep the producer-first order of the members for a stable gid
                         self.merge([g, c], kind)
@@ -442,7 +466,7 @@ class _Fuser:
                 continue
             done = []
             for c in cons:
-                if c.kind in ("gemm", "conv", "opaque"):
+                if c.kind in ("gemm", "conv", "opaque") or self.amplifies(g, c):
                     continue
                 kind = self.validate(c.nodes + g.nodes, esc=self.escaping(c.nodes))
                 if kind is None:

@@ -4,7 +4,8 @@
 ``source``. The cache key is the sha256 of the source, every compiler flag
 (ISA flags included), the compiler command and its ``--version`` output, the
 braze version and the bundled headers; entries live under ``BRAZE_CACHE_DIR``
-(default ``~/.cache/braze``) as ``<dir>/<key[:2]>/<key>/{lib.so, source.c, meta.json}``.
+(default ``~/.cache/braze``) as ``<dir>/<key[:2]>/<key>/{lib.so, source.c, meta.json}``
+(``lib.so``, or the ``filename`` the caller names: the oneDNN helper's ``libbraze_dnnl.so``).
 
 Concurrency: a process that misses takes an exclusive ``fcntl.flock`` on
 ``<dir>/<key[:2]>/<key>.lock``, looks again (another process may have built
@@ -115,9 +116,9 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _entry_ok(entry: Path) -> bool:
-    """True when the entry is complete: meta.json present and lib.so matches its hash."""
-    so, meta_p = entry / "lib.so", entry / "meta.json"
+def _entry_ok(entry: Path, filename: str = "lib.so") -> bool:
+    """True when the entry is complete: meta.json present and the library matches its hash."""
+    so, meta_p = entry / filename, entry / "meta.json"
     try:
         meta = json.loads(meta_p.read_text())
         st = so.stat()
@@ -191,12 +192,19 @@ def compile_flags(extra_cflags=()) -> list[str]:
 
 
 def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
-                   library_dirs=(), libraries=(), rpaths=(), force: bool = False,
-                   cache_dir: str | os.PathLike | None = None) -> Path:
+                   library_dirs=(), libraries=(), rpaths=(), link_inputs=(), force: bool = False,
+                   cache_dir: str | os.PathLike | None = None, filename: str = "lib.so",
+                   counters: dict | None = None, log_channel: str = "cache") -> Path:
     """Compile C ``source`` to a shared library (cached by content) and return its path.
 
     ``name`` labels the library in messages and meta.json. ``braze/codegen/include``
-    (braze_abi.h, braze_vec.h) is always on the include path. ``force`` rebuilds
+    (braze_abi.h, braze_vec.h) is always on the include path. ``link_inputs``: files
+    (shared libraries) put on the link line after the source, as they are; a library
+    without a SONAME linked by its absolute path is recorded by that path, so the
+    loader binds exactly that file. ``filename``: the library's name in its entry
+    (another name is part of the key). ``counters``, ``log_channel``: where this call
+    counts and logs its compile or hit (default: ``stats()`` and ``braze.cache``; a
+    library that models link rather than braze loads keeps its own). ``force`` rebuilds
     even when a valid cache entry exists (used when a cached library fails to load).
     ``cache_dir``: the cache's root (default: ``BRAZE_CACHE_DIR``, else
     ``~/.cache/braze``); a cache braze cannot write is still read, and a missing
@@ -212,20 +220,22 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
     isa = detect_isa(cc)
     inc = [str(_include_dir()), *(str(p) for p in include_dirs)]
     cflags = [*BASE_CFLAGS, *isa.cflags, *extra_cflags]
-    link = ([f"-L{d}" for d in library_dirs] + [f"-l{lib}" for lib in libraries]
+    link = ([str(p) for p in link_inputs] + [f"-L{d}" for d in library_dirs] + [f"-l{lib}" for lib in libraries]
             + [f"-Wl,-rpath,{r}" for r in rpaths] + [*isa.ldlibs, "-lm"])
 
     h = hashlib.sha256()
     for part in (source, "\0".join(cc), "\0".join(cflags), "\0".join(inc), "\0".join(link),
-                 version, __version__, _headers_digest(_include_dir())):
+                 version, __version__, _headers_digest(_include_dir()),
+                 *([filename] if filename != "lib.so" else [])):
         h.update(part.encode("utf-8", "surrogateescape"))
         h.update(b"\0\1\0")
     key = h.hexdigest()
-    job = _Job(source, name, key, cc, version, cflags, inc, link, isa.name, __version__)
+    job = _Job(source, name, key, cc, version, cflags, inc, link, isa.name, __version__, filename,
+               _STATS if counters is None else counters, _logging.get(log_channel))
 
     root = resolve_cache_dir(cache_dir)
-    if not force and (so := _lookup(root, key)) is not None:
-        return _hit(name, so)
+    if not force and (so := _lookup(root, key, filename)) is not None:
+        return _hit(job, so)
     try:
         return _build(root, job, force)
     except _NotWritable as e:
@@ -243,8 +253,8 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
         f"{private} instead. Set BRAZE_CACHE_DIR to a writable directory to choose the cache."),
         stacklevel=3)
     _log.info("cache %s is not writable (%s); using %s", root, reason, private)
-    if not force and (so := _lookup(private, key)) is not None:
-        return _hit(name, so)
+    if not force and (so := _lookup(private, key, filename)) is not None:
+        return _hit(job, so)
     try:
         return _build(private, job, force)
     except _NotWritable as e:
@@ -275,6 +285,9 @@ class _Job:
     link: list
     isa: str
     braze_version: str
+    filename: str
+    counters: dict
+    log: object  # logging.Logger
 
 
 def private_cache_dir() -> Path:
@@ -295,15 +308,15 @@ def _private_dir_problem(d: Path) -> str | None:
     return None
 
 
-def _lookup(root: Path, key: str) -> Path | None:
-    """The entry's lib.so when it is complete and valid (reads only: works on a read-only cache)."""
+def _lookup(root: Path, key: str, filename: str = "lib.so") -> Path | None:
+    """The entry's library when it is complete and valid (reads only: works on a read-only cache)."""
     entry = root / key[:2] / key
-    return entry / "lib.so" if _entry_ok(entry) else None
+    return entry / filename if _entry_ok(entry, filename) else None
 
 
-def _hit(name: str, so: Path) -> Path:
-    _STATS["cache_hits"] += 1
-    _log.info("cache hit for %r: %s", name, so)
+def _hit(job: _Job, so: Path) -> Path:
+    job.counters["cache_hits"] += 1
+    job.log.info("cache hit for %r: %s", job.name, so)
     return so
 
 
@@ -332,9 +345,9 @@ def _make_entry(entry: Path) -> None:
                          f"({e.strerror or e})", hint=f"delete {entry}; deleting the cache is always safe") from None
 
 
-def _clear_corrupt(entry: Path) -> None:
+def _clear_corrupt(entry: Path, filename: str = "lib.so") -> None:
     """Remove directories (or other non-files) where the entry's files belong."""
-    for fname in ("lib.so", "meta.json", "source.c", "compile.log"):
+    for fname in (filename, "meta.json", "source.c", "compile.log"):
         p = entry / fname
         if p.is_symlink() or not p.exists() or p.is_file():
             continue
@@ -352,14 +365,14 @@ def _build(root: Path, job: _Job, force: bool) -> Path:
     """Compile ``job`` into its entry under ``root`` (under the entry's lock); _NotWritable if it can't."""
     shard = root / job.key[:2]
     entry = shard / job.key
-    so = entry / "lib.so"
+    so = entry / job.filename
     _make_entry(entry)
     lock = shard / f"{job.key}.lock"
     try:
         with _locked(lock):
-            if not force and _entry_ok(entry):
-                return _hit(job.name, so)
-            _clear_corrupt(entry)
+            if not force and _entry_ok(entry, job.filename):
+                return _hit(job, so)
+            _clear_corrupt(entry, job.filename)
             try:
                 _compile_into(entry, job)
             except OSError as e:
@@ -374,7 +387,7 @@ def _build(root: Path, job: _Job, force: bool) -> Path:
 
 
 def _compile_into(entry: Path, job: _Job) -> None:
-    so = entry / "lib.so"
+    so = entry / job.filename
     src_path = entry / "source.c"
     _write_atomic(src_path, job.source)
     with contextlib.suppress(FileNotFoundError):
@@ -383,9 +396,9 @@ def _compile_into(entry: Path, job: _Job) -> None:
     os.close(fd)
     try:
         cmd = [*job.cc, *job.cflags, *(f"-I{d}" for d in job.inc), "-o", tmp, str(src_path), *job.link]
-        _log.info("cache miss for %r: running the C compiler into %s", job.name, entry)
+        job.log.info("cache miss for %r: running the C compiler into %s", job.name, entry)
         t0 = time.perf_counter()
-        _STATS["native_compiles"] += 1
+        job.counters["native_compiles"] += 1
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         seconds = time.perf_counter() - t0
         log = entry / "compile.log"
@@ -406,7 +419,7 @@ def _compile_into(entry: Path, job: _Job) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _log.info("compiled %r in %.1f s", job.name, seconds)
+    job.log.info("compiled %r in %.1f s", job.name, seconds)
     meta = {
         "name": job.name, "key": job.key, "so_sha256": digest, "so_size": size,
         "compiler": job.cc, "compiler_version": job.version.splitlines()[0] if job.version else "",

@@ -1,4 +1,11 @@
-"""The oneDNN C helper (braze/extern/csrc) against numpy / torch, through ctypes."""
+"""The oneDNN C helper (braze/extern/csrc) against numpy / torch, through ctypes.
+
+``onednn.load_standalone()`` is the helper library models link (the same file when the
+cache is the same), so in a process that has loaded a model it is the very same instance:
+its engine, primitive cache, counters and runtime-M setting are process-wide. Tests here
+restore what they change (``braze_dnnl_set_runtime_m``), free every weight they pack,
+and read the cache counters as differences.
+"""
 
 from __future__ import annotations
 
@@ -139,15 +146,17 @@ def test_matmul_runtime_m_mode(lib):
     b = rng.standard_normal(N, dtype=np.float32)
     err = _err()
     pb = lib.braze_pack_b_err(_p(W), N, K, 1, err, ERRLEN)
+    before = lib.braze_dnnl_runtime_m()  # process-wide: every model linking this helper sees it
     lib.braze_dnnl_set_runtime_m(1)
     try:
+        assert lib.braze_dnnl_runtime_m() == 1
         for M in (1, 9, 130):
             A = rng.standard_normal((M, K), dtype=np.float32)
             out = np.empty((M, N), np.float32)
             assert lib.braze_matmul(M, N, K, _p(A), pb, _p(b), None, 3, _p(out), err, ERRLEN) == 0, err.value
             _close(out, ACTS[3](A.astype(np.float64) @ W.T + b))
     finally:
-        lib.braze_dnnl_set_runtime_m(0)
+        lib.braze_dnnl_set_runtime_m(before)
         lib.braze_free_packed_b(pb)
 
 
@@ -341,6 +350,41 @@ def test_primitive_cache_counts(lib):
     lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
     assert created.value - created0.value == 2
     assert hits.value - hits0.value == 2
+
+
+def test_freeing_weights_keeps_the_other_weights_primitives(lib):
+    """The primitive cache is one table for every model in the process: freeing one weight
+    drops its entries only, and emptying the tombstones it leaves keeps every other
+    weight's entry reachable (a hit, not a second primitive)."""
+    rng = np.random.default_rng(4)
+    err = _err()
+    n = 400  # enough entries that some probe chains run through freed slots
+    Ws = [rng.standard_normal((8, 8), dtype=np.float32) for _ in range(n)]
+    A = rng.standard_normal((3, 8), dtype=np.float32)
+    out = np.empty((3, 8), np.float32)
+    created, hits = C.c_int64(), C.c_int64()
+
+    def run(i, pb):
+        assert lib.braze_matmul(3, 8, 8, _p(A), pb, None, None, 0, _p(out), err, ERRLEN) == 0, err.value
+        _close(out, A.astype(np.float64) @ Ws[i].T.astype(np.float64))
+
+    pbs = [lib.braze_pack_b_err(_p(W), 8, 8, 1, err, ERRLEN) for W in Ws]
+    try:
+        for i, pb in enumerate(pbs):
+            run(i, pb)
+        for i in range(0, n, 2):
+            lib.braze_free_packed_b(pbs[i])
+            pbs[i] = None
+        lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+        c0, h0 = created.value, hits.value
+        for i in range(1, n, 2):
+            run(i, pbs[i])
+        lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+        assert (created.value - c0, hits.value - h0) == (0, n // 2)
+    finally:
+        for pb in pbs:
+            if pb:
+                lib.braze_free_packed_b(pb)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The memory-bound chains of the benchmarks (braze/zoo.py): one stitch kernel each, and the
-same results as eager at 1 row, an odd row count and 64 rows."""
+same results as eager at 1 row, an odd row count and 64 rows; and the GEMM block beside them."""
 
 from __future__ import annotations
 
@@ -23,3 +23,17 @@ def test_chain_is_one_stitch_kernel_and_matches_eager(name):
             want = zm.module(*x).numpy()
         assert_close(cm(*x).numpy(), want, rtol=1e-5, atol=1e-5, what=f"{name} at {dims}")
         assert zm.bytes_moved(**dims) >= 2 * x[0].numel() * 4  # the input read and the output written
+
+
+def test_gemm_block_is_one_gemm_with_post_ops_then_a_stitch_and_matches_eager():
+    zm = zoo.get("block")
+    cm = braze.compile(zoo.export(zm))
+    fused = [n for n in cm.module.main.nodes if n.op == "fused"]
+    assert [n.attrs["kind"] for n in fused] == ["gemm", "stitch"]
+    assert fused[0].attrs["post_ops"] == ["gelu", "residual"]  # the bias is the linear's own input
+    for dims in zm.test_shapes:
+        x = zm.make_inputs(**dims)
+        with torch.no_grad():
+            want = zm.module(*x).numpy()
+        assert_close(cm(*x).numpy(), want, rtol=1e-4, atol=1e-4, what=f"block at {dims}")
+        assert zm.flops(**dims) == 2 * dims["rows"] * 768 * 768

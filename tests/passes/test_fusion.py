@@ -186,6 +186,41 @@ def test_cheap_producer_is_duplicated_into_its_consumers(P):
     P.check_equiv(before, after, ENVS)
 
 
+def test_a_transcendental_is_not_recomputed_per_element_of_a_broadcast(P):
+    # a RoPE-like table: cos and sin of arange(s) * f over [s, 4], read by two consumers over
+    # [b, 3, s, 4]. Fused into them, each would evaluate cos and sin b * 3 times per table
+    # element; the table is computed once, in its own group (a cheap mask still duplicates).
+    text = """module {
+  symbols {
+    b in [1, 8]
+    s in [1, 64]
+  }
+  constants {
+    @f : f32[4] = [1.0, 0.5, 0.25, 0.125]
+  }
+  func @main(%q: f32[b, 3, s, 4], %k: f32[b, 3, s, 4]) -> (f32[b, 3, s, 4], f32[b, 3, s, 4]) {
+    %f = constant() {name="f"} : f32[4]
+    %0 = arange() {dtype=#i64, end=s, start=0, step=1} : i64[s]
+    %1 = cast(%0) {dtype=#f32} : f32[s]
+    %2 = reshape(%1) {shape=[s, 1]} : f32[s, 1]
+    %3 = mul(%2, %f) : f32[s, 4]
+    %4 = cos(%3) : f32[s, 4]
+    %5 = sin(%3) : f32[s, 4]
+    %6 = mul(%q, %4) : f32[b, 3, s, 4]
+    %7 = add(%6, %5) : f32[b, 3, s, 4]
+    %8 = mul(%k, %4) : f32[b, 3, s, 4]
+    %9 = sub(%8, %5) : f32[b, 3, s, 4]
+    return %7, %9
+  }
+}
+"""
+    before, after = P.run_pass(fuse, text)
+    groups = [callee_ops(after, nd) for nd in fused_nodes(after)]
+    with_cos = [g for g in groups if "cos" in g]
+    assert len(with_cos) == 1 and "sin" in with_cos[0] and "add" not in with_cos[0], groups
+    P.check_equiv(before, after, [{"b": 1, "s": 1}, {"b": 2, "s": 5}, {"b": 3, "s": 17}])
+
+
 def test_symbolic_dims_known_equal_fuse(P):
     # a and b are different symbols, but the constraint a == b makes the iteration spaces agree
     text = """module {

@@ -186,3 +186,30 @@ def test_header_compiles_strict():
     src = '#include "braze_abi.h"\nint32_t f(char *e, int32_t n) { return braze_fail(e, n, BRAZE_ERR_SHAPE, "x=%d", 3); }\n'
     p = compile_shared(src, name="header", extra_cflags=["-Wall", "-Wextra", "-Werror"])
     assert p.exists()
+
+
+_DEP_SRC = "int braze_test_dep(int x) { return 3 * x + 1; }\n"
+_USER_SRC = r"""
+#include "braze_abi.h"
+int braze_test_dep(int x);
+BRAZE_EXPORT int braze_test_user(int x) { return braze_test_dep(x) + 1; }
+"""
+
+
+def test_a_library_linked_by_path_with_its_own_name_and_counters(braze_cache):
+    """What the oneDNN helper uses: a dependency with its own file name and counters (not
+    braze.stats(), which counts the libraries braze loads), linked into another by its path."""
+    import ctypes
+    counts = {"native_compiles": 0, "cache_hits": 0}
+    dep = compile_shared(_DEP_SRC, name="dep", filename="libdep.so", counters=counts)
+    assert dep.name == "libdep.so" and _entry_files(dep) == ["libdep.so", "meta.json", "source.c"]
+    assert compile_shared(_DEP_SRC, name="dep", filename="libdep.so", counters=counts) == dep
+    assert dep.parent != compile_shared(_DEP_SRC, name="dep").parent  # the name is in the key
+    assert counts == {"native_compiles": 1, "cache_hits": 1}
+    assert braze.stats() == {"native_compiles": 1, "cache_hits": 0}
+    user = compile_shared(_USER_SRC, name="user", link_inputs=[str(dep)])
+    assert ctypes.CDLL(str(user)).braze_test_user(2) == 8
+    assert str(dep) in json.loads((user.parent / "meta.json").read_text())["link"]
+    dep.unlink()  # a missing entry file is rebuilt, in place
+    assert compile_shared(_DEP_SRC, name="dep", filename="libdep.so", counters=counts) == dep
+    assert counts["native_compiles"] == 2 and dep.exists()

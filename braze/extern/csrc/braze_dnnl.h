@@ -1,7 +1,10 @@
 /* braze_dnnl.h: braze's float32 GEMM / convolution calls on oneDNN's C API.
  *
- * Compiled into each model's shared library (braze_dnnl_{core,matmul,conv}.c,
- * appended in that order to the model's translation unit). Every function returns 0 on success and nonzero
+ * Built once into a shared library of its own (braze_dnnl_{core,matmul,conv}.c in that
+ * order, one translation unit; braze/extern/onednn.py helper_library) that model libraries
+ * link, so all models in a process share one instance of its state: the engine, the
+ * per-thread streams and scratchpads, the primitive cache (keyed per packed weight, see
+ * braze_dnnl_core.c) and the runtime-M setting. Every function returns 0 on success and nonzero
  * on failure, with a message naming the call and the shapes in err[errlen];
  * nothing aborts. All tensors are dense row-major float32.
  *
@@ -48,8 +51,10 @@ const char *braze_dnnl_runtime(void);
 
 /* Selects how dynamic M is handled by braze_matmul (for measurements):
  * 0 = primitive per distinct shape, cached (default);
- * 1 = one primitive per weight with DNNL_RUNTIME_DIM_VAL for M. */
+ * 1 = one primitive per weight with DNNL_RUNTIME_DIM_VAL for M.
+ * Process-wide (every model linking this helper); braze_dnnl_runtime_m() reads it back. */
 void braze_dnnl_set_runtime_m(int on);
+int braze_dnnl_runtime_m(void);
 
 /* Number of primitives created so far (cache misses) and cache hits. */
 void braze_dnnl_stats(int64_t *created, int64_t *hits);

@@ -1,6 +1,10 @@
 /* braze_dnnl_core.c: see braze_dnnl.h. Engine, per-thread streams, the primitive cache and
  * shared helpers. braze_dnnl_matmul.c and braze_dnnl_conv.c follow it in one translation
- * unit (onednn.helper_text). Needs only oneDNN's C API and pthreads; link with -ldnnl. */
+ * unit (onednn.helper_text). Needs only oneDNN's C API and pthreads; link with -ldnnl.
+ *
+ * One instance serves every model in the process (they link this library), so all state
+ * here is process-wide: it is created once (pthread_once), the cache is under one mutex
+ * and keyed per packed weight, and per-thread state is used by one call at a time. */
 #define _GNU_SOURCE
 #include "braze_dnnl.h"
 
@@ -43,7 +47,7 @@ static dnnl_engine_t g_engine = NULL;
 static dnnl_status_t g_engine_status = dnnl_success;
 static char g_engine_msg[512];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_runtime_m = 0;
+static int g_runtime_m = 0; /* atomic: set by one model's caller while others run */
 
 static pthread_key_t g_stream_key;
 static pthread_key_t g_scratch_key;
@@ -57,10 +61,14 @@ static void scratch_dtor(void *p) { free(p); }
 
 static void engine_init_once(void) {
     g_engine_msg[0] = 0;
-    pthread_key_create(&g_stream_key, stream_dtor);
-    pthread_key_create(&g_scratch_key, scratch_dtor);
+    int kerr = pthread_key_create(&g_stream_key, stream_dtor);
+    if (!kerr) kerr = pthread_key_create(&g_scratch_key, scratch_dtor);
+    if (kerr) {
+        snprintf(g_engine_msg, sizeof g_engine_msg, "braze_dnnl: pthread_key_create failed: %s", strerror(kerr));
+        return;
+    }
     const char *rm = getenv("BRAZE_DNNL_RUNTIME_M");
-    if (rm && rm[0] == '1') g_runtime_m = 1;
+    if (rm && rm[0] == '1') __atomic_store_n(&g_runtime_m, 1, __ATOMIC_RELAXED);
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_SYCL
     /* The SYCL CPU runtime finds its OpenCL CPU device through the ICD loader;
      * the pip wheels (intel-opencl-rt) put libintelocl.so next to libdnnl.so
@@ -124,7 +132,12 @@ const char *braze_dnnl_runtime(void) {
 
 void braze_dnnl_set_runtime_m(int on) {
     pthread_once(&g_once, engine_init_once);
-    g_runtime_m = on ? 1 : 0;
+    __atomic_store_n(&g_runtime_m, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+int braze_dnnl_runtime_m(void) {
+    pthread_once(&g_once, engine_init_once);
+    return __atomic_load_n(&g_runtime_m, __ATOMIC_RELAXED);
 }
 
 /* One stream per calling thread (streams are not meant to be shared). */
@@ -142,6 +155,11 @@ static dnnl_stream_t get_stream(char *err, int errlen) {
 
 /* ------------------------------------------------------------------ primitive cache */
 
+/* A key is everything a primitive depends on: key[0] the kind (1 matmul, 2 batch matmul,
+ * 3 conv), key[1] the packed weight's owner id (unique in the process, never reused; 0 for
+ * batch matmul, which has no weights: its primitives are shared by every model), then the
+ * shapes, transposes, alpha, epilogue flags and mode. All float32, dense row-major or the
+ * weight's own layout (fixed by its owner). */
 #define KEYLEN 16
 typedef struct {
     int64_t key[KEYLEN];
@@ -153,7 +171,9 @@ typedef struct {
     const void *wei;             /* the weights to run with (conv; not owned unless == wei_alt) */
 } cache_entry;
 
-#define CACHE_CAP 4096 /* power of two; open addressing; full -> no caching */
+/* power of two; open addressing; full -> no caching. One table for every model in the
+ * process: sized for several models' weights times their distinct shapes. */
+#define CACHE_CAP 16384
 static cache_entry g_cache[CACHE_CAP];
 static int g_cache_count = 0;
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -216,9 +236,13 @@ static void entry_release(cache_entry *e) {
     e->wei = NULL;
 }
 
-/* Drops every entry whose key[1] (the owner id) is `owner` (tombstones keep probing valid). */
+/* Drops every entry whose key[1] (the owner id) is `owner` (tombstones keep probing valid),
+ * then empties the tombstones that end a probe chain (one followed by an empty slot), so the
+ * tombstones of models that come and go do not pile up in the shared table. No entry moves:
+ * other threads keep using theirs outside the lock. */
 static void cache_drop_owner(int64_t owner) {
     pthread_mutex_lock(&g_cache_mu);
+    int empty = -1;
     for (int i = 0; i < CACHE_CAP; i++) {
         cache_entry *e = &g_cache[i];
         if (e->used == 1 && e->key[1] == owner) {
@@ -226,11 +250,16 @@ static void cache_drop_owner(int64_t owner) {
             e->used = 2; /* tombstone */
             g_cache_count--;
         }
+        if (e->used == 0) empty = i;
+    }
+    for (int j = 1; empty >= 0 && j < CACHE_CAP; j++) { /* backwards from an empty slot */
+        int i = (empty - j) & (CACHE_CAP - 1);
+        if (g_cache[i].used == 2 && g_cache[(i + 1) & (CACHE_CAP - 1)].used == 0) g_cache[i].used = 0;
     }
     pthread_mutex_unlock(&g_cache_mu);
 }
 
-static int64_t g_next_owner = 1;
+static int64_t g_next_owner = 1; /* under g_cache_mu */
 
 /* ------------------------------------------------------------------ helpers */
 

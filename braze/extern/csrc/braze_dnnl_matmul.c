@@ -203,7 +203,8 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
     {
         /* GEMV-like calls (M <= SMALL_M) run a plain-weight runtime-M primitive: at M=1 the
          * packed-weight kernel's overhead loses to it (MLP batch 1: 2.45 -> 2.23 ms) */
-        int rm = g_runtime_m || (M <= SMALL_M && !residual); /* runtime-dim residual md: unsupported */
+        int rm = __atomic_load_n(&g_runtime_m, __ATOMIC_RELAXED) ||
+                 (M <= SMALL_M && !residual); /* runtime-dim residual md: unsupported */
         int64_t k[KEYLEN] = {1, B->owner, rm ? -1 : M, N, K, bias != NULL, residual != NULL, act, rm};
         mm_arg arg = {M, B, bias != NULL, residual != NULL, act, rm, ctx};
         e = get_entry(k, make_mm, &arg, &tmp, &is_tmp, err, errlen);
