@@ -150,7 +150,6 @@ class OneDNN:
 
 
 def mlas_linear(W: np.ndarray, threads: int):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
     N, K = W.shape

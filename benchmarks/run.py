@@ -460,14 +460,14 @@ def table_rows(doc):
         if has_braze:
             for p in peers:
                 r.append(f"{g['braze'] / g[p]:.2f}x" if "braze" in g and p in g else "—")
+        for p in plugin_refs:  # the headers' order: ratios, plugin ratios, then the machine limits
+            r.append(f"{g['braze-plugin'] / g[p]:.2f}x" if "braze-plugin" in g and p in g else "—")
         if gbs:
             v = gbs.get(key)
             r.append("—" if v is None else f"{v:.1f}" + (f" ({100 * v / copy:.0f}%)" if copy else ""))
         if gfl:
             v = gfl.get(key)
             r.append("—" if v is None else f"{v:.0f}" + (f" ({100 * v / peak:.0f}%)" if peak else ""))
-        for p in plugin_refs:
-            r.append(f"{g['braze-plugin'] / g[p]:.2f}x" if "braze-plugin" in g and p in g else "—")
         body.append(r)
     return headers, body
 

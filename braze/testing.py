@@ -129,22 +129,41 @@ def flatten_outputs(x):
         yield x
 
 
+def run_threads(work, threads: int, timeout: float = 300.0) -> list:
+    """Run ``work(t)`` for t in range(threads), each in its own thread, all released at once
+    (a barrier); the exceptions they raised, in no particular order."""
+    import threading
+    start = threading.Barrier(threads)
+    errors: list = []
+
+    def run(t):
+        try:
+            start.wait(timeout=timeout)
+            work(t)
+        except Exception as e:  # noqa: BLE001 -- returned to the caller
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=timeout)
+    return errors
+
+
 def thread_stress(fn, cases, threads: int = 8, calls: int = 50):
     """Call ``fn`` from ``threads`` threads at once, ``calls`` times each, cycling through
     ``cases`` (tuples of inputs) in a different order per thread. Every result must be
     bit-identical to a single-threaded call on the same case. Returns the mismatches as
     ``(thread, call, case index, what)``; an exception in a thread is a mismatch too."""
-    import threading
 
     def leaves(out):
         return [np.asarray(o.detach() if hasattr(o, "detach") else o) for o in flatten_outputs(out)]
 
     want = [leaves(fn(*c)) for c in cases]
     bad: list = []
-    start = threading.Barrier(threads)
 
     def work(t):
-        start.wait()
         for j in range(calls):
             i = (t + j * (t + 1)) % len(cases)
             try:
@@ -157,11 +176,7 @@ def thread_stress(fn, cases, threads: int = 8, calls: int = 50):
                     for g, w in zip(got, want[i])):
                 bad.append((t, j, i, "result differs from the single-threaded call"))
 
-    ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    bad.extend((-1, -1, -1, repr(e)) for e in run_threads(work, threads))
     return bad
 
 

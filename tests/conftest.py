@@ -21,6 +21,17 @@ def rng():
     return np.random.default_rng(0)
 
 
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory):
+    """A compile cache of the module's own, and the host's ISA (no BRAZE_ISA): use with
+    ``pytestmark = pytest.mark.usefixtures("module_cache")``."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.mktemp("braze-cache")))
+    mp.delenv("BRAZE_ISA", raising=False)
+    yield
+    mp.undo()
+
+
 def _tiny_models():
     torch = pytest.importorskip("torch")
     nn, F, Dim = torch.nn, torch.nn.functional, torch.export.Dim

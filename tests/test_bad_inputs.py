@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ import braze
 from braze.errors import BrazeError, InputError, ModelFormatError, VerifyError
 from braze.ops import Builder, tensor
 from braze.options import Options
+from braze.testing import run_threads
 
 
 @pytest.fixture(autouse=True)
@@ -263,23 +263,14 @@ def test_a_corrupted_cache_entry_is_rebuilt(tmp_path, damage):
 def test_threads_compiling_one_model_at_once_all_work(tmp_path):
     mod = _mlp()
     before = braze.stats()
-    barrier = threading.Barrier(4)
-    results, errors = {}, []
+    results = {}
 
     def work(i):
-        try:
-            barrier.wait(timeout=60)
-            m = braze.compile(mod)
-            x = np.full((i + 1, 32), 0.25, np.float32)
-            results[i] = (m(x), braze.reference.run(mod, x))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        m = braze.compile(mod)
+        x = np.full((i + 1, 32), 0.25, np.float32)
+        results[i] = (m(x), braze.reference.run(mod, x))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
+    errors = run_threads(work, 4)
     assert not errors, errors
     for got, want in results.values():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..ir.loop import Binary, Compare, Select, Unary
 from ..ops.common import promote
-from .core import (BOOL, add, cast, cmp, const, div, fconst, lowering, mul, select, sub, un, vmax,
+from .core import (BOOL, add, cast, cmp, const, div, fconst, lowering, mul, select, un, vmax,
                    vmin)
 from .index_math import broadcast_to
 

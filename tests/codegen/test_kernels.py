@@ -33,13 +33,7 @@ VBS = (0, 32, 64)
 TOL = {"f32": (1e-5, 1e-6), "f64": (1e-12, 1e-12), "transcendental": (2e-5, 2e-6), "sum": (1e-4, 1e-5)}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.mktemp("braze-cache")))
-    mp.delenv("BRAZE_ISA", raising=False)
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def compile_kernel(kernel, vb):

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import braze
 from braze.extern import onednn
 from braze.ops import Builder, tensor
 from braze.options import Options
+from braze.testing import run_threads
 
 if not onednn.available():
     pytest.skip(f"oneDNN is not installed ({onednn.PIP_INSTALL})", allow_module_level=True)
@@ -115,23 +115,13 @@ def test_models_called_from_several_threads_at_once(tmp_path):
     opts = Options(cache_dir=str(tmp_path / "cache"))
     models = [(braze.compile(_model(3, False), options=opts), 3, False),
               (braze.compile(_model(4, True), options=opts), 4, True)]
-    errors = []
-    start = threading.Barrier(4)
 
     def work(t):
-        start.wait(timeout=60)
-        try:
-            for j in range(12):
-                m, seed, softmax = models[(t + j) % 2]
-                _check(m, seed, softmax, 1 + (t * 7 + j * 5) % 40)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for j in range(12):
+            m, seed, softmax = models[(t + j) % 2]
+            _check(m, seed, softmax, 1 + (t * 7 + j * 5) % 40)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
+    errors = run_threads(work, 4)
     assert not errors, errors
 
 

@@ -21,13 +21,7 @@ from braze.ir.types import DType
 from tests.codegen.test_kernels import VBS, check, compile_kernel, f32, run_kernel
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.mktemp("braze-cache")))
-    mp.delenv("BRAZE_ISA", raising=False)
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("module_cache")
 
 
 def kernel(text: str) -> L.Kernel:

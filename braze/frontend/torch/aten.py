@@ -16,7 +16,7 @@ import operator
 
 from ...errors import UnsupportedOpError
 from ...ir.graph import Value
-from .common import ISSUES_HINT, source_loc, to_braze_dtype
+from .common import source_loc, to_braze_dtype
 from .convert import CONVERTERS, float_value, op
 
 SKIP = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range",
