@@ -26,6 +26,9 @@ from .ir.graph import ConstantRef, Module, array_digest
 STAGE_FILE = re.compile(r"^(\d\d)_([A-Za-z0-9_]+)\.(braze|loop|c)$")
 
 
+_STAGE_FILE = re.compile(r"^\d\d_\w+\.(braze|loop|c)$")
+
+
 class Dump(Instrument):
     """Write the input and each stage's text to ``directory`` (``BRAZE_DUMP``)."""
 
@@ -36,6 +39,10 @@ class Dump(Instrument):
 
     def start(self, module):
         (self.dir / "constants").mkdir(parents=True, exist_ok=True)
+        # an earlier compile's stage files (a stage list since changed, say) would read as this one's
+        for f in self.dir.iterdir():
+            if _STAGE_FILE.match(f.name) and f.is_file():
+                f.unlink()
         _logging.get("dump").info("BRAZE_DUMP: writing every stage's text to %s", self.dir.resolve())
         self._module("00_input.braze", module)
 

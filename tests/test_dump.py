@@ -62,6 +62,15 @@ def test_every_stage_resumes_to_the_same_c_and_results(tiny, name, tmp_path):
     assert again.source == src  # a second compile in one process: the same C
 
 
+def test_a_dump_directory_holds_only_the_last_compile_s_stage_files(tiny, tmp_path):
+    (tmp_path / "20_vectorize.loop").write_text("from a compile with another stage list\n")
+    (tmp_path / "notes.txt").write_text("the user's own file\n")
+    compile_to_c(tiny["cnn"][0], ISA, options=Options(dump_dir=str(tmp_path)))
+    files = stage_files(tmp_path)
+    assert "20_vectorize.loop" not in files and len(files) == len(stage_names())
+    assert (tmp_path / "notes.txt").exists()
+
+
 def test_cli_resume_checks_against_the_dumped_c(tiny, tmp_path):
     module, _ = tiny["gpt"]
     compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
