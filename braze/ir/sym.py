@@ -539,9 +539,9 @@ def _minmax(ctor, pick, args) -> IntLike:
     keep: list = []
     for a in items:
         # a is redundant if some kept b is provably never beaten by a
-        if any(_provably_le(b, a) if pick is min else _provably_le(a, b) for b in keep):
+        if any(provably_le(b, a) if pick is min else provably_le(a, b) for b in keep):
             continue
-        keep = [b for b in keep if not (_provably_le(a, b) if pick is min else _provably_le(b, a))]
+        keep = [b for b in keep if not (provably_le(a, b) if pick is min else provably_le(b, a))]
         keep.append(a)
     if len(keep) == 1:
         return keep[0]
@@ -556,8 +556,6 @@ def provably_le(a, b) -> bool:
     """True when a <= b for every value of the symbols (by interval bounds)."""
     return bounds(add(b, mul(-1, a)))[0] >= 0
 
-
-_provably_le = provably_le
 
 
 def smin(*args) -> IntLike:

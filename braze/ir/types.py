@@ -115,3 +115,22 @@ class TensorType:
 
     def __str__(self):
         return f"{self.dtype.short}[{', '.join(str(d) for d in self.shape)}]"
+
+
+class Typed:
+    """``shape``, ``dtype`` and ``rank`` read through a ``type`` (a TensorType) attribute:
+    graph values and lowering's index functions both answer them."""
+
+    __slots__ = ()
+
+    @property
+    def shape(self):
+        return self.type.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def rank(self) -> int:
+        return self.type.rank

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .types import DType, TensorType
+from .types import TensorType, Typed
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class SourceLoc:
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
-class Value:
+class Value(Typed):
     """An SSA value. Identity is the object; ``name`` is for printing."""
 
     __slots__ = ("name", "type", "producer")
@@ -43,18 +43,6 @@ class Value:
         self.name = name
         self.type = type
         self.producer = producer
-
-    @property
-    def shape(self):
-        return self.type.shape
-
-    @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def rank(self) -> int:
-        return self.type.rank
 
     def __repr__(self):
         return f"%{self.name}: {self.type}"

@@ -11,7 +11,7 @@ from ..ir import loop as L
 from ..ir.graph import Module
 from ..ir.loop import Binary, Cast, Compare, Const, Expr, IndexValue, Reduce, Select, Unary
 from ..ir.sym import IntLike
-from ..ir.types import DType, TensorType
+from ..ir.types import DType, TensorType, Typed
 from ..ops.registry import get_op
 
 
@@ -48,7 +48,7 @@ def lowered_ops() -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-class TensorFn:
+class TensorFn(Typed):
     """An index function ``idx -> Expr`` with the tensor's type. Calls are memoized
     per index, so the same element requested twice is the same Expr object."""
 
@@ -58,18 +58,6 @@ class TensorFn:
         self.fn = fn
         self.type = type
         self._memo: dict = {}
-
-    @property
-    def shape(self):
-        return self.type.shape
-
-    @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def rank(self) -> int:
-        return self.type.rank
 
     def __call__(self, idx) -> Expr:
         idx = tuple(idx)

@@ -173,6 +173,12 @@ def _lower_softmax(ctx, x, *, axis):
     return fn
 
 
+def _trailing(x, axis):
+    """(first normalized axis, the trailing axes from it, their element count)."""
+    a = axis % x.rank
+    return a, tuple(range(a, x.rank)), S.prod(x.shape[a:])
+
+
 def _affine(v, w, b, idx, a):
     if w is not None:
         v = mul(v, cast(w(tuple(idx[a:])), v.dtype))
@@ -183,10 +189,8 @@ def _affine(v, w, b, idx, a):
 
 @lowering("layer_norm")
 def _lower_layer_norm(ctx, x, weight=None, bias=None, *, axis, eps):
-    a = axis % x.rank
-    axes = tuple(range(a, x.rank))
+    a, axes, n = _trailing(x, axis)
     dt = x.dtype
-    n = S.prod(x.shape[a:])
 
     def stats(key):
         def build():
@@ -204,10 +208,8 @@ def _lower_layer_norm(ctx, x, weight=None, bias=None, *, axis, eps):
 
 @lowering("rms_norm")
 def _lower_rms_norm(ctx, x, weight=None, *, axis, eps):
-    a = axis % x.rank
-    axes = tuple(range(a, x.rank))
+    a, axes, n = _trailing(x, axis)
     dt = x.dtype
-    n = S.prod(x.shape[a:])
 
     def stats(key):
         def build():

@@ -32,20 +32,29 @@ def node_cost(e: Expr) -> int:
     return 1
 
 
-def expr_cost(e: Expr) -> int:
-    """Cost of evaluating ``e`` once; a shared sub-expression counts once (C code names it),
-    a nested ``Reduce`` counts its body once per element (not scaled by its extent)."""
-    seen: set = set()  # structurally equal nodes once, as C names them once (and a parsed kernel agrees)
-    total, stack = 0, [e]
+def split_cost(e: Expr) -> tuple[int, list]:
+    """(cost of evaluating ``e`` once outside its reductions, the Reduce nodes in it). A
+    structurally repeated sub-expression counts once: C code names it once, and a kernel
+    read back from its text counts the same."""
+    seen: set = set()
+    own, reduces, stack = 0, [], [e]
     while stack:
         x = stack.pop()
         if x in seen:
             continue
         seen.add(x)
-        if not isinstance(x, Reduce):
-            total += node_cost(x)
+        if isinstance(x, Reduce):
+            reduces.append(x)
+            continue
+        own += node_cost(x)
         stack.extend(L.children(x))
-    return total
+    return own, reduces
+
+
+def expr_cost(e: Expr) -> int:
+    """Cost of evaluating ``e`` once; each reduction inside counts its body once."""
+    own, reduces = split_cost(e)
+    return own + sum(expr_cost(r.body) for r in reduces)
 
 
 def keep_saves(cost: int, uses: int) -> int:
@@ -54,4 +63,4 @@ def keep_saves(cost: int, uses: int) -> int:
     return (uses - 1) * cost - (STORE_COST + uses + LOOP_COST)
 
 
-__all__ = ["BINARY_COST", "UNARY_COST", "expr_cost", "keep_saves", "node_cost"]
+__all__ = ["BINARY_COST", "UNARY_COST", "expr_cost", "keep_saves", "node_cost", "split_cost"]

@@ -24,8 +24,8 @@ from dataclasses import replace
 
 from ..ir import loop as L
 from ..ir import sym as S
-from ..ir.loop import For, Kernel, Let, Reduce, Store
-from .cost import STORE_COST, node_cost
+from ..ir.loop import For, Kernel, Let, Store
+from .cost import STORE_COST, split_cost
 from .nest import loop_chain, next_loop_index, subs_store, with_body
 
 GRAIN = 65536  # work units (about 2.6 us of vector code) below which threads cost more than they give
@@ -46,23 +46,13 @@ def _bound(ext: S.IntLike) -> S.IntLike:
 
 def _expr_work(e, scale: int) -> S.IntLike:
     """Units to evaluate ``e`` once (``scale``: SCALAR in scalar code, 1 in vector code); a
-    Reduce inside counts its body once per element it visits."""
-    w: S.IntLike = 0
-    own = 0
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if x in seen:  # structurally: the same count after a print and parse
-            continue
-        seen.add(x)
-        if isinstance(x, Reduce):
-            inner = 1 if x.vector else SCALAR
-            w = S.add(w, S.mul(S.prod([_bound(ext) for _, ext in x.loops]), _expr_work(x.body, inner)))
-            w = S.add(w, S.prod([_bound(ext) for _, ext in x.loops]))  # the accumulate
-            continue
-        own += node_cost(x)
-        stack.extend(L.children(x))
-    return S.add(w, own * scale)
+    Reduce inside counts its body, and an accumulate, once per element it visits."""
+    own, reduces = split_cost(e)
+    w: S.IntLike = own * scale
+    for r in reduces:
+        n = S.prod([_bound(ext) for _, ext in r.loops])
+        w = S.add(w, S.mul(n, S.add(_expr_work(r.body, 1 if r.vector else SCALAR), 1)))
+    return w
 
 
 def _work(stmts, scale: int = SCALAR) -> S.IntLike:
