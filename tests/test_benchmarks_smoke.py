@@ -100,3 +100,18 @@ def test_report_shows_both_plugin_counters():
     rows = {r[1]: r[5] for r in run.prep_rows(doc)[1]}
     assert rows == {"inductor": "0", "braze-plugin": "dynamo_graphs 1, native_compiles 2"}
     assert "dynamo_graphs 1, native_compiles 2" in run.to_markdown(doc)
+
+
+def test_dynamic_price_writes_its_table(tmp_path):
+    """benchmarks.dynamic_price on the MLP at one tiny shape: dynamic and static compiles
+    called in turn, the first call at a new shape, JSON and markdown written."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.dynamic_price", "--models", "mlp", "--shapes", "tiny",
+                        "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "dynamic.json").read_text())
+    (row,) = doc["results"][0]["shapes"]
+    assert row["dims"] == {"batch": 2} and row["rounds"] >= 10
+    for k in ("first_ms", "dynamic_ms", "static_ms"):
+        assert row[k] > 0
+    assert "| mlp | batch=2 |" in (tmp_path / "dynamic.md").read_text()

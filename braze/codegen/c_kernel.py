@@ -127,6 +127,8 @@ class _Gen:
         self.frees: list = []  # per open block: the buffers it allocated
         self.hoisted: set = set()  # Allocs made before an enclosing loop
         self.tail_of = None  # the vector loop whose scalar remainder is being emitted
+        # output buffer -> the C flag that streams its vector stores past the caches
+        self.stream: dict = {}
 
     # --- output -------------------------------------------------------------
     def line(self, s: str):
@@ -590,7 +592,11 @@ class _Gen:
             code, vec = self.emit(s.value)
             if not vec:
                 code = self.vx(s.value)
-            self.line(f"bz_st(&{buffer_cname(s.buffer)}[{self.offset(s.index)}], {code});")
+            flag = self.stream.get(s.buffer.name)
+            if flag:
+                self.line(f"bz_st_nt(&{buffer_cname(s.buffer)}[{self.offset(s.index)}], {code}, {flag});")
+            else:
+                self.line(f"bz_st(&{buffer_cname(s.buffer)}[{self.offset(s.index)}], {code});")
             return
         self.line(f"{buffer_cname(s.buffer)}[{self.offset(s.index)}] = {self.sx(s.value)};")
 
@@ -646,7 +652,10 @@ class _Gen:
             self.line("}")
             return
         allocs = self.invariant_allocs(f)
-        if allocs:
+        # streamed stores drain (sfence) on each thread before the region ends
+        fence = f.kind == "parallel" and bool(self.stream) and self.vvar is None
+        block = bool(allocs) or fence
+        if block:
             if f.kind == "parallel":
                 cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None else ""
                 self.line(f"#pragma omp parallel{cond}")
@@ -655,8 +664,9 @@ class _Gen:
             for a in allocs:
                 self.alloc(a.buffer)
         if f.kind == "parallel":
-            cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None and not allocs else ""
-            self.line(f"#pragma omp {'for' if allocs else 'parallel for'} schedule(static){cond}")
+            cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None and not block else ""
+            self.line(f"#pragma omp {'for' if block else 'parallel for'} schedule(static){' nowait' if fence else ''}"
+                      f"{cond}")
         elif f.kind == "unroll":
             self.line("#pragma GCC unroll 4")
         self.line(f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{")
@@ -666,7 +676,9 @@ class _Gen:
         self.pop()
         self.ind -= 1
         self.line("}")
-        if allocs:
+        if block:
+            if fence:
+                self.line("bz_sfence();")
             for a in allocs:
                 self.line(f"free({buffer_cname(a.buffer)});")
             self.ind -= 1
@@ -684,8 +696,28 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
     vb = vector_bytes_of(isa)
     g = _Gen(kernel, vb)
     params = ", ".join(f"{t} {n}" for t, n in kernel_signature(kernel)) or "void"
+    streamed = _streamed_outputs(kernel) if vb else []
+    for b in streamed:
+        g.stream[b.name] = flag = f"nt_{buffer_cname(b)}"
+        g.line(f"const int {flag} = (double)({g.ic(b.numel())}) * {b.dtype.itemsize} >= {STREAM_BYTES}.0;")
     g.body(kernel.body)
+    if streamed:
+        g.line("bz_sfence();")
     return (f"static void {kernel.name}({params}) {{\n" + "\n".join(g.lines) + "\n}\n")
+
+
+# Output bytes from which a kernel's vector stores bypass the caches (non-temporal): no read
+# for ownership, no eviction of what the kernel still reads. Measured here (2 threads,
+# x + 1 over float32 arrays; 480 MiB L3 shared with other tenants): streaming costs 5% at
+# 32 MiB, gains 10% at 64 MiB and 58% at 96 MiB.
+STREAM_BYTES = 48 << 20
+
+
+def _streamed_outputs(kernel: Kernel) -> list:
+    """Float32 outputs that a vector loop stores: their stores may stream (bz_st_nt)."""
+    stored = {s.buffer.name for f in L.walk_stmts(kernel.body) if isinstance(f, For) and f.kind == "vector"
+              for s in L.walk_stmts(f.body) if isinstance(s, Store)}
+    return [b for b in kernel.outputs() if b.dtype == F32 and b.name in stored]
 
 
 __all__ = ["c_prelude", "kernel_entry", "kernel_signature", "kernel_to_c", "vector_bytes_of"]

@@ -339,6 +339,8 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_free_packed_conv": (None, [vp]),
         "braze_packed_conv_layouts": (i32, [vp]),
         "braze_conv2d": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
+        "braze_matmul_prepare": (i32, [i64, vp, i32, i32, i32]),
+        "braze_conv2d_prepare": (i32, [i64, i64, i64, vp, i32, i32, i32]),
     }
     del fp
     for name, (res, args) in sig.items():

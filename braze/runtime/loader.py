@@ -147,7 +147,6 @@ class NativeModel:
         return NativeFunction(self, symbol, param_specs, result_specs)
 
 
-_NUMPY_BACKED = 1 << 20  # bytes: torch outputs this large are NumPy arrays underneath
 
 
 class _Call:
@@ -199,6 +198,8 @@ class NativeFunction:
         self._n_out = len(self.results)
         self._res_codes = [None if s.dtype is None else T.DTYPE_CODE[s.dtype] for s in self.results]
         self._res_ranks = [s.rank for s in self.results]
+        # the previous call's outputs may still be alive while this call fills its own
+        self._pool = T.BlockPool(keep=2 * self._n_out + 2)
 
     def __repr__(self):
         return f"NativeFunction({self.symbol!r}, {len(self.params)} inputs, {len(self.results)} outputs)"
@@ -324,17 +325,16 @@ class NativeFunction:
             n = np_dt.itemsize
             for d in shape:
                 n *= d
-            if n >= _NUMPY_BACKED and np_dt.kind in "fiub":
-                # NumPy asks for huge pages for large arrays (madvise): chain_ln's 32 MiB
-                # output page-faulted 8193 times a call through torch.empty, 528 this way
-                # (8192 rows: 17.1 -> 11.8 ms a call); the tensor keeps the array alive
-                a = T.aligned_empty(shape, np_dt)
+            if n >= T.POOLED and np_dt.kind in "fiub":
+                # NumPy-backed, from the pool: torch.empty's fresh 32 MiB (chain_ln, 8192 rows)
+                # page-faulted 8193 times a call; the tensor keeps the array alive
+                a = T.aligned_empty(shape, np_dt, pool=self._pool)
                 state.outputs[index] = torch.from_numpy(a)
                 return addressof(_from_buffer(a))
             t = torch.empty(shape, dtype=T.code_torch_dtype(dtype))
             state.outputs[index] = t
             return t.data_ptr() or _EMPTY_ADDR
-        a = T.aligned_empty(shape, T.code_np_dtype(dtype))
+        a = T.aligned_empty(shape, T.code_np_dtype(dtype), pool=self._pool)
         state.outputs[index] = a
         try:
             return addressof(_from_buffer(a))

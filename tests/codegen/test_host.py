@@ -63,6 +63,20 @@ def test_library_calls_take_their_post_ops_and_memory_from_the_ir():
             "(float *)out_0, err, errlen)") in body
 
 
+def test_a_new_shape_prepares_every_library_call_in_parallel_first():
+    """Before the first library call, at symbols this thread has not run with this model, the
+    entry creates every call's primitive in one OpenMP loop: each prepare mirrors its call's
+    shape, weight and epilogue."""
+    src = emit()
+    body = src[src.index("static int32_t braze_main_body"):]
+    prep = body.index("#pragma omp parallel for schedule(dynamic, 1)")
+    assert prep < body.index("braze_matmul(sym_n")
+    assert "const int64_t now_syms[1] = {sym_n};" in body
+    assert "case 0: (void)braze_matmul_prepare(sym_n, M->pb[0], 1, 1, 3); break;" in body
+    assert "case 1: (void)braze_matmul_prepare(sym_n, M->pb[1], 0, 0, 0); break;" in body
+    assert "if (seen_model != M || memcmp(seen_syms, now_syms, sizeof now_syms))" in body
+
+
 def test_every_post_op_activation_has_its_library_code():
     from braze.codegen.host import ACTIVATION_CODES
     from braze.passes.offload import ACTIVATIONS

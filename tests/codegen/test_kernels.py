@@ -405,6 +405,28 @@ def test_rms_norm_stitch(vb):
           kernel_check=lambda k: _stitch_structure(k, kept=1))  # silu(x): in the mean square and the result
 
 
+@pytest.mark.parametrize("vb", VBS)
+def test_streamed_stores_give_the_same_values(vb, monkeypatch):
+    """Outputs of STREAM_BYTES and more are stored past the caches (bz_st_nt) where a vector
+    is aligned, plainly where not (odd row lengths: most rows start unaligned), then fenced:
+    with the threshold at 0 every output streams, and the values are the reference's."""
+    from braze.codegen import c_kernel
+    monkeypatch.setattr(c_kernel, "STREAM_BYTES", 0)
+    b = Builder()
+    T, H = b.sym("T"), b.sym("H")
+    x = b.param("x", tensor("f32", T, H))
+    w = b.param("w", tensor("f32", H))
+    y = b.rms_norm(b.silu(x), w)
+    b.ret(b.add(y, x), b.mul(x, b.constant(np.float32(3.0))))
+    kernel = check(b, lambda rng, t, h: [f32(rng, t, h), f32(rng, h)], ODD + [(300, 64), (7, 4099)], vbs=(vb,),
+                   tol="transcendental")
+    src = kernel_to_c(kernel, vb)
+    if vb:
+        assert src.count("bz_st_nt(") >= 2 and "bz_sfence();" in src, src
+    else:
+        assert "bz_st_nt" not in src
+
+
 def test_layer_norm_multi_axis_and_batch_norm():
     b = Builder()
     B, C, HW = b.sym("B"), b.sym("C"), b.sym("HW")

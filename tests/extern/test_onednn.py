@@ -179,6 +179,35 @@ def test_batch_matmul(lib, ta, tb, shape):
 
 
 
+def test_batch_matmul_is_one_primitive_for_every_m_n_k(lib):
+    """M, N and K are runtime dims of the batched matmul's primitive: attention at a new
+    sequence length creates none (a decode step's lengths change every call), and every
+    size still gives the product; another batch shape or transpose is another primitive."""
+    rng = np.random.default_rng(11)
+    err = _err()
+    created, hits = C.c_int64(), C.c_int64()
+
+    def run(Bt, M, N, K, tb=1):
+        A = rng.standard_normal((Bt, M, K), dtype=np.float32)
+        Bm = rng.standard_normal((Bt, N, K) if tb else (Bt, K, N), dtype=np.float32)
+        out = np.empty((Bt, M, N), np.float32)
+        assert lib.braze_batch_matmul(Bt, M, N, K, _p(A), 0, _p(Bm), tb, 1.0, _p(out), err, ERRLEN) == 0, err.value
+        _close(out, A.astype(np.float64) @ (Bm.transpose(0, 2, 1) if tb else Bm).astype(np.float64))
+
+    run(6, 5, 5, 16)
+    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+    c0 = created.value
+    for n in (1, 6, 17, 64, 129):
+        run(6, n, n, 16)
+        run(6, 1, n, 16)  # a decode step: one query row against n keys
+        run(6, n, 16, n, tb=0)  # scores times values: K is the length
+    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+    assert created.value - c0 == 1  # the tb=0 form, once
+    run(7, 5, 5, 16)
+    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+    assert created.value - c0 == 2
+
+
 @pytest.mark.parametrize("tb", [0, 1])
 @pytest.mark.parametrize("ab,bb", [((2, 1), (1, 3)), ((1, 4), (5, 4)), ((3,), (1,)), ((1,), (1,)),
                                    ((2, 1, 3), (2, 4, 1))])
@@ -291,6 +320,96 @@ def test_conv_weight_layouts_shared_across_shapes(lib):
         lib.braze_free_packed_conv(pc)
     assert layouts[-1] > 1, layouts  # the re-laid-out path ran
     assert layouts[-2:] == layouts[2:4], layouts  # repeated shapes add no layout
+
+
+def _stats(lib):
+    created, hits = C.c_int64(), C.c_int64()
+    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+    return created.value, hits.value
+
+
+def _packed_linear_and_conv(lib, rng, nk, oihw, pad):
+    """A random [N, K] linear weight and OIHW conv weight (stride 1, NHWC), both packed."""
+    err = _err()
+    W = rng.standard_normal(nk, dtype=np.float32)
+    Wc = rng.standard_normal(oihw, dtype=np.float32)
+    pb = lib.braze_pack_b_err(_p(W), *nk, 1, err, ERRLEN)
+    pc = lib.braze_pack_conv_weights(_p(Wc), *oihw, 1, 1, 1, pad, pad, pad, pad, 1, 1, 1, err, ERRLEN)
+    assert pb and pc, err.value
+    return W, pb, Wc, pc
+
+
+def test_prepare_creates_what_the_call_then_runs(lib):
+    """braze_matmul_prepare / braze_conv2d_prepare create the primitive of the call with the
+    same shape and epilogue and run nothing: the call then hits the cache. A second prepare
+    creates nothing; bad arguments return 1 (the call reports them), never crash."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(12)
+    err = _err()
+    W, pb, Wc, pc = _packed_linear_and_conv(lib, rng, (24, 16), (8, 4, 3, 3), pad=1)
+    try:
+        for M, act in ((7, 0), (33, 2)):
+            assert lib.braze_matmul_prepare(M, pb, 1, 1, act) == 0
+            c0 = _stats(lib)[0]
+            assert lib.braze_matmul_prepare(M, pb, 1, 1, act) == 0 and _stats(lib)[0] == c0
+            A = rng.standard_normal((M, 16), dtype=np.float32)
+            bias = rng.standard_normal(24, dtype=np.float32)
+            res = rng.standard_normal((M, 24), dtype=np.float32)
+            out = np.empty((M, 24), np.float32)
+            assert lib.braze_matmul(M, 24, 16, _p(A), pb, _p(bias), _p(res), act, _p(out), err, ERRLEN) == 0
+            assert _stats(lib)[0] == c0  # the prepared primitive ran
+            _close(out, _epilogue(A.astype(np.float64) @ W.T.astype(np.float64) + bias, act, res))
+        assert lib.braze_conv2d_prepare(2, 9, 11, pc, 0, 0, 1) == 0
+        c0 = _stats(lib)[0]
+        X = rng.standard_normal((2, 4, 9, 11), dtype=np.float32)
+        out = np.empty((2, 9, 11, 8), np.float32)
+        Xl = np.ascontiguousarray(X.transpose(0, 2, 3, 1))
+        assert lib.braze_conv2d(2, 9, 11, _p(Xl), pc, None, None, 1, 9, 11, _p(out), err, ERRLEN) == 0, err.value
+        assert _stats(lib)[0] == c0
+        ref = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(X).double(), torch.from_numpy(Wc).double(),
+                                                    padding=1))
+        _close(out, ref.numpy().transpose(0, 2, 3, 1))
+        for bad in ((0, pb, 0, 0, 0), (3, None, 0, 0, 0), (3, pb, 0, 0, 99)):
+            assert lib.braze_matmul_prepare(*bad) == 1
+        for bad in ((0, 9, 11, pc, 0, 0, 0), (1, 9, 11, None, 0, 0, 0), (1, -2, 11, pc, 0, 0, 0)):
+            assert lib.braze_conv2d_prepare(*bad) == 1
+    finally:
+        lib.braze_free_packed_b(pb)
+        lib.braze_free_packed_conv(pc)
+
+
+def test_threads_creating_the_same_new_primitives_at_once_agree(lib):
+    """Primitives are created outside the cache's lock: 8 threads asking at once for the same
+    new shapes (and for the same conv weight's other layouts) each get a working primitive,
+    and the cache keeps one entry per shape."""
+    from braze.testing import run_threads
+    rng = np.random.default_rng(13)
+    W, pb, Wc, pc = _packed_linear_and_conv(lib, rng, (32, 24), (256, 64, 1, 1), pad=0)
+    Ms = [3, 5, 9, 17, 40]
+    HWs = [1, 3, 7]
+    As = {M: rng.standard_normal((M, 24), dtype=np.float32) for M in Ms}
+    Xs = {hw: rng.standard_normal((1, hw, hw, 64), dtype=np.float32) for hw in HWs}
+
+    def work(t):
+        e = _err()
+        for M in Ms[t % 2:] + Ms[:t % 2]:
+            out = np.empty((M, 32), np.float32)
+            assert lib.braze_matmul(M, 32, 24, _p(As[M]), pb, None, None, 0, _p(out), e, ERRLEN) == 0, e.value
+            _close(out, As[M].astype(np.float64) @ W.T.astype(np.float64))
+        for hw in HWs:
+            out = np.empty((1, hw, hw, 256), np.float32)
+            assert lib.braze_conv2d(1, hw, hw, _p(Xs[hw]), pc, None, None, 0, hw, hw, _p(out), e, ERRLEN) == 0, \
+                e.value
+            ref = np.einsum("nhwc,oc->nhwo", Xs[hw].astype(np.float64), Wc[:, :, 0, 0].astype(np.float64))
+            _close(out, ref)
+    try:
+        assert run_threads(work, 8) == []
+        c0 = _stats(lib)[0]
+        work(0)  # every shape is in the cache now
+        assert _stats(lib)[0] == c0
+    finally:
+        lib.braze_free_packed_b(pb)
+        lib.braze_free_packed_conv(pc)
 
 
 def test_errors_are_reported_not_fatal(lib):

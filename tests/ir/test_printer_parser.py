@@ -204,7 +204,6 @@ def test_symbol_ranges_normalize_expressions():
 
 
 def test_clashing_value_names_get_suffixes():
-    from braze.ir.graph import Node, Value
     b = Builder()
     x = b.param("x", tensor("f32", 4))
     c = b.constant(np.zeros(4, np.float32), name="x")  # named like the parameter

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from braze.errors import VerifyError
-from braze.ir import Module, Sym, parse, verify
-from braze.ir import sym as S
-from braze.ir.graph import Function, Node, SourceLoc, Value
-from braze.ir.types import DType, TensorType
+from braze.ir import Sym, parse, verify
+from braze.ir.graph import Node, SourceLoc, Value
+from braze.ir.types import DType
 from braze.ops import Builder, all_ops, tensor
 
 pytestmark = pytest.mark.skipif(not {"add", "neg", "split", "layer_norm", "reshape", "softmax"} <= set(all_ops()),

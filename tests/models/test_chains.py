@@ -37,3 +37,18 @@ def test_gemm_block_is_one_gemm_with_post_ops_then_a_stitch_and_matches_eager():
             want = zm.module(*x).numpy()
         assert_close(cm(*x).numpy(), want, rtol=1e-4, atol=1e-4, what=f"block at {dims}")
         assert zm.flops(**dims) == 2 * dims["rows"] * 768 * 768
+
+
+def test_chain_output_above_the_streaming_threshold_matches_eager():
+    """16,385 rows of 768 (50 MB out): the kernel streams its stores past the caches
+    (codegen STREAM_BYTES), and gives eager's values, twice in a row (the second call's
+    output is a reused block: runtime BlockPool)."""
+    from braze.codegen.c_kernel import STREAM_BYTES
+    zm = zoo.get("chain_rms")
+    rows = STREAM_BYTES // (768 * 4) + 1
+    cm = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)
+    x = zm.make_inputs(rows=rows)
+    with torch.no_grad():
+        want = zm.module(*x).numpy()
+    for _ in range(2):
+        assert_close(cm(*x).numpy(), want, rtol=1e-5, atol=1e-5, what=f"chain_rms at {rows} rows")

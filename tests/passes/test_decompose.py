@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from braze import ir
-from braze.ir import sym as S
 from braze.ops import Builder, tensor
 from braze.passes import copy_module, decompose
 

@@ -9,7 +9,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import braze  # noqa: E402
 from braze.errors import BrazeWarning  # noqa: E402
 
 nn = torch.nn

@@ -122,8 +122,59 @@ def test_large_torch_outputs_are_numpy_backed_tensors(add1):
     assert torch.equal(y, x + 1) and y.data_ptr() % 64 == 0
     y += 1  # writable, and it is the data the kernel wrote
     assert torch.equal(y, x + 2)
-    z = add1(x)  # a fresh buffer every call: y keeps its values
+    z = add1(x)  # y is alive: z gets another block, and y keeps its values
     assert z.data_ptr() != y.data_ptr() and torch.equal(y, x + 2) and torch.equal(z, x + 1)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_large_outputs_reuse_a_dropped_block_and_never_a_live_one(add1, kind):
+    """Outputs of 1 MiB and more come from the function's BlockPool: a block whose output
+    the caller dropped is used again (no fresh pages to fault in and zero), one the caller
+    still holds, directly or through a view, never is."""
+    x = np.arange(512 * 1024, dtype=np.float32).reshape(512, 1024)  # 2 MiB
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        x = torch.from_numpy(x)
+    ptr = (lambda t: t.data_ptr()) if kind == "torch" else (lambda a: a.ctypes.data)
+    y = add1(x)
+    first = ptr(y)
+    del y
+    gc.collect()
+    y = add1(x)
+    assert ptr(y) == first  # the dropped block again
+    view = y[3:5]
+    del y
+    z = add1(x)
+    assert ptr(z) != first and (view == x[3:5] + 1).all()  # the view keeps its block
+    z2 = add1(x)
+    assert len({ptr(z), ptr(z2), first}) == 3 and (z == z2).all()
+
+
+def test_block_pool_holds_at_most_keep_blocks():
+    from braze.runtime.tensors import BlockPool
+    pool = BlockPool(keep=2)
+    live = [pool.take(1 << 20) for _ in range(4)]  # held by the caller: four distinct blocks
+    assert len({a.ctypes.data for a in live}) == 4 and len(pool._blocks) == 2
+    kept = pool._blocks[0].ctypes.data
+    del live
+    again = pool.take(1 << 20)
+    assert again.ctypes.data == kept and len(pool._blocks) == 2
+    assert pool.take(4 << 20).size == 4 << 20  # too small blocks are not used for a large request
+    assert pool.take(1 << 18).size == 1 << 18  # nor are much larger ones for a small request
+
+
+def test_pooled_outputs_from_many_threads_are_distinct(add1):
+    """8 threads calling at once each get their own output block, with their own values."""
+    from braze.testing import run_threads
+    xs = [np.full((512, 1024), t, np.float32) for t in range(8)]
+
+    def work(t):
+        for _ in range(20):
+            outs = [add1(xs[t]) for _ in range(2)]
+            assert outs[0].ctypes.data != outs[1].ctypes.data
+            for o in outs:
+                assert (o == t + 1).all()
+    assert run_threads(work, 8) == []
 
 
 def test_mixed_kinds_give_torch(multi):

@@ -120,6 +120,8 @@ BZ_INLINE float bz_i2f_bits(int32_t i) { float x; __builtin_memcpy(&x, &i, 4); r
 #define BZ_ABS(x) bz_i2f_bits(bz_f2i_bits(x) & 0x7fffffff)
 #define BZ_MAX(a, b) bz_maxf((a), (b))
 #define BZ_MIN(a, b) bz_minf((a), (b))
+#define BZ_CLAMP_HI(a, c) ((a) < (c) ? (a) : (c))
+#define BZ_CLAMP_LO(a, c) ((a) > (c) ? (a) : (c))
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define BZ_SCALEF(y, n) _mm_cvtss_f32(_mm_scalef_ss(_mm_set_ss(y), _mm_set_ss(n)))
@@ -146,6 +148,33 @@ BZ_INLINE bz_vf bz_vmax(bz_vf a, bz_vf b) { return bz_sel((a > b) | (a != a), a,
 BZ_INLINE bz_vf bz_vmin(bz_vf a, bz_vf b) { return bz_sel((a < b) | (a != a), a, b); }
 BZ_INLINE bz_vf bz_vabs(bz_vf x) { return (bz_vf)((bz_vi)x & 0x7fffffff); }
 BZ_INLINE bz_vf bz_vm2f(bz_vi m) { return bz_sel(m, bz_splat(1.0f), bz_splat(0.0f)); }
+
+/* a store past the caches (large outputs: no read for ownership, no eviction of what the
+ * kernel still reads) where nt is set and p is aligned, else a plain store; the kernel ends
+ * each thread's streamed stores with bz_sfence() */
+#if defined(__AVX512F__) && BZ_VB == 64
+#define BZ_STREAM(p, v) _mm512_stream_ps((p), (__m512)(v))
+#elif defined(__AVX__) && BZ_VB == 32
+#define BZ_STREAM(p, v) _mm256_stream_ps((p), (__m256)(v))
+#elif defined(__SSE__) && BZ_VB == 16
+#include <xmmintrin.h>
+#define BZ_STREAM(p, v) _mm_stream_ps((p), (__m128)(v))
+#endif
+BZ_INLINE void bz_st_nt(float *p, bz_vf v, int nt) {
+#ifdef BZ_STREAM
+    if (nt && !((uintptr_t)p & (BZ_VB - 1))) {
+        BZ_STREAM(p, v);
+        return;
+    }
+#endif
+    (void)nt;
+    bz_st(p, v);
+}
+BZ_INLINE void bz_sfence(void) {
+#ifdef BZ_STREAM
+    _mm_sfence();
+#endif
+}
 
 /* pairwise: log2(VL) roundings on any lane's path, and VL equal lanes sum exactly */
 BZ_INLINE float bz_hsum(bz_vf v) {
@@ -249,12 +278,25 @@ BZ_INLINE bz_vf bz_vfma(bz_vf a, bz_vf b, bz_vf c) {
 #define BZ_MAX(a, b) bz_vmax((a), (b))
 #define BZ_MIN(a, b) bz_vmin((a), (b))
 #if defined(__AVX512F__) && BZ_VB == 64
+#define BZ_CLAMP_HI(a, c) ((bz_vf)_mm512_min_ps((__m512)(a), (__m512)(c)))
+#define BZ_CLAMP_LO(a, c) ((bz_vf)_mm512_max_ps((__m512)(a), (__m512)(c)))
+#elif defined(__AVX__) && BZ_VB == 32
+#define BZ_CLAMP_HI(a, c) ((bz_vf)_mm256_min_ps((__m256)(a), (__m256)(c)))
+#define BZ_CLAMP_LO(a, c) ((bz_vf)_mm256_max_ps((__m256)(a), (__m256)(c)))
+#elif defined(__SSE__) && BZ_VB == 16
+#define BZ_CLAMP_HI(a, c) ((bz_vf)_mm_min_ps((__m128)(a), (__m128)(c)))
+#define BZ_CLAMP_LO(a, c) ((bz_vf)_mm_max_ps((__m128)(a), (__m128)(c)))
+#else
+#define BZ_CLAMP_HI(a, c) bz_sel((a) < (c), (a), (c))
+#define BZ_CLAMP_LO(a, c) bz_sel((a) > (c), (a), (c))
+#endif
+#if defined(__AVX512F__) && BZ_VB == 64
 #define BZ_SCALEF(y, n) ((bz_vf)_mm512_scalef_ps((__m512)(y), (__m512)(n)))
 #endif
 #include "braze_vmath.h" /* undefines the BZ_* macros it took */
 
 /* sin, cos, tanh, expm1: glibc's vector math (libmvec, <= 4 ulp; sin and cos measured 7.7-9.7x
- * faster than libm lane by lane, tanh 1.6x and expm1 1.35x faster than braze_vmath.h's: see
+ * faster than libm lane by lane, tanh 1.9x and expm1 1.5x faster than braze_vmath.h's: see
  * benchmarks/math_ulp.py) when the toolchain links it (BZ_HAVE_MVEC, set by
  * braze/codegen/isa.py); else libm per lane (sin, cos) or braze_vmath.h (tanh, expm1). The
  * scalar forms run one lane of the same vector call, so a vector loop's remainder, and

@@ -73,6 +73,12 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
                  const float *bias, const float *residual, int act, float *C,
                  char *err, int errlen);
 
+/* Creates, if new, the primitive that braze_matmul(M, N, K, ..., B, bias, residual, act)
+ * runs (has_bias / has_res: whether those are non-NULL), and runs nothing: a model's
+ * entry creates a new shape's primitives in parallel before its first call at that shape.
+ * 0 when the primitive is ready; 1 when not (the call itself then reports why). */
+int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int has_res, int act);
+
 /* Batched, both operands activations: for b in [0,batch):
  * C[b] = alpha * op(A[b]) @ op(Bm[b]), op(A) is [M,K], op(Bm) is [K,N].
  * transA=0: A[b] is [M,K]; transA=1: A[b] is [K,M]. transB=0: Bm[b] is [K,N];
@@ -113,6 +119,10 @@ int braze_packed_conv_layouts(const braze_packed_conv *P);
 int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X,
                  const braze_packed_conv *P, const float *bias, const float *residual,
                  int act, int64_t OH, int64_t OW, float *Y, char *err, int errlen);
+
+/* As braze_matmul_prepare, for braze_conv2d(N, H, W, ..., P, bias, residual, act, ...). */
+int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
+                         int act);
 
 #ifdef __cplusplus
 }

@@ -203,7 +203,11 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
     {
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DN(dnnl_memory_desc_clone(&e->wei_md, want));
+        /* P's other layouts are shared by its entries, which may be created at once (the
+         * cache lock guards them; the reorder runs outside it) */
+        pthread_mutex_lock(&g_cache_mu);
         e->wei = dnnl_memory_desc_equal(want, P->md) ? P->data : conv_find_alt(P, want);
+        pthread_mutex_unlock(&g_cache_mu);
         if (!e->wei) {
             void *data = aligned_alloc64(dnnl_memory_desc_get_size(want));
             if (!data) {
@@ -214,11 +218,19 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
                 free(data);
                 goto fail;
             }
-            e->wei = data;
-            if (P->n_alt < CONV_MAX_ALT && !dnnl_memory_desc_clone(&P->alt_md[P->n_alt], want))
-                P->alt_data[P->n_alt++] = data;
-            else
-                e->wei_alt = data; /* owned by this entry */
+            pthread_mutex_lock(&g_cache_mu);
+            void *other = conv_find_alt(P, want); /* made meanwhile by another thread */
+            if (other) {
+                e->wei = other;
+                free(data);
+            } else {
+                e->wei = data;
+                if (P->n_alt < CONV_MAX_ALT && !dnnl_memory_desc_clone(&P->alt_md[P->n_alt], want))
+                    P->alt_data[P->n_alt++] = data;
+                else
+                    e->wei_alt = data; /* owned by this entry */
+            }
+            pthread_mutex_unlock(&g_cache_mu);
         }
     }
     DN(clone_scratch_md(pd, &e->scratch_md));
@@ -232,6 +244,29 @@ fail:
     if (wany) dnnl_memory_desc_destroy(wany);
     if (bias) dnnl_memory_desc_destroy(bias);
     return rc;
+}
+
+static cache_entry *conv_entry(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias,
+                               int has_res, int act, const char *ctx, cache_entry *tmp, int *is_tmp, char *err,
+                               int errlen) {
+    int64_t k[KEYLEN] = {3, P->owner, N, H, W, has_bias, has_res, act};
+    conv_arg arg = {P, N, H, W, has_bias, has_res, act, ctx};
+    return get_entry(k, make_conv, &arg, tmp, is_tmp, err, errlen);
+}
+
+int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
+                         int act) {
+    char err[256], ctx[64] = "braze_conv2d_prepare";
+    dnnl_alg_kind_t alg;
+    float al;
+    if (!P || N <= 0 || H <= 0 || W <= 0 || CONV_OH(P, H) <= 0 || CONV_OW(P, W) <= 0 ||
+        act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err))
+        return 1;
+    cache_entry tmp;
+    int is_tmp = 0;
+    cache_entry *e = conv_entry(N, H, W, P, has_bias, has_res, act, ctx, &tmp, &is_tmp, err, sizeof err);
+    if (is_tmp) entry_release(&tmp);
+    return e == NULL;
 }
 
 int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P,
@@ -278,12 +313,8 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
     }
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
-    {
-        int64_t k[KEYLEN] = {3, P->owner, N, H, W, bias != NULL, residual != NULL, act};
-        conv_arg arg = {P, N, H, W, bias != NULL, residual != NULL, act, ctx};
-        e = get_entry(k, make_conv, &arg, &tmp, &is_tmp, err, errlen);
-        if (!e) return 1;
-    }
+    e = conv_entry(N, H, W, P, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);
+    if (!e) return 1;
     if (conv_mds(P, N, H, W, 0, &src, NULL, &dst)) {
         set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
         goto fail;

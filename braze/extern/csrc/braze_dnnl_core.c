@@ -410,8 +410,6 @@ static dnnl_status_t make_attr(dnnl_primitive_attr_t *attr, int act, const_dnnl_
 
 
 
-/* Finds or creates the cache entry for key k; `make` fills it. On a full
- * cache the entry is built in *tmp and the caller must release it. */
 typedef int (*make_fn)(cache_entry *e, void *arg, char *err, int errlen);
 
 static cache_entry *get_entry(const int64_t *k, make_fn make, void *arg, cache_entry *tmp,
@@ -424,23 +422,33 @@ static cache_entry *get_entry(const int64_t *k, make_fn make, void *arg, cache_e
         pthread_mutex_unlock(&g_cache_mu);
         return e;
     }
-    /* create under the lock: simple, and creation is rare (once per shape) */
-    e = cache_insert(k);
-    if (!e) {
-        memset(tmp, 0, sizeof *tmp);
-        e = tmp;
-        *is_tmp = 1;
-    }
-    g_created++;
-    if (make(e, arg, err, errlen)) {
-        entry_release(e);
-        if (!*is_tmp) {
-            e->used = 2;
-            g_cache_count--;
-        }
-        pthread_mutex_unlock(&g_cache_mu);
+    pthread_mutex_unlock(&g_cache_mu);
+    /* create outside the lock, so that a new shape's primitives can be created in parallel
+     * (braze_*_prepare); then insert, unless another thread was first */
+    cache_entry made;
+    memset(&made, 0, sizeof made);
+    if (make(&made, arg, err, errlen)) {
+        entry_release(&made);
         return NULL;
     }
+    pthread_mutex_lock(&g_cache_mu);
+    g_created++;
+    e = cache_find(k);
+    if (e) {
+        pthread_mutex_unlock(&g_cache_mu);
+        entry_release(&made);
+        return e;
+    }
+    e = cache_insert(k);
+    if (!e) { /* the table is full: the caller uses this primitive once and releases it */
+        pthread_mutex_unlock(&g_cache_mu);
+        *tmp = made;
+        *is_tmp = 1;
+        return tmp;
+    }
+    memcpy(made.key, e->key, sizeof made.key);
+    made.used = 1;
+    *e = made;
     pthread_mutex_unlock(&g_cache_mu);
     return e;
 }

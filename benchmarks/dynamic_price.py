@@ -1,0 +1,112 @@
+"""The price of staying dynamic: one dynamic braze compile against a compile specialised
+to each shape, and the first call at a shape never seen before.
+
+    python -m benchmarks.dynamic_price [--models llama,bert,resnet50] [--shapes full]
+                                       [--threads 2] [--min-time 1.0] [--out benchmarks/results]
+
+Per model, in one process: ``braze.compile`` with the zoo's dynamic dims, called once at
+the export example's shape (so later shapes are new to it, and one-time set-up is not
+counted). Then per shape (benchmarks.run's shape lists):
+
+* first call: the dynamic model's first call at this shape (shape-specific set-up:
+  oneDNN primitives, output and scratch pages), against its steady call;
+* dynamic / static: ``braze.compile`` of the same module with no dynamic dims at this
+  shape's inputs, then the two called in turn (interleaved, so machine noise hits both)
+  until ``--min-time`` seconds and >= 10 rounds; medians.
+
+Writes ``dynamic.json`` and ``dynamic.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from .run import SHAPES, shape_str
+
+DEFAULT_MODELS = ["llama", "bert", "resnet50"]
+
+
+def _once(fn, inputs) -> float:
+    t = time.perf_counter()
+    fn(*inputs)
+    return time.perf_counter() - t
+
+
+def measure(name: str, shapes: list[dict], min_time: float) -> dict:
+    import torch
+
+    import braze
+    from braze import zoo
+    zm = zoo.get(name)
+    with torch.no_grad():
+        dyn = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)
+        dyn(*zm.example_inputs())
+        rows = []
+        for dims in shapes:
+            x = zm.make_inputs(**dims)
+            first = _once(dyn, x)
+            static = braze.compile(zm.module, example_inputs=x)
+            static(*x)
+            d, s = [], []
+            t0 = time.perf_counter()
+            while len(d) < 10 or time.perf_counter() - t0 < min_time:
+                d.append(_once(dyn, x))
+                s.append(_once(static, x))
+            dm, sm = statistics.median(d), statistics.median(s)
+            rows.append({"shape": shape_str(dims), "dims": dims, "first_ms": first * 1e3, "dynamic_ms": dm * 1e3,
+                         "static_ms": sm * 1e3, "first_over_steady": first / dm, "dynamic_over_static": dm / sm,
+                         "rounds": len(d)})
+            print(f"  {name} {shape_str(dims)}: first {first * 1e3:.2f} ms ({first / dm:.2f}x steady), "
+                  f"dynamic {dm * 1e3:.3f} ms, static {sm * 1e3:.3f} ms ({dm / sm:.2f}x)", flush=True)
+    return {"model": name, "shapes": rows}
+
+
+def to_markdown(doc: dict) -> str:
+    m = doc["meta"]
+    out = [f"Run {m['date']}, {m['threads']} threads, braze {m['braze']}. One process per model; dynamic = "
+           "one compile with symbolic dims, static = a compile for this shape only, called in turn; medians. "
+           "First call: the dynamic compile's first call at a shape it had not seen.", "",
+           "| model | shape | dynamic ms | static ms | dynamic / static | first call ms | first / steady |",
+           "|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        for s in r["shapes"]:
+            out.append(f"| {r['model']} | {s['shape']} | {s['dynamic_ms']:.3f} | {s['static_ms']:.3f} | "
+                       f"{s['dynamic_over_static']:.2f}x | {s['first_ms']:.2f} | {s['first_over_steady']:.2f}x |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated zoo models")
+    ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
+    ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
+    ap.add_argument("--min-time", type=float, default=1.0, help="seconds of interleaved calls per shape")
+    ap.add_argument("--out", default="benchmarks/results", help="directory for dynamic.json and dynamic.md")
+    a = ap.parse_args(argv)
+    import os
+    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
+    import torch
+
+    import braze
+    torch.set_num_threads(a.threads)
+    results = []
+    for name in a.models.split(","):
+        print(f"{name}:", flush=True)
+        results.append(measure(name, SHAPES[a.shapes][name], a.min_time))
+    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads,
+                    "braze": braze.__version__}, "results": results}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dynamic.json").write_text(json.dumps(doc, indent=1))
+    md = to_markdown(doc)
+    (out / "dynamic.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
