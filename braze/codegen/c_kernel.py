@@ -91,15 +91,16 @@ def kernel_signature(k: Kernel) -> list:
 
 
 def kernel_entry(k: Kernel, export_name: str) -> str:
-    """An exported wrapper taking ``void **bufs`` and ``const int64_t *syms``."""
+    """An exported wrapper taking ``void **bufs`` and ``const int64_t *syms``; it returns the
+    kernel's status (1: a buffer could not be allocated)."""
     args = []
     for i, b in enumerate(k.buffers):
         t = ctype(b.dtype)
         args.append(f"({'const ' if b.role == 'in' else ''}{t} *)bufs[{i}]")
     for i, _ in enumerate(k.syms):
         args.append(f"syms[{i}]")
-    return (f"void {export_name}(void **bufs, const int64_t *syms) {{\n"
-            f"    (void)bufs; (void)syms;\n    {k.name}({', '.join(args)});\n}}\n")
+    return (f"int {export_name}(void **bufs, const int64_t *syms) {{\n"
+            f"    (void)bufs; (void)syms;\n    return {k.name}({', '.join(args)});\n}}\n")
 
 
 # ---------------------------------------------------------------------------
@@ -125,6 +126,7 @@ class _Gen:
         self.vec_vars: set = set()  # Let names holding vectors
         self._flv: dict = {}
         self.frees: list = []  # per open block: the buffers it allocated
+        self.n_ok = 0
         self.hoisted: set = set()  # Allocs made before an enclosing loop
         self.tail_of = None  # the vector loop whose scalar remainder is being emitted
         # output buffer -> the C flag that streams its vector stores past the caches
@@ -581,6 +583,8 @@ class _Gen:
             if s not in self.hoisted:
                 self.alloc(s.buffer)
                 self.frees[-1].append(s.buffer)
+                # the rest of the block runs only with the buffer (the caller reports the failure)
+                self.line(f"if (!{buffer_cname(s.buffer)}) {_FAIL} else {{")
         else:
             raise BrazeError(f"cannot emit statement {type(s).__name__}")
 
@@ -602,14 +606,15 @@ class _Gen:
 
     def alloc(self, b):
         t = ctype(b.dtype)
-        self.line(f"{t} *{buffer_cname(b)} = ({t} *)malloc(sizeof({t}) * (size_t)({self.ic(b.numel())}));")
+        self.line(f"{t} *{buffer_cname(b)} = ({t} *)bz_malloc_n({self.ic(b.numel())}, sizeof({t}));")
 
     def body(self, stmts):
         """``stmts`` as a C block's statements; the buffers they allocate are freed at its end."""
         self.frees.append([])
         for s in stmts:
             self.stmt(s)
-        for b in self.frees.pop():
+        for b in reversed(self.frees.pop()):  # each closes the "if allocated" brace opened after it
+            self.line("}")
             self.line(f"free({buffer_cname(b)});")
 
     def invariant_allocs(self, f: For) -> list:
@@ -663,6 +668,12 @@ class _Gen:
             self.ind += 1
             for a in allocs:
                 self.alloc(a.buffer)
+            if allocs:
+                self.n_ok += 1
+                ok = f"bz_ok{self.n_ok}"
+                self.line(f"const int {ok} = " + " && ".join(f"{buffer_cname(a.buffer)} != NULL" for a in allocs)
+                          + ";")
+                self.line(f"if (!{ok}) {_FAIL}")
         if f.kind == "parallel":
             cond = f" if({self.ic(f.work)} >= {f.grain})" if f.work is not None and not block else ""
             self.line(f"#pragma omp {'for' if block else 'parallel for'} schedule(static){' nowait' if fence else ''}"
@@ -671,6 +682,8 @@ class _Gen:
             self.line("#pragma GCC unroll 4")
         self.line(f"for (int64_t {v} = 0; {v} < {n}; {v}++) {{")
         self.ind += 1
+        if allocs:  # a thread without its buffers skips its iterations (every thread meets the omp for)
+            self.line(f"if (!{ok}) continue;")
         self.push(barrier=f.var)
         self.body(f.body)
         self.pop()
@@ -703,7 +716,13 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
     g.body(kernel.body)
     if streamed:
         g.line("bz_sfence();")
-    return (f"static void {kernel.name}({params}) {{\n" + "\n".join(g.lines) + "\n}\n")
+    g.line("return bz_fail;")
+    return (f"static int {kernel.name}({params}) {{\n    int bz_fail = 0; /* 1: a buffer could not be allocated */\n"
+            + "\n".join(g.lines) + "\n}\n")
+
+
+# a kernel's buffer allocation failed: recorded (from any thread), returned at its end
+_FAIL = "__atomic_store_n(&bz_fail, 1, __ATOMIC_RELAXED);"
 
 
 # Output bytes from which a kernel's vector stores bypass the caches (non-temporal): no read

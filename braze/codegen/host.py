@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import BrazeError, UnsupportedOpError
+from ..ir import loop as L
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node
 from ..ops.conv import pads4
@@ -313,7 +314,11 @@ class _EntryWriter:
             else:
                 args.append(f"(void *){self.ptr_of(next(it_out))}")
         args += [c_sym_name(s) for s in k.syms]
-        self.emit(f"{k.name}({', '.join(args)});")
+        if any(isinstance(s, L.Alloc) for s in L.walk_stmts(k.body)):
+            self.emit(f"if ({k.name}({', '.join(args)})) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"kernel {k.name} could not "
+                      f"allocate its row buffers (out of memory)\");")
+        else:
+            self.emit(f"{k.name}({', '.join(args)});")
 
     def ptr_of(self, v) -> str:
         try:

@@ -427,6 +427,29 @@ def test_streamed_stores_give_the_same_values(vb, monkeypatch):
         assert "bz_st_nt" not in src
 
 
+def test_a_row_buffer_that_cannot_be_allocated_is_reported_not_dereferenced():
+    """A kept row buffer is sized from the symbols; when it cannot be allocated (malloc
+    fails, or its byte size overflows), the kernel touches no memory and returns 1, which
+    the host turns into BRAZE_ERR_ALLOC. At a sane size it returns 0."""
+    b = Builder()
+    T, H = b.sym("T"), b.sym("H")
+    x = b.param("x", tensor("f32", T, H))
+    w = b.param("w", tensor("f32", H))
+    b.ret(b.rms_norm(b.silu(x), w))
+    kernel = build_kernel(b.func, b.module)
+    assert any(isinstance(st, L.Alloc) for st in L.walk_stmts(kernel.body)), str(kernel)
+    fn, src = compile_kernel(kernel, 64)
+    fn.restype = ctypes.c_int
+    assert "if (!bz_ok1) continue;" in src
+    xs, ws, out = np.ones((1, 8), np.float32), np.ones(8, np.float32), np.empty((1, 8), np.float32)
+    ptrs = (ctypes.c_void_p * 3)(xs.ctypes.data, ws.ctypes.data, out.ctypes.data)
+    syms = {"T": 1, "H": 8}
+    assert fn(ptrs, (ctypes.c_int64 * 2)(*[syms[sy.name] for sy in kernel.syms])) == 0
+    for huge in (1 << 44, 1 << 62):  # 64 TiB (malloc fails); 2^64 bytes (the size overflows)
+        syms["H"] = huge
+        assert fn(ptrs, (ctypes.c_int64 * 2)(*[syms[sy.name] for sy in kernel.syms])) == 1
+
+
 def test_layer_norm_multi_axis_and_batch_norm():
     b = Builder()
     B, C, HW = b.sym("B"), b.sym("C"), b.sym("HW")

@@ -52,3 +52,14 @@ def test_chain_output_above_the_streaming_threshold_matches_eager():
         want = zm.module(*x).numpy()
     for _ in range(2):
         assert_close(cm(*x).numpy(), want, rtol=1e-5, atol=1e-5, what=f"chain_rms at {rows} rows")
+
+
+def test_the_host_reports_a_kernel_that_could_not_allocate_its_row_buffers(tmp_path, monkeypatch):
+    """chain_ln's stitch kernel keeps rows in buffers; the entry checks the kernel's status
+    and fails with BRAZE_ERR_ALLOC (a clear error) instead of running on."""
+    monkeypatch.setenv("BRAZE_DUMP", str(tmp_path))
+    zm = zoo.get("chain_ln")
+    braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)
+    src = (tmp_path / "model.c").read_text()
+    assert "bz_malloc_n(" in src and "return bz_fail;" in src
+    assert "could not allocate its row buffers" in src and "BRAZE_FAIL(BRAZE_ERR_ALLOC" in src

@@ -60,6 +60,12 @@ BZ_INLINE int64_t bz_ipow(int64_t a, int64_t b) {
     return (int64_t)r;
 }
 
+/* n elements of size bytes, or NULL (n * size overflowing is a failure, not a small block) */
+BZ_INLINE void *bz_malloc_n(int64_t n, size_t size) {
+    if (n < 0 || (uint64_t)n > SIZE_MAX / size) return NULL;
+    return malloc(n ? (size_t)n * size : 1);
+}
+
 /* ------------------------------------------------------- scalar floats -- */
 /* max/min propagating NaN (numpy.maximum / minimum) */
 BZ_INLINE float bz_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
