@@ -84,7 +84,7 @@ def _build(funcs):
     lib = ctypes.CDLL(str(so))
     lib.bench.restype = None
     lib.bench.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
-    fns = {"lib": lib}
+    fns = {}
     for name in funcs:
         for kind in ("kernel", "own", "mvec"):
             f = getattr(lib, f"{kind}_{name}", None)
@@ -92,7 +92,7 @@ def _build(funcs):
                 f.restype = None
                 f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
                 fns[(name, kind)] = f
-    return isa, fns
+    return isa, lib, fns
 
 
 def _call(f, x: np.ndarray) -> np.ndarray:
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     refs = _ref()
     funcs = {k: v for k, v in refs.items() if not args.only or k in args.only}
-    isa, fns = _build(funcs)
+    isa, lib, fns = _build(funcs)
     rows = []
     for name, (ref, _) in funcs.items():
         row = {"function": name}
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
                 continue
             ulp, at, abs_err = max_ulp(f, ref, args.stride, tiny=MIN_RESULT_OF.get(name, MIN_RESULT))
             row[kind] = {"max_ulp": ulp, "at": at, "max_abs": abs_err,
-                         "ns_per_element": ns_per_element(fns["lib"], ctypes.cast(f, ctypes.c_void_p))}
+                         "ns_per_element": ns_per_element(lib, ctypes.cast(f, ctypes.c_void_p))}
         rows.append(row)
         print(name, json.dumps({k: v for k, v in row.items() if k != "function"}), flush=True)
     out = Path(args.out)

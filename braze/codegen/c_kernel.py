@@ -110,6 +110,15 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
 
 NACC = 4  # independent vector accumulators of a contiguous float32 reduction
 
+# Output bytes from which a kernel's vector stores bypass the caches (non-temporal): no read
+# for ownership, no eviction of what the kernel still reads. Measured here (2 threads,
+# x + 1 over float32 arrays; 480 MiB L3 shared with other tenants): streaming costs 5% at
+# 32 MiB, gains 10% at 64 MiB and 58% at 96 MiB.
+STREAM_BYTES = 48 << 20
+
+# a kernel's buffer allocation failed: recorded (from any thread), returned at its end
+_FAIL = "__atomic_store_n(&bz_fail, 1, __ATOMIC_RELAXED);"
+
 
 class _Gen:
     def __init__(self, k: Kernel, vb: int):
@@ -126,7 +135,6 @@ class _Gen:
         self.vec_vars: set = set()  # Let names holding vectors
         self._flv: dict = {}
         self.frees: list = []  # per open block: the buffers it allocated
-        self.n_ok = 0
         self.hoisted: set = set()  # Allocs made before an enclosing loop
         self.tail_of = None  # the vector loop whose scalar remainder is being emitted
         # output buffer -> the C flag that streams its vector stores past the caches
@@ -658,7 +666,7 @@ class _Gen:
             return
         allocs = self.invariant_allocs(f)
         # streamed stores drain (sfence) on each thread before the region ends
-        fence = f.kind == "parallel" and bool(self.stream) and self.vvar is None
+        fence = f.kind == "parallel" and bool(self.stream)
         block = bool(allocs) or fence
         if block:
             if f.kind == "parallel":
@@ -669,8 +677,7 @@ class _Gen:
             for a in allocs:
                 self.alloc(a.buffer)
             if allocs:
-                self.n_ok += 1
-                ok = f"bz_ok{self.n_ok}"
+                ok = self.tmp("bz_ok")
                 self.line(f"const int {ok} = " + " && ".join(f"{buffer_cname(a.buffer)} != NULL" for a in allocs)
                           + ";")
                 self.line(f"if (!{ok}) {_FAIL}")
@@ -719,17 +726,6 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
     g.line("return bz_fail;")
     return (f"static int {kernel.name}({params}) {{\n    int bz_fail = 0; /* 1: a buffer could not be allocated */\n"
             + "\n".join(g.lines) + "\n}\n")
-
-
-# a kernel's buffer allocation failed: recorded (from any thread), returned at its end
-_FAIL = "__atomic_store_n(&bz_fail, 1, __ATOMIC_RELAXED);"
-
-
-# Output bytes from which a kernel's vector stores bypass the caches (non-temporal): no read
-# for ownership, no eviction of what the kernel still reads. Measured here (2 threads,
-# x + 1 over float32 arrays; 480 MiB L3 shared with other tenants): streaming costs 5% at
-# 32 MiB, gains 10% at 64 MiB and 58% at 96 MiB.
-STREAM_BYTES = 48 << 20
 
 
 def _streamed_outputs(kernel: Kernel) -> list:

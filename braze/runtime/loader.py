@@ -147,8 +147,6 @@ class NativeModel:
         return NativeFunction(self, symbol, param_specs, result_specs)
 
 
-
-
 class _Call:
     """Per-call state reached from the alloc callback through alloc_ctx."""
 

@@ -179,35 +179,6 @@ def test_batch_matmul(lib, ta, tb, shape):
 
 
 
-def test_batch_matmul_is_one_primitive_for_every_m_n_k(lib):
-    """M, N and K are runtime dims of the batched matmul's primitive: attention at a new
-    sequence length creates none (a decode step's lengths change every call), and every
-    size still gives the product; another batch shape or transpose is another primitive."""
-    rng = np.random.default_rng(11)
-    err = _err()
-    created, hits = C.c_int64(), C.c_int64()
-
-    def run(Bt, M, N, K, tb=1):
-        A = rng.standard_normal((Bt, M, K), dtype=np.float32)
-        Bm = rng.standard_normal((Bt, N, K) if tb else (Bt, K, N), dtype=np.float32)
-        out = np.empty((Bt, M, N), np.float32)
-        assert lib.braze_batch_matmul(Bt, M, N, K, _p(A), 0, _p(Bm), tb, 1.0, _p(out), err, ERRLEN) == 0, err.value
-        _close(out, A.astype(np.float64) @ (Bm.transpose(0, 2, 1) if tb else Bm).astype(np.float64))
-
-    run(6, 5, 5, 16)
-    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
-    c0 = created.value
-    for n in (1, 6, 17, 64, 129):
-        run(6, n, n, 16)
-        run(6, 1, n, 16)  # a decode step: one query row against n keys
-        run(6, n, 16, n, tb=0)  # scores times values: K is the length
-    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
-    assert created.value - c0 == 1  # the tb=0 form, once
-    run(7, 5, 5, 16)
-    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
-    assert created.value - c0 == 2
-
-
 @pytest.mark.parametrize("tb", [0, 1])
 @pytest.mark.parametrize("ab,bb", [((2, 1), (1, 3)), ((1, 4), (5, 4)), ((3,), (1,)), ((1,), (1,)),
                                    ((2, 1, 3), (2, 4, 1))])

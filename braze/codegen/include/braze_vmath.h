@@ -152,7 +152,7 @@ BZ_INLINE BZ_T BZ_FN(erf)(BZ_T x0) {
 }
 
 /* gelu(x) = x/2 (1 + erf(x/sqrt 2)): PyTorch's float32 formula (eager's and inductor's
- * vector code, ONNX Runtime's). One erf, 2.6x cheaper than the erfc form; like eager's,
+ * vector code, ONNX Runtime's). One erf, 2.7x cheaper than the erfc form; like eager's,
  * 1 + erf cancels on the negative side (relative error 8e-5 on [-3, -1], large below,
  * where |gelu| < 4e-3; absolute error < 1.2e-6 there) and is -0 below x = -5.55.
  * x is clamped to -FLT_MAX so that gelu(-inf) is the limit -0, not -inf * 0 */

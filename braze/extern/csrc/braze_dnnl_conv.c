@@ -265,8 +265,7 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
     cache_entry tmp;
     int is_tmp = 0;
     cache_entry *e = conv_entry(N, H, W, P, has_bias, has_res, act, ctx, &tmp, &is_tmp, err, sizeof err);
-    if (is_tmp) entry_release(&tmp);
-    return e == NULL;
+    return prepared(e, &tmp, &is_tmp);
 }
 
 int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P,

@@ -408,9 +408,18 @@ static dnnl_status_t make_attr(dnnl_primitive_attr_t *attr, int act, const_dnnl_
     return make_attr_ex(attr, act, res_md, out_scale_linear, 0);
 }
 
-
-
+/* Finds the entry for key k or creates it with make(e, arg), outside the lock: the first
+ * call for a shape pays the creation, and two threads creating different entries do not
+ * wait for each other. If the table is full, the entry is built in *tmp and the caller
+ * must release it. */
 typedef int (*make_fn)(cache_entry *e, void *arg, char *err, int errlen);
+
+/* What braze_*_prepare return: 0 when the entry is in the cache (a full cache's temporary
+ * one is released: the call will create it again), 1 when it could not be made. */
+static int prepared(const cache_entry *e, cache_entry *tmp, const int *is_tmp) {
+    if (*is_tmp) entry_release(tmp);
+    return e == NULL;
+}
 
 static cache_entry *get_entry(const int64_t *k, make_fn make, void *arg, cache_entry *tmp,
                               int *is_tmp, char *err, int errlen) {

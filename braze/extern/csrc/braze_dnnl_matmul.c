@@ -185,8 +185,7 @@ int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int h
     cache_entry tmp;
     int is_tmp = 0;
     cache_entry *e = matmul_entry(M, B, has_bias, has_res, act, ctx, &tmp, &is_tmp, err, sizeof err);
-    if (is_tmp) entry_release(&tmp);
-    return e == NULL;
+    return prepared(e, &tmp, &is_tmp);
 }
 
 int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
@@ -278,21 +277,18 @@ typedef struct {
     const char *ctx;
 } bmm_arg;
 
-/* dims [bd..., r, c], dense row-major over [bd..., r, c], or over [bd..., c, r] when trans.
- * r and c may be DNNL_RUNTIME_DIM_VAL (a primitive for every size): then so are the
- * strides that depend on them */
+/* dims [bd..., r, c], dense row-major over [bd..., r, c], or over [bd..., c, r] when trans */
 static int nd_desc(int nb, const int64_t *bd, int64_t r, int64_t c, int trans, dnnl_memory_desc_t *md) {
     dnnl_dims_t dims, strides;
     int nd = nb + 2;
-    int rt = r == DNNL_RUNTIME_DIM_VAL || c == DNNL_RUNTIME_DIM_VAL;
     for (int i = 0; i < nb; i++) dims[i] = bd[i];
     dims[nb] = r;
     dims[nb + 1] = c;
     strides[nb] = trans ? 1 : c;
     strides[nb + 1] = trans ? r : 1;
-    int64_t st = rt ? 0 : r * c;
+    int64_t st = r * c;
     for (int i = nb - 1; i >= 0; i--) {
-        strides[i] = rt ? DNNL_RUNTIME_DIM_VAL : st;
+        strides[i] = st;
         st *= bd[i];
     }
     return dnnl_memory_desc_create_with_strides(md, nd, dims, dnnl_f32, strides) != dnnl_success;
@@ -374,18 +370,15 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
     if (!s) return 1;
     bmm_arg arg = {nb, a_batch, b_batch, M, N, K, transA != 0, transB != 0, alpha, ctx};
     {
-        /* M, N and K are runtime dims: one primitive per batch shape, so attention at a new
-         * sequence length (every decode step) creates none. Measured as fast as a primitive
-         * per shape (LLaMA, BERT within 1%; 8x256^3 to 2x1024^3 within 10%, either way) */
-        bmm_arg rt = arg;
-        rt.M = rt.N = rt.K = DNNL_RUNTIME_DIM_VAL;
+        /* a primitive per shape: one with runtime M, N and K (gemm:jit instead of brgemm) was
+         * as fast, but 10x further from eager on an attention sample (docs/gemm.md) */
         union { float f; int32_t i; } u = {alpha};
-        int64_t k[KEYLEN] = {2, 0, nb, -1, -1, -1, (transA != 0) | (transB != 0) << 1, u.i};
+        int64_t k[KEYLEN] = {2, 0, nb, M, N, K, (transA != 0) | (transB != 0) << 1, u.i};
         for (int i = 0; i < nb; i++) {
             k[8 + i] = a_batch[i];
             k[8 + BMM_MAX_BATCH + i] = b_batch[i];
         }
-        e = get_entry(k, make_bmm, &rt, &tmp, &is_tmp, err, errlen);
+        e = get_entry(k, make_bmm, &arg, &tmp, &is_tmp, err, errlen);
         if (!e) return 1;
     }
     if (bmm_mds(&arg, &a, &w, &c)) {
