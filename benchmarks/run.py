@@ -443,16 +443,10 @@ def table_rows(doc):
         headers += [f"braze/{p}" for p in peers]
     headers += [f"plugin/{p}" for p in plugin_refs]
     rows, grid = _grid(doc)
-    gbs = {(e["model"], s["shape"]): s["gbs"] for e in doc["results"] if e["backend"] == "braze"
-           for s in e["shapes"] if "gbs" in s}
-    copy = doc["machine"].get("copy_gbs")
-    if gbs:
-        headers += ["braze GB/s" + (f" (% of {copy:g} copy)" if copy else "")]
-    gfl = {(e["model"], s["shape"]): s["gflops"] for e in doc["results"] if e["backend"] == "braze"
-           for s in e["shapes"] if "gflops" in s}
-    peak = doc["machine"].get("gemm_gflops")
-    if gfl:
-        headers += ["braze GFLOP/s" + (f" (% of {peak:g} GEMM)" if peak else "")]
+    limits = {(e["model"], s["shape"], e["backend"]): _limit_cell(s, doc["machine"]) for e in doc["results"]
+              for s in e["shapes"] if "gbs" in s or "gflops" in s}
+    if limits:
+        headers += ["braze at the machine limit", "best peer at the limit"]
     body = []
     for key in rows:
         g = grid[key]
@@ -462,14 +456,24 @@ def table_rows(doc):
                 r.append(f"{g['braze'] / g[p]:.2f}x" if "braze" in g and p in g else "—")
         for p in plugin_refs:  # the headers' order: ratios, plugin ratios, then the machine limits
             r.append(f"{g['braze-plugin'] / g[p]:.2f}x" if "braze-plugin" in g and p in g else "—")
-        if gbs:
-            v = gbs.get(key)
-            r.append("—" if v is None else f"{v:.1f}" + (f" ({100 * v / copy:.0f}%)" if copy else ""))
-        if gfl:
-            v = gfl.get(key)
-            r.append("—" if v is None else f"{v:.0f}" + (f" ({100 * v / peak:.0f}%)" if peak else ""))
+        if limits:
+            best = min((p for p in peers if p in g), key=lambda p: g[p], default=None)
+            r += [limits.get((*key, "braze"), "—"), f"{best}: {limits[(*key, best)]}" if (*key, best) in limits else "—"]
         body.append(r)
     return headers, body
+
+
+def _limit_cell(shape: dict, machine: dict) -> str:
+    """The rate nearer its machine limit: memory GB/s against the measured copy bandwidth, or GEMM
+    GFLOP/s against the measured GEMM peak (a roofline: the other resource has slack)."""
+    copy, peak = machine.get("copy_gbs"), machine.get("gemm_gflops")
+    cells = []
+    if "gbs" in shape:
+        cells.append((shape["gbs"] / copy if copy else 0.0, f"{shape['gbs']:.1f} GB/s", copy and f"of {copy:g} copy"))
+    if "gflops" in shape:
+        cells.append((shape["gflops"] / peak if peak else 0.0, f"{shape['gflops']:.0f} GFLOP/s", peak and f"of {peak:g} GEMM"))
+    frac, rate, of = max(cells, key=lambda c: c[0])
+    return f"{rate} ({100 * frac:.0f}% {of})" if of else rate
 
 
 def prep_rows(doc):

@@ -32,9 +32,10 @@ class ZooModel:
     dynamic_shapes: Any  # for torch.export.export(..., dynamic_shapes=...)
     input_names: list[str]
     example_dims: dict[str, int] = field(default_factory=dict)  # dims of the export example
-    # bytes a perfect kernel reads and writes at these dims (memory-bound models: GB/s in the benchmarks)
+    # the floor of a call's memory traffic at these dims: the bytes a perfect kernel must read and write
     bytes_moved: Callable[..., int] | None = None
-    # GEMM/convolution flops (2 per multiply-add) at these dims (GFLOP/s in the benchmarks)
+    # GEMM/convolution flops (2 per multiply-add) at these dims
+    # (the benchmarks report whichever of GB/s and GFLOP/s is nearer its machine limit)
     flops: Callable[..., int] | None = None
 
     def example_inputs(self) -> tuple:
@@ -54,6 +55,31 @@ def _generator(dims: dict[str, int], salt: int = 0):
     import torch
     g = torch.Generator().manual_seed(1000 + salt + sum((i + 1) * 7919 * v for i, v in enumerate(dims.values())))
     return g
+
+
+def _counted_flops(module, make_inputs) -> Callable[..., int]:
+    """flops(**dims): the matmul and convolution flops torch's FlopCounterMode counts for one call,
+    traced on fake tensors (no arithmetic runs). Fused attention kernels (SDPA) are not counted."""
+    def flops(**dims) -> int:
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.utils.flop_counter import FlopCounterMode
+        inputs = make_inputs(**dims)
+        with FakeTensorMode(allow_non_fake_inputs=True) as fm, torch.no_grad():
+            fake = tuple(fm.from_tensor(x) for x in inputs)
+            with FlopCounterMode(display=False) as fc:
+                module(*fake)
+        return fc.get_total_flops()
+    return flops
+
+
+def _weight_bytes(module) -> Callable[..., int]:
+    """bytes_moved(**dims): every matrix and filter read once (embedding tables excluded: a call
+    reads only its rows). The memory floor of a call at small batch."""
+    import torch
+    skip = {id(m.weight) for m in module.modules() if isinstance(m, torch.nn.Embedding)}
+    total = sum(p.numel() * p.element_size() for p in module.parameters() if p.dim() >= 2 and id(p) not in skip)
+    return lambda **dims: total
 
 
 def _dim(name: str, lo: int, hi: int):
@@ -84,7 +110,8 @@ def mlp() -> ZooModel:
     return ZooModel("mlp", module, make_inputs, dims,
                     test_shapes=[{"batch": 1}, {"batch": 2}, {"batch": 3}, {"batch": 7}],
                     dynamic_shapes=({0: batch},), input_names=["input"], example_dims={"batch": 4},
-                    flops=lambda batch: 2 * batch * (1024 * 4096 + 4096 * 4096 + 4096 * 1000))
+                    flops=lambda batch: 2 * batch * (1024 * 4096 + 4096 * 4096 + 4096 * 1000),
+                    bytes_moved=_weight_bytes(module))
 
 
 # ---------------------------------------------------------------------------
@@ -119,7 +146,8 @@ def bert() -> ZooModel:
                     test_shapes=[{"batch": 1, "seq": 1}, {"batch": 1, "seq": 8}, {"batch": 2, "seq": 13},
                                  {"batch": 3, "seq": 33}],
                     dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}),
-                    input_names=["input_ids", "attention_mask"], example_dims={"batch": 2, "seq": 16})
+                    input_names=["input_ids", "attention_mask"], example_dims={"batch": 2, "seq": 16},
+                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
 
 
 def _wrapper_classes():
@@ -190,7 +218,8 @@ def gpt2() -> ZooModel:
                     test_shapes=[{"batch": 1, "seq": 1}, {"batch": 1, "seq": 9}, {"batch": 2, "seq": 16},
                                  {"batch": 3, "seq": 31}],
                     dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}),
-                    input_names=["input_ids", "attention_mask"], example_dims={"batch": 2, "seq": 16})
+                    input_names=["input_ids", "attention_mask"], example_dims={"batch": 2, "seq": 16},
+                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
 
 
 # ---------------------------------------------------------------------------
@@ -294,7 +323,8 @@ def resnet50() -> ZooModel:
                                  {"batch": 1, "height": 64, "width": 64},
                                  {"batch": 3, "height": 49, "width": 40}],
                     dynamic_shapes=({0: b, 2: h, 3: w},), input_names=["x"],
-                    example_dims={"batch": 2, "height": 64, "width": 64})
+                    example_dims={"batch": 2, "height": 64, "width": 64},
+                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
 
 
 # ---------------------------------------------------------------------------
@@ -353,7 +383,8 @@ def llama() -> ZooModel:
     b, s = _dim("batch", *dims["batch"]), _dim("seq", *dims["seq"])
     return ZooModel("llama", module, make_inputs, dims,
                     test_shapes=[{"batch": 1, "seq": 1}, {"batch": 1, "seq": 9}, {"batch": 2, "seq": 16}],
-                    dynamic_shapes=({0: b, 1: s},), input_names=["input_ids"], example_dims={"batch": 2, "seq": 16})
+                    dynamic_shapes=({0: b, 1: s},), input_names=["input_ids"], example_dims={"batch": 2, "seq": 16},
+                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
 
 
 # ---------------------------------------------------------------------------
@@ -430,7 +461,8 @@ def block() -> ZooModel:
     return ZooModel("block", Block().eval(), make_inputs, dims,
                     test_shapes=[{"rows": 1}, {"rows": 7}, {"rows": 64}],
                     dynamic_shapes=({0: _dim("rows", *dims["rows"])},), input_names=["x"],
-                    example_dims={"rows": 16}, flops=lambda rows: 2 * rows * width * width)
+                    example_dims={"rows": 16}, flops=lambda rows: 2 * rows * width * width,
+                    bytes_moved=lambda rows: 4 * (2 * rows * width + width * width))
 
 
 MODELS = {"mlp": mlp, "bert": bert, "gpt2": gpt2, "resnet50": resnet50}

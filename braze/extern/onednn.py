@@ -224,7 +224,7 @@ def extra_link_flags() -> list[str]:
             f"-DBRAZE_DNNL_BUILD=\"{ident}-{lib_stat.st_size}\""]
 
 
-HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_matmul.c", "braze_dnnl_conv.c")
+HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_matmul.c", "braze_dnnl_smallm.c", "braze_dnnl_conv.c")
 
 
 def helper_text() -> str:
@@ -327,6 +327,9 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_dnnl_runtime": (cp, []),
         "braze_dnnl_set_runtime_m": (None, [i32]),
         "braze_dnnl_runtime_m": (i32, []),
+        "braze_dnnl_set_small_m": (None, [i32]),
+        "braze_dnnl_small_m": (i32, []),
+        "braze_packed_b_small_m_rows": (i64, [vp]),
         "braze_dnnl_stats": (None, [C.POINTER(i64), C.POINTER(i64)]),
         "braze_pack_b_err": (vp, [vp, i64, i64, i32, cp, i32]),
         "braze_pack_b": (vp, [vp, i64, i64, i32]),

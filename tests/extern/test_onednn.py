@@ -9,6 +9,7 @@ and read the cache counters as differences.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import math
 
@@ -31,6 +32,25 @@ def lib():
 
 def _err():
     return C.create_string_buffer(ERRLEN)
+
+
+@contextlib.contextmanager
+def _small_m(lib, max_m: int):
+    """braze_matmul's small-M limit set to max_m (0: oneDNN for every M), restored after:
+    the setting is process-wide."""
+    before = lib.braze_dnnl_small_m()
+    lib.braze_dnnl_set_small_m(max_m)
+    try:
+        yield
+    finally:
+        lib.braze_dnnl_set_small_m(before)
+
+
+@pytest.fixture
+def onednn_only(lib):
+    """For tests of oneDNN's primitives and their cache: no call takes the small-M kernel."""
+    with _small_m(lib, 0):
+        yield
 
 
 def _p(a):
@@ -139,7 +159,7 @@ def test_matmul_residual_aliases_output(lib):
         lib.braze_free_packed_b(pb)
 
 
-def test_matmul_runtime_m_mode(lib):
+def test_matmul_runtime_m_mode(lib, onednn_only):
     rng = np.random.default_rng(2)
     N, K = 64, 48
     W = rng.standard_normal((N, K), dtype=np.float32)
@@ -157,6 +177,123 @@ def test_matmul_runtime_m_mode(lib):
             _close(out, ACTS[3](A.astype(np.float64) @ W.T + b))
     finally:
         lib.braze_dnnl_set_runtime_m(before)
+        lib.braze_free_packed_b(pb)
+
+
+SMALL_M_ACTS = (0, 1, 2, 4, 5, 0x101, 0x102, 0x104)  # the activations the small-M kernel fuses
+
+
+def _small_m_case(lib, rng, N, K, kn_layout):
+    W = rng.standard_normal((K, N) if kn_layout else (N, K), dtype=np.float32)
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), N, K, 0 if kn_layout else 1, err, ERRLEN)
+    assert pb, err.value
+    return (W if kn_layout else W.T).astype(np.float64), pb
+
+
+def _check_small_m(lib, Wkn, pb, M, act, rng, alias=False):
+    K, N = Wkn.shape
+    A = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal(N, dtype=np.float32)
+    r = rng.standard_normal((M, N), dtype=np.float32)
+    out = r.copy() if alias else np.full((M, N), np.nan, np.float32)
+    want = _epilogue(A.astype(np.float64) @ Wkn + b, act, r)
+    err = _err()
+    rc = lib.braze_matmul(M, N, K, _p(A), pb, _p(b), _p(out if alias else r), act, _p(out), err, ERRLEN)
+    assert rc == 0, err.value
+    _close(out, want)
+
+
+@pytest.mark.parametrize("N,K,kn_layout", [(37, 53, 0), (130, 70, 1), (768, 768, 0), (64, 3072, 1)])
+def test_small_m_kernel(lib, N, K, kn_layout):
+    """M up to braze_dnnl_small_m() runs braze_dnnl_smallm.c straight from the packed weight
+    (no primitive is created): every fused activation, before and after the residual, at row
+    counts around its 6-row tile, K not a multiple of 16 and N not of 64."""
+    rng = np.random.default_rng(N + K)
+    Wkn, pb = _small_m_case(lib, rng, N, K, kn_layout)
+    try:
+        if not lib.braze_packed_b_small_m_rows(pb):
+            pytest.skip("this helper build has no small-M kernel (no AVX-512)")
+        assert lib.braze_packed_b_small_m_rows(pb) == -(-K // 16) * 16
+        assert lib.braze_dnnl_small_m() >= 7
+        c0 = _stats(lib)[0]
+        for M in (1, 2, 5, 6, 7, 13, lib.braze_dnnl_small_m()):
+            for act in SMALL_M_ACTS:
+                _check_small_m(lib, Wkn, pb, M, act, rng)
+        assert _stats(lib)[0] == c0
+        _check_small_m(lib, Wkn, pb, 5, 0x102, rng, alias=True)  # the residual is the output
+        # tanh forms are oneDNN's: a primitive per M
+        _check_small_m(lib, Wkn, pb, 3, 3, rng)
+        assert _stats(lib)[0] == c0 + 1
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+def test_small_m_kernel_special_values_match_onednn(lib):
+    """Fused GELU and SiLU give oneDNN's values at infinite products (NaN at +-inf and -inf),
+    so a model's special values do not change across the small-M limit; relu keeps NaN."""
+    W = np.ones((16, 16), np.float32)
+    A = np.ones((4, 16), np.float32)
+    A[0, 0], A[1, 0], A[2, 0] = np.nan, np.inf, -np.inf
+    err = _err()
+    pb = lib.braze_pack_b_err(_p(W), 16, 16, 1, err, ERRLEN)
+    try:
+        if not lib.braze_packed_b_small_m_rows(pb):
+            pytest.skip("this helper build has no small-M kernel (no AVX-512)")
+
+        def run(act):
+            out = np.empty((4, 16), np.float32)
+            assert lib.braze_matmul(4, 16, 16, _p(A), pb, None, None, act, _p(out), err, ERRLEN) == 0, err.value
+            return out
+        for act in (0, 2, 4):
+            small = run(act)
+            with _small_m(lib, 0):
+                dnn = run(act)
+            np.testing.assert_array_equal(np.isnan(small), np.isnan(dnn), err_msg=f"act {act}")
+            np.testing.assert_allclose(small, dnn, rtol=1e-6, equal_nan=True)
+        np.testing.assert_array_equal(run(1)[:, 0], [np.nan, np.inf, 0.0, 16.0])
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+def test_small_m_kernel_in_row_blocks(lib):
+    """With the limit raised, the kernel takes rows in blocks of 48, and each thread's second
+    block prefetches its next panel: 16 panels, rows 47 to 130."""
+    rng = np.random.default_rng(21)
+    Wkn, pb = _small_m_case(lib, rng, 1000, 70, 0)
+    try:
+        with _small_m(lib, 1 << 20):
+            for M in (47, 48, 49, 97, 130):
+                _check_small_m(lib, Wkn, pb, M, 0x102 if M % 2 else 2, rng)
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+def test_small_m_kernel_from_many_threads_is_deterministic(lib):
+    """8 threads at once on one weight, mixed M: each result has the bits of a call alone."""
+    from braze.testing import run_threads
+    rng = np.random.default_rng(22)
+    Wkn, pb = _small_m_case(lib, rng, 768, 768, 0)
+    Ms = [1, 4, 16, 31, 48]
+    As = {M: rng.standard_normal((M, 768), dtype=np.float32) for M in Ms}
+    bias = rng.standard_normal(768, dtype=np.float32)
+
+    def call(M):
+        out = np.empty((M, 768), np.float32)
+        e = _err()
+        assert lib.braze_matmul(M, 768, 768, _p(As[M]), pb, _p(bias), None, 2, _p(out), e, ERRLEN) == 0, e.value
+        return out
+
+    try:
+        alone = {M: call(M) for M in Ms}
+        for M in Ms:
+            _close(alone[M], ACTS[2](As[M].astype(np.float64) @ Wkn + bias))
+
+        def work(t):
+            for M in Ms[t % 5:] + Ms[:t % 5]:
+                assert np.array_equal(call(M), alone[M])
+        assert run_threads(work, 8) == []
+    finally:
         lib.braze_free_packed_b(pb)
 
 
@@ -310,7 +447,7 @@ def _packed_linear_and_conv(lib, rng, nk, oihw, pad):
     return W, pb, Wc, pc
 
 
-def test_prepare_creates_what_the_call_then_runs(lib):
+def test_prepare_creates_what_the_call_then_runs(lib, onednn_only):
     """braze_matmul_prepare / braze_conv2d_prepare create the primitive of the call with the
     same shape and epilogue and run nothing: the call then hits the cache. A second prepare
     creates nothing; bad arguments return 1 (the call reports them), never crash."""
@@ -349,7 +486,7 @@ def test_prepare_creates_what_the_call_then_runs(lib):
         lib.braze_free_packed_conv(pc)
 
 
-def test_threads_creating_the_same_new_primitives_at_once_agree(lib):
+def test_threads_creating_the_same_new_primitives_at_once_agree(lib, onednn_only):
     """Primitives are created outside the cache's lock: 8 threads asking at once for the same
     new shapes (and for the same conv weight's other layouts) each get a working primitive,
     and the cache keeps one entry per shape."""
@@ -420,7 +557,7 @@ def test_errors_are_reported_not_fatal(lib):
         lib.braze_free_packed_conv(pc)
 
 
-def test_primitive_cache_counts(lib):
+def test_primitive_cache_counts(lib, onednn_only):
     created0 = C.c_int64()
     hits0 = C.c_int64()
     lib.braze_dnnl_stats(C.byref(created0), C.byref(hits0))
@@ -442,7 +579,7 @@ def test_primitive_cache_counts(lib):
     assert hits.value - hits0.value == 2
 
 
-def test_freeing_weights_keeps_the_other_weights_primitives(lib):
+def test_freeing_weights_keeps_the_other_weights_primitives(lib, onednn_only):
     """The primitive cache is one table for every model in the process: freeing one weight
     drops its entries only, and emptying the tombstones it leaves keeps every other
     weight's entry reachable (a hit, not a second primitive)."""

@@ -56,6 +56,15 @@ const char *braze_dnnl_runtime(void);
 void braze_dnnl_set_runtime_m(int on);
 int braze_dnnl_runtime_m(void);
 
+/* braze_matmul runs its own small-M kernel (straight from the packed weight, no primitive)
+ * for M <= max_m where the weight's layout and the activation allow; 0 turns it off.
+ * Process-wide, like braze_dnnl_set_runtime_m. */
+void braze_dnnl_set_small_m(int max_m);
+int braze_dnnl_small_m(void);
+/* The packed weight's K rows (padded) if the small-M kernel can read it, else 0 (another
+ * layout, or a helper built without AVX-512: then oneDNN runs every M). */
+int64_t braze_packed_b_small_m_rows(const braze_packed_b *B);
+
 /* Number of primitives created so far (cache misses) and cache hits. */
 void braze_dnnl_stats(int64_t *created, int64_t *hits);
 

@@ -7,8 +7,44 @@ struct braze_packed_b {
     int64_t N, K, owner;
     dnnl_memory_desc_t md; /* layout of data (a K x N weights md) */
     void *data;
-    /* runtime-M mode: one primitive per (bias?, residual?, act) combination */
+    int64_t smallm_kp; /* data is BA16a64b with K padded to this: the small-M path reads it (else 0) */
 };
+
+#define SMALLM_DEFAULT_MAX 48 /* measured: docs/gemm.md */
+/* at or below this M, braze_matmul runs braze_dnnl_smallm.c's kernel where it applies */
+static int g_smallm_max = SMALLM_DEFAULT_MAX;
+void braze_dnnl_set_small_m(int max_m) { __atomic_store_n(&g_smallm_max, max_m, __ATOMIC_RELAXED); }
+int braze_dnnl_small_m(void) { return __atomic_load_n(&g_smallm_max, __ATOMIC_RELAXED); }
+static int smallm_max_m(void) { return braze_dnnl_small_m(); }
+int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) { return B ? B->smallm_kp : 0; }
+/* braze_dnnl_smallm.c: whether it takes this call; the product (1 if it ran, else 0) */
+static int smallm_applies(int64_t M, const braze_packed_b *B, int act);
+static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
+                         const float *bias, const float *res, int act, float *C);
+
+/* The packed layout the small-M kernel reads: 64-column panels of K (padded) rows, i.e.
+ * oneDNN's BA16a64b. Returns the padded K, or 0 for any other layout. */
+static int64_t smallm_layout(const_dnnl_memory_desc_t md, int64_t K) {
+#if !defined(__AVX512F__)
+    (void)md, (void)K;
+    return 0; /* the kernel is AVX-512 only */
+#endif
+    int nblks = 0;
+    dnnl_format_kind_t kind;
+    dnnl_dims_t *blks, *idxs, *strides, *padded;
+    if (dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind) || kind != dnnl_blocked ||
+        dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &nblks) || nblks != 2 ||
+        dnnl_memory_desc_query(md, dnnl_query_inner_blks, &blks) ||
+        dnnl_memory_desc_query(md, dnnl_query_inner_idxs, &idxs) ||
+        dnnl_memory_desc_query(md, dnnl_query_strides, &strides) ||
+        dnnl_memory_desc_query(md, dnnl_query_padded_dims, &padded))
+        return 0;
+    int64_t kp = (*padded)[0];
+    if ((*blks)[0] != 16 || (*blks)[1] != 64 || (*idxs)[0] != 0 || (*idxs)[1] != 1 || kp < K ||
+        (*strides)[0] != 16 * 64 || (*strides)[1] != kp * 64)
+        return 0;
+    return kp;
+}
 
 #define PACK_M_HINT 128 /* representative M for picking the packed layout */
 #define SMALL_M 2       /* at or below: plain weights, runtime M (see braze_matmul) */
@@ -44,6 +80,7 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
         B->data = aligned_alloc64(sz);
         if (!B->data) goto oom;
         if (do_reorder(plain, W, B->md, B->data, ctx, err, errlen)) goto fail;
+        B->smallm_kp = smallm_layout(B->md, K);
     }
     pthread_mutex_lock(&g_cache_mu);
     B->owner = g_next_owner++;
@@ -182,6 +219,7 @@ int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int h
     float al;
     if (!B || M <= 0 || B->N <= 0 || B->K <= 0 || act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err))
         return 1;
+    if (smallm_applies(M, B, act)) return 0; /* no primitive to create */
     cache_entry tmp;
     int is_tmp = 0;
     cache_entry *e = matmul_entry(M, B, has_bias, has_res, act, ctx, &tmp, &is_tmp, err, sizeof err);
@@ -222,6 +260,7 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
         empty_k_epilogue(M, N, bias, residual, act, C);
         return 0;
     }
+    if (smallm_matmul(M, N, K, A, B, bias, residual, act, C)) return 0;
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
     e = matmul_entry(M, B, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);

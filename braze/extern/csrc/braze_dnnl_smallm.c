@@ -1,0 +1,175 @@
+/* braze_dnnl_smallm.c: C[M,N] = epilogue(A[M,K] @ W^T) for small M, straight from the
+ * weight oneDNN packed (braze_pack_b), with no primitive.
+ *
+ * Why: at small M a linear layer streams its weight from memory once per call. oneDNN's
+ * brgemm walks the packed weight in 4 KB pieces spread over every 64-column panel, and
+ * measured 16.8 GB/s over BERT-base's weights at M = 16 against 30 GB/s read bandwidth on
+ * 2 threads: memory and FMAs do not overlap (20.2 ms, about the sum of 11.3 ms to read and
+ * 7.5 ms to compute). Here each thread reads whole panels front to back, one sequential
+ * stream, and asks L2 for the lines ahead (docs/gemm.md has the measurements).
+ *
+ * The packed layout is oneDNN's BA16a64b (checked at pack time, smallm_layout): column
+ * panel p (64 wide, N padded) holds rows k = 0..Kp-1 of 64 floats, contiguous, so element
+ * (k, n) is at (n / 64) * Kp * 64 + k * 64 + n % 64. */
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#include <omp.h>
+#ifndef BZ_VB
+#define BZ_VB 64
+#endif
+#include "braze_vec.h"
+
+#define SMALLM_MR 6     /* rows per register tile: 6 x 4 accumulators + 4 weight vectors */
+#define SMALLM_KC 64    /* weight rows per chunk (256 B each: 16 KB, in L1) */
+#define SMALLM_PFD 64   /* weight rows prefetched ahead (prefetcht1; T0 measured slower) */
+#define SMALLM_MB 48    /* rows of A per block: acc is SMALLM_MB x 64 floats (12 KB) */
+
+static int smallm_act_ok(int act) {
+    switch (act & 0xff) {
+    case BRAZE_ACT_NONE: case BRAZE_ACT_RELU: case BRAZE_ACT_GELU_ERF: case BRAZE_ACT_SILU:
+    case BRAZE_ACT_SIGMOID: return 1;
+    default: return 0; /* tanh forms: oneDNN's */
+    }
+}
+
+/* The activation with oneDNN's post-op values at special inputs, so a call gives the same
+ * bits at M = 48 and at M = 49: gelu(+-inf) and silu(-inf) are NaN (eager's too; braze's
+ * own kernels take the limits: docs/semantics.md); relu keeps NaN. */
+BZ_INLINE __m512 smallm_act(int act, __m512 v) {
+    const __m512 inf = _mm512_set1_ps(INFINITY), nan = _mm512_set1_ps(NAN);
+    switch (act & 0xff) {
+    case BRAZE_ACT_RELU: return _mm512_max_ps(_mm512_setzero_ps(), v); /* maxps returns v when v is NaN */
+    case BRAZE_ACT_GELU_ERF:
+        return _mm512_mask_mov_ps((__m512)bz_vgelu((bz_vf)v), _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf, _CMP_EQ_OQ),
+                                  nan);
+    case BRAZE_ACT_SILU:
+        return _mm512_mask_mov_ps((__m512)bz_vsilu((bz_vf)v), _mm512_cmp_ps_mask(v, -inf, _CMP_EQ_OQ), nan);
+    case BRAZE_ACT_SIGMOID: return (__m512)bz_vsigmoid((bz_vf)v);
+    default: return v;
+    }
+}
+
+/* acc[0:MR, 0:64] (+)= A[m0 : m0 + MR, k0 : k1] @ P[k0 : k1, :]. With PF the tile also asks
+ * L2 for weight row k of `pf` (while k < pf_end): the rows a later chunk or panel reads, so
+ * the weight stream runs under the FMAs. */
+BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, const float *pf, int64_t pf_end,
+                           const float *A, int64_t K, const float *P, int64_t m0, float *acc) {
+    __m512 c[SMALLM_MR][4];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < 4; j++)
+            c[i][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + (m0 + i) * 64 + 16 * j);
+    const float *a = A + m0 * K;
+    for (int64_t k = k0; k < k1; k++) {
+        const float *w = P + k * 64;
+        if (PF && k < pf_end) {
+            const char *q = (const char *)(pf + k * 64);
+            _mm_prefetch(q, _MM_HINT_T1);
+            _mm_prefetch(q + 64, _MM_HINT_T1);
+            _mm_prefetch(q + 128, _MM_HINT_T1);
+            _mm_prefetch(q + 192, _MM_HINT_T1);
+        }
+        __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16), w2 = _mm512_load_ps(w + 32),
+               w3 = _mm512_load_ps(w + 48);
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(a[i * K + k]);
+            c[i][0] = _mm512_fmadd_ps(x, w0, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(x, w1, c[i][1]);
+            c[i][2] = _mm512_fmadd_ps(x, w2, c[i][2]);
+            c[i][3] = _mm512_fmadd_ps(x, w3, c[i][3]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < 4; j++) _mm512_store_ps(acc + (m0 + i) * 64 + 16 * j, c[i][j]);
+}
+
+#define SMALLM_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, pf_end, Ab, K, P, m, acc)
+
+/* C[m0 : m0 + mb, n0 : n0 + 64] = epilogue(acc) */
+static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const float *acc, const float *bias,
+                         const float *res, int act, float *C) {
+    int nv = N - n0 < 64 ? (int)(N - n0) : 64, late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
+    for (int j = 0; j < 4 && nv > 16 * j; j++) {
+        int left = nv - 16 * j;
+        __mmask16 mk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m512 b = bias ? _mm512_maskz_loadu_ps(mk, bias + n0 + 16 * j) : _mm512_setzero_ps();
+        for (int64_t i = 0; i < mb; i++) {
+            int64_t off = (m0 + i) * N + n0 + 16 * j;
+            __m512 v = _mm512_add_ps(_mm512_load_ps(acc + i * 64 + 16 * j), b);
+            __m512 r = res ? _mm512_maskz_loadu_ps(mk, res + off) : _mm512_setzero_ps();
+            v = late ? smallm_act(act, _mm512_add_ps(v, r)) : _mm512_add_ps(smallm_act(act, v), r);
+            _mm512_mask_storeu_ps(C + off, mk, v);
+        }
+    }
+}
+
+/* C[:, n0 : n0 + 64] from panel P (kp rows): rows of A in blocks of SMALLM_MB, each block
+ * through K in chunks of SMALLM_KC weight rows (16 KB, in L1) with every row tile, partial
+ * sums in acc (SMALLM_MB x 64, in L1). The first block reads P from memory and prefetches
+ * its own rows ahead; with more blocks, the second prefetches the next panel (`next`, this
+ * thread's, or NULL) while the rest work from L2. */
+static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const float *A, const float *P,
+                         const float *next, int64_t n0, const float *bias, const float *res, int act,
+                         float *C, float *acc) {
+    for (int64_t mb0 = 0; mb0 < M; mb0 += SMALLM_MB) {
+        int64_t mb = M - mb0 < SMALLM_MB ? M - mb0 : SMALLM_MB;
+        const float *Ab = A + mb0 * K, *pf = NULL;
+        int64_t pf_end = 0;
+        if (mb0 == 0) { /* own rows ahead; with one block, on into the next panel */
+            pf = P + SMALLM_PFD * 64;
+            pf_end = (next && M <= SMALLM_MB ? kp + K : K) - SMALLM_PFD;
+        } else if (mb0 == SMALLM_MB && next) {
+            pf = next, pf_end = K;
+        }
+        for (int64_t k0 = 0; k0 < K; k0 += SMALLM_KC) {
+            int64_t k1 = k0 + SMALLM_KC < K ? k0 + SMALLM_KC : K, m = 0;
+            for (; m + SMALLM_MR <= mb; m += SMALLM_MR) {
+                if (m == 0 && pf) SMALLM_TILE(SMALLM_MR, 1);
+                else SMALLM_TILE(SMALLM_MR, 0);
+            }
+            int first = m == 0 && pf;
+            switch (mb - m) { /* constant row counts: the tile's loops unroll */
+            case 5: if (first) SMALLM_TILE(5, 1); else SMALLM_TILE(5, 0); break;
+            case 4: if (first) SMALLM_TILE(4, 1); else SMALLM_TILE(4, 0); break;
+            case 3: if (first) SMALLM_TILE(3, 1); else SMALLM_TILE(3, 0); break;
+            case 2: if (first) SMALLM_TILE(2, 1); else SMALLM_TILE(2, 0); break;
+            case 1: if (first) SMALLM_TILE(1, 1); else SMALLM_TILE(1, 0); break;
+            default: break;
+            }
+        }
+        smallm_store(mb0, mb, N, n0, acc, bias, res, act, C);
+    }
+}
+
+static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
+    return B->smallm_kp && M <= smallm_max_m() && smallm_act_ok(act);
+}
+
+static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
+                         const float *bias, const float *res, int act, float *C) {
+    if (!smallm_applies(M, B, act)) return 0;
+    int64_t np = (N + 63) / 64, kp = B->smallm_kp;
+    const float *W = (const float *)B->data;
+#pragma omp parallel if (np > 1)
+    {
+        float acc[SMALLM_MB * 64] __attribute__((aligned(64)));
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt; /* contiguous: a panel's next is this thread's */
+        for (int64_t p = p0; p < p1; p++)
+            smallm_panel(M, K, kp, N, A, W + p * kp * 64, p + 1 < p1 ? W + (p + 1) * kp * 64 : NULL, p * 64,
+                         bias, res, act, C, acc);
+    }
+    return 1;
+}
+#else
+static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
+    (void)M, (void)B, (void)act;
+    return 0;
+}
+
+static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
+                         const float *bias, const float *res, int act, float *C) {
+    (void)M, (void)N, (void)K, (void)A, (void)B, (void)bias, (void)res, (void)act, (void)C;
+    return 0;
+}
+#endif
