@@ -31,13 +31,20 @@ def import_torch(exported_program, dynamic_shapes=None):
 
 
 __all__ = ["BrazeError", "InputError", "ModelFormatError", "ShapeError", "UnsupportedOpError",
-           "import_onnx", "import_torch", "ir", "reference", "resume", "stats", "__version__"]
+           "import_onnx", "import_torch", "ir", "load", "reference", "resume", "stats", "__version__"]
 
 
 def compile(model, example_inputs=None, dynamic_shapes=None, **kw):
     """Compile a model once into native code that serves every shape (see braze.compiler.compile)."""
     from .compiler import compile as _compile
     return _compile(model, example_inputs, dynamic_shapes, **kw)
+
+
+def load(path):
+    """Load an artifact directory written by ``CompiledModel.save`` or ``braze compile``: a
+    callable like ``braze.compile``'s result. Needs only numpy (no torch, no C compiler)."""
+    from .deploy.load import load as _load
+    return _load(path)
 
 
 def resume(path, **kw):

@@ -3,7 +3,12 @@
 commands:
   braze demo [--model bert]        compile a bundled model once (dynamic dims) and run it at
                                    several shapes against PyTorch eager
-  braze inspect MODEL [--dim ...]  import a model file (.onnx, .pt2, .braze) and print its IR
+  braze compile MODEL -o DIR       compile a model file into a relocatable artifact directory
+                                   that C loads without Python (docs/deployment.md)
+  braze run DIR --input NAME=F.npy run an artifact on .npy inputs [-o out.npz]
+  braze bench DIR --shape N=V,...  time an artifact at given shapes (latency percentiles)
+  braze inspect MODEL|DIR          print a model file's IR (.onnx, .pt2, .braze), or an
+                                   artifact's signature, symbols and fusion summary
   braze ops [ir|onnx|aten]         list what braze supports: graph IR ops, and the ONNX and
                                    ATen ops its two frontends import
   braze resume DUMP/NN_STAGE.braze continue a compile from one stage of a BRAZE_DUMP directory
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 
 from .cmdline import Parser, UsageError, one_line, run_command
 
@@ -38,7 +44,10 @@ def _parse_dim(spec: str) -> tuple[str, tuple[int, int | None]]:
 
 
 def cmd_inspect(args) -> int:
+    from .deploy.commands import cmd_inspect_artifact, is_artifact
     from .frontend.files import ModelFileError, check_model_path, load_model_file
+    if is_artifact(args.model):
+        return cmd_inspect_artifact(Path(args.model))
     try:
         check_model_path(args.model)
     except ModelFileError as e:
@@ -93,14 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     sub.add_parser("demo", add_help=False, help="compile a bundled model once and run it at several shapes "
                    "against PyTorch eager (braze demo --help)")
+    from .deploy.commands import add_parsers
+    add_parsers(sub, _parse_dim)
     p = sub.add_parser(
-        "inspect", help="import a model file and print its IR", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "inspect", help="print a model file's IR, or an artifact's signature",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Import a model file and print braze's graph IR: its symbolic dims with their ranges, "
-                    "its constants and its nodes with source locations.\n\n"
+                    "its constants and its nodes with source locations. Given an artifact directory, print "
+                    "its inputs and outputs, symbols and constraints, ISA, versions and fusion summary.\n\n"
                     "  braze inspect model.onnx --dim batch=1:64 --dim seq=1:512\n"
                     "  braze inspect model.pt2        (written by torch.export.save)\n"
-                    "  braze inspect model.braze      (IR text, e.g. from BRAZE_DUMP)")
-    p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text (.braze)")
+                    "  braze inspect model.braze      (IR text, e.g. from BRAZE_DUMP)\n"
+                    "  braze inspect model/           (an artifact: braze compile -o model)")
+    p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, braze IR text (.braze), "
+                   "or an artifact directory")
     p.add_argument("--dim", action="append", type=_parse_dim, metavar="NAME=LO:HI",
                    help="range of an ONNX model's symbolic dim (its dim_param), e.g. batch=1:64; repeatable")
     p.add_argument("--inline", type=int, default=16, metavar="N",
@@ -135,13 +150,15 @@ def _run(argv) -> int:
         from .demo import main as demo_main
         return demo_main(argv[1:])
     args = build_parser().parse_args(argv)
-    return {"inspect": cmd_inspect, "ops": cmd_ops, "resume": cmd_resume}[args.cmd](args)
+    from .deploy import commands as dc
+    return {"inspect": cmd_inspect, "ops": cmd_ops, "resume": cmd_resume, "compile": dc.cmd_compile,
+            "run": dc.cmd_run, "bench": dc.cmd_bench}[args.cmd](args)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     cmd = next((a for a in argv if not a.startswith("-")), None)
-    prog = f"braze {cmd}" if cmd in ("demo", "inspect", "ops", "resume") else "braze"
+    prog = f"braze {cmd}" if cmd in ("demo", "inspect", "ops", "resume", "compile", "run", "bench") else "braze"
     return run_command(prog, lambda: _run(argv))
 
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from . import log as _logging
 from .errors import BrazeError, BrazeWarning, InputError
-from .ir.graph import Module, input_count_message, require_constant_data
+from .ir.graph import Module, TensorInfo, input_count_message, require_constant_data, signature
 from .options import Options
+from .runtime.loader import bind_inputs
 from .runtime.tensors import TensorSpec
 
 _log = _logging.get("compile")
@@ -90,16 +91,29 @@ class CompiledModel:
         self.instance = instance  # this model's constants, packed weights and thread count
         self.options = options
         self.timings = timings
+        self._native = native  # the C and its entries: save() compiles it again as an artifact
         self._fns = {e.function.name: instance.function(
             e.symbol, [TensorSpec(p.type.dtype, p.type.rank, p.name) for p in e.function.params],
             [r.type for r in e.function.results]) for e in native.entries}
         self._main = self._fns[module.main.name]
         self._n_inputs = len(module.main.params)
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, **named):
+        if named or (len(inputs) == 1 and isinstance(inputs[0], dict)):
+            inputs = bind_inputs([i.name for i in self.inputs], inputs, named, "the model")
         if len(inputs) != self._n_inputs:
             raise InputError(f"{input_count_message(self.module.main)}; got {len(inputs)}")
         return self._main(*inputs)
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        """Each input's name, dtype, shape (symbolic dims by name) and symbol ranges."""
+        return signature(self.module)[0]
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        """Each output's name (as the model file named it), dtype, shape and symbol ranges."""
+        return signature(self.module)[1]
 
     def profile(self) -> list[KernelTime]:
         """Per-kernel totals since load (``KernelTime``); needs BRAZE_DEBUG >= 3 at compile time."""
@@ -134,6 +148,12 @@ class CompiledModel:
 
     def function(self, name: str):
         return self._fns[name]
+
+    def save(self, path):
+        """Write this model as a relocatable artifact directory (docs/deployment.md): load it
+        with ``braze.load(path)`` (numpy only, no compiler) or from C (``braze_model.h``)."""
+        from .deploy.artifact import save
+        return save(self, path)
 
     def __repr__(self):
         f = self.module.main

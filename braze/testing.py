@@ -196,3 +196,26 @@ def torch_module(fn, **submodules):
             return self.fn(self, *xs)
 
     return FnModule()
+
+
+def run_cli(*args, env: dict | None = None, cwd=None, timeout: float = 300.0):
+    """``python -m braze ARGS`` in a subprocess (BRAZE_DEBUG unset): a CompletedProcess with text."""
+    import os
+    import subprocess
+    import sys
+    e = {**os.environ, **(env or {})}
+    e.pop("BRAZE_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "braze", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=e, timeout=timeout)
+
+
+def one_line_error(r, code: int, *words) -> str:
+    """Asserts a command failed with exit status ``code`` and one line on stderr holding every
+    word (no traceback); returns the line."""
+    assert r.returncode == code, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr and lines[0].startswith("braze")
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]

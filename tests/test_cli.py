@@ -9,24 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from braze.testing import one_line_error, run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def braze_cli(*args, **kw):
-    env = {**os.environ, **kw.pop("env", {})}
-    env.pop("BRAZE_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "braze", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300, **kw)
-
-
-def one_line_error(r, code: int, *words):
-    assert r.returncode == code, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr and lines[0].startswith("braze")
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
+    return run_cli(*args, cwd=ROOT, **kw)
 
 
 @pytest.fixture(scope="module")

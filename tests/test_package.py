@@ -19,7 +19,7 @@ def test_import_is_cheap_and_lazy():
 
 def test_public_entry_points():
     import braze
-    for name in ("import_onnx", "import_torch"):
+    for name in ("import_onnx", "import_torch", "load", "compile"):
         assert callable(getattr(braze, name))
     assert callable(braze.reference.run)
     assert callable(braze.ir.parse)

@@ -121,20 +121,20 @@ def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lin
         "".join(f"    braze_free_packed_conv({h});\n" for h in packed_conv)
     dnnl_init = "    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;\n" if library else ""
     fail = "fail:\n    braze_destroy(M);\n    return BRAZE_ERR_INTERNAL;\n" if init_lines else ""
-    return f"""struct braze_model {{
+    return f"""struct braze_instance {{
     void *c[{max(n_const, 1)}];
 {fields}    int32_t threads;
 }};
-BRAZE_EXPORT void braze_destroy(braze_model *M) {{
+BRAZE_EXPORT void braze_destroy(braze_instance *M) {{
     if (!M) return;
 {frees}    free(M);
 }}
 BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
-                                  braze_model **out, char *err, int32_t errlen) {{
+                                  braze_instance **out, char *err, int32_t errlen) {{
     *out = NULL;
     if (n_constants != {n_const})
         BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected {n_const} constants, got %d", (int)n_constants);
-{dnnl_init}    braze_model *M = (braze_model *)calloc(1, sizeof *M);
+{dnnl_init}    braze_instance *M = (braze_instance *)calloc(1, sizeof *M);
     if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, "braze_create: out of memory");
     for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];
     M->threads = threads;
@@ -234,7 +234,7 @@ class _EntryWriter:
                 "(void)arena;", *self._prepare()]
         body = "\n    ".join(head + self.lines + ["return BRAZE_OK;"])
         params = "braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen"
-        params = "const braze_model *M, const " + params
+        params = "const braze_instance *M, const " + params
         args = "M, inputs, n_inputs, alloc, alloc_ctx, err, errlen"
         # the thread count is the model's: set for this call on the calling thread (OpenMP's
         # nthreads is per thread), restored after, so it holds on every thread and per model
@@ -259,7 +259,7 @@ class _EntryWriter:
         n = max(1, len(syms))
         now = ", ".join(syms) or "0"
         cases = " ".join(f"case {j}: (void){call}; break;" for j, (call, _) in enumerate(self.prepares))
-        return [f"static _Thread_local int64_t seen_syms[{n}]; static _Thread_local const braze_model *seen_model;",
+        return [f"static _Thread_local int64_t seen_syms[{n}]; static _Thread_local const braze_instance *seen_model;",
                 f"{{ const int64_t now_syms[{n}] = {{{now}}};",
                 "  if (seen_model != M || memcmp(seen_syms, now_syms, sizeof now_syms)) {",
                 "    #pragma omp parallel for schedule(dynamic, 1)",

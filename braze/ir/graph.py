@@ -40,6 +40,42 @@ def input_count_message(func: Function) -> str:
     return f"{who} takes {k} input{'' if k == 1 else 's'} ({sig})"
 
 
+@dataclass(frozen=True)
+class TensorInfo:
+    """One input or output of a model as its users see it: the name from the model file, the
+    dtype's name, the shape (sizes, and symbolic dims as text) and each symbol's range."""
+
+    name: str
+    dtype: str
+    shape: tuple  # of int | str
+    ranges: dict  # symbol -> (lo, hi or None), for the symbols in shape
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+                "ranges": {k: list(v) for k, v in self.ranges.items()}}
+
+    @staticmethod
+    def from_json(d: dict) -> "TensorInfo":
+        return TensorInfo(d["name"], d["dtype"], tuple(d["shape"]), {k: tuple(v) for k, v in d.get("ranges", {}).items()})
+
+    def __str__(self):
+        return f"{self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+def signature(module: "Module", fn: str = "main") -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """The inputs and outputs of ``module.functions[fn]``, named as in the model file."""
+    f = module.functions[fn]
+    syms = module.symbols
+
+    def info(name, t):
+        shape = tuple(d if isinstance(d, int) else str(d) for d in t.shape)
+        used = sorted({s.name for d in t.shape if not isinstance(d, int) for s in d.free_syms()})
+        return TensorInfo(name, t.dtype.name, shape, {s: (syms[s].lo, syms[s].hi) for s in used if s in syms})
+
+    out_names = module.output_names.get(fn) or [v.name for v in f.results]
+    return ([info(p.name, p.type) for p in f.params], [info(n, v.type) for n, v in zip(out_names, f.results)])
+
+
 def missing_constants(module: "Module") -> list[str]:
     """Names of the constants that nodes use but whose data is not at hand (ConstantRef)."""
     used = {n.attrs.get("name") for f in module.functions.values() for n in f.nodes if n.op == "constant"}
@@ -71,6 +107,9 @@ class Module:
         # (function, parameter, axis) -> why that input dim is what it is, from the importer
         # (e.g. "fixed at export"); input errors quote it
         self.input_notes: dict[tuple[str, str, int], str] = {}
+        # function -> the names its results had in the model file (an ONNX graph's outputs, a
+        # torch program's output nodes): what users, the CLI and artifacts call them
+        self.output_names: dict[str, list[str]] = {}
         # function -> bytes of scratch its intermediates need (assign_memory; each fused node's
         # ``arena`` attr places its outputs in it)
         self.arena_sizes: dict[str, IntLike] = {}

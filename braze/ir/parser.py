@@ -362,6 +362,8 @@ class _Parser:
             self.constants_block(m, constants)
         if self.accept("notes"):
             self.notes_block(m)
+        if self.accept("outputs"):
+            self.outputs_block(m)
         if self.accept("memory"):
             self.memory_block(m)
         while self.at("func"):
@@ -441,6 +443,16 @@ class _Parser:
             param = self.expect_kind("val", "an input name (%name)").value
             axis = self.expect_int("the input's axis (an integer)")
             m.input_notes[(fn, param, axis)] = self.expect_kind("str", "the note (a string)").value
+
+    def outputs_block(self, m: Module):
+        """``@func "name" ...`` lines: the names a function's results had in the model file."""
+        self.expect("{", "after 'outputs'")
+        while not self.accept("}"):
+            fn = self.expect_kind("glob", "a function name (@name) or '}'").value
+            names = []
+            while self.tok.kind == "str":
+                names.append(self.expect_kind("str", "an output name (a string)").value)
+            m.output_names[fn] = names
 
     def memory_block(self, m: Module):
         """``@func arena <bytes>`` lines: each function's scratch size (assign_memory)."""

@@ -245,6 +245,11 @@ class _Printer:
             for (fn, param, axis), text in sorted(self.m.input_notes.items()):
                 lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {axis} {json.dumps(text)}")
             lines.append("  }")
+        if self.m.output_names:
+            lines.append("  outputs {")
+            for fn, names in sorted(self.m.output_names.items()):
+                lines.append(f"    {format_global_name(fn)} " + " ".join(json.dumps(n) for n in names))
+            lines.append("  }")
         if self.m.arena_sizes:
             lines.append("  memory {")
             for fn, size in self.m.arena_sizes.items():

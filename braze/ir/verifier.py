@@ -40,6 +40,13 @@ def verify_module(module: Module) -> None:
             raise VerifyError(f"function @{f.name} is stored under the key '{key}'",
                               hint="the key in module.functions must be the function's name")
         _FunctionVerifier(module, f, store).run()
+    for fn, names in module.output_names.items():
+        f = module.functions.get(fn)
+        if f is None:
+            raise VerifyError(f"output names are given for @{fn}, which the module does not have")
+        if len(names) != len(f.results) or not all(isinstance(n, str) for n in names):
+            raise VerifyError(f"@{fn} has {len(f.results)} results but {len(names)} output names: {names}",
+                              hint="give one name (a string) per result")
 
 
 class _FunctionVerifier:

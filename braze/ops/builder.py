@@ -26,6 +26,20 @@ def sanitize(name: str) -> str:
     return s
 
 
+def unique_names(names: list[str]) -> list[str]:
+    """The names, each kept as is unless it repeats an earlier one (then ``name_1``, ...):
+    a model file's output names, which may repeat when one value is returned twice."""
+    seen: set[str] = set()
+    out = []
+    for n in names:
+        m, k = n, 1
+        while m in seen:
+            m, k = f"{n}_{k}", k + 1
+        seen.add(m)
+        out.append(m)
+    return out
+
+
 class Builder:
     def __init__(self, module: Module | None = None, func_name: str = "main"):
         self.module = module if module is not None else Module()

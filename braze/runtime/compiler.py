@@ -64,6 +64,7 @@ from pathlib import Path
 from .. import log as _logging
 from ..codegen.toolchain import compiler_version, find_compiler
 from ..errors import BrazeError, BrazeWarning
+from .digest import sha256_file
 
 _log = _logging.get("cache")
 
@@ -108,14 +109,6 @@ def _headers_digest(include_dir: Path) -> str:
     return h.hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _entry_ok(entry: Path, filename: str = "lib.so") -> bool:
     """True when the entry is complete: meta.json present and the library matches its hash."""
     so, meta_p = entry / filename, entry / "meta.json"
@@ -130,7 +123,7 @@ def _entry_ok(entry: Path, filename: str = "lib.so") -> bool:
     if _VERIFIED.get(str(so)) == ident:
         return True
     try:
-        ok = _sha256_file(so) == meta.get("so_sha256")
+        ok = sha256_file(so) == meta.get("so_sha256")
     except OSError:
         return False
     if ok:
@@ -411,7 +404,7 @@ def _compile_into(entry: Path, job: _Job) -> None:
                 hint="this is a braze bug in code generation; please report it with the source file")
         with contextlib.suppress(FileNotFoundError):
             log.unlink()
-        digest = _sha256_file(Path(tmp))
+        digest = sha256_file(Path(tmp))
         size = os.path.getsize(tmp)
         os.chmod(tmp, 0o755)
         os.replace(tmp, so)

@@ -39,6 +39,36 @@ ERROR_NAMES = {ERR_RANK: "rank", ERR_DTYPE: "dtype", ERR_SHAPE: "shape", ERR_RAN
 _INPUT_ERRORS = (ERR_RANK, ERR_DTYPE, ERR_SHAPE, ERR_RANGE, ERR_CONSTRAINT)
 
 
+def as_host_array(x) -> np.ndarray:
+    """``x`` as a numpy array: zero-copy from any ``__dlpack__`` producer on the CPU (JAX,
+    CuPy's host arrays, TensorFlow, ...), else ``np.asarray``."""
+    if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, TypeError, RuntimeError, ValueError) as e:
+            raise InputError(f"cannot read a {type(x).__name__} through DLPack: {e}",
+                             hint="braze runs on the CPU: pass a CPU tensor, or a numpy array") from None
+    return np.asarray(x)
+
+
+def bind_inputs(names: list[str], args: tuple, kwargs: dict, what: str) -> tuple:
+    """The positional inputs of a call given positionally, as keywords, or as one dict keyed by
+    input name (ONNX Runtime's and OpenVINO's way)."""
+    if len(args) == 1 and isinstance(args[0], dict) and not kwargs:
+        kwargs, args = dict(args[0]), ()
+    if not kwargs:
+        return args
+    if args:
+        raise InputError(f"{what}: pass the inputs positionally or by name, not both")
+    unknown = sorted(set(kwargs) - set(names))
+    missing = [n for n in names if n not in kwargs]
+    if unknown or missing:
+        raise InputError(f"{what} takes inputs {', '.join(names)}" +
+                         (f"; unknown: {', '.join(map(str, unknown))}" if unknown else "") +
+                         (f"; missing: {', '.join(missing)}" if missing else ""))
+    return tuple(kwargs[n] for n in names)
+
+
 class BrazeTensor(ctypes.Structure):
     """``braze_tensor`` (for reference and for C-side tests; calls pack words directly)."""
 
@@ -179,14 +209,15 @@ class NativeFunction:
     the input count and check what the entry allocates.
     """
 
-    def __init__(self, owner, symbol: str, param_specs, result_specs):
+    def __init__(self, owner, symbol: str, param_specs, result_specs, instance: int | None = None):
         """``owner``: a NativeModel (its instance is passed to every call) or a NativeLibrary
-        without model state (the entry gets NULL)."""
+        whose entries get ``instance`` (an instance made elsewhere, e.g. by an artifact's
+        loader, kept alive by the caller; default NULL: a library without model state)."""
         if isinstance(owner, NativeModel):
             self.model, lib = owner, owner.lib
         else:
             self.model, lib = None, owner
-        self._handle = self.model.handle if self.model is not None else None
+        self._handle = self.model.handle if self.model is not None else instance
         self.lib = lib
         self.symbol = symbol
         self.params: tuple[TensorSpec, ...] = tuple(as_spec(s) for s in param_specs)
@@ -235,7 +266,7 @@ class NativeFunction:
             code = T.torch_dtype_code(x.dtype)
             return x, (x.data_ptr() or _EMPTY_ADDR), code, tuple(x.shape), True
         if type(x) is not np.ndarray:
-            x = np.asarray(x)
+            x = as_host_array(x)
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         if not x.dtype.isnative:

@@ -34,7 +34,7 @@ def _entry(module):
     src = f"""#include "braze_abi.h"
 #include "braze_vec.h"
 {C_DTYPE_NAMES}
-BRAZE_EXPORT int32_t braze_main(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc,
+BRAZE_EXPORT int32_t braze_main(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc,
                                 void *alloc_ctx, char *err, int32_t errlen) {{
     {body}
     int64_t shape[1] = {{{len(syms)}}};

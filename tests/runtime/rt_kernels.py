@@ -11,7 +11,7 @@ needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
 ADD1_SRC = r"""
 #include "braze_abi.h"
 
-BRAZE_EXPORT int32_t braze_add1(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_add1(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                 braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     if (n_inputs != 1) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "expected 1 input, got %d", (int)n_inputs);
     const braze_tensor *x = &inputs[0];
@@ -35,7 +35,7 @@ BRAZE_EXPORT int32_t braze_add1(const braze_model *model, const braze_tensor *in
 INFO_SRC = r"""
 #include "braze_abi.h"
 
-BRAZE_EXPORT int32_t braze_info(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_info(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                 braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     const braze_tensor *x = &inputs[0];
     int64_t n = 3 + x->ndim;
@@ -55,13 +55,13 @@ MULTI_SRC = r"""
 #include <stdlib.h>
 #include "braze_abi.h"
 
-struct braze_model { const float *c; int64_t n; };
+struct braze_instance { const float *c; int64_t n; };
 
 BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
-                                  braze_model **out, char *err, int32_t errlen) {
+                                  braze_instance **out, char *err, int32_t errlen) {
     *out = NULL;
     if (n_constants != 2) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected 2 constants, got %d", (int)n_constants);
-    braze_model *m = (braze_model *)malloc(sizeof *m);
+    braze_instance *m = (braze_instance *)malloc(sizeof *m);
     if (!m) BRAZE_FAIL(BRAZE_ERR_ALLOC, "out of memory");
     m->c = (const float *)constants[0];
     m->n = *(const int64_t *)constants[1];
@@ -69,9 +69,9 @@ BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, i
     return BRAZE_OK;
 }
 
-BRAZE_EXPORT void braze_destroy(braze_model *m) { free(m); }
+BRAZE_EXPORT void braze_destroy(braze_instance *m) { free(m); }
 
-BRAZE_EXPORT int32_t braze_affine(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_affine(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                   braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     int32_t rc;
     if (!model) BRAZE_FAIL(BRAZE_ERR_INTERNAL, "no model instance");
@@ -93,7 +93,7 @@ BRAZE_EXPORT int32_t braze_affine(const braze_model *model, const braze_tensor *
     return BRAZE_OK;
 }
 
-BRAZE_EXPORT int32_t braze_bad_alloc(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_bad_alloc(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                      braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     int64_t n = 4;
     void *p = alloc(alloc_ctx, 7, BRAZE_FLOAT32, 1, &n);  /* no output 7 */
@@ -101,17 +101,17 @@ BRAZE_EXPORT int32_t braze_bad_alloc(const braze_model *model, const braze_tenso
     return BRAZE_OK;
 }
 
-BRAZE_EXPORT int32_t braze_internal(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_internal(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                     braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     BRAZE_FAIL(BRAZE_ERR_INTERNAL, "something broke inside (%s)", "on purpose");
 }
 
-BRAZE_EXPORT int32_t braze_silent(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_silent(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                   braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     return BRAZE_ERR_RANGE;  /* no message */
 }
 
-BRAZE_EXPORT int32_t braze_forgets_output(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_forgets_output(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                           braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     return BRAZE_OK;
 }

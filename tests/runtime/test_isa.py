@@ -18,7 +18,7 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 # which ISA macros the compiled code saw
 PROBE_SRC = r"""
 #include "braze_abi.h"
-BRAZE_EXPORT int32_t braze_probe(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+BRAZE_EXPORT int32_t braze_probe(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
                                  braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen) {
     int64_t one = 1;
     int64_t *y = (int64_t *)alloc(alloc_ctx, 0, BRAZE_INT64, 1, &one);

@@ -3,9 +3,9 @@
  * A compiled model is a shared library exporting
  *
  *   int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
- *                        braze_model **model, char *err, int32_t errlen);
- *   void    braze_destroy(braze_model *model);
- *   int32_t braze_<function>(const braze_model *model, const braze_tensor *inputs, int32_t n_inputs,
+ *                        braze_instance **model, char *err, int32_t errlen);
+ *   void    braze_destroy(braze_instance *model);
+ *   int32_t braze_<function>(const braze_instance *model, const braze_tensor *inputs, int32_t n_inputs,
  *                            braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen);
  *
  * A model instance holds everything one compiled model owns: its constants,
@@ -57,7 +57,7 @@ typedef struct {
     const int64_t *shape;
 } braze_tensor;
 
-typedef struct braze_model braze_model; /* defined by each compiled library */
+typedef struct braze_instance braze_instance; /* defined by each compiled library */
 
 typedef void *(*braze_alloc_fn)(void *ctx, int32_t index, int32_t dtype, int32_t ndim,
                                 const int64_t *shape);

@@ -20,7 +20,7 @@ from ...ir import sym as S
 from ...ir.graph import Module, SourceLoc, Value
 from ...ir.sym import Sym
 from ...ir.types import DType, TensorType
-from ...ops.builder import Builder, sanitize
+from ...ops.builder import Builder, sanitize, unique_names
 from .common import TV, is_symbolic_array, onnx_dtype
 
 MIN_OPSET = 13
@@ -374,6 +374,7 @@ class Importer:
             v = self.materialize(t)
             results.append(v)
         self.b.ret(*results)
+        self.module.output_names[self.b.func.name] = unique_names([o.name for o in g.output])
         return self.module
 
     def _check_ops(self):

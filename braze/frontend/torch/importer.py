@@ -9,7 +9,7 @@ from ...errors import BrazeError, ModelFormatError, UnsupportedOpError, require
 from ...ir import sym as S
 from ...ir.graph import Module, SourceLoc, Value
 from ...ir.types import TensorType
-from ...ops.builder import Builder
+from ...ops.builder import Builder, unique_names
 from .common import ISSUES_HINT, NotProduced, source_loc, tensor_to_numpy, to_braze_dtype
 
 # ---------------------------------------------------------------------------
@@ -434,7 +434,7 @@ class Importer:
             else:
                 self.env[n] = None
         user_outputs = tg.outputs
-        results = []
+        results, names = [], []
         for n in nodes:
             if n.op == "placeholder":
                 continue
@@ -451,6 +451,7 @@ class Importer:
                             raise UnsupportedOpError(f"output {o} is a number ({v}), not a tensor",
                                                      where=str(self.loc), hint="return tensors only")
                     results.append(v)
+                    names.append(getattr(o, "name", None) or f"output_{len(names)}")
                 continue
             if n.op == "get_attr":
                 raise UnsupportedOpError(f"graph attribute '{n.target}' (a submodule or higher-order op) is not "
@@ -459,6 +460,7 @@ class Importer:
                 raise UnsupportedOpError(f"FX node kind '{n.op}' is not supported", where=str(self.loc))
             self.env[n] = convert_node(self, n)
         self.b.ret(*results)
+        self.module.output_names[self.b.func.name] = unique_names(names)
         if tg.notes is not None:
             params = {n.name: v for n, v in self.env.items() if getattr(n, "op", None) == "placeholder"
                       and isinstance(v, Value)}

@@ -1,0 +1,218 @@
+"""``CompiledModel.save``: a compiled model as one relocatable directory (docs/deployment.md).
+
+The directory holds ``libbraze_model.so`` (the model's C, compiled again with the loader of
+``csrc/braze_artifact.c`` and a block of this artifact's facts), ``braze_model.h`` and
+``braze_abi.h``, ``weights.safetensors``, ``meta.json`` and, for a model that calls oneDNN,
+``libbraze_dnnl.so`` and ``libdnnl.so.3``: every library it needs beyond the C and C++
+runtimes and OpenMP, found through ``$ORIGIN``, so the directory can move.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BrazeError
+from ..ir.graph import signature
+from ..runtime.digest import sha256_file
+from ..runtime.tensors import DTYPE_CODE
+
+ARTIFACT_ABI = 1  # the artifact's layout and C API; braze.load and the loader refuse others
+LIBRARY = "libbraze_model.so"
+HELPER = "libbraze_dnnl.so"
+WEIGHTS = "weights.safetensors"
+META = "meta.json"
+HEADER = "braze_model.h"
+_CSRC = Path(__file__).resolve().parent / "csrc"
+
+# cpuinfo flag -> __builtin_cpu_supports name
+_CPU_NAME = {"avx512_bf16": "avx512bf16", "avx512_vnni": "avx512vnni", "avx512_fp16": "avx512fp16",
+             "sse4_1": "sse4.1", "sse4_2": "sse4.2", "avx512_4fmaps": "avx5124fmaps",
+             "avx512_vp2intersect": "avx512vp2intersect"}
+
+
+def _c_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid C string literal for these names
+
+
+def _weights(names: list[str], arrays: list[np.ndarray]) -> tuple[bytes, list[tuple[int, int]]]:
+    """safetensors bytes of the constants (named c0, c1, ... in braze_create order; the IR
+    names in the metadata) and each one's (offset, nbytes) in the data section."""
+    from safetensors.numpy import save
+    tensors = {f"c{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)}
+    blob = save(tensors, metadata={"braze_names": json.dumps(names)})
+    hlen = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + hlen])
+    spans = []
+    for i in range(len(arrays)):
+        b, e = header[f"c{i}"]["data_offsets"]
+        spans.append((b, e - b))
+    return blob, spans
+
+
+def _dims(t) -> tuple[list[int], list[str]]:
+    return ([d if isinstance(d, int) else -1 for d in t.shape],
+            ["" if isinstance(d, int) else str(d) for d in t.shape])
+
+
+def _c_block(model, native, spans, files: dict[str, str], weights_sha: str, isa) -> str:
+    """This artifact's facts as C, for braze_artifact.c."""
+    main = next(e for e in native.entries if e.function.name == model.module.main.name)
+    lines = [f"#define BZA_ENTRY {main.symbol}", "#define BZA_CREATE braze_create", "#define BZA_DESTROY braze_destroy",
+             f"#define BZA_N_CONST {len(spans)}", f"#define BZA_ABI_VERSION {ARTIFACT_ABI}",
+             f"#define BZA_THREADS {int(model.options.threads or 0)}",
+             f"#define BZA_BRAZE_VERSION {_c_str(_version())}", f"#define BZA_ISA {_c_str(isa.name)}",
+             f"static const int64_t bza_const_offset[] = {{{', '.join(str(o) for o, _ in spans) or '0'}}};",
+             f"static const int64_t bza_const_nbytes[] = {{{', '.join(str(n) for _, n in spans) or '0'}}};",
+             f"static const char bza_weights_sha256[] = {_c_str(weights_sha)};",
+             f"#define BZA_N_FILES {len(files)}",
+             "static const char *const bza_files[][2] = {" +
+             ", ".join(f"{{{_c_str(k)}, {_c_str(v)}}}" for k, v in files.items()) + "};",
+             "#pragma GCC push_options", "#pragma GCC target(\"arch=x86-64\")",
+             "static const char *bza_cpu_missing(void) {", "    __builtin_cpu_init();"]
+    for f in sorted(isa.features):
+        name = _CPU_NAME.get(f, f)
+        lines.append(f"    if (!__builtin_cpu_supports({_c_str(name)})) return {_c_str(f)};")
+    lines += ["    return NULL;", "}", "#pragma GCC pop_options"]
+    f = model.module.main
+    ins, outs = signature(model.module)
+    for side, values, infos in (("in", f.params, ins), ("out", f.results, outs)):
+        dims, names, first = [], [], []
+        for v in values:
+            d, n = _dims(v.type)
+            first.append(len(dims))
+            dims += d
+            names += n
+        lines += [f"#define BZA_N_{side.upper()} {len(values)}",
+                  f"static const char *const bza_{side}_name[] = {{{', '.join(_c_str(i.name) for i in infos) or '0'}}};",
+                  f"static const int32_t bza_{side}_dtype[] = {{{', '.join(str(DTYPE_CODE[v.type.dtype]) for v in values) or '0'}}};",
+                  f"static const int32_t bza_{side}_ndim[] = {{{', '.join(str(len(v.type.shape)) for v in values) or '0'}}};",
+                  f"static const int32_t bza_{side}_first[] = {{{', '.join(map(str, first)) or '0'}}};",
+                  f"static const int64_t bza_{side}_dims[] = {{{', '.join(map(str, dims)) or '0'}}};",
+                  f"static const char *const bza_{side}_dim_names[] = {{{', '.join(map(_c_str, names)) or '0'}}};"]
+    return "\n".join(lines) + "\n"
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+def _prepare_dir(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise BrazeError(f"cannot save the model to {path}: it is a file", hint="choose a directory path")
+    if path.is_dir() and any(path.iterdir()) and not (path / META).exists():
+        raise BrazeError(f"cannot save the model to {path}: the directory is not empty and is not a braze artifact",
+                         hint="choose a new or empty directory (an existing artifact is replaced)")
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def save(model, path) -> Path:
+    """Write ``model`` (a CompiledModel) as an artifact directory at ``path``; returns it."""
+    from ..codegen.isa import detect_isa
+    from ..extern import onednn
+    from ..runtime.compiler import compile_shared
+
+    native = model._native
+    path = Path(path)
+    _prepare_dir(path)
+    cache = model.options.cache_dir
+    isa = detect_isa()
+    t0 = time.perf_counter()
+    files: dict[str, str] = {}  # name -> sha256, for the loader (all but the library and meta.json)
+
+    names = list(native.constants)
+    arrays = [np.asarray(model.module.constants[n]) for n in names]
+    blob, spans = _weights(names, arrays)
+    (path / WEIGHTS).write_bytes(blob)
+    weights_sha = hashlib.sha256(blob).hexdigest()
+    files[WEIGHTS] = weights_sha
+
+    link_inputs = []
+    if native.uses_library:
+        helper = compile_shared(onednn.helper_text(), name="braze_dnnl", include_dirs=onednn.include_dirs(),
+                                library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=["$ORIGIN"],
+                                extra_cflags=[*onednn.extra_link_flags(), f"-Wl,-soname,{HELPER}"],
+                                cache_dir=cache, filename=HELPER, log_channel="cache.helper")
+        shutil.copyfile(helper, path / HELPER)
+        lib = onednn.locate().library
+        dnnl_name = _soname(lib)
+        if not dnnl_name:
+            raise BrazeError(f"cannot read the SONAME of {lib}, so the artifact would not find it",
+                             hint="install binutils (readelf), which the C toolchain normally brings")
+        shutil.copyfile(os.path.realpath(lib), path / dnnl_name)
+        files[HELPER] = sha256_file(path / HELPER)
+        files[dnnl_name] = sha256_file(path / dnnl_name)
+        link_inputs = [str(path / HELPER)]
+    for h in (HEADER, "braze_abi.h"):
+        src = _CSRC / h if h == HEADER else Path(__file__).resolve().parents[1] / "codegen" / "include" / h
+        shutil.copyfile(src, path / h)
+        files[h] = sha256_file(path / h)
+
+    source = (native.source + "\n/* ---- braze artifact ---- */\n#include \"braze_model.h\"\n" +
+              _c_block(model, native, spans, files, weights_sha, isa) +
+              '#line 1 "braze_artifact.c"\n' + (_CSRC / "braze_artifact.c").read_text())
+    include = [str(_CSRC)] + (onednn.model_build_args(cache)["include_dirs"] if native.uses_library else [])
+    so = compile_shared(source, name=f"{model.module.main.name} artifact", include_dirs=include,
+                        link_inputs=link_inputs, rpaths=["$ORIGIN"], cache_dir=cache, filename=LIBRARY)
+    shutil.copyfile(so, path / LIBRARY)
+
+    f = model.module.main
+    meta = {
+        "format": "braze-artifact", "abi_version": ARTIFACT_ABI, "braze_version": _version(),
+        "onednn_version": ".".join(map(str, onednn.locate().version or ())) or None if native.uses_library else None,
+        "threads": model.options.threads,
+        "isa": {"name": isa.name, "features": sorted(isa.features), "cflags": list(isa.cflags)},
+        "entry": next(e.symbol for e in native.entries if e.function.name == f.name),
+        "inputs": [i.to_json() for i in signature(model.module)[0]],
+        "outputs": [o.to_json() for o in signature(model.module)[1]],
+        "symbols": {n: {"min": s.lo, "max": s.hi} for n, s in model.module.symbols.items()},
+        "constraints": _constraints(model.module),
+        "constants": names,
+        "fusion": _fusion(model.module),
+        "files": {**files, LIBRARY: sha256_file(path / LIBRARY)},
+        "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (path / META).write_text(json.dumps(meta, indent=1) + "\n")
+    from .. import log as _logging
+    _logging.get("deploy").info("saved @%s to %s in %.2f s", f.name, path, time.perf_counter() - t0)
+    return path
+
+
+def _fusion(module) -> dict[str, int]:
+    """How many kernels of each kind the entry runs (gemm, conv, stitch, pointwise, ...)."""
+    kinds: dict[str, int] = {}
+    for n in module.main.nodes:
+        k = n.attrs.get("kind")
+        if isinstance(k, str):
+            kinds[k] = kinds.get(k, 0) + 1
+    return kinds
+
+
+def _constraints(module) -> list[str]:
+    """The module's constraints as the IR printer writes them (its ``constraints { }`` block)."""
+    if not module.constraints.facts:
+        return []
+    lines = module.to_text(inline_limit=0).splitlines()
+    start = lines.index("  constraints {") + 1
+    return [ln.strip() for ln in lines[start:lines.index("  }", start)]]
+
+
+def _soname(lib: Path) -> str | None:
+    """The DT_SONAME of an ELF shared library (libdnnl.so -> libdnnl.so.3): the name the
+    helper's DT_NEEDED holds, so the copy must have it."""
+    import subprocess
+    try:
+        out = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        if "(SONAME)" in line and "[" in line:
+            return line.split("[", 1)[1].rstrip("]").strip()
+    return None

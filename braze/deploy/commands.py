@@ -1,0 +1,202 @@
+"""The artifact commands of the CLI: ``braze compile``, ``braze run``, ``braze bench`` and
+``braze inspect`` of an artifact directory (braze/cli.py assembles the parser)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..cmdline import UsageError
+from .artifact import META
+
+
+def _progress(msg: str) -> None:
+    """A step of a long command, on stderr when it is a terminal (stdout stays for results)."""
+    if sys.stderr.isatty():
+        print(msg, file=sys.stderr, flush=True)
+
+
+def is_artifact(path) -> bool:
+    return (Path(path) / META).is_file()
+
+
+def cmd_compile(args) -> int:
+    import braze
+    from ..frontend.files import ModelFileError, check_model_path, load_model_file
+    try:
+        check_model_path(args.model)
+    except ModelFileError as e:
+        from ..cmdline import one_line
+        raise UsageError(one_line(e)) from None
+    out = Path(args.output)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not is_artifact(out))):
+        raise UsageError(f"-o {out}: exists and is not an empty directory or a braze artifact")
+    t0 = time.perf_counter()
+    _progress(f"importing {args.model} ...")
+    module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
+    _progress(f"compiling ({time.perf_counter() - t0:.1f} s so far) ...")
+    cm = braze.compile(module, threads=args.threads)
+    _progress(f"saving to {out} ({time.perf_counter() - t0:.1f} s so far) ...")
+    cm.save(out)
+    print(f"wrote {out} in {time.perf_counter() - t0:.1f} s: ({', '.join(map(str, cm.inputs))}) -> "
+          f"({', '.join(map(str, cm.outputs))})")
+    return 0
+
+
+def cmd_inspect_artifact(path: Path) -> int:
+    meta = json.loads((path / META).read_text())
+    print(f"braze artifact {path}")
+    print(f"  saved {meta.get('saved')} by braze {meta.get('braze_version')}, ABI {meta.get('abi_version')}, "
+          f"oneDNN {meta.get('onednn_version') or 'not used'}")
+    print(f"  ISA {meta['isa']['name']}: {' '.join(meta['isa']['features'])}")
+    print("inputs:")
+    for v in meta["inputs"]:
+        print(f"  {v['name']}: {v['dtype']}[{', '.join(map(str, v['shape']))}]")
+    print("outputs:")
+    for v in meta["outputs"]:
+        print(f"  {v['name']}: {v['dtype']}[{', '.join(map(str, v['shape']))}]")
+    print("symbols:")
+    for n, r in meta["symbols"].items():
+        print(f"  {n} in [{r['min']}, {r['max'] if r['max'] is not None else 'inf'}]")
+    if meta.get("constraints"):
+        print("constraints:")
+        for c in meta["constraints"]:
+            print(f"  {c}")
+    fusion = meta.get("fusion") or {}
+    if fusion:
+        print("fusion: " + ", ".join(f"{k} {v}" for k, v in sorted(fusion.items(), key=lambda kv: -kv[1])))
+    print(f"files: {', '.join(sorted(meta['files']))}, meta.json")
+    return 0
+
+
+def _load(path):
+    import braze
+    if not is_artifact(path):
+        raise UsageError(f"{path} is not a braze artifact directory (no meta.json); make one with "
+                         "'braze compile MODEL -o DIR'")
+    return braze.load(path)
+
+
+def cmd_run(args) -> int:
+    m = _load(args.artifact)
+    given = {}
+    for spec in args.input or []:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not file:
+            raise UsageError(f"bad --input {spec!r}; expected NAME=file.npy")
+        try:
+            given[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--input {name}: cannot read {file} as a .npy file ({e})") from None
+    from ..errors import InputError
+    from ..runtime.loader import bind_inputs
+    try:
+        inputs = bind_inputs([v.name for v in m.inputs], (), given, "the model")
+    except InputError as e:
+        raise UsageError(e.what) from None
+    outs = m(*inputs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    for v, o in zip(m.outputs, outs):
+        o = np.asarray(o)
+        stats = f" min {o.min():.6g} max {o.max():.6g} mean {o.mean():.6g}" if o.size and o.dtype.kind == "f" else ""
+        print(f"{v.name}: {o.dtype}{list(o.shape)}{stats}")
+    if args.output:
+        np.savez(args.output, **{v.name: np.asarray(o) for v, o in zip(m.outputs, outs)})
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _parse_shape(spec: str) -> dict[str, int]:
+    dims = {}
+    for part in spec.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit():
+            raise UsageError(f"bad --shape {spec!r}; expected NAME=VALUE,... with integers, e.g. batch=1,seq=128")
+        dims[name.strip()] = int(value)
+    return dims
+
+
+def _eval_dim(expr: str, dims: dict[str, int]) -> int:
+    """A symbolic dim's size: a symbol, or an expression of symbols (e.g. 2*seq)."""
+    if expr in dims:
+        return dims[expr]
+    from ..ir.parser import parse_expr
+    return int(parse_expr(expr).evaluate(dims))
+
+
+def _bench_inputs(m, dims: dict[str, int]) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    symbols = {s for v in m.inputs for s in v.ranges}
+    missing = sorted(symbols - set(dims))
+    if missing:
+        raise UsageError(f"--shape must give {', '.join(missing)} (the model's symbolic dims: {', '.join(sorted(symbols))})")
+    out = []
+    for v in m.inputs:
+        shape = [d if isinstance(d, int) else _eval_dim(d, dims) for d in v.shape]
+        dt = np.dtype(v.dtype) if v.dtype != "bfloat16" else np.float32
+        out.append(rng.standard_normal(shape).astype(dt) if dt.kind == "f" else np.ones(shape, dt))
+    return out
+
+
+def cmd_bench(args) -> int:
+    m = _load(args.artifact)
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    shapes = [(dims, _bench_inputs(m, dims)) for dims in map(_parse_shape, args.shape)]
+    print(f"{'shape':32s} {'first ms':>9s} {'p50 ms':>9s} {'p90 ms':>9s} {'p99 ms':>9s} {'min ms':>9s}  runs")
+    for dims, inputs in shapes:
+        label = ",".join(f"{k}={v}" for k, v in dims.items())
+        _progress(f"{label}: {args.repeat} runs ...")
+        t = time.perf_counter()
+        m(*inputs)
+        first = time.perf_counter() - t
+        times = []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            m(*inputs)
+            times.append(time.perf_counter() - t)
+        p50, p90, p99 = (np.percentile(times, q) * 1e3 for q in (50, 90, 99))
+        print(f"{label:32s} {first * 1e3:9.3f} {p50:9.3f} {p90:9.3f} {p99:9.3f} {min(times) * 1e3:9.3f}  {len(times)}")
+    return 0
+
+
+def add_parsers(sub, parse_dim) -> None:
+    import argparse
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "compile", help="compile a model file into a relocatable artifact directory", formatter_class=raw,
+        description="Compile an .onnx file or a .pt2 file (torch.export.save) once for every shape its "
+                    "symbolic dims allow, and write an artifact directory: libbraze_model.so, braze_model.h, "
+                    "weights.safetensors, meta.json and the libraries it needs (docs/deployment.md). Load it "
+                    "with braze.load (numpy only) or from C.\n\n"
+                    "  braze compile model.onnx -o model --dim batch=1:64 --dim seq=1:512\n"
+                    "  braze run model --input input_ids=ids.npy --input attention_mask=mask.npy")
+    p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text (.braze)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the artifact directory to write")
+    p.add_argument("--dim", action="append", type=parse_dim, metavar="NAME=LO:HI",
+                   help="range of an ONNX model's symbolic dim (its dim_param), e.g. batch=1:64; repeatable")
+    p.add_argument("--threads", type=int, metavar="N", help="OpenMP threads the model runs with (default: the "
+                   "runtime's)")
+    p = sub.add_parser(
+        "run", help="run an artifact on .npy inputs", formatter_class=raw,
+        description="Load an artifact directory and run it once on inputs from .npy files, named as the "
+                    "model names them (braze inspect DIR lists them). Prints each output's dtype, shape and "
+                    "range; -o writes them to an .npz file.\n\n"
+                    "  braze run model --input x=x.npy -o out.npz")
+    p.add_argument("artifact", metavar="DIR", help="an artifact directory (braze compile -o DIR)")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="one input; repeatable")
+    p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs here, by output name")
+    p = sub.add_parser(
+        "bench", help="time an artifact at given shapes (latency percentiles)", formatter_class=raw,
+        description="Load an artifact directory and time it at each --shape: the first call, then "
+                    "--repeat calls: latency percentiles p50, p90, p99 and the minimum, in ms. Inputs are random normal "
+                    "floats, integer inputs are ones.\n\n"
+                    "  braze bench model --shape batch=1,seq=16 --shape batch=8,seq=128 --repeat 50")
+    p.add_argument("artifact", metavar="DIR", help="an artifact directory (braze compile -o DIR)")
+    p.add_argument("--shape", action="append", required=True, metavar="NAME=VALUE,...",
+                   help="a value for every symbolic dim; repeatable")
+    p.add_argument("--repeat", type=int, default=20, metavar="N", help="timed calls per shape (default 20)")
