@@ -60,16 +60,15 @@ def run_demo(model: str = "bert", frontend: str = "torch", repeat: int = 3, thre
             t_export = time.perf_counter() - t0
             compiled = braze.compile(braze.import_onnx(path, dim_ranges=zm.dims), threads=threads)
     t_total = time.perf_counter() - t0
-    f = compiled.module.main
     compiles = braze.stats()["native_compiles"]
     exporter = "torch.export" if frontend == "torch" else "torch.onnx.export"
     say(f"[2/3] ready in {t_total:.2f} s: exported in {t_export:.2f} s ({exporter}), compiled in "
         f"{t_total - t_export:.2f} s ({compiles} native compile(s); "
         + ", ".join(f"{k} {v:.1f} s" for k, v in compiled.timings.items()) + ")")
-    for p in f.params:
-        say(f"      input  %{p.name}: {p.type}")
-    for r in f.results:
-        say(f"      output %{r.name}: {r.type}")
+    for i in compiled.inputs:
+        say(f"      input  {i}")
+    for o in compiled.outputs:  # named as the exported program or ONNX graph names them
+        say(f"      output {o}")
     say("[3/3] running at several shapes: braze (native) vs PyTorch eager")
     rows = []
     for shape in zm.test_shapes:
