@@ -380,3 +380,13 @@ def test_c_api_from_eight_threads_at_mixed_shapes(saved, tmp_path):
                     "-lpthread", "-o", str(exe)], check=True, timeout=120)
     r = subprocess.run([str(exe), str(path)], env={}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "mismatches 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_model_without_constants(tmp_path):
+    b = Builder()
+    n = b.sym("n", 1, 8)
+    b.ret(b.relu(b.param("x", tensor("f32", n, 4))))
+    braze.compile(b.module).save(tmp_path / "a")
+    assert json.loads((tmp_path / "a" / "meta.json").read_text())["constants"] == []
+    x = np.array([[-1, 2, -3, 4]], np.float32)
+    np.testing.assert_array_equal(braze.load(tmp_path / "a")(x), np.maximum(x, 0))

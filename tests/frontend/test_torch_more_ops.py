@@ -189,8 +189,9 @@ def test_diff_is_converted_without_decomposing_the_program(monkeypatch):
     def f(self, x, m, i):
         return torch.diff(x), torch.diff(x, n=2, dim=0), torch.diff(m, dim=-1), torch.diff(i, n=1, dim=1)
 
-    def g(self, x):
-        return torch.diff(x, dim=1, prepend=x[:, :2], append=x[:, -1:]), torch.diff(x, n=3)
+    def g(self, x):  # n=0 is the input itself: torch drops prepend and append then
+        return (torch.diff(x, dim=1, prepend=x[:, :2], append=x[:, -1:]), torch.diff(x, n=3),
+                torch.diff(x, n=0, dim=1, prepend=x[:, :2], append=x[:, -1:]))
 
     def no_decompositions(self, *a, **k):
         raise AssertionError("the program was decomposed")

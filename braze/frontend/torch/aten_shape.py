@@ -154,9 +154,12 @@ def _diff(cx, node, x, *args, **kw):
     Converted here, not decomposed: torch's decomposition re-traces the whole program."""
     spec = dict(zip(("n", "dim", "prepend", "append"), args), **kw)
     d = axis(cx, spec.get("dim", -1), x.rank)
+    n = int(need_static(cx, spec.get("n", 1), "diff order n"))
+    if n == 0:  # torch returns the input itself, without prepend and append
+        return x
     parts = [p for p in (spec.get("prepend"), x, spec.get("append")) if p is not None]
     y = op(cx, "concat", parts, axis=d) if len(parts) > 1 else x
-    for _ in range(int(need_static(cx, spec.get("n", 1), "diff order n"))):
+    for _ in range(n):
         hi = op(cx, "slice", [y], axis=d, start=1, end=BIG, step=1)
         lo = op(cx, "slice", [y], axis=d, start=0, end=-1, step=1)
         y = op(cx, "logical_xor" if y.dtype == DType.bool else "sub", [hi, lo])
