@@ -27,7 +27,7 @@ import re
 import sys
 from pathlib import Path
 
-from .cmdline import Parser, UsageError, one_line, run_command
+from .cmdline import Parser, UsageError, check_model_arg, run_command
 
 
 def _parse_dim(spec: str) -> tuple[str, tuple[int, int | None]]:
@@ -43,15 +43,17 @@ def _parse_dim(spec: str) -> tuple[str, tuple[int, int | None]]:
     return name, (lo, hi)
 
 
+def _add_dim(p) -> None:
+    p.add_argument("--dim", action="append", type=_parse_dim, metavar="NAME=LO:HI",
+                   help="range of an ONNX model's symbolic dim (its dim_param), e.g. batch=1:64; repeatable")
+
+
 def cmd_inspect(args) -> int:
     from .deploy.commands import cmd_inspect_artifact, is_artifact
-    from .frontend.files import ModelFileError, check_model_path, load_model_file
+    from .frontend.files import load_model_file
     if is_artifact(args.model):
         return cmd_inspect_artifact(Path(args.model))
-    try:
-        check_model_path(args.model)
-    except ModelFileError as e:
-        raise UsageError(one_line(e)) from None
+    check_model_arg(args.model)
     dims = dict(args.dim or [])
     mod = load_model_file(args.model, dim_ranges=dims or None)
     print(mod.to_text(inline_limit=args.inline), end="")
@@ -103,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", add_help=False, help="compile a bundled model once and run it at several shapes "
                    "against PyTorch eager (braze demo --help)")
     from .deploy.commands import add_parsers
-    add_parsers(sub, _parse_dim)
+    add_parsers(sub, _add_dim)
     p = sub.add_parser(
         "inspect", help="print a model file's IR, or an artifact's signature",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -116,8 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "  braze inspect model/           (an artifact: braze compile -o model)")
     p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, braze IR text (.braze), "
                    "or an artifact directory")
-    p.add_argument("--dim", action="append", type=_parse_dim, metavar="NAME=LO:HI",
-                   help="range of an ONNX model's symbolic dim (its dim_param), e.g. batch=1:64; repeatable")
+    _add_dim(p)
     p.add_argument("--inline", type=int, default=16, metavar="N",
                    help="print constants with at most N elements inline, larger ones by content hash (default 16)")
     p = sub.add_parser(

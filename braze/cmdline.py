@@ -30,6 +30,15 @@ def one_line(e: BaseException) -> str:
     return "; ".join(" ".join(p.split()) for p in parts)
 
 
+def check_model_arg(path) -> None:
+    """A usage error (one line, exit 2) for a model path that is missing or not a model file."""
+    from .frontend.files import ModelFileError, check_model_path
+    try:
+        check_model_path(path)
+    except ModelFileError as e:
+        raise UsageError(one_line(e)) from None
+
+
 def run_command(prog: str, body) -> int:
     """``body()``'s exit status, with every error as one line on stderr: 2 for a usage error,
     1 for a model braze cannot handle or a braze bug (its traceback under BRAZE_DEBUG=1)."""

@@ -92,6 +92,7 @@ class CompiledModel:
         self.options = options
         self.timings = timings
         self._native = native  # the C and its entries: save() compiles it again as an artifact
+        self._inputs, self._outputs = signature(module)  # the module is final: names never change
         self._fns = {e.function.name: instance.function(
             e.symbol, [TensorSpec(p.type.dtype, p.type.rank, p.name) for p in e.function.params],
             [r.type for r in e.function.results]) for e in native.entries}
@@ -100,7 +101,7 @@ class CompiledModel:
 
     def __call__(self, *inputs, **named):
         if named or (len(inputs) == 1 and isinstance(inputs[0], dict)):
-            inputs = bind_inputs([i.name for i in self.inputs], inputs, named, "the model")
+            inputs = bind_inputs([i.name for i in self._inputs], inputs, named, "the model")
         if len(inputs) != self._n_inputs:
             raise InputError(f"{input_count_message(self.module.main)}; got {len(inputs)}")
         return self._main(*inputs)
@@ -108,12 +109,12 @@ class CompiledModel:
     @property
     def inputs(self) -> list[TensorInfo]:
         """Each input's name, dtype, shape (symbolic dims by name) and symbol ranges."""
-        return signature(self.module)[0]
+        return list(self._inputs)
 
     @property
     def outputs(self) -> list[TensorInfo]:
         """Each output's name (as the model file named it), dtype, shape and symbol ranges."""
-        return signature(self.module)[1]
+        return list(self._outputs)
 
     def profile(self) -> list[KernelTime]:
         """Per-kernel totals since load (``KernelTime``); needs BRAZE_DEBUG >= 3 at compile time."""

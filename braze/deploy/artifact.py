@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BrazeError
-from ..ir.graph import signature
 from ..runtime.digest import sha256_file
 from ..runtime.tensors import DTYPE_CODE
 
@@ -61,10 +60,9 @@ def _dims(t) -> tuple[list[int], list[str]]:
             ["" if isinstance(d, int) else str(d) for d in t.shape])
 
 
-def _c_block(model, native, spans, files: dict[str, str], weights_sha: str, isa) -> str:
+def _c_block(model, entry: str, spans, files: dict[str, str], weights_sha: str, isa) -> str:
     """This artifact's facts as C, for braze_artifact.c."""
-    main = next(e for e in native.entries if e.function.name == model.module.main.name)
-    lines = [f"#define BZA_ENTRY {main.symbol}", "#define BZA_CREATE braze_create", "#define BZA_DESTROY braze_destroy",
+    lines = [f"#define BZA_ENTRY {entry}", "#define BZA_CREATE braze_create", "#define BZA_DESTROY braze_destroy",
              f"#define BZA_N_CONST {len(spans)}", f"#define BZA_ABI_VERSION {ARTIFACT_ABI}",
              f"#define BZA_THREADS {int(model.options.threads or 0)}",
              f"#define BZA_BRAZE_VERSION {_c_str(_version())}", f"#define BZA_ISA {_c_str(isa.name)}",
@@ -81,8 +79,7 @@ def _c_block(model, native, spans, files: dict[str, str], weights_sha: str, isa)
         lines.append(f"    if (!__builtin_cpu_supports({_c_str(name)})) return {_c_str(f)};")
     lines += ["    return NULL;", "}", "#pragma GCC pop_options"]
     f = model.module.main
-    ins, outs = signature(model.module)
-    for side, values, infos in (("in", f.params, ins), ("out", f.results, outs)):
+    for side, values, infos in (("in", f.params, model.inputs), ("out", f.results, model.outputs)):
         dims, names, first = [], [], []
         for v in values:
             d, n = _dims(v.type)
@@ -104,13 +101,13 @@ def _version() -> str:
     return __version__
 
 
-def _prepare_dir(path: Path) -> None:
+def check_save_path(path: Path) -> None:
+    """An artifact may be written at ``path``: a new or empty directory, or an artifact to replace."""
     if path.exists() and not path.is_dir():
         raise BrazeError(f"cannot save the model to {path}: it is a file", hint="choose a directory path")
     if path.is_dir() and any(path.iterdir()) and not (path / META).exists():
         raise BrazeError(f"cannot save the model to {path}: the directory is not empty and is not a braze artifact",
                          hint="choose a new or empty directory (an existing artifact is replaced)")
-    path.mkdir(parents=True, exist_ok=True)
 
 
 def save(model, path) -> Path:
@@ -120,8 +117,11 @@ def save(model, path) -> Path:
     from ..runtime.compiler import compile_shared
 
     native = model._native
+    f = model.module.main
+    entry = next(e.symbol for e in native.entries if e.function.name == f.name)
     path = Path(path)
-    _prepare_dir(path)
+    check_save_path(path)
+    path.mkdir(parents=True, exist_ok=True)
     cache = model.options.cache_dir
     isa = detect_isa()
     t0 = time.perf_counter()
@@ -156,22 +156,21 @@ def save(model, path) -> Path:
         files[h] = sha256_file(path / h)
 
     source = (native.source + "\n/* ---- braze artifact ---- */\n#include \"braze_model.h\"\n" +
-              _c_block(model, native, spans, files, weights_sha, isa) +
+              _c_block(model, entry, spans, files, weights_sha, isa) +
               '#line 1 "braze_artifact.c"\n' + (_CSRC / "braze_artifact.c").read_text())
     include = [str(_CSRC)] + (onednn.model_build_args(cache)["include_dirs"] if native.uses_library else [])
     so = compile_shared(source, name=f"{model.module.main.name} artifact", include_dirs=include,
                         link_inputs=link_inputs, rpaths=["$ORIGIN"], cache_dir=cache, filename=LIBRARY)
     shutil.copyfile(so, path / LIBRARY)
 
-    f = model.module.main
     meta = {
         "format": "braze-artifact", "abi_version": ARTIFACT_ABI, "braze_version": _version(),
         "onednn_version": ".".join(map(str, onednn.locate().version or ())) or None if native.uses_library else None,
         "threads": model.options.threads,
         "isa": {"name": isa.name, "features": sorted(isa.features), "cflags": list(isa.cflags)},
-        "entry": next(e.symbol for e in native.entries if e.function.name == f.name),
-        "inputs": [i.to_json() for i in signature(model.module)[0]],
-        "outputs": [o.to_json() for o in signature(model.module)[1]],
+        "entry": entry,
+        "inputs": [i.to_json() for i in model.inputs],
+        "outputs": [o.to_json() for o in model.outputs],
         "symbols": {n: {"min": s.lo, "max": s.hi} for n, s in model.module.symbols.items()},
         "constraints": _constraints(model.module),
         "constants": names,

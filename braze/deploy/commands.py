@@ -26,15 +26,16 @@ def is_artifact(path) -> bool:
 
 def cmd_compile(args) -> int:
     import braze
-    from ..frontend.files import ModelFileError, check_model_path, load_model_file
-    try:
-        check_model_path(args.model)
-    except ModelFileError as e:
-        from ..cmdline import one_line
-        raise UsageError(one_line(e)) from None
+    from ..cmdline import check_model_arg, one_line
+    from ..errors import BrazeError
+    from ..frontend.files import load_model_file
+    from .artifact import check_save_path
+    check_model_arg(args.model)
     out = Path(args.output)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not is_artifact(out))):
-        raise UsageError(f"-o {out}: exists and is not an empty directory or a braze artifact")
+    try:  # before the compile, not after it
+        check_save_path(out)
+    except BrazeError as e:
+        raise UsageError(f"-o: {one_line(e)}") from None
     t0 = time.perf_counter()
     _progress(f"importing {args.model} ...")
     module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
@@ -164,7 +165,15 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def add_parsers(sub, parse_dim) -> None:
+def _artifact_parser(sub, name: str, help: str, description: str):
+    import argparse
+    p = sub.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("artifact", metavar="DIR", help="an artifact directory (braze compile -o DIR)")
+    return p
+
+
+def add_parsers(sub, add_dim) -> None:
+    """The compile, run and bench commands; ``add_dim`` adds the --dim option braze inspect has too."""
     import argparse
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
@@ -177,26 +186,23 @@ def add_parsers(sub, parse_dim) -> None:
                     "  braze run model --input input_ids=ids.npy --input attention_mask=mask.npy")
     p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text (.braze)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the artifact directory to write")
-    p.add_argument("--dim", action="append", type=parse_dim, metavar="NAME=LO:HI",
-                   help="range of an ONNX model's symbolic dim (its dim_param), e.g. batch=1:64; repeatable")
+    add_dim(p)
     p.add_argument("--threads", type=int, metavar="N", help="OpenMP threads the model runs with (default: the "
                    "runtime's)")
-    p = sub.add_parser(
-        "run", help="run an artifact on .npy inputs", formatter_class=raw,
+    p = _artifact_parser(
+        sub, "run", help="run an artifact on .npy inputs",
         description="Load an artifact directory and run it once on inputs from .npy files, named as the "
                     "model names them (braze inspect DIR lists them). Prints each output's dtype, shape and "
                     "range; -o writes them to an .npz file.\n\n"
                     "  braze run model --input x=x.npy -o out.npz")
-    p.add_argument("artifact", metavar="DIR", help="an artifact directory (braze compile -o DIR)")
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="one input; repeatable")
     p.add_argument("-o", "--output", metavar="FILE.npz", help="write the outputs here, by output name")
-    p = sub.add_parser(
-        "bench", help="time an artifact at given shapes (latency percentiles)", formatter_class=raw,
+    p = _artifact_parser(
+        sub, "bench", help="time an artifact at given shapes (latency percentiles)",
         description="Load an artifact directory and time it at each --shape: the first call, then "
                     "--repeat calls: latency percentiles p50, p90, p99 and the minimum, in ms. Inputs are random normal "
                     "floats, integer inputs are ones.\n\n"
                     "  braze bench model --shape batch=1,seq=16 --shape batch=8,seq=128 --repeat 50")
-    p.add_argument("artifact", metavar="DIR", help="an artifact directory (braze compile -o DIR)")
     p.add_argument("--shape", action="append", required=True, metavar="NAME=VALUE,...",
                    help="a value for every symbolic dim; repeatable")
     p.add_argument("--repeat", type=int, default=20, metavar="N", help="timed calls per shape (default 20)")

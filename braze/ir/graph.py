@@ -62,9 +62,11 @@ class TensorInfo:
         return f"{self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
-def signature(module: "Module", fn: str = "main") -> tuple[list[TensorInfo], list[TensorInfo]]:
-    """The inputs and outputs of ``module.functions[fn]``, named as in the model file."""
-    f = module.functions[fn]
+def signature(module: "Module", fn: str | None = None) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """The inputs and outputs of ``module.functions[fn]`` (default: the entry, ``module.main``),
+    named as in the model file."""
+    f = module.main if fn is None else module.functions[fn]
+    fn = f.name
     syms = module.symbols
 
     def info(name, t):

@@ -116,13 +116,14 @@ def test_compile_run_bench_inspect(two_outputs, tmp_path):
     (["bench", "{art}"], 2, ["--shape"]),
     (["run", "{art}", "--input", "x={x}", "--input", "y={bad}"], 1, ["rank"]),
     (["compile", "{tmp}/nope.onnx", "-o", "{tmp}/o"], 2, ["nope.onnx"]),
+    (["compile", "{onnx}", "-o", "{tmp}"], 2, ["-o:", "not empty", "not a braze artifact"]),
 ])
 def test_command_errors_are_one_line(two_outputs, tmp_path, args, code, words):
     art = tmp_path / "art"
     braze.compile(two_outputs).save(art)
     np.save(tmp_path / "x.npy", np.ones((2, 16), np.float32))
     np.save(tmp_path / "bad.npy", np.ones((2,), np.float32))
-    fill = {"art": art, "x": tmp_path / "x.npy", "bad": tmp_path / "bad.npy", "tmp": tmp_path}
+    fill = {"art": art, "x": tmp_path / "x.npy", "bad": tmp_path / "bad.npy", "tmp": tmp_path, "onnx": two_outputs}
     one_line_error(braze_cli(*[a.format(**fill) for a in args]), code, *words)
 
 

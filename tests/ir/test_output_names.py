@@ -38,3 +38,13 @@ def test_output_names_survive_the_pipeline():
 def test_verify_checks_one_name_per_result(names, words):
     with pytest.raises(VerifyError, match=words):
         braze.ir.verify(_module(names))
+
+
+def test_signature_of_an_entry_not_named_main():
+    from braze.ir.graph import signature
+    b = Builder(func_name="f")
+    n = b.sym("n", 1, 8)
+    b.ret(b.relu(b.param("x", tensor("f32", n, 4))))
+    ins, outs = signature(b.module)
+    assert [str(i) for i in ins] == ["x: float32[n, 4]"] and outs[0].dtype == "float32"
+    assert [str(i) for i in braze.compile(b.module).inputs] == ["x: float32[n, 4]"]

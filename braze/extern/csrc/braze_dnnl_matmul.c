@@ -15,7 +15,6 @@ struct braze_packed_b {
 static int g_smallm_max = SMALLM_DEFAULT_MAX;
 void braze_dnnl_set_small_m(int max_m) { __atomic_store_n(&g_smallm_max, max_m, __ATOMIC_RELAXED); }
 int braze_dnnl_small_m(void) { return __atomic_load_n(&g_smallm_max, __ATOMIC_RELAXED); }
-static int smallm_max_m(void) { return braze_dnnl_small_m(); }
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) { return B ? B->smallm_kp : 0; }
 /* braze_dnnl_smallm.c: whether it takes this call; the product (1 if it ran, else 0) */
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act);

@@ -142,7 +142,7 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
 }
 
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
-    return B->smallm_kp && M <= smallm_max_m() && smallm_act_ok(act);
+    return B->smallm_kp && M <= braze_dnnl_small_m() && smallm_act_ok(act);
 }
 
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
