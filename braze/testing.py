@@ -131,8 +131,10 @@ def flatten_outputs(x):
 
 def run_threads(work, threads: int, timeout: float = 300.0) -> list:
     """Run ``work(t)`` for t in range(threads), each in its own thread, all released at once
-    (a barrier); the exceptions they raised, in no particular order."""
+    (a barrier); the exceptions they raised, in no particular order. A thread still running
+    ``timeout`` seconds after the last start counts as a failure (a hang is not a pass)."""
     import threading
+    import time
     start = threading.Barrier(threads)
     errors: list = []
 
@@ -143,12 +145,43 @@ def run_threads(work, threads: int, timeout: float = 300.0) -> list:
         except Exception as e:  # noqa: BLE001 -- returned to the caller
             errors.append(e)
 
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    ts = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(threads)]
     for t in ts:
         t.start()
+    deadline = time.monotonic() + timeout
     for t in ts:
-        t.join(timeout=timeout)
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    hung = [t.name for t in ts if t.is_alive()]
+    if hung:
+        errors.append(TimeoutError(f"{len(hung)} of {threads} threads still running after {timeout:g} s: "
+                                   f"{', '.join(hung)}"))
     return errors
+
+
+class NativeCalls:
+    """Counts calls into braze's native libraries while active (``with NativeCalls() as n: ...;
+    n.count``): a call PyTorch ran instead of braze does not count. For tests and sweeps that
+    check braze, not a fallback, computed something."""
+
+    def __init__(self):
+        self.count = 0
+        self._saved = None
+
+    def __enter__(self):
+        from .runtime.loader import NativeFunction
+        call = self._saved = NativeFunction.__call__
+        counter = self
+
+        def counted(fn, *args):
+            counter.count += 1
+            return call(fn, *args)
+        NativeFunction.__call__ = counted
+        return self
+
+    def __exit__(self, *exc):
+        from .runtime.loader import NativeFunction
+        NativeFunction.__call__ = self._saved
+        return False
 
 
 def thread_stress(fn, cases, threads: int = 8, calls: int = 50):

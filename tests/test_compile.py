@@ -491,22 +491,34 @@ def test_vit_attention_with_unbound_qkv_and_a_residual_on_pv():
             torch.testing.assert_close(m(x), net(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["conv_weight_at_run_time", "float16"])
-def test_native_limits_are_unsupported_op_errors(case):
-    """What the native backend does not do yet (a conv by a weight computed at run time, a
-    float16 kernel) is an UnsupportedOpError, the error that says "not supported", not a bare
-    BrazeError. (An integer matmul was one; it now runs, tests/codegen/test_decomposed_ops.py.)"""
+def test_native_limits_are_unsupported_op_errors():
+    """What the native backend does not do yet (a float16 kernel) is an UnsupportedOpError, the
+    error that says "not supported", not a bare BrazeError. (An integer matmul and a conv by a
+    weight computed at run time were ones; both run now.)"""
     from braze.errors import UnsupportedOpError
     b = Builder()
-    if case == "float16":
-        b.ret(b.op("exp", [b.param("x", tensor("f16", 4, 8))]))
-        match = "do not support dtype float16"
-    else:
-        x, w = b.param("x", tensor("f32", 1, 2, 5, 5)), b.param("w", tensor("f32", 3, 2, 3, 3))
-        b.ret(b.conv2d(x, w, None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1))
-        match = "not supported natively"
-    with pytest.raises(UnsupportedOpError, match=match):
+    b.ret(b.op("exp", [b.param("x", tensor("f16", 4, 8))]))
+    with pytest.raises(UnsupportedOpError, match="do not support dtype float16"):
         braze.compile(b.module)
+
+
+def test_a_conv_and_a_linear_by_weights_given_at_each_call(rng):
+    """Weights as inputs (plug-in mode's live weights): each call reads them, changed in place or not."""
+    torch = pytest.importorskip("torch")
+    b = Builder()
+    n = b.sym("n", 1, 8)
+    x, w = b.param("x", tensor("f32", n, 2, 7, 6)), b.param("w", tensor("f32", 3, 2, 3, 3))
+    cb, lw = b.param("cb", tensor("f32", 3)), b.param("lw", tensor("f32", 5, 3 * 5 * 4))
+    y = b.conv2d(x, w, cb, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+    b.ret(b.op("linear", [b.op("reshape", [y], shape=(n, 3 * 5 * 4)), lw]))
+    m = braze.compile(b.module)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((3, 2, 7, 6), (3, 2, 3, 3), (3,), (5, 60))]
+    for _ in range(3):
+        t = [torch.from_numpy(a) for a in args]
+        want = torch.nn.functional.conv2d(t[0], t[1], t[2]).reshape(3, 60) @ t[3].T
+        np.testing.assert_allclose(m(*args), want.numpy(), rtol=1e-4, atol=1e-4)
+        args[1] *= -1.5  # in place: the next call must see it
+        args[3][1] += 1.0
 
 
 def test_gemm_with_an_epilogue_on_an_empty_batch():

@@ -77,16 +77,19 @@ class HostGen:
                                f"err, errlen); if (!{h}) goto fail;")
         return h
 
-    def pack_conv(self, wname: str, w_shape, groups, stride, pad, dil, layout: int = 0) -> str:
-        """pad: (top, left, bottom, right)."""
+    def pack_conv(self, wname: str | None, w_shape, groups, stride, pad, dil, layout: int = 0) -> str:
+        """A conv handle made once per instance: the constant ``wname`` prepacked, or (None) the
+        geometry alone, for weights read at each call. pad: (top, left, bottom, right)."""
         h = f"M->pc[{len(self.packed_conv)}]"
         self.packed_conv.append(h)
         oc, icg, kh, kw = w_shape
-        self.init_lines.append(
-            f"{h} = braze_pack_conv_weights((const float *){self.const(wname)}, {oc}, {icg * groups}, {kh}, {kw}, "
-            f"{groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, {pad[2]}, {pad[3]}, {dil[0]}, {dil[1]}, "
-            f"{layout}, err, errlen); "
-            f"if (!{h}) goto fail;")
+        if any(S.is_symbolic(d) for d in w_shape):
+            raise BrazeError(f"a conv weight has a symbolic shape {list(w_shape)}; conv weights must be static")
+        geometry = (f"{oc}, {icg * groups}, {kh}, {kw}, {groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, "
+                    f"{pad[2]}, {pad[3]}, {dil[0]}, {dil[1]}, {layout}, err, errlen")
+        call = (f"braze_pack_conv_weights((const float *){self.const(wname)}, {geometry})" if wname is not None
+                else f"braze_conv_geometry({geometry})")
+        self.init_lines.append(f"{h} = {call}; if (!{h}) goto fail;")
         return h
 
     # --- the translation unit -----------------------------------------------------------
@@ -380,10 +383,11 @@ class _EntryWriter:
         bias = f"(const float *){bias}" if bias else "NULL"
         res = f"(const float *){residual}" if residual else "NULL"
         x = a.inputs[0]
+        w = a.inputs[1]
+        wconst = const_of.get(id(w))  # None: a weight read at this call (plug-in mode's live weights)
         if a.op == "conv2d":
-            w = a.inputs[1]
             nhwc = a.attrs.get("layout") == "nhwc"
-            h = self.gen.pack_conv(const_of[id(w)], w.shape, a.attrs["groups"], a.attrs["stride"],
+            h = self.gen.pack_conv(wconst, w.shape, a.attrs["groups"], a.attrs["stride"],
                                    pads4(a.attrs["padding"]), a.attrs["dilation"], layout=1 if nhwc else 0)
             y = a.outputs[0]
             hw = (1, 2) if nhwc else (2, 3)
@@ -391,30 +395,30 @@ class _EntryWriter:
             self.prepares.append((f"braze_conv2d_prepare({', '.join(int_expr(d) for d in dims)}, {h}, "
                                   f"{int(bias != 'NULL')}, {int(res != 'NULL')}, {act})",
                                   frozenset().union(*(S.free_syms(d) for d in dims))))
-            self.emit(f"if (braze_conv2d({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, "
-                      f"{int_expr(x.shape[hw[1]])}, (const float *){cptr[id(x)]}, {h}, {bias}, {res}, {act}, "
+            fn, wt = ("braze_conv2d", "") if wconst is not None else ("braze_conv2d_w", f"(const float *){cptr[id(w)]}, ")
+            self.emit(f"if ({fn}({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, "
+                      f"{int_expr(x.shape[hw[1]])}, (const float *){cptr[id(x)]}, {h}, {wt}{bias}, {res}, {act}, "
                       f"{int_expr(y.shape[hw[0]])}, {int_expr(y.shape[hw[1]])}, (float *){dst}, {e})) "
                       f"return BRAZE_ERR_INTERNAL;")
             return
-        w = a.inputs[1]
         K = x.shape[-1]
-        if a.op == "linear" or (w.rank == 2 and id(w) in const_of):
+        if a.op == "linear" or w.rank == 2:
             transposed = 1 if a.op == "linear" else 0
             N = w.shape[0] if transposed else w.shape[1]
             M = S.prod(x.shape[:-1])
-            if id(w) in const_of:
-                h = self.gen.pack_b(const_of[id(w)], N, K, transposed)
-                self.prepares.append((f"braze_matmul_prepare({int_expr(M)}, {h}, {int(bias != 'NULL')}, "
-                                      f"{int(res != 'NULL')}, {act})", S.free_syms(M)))
+            epi = f"{bias}, {res}, {act}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
+            flags = f"{int(bias != 'NULL')}, {int(res != 'NULL')}, {act}"
+            if wconst is not None:
+                h = self.gen.pack_b(wconst, N, K, transposed)
+                self.prepares.append((f"braze_matmul_prepare({int_expr(M)}, {h}, {flags})", S.free_syms(M)))
                 self.emit(f"if (braze_matmul({int_expr(M)}, {int_expr(N)}, {int_expr(K)}, (const float *){cptr[id(x)]}, "
-                          f"{h}, {bias}, {res}, {act}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
+                          f"{h}, {epi}")
                 return
-            if bias != "NULL" or act or res != "NULL":
-                raise UnsupportedOpError(
-                    "linear with a non-constant weight and an epilogue is not supported natively")
-            self.emit(f"if (braze_batch_matmul(1, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
-                      f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, {transposed}, 1.0f, "
-                      f"(float *){dst}, {e})) return BRAZE_ERR_INTERNAL;")
+            mnk = f"{int_expr(M)}, {int_expr(N)}, {int_expr(K)}"
+            self.prepares.append((f"braze_matmul_w_prepare({mnk}, {transposed}, {flags})",
+                                  frozenset().union(*(S.free_syms(d) for d in (M, N, K)))))
+            self.emit(f"if (braze_matmul_w({mnk}, (const float *){cptr[id(x)]}, (const float *){cptr[id(w)]}, "
+                      f"{transposed}, {epi}")
             return
         # matmul of two activations: equal batch dims, or a 2-D right operand; a vector
         # operand is a [1, K] or [K, 1] matrix (the same memory; torch drops that dim)

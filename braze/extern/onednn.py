@@ -13,7 +13,7 @@ They install ``libdnnl.so`` under ``<sys.prefix>/lib`` and the headers under
 3. the data directories of the installed oneDNN distributions (their RECORD
    names the files wherever pip put them).
 
-The helper (``csrc/braze_dnnl_*.c``, about 1100 lines against oneDNN's C API)
+The helper (``csrc/braze_dnnl_*.c``, about 1300 lines against oneDNN's C API)
 is built once into a shared library of its own in the compile cache
 (``helper_library``), and each model library that calls oneDNN links it
 (``model_build_args``; what braze.compile does)::
@@ -224,7 +224,8 @@ def extra_link_flags() -> list[str]:
             f"-DBRAZE_DNNL_BUILD=\"{ident}-{lib_stat.st_size}\""]
 
 
-HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_matmul.c", "braze_dnnl_smallm.c", "braze_dnnl_conv.c")
+HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_wcache.c", "braze_dnnl_matmul.c", "braze_dnnl_smallm.c",
+                "braze_dnnl_conv.c")
 
 
 def helper_text() -> str:
@@ -335,13 +336,18 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_pack_b": (vp, [vp, i64, i64, i32]),
         "braze_free_packed_b": (None, [vp]),
         "braze_matmul": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, vp, cp, i32]),
+        "braze_matmul_w": (i32, [i64, i64, i64, vp, vp, i32, vp, vp, i32, vp, cp, i32]),
+        "braze_matmul_w_prepare": (i32, [i64, i64, i64, i32, i32, i32, i32]),
         "braze_batch_matmul": (i32, [i64, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
         "braze_batch_matmul_bcast": (i32, [i32, vp, vp, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
         "braze_pack_conv_weights": (vp, [vp, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                                          i64, i64, i32, cp, i32]),
         "braze_free_packed_conv": (None, [vp]),
+        "braze_fingerprint": (C.c_uint64, [vp, C.c_size_t]),
         "braze_packed_conv_layouts": (i32, [vp]),
         "braze_conv2d": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
+        "braze_conv_geometry": (vp, [i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i32, cp, i32]),
+        "braze_conv2d_w": (i32, [i64, i64, i64, vp, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_matmul_prepare": (i32, [i64, vp, i32, i32, i32]),
         "braze_conv2d_prepare": (i32, [i64, i64, i64, vp, i32, i32, i32]),
     }

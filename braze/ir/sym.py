@@ -462,6 +462,10 @@ def floordiv(a, b) -> IntLike:
             # (x // m) // b == x // (m*b) for positive m, b
             return add(_from_poly(q), floordiv(rexpr.a, rexpr.b * b))
         return add(_from_poly(q), FloorDiv(rexpr, b))
+    if isinstance(a, FloorDiv) and not isinstance(b, int) and bounds(a.b)[0] >= 0 and bounds(b)[0] >= 0:
+        # (x // m) // b == x // (m*b) for positive m, b (torch writes either form); a divisor that
+        # cannot be negative is positive wherever the expression is defined
+        return floordiv(a.a, mul(a.b, b))
     if bounds(b)[0] > 0:
         exact = _poly_exact_div(pa, pb)
         if exact is not None:

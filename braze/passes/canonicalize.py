@@ -6,7 +6,8 @@ Rules (each checks that the replacement has the node's exact type; names as coun
 * ``identity_<op>``: ``cast`` to the input's dtype, ``reshape`` / ``expand`` /
   ``flatten`` / ``squeeze`` / ``unsqueeze`` to the input's shape, ``permute`` by the
   identity, full-range ``slice`` (start 0, end >= the dim, step 1), one-input ``concat``,
-  one-output ``split`` -> the input.
+  one-output ``split``, ``tile`` by ones, ``pad`` by zeros -> the input. (A size of 1 that dynamo
+  fixed makes many of these: a ``tile`` by the batch, an ``expand`` to it.)
 * ``view_chain``: chains of views (``reshape``, ``flatten``, ``squeeze``, ``unsqueeze``): a chain
   that ends in the shape it started from (an unsqueeze/squeeze pair, a reshape
   and its inverse) -> the start; otherwise consecutive views -> one ``reshape``.
@@ -157,6 +158,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "slice": (_identity("slice", _is_full_range),),
     "split": (_identity("split"),),
     "concat": (_identity("concat", lambda module, n: len(n.inputs) == 1),),
+    "tile": (_identity("tile", lambda module, n: all(isinstance(r, int) and r == 1 for r in n.attrs["repeats"])),),
+    "pad": (_identity("pad", lambda module, n: all(isinstance(p, int) and p == 0 for p in n.attrs["pads"])),),
     "mul": (_drop_constant("mul_one", _is_one, commutes=True),),
     "div": (_drop_constant("div_one", _is_one),),
     "add": (_drop_constant("add_neg_zero", _is_neg_zero_or_int_zero, commutes=True),),

@@ -43,8 +43,7 @@ as they are (libraries and fused kernels handle them), except:
   empty, so it becomes ``full(0)`` (``+ bias``);
 - an integer or float64 ``matmul`` / ``linear`` (oneDNN's is float32 only) becomes
   ``reduce_sum(a[..., m, None, :] * b_t[..., None, n, :], -1)``: exact for integers
-  (wrapping as torch does), and the product fuses into the sum;
-- a ``linear`` whose weight is computed at run time takes its bias as an ``add``.
+  (wrapping as torch does), and the product fuses into the sum.
 
 Each op's decomposition is one rule named after the op (``braze.passes.rules``).
 ``decompose(module)`` mutates the module and returns it.
@@ -225,24 +224,15 @@ def _decompose_empty_contraction(module: Module, n: Node, namer: Namer):
     return emit.nodes, o
 
 
-def _is_constant(v: Value | None) -> bool:
-    return v is not None and v.producer is not None and v.producer.op == "constant"
-
-
 def _decompose_linear(module: Module, n: Node, namer: Namer):
-    """An empty contraction (above), or a bias next to a weight computed at run time: the
-    library takes a bias with a constant weight only, so the bias becomes an add (an epilogue)."""
+    """An empty contraction (above), or a product the library does not take (below)."""
     r = _decompose_empty_contraction(module, n, namer)
     bias = n.inputs[2] if len(n.inputs) > 2 else None
     if r is None and _outside_the_library(n):
         emit = _Emit(module, namer, n.loc)  # as matmul below: x [..., i] against w [o, i]
         y = _products_summed(emit, n.inputs[0], n.inputs[1], n.outputs[0])
         return emit.nodes, (y if bias is None else emit("add", y, bias, name=n.outputs[0].name))
-    if r is not None or bias is None or (_is_constant(n.inputs[1]) and _is_constant(bias)):
-        return r
-    emit = _Emit(module, namer, n.loc)
-    y = emit("linear", n.inputs[0], n.inputs[1], name=n.outputs[0].name)
-    return emit.nodes, emit("add", y, bias, name=n.outputs[0].name)
+    return r
 
 
 def _outside_the_library(n: Node) -> bool:

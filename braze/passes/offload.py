@@ -69,7 +69,7 @@ def _split(module: Module, f: Function, n: Node, used: set) -> list[Node]:
             raise BrazeError(f"the {kind} group @{callee.name} computes '{m.op}' before its {callee.nodes[anchor_i].op}; "
                              "only views may come first", where=_where(m), hint="this is a braze bug; please report it")
     anchor = callee.nodes[anchor_i]
-    _check_anchor(anchor, const_of)
+    _check_anchor(anchor)
     post_ops, absorbed = _absorb(module, callee, anchor_i, const_of)
     rest = callee.nodes[anchor_i + 1 + absorbed:]
     rest = [m for m in rest if m.op != "constant"]
@@ -88,20 +88,11 @@ def _split(module: Module, f: Function, n: Node, used: set) -> list[Node]:
     return [lib, epi]
 
 
-def _check_anchor(a: Node, const_of) -> None:
+def _check_anchor(a: Node) -> None:
     for v in a.inputs[:2]:
         if v.dtype != DType.float32:
             raise UnsupportedOpError(f"{a.op} on {v.dtype.name} is not supported natively yet (float32 only)",
                                      where=_where(a))
-    if a.op == "conv2d" and id(a.inputs[1]) not in const_of:
-        raise UnsupportedOpError("conv2d with a non-constant weight is not supported natively", where=_where(a))
-    has_bias = a.op in ("linear", "conv2d") and len(a.inputs) > 2 and a.inputs[2] is not None
-    if has_bias and id(a.inputs[2]) not in const_of:  # decompose splits a linear's off
-        raise UnsupportedOpError(f"{a.op} with a bias computed at run time is not supported natively",
-                                 where=_where(a), hint="add the bias after the convolution")
-    if has_bias and a.op == "linear" and id(a.inputs[1]) not in const_of:
-        raise UnsupportedOpError("linear with a weight computed at run time and a bias is not supported natively",
-                                 where=_where(a), hint="add the bias after the linear")
 
 
 def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[list[str], int]:
@@ -111,9 +102,9 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
     chain = anchor.outputs[0]
     readers, results = users(callee), result_ids(callee)
     w = anchor.inputs[1]
-    # post-ops are wired for a constant weight (linear, conv, a 2-D matmul weight); a product
-    # of two activations runs its whole epilogue as a generated kernel
-    if id(w) not in const_of or (anchor.op == "matmul" and w.rank != 2):
+    # post-ops are wired for a weight (linear, conv, a 2-D matmul operand: constant or read at
+    # run time); a batched product of two activations runs its whole epilogue as a generated kernel
+    if anchor.op == "matmul" and w.rank != 2:
         return [], 0
     # values with memory of their own: params, constants and views of them before the anchor
     in_memory = {id(p) for p in callee.params} | set(const_of) | \
@@ -130,7 +121,7 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
             pass
         elif act and not any(p in ACTIVATIONS or p == "residual" for p in post) and m.inputs[0] is chain:
             post.append(act)
-        elif m.op == "add" and not has_bias and chain is anchor.outputs[0] and _is_bias(m, chain, const_of, anchor):
+        elif m.op == "add" and not has_bias and chain is anchor.outputs[0] and _is_bias(m, chain, in_memory, anchor):
             post.append("bias")
             has_bias = True
         elif m.op == "add" and "residual" not in post and _is_residual(module, m, chain, in_memory):
@@ -149,10 +140,11 @@ def _other(m: Node, chain: Value) -> Value | None:
     return None if other is chain else other
 
 
-def _is_bias(m: Node, chain: Value, const_of, anchor: Node) -> bool:
-    """``chain + b`` with b a float32 constant of shape [N] (gemm) or [OC, 1, 1] (conv)."""
+def _is_bias(m: Node, chain: Value, in_memory: set, anchor: Node) -> bool:
+    """``chain + b`` with b a float32 vector in memory (a constant, an input) of shape [N] (gemm)
+    or [OC, 1, 1] (conv)."""
     other = _other(m, chain)
-    if other is None or id(other) not in const_of or other.dtype != DType.float32:
+    if other is None or id(other) not in in_memory or other.dtype != DType.float32:
         return False
     if anchor.op == "conv2d":
         if anchor.attrs.get("layout") == "nhwc":

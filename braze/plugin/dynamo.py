@@ -16,14 +16,18 @@ OPTIONS = {
     "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 kernel timers",
     "dump": "a directory for every stage's text (graph IR, loop IR, C) and the fusion report (BRAZE_DUMP)",
     "cache_dir": "where compiled libraries are cached (BRAZE_CACHE_DIR)",
+    "freeze": "True bakes parameters and buffers in as constants (as inductor's freezing): faster, but the "
+              "model must not change its weights after its first call (default False: weights are read at "
+              "every call)",
 }
 
 
-def plugin_options(options: dict | None) -> Options:
-    """``torch.compile(..., options={...})`` over the environment's settings."""
+def plugin_options(options: dict | None) -> tuple[Options, bool]:
+    """``torch.compile(..., options={...})`` over the environment's settings: the compile
+    options, and whether weights are frozen."""
     opts = Options.from_env()
     if not options:
-        return opts
+        return opts, False
     if not isinstance(options, dict):
         raise BrazeError(f"torch.compile options for braze must be a dict, got {type(options).__name__}",
                          hint="options={'threads': 2}")
@@ -42,7 +46,10 @@ def plugin_options(options: dict | None) -> Options:
     for key, field in (("dump", "dump_dir"), ("cache_dir", "cache_dir")):
         if options.get(key) is not None:
             changes[field] = str(options[key])
-    return opts.replace(**changes)
+    freeze = options.get("freeze", False)
+    if not isinstance(freeze, bool):
+        raise BrazeError(f"braze option 'freeze' must be True or False, got {freeze!r}")
+    return opts.replace(**changes), freeze
 
 
 @functools.cache
@@ -57,15 +64,16 @@ def decompositions() -> dict:
 
 def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | None = None):
     """dynamo hands over ``gm`` and its real inputs; AOTAutograd functionalizes and decomposes it,
-    then ``partition.compile_graph`` compiles what braze supports."""
+    then ``partition.compile_graph`` compiles what braze supports. Whatever braze cannot do with
+    a graph, PyTorch runs it: no exception leaves the backend but a bad option's."""
     import torch
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from .partition import compile_graph
+    from .partition import compile_graph, in_torch
 
-    opts = plugin_options(options)
+    opts, freeze = plugin_options(options)
     _logging.enable_debug_output(opts.debug)
     if mode not in (None, "default"):
         warnings.warn(BrazeWarning(f"torch.compile mode={mode!r} has no meaning for braze; it is ignored"),
@@ -76,14 +84,19 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     scalars = {i for i, n in enumerate(places) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)}
 
     def lower(g, weights: bool):
-        with unset_fake_temporarily():  # braze reads the real weights
-            frozen, checks = _frozen_inputs(g, real, names, scalars, weights)
-            real.clear()  # what braze keeps is in ``frozen``; the activations are not needed
-            speculative = maybe_specialised(g) or retraced_frame()
-            return compile_graph(g, frozen, opts, speculative=speculative, checks=checks)
+        try:
+            with unset_fake_temporarily():  # braze reads the real weights
+                frozen, checks = _frozen_inputs(g, real, names, scalars, weights)
+                real.clear()  # what braze keeps is in ``frozen``; the activations are not needed
+                speculative = maybe_specialised(g) or retraced_frame()
+                return compile_graph(g, frozen, opts, speculative=speculative, checks=checks)
+        except Exception as e:  # noqa: BLE001 -- the user's program must not fail for braze's sake
+            if dynamo_control(e):
+                raise
+            return in_torch(g, e)
 
     def inference(g, fake_args):
-        return lower(g, weights=True)
+        return lower(g, weights=freeze)
 
     def forward(g, fake_args):  # training: weights stay inputs; torch runs the backward
         return lower(g, weights=False)
@@ -91,8 +104,22 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     def backward(g, fake_args):
         return make_boxed_func(g.forward)
 
-    return aot_autograd(fw_compiler=forward, inference_compiler=inference, bw_compiler=backward,
-                        decompositions=decompositions(), keep_inference_input_mutations=False)(gm, example_inputs)
+    try:
+        return aot_autograd(fw_compiler=forward, inference_compiler=inference, bw_compiler=backward,
+                            decompositions=decompositions(),
+                            keep_inference_input_mutations=False)(gm, example_inputs)
+    except Exception as e:  # noqa: BLE001 -- AOTAutograd could not lower it: PyTorch runs the graph as traced
+        if dynamo_control(e):
+            raise
+        in_torch(gm, e)
+        return gm.forward
+
+
+def dynamo_control(e: Exception) -> bool:
+    """dynamo's own control flow, raised through a backend on purpose (restart the analysis with
+    other settings, skip the frame): never braze's to handle."""
+    from torch._dynamo import exc
+    return isinstance(e, (exc.RestartAnalysis, exc.SkipFrame, exc.ResetRequired))
 
 
 RETRACES = 2  # from this many graphs of one frame on, a graph compiles on its second call
@@ -143,10 +170,11 @@ def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: 
     keep that honest (``partition.GuardedCall``): (input index, the tensor, its version) per
     weight, (input index, value) per scalar.
 
-    - Weights (``weights``): dynamo's static inputs (parameters, buffers) that the graph neither
-      mutates nor returns a view of, as inductor's freezing does. Each call checks that every one
-      is the same tensor at the same version; a weight replaced or changed in place since makes
-      the graph run in PyTorch until ``torch._dynamo.reset()`` and a new compile.
+    - Weights (``weights``: the ``freeze`` option): dynamo's static inputs (parameters, buffers)
+      that the graph neither mutates nor returns a view of, as inductor's freezing does. Each
+      call checks that every one is the same tensor at the same version; a weight replaced or
+      changed in place since makes the graph run in PyTorch until ``torch._dynamo.reset()`` and
+      a new compile. Without ``freeze``, weights are inputs like any other, read at every call.
     - Python floats dynamo passes as 0-d tensors without guarding their value (``eps``,
       ``scaling``, ``math.pi``). Baked in, they fold and join patterns (GELU's tanh form); each
       call compares them with their baked values.

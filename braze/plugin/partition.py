@@ -2,8 +2,7 @@
 PyTorch runs the rest, and the partitioned graph calls both.
 
 A node runs in PyTorch when braze has no converter for its op, when a dtype has no braze kernels,
-when its output shape depends on tensor data, when a convolution's weight is computed at run
-time, or when its converter refused it (the partition is then redone without that node). Size
+when its output shape depends on tensor data, or when its converter refused it (the partition is then redone without that node). Size
 arithmetic stays in torch: braze reads sizes from its inputs' shapes, so those nodes die once the
 regions are in place.
 """
@@ -26,7 +25,6 @@ MAX_REFUSALS = 64
 VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.permute", "aten.t",
             "aten.transpose", "aten.unsqueeze", "aten.squeeze", "aten.slice", "aten.select", "aten.alias",
             "aten.as_strided", "aten.detach", "aten.lift_fresh_copy", "aten.clone"}
-CONV_OPS = {"aten.convolution", "aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.conv_transpose2d"}
 
 
 def _braze_dtypes():
@@ -48,7 +46,7 @@ def _packet(target) -> str:
     return _names(target)[1] or ""
 
 
-def support(node, frozen: dict, refused: dict) -> str | None:
+def support(node, refused: dict) -> str | None:
     """None when braze compiles ``node``; SIZE for size arithmetic; else why torch runs it."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
@@ -57,7 +55,7 @@ def support(node, frozen: dict, refused: dict) -> str | None:
         return refused[node.name]
     if node.target is operator.getitem:
         src = node.args[0]
-        return support(src, frozen, refused) if getattr(src, "op", None) == "call_function" else SIZE
+        return support(src, refused) if getattr(src, "op", None) == "call_function" else SIZE
     outs = list(_tensors(node.meta.get("val")))
     if not outs:
         return SIZE
@@ -70,26 +68,43 @@ def support(node, frozen: dict, refused: dict) -> str | None:
             return f"braze has no {str(t.dtype).removeprefix('torch.')} kernels"
     if any(free_unbacked_symbols(t) for t in outs):
         return "its output shape depends on tensor data"
-    if _packet(node.target) in CONV_OPS and len(node.args) > 1 and not _constant(node.args[1], frozen):
-        return "its weight is computed at run time, and braze convolves with constant weights"
     return None
 
 
-def _constant(v, frozen: dict) -> bool:
-    """A frozen weight, or a view of one (braze folds the view)."""
-    while getattr(v, "op", None) == "call_function" and _packet(v.target) in VIEW_OPS:
-        v = v.args[0]
-    return getattr(v, "op", None) == "placeholder" and v.name in frozen
+def stages(g, reasons: dict) -> list[list]:
+    """The nodes braze compiles, grouped by how many PyTorch nodes the longest path to each
+    passes through: one region per group. A group depends only on groups and PyTorch nodes of
+    fewer, so no path leaves a region and comes back, and nodes that do not touch each other
+    still share a region. So the partition follows from which ops run in PyTorch alone: a graph
+    dynamo specialised to a size of 1 is cut where its general graph is, and its regions line up
+    with the general graph's (``reuse``), which connected components did not (a node that a size
+    of 1 removes, such as an expand, split a region in two).
 
-
-class _Support:
-    """The OperatorSupport protocol of torch.fx's partitioner, over a precomputed set."""
-
-    def __init__(self, names: set[str]):
-        self.names = names
-
-    def is_node_supported(self, submodules, node) -> bool:
-        return node.name in self.names
+    Size arithmetic on a tensor braze computes (``sym_size`` of an intermediate) joins the
+    region when only braze reads it (the importer evaluates it from the shapes); read by
+    PyTorch, it runs there, after the region."""
+    nodes = list(g.graph.nodes)
+    computed = set()  # nodes whose value comes from compute, not only from the inputs' sizes
+    for n in nodes:
+        if n.op == "call_function" and (reasons.get(n.name) != SIZE or any(a in computed for a in n.all_input_nodes)):
+            computed.add(n)
+    inside = set()  # size nodes on computed tensors that only braze's nodes (or such) read
+    for n in reversed(nodes):
+        if n in computed and reasons.get(n.name) == SIZE and n.users and \
+                all(reasons.get(u.name, "") is None or u in inside for u in n.users):
+            inside.add(n)
+    depth: dict = {}
+    groups: dict[int, list] = {}
+    for n in nodes:
+        d = 0
+        for a in n.all_input_nodes:
+            r = reasons.get(a.name, SIZE) if a.op == "call_function" else SIZE
+            in_torch = r is not None and a not in inside and (r != SIZE or a in computed)
+            d = max(d, depth[a] + in_torch)
+        depth[n] = d
+        if n.op == "call_function" and (reasons.get(n.name) is None or n in inside):
+            groups.setdefault(d, []).append(n)
+    return [groups[d] for d in sorted(groups)]
 
 
 def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: tuple = ((), ())):
@@ -114,10 +129,15 @@ def _compile_graph(gm, frozen, opts, speculative):
                     raise BrazeError(f"the partition did not converge at {r.node_name}: {r.reason}") from None
                 refused[r.node_name] = r.reason
         raise BrazeError(f"{MAX_REFUSALS} ops refused in one graph")
-    except BrazeError as e:  # whatever braze cannot do, PyTorch still runs the graph
-        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-        report.region_failed([report.op_name(n) for n in calls], e, calls[0] if calls else None)
-        return _boxed(gm)
+    except Exception as e:  # noqa: BLE001 -- whatever braze cannot do, PyTorch still runs the graph
+        return in_torch(gm, e)
+
+
+def in_torch(gm, e: Exception):
+    """The boxed call that runs ``gm`` in PyTorch, after saying once why braze does not."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    report.region_failed([report.op_name(n) for n in calls], e, calls[0] if calls else None)
+    return _boxed(gm)
 
 
 def _shape_env(gm):
@@ -133,17 +153,16 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
     import copy
 
     import torch
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.infra.partitioner import Partition
+    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
     g = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # attributes shared, graph private
     calls = [n for n in g.graph.nodes if n.op == "call_function"]
-    reasons = {n.name: support(n, frozen, refused) for n in calls}
-    ok = {k for k, v in reasons.items() if v is None}
-    partitioner = CapabilityBasedPartitioner(g, _Support(ok), allows_single_node_partition=True)
-    parts = [p for p in partitioner.propose_partitions()
-             if any(_packet(n.target) not in VIEW_OPS for n in p.nodes if n.target is not operator.getitem)]
+    reasons = {n.name: support(n, refused) for n in calls}
+    parts = [Partition(nodes=p) for p in stages(g, reasons)
+             if any(_packet(n.target) not in VIEW_OPS for n in p if n.target is not operator.getitem)]
     torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE) and n.target is not operator.getitem]
-    fused = partitioner.fuse_partitions(parts) if parts else g
+    fused = fuse_by_partitions(g, [p.nodes for p in parts], prefix="fused_") if parts else g
     shape_env = _shape_env(gm)
     regions = []
     for node in list(fused.graph.nodes):
@@ -152,7 +171,9 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
         sub = getattr(fused, node.target)
         try:
             region = compile_region(str(node.target), sub, node, frozen, shape_env, opts, speculative)
-        except BrazeError as e:  # the region as a whole: torch runs it (a Refused node reruns the partition)
+        except Refused:  # the partition runs again without that node
+            raise
+        except Exception as e:  # noqa: BLE001 -- the region as a whole: torch runs it
             ops = [n for n in sub.graph.nodes if n.op == "call_function"]
             report.region_failed([report.op_name(n) for n in ops], e, ops[0] if ops else None)
             torch_nodes += ops
@@ -178,14 +199,15 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
                 node.target = times.timed_region(node.target)
         fused.recompile()
         return times.timed_graph(_boxed(fused))
-    entry = GraphCall(_boxed(fused))
+    graph = _boxed(fused)
+    entry = GraphCall(graph)
     direct = _direct(fused, regions)
     if direct is not None:  # once the one region is compiled, AOTAutograd calls it with no FX layer
         region = regions[0]
         if region.model is not None:
-            entry.impl = direct(region)
+            entry.impl = direct(region, graph)
         else:
-            region.on_ready.append(lambda: setattr(entry, "impl", direct(region)))
+            region.on_ready.append(lambda: setattr(entry, "impl", direct(region, graph)))
     return entry
 
 
@@ -279,14 +301,21 @@ def _direct(gm, regions):
         return None
     index = [places.index(a) for a in args]
 
-    def make(region):
+    def make(region, graph):
+        """The direct call; a call the library fails runs ``graph`` (the FX layer, whose region
+        call then runs in PyTorch)."""
         main = region.tensors
         pick = operator.itemgetter(*index)
         if len(index) == 1:
-            if single:
-                return lambda args: (main(pick(args)),)
-            return lambda args: main(pick(args))
-        if single:
-            return lambda args: (main(*pick(args)),)
-        return lambda args: main(*pick(args))
+            fast = (lambda args: (main(pick(args)),)) if single else (lambda args: main(pick(args)))
+        else:
+            fast = (lambda args: (main(*pick(args)),)) if single else (lambda args: main(*pick(args)))
+
+        def call(args):
+            try:
+                return fast(args)
+            except Exception:  # noqa: BLE001 -- the region's own call says why, and runs PyTorch
+                return graph(args)
+        call._boxed_call = True
+        return call
     return make

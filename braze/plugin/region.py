@@ -57,15 +57,28 @@ class Region:
     def _ready(self, model):
         self.model, self.module = model, None  # the imported IR lives on in ``reuse``
         self._main = main = model._main
-        idx = self.arg_index
+        idx, sub = self.arg_index, self.sub
         if len(idx) == 1:
             i0 = idx[0]
-            self._call = lambda *args: main(args[i0])
+            run = lambda *args: main(args[i0])  # noqa: E731
         else:
             pick = operator.itemgetter(*idx)
-            self._call = lambda *args: main(*pick(args))
+            run = lambda *args: main(*pick(args))  # noqa: E731
+
+        def call(*args):
+            try:
+                return run(*args)
+            except Exception as e:  # noqa: BLE001 -- PyTorch runs what braze could not, with eager's errors
+                self.native_failed(e)
+                return sub(*args)
+        self._call = call
         for fn in self.on_ready:
             fn()
+
+    def native_failed(self, e: Exception) -> None:
+        """A call braze's library refused or failed: PyTorch runs it, and says so once per reason."""
+        from .report import call_failed
+        call_failed(self.name, e)
 
     def _deferred(self, *args):
         if self._lock.acquire(blocking=False):  # another thread compiling: run in torch meanwhile
@@ -74,6 +87,10 @@ class Region:
                     if self._seen:
                         self._finish()
                     self._seen = True
+            except Exception as e:  # noqa: BLE001 -- the user's call must not fail for braze's sake
+                from .report import region_failed
+                self.module = None  # PyTorch keeps running it
+                region_failed(self.ops, e)
             finally:
                 self._lock.release()
         if self.model is not None:
@@ -81,19 +98,13 @@ class Region:
         return self.sub(*args)
 
     def _finish(self):
-        model = reuse.find(self.module, self.weights)
+        model = reuse.find(self.module, self.weights, self.name)
         if model is not None:
             _log.info("braze plugin: %s is an instance of a symbolic region compiled before; reusing its "
                       "library", self.name)
         else:
             from ..compiler import compile as braze_compile
-            try:
-                model = braze_compile(self.module, options=self.opts)
-            except Exception as e:  # noqa: BLE001 -- the user's call must not fail for braze's sake
-                from .report import region_failed
-                self.module = None  # PyTorch keeps running it
-                region_failed(self.ops, e)
-                return
+            model = braze_compile(self.module, options=self.opts)
             reuse.remember(self.module, self.weights, model)
         self._ready(model)
 
@@ -131,14 +142,6 @@ def symbol_ranges(shape_env) -> dict[str, tuple[int, int | None]]:
         lo, hi = _vr_int(vr.lower, 1), _vr_int(vr.upper, None)
         out[str(sym)] = (1 if lo <= 2 else lo, hi)
     return out
-
-
-def fingerprint(t) -> tuple:
-    """Which tensor, in which state: a weight changed in place bumps its version. A scalar (a
-    baked-in Python float) is its value."""
-    if t.dim() == 0:
-        return ("value", t.item(), str(t.dtype))
-    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), str(t.dtype))
 
 
 def _free_symbols(val) -> set:
@@ -184,10 +187,11 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
         if node is not None and node.op == "call_function":
             raise Refused(node.name, e.what) from e
         raise
-    weights = {k: fingerprint(t) for k, t in imp.weights.items()}
+    frozen_names = {cname for cname, _ in frozen.values()}
+    weights = {k: reuse.weight_key(t, k in frozen_names) for k, t in imp.weights.items()}
     from .report import op_name
     ops = [op_name(n) for n in sub.graph.nodes if n.op == "call_function"]
-    model = reuse.find(module, weights)
+    model = reuse.find(module, weights, name)
     if model is not None:
         _log.info("braze plugin: %s is an instance of a symbolic region compiled before; reusing its library",
                   name)

@@ -56,12 +56,27 @@ def warn_torch_op(node, reason: str) -> None:
 def region_failed(ops: list[str], e: Exception, node=None) -> None:
     """A region braze could not compile runs in PyTorch: say so once per reason, in one line (the
     C compiler's whole output goes to the log)."""
+    from ..errors import BrazeError
     what = getattr(e, "what", None) or f"{type(e).__name__}: {e}"
     first = what.strip().splitlines()[0] if what.strip() else type(e).__name__
-    _log.info("braze plugin: region of %d ops not compiled: %s", len(ops), what)
+    if not isinstance(e, BrazeError):  # a bug in braze, not a limit: the traceback goes to the log
+        first = f"an internal error in braze, {first}; please report it"
+    _log.info("braze plugin: region of %d ops not compiled: %s", len(ops), what,
+              exc_info=None if isinstance(e, BrazeError) else e)
     at = f"; first op at {where(node)}" if node is not None else ""
     warn_once(f"region:{first}", f"braze runs a region of {len(ops)} ops in PyTorch ({first}){at}; "
               "BRAZE_DEBUG=1 logs the details", node)
+
+
+def call_failed(region: str, e: Exception) -> None:
+    """A call of a compiled region that braze's library refused or failed ran in PyTorch."""
+    from ..errors import BrazeError
+    what = getattr(e, "what", None) or f"{type(e).__name__}: {e}"
+    first = what.strip().splitlines()[0] if what.strip() else type(e).__name__
+    _log.info("braze plugin: %s: a call ran in PyTorch: %s", region, what,
+              exc_info=None if isinstance(e, BrazeError) else e)
+    warn_once(f"call:{region}:{first}", f"braze could not run a compiled region at this call ({first}); PyTorch "
+              "ran it (and runs every call braze cannot); BRAZE_DEBUG=1 logs the details")
 
 
 def describe_partition(title: str, regions: list, torch_nodes: list) -> str:

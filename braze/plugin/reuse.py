@@ -1,13 +1,18 @@
 """Reusing a symbolic library for a graph dynamo specialised.
 
-dynamo specialises sizes 0 and 1, and its automatic-dynamic mode traces a first graph with every
-size fixed. Each such graph reaches braze as a new graph. When a region's IR equals the IR of a
-region braze compiled before with symbols, once those symbols are bound to the sizes this graph
-fixes, the symbolic library serves it and no C compiler runs. Both sides are compared in
-canonical form (after canonicalize, constant folding, CSE and DCE, which drop what a size of 1 makes trivial, such
-as an expand to the same shape), with value names normalised and weights compared as the same
-torch tensors in the same state. Equal IR computes the same values, so a reuse never changes an
-answer.
+dynamo specialises sizes 0 and 1, gives equal sizes one symbol (duck sizing), and its
+automatic-dynamic mode traces a first graph with every size fixed. Each such graph reaches braze
+as a new graph. When a region's IR equals the IR of a region braze compiled before with symbols,
+once those symbols are bound to the sizes (or the shared symbol) this graph has, the symbolic
+library serves it and no C compiler runs. Both sides are compared in canonical form (after
+canonicalize, constant folding, CSE and DCE, which drop what a size of 1 makes trivial, such as an
+expand to the same shape or a tile by ones), with value names normalised. Equal IR computes the
+same values, so a reuse never changes an answer.
+
+What a region bakes in compares by content, never by address (``weight_key``): a tensor the graph
+holds by its bytes, a frozen weight (``freeze=True``) as the same tensor object at the same
+version. The table holds its libraries weakly (a library no compiled function holds is gone from
+it), at most ``MAX_ENTRIES`` of them, and ``torch._dynamo.reset()`` empties it.
 """
 
 from __future__ import annotations
@@ -15,18 +20,60 @@ from __future__ import annotations
 import json
 import re
 import threading
+import weakref
 
 import numpy as np
 
+from .. import log as _logging
 from ..ir import sym as S
 from ..ir.graph import Module
 from ..ir.types import TensorType
 
+_log = _logging.get("plugin")
+MAX_ENTRIES = 256
 _lock = threading.Lock()
-_libraries: dict[tuple, list] = {}  # input dtypes and ranks -> [(module, weights, model)]
+_libraries: dict[tuple, list] = {}  # input dtypes and ranks -> [_Entry], least recently used first
 _VALUE_RE = re.compile(r'%(?:"(?:[^"\\]|\\.)*"|[\w.]+)')
 _CONST_RE = re.compile(r'constant\(\) \{name=("(?:[^"\\]|\\.)*")\}')
 _LOC_RE = re.compile(r"  loc\{.*$", re.M)
+
+
+class Same:
+    """A frozen weight's identity: this tensor object, at this version (``_version`` counts its
+    in-place writes). Equal only while the tensor lives; never an address."""
+
+    __slots__ = ("ref", "version")
+
+    def __init__(self, t):
+        self.ref, self.version = weakref.ref(t), t._version
+
+    def __eq__(self, other):
+        t = self.ref()
+        return isinstance(other, Same) and t is not None and t is other.ref() and self.version == other.version
+
+    def __hash__(self):
+        return hash(self.version)
+
+    def __repr__(self):
+        return f"<same tensor, version {self.version}>"
+
+
+def weight_key(t, frozen: bool):
+    """How a tensor a region bakes in compares: a 0-d value by value; a frozen weight by
+    identity and version (``Same``); anything else the graph holds by its bytes."""
+    if t.dim() == 0:
+        return ("value", t.item(), str(t.dtype))
+    if frozen:
+        return Same(t)
+    a = t.detach().cpu().contiguous()
+    return ("bytes", str(a.dtype), tuple(a.shape), a.numpy().tobytes())
+
+
+class _Entry:
+    __slots__ = ("module", "weights", "model")
+
+    def __init__(self, module, weights, model):
+        self.module, self.weights, self.model = module, weights, weakref.ref(model)
 
 
 def _signature(m: Module) -> tuple:
@@ -34,65 +81,165 @@ def _signature(m: Module) -> tuple:
     return tuple((p.type.dtype, p.type.rank) for p in f.params), len(f.results)
 
 
-def is_symbolic(m: Module) -> bool:
-    return any(not p.type.is_static() for p in m.main.params)
-
-
 def remember(m: Module, weights: dict, model) -> None:
-    """Keep a symbolic region (as imported) for later graphs; ``weights``: constant -> fingerprint.
-    The weights' data is dropped: they compare by fingerprint, and the library holds its own."""
+    """Keep a region (as imported) for later graphs; ``weights``: constant -> its ``weight_key``.
+    The weights' data is dropped: the library holds its own. Static regions too: a graph
+    specialised to a size of 1 holds copies of its general graph's regions whose sizes never
+    depended on it."""
     from ..passes.common import copy_module
-    if is_symbolic(m):
-        kept = copy_module(m)
-        for name in weights:
-            kept.constants[name] = None
-        with _lock:
-            _libraries.setdefault(_signature(m), []).append((kept, weights, model))
-
-
-def find(m: Module, weights: dict):
-    """A compiled model whose symbolic IR, with symbols bound, is ``m``; or None."""
+    kept = copy_module(m)
+    for name in weights:
+        kept.constants[name] = None
     with _lock:
-        candidates = list(_libraries.get(_signature(m), ()))
-    mine = None
-    for general, gweights, model in candidates:
-        env = bind_params(general, m)
+        _dynamo_reset_check()
+        _libraries.setdefault(_signature(m), []).append(_Entry(kept, weights, model))
+        _bound()
+
+
+def _bound() -> None:
+    """Drop entries whose library is gone, then the least recently used beyond MAX_ENTRIES."""
+    for key in list(_libraries):
+        live = [e for e in _libraries[key] if e.model() is not None]
+        if live:
+            _libraries[key] = live
+        else:
+            del _libraries[key]
+    extra = sum(map(len, _libraries.values())) - MAX_ENTRIES
+    while extra > 0:
+        key = next(iter(_libraries))  # the oldest signature's oldest entry
+        _libraries[key].pop(0)
+        if not _libraries[key]:
+            del _libraries[key]
+        extra -= 1
+
+
+def size() -> int:
+    """Libraries the table holds now."""
+    with _lock:
+        _dynamo_reset_check()
+        _bound()
+        return sum(map(len, _libraries.values()))
+
+
+def clear() -> None:
+    with _lock:
+        _libraries.clear()
+
+
+_sentinel = None
+
+
+def _dynamo_reset_check() -> None:
+    """Empty the table when ``torch._dynamo.reset()`` ran since the last look: reset clears
+    dynamo's compile callbacks, and a no-op callback of braze's going missing tells (reset has
+    no hook of its own). Under _lock."""
+    global _sentinel
+    try:
+        from torch._dynamo.callback import callback_handler
+        registered = callback_handler.start_callbacks
+    except (ImportError, AttributeError):  # another torch: the weak references still free the table
+        return
+    if _sentinel is not None and any(cb is _sentinel for cb in registered):
+        return
+    if _sentinel is not None:
+        _libraries.clear()
+
+    def _sentinel_cb(args):  # a new object each time: reset's clear is what it detects
+        return None
+    _sentinel = _sentinel_cb
+    callback_handler.register_start_callback(_sentinel)
+
+
+def find(m: Module, weights: dict, name: str = "region"):
+    """A compiled model whose symbolic IR, with symbols bound, is ``m``; or None (the reasons
+    go to the log at BRAZE_DEBUG >= 1)."""
+    with _lock:
+        _dynamo_reset_check()
+        entries = list(_libraries.get(_signature(m), ()))
+    mine, why = None, []
+    for entry in reversed(entries):  # the most recent first
+        model = entry.model()
+        if model is None:
+            continue
+        env, reason = bind_params(entry.module, m, explain=True)
         if env is None:
+            why.append(reason)
             continue
         if mine is None:
             mine = canonical(m, weights)
-        if canonical(specialize(general, env), gweights) == mine:
+        theirs = canonical(specialize(entry.module, env), entry.weights)
+        if theirs == mine:
+            with _lock:  # most recently used last
+                group = _libraries.get(_signature(m), [])
+                if entry in group:
+                    group.remove(entry)
+                    group.append(entry)
             return model
+        why.append(_difference(theirs, mine))
+    if not entries:
+        why.append("no library with these input dtypes and ranks")
+    _log.info("braze plugin: %s is not an instance of a library braze holds: %s", name, "; ".join(why))
     return None
 
 
-def bind_params(general: Module, special: Module) -> dict | None:
-    """symbol -> size, binding the general inputs' symbolic dims to the special inputs' dims."""
+def _difference(theirs: tuple, mine: tuple) -> str:
+    """The first line where two canonical forms differ, or the first constant."""
+    a, b = theirs[0].splitlines(), mine[0].splitlines()
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"the IR differs at line {i + 1}: {x.strip()!r} (general) vs {y.strip()!r} (this graph)"
+    if len(a) != len(b):
+        return f"the IR has {len(a)} lines (general) vs {len(b)} (this graph)"
+    for i, (x, y) in enumerate(zip(theirs[1], mine[1])):
+        if x != y:
+            return f"constant k{i} differs"
+    return "the IR differs"
+
+
+def bind_params(general: Module, special: Module, explain: bool = False):
+    """symbol -> size, binding the general inputs' symbolic dims to the special inputs' dims; None
+    when they do not bind. Plain symbols bind first, from every input; then each dim that is an
+    expression of them must equal its counterpart. With ``explain``: (that, why not)."""
     env: dict = {}
     store = general.constraints
-    for p, q in zip(general.main.params, special.main.params):
+
+    def no(why):
+        return (None, why) if explain else None
+    pairs = list(zip(general.main.params, special.main.params))
+    for i, (p, q) in enumerate(pairs):
+        where = f"input {i} (%{q.name})"
         if p.type.dtype != q.type.dtype or p.type.rank != q.type.rank:
-            return None
-        for a, b in zip(p.type.shape, q.type.shape):
-            if isinstance(a, S.Sym) and isinstance(b, S.Sym):  # the special range must lie inside
-                ga, sb = store.symbol(a.name), special.constraints.symbol(b.name)
-                ga, sb = (a if ga is None else ga), (b if sb is None else sb)
-                if sb.lo < max(1, ga.lo) or (ga.hi is not None and (sb.hi is None or sb.hi > ga.hi)):
-                    return None
+            return no(f"{where} is {q.type}, the library's {p.type}")
+        for j, (a, b) in enumerate(zip(p.type.shape, q.type.shape)):
+            if not isinstance(a, S.Sym):
+                continue
+            sym = _declared(store, a)
+            if isinstance(b, S.Sym):  # the special range must lie inside
+                sb = _declared(special.constraints, b)
+                if sb.lo < max(1, sym.lo) or (sym.hi is not None and (sb.hi is None or sb.hi > sym.hi)):
+                    return no(f"{where} dim {j}: the range of {b} is not inside that of {a}")
+            if a in env and S.as_intlike(env[a]) != S.as_intlike(b):
+                return no(f"{where} dim {j}: {a} would be both {env[a]} and {b}")
+            if isinstance(b, int) and (b < max(1, sym.lo) or (sym.hi is not None and b > sym.hi)):
+                return no(f"{where} dim {j}: {b} is outside the range of {a}")
+            env[a] = b
+    for i, (p, q) in enumerate(pairs):
+        where = f"input {i} (%{q.name})"
+        for j, (a, b) in enumerate(zip(p.type.shape, q.type.shape)):
             if isinstance(a, S.Sym):
-                if a in env and S.as_intlike(env[a]) != S.as_intlike(b):
-                    return None
-                sym = store.symbol(a.name)
-                sym = a if sym is None else sym
-                if isinstance(b, int) and (b < max(1, sym.lo) or (sym.hi is not None and b > sym.hi)):
-                    return None
-                env[a] = b
-            elif S.is_symbolic(a):
+                continue
+            if S.is_symbolic(a):
                 if not S.free_syms(a) <= env.keys() or S.as_intlike(S.subs(a, env)) != S.as_intlike(b):
-                    return None
+                    return no(f"{where} dim {j}: {a} does not bind to {b}")
             elif S.is_symbolic(b) or a != b:
-                return None
-    return env
+                return no(f"{where} dim {j} is {b}, the library's {a}")
+    return (env, "") if explain else env
+
+
+def _declared(store, s: S.Sym) -> S.Sym:
+    """The symbol with the range its module declares."""
+    d = store.symbol(s.name)
+    return s if d is None else d
 
 
 def _subs(x, env):

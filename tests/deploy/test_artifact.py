@@ -128,6 +128,63 @@ def test_load_needs_neither_torch_onnx_nor_a_compiler(saved, tmp_path):
     assert not (tmp_path / "no-cache").exists()
 
 
+_BLOCK_ALL_BUT_NUMPY = """
+import sys
+
+
+class _OnlyNumpy:
+    \"\"\"Refuses every package outside the standard library, numpy and braze.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in sys.stdlib_module_names or top in ("numpy", "braze") or top.startswith("_"):
+            return None
+        raise ImportError(f"{name}: blocked, braze.load must need numpy alone")
+
+
+sys.meta_path.insert(0, _OnlyNumpy())
+"""
+
+
+def test_load_in_a_virtualenv_where_only_numpy_imports(saved, tmp_path):
+    """A virtualenv over this environment's packages (no network needed) whose sitecustomize
+    refuses every package but numpy and braze: no torch, onnx, oneDNN wheels, safetensors or
+    ml_dtypes, no compiler on PATH. braze.load runs the artifact there."""
+    cm, path = saved
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    (site / "sitecustomize.py").write_text(_BLOCK_ALL_BUT_NUMPY)
+    x = np.random.default_rng(4).standard_normal((6, 24)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = textwrap.dedent(f"""
+        import sys
+        before = set(sys.modules)  # what the environment's .pth files imported at start-up
+        import numpy as np
+        for blocked in ("torch", "onnx", "safetensors", "ml_dtypes"):
+            try:
+                __import__(blocked)
+            except ImportError:
+                pass
+            else:
+                raise SystemExit(f"{{blocked}} imported: the blocker is not active")
+        import braze
+        m = braze.load({str(path)!r})
+        np.save({str(tmp_path / 'y.npy')!r}, m(np.load({str(tmp_path / 'x.npy')!r})))
+        added = {{k.partition(".")[0] for k in set(sys.modules) - before}}
+        other = sorted(added - set(sys.stdlib_module_names) - {{"numpy", "braze"}})
+        assert all(k.startswith("_") for k in other), other
+    """)
+    env = {"PATH": "/nonexistent", "HOME": str(tmp_path), "PYTHONNOUSERSITE": "1",
+           "BRAZE_CACHE_DIR": str(tmp_path / "no-cache")}
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), cm(x))
+    assert not (tmp_path / "no-cache").exists()
+
+
 def _flip(f: Path, at: int | None = None) -> None:
     data = bytearray(f.read_bytes())
     i = len(data) // 2 if at is None else at

@@ -191,6 +191,19 @@ def _small_m_case(lib, rng, N, K, kn_layout):
     return (W if kn_layout else W.T).astype(np.float64), pb
 
 
+def _require_small_m_layout(lib, pb):
+    """Skip where the helper has no small-M kernel (no AVX-512); where it has one, fail unless
+    oneDNN packed the weight in the layout the kernel reads (BA16a64b): a oneDNN that picks
+    another would silently send every small M back to its primitives."""
+    from braze.codegen.isa import detect_isa
+    if lib.braze_packed_b_small_m_rows(pb):
+        return
+    if "avx512f" not in detect_isa().features:
+        pytest.skip("this helper build has no small-M kernel (no AVX-512)")
+    pytest.fail("AVX-512 is here, but oneDNN packed the weight in a layout the small-M kernel does not read "
+                "(it expects BA16a64b): braze_dnnl_smallm.c's smallm_layout() must learn the new one")
+
+
 def _check_small_m(lib, Wkn, pb, M, act, rng, alias=False):
     K, N = Wkn.shape
     A = rng.standard_normal((M, K), dtype=np.float32)
@@ -212,8 +225,7 @@ def test_small_m_kernel(lib, N, K, kn_layout):
     rng = np.random.default_rng(N + K)
     Wkn, pb = _small_m_case(lib, rng, N, K, kn_layout)
     try:
-        if not lib.braze_packed_b_small_m_rows(pb):
-            pytest.skip("this helper build has no small-M kernel (no AVX-512)")
+        _require_small_m_layout(lib, pb)
         assert lib.braze_packed_b_small_m_rows(pb) == -(-K // 16) * 16
         assert lib.braze_dnnl_small_m() >= 7
         c0 = _stats(lib)[0]
@@ -238,8 +250,7 @@ def test_small_m_kernel_special_values_match_onednn(lib):
     err = _err()
     pb = lib.braze_pack_b_err(_p(W), 16, 16, 1, err, ERRLEN)
     try:
-        if not lib.braze_packed_b_small_m_rows(pb):
-            pytest.skip("this helper build has no small-M kernel (no AVX-512)")
+        _require_small_m_layout(lib, pb)
 
         def run(act):
             out = np.empty((4, 16), np.float32)

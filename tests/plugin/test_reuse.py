@@ -83,9 +83,73 @@ def test_a_changed_weight_is_not_an_instance():
         reuse.canonical(s, {"w": ("tensor", 2)})  # the same tensor, written in place since
 
 
-def test_find_returns_the_remembered_library():
+class Model:  # what the table holds weakly: any object a region keeps alive
+    pass
+
+
+@pytest.fixture
+def empty_table():
+    reuse.clear()
+    yield
+    reuse.clear()
+
+
+def test_find_returns_the_remembered_library(empty_table):
     g, s = parse(GENERAL), parse(SPECIAL)
-    marker = object()
-    reuse.remember(g, {"w": ("test-reuse", 7)}, marker)
-    assert reuse.find(s, {"w": ("test-reuse", 7)}) is marker
+    model = Model()
+    reuse.remember(g, {"w": ("test-reuse", 7)}, model)
+    assert reuse.find(s, {"w": ("test-reuse", 7)}) is model
     assert reuse.find(s, {"w": ("test-reuse", 8)}) is None
+
+
+def test_why_a_graph_is_not_an_instance_is_logged(empty_table, caplog):
+    import logging
+    g = parse(GENERAL)
+    model = Model()
+    reuse.remember(g, {"w": ("k", 1)}, model)
+    with caplog.at_level(logging.INFO, logger="braze.plugin"):
+        other = SPECIAL.replace("%z = reshape(%y)", "%n = neg(%y) : f32[s, 4]\n    %z = reshape(%n)")
+        assert reuse.find(parse(other), {"w": ("k", 1)}, "fused_3") is None
+    text = caplog.text
+    assert "fused_3 is not an instance" in text and "the IR differs at line" in text
+
+
+def test_the_table_holds_libraries_weakly_and_is_bounded(empty_table, monkeypatch):
+    import gc
+    g, s = parse(GENERAL), parse(SPECIAL)
+    model = Model()
+    reuse.remember(g, {"w": ("k", 1)}, model)
+    assert reuse.size() == 1
+    del model
+    gc.collect()
+    assert reuse.size() == 0 and reuse.find(s, {"w": ("k", 1)}) is None  # no compiled function holds it
+    monkeypatch.setattr(reuse, "MAX_ENTRIES", 3)
+    models = [Model() for _ in range(5)]
+    for i, m in enumerate(models):
+        reuse.remember(g, {"w": ("k", i)}, m)
+    assert reuse.size() == 3
+    assert reuse.find(s, {"w": ("k", 0)}) is None and reuse.find(s, {"w": ("k", 4)}) is models[4]
+
+
+def test_dynamo_reset_empties_the_table(empty_table):
+    torch = pytest.importorskip("torch")
+    model = Model()
+    reuse.remember(parse(GENERAL), {"w": ("k", 1)}, model)
+    assert reuse.size() == 1
+    torch._dynamo.reset()
+    assert reuse.size() == 0
+
+
+def test_weights_compare_by_content_or_identity_never_by_address():
+    torch = pytest.importorskip("torch")
+    a = torch.arange(6.0)
+    # a tensor the graph holds: by its bytes, whichever object carries them
+    assert reuse.weight_key(a, frozen=False) == reuse.weight_key(a.clone(), frozen=False)
+    assert reuse.weight_key(a, frozen=False) != reuse.weight_key(a + 1, frozen=False)
+    # a frozen weight: the same tensor at the same version
+    k = reuse.weight_key(a, frozen=True)
+    assert k == reuse.weight_key(a, frozen=True)
+    assert k != reuse.weight_key(a.clone(), frozen=True)
+    a.mul_(2)
+    assert k != reuse.weight_key(a, frozen=True)
+    assert reuse.weight_key(torch.tensor(0.5), frozen=True) == ("value", 0.5, "torch.float32")

@@ -19,6 +19,7 @@
 #ifndef BRAZE_DNNL_H
 #define BRAZE_DNNL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -65,6 +66,10 @@ int braze_dnnl_small_m(void);
  * layout, or a helper built without AVX-512: then oneDNN runs every M). */
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B);
 
+/* A 64-bit fingerprint of n bytes (XXH3-style; the same in every process and for every thread
+ * count): what braze_conv2d_w checks its cached copy of a weight against. */
+uint64_t braze_fingerprint(const void *data, size_t n);
+
 /* Number of primitives created so far (cache misses) and cache hits. */
 void braze_dnnl_stats(int64_t *created, int64_t *hits);
 
@@ -87,6 +92,14 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
  * entry creates a new shape's primitives in parallel before its first call at that shape.
  * 0 when the primitive is ready; 1 when not (the call itself then reports why). */
 int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int has_res, int act);
+
+/* The same with a plain weight read at this call, never prepacked, so the caller may change it
+ * between calls (plug-in mode's live weights): W is [N,K] row-major when transposed_layout=1
+ * (torch linear layout), else [K,N]. Primitives are cached per shape and shared by every model. */
+int braze_matmul_w(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed_layout,
+                   const float *bias, const float *residual, int act, float *C, char *err, int errlen);
+int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int transposed_layout, int has_bias, int has_res,
+                           int act);
 
 /* Batched, both operands activations: for b in [0,batch):
  * C[b] = alpha * op(A[b]) @ op(Bm[b]), op(A) is [M,K], op(Bm) is [K,N].
@@ -117,6 +130,12 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
                                            int64_t dil_h, int64_t dil_w, int layout,
                                            char *err, int errlen);
 void braze_free_packed_conv(braze_packed_conv *P);
+/* A conv's geometry alone, for weights given at each call (braze_conv2d_w); free it with
+ * braze_free_packed_conv. */
+braze_packed_conv *braze_conv_geometry(int64_t OC, int64_t IC, int64_t KH, int64_t KW, int64_t groups,
+                                       int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                       int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h, int64_t dil_w,
+                                       int layout, char *err, int errlen);
 /* How many weight layouts P holds (1 + those later shapes asked for); for tests. */
 int braze_packed_conv_layouts(const braze_packed_conv *P);
 
@@ -129,7 +148,15 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X,
                  const braze_packed_conv *P, const float *bias, const float *residual,
                  int act, int64_t OH, int64_t OW, float *Y, char *err, int errlen);
 
-/* As braze_matmul_prepare, for braze_conv2d(N, H, W, ..., P, bias, residual, act, ...). */
+/* braze_conv2d for a geometry from braze_conv_geometry, with the plain weights Wt[OC, IC/groups,
+ * KH, KW] of this call. The copy re-laid out for the primitive is kept (a few weight sets per
+ * geometry) and reused while a fingerprint of Wt's bytes (braze_fingerprint) matches. */
+int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P, const float *Wt,
+                   const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+                   char *err, int errlen);
+
+/* As braze_matmul_prepare, for braze_conv2d(N, H, W, ..., P, bias, residual, act, ...) and
+ * braze_conv2d_w. */
 int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
                          int act);
 

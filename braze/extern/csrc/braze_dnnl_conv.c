@@ -21,6 +21,7 @@ struct braze_packed_conv {
     int n_alt;
     dnnl_memory_desc_t alt_md[CONV_MAX_ALT];
     void *alt_data[CONV_MAX_ALT];
+    wcache wc; /* run-time weights (a geometry from braze_conv_geometry): their re-laid-out copies */
 };
 
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t p_end, int64_t d) {
@@ -65,37 +66,73 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, const braze_packed_conv 
 
 #define CONV_HW_HINT 56
 
-braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC, int64_t KH,
-                                           int64_t KW, int64_t groups, int64_t stride_h,
-                                           int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                                           int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h,
-                                           int64_t dil_w, int layout, char *err, int errlen) {
-    char ctx[300];
-    snprintf(ctx, sizeof ctx,
-             "braze_pack_conv_weights OC=%lld IC=%lld KH=%lld KW=%lld groups=%lld stride=%lldx%lld "
+/* A conv's geometry with no weights yet (checked; its owner id set), or NULL with err set. */
+static braze_packed_conv *conv_new(int64_t OC, int64_t IC, int64_t KH, int64_t KW, int64_t groups,
+                                   int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                   int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h, int64_t dil_w, int layout,
+                                   char *ctx, size_t ctxlen, char *err, int errlen) {
+    snprintf(ctx, ctxlen,
+             "OC=%lld IC=%lld KH=%lld KW=%lld groups=%lld stride=%lldx%lld "
              "pad=%lld,%lld,%lld,%lld dil=%lldx%lld layout=%s",
              (long long)OC, (long long)IC, (long long)KH, (long long)KW, (long long)groups,
              (long long)stride_h, (long long)stride_w, (long long)pad_h, (long long)pad_w,
              (long long)pad_h_end, (long long)pad_w_end, (long long)dil_h, (long long)dil_w, layout ? "nhwc" : "nchw");
-    braze_packed_conv *P = NULL;
-    dnnl_memory_desc_t src = NULL, wany = NULL, wplain = NULL, dst = NULL;
-    dnnl_primitive_desc_t pd = NULL;
     if (braze_dnnl_init(err, errlen)) return NULL;
-    if (!W || OC <= 0 || IC <= 0 || KH <= 0 || KW <= 0 || groups <= 0 || OC % groups || IC % groups ||
+    if (OC <= 0 || IC <= 0 || KH <= 0 || KW <= 0 || groups <= 0 || OC % groups || IC % groups ||
         stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || pad_h_end < 0 || pad_w_end < 0 ||
         dil_h <= 0 || dil_w <= 0 ||
         (layout != 0 && layout != 1)) {
-        set_err(err, errlen, "braze_dnnl: invalid arguments (%s)", ctx);
+        set_err(err, errlen, "braze_dnnl: invalid conv arguments (%s)", ctx);
         return NULL;
     }
-    P = (braze_packed_conv *)calloc(1, sizeof *P);
+    braze_packed_conv *P = (braze_packed_conv *)calloc(1, sizeof *P);
     if (!P) {
         set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
         return NULL;
     }
     *P = (braze_packed_conv){.OC = OC, .IC = IC, .KH = KH, .KW = KW, .G = groups, .sh = stride_h,
                              .sw = stride_w, .ph = pad_h, .pw = pad_w, .dh = dil_h, .dw = dil_w,
-                             .ph_end = pad_h_end, .pw_end = pad_w_end, .layout = layout, .plain = W};
+                             .ph_end = pad_h_end, .pw_end = pad_w_end, .layout = layout};
+    dnnl_memory_desc_t s2 = NULL, d2 = NULL;
+    int bad = conv_mds(P, 1, KH * dil_h, KW * dil_w, 0, &s2, &P->plain_md, &d2);
+    if (s2) dnnl_memory_desc_destroy(s2);
+    if (d2) dnnl_memory_desc_destroy(d2);
+    if (bad) {
+        set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
+        braze_free_packed_conv(P);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_cache_mu);
+    P->owner = g_next_owner++;
+    pthread_mutex_unlock(&g_cache_mu);
+    return P;
+}
+
+braze_packed_conv *braze_conv_geometry(int64_t OC, int64_t IC, int64_t KH, int64_t KW, int64_t groups,
+                                       int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                       int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h, int64_t dil_w,
+                                       int layout, char *err, int errlen) {
+    char ctx[300];
+    return conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end, dil_h, dil_w,
+                    layout, ctx, sizeof ctx, err, errlen);
+}
+
+braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC, int64_t KH,
+                                           int64_t KW, int64_t groups, int64_t stride_h,
+                                           int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                           int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h,
+                                           int64_t dil_w, int layout, char *err, int errlen) {
+    char ctx[300];
+    dnnl_memory_desc_t src = NULL, wany = NULL, dst = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (!W) {
+        set_err(err, errlen, "braze_dnnl: braze_pack_conv_weights: the weight is NULL");
+        return NULL;
+    }
+    braze_packed_conv *P = conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end,
+                                    dil_h, dil_w, layout, ctx, sizeof ctx, err, errlen);
+    if (!P) return NULL;
+    P->plain = W;
     {
         /* representative input: big enough for the kernel window */
         int64_t hh = CONV_HW_HINT, ww = CONV_HW_HINT;
@@ -106,15 +143,6 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
             set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
             goto fail;
         }
-        {
-            dnnl_memory_desc_t s2 = NULL, d2 = NULL;
-            if (conv_mds(P, 1, hh, ww, 0, &s2, &wplain, &d2)) {
-                set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
-                goto fail;
-            }
-            dnnl_memory_desc_destroy(s2);
-            dnnl_memory_desc_destroy(d2);
-        }
         DN(conv_pd(&pd, P, src, wany, NULL, dst, NULL));
         DN(dnnl_memory_desc_clone(&P->md, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)));
         P->data = aligned_alloc64(dnnl_memory_desc_get_size(P->md));
@@ -122,24 +150,17 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
             set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
             goto fail;
         }
-        if (do_reorder(wplain, W, P->md, P->data, ctx, err, errlen)) goto fail;
-        P->plain_md = wplain;
-        wplain = NULL;
+        if (do_reorder(P->plain_md, W, P->md, P->data, ctx, err, errlen)) goto fail;
     }
-    pthread_mutex_lock(&g_cache_mu);
-    P->owner = g_next_owner++;
-    pthread_mutex_unlock(&g_cache_mu);
     dnnl_primitive_desc_destroy(pd);
     dnnl_memory_desc_destroy(src);
     dnnl_memory_desc_destroy(wany);
-    dnnl_memory_desc_destroy(wplain);
     dnnl_memory_desc_destroy(dst);
     return P;
 fail:
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (src) dnnl_memory_desc_destroy(src);
     if (wany) dnnl_memory_desc_destroy(wany);
-    if (wplain) dnnl_memory_desc_destroy(wplain);
     if (dst) dnnl_memory_desc_destroy(dst);
     braze_free_packed_conv(P);
     return NULL;
@@ -154,6 +175,7 @@ void braze_free_packed_conv(braze_packed_conv *P) {
         dnnl_memory_desc_destroy(P->alt_md[i]);
         free(P->alt_data[i]);
     }
+    wcache_free(&P->wc);
     free(P->data);
     free(P);
 }
@@ -200,7 +222,22 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
     /* weights `any`: the implementation picks its layout (a fixed packed layout can force
      * the reference kernel, e.g. for strided 1x1); re-lay the weights out when it differs */
     DN(conv_pd(&pd, P, src, wany, bias, dst, attr));
-    {
+    if (!P->data) { /* run-time weights: each call re-lays them out with this reorder */
+        const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        DN(dnnl_memory_desc_clone(&e->wei_md, want));
+        if (!dnnl_memory_desc_equal(want, P->plain_md)) {
+            dnnl_primitive_attr_t rattr = NULL;
+            dnnl_primitive_desc_t rpd = NULL;
+            dnnl_status_t st = make_user_scratch_attr(&rattr);
+            if (st == dnnl_success)
+                st = dnnl_reorder_primitive_desc_create(&rpd, P->plain_md, g_engine, want, g_engine, rattr);
+            if (st == dnnl_success) st = clone_scratch_md(rpd, &e->reorder_scratch_md);
+            if (st == dnnl_success) st = dnnl_primitive_create(&e->reorder, rpd);
+            if (rpd) dnnl_primitive_desc_destroy(rpd);
+            if (rattr) dnnl_primitive_attr_destroy(rattr);
+            DN(st);
+        }
+    } else {
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DN(dnnl_memory_desc_clone(&e->wei_md, want));
         /* P's other layouts are shared by its entries, which may be created at once (the
@@ -268,16 +305,21 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
     return prepared(e, &tmp, &is_tmp);
 }
 
-int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P,
-                 const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
-                 char *err, int errlen) {
+/* braze_conv2d (Wt NULL: P's packed weights) and braze_conv2d_w (Wt: the plain weights of this
+ * call, re-laid out into a per-thread buffer first). */
+static int conv_call(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P, const float *Wt,
+                     const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+                     char *err, int errlen) {
     char ctx[300];
     int rc = 1, is_tmp = 0;
     cache_entry tmp, *e = NULL;
     dnnl_memory_desc_t src = NULL, dst = NULL, bmd = NULL;
     dnnl_memory_t mx = NULL, mw = NULL, mb = NULL, mr = NULL, my = NULL;
-    if (!P) {
-        set_err(err, errlen, "braze_dnnl: braze_conv2d: packed conv weight is NULL");
+    wuse use = {0};
+    if (!P || !P->data != (Wt != NULL)) {
+        set_err(err, errlen, "braze_dnnl: %s", !P ? "braze_conv2d: packed conv weight is NULL"
+                : Wt ? "braze_conv2d_w: the conv was packed with constant weights (call braze_conv2d)"
+                     : "braze_conv2d: the conv takes run-time weights (call braze_conv2d_w)");
         return 1;
     }
     snprintf(ctx, sizeof ctx,
@@ -323,7 +365,18 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
         int n = 0;
         DN(dnnl_memory_create(&mx, src, g_engine, (void *)X));
         DN(dnnl_memory_create(&my, dst, g_engine, Y));
-        DN(dnnl_memory_create(&mw, e->wei_md, g_engine, (void *)e->wei));
+        const void *wdata = e->wei;
+        if (Wt) {
+            wdata = Wt;
+            if (e->reorder) {
+                size_t nbytes = (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * sizeof(float);
+                if (wcache_get((wcache *)&P->wc, P->plain_md, Wt, nbytes, e->wei_md, e->reorder,
+                               e->reorder_scratch_md, s, &use, ctx, err, errlen))
+                    goto fail;
+                wdata = use.data;
+            }
+        }
+        DN(dnnl_memory_create(&mw, e->wei_md, g_engine, (void *)wdata));
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, my};
@@ -341,6 +394,7 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_pa
 fail:
     if (mx) dnnl_memory_destroy(mx);
     if (mw) dnnl_memory_destroy(mw);
+    if (use.data) wcache_release(&use);
     if (mb) dnnl_memory_destroy(mb);
     if (mr) dnnl_memory_destroy(mr);
     if (my) dnnl_memory_destroy(my);
@@ -349,4 +403,20 @@ fail:
     if (bmd) dnnl_memory_desc_destroy(bmd);
     if (is_tmp) entry_release(&tmp);
     return rc;
+}
+
+int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P,
+                 const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+                 char *err, int errlen) {
+    return conv_call(N, H, W, X, P, NULL, bias, residual, act, OH, OW, Y, err, errlen);
+}
+
+int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P, const float *Wt,
+                   const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+                   char *err, int errlen) {
+    if (!Wt) {
+        set_err(err, errlen, "braze_dnnl: braze_conv2d_w: the weight is NULL");
+        return 1;
+    }
+    return conv_call(N, H, W, X, P, Wt, bias, residual, act, OH, OW, Y, err, errlen);
 }

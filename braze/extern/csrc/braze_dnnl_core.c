@@ -156,10 +156,11 @@ static dnnl_stream_t get_stream(char *err, int errlen) {
 /* ------------------------------------------------------------------ primitive cache */
 
 /* A key is everything a primitive depends on: key[0] the kind (1 matmul, 2 batch matmul,
- * 3 conv), key[1] the packed weight's owner id (unique in the process, never reused; 0 for
- * batch matmul, which has no weights: its primitives are shared by every model), then the
- * shapes, transposes, alpha, epilogue flags and mode. All float32, dense row-major or the
- * weight's own layout (fixed by its owner). */
+ * 3 conv, 4 matmul with run-time weights, 5 conv with run-time weights), key[1] the packed
+ * weight's or conv geometry's owner id (unique in the process, never reused; 0 for batch
+ * matmul and run-time-weight matmul, which hold no weights: their primitives are shared by
+ * every model), then the shapes, transposes, alpha, epilogue flags and mode. All float32,
+ * dense row-major or the weight's own layout (fixed by its owner). */
 #define KEYLEN 16
 typedef struct {
     int64_t key[KEYLEN];
@@ -169,6 +170,8 @@ typedef struct {
     dnnl_memory_desc_t scratch_md; /* the primitive's scratchpad (owned), or NULL if it needs none */
     void *wei_alt;               /* weights re-laid out for this primitive only, or NULL */
     const void *wei;             /* the weights to run with (conv; not owned unless == wei_alt) */
+    dnnl_primitive_t reorder;    /* run-time weights: plain -> wei_md at each call, or NULL */
+    dnnl_memory_desc_t reorder_scratch_md;
 } cache_entry;
 
 /* power of two; open addressing; full -> no caching. One table for every model in the
@@ -228,10 +231,14 @@ static void entry_release(cache_entry *e) {
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->wei_md) dnnl_memory_desc_destroy(e->wei_md);
     if (e->scratch_md) dnnl_memory_desc_destroy(e->scratch_md);
+    if (e->reorder) dnnl_primitive_destroy(e->reorder);
+    if (e->reorder_scratch_md) dnnl_memory_desc_destroy(e->reorder_scratch_md);
     free(e->wei_alt);
     e->prim = NULL;
     e->wei_md = NULL;
     e->scratch_md = NULL;
+    e->reorder = NULL;
+    e->reorder_scratch_md = NULL;
     e->wei_alt = NULL;
     e->wei = NULL;
 }

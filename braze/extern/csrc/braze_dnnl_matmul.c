@@ -20,6 +20,10 @@ int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) { return B ? B->sma
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act);
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
                          const float *bias, const float *res, int act, float *C);
+/* the same for a plain run-time weight (braze_matmul_w) */
+static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act);
+static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
+                           const float *bias, const float *res, int act, float *C);
 
 /* The packed layout the small-M kernel reads: 64-column panels of K (padded) rows, i.e.
  * oneDNN's BA16a64b. Returns the padded K, or 0 for any other layout. */
@@ -225,52 +229,46 @@ int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int h
     return prepared(e, &tmp, &is_tmp);
 }
 
-int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
-                 const float *bias, const float *residual, int act, float *C, char *err,
-                 int errlen) {
-    char ctx[200];
-    snprintf(ctx, sizeof ctx, "braze_matmul M=%lld N=%lld K=%lld bias=%d residual=%d act=%d",
-             (long long)M, (long long)N, (long long)K, bias != NULL, residual != NULL, act);
-    int rc = 1, is_tmp = 0;
-    cache_entry tmp, *e = NULL;
-    dnnl_memory_t ma = NULL, mw = NULL, mb = NULL, mr = NULL, mc = NULL;
-    dnnl_memory_desc_t src = NULL, dst = NULL, bmd = NULL;
-    dnnl_alg_kind_t dummy_alg;
+/* Checks braze_matmul's and braze_matmul_w's arguments; 0 to go on, 1 on an error (err set),
+ * 2 when the call is done (an empty product; with K = 0, the epilogue alone). */
+static int matmul_args(int64_t M, int64_t N, int64_t K, const float *A, int w_ok, const float *bias,
+                       const float *residual, int act, float *C, const char *ctx, char *err, int errlen) {
+    dnnl_alg_kind_t alg;
+    float al;
     if (braze_dnnl_init(err, errlen)) return 1;
-    if (!B) {
-        set_err(err, errlen, "braze_dnnl: packed weight is NULL (%s)", ctx);
+    if (M < 0 || N < 0 || K < 0 || (M > 0 && N > 0 && (!C || (K > 0 && (!A || !w_ok))))) {
+        set_err(err, errlen, "braze_dnnl: invalid arguments (%s; A=%p C=%p)", ctx, (const void *)A, (void *)C);
         return 1;
     }
-    if (M < 0 || N != B->N || K != B->K || (M > 0 && N > 0 && (!C || (K > 0 && !A)))) {
-        set_err(err, errlen,
-                "braze_dnnl: invalid arguments (%s; packed weight is N=%lld K=%lld; A=%p C=%p)",
-                ctx, (long long)B->N, (long long)B->K, (const void *)A, (void *)C);
+    if (act_alg(act, &alg, &al) < 0) {
+        set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
         return 1;
     }
-    {
-        float al;
-        if (act_alg(act, &dummy_alg, &al) < 0) {
-            set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
-            return 1;
-        }
-    }
-    if (M == 0 || N == 0) return 0;
+    if (M == 0 || N == 0) return 2;
     if (K == 0) {
         empty_k_epilogue(M, N, bias, residual, act, C);
-        return 0;
+        return 2;
     }
-    if (smallm_matmul(M, N, K, A, B, bias, residual, act, C)) return 0;
+    return 0;
+}
+
+/* Runs a matmul entry's primitive: C[M,N] = epilogue(A[M,K] @ weights), the weights (in the
+ * entry's layout) at wdata. */
+static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, const float *A, const void *wdata,
+                      const float *bias, const float *residual, int act, float *C, const char *ctx, char *err,
+                      int errlen) {
+    int rc = 1;
+    dnnl_memory_t ma = NULL, mw = NULL, mb = NULL, mr = NULL, mc = NULL;
+    dnnl_memory_desc_t src = NULL, dst = NULL, bmd = NULL;
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
-    e = matmul_entry(M, B, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);
-    if (!e) return 1;
     {
         dnnl_dims_t sd = {M, K}, dd = {M, N}, bd = {1, N};
         DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dnnl_f32, dnnl_ab));
         DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
         DN(dnnl_memory_create(&ma, src, g_engine, (void *)A));
         DN(dnnl_memory_create(&mc, dst, g_engine, C));
-        DN(dnnl_memory_create(&mw, e->wei_md, g_engine, e->wei_alt ? e->wei_alt : B->data));
+        DN(dnnl_memory_create(&mw, e->wei_md, g_engine, (void *)wdata));
         dnnl_exec_arg_t args[6];
         int n = 0;
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ma};
@@ -298,6 +296,110 @@ fail:
     if (src) dnnl_memory_desc_destroy(src);
     if (dst) dnnl_memory_desc_destroy(dst);
     if (bmd) dnnl_memory_desc_destroy(bmd);
+    return rc;
+}
+
+int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
+                 const float *bias, const float *residual, int act, float *C, char *err,
+                 int errlen) {
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "braze_matmul M=%lld N=%lld K=%lld bias=%d residual=%d act=%d",
+             (long long)M, (long long)N, (long long)K, bias != NULL, residual != NULL, act);
+    int is_tmp = 0;
+    cache_entry tmp, *e = NULL;
+    if (!B) {
+        set_err(err, errlen, "braze_dnnl: packed weight is NULL (%s)", ctx);
+        return 1;
+    }
+    if (N != B->N || K != B->K) {
+        set_err(err, errlen, "braze_dnnl: invalid arguments (%s; packed weight is N=%lld K=%lld)", ctx,
+                (long long)B->N, (long long)B->K);
+        return 1;
+    }
+    int go = matmul_args(M, N, K, A, 1, bias, residual, act, C, ctx, err, errlen);
+    if (go) return go == 1;
+    if (smallm_matmul(M, N, K, A, B, bias, residual, act, C)) return 0;
+    e = matmul_entry(M, B, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);
+    if (!e) return 1;
+    int rc = run_matmul(e, M, N, K, A, e->wei_alt ? e->wei_alt : B->data, bias, residual, act, C, ctx, err, errlen);
+    if (is_tmp) entry_release(&tmp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ run-time weights */
+
+typedef struct {
+    int64_t M, N, K;
+    int transposed, has_bias, has_res, act;
+    const char *ctx;
+} mmw_arg;
+
+/* A primitive reading the caller's plain weight as it is: [N,K] row-major (transposed) or
+ * [K,N]. oneDNN's brgemm copies it into its blocked form block by block, in cache. */
+static int make_mmw(cache_entry *e, void *a, char *err, int errlen) {
+    mmw_arg *m = (mmw_arg *)a;
+    const char *ctx = m->ctx;
+    int rc = 1;
+    dnnl_memory_desc_t src = NULL, dst = NULL, bias = NULL, res = NULL, wei = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_dims_t sd = {m->M, m->K}, dd = {m->M, m->N}, bd = {1, m->N}, wd = {m->K, m->N};
+    DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dnnl_f32, dnnl_ab));
+    DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
+    DN(dnnl_memory_desc_create_with_tag(&wei, 2, wd, dnnl_f32, m->transposed ? dnnl_ba : dnnl_ab));
+    if (m->has_bias) DN(dnnl_memory_desc_create_with_tag(&bias, 2, bd, dnnl_f32, dnnl_ab));
+    if (m->has_res) DN(dnnl_memory_desc_create_with_tag(&res, 2, dd, dnnl_f32, dnnl_ab));
+    DN(make_attr(&attr, m->act, res, 1.f));
+    DN(dnnl_matmul_primitive_desc_create(&pd, g_engine, src, wei, bias, dst, attr));
+    DN(dnnl_memory_desc_clone(&e->wei_md, wei));
+    DN(clone_scratch_md(pd, &e->scratch_md));
+    DN(dnnl_primitive_create(&e->prim, pd));
+    rc = 0;
+fail:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (src) dnnl_memory_desc_destroy(src);
+    if (dst) dnnl_memory_desc_destroy(dst);
+    if (wei) dnnl_memory_desc_destroy(wei);
+    if (bias) dnnl_memory_desc_destroy(bias);
+    if (res) dnnl_memory_desc_destroy(res);
+    return rc;
+}
+
+static cache_entry *matmul_w_entry(int64_t M, int64_t N, int64_t K, int transposed, int has_bias, int has_res,
+                                   int act, const char *ctx, cache_entry *tmp, int *is_tmp, char *err, int errlen) {
+    int64_t k[KEYLEN] = {4, 0, M, N, K, transposed != 0, has_bias, has_res, act};
+    mmw_arg arg = {M, N, K, transposed != 0, has_bias, has_res, act, ctx};
+    return get_entry(k, make_mmw, &arg, tmp, is_tmp, err, errlen);
+}
+
+int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int transposed_layout, int has_bias, int has_res,
+                           int act) {
+    char err[256], ctx[64] = "braze_matmul_w_prepare";
+    dnnl_alg_kind_t alg;
+    float al;
+    if (M <= 0 || N <= 0 || K <= 0 || act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err)) return 1;
+    if (smallm_w_applies(M, N, K, transposed_layout, act)) return 0;
+    cache_entry tmp;
+    int is_tmp = 0;
+    cache_entry *e = matmul_w_entry(M, N, K, transposed_layout, has_bias, has_res, act, ctx, &tmp, &is_tmp, err,
+                                    sizeof err);
+    return prepared(e, &tmp, &is_tmp);
+}
+
+int braze_matmul_w(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed_layout,
+                   const float *bias, const float *residual, int act, float *C, char *err, int errlen) {
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "braze_matmul_w M=%lld N=%lld K=%lld transposed=%d bias=%d residual=%d act=%d",
+             (long long)M, (long long)N, (long long)K, transposed_layout, bias != NULL, residual != NULL, act);
+    int go = matmul_args(M, N, K, A, W != NULL, bias, residual, act, C, ctx, err, errlen);
+    if (go) return go == 1;
+    if (smallm_w_matmul(M, N, K, A, W, transposed_layout, bias, residual, act, C)) return 0;
+    int is_tmp = 0;
+    cache_entry tmp, *e = matmul_w_entry(M, N, K, transposed_layout, bias != NULL, residual != NULL, act, ctx, &tmp,
+                                         &is_tmp, err, errlen);
+    if (!e) return 1;
+    int rc = run_matmul(e, M, N, K, A, W, bias, residual, act, C, ctx, err, errlen);
     if (is_tmp) entry_release(&tmp);
     return rc;
 }

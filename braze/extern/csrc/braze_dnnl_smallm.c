@@ -161,7 +161,147 @@ static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const 
     }
     return 1;
 }
+/* ------------------------------------------------------------------ plain run-time weights
+ * braze_matmul_w at small M: C[M,N] = epilogue(A[M,K] @ W^T) with W the caller's [N,K] (torch's
+ * linear layout), read once per call as it is, so a weight changed between calls is never stale.
+ * Dot products along K: a tile is SMALLW_NR rows of W against SMALLW_MR rows of A, 16 lanes of
+ * partial sums each, added across lanes at the end. Each thread takes a contiguous range of W's
+ * rows, a block of SMALLW_NR rows at a time, every row tile of A against it while it is in L1
+ * (NR x K floats: 12 KB at K = 768), and asks L2 for the next block's rows meanwhile. */
+
+#define SMALLW_NR 4
+#define SMALLW_MR 6
+#ifndef SMALLW_MAX
+#define SMALLW_MAX 48
+#endif
+/* measured against oneDNN's plain-weight matmul: docs/gemm.md */
+
+/* (sum of v[0]'s lanes, ..., sum of v[3]'s) */
+BZ_INLINE __m128 smallw_sum4(const __m512 *v) {
+    __m512 a = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1])); /* 01 01 per 128 */
+    __m512 b = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3])); /* 23 23 per 128 */
+    __m512 c = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))));
+    __m256 d = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(d), _mm256_extractf128_ps(d, 1)); /* 0123 */
+}
+
+/* sums[i * NR + j] = A[m0 + i, :] . W[n0 + j, :] for i < MR, j < NR (NR rows of W exist).
+ * With pf, the tile also asks L2 for its share of the next block's rows: tile t of T prefetches
+ * lines t/T .. (t+1)/T of them, one line of every row each T k-steps, so the stream runs evenly
+ * under all T tiles (prefetching all of it in the first tile left memory idle in the others). */
+BZ_INLINE void smallw_tile(const int MR, int64_t K, const float *A, const float *W, const float *pf, int64_t t,
+                           int64_t T, float *sums) {
+    __m512 c[SMALLW_MR][SMALLW_NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < SMALLW_NR; j++) c[i][j] = _mm512_setzero_ps();
+    int64_t steps = (K + 15) / 16, q = t * steps; /* prefetch clock: line q / T of the next block */
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16, q++) {
+        if (pf && q % T == 0) {
+            for (int j = 0; j < SMALLW_NR; j++) _mm_prefetch((const char *)(pf + j * K + (q / T) * 16), _MM_HINT_T1);
+        }
+        __m512 w[SMALLW_NR];
+        for (int j = 0; j < SMALLW_NR; j++) w[j] = _mm512_loadu_ps(W + j * K + k);
+        for (int i = 0; i < MR; i++) {
+            __m512 a = _mm512_loadu_ps(A + i * K + k);
+            for (int j = 0; j < SMALLW_NR; j++) c[i][j] = _mm512_fmadd_ps(a, w[j], c[i][j]);
+        }
+    }
+    if (k < K) {
+        __mmask16 mk = (__mmask16)((1u << (K - k)) - 1);
+        __m512 w[SMALLW_NR];
+        for (int j = 0; j < SMALLW_NR; j++) w[j] = _mm512_maskz_loadu_ps(mk, W + j * K + k);
+        for (int i = 0; i < MR; i++) {
+            __m512 a = _mm512_maskz_loadu_ps(mk, A + i * K + k);
+            for (int j = 0; j < SMALLW_NR; j++) c[i][j] = _mm512_fmadd_ps(a, w[j], c[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; i++) /* the lanes of each row's 4 sums added in one vector: 13 ops, not 32 */
+        for (int j = 0; j < SMALLW_NR; j += 4) _mm_storeu_ps(sums + i * SMALLW_NR + j, smallw_sum4(c[i] + j));
+}
+
+/* C[m0 : m0 + mr, n0 : n0 + nr] = epilogue(sums) */
+static void smallw_store(int64_t m0, int mr, int64_t n0, int nr, int64_t N, const float *sums, const float *bias,
+                         const float *res, int act, float *C) {
+    __mmask16 mk = (__mmask16)((1u << nr) - 1);
+    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
+    __m512 b = bias ? _mm512_maskz_loadu_ps(mk, bias + n0) : _mm512_setzero_ps();
+    for (int i = 0; i < mr; i++) {
+        int64_t off = (m0 + i) * N + n0;
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, sums + i * SMALLW_NR), b);
+        __m512 r = res ? _mm512_maskz_loadu_ps(mk, res + off) : _mm512_setzero_ps();
+        v = late ? smallm_act(act, _mm512_add_ps(v, r)) : _mm512_add_ps(smallm_act(act, v), r);
+        _mm512_mask_storeu_ps(C + off, mk, v);
+    }
+}
+
+#define SMALLW_TILE(MR) smallw_tile(MR, K, A + m * K, Wb, pf, m / SMALLW_MR, T, sums)
+
+/* rows n0 .. n0 + nr of C (nr <= NR); fewer than NR rows read a zero-padded copy */
+static void smallw_block(int64_t M, int64_t N, int64_t K, const float *A, const float *Wb, const float *pf,
+                         int64_t n0, int nr, const float *bias, const float *res, int act, float *C) {
+    float sums[SMALLW_MR * SMALLW_NR];
+    int64_t m = 0, T = (M + SMALLW_MR - 1) / SMALLW_MR;
+    for (; m + SMALLW_MR <= M; m += SMALLW_MR) {
+        SMALLW_TILE(SMALLW_MR);
+        smallw_store(m, SMALLW_MR, n0, nr, N, sums, bias, res, act, C);
+    }
+    int mr = (int)(M - m);
+    switch (mr) { /* constant row counts: the tile's loops unroll */
+    case 5: SMALLW_TILE(5); break;
+    case 4: SMALLW_TILE(4); break;
+    case 3: SMALLW_TILE(3); break;
+    case 2: SMALLW_TILE(2); break;
+    case 1: SMALLW_TILE(1); break;
+    default: return;
+    }
+    smallw_store(m, mr, n0, nr, N, sums, bias, res, act, C);
+}
+
+static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
+    return transposed && M <= braze_dnnl_small_m() && M <= SMALLW_MAX && N > 0 && K > 0 && smallm_act_ok(act);
+}
+
+static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
+                           const float *bias, const float *res, int act, float *C) {
+    if (!smallm_w_applies(M, N, K, transposed, act)) return 0;
+    int64_t nb = N / SMALLW_NR, tail = N % SMALLW_NR;
+    int ok = 1;
+#pragma omp parallel if (nb > 1)
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t b0 = nb * t / nt, b1 = nb * (t + 1) / nt; /* contiguous: the next block is this thread's */
+        for (int64_t b = b0; b < b1; b++) {
+            const float *Wb = W + b * SMALLW_NR * K;
+            smallw_block(M, N, K, A, Wb, b + 1 < b1 ? Wb + SMALLW_NR * K : NULL, b * SMALLW_NR, SMALLW_NR, bias,
+                         res, act, C);
+        }
+        if (tail && t == nt - 1) { /* the last rows, padded with zero rows to a block */
+            float *pad = (float *)calloc((size_t)(SMALLW_NR * K), sizeof(float));
+            if (pad) {
+                memcpy(pad, W + nb * SMALLW_NR * K, (size_t)(tail * K) * sizeof(float));
+                smallw_block(M, N, K, A, pad, NULL, nb * SMALLW_NR, (int)tail, bias, res, act, C);
+                free(pad);
+            } else {
+                ok = 0;
+            }
+        }
+    }
+    return ok;
+}
 #else
+static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
+    (void)M, (void)N, (void)K, (void)transposed, (void)act;
+    return 0;
+}
+
+static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
+                           const float *bias, const float *res, int act, float *C) {
+    (void)M, (void)N, (void)K, (void)A, (void)W, (void)transposed, (void)bias, (void)res, (void)act, (void)C;
+    return 0;
+}
+
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
     (void)M, (void)B, (void)act;
     return 0;

@@ -22,10 +22,6 @@ def pair(v):
 # ---------------------------------------------------------------------------
 
 
-def _is_constant(v) -> bool:
-    return v.producer is not None and v.producer.op == "constant"
-
-
 def _float_only(cx, name, x):
     if not x.dtype.is_float:
         raise UnsupportedOpError(f"{name} on {x.dtype.name} tensors is not supported (floating point only)",
@@ -34,19 +30,17 @@ def _float_only(cx, name, x):
 
 @conv("linear")
 def _linear(cx, n, x, w, b=None):
-    if b is not None and not _is_constant(b):
-        # a bias computed at run time is a separate add: gemm libraries take constant biases only
-        return op(cx, "add", [op(cx, "linear", [x, w]), b])
     return op(cx, "linear", [x, w] + ([b] if b is not None else []))
 
 
 def _linear_weight(a, b):
-    """W when ``b`` is ``t(W)`` of a constant 2-D weight: ``a @ t(W)`` is a linear layer, which
-    AOTAutograd (torch.compile) decomposes into ``t`` and ``mm``/``addmm``. As a ``linear`` node it
-    gets the GEMM library's prepacked weight, as it does from torch.export."""
+    """W when ``b`` is ``t(W)`` of a 2-D weight: ``a @ t(W)`` is a linear layer, which AOTAutograd
+    (torch.compile) decomposes into ``t`` and ``mm``/``addmm``. As a ``linear`` node the GEMM
+    library reads W as it is (a constant prepacked, a run-time weight in its own layout), where
+    ``t(W)`` would be a copy at every call."""
     p = b.producer
     if a.rank == 2 and p is not None and p.op == "permute" and tuple(p.attrs.get("perm", ())) == (1, 0) \
-            and _is_constant(p.inputs[0]):
+            and p.inputs[0].rank == 2:
         return p.inputs[0]
     return None
 
@@ -201,10 +195,6 @@ def _bn_batch_stats(cx, x, w, b, eps):
 
 def _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups):
     _float_only(cx, "convolution", x)
-    if b is not None and not _is_constant(b):
-        # a bias computed at run time: a separate add over the channel axis (see _linear)
-        y = _conv2d_impl(cx, x, w, None, stride, padding, dilation, groups)
-        return op(cx, "add", [y, op(cx, "reshape", [b], shape=(b.shape[0], 1, 1))])
     stride, dilation = pair(stride), pair(dilation)
     if isinstance(padding, str):
         if padding == "valid":

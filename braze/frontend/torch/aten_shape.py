@@ -148,6 +148,50 @@ def _slice(cx, n, x, dim=0, start=None, end=None, step=1):
     return op(cx, "slice", [x], axis=d, start=start, end=end, step=int(need_static(cx, step, "slice step")))
 
 
+def _scatter_bound(cx, v, what: str) -> int:
+    """A slice_scatter/select_scatter bound braze can place: a static int from 0 on."""
+    if not isinstance(v, int) or v < 0:
+        raise UnsupportedOpError(f"{what} {v} (negative or symbolic) is not supported natively", where=str(cx.loc),
+                                 hint="index from the start with a constant")
+    return v
+
+
+def _scattered(cx, x, middle, d, start: int, end: int):
+    """``x`` with ``x[start:end]`` along ``d`` replaced by ``middle``: its head, middle and tail
+    joined (a head or tail past the dim's end is empty, as the slice it replaces)."""
+    parts = [op(cx, "slice", [x], axis=d, start=0, end=start, step=1)] if start > 0 else []
+    parts.append(cast(cx, middle, x.dtype))
+    if end < BIG:
+        parts.append(op(cx, "slice", [x], axis=d, start=end, end=BIG, step=1))
+    return parts[0] if len(parts) == 1 else op(cx, "concat", parts, axis=d)
+
+
+@conv("slice_scatter")
+def _slice_scatter(cx, n, x, src, dim=0, start=None, end=None, step=1):
+    """functionalized ``x[..., start:end] = src``: what AOTAutograd makes of a slice assignment."""
+    start = _scatter_bound(cx, 0 if start is None else start, "slice_scatter start")
+    end = _scatter_bound(cx, _clip_end(end), "slice_scatter end")
+    if step != 1 or end < start:
+        raise UnsupportedOpError(f"slice_scatter with step {step} from {start} to {end} is not supported natively",
+                                 where=str(cx.loc))
+    return _scattered(cx, x, src, axis(cx, dim, x.rank), start, end)
+
+
+@conv("select_scatter")
+def _select_scatter(cx, n, x, src, dim, index):
+    """functionalized ``x[..., index] = src``."""
+    index = _scatter_bound(cx, index, "select_scatter index")
+    d = axis(cx, dim, x.rank)
+    return _scattered(cx, x, op(cx, "unsqueeze", [src], axes=(d,)), d, index, index + 1)
+
+
+@conv("copy")
+def _copy(cx, n, x, src, non_blocking=False):
+    """functional ``x.copy_(src)``: src in x's dtype, broadcast to x's shape."""
+    y = cast(cx, src, x.dtype)
+    return y if tuple(y.shape) == tuple(x.shape) else op(cx, "expand", [y], shape=tuple(x.shape))
+
+
 @conv("diff")
 def _diff(cx, node, x, *args, **kw):
     """``x[1:] - x[:-1]`` along ``dim``, ``n`` times, after ``prepend``/``append`` (bool: xor).

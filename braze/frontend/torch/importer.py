@@ -135,15 +135,33 @@ class SymConverter:
 
 def linear_form(e):
     """(s, a, b) when the sympy expression ``e`` is ``a*s + b`` in one symbol ``s``, with integers
-    a >= 1 and b; else None. The importer recovers ``s`` from such an input dim."""
+    a >= 1 and b; else None. The importer recovers ``s`` from such an input dim. Only sums and
+    products of integers and the symbol qualify: ``FloorDiv``, ``Mod``, ``Max``, ``Min`` and the
+    like are not linear (and substituting a value into them can divide by zero)."""
     import sympy
-    if len(e.free_symbols) != 1:
+    if len(e.free_symbols) != 1 or not _sums_and_products(e):
         return None
     s = next(iter(e.free_symbols))
-    a, b = e.coeff(s), e.subs(s, 0)
-    if a.is_Integer and b.is_Integer and int(a) >= 1 and sympy.expand(a * s + b - e) == 0:
+    try:
+        poly = sympy.Poly(e, s)
+    except sympy.PolynomialError:
+        return None
+    if poly.degree() != 1:
+        return None
+    a, b = poly.coeff_monomial(s), poly.coeff_monomial(1)
+    if a.is_Integer and b.is_Integer and int(a) >= 1:
         return s, int(a), int(b)
     return None
+
+
+def _sums_and_products(e) -> bool:
+    """``e`` is built from integers and symbols with + and * alone."""
+    import sympy
+    if e.is_Symbol or e.is_Integer:
+        return True
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        return all(_sums_and_products(a) for a in e.args)
+    return False
 
 
 def _sanitize_sym(name: str) -> str:
@@ -422,6 +440,9 @@ class Importer:
                 if isinstance(v, torch.SymInt):  # a size torch passes along: braze reads it from the shapes
                     self.env[n] = self.sym(v)
                     continue
+                if isinstance(v, torch.SymFloat):  # a float of sizes (a scale factor): computed at run time
+                    self.env[n] = _SizeFloat(v.node.expr)
+                    continue
                 if not isinstance(v, torch.Tensor):
                     if isinstance(v, (int, float, bool)) or v is None:
                         self.env[n] = v  # a constant non-tensor input, baked in
@@ -480,6 +501,9 @@ class Importer:
                                     loc=SourceLoc(name=lazy.name))
                 self.weights[v.producer.attrs["name"]] = lazy.tensor
                 self.env[a] = v
+            if isinstance(v, _SizeFloat):
+                from .convert import float_value
+                v = self.env[a] = float_value(self, v.expr)
             if isinstance(v, NotProduced):
                 raise UnsupportedOpError(f"the {v.what} of '{a.target}' is used, but braze does not compute it",
                                          where=str(self.loc), hint=ISSUES_HINT)
@@ -487,6 +511,14 @@ class Importer:
         if isinstance(a, (list, tuple)):
             return type(a)(self.value(x) for x in a)
         return a
+
+
+class _SizeFloat:
+    """An input that is a float of sizes, made a 0-d float64 value where it is first used."""
+    __slots__ = ("expr",)
+
+    def __init__(self, expr):
+        self.expr = expr
 
 
 class _Lazy:

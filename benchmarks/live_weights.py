@@ -1,0 +1,123 @@
+"""The price of live weights in plug-in mode: ``torch.compile(backend="braze")`` with weights read at
+every call (the default) against ``options={"freeze": True}`` (weights baked in, as inductor's
+freezing), and what a call pays for passing the weights.
+
+    python -m benchmarks.live_weights [--models bert,gpt2,resnet50] [--shapes full]
+                                      [--threads 2] [--min-time 2.0] [--out benchmarks/results]
+
+Per model, in one process: both compiles of the same module (dynamic=True, under no_grad), each
+warmed up at every shape (so both hold every library and oneDNN primitive), then per shape the
+two called in turn (interleaved, so machine noise hits both) until ``--min-time`` seconds and >= 8
+rounds; medians, and each output against eager.
+
+Where the time goes (docs/plugin.md): a GEMM reads the plain weight at every call (oneDNN's
+plain-layout matmul, braze's own kernel at M <= 48); a convolution keeps its re-laid-out copy and
+checks a fingerprint of the weight's bytes at every call; and every weight is one more argument
+of the native call.
+
+Writes ``live_weights.json`` and ``live_weights.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from .run import SHAPES, _machine, shape_str
+
+DEFAULT_MODELS = ["bert", "gpt2", "resnet50"]
+
+
+def _once(fn, inputs) -> float:
+    t = time.perf_counter()
+    fn(*inputs)
+    return time.perf_counter() - t
+
+
+def measure(name: str, shapes: list[dict], min_time: float) -> dict:
+    import torch
+
+    from braze import zoo
+    from braze.testing import rel_error
+    zm = zoo.get(name)
+    live = torch.compile(zm.module, backend="braze", dynamic=True)
+    frozen = torch.compile(zm.module, backend="braze", dynamic=True, options={"freeze": True})
+    rows = []
+    with torch.no_grad():
+        for dims in shapes:  # every graph dynamo makes, compiled before any timing
+            x = zm.make_inputs(**dims)
+            for fn in (live, frozen):
+                for _ in range(3):
+                    fn(*x)
+        for dims in shapes:
+            x = zm.make_inputs(**dims)
+            want = zoo.first_output(zm.module(*x)).numpy()
+            errs = [rel_error(zoo.first_output(fn(*x)).numpy(), want) for fn in (live, frozen)]
+            tl, tf = [], []
+            t0 = time.perf_counter()
+            while len(tl) < 8 or time.perf_counter() - t0 < min_time:
+                if len(tl) % 2:
+                    tf.append(_once(frozen, x))
+                    tl.append(_once(live, x))
+                else:
+                    tl.append(_once(live, x))
+                    tf.append(_once(frozen, x))
+            ml, mf = statistics.median(tl), statistics.median(tf)
+            rows.append({"shape": shape_str(dims), "dims": dims, "live_ms": ml * 1e3, "frozen_ms": mf * 1e3,
+                         "live_over_frozen": ml / mf, "rounds": len(tl), "rel_error_live": errs[0],
+                         "rel_error_frozen": errs[1]})
+            print(f"  {name} {shape_str(dims)}: live {ml * 1e3:.2f} ms, frozen {mf * 1e3:.2f} ms "
+                  f"({ml / mf:.3f}x), rel error {errs[0]:.1e} / {errs[1]:.1e}", flush=True)
+    return {"model": name, "shapes": rows}
+
+
+def to_markdown(doc: dict) -> str:
+    m = doc["meta"]
+    mach = m["machine"]
+    out = [f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
+           f"{m['threads']} threads, braze {m['braze']}, torch {m['torch']}. One process per model; "
+           "`torch.compile(model, backend='braze', dynamic=True)` with live weights (the default) and with "
+           "`options={'freeze': True}`, called in turn; medians.", "",
+           "| model | shape | live ms | frozen ms | live / frozen | rel err live | rel err frozen |",
+           "|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        for s in r["shapes"]:
+            out.append(f"| {r['model']} | {s['shape']} | {s['live_ms']:.2f} | {s['frozen_ms']:.2f} | "
+                       f"{s['live_over_frozen']:.3f}x | {s['rel_error_live']:.1e} | {s['rel_error_frozen']:.1e} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated zoo models")
+    ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
+    ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
+    ap.add_argument("--min-time", type=float, default=2.0, help="seconds of interleaved calls per shape")
+    ap.add_argument("--out", default="benchmarks/results", help="directory for live_weights.json and .md")
+    a = ap.parse_args(argv)
+    import os
+    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
+    import torch
+
+    import braze
+    torch.set_num_threads(a.threads)
+    results = []
+    for name in a.models.split(","):
+        print(f"{name}:", flush=True)
+        results.append(measure(name, SHAPES[a.shapes][name], a.min_time))
+    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "braze": braze.__version__,
+                    "torch": torch.__version__, "machine": _machine(a.threads)}, "results": results}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "live_weights.json").write_text(json.dumps(doc, indent=1))
+    md = to_markdown(doc)
+    (out / "live_weights.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+#!/usr/bin/env python
+"""The plug-in sweep: every architecture of ``braze/zoo_archs.py`` (36 transformers text models,
+six convnets and vision transformers) under ``torch.compile(model, backend="braze", dynamic=True)``,
+called at shapes that bring batch 1 back after a larger batch, each against eager.
+
+    python scripts/plugin_sweep.py                      # all, 2 at a time (about 15 minutes on 2 cores)
+    python scripts/plugin_sweep.py --archs bert,swin --jobs 1
+    python scripts/plugin_sweep.py --out benchmarks/results/plugin_sweep   # writes .json and .md
+
+Each architecture runs in a process of its own, with a compile cache of its own, so a crash or a
+hang is recorded, not fatal. Per shape it records the libraries braze has built or loaded so far
+(``braze.stats()``), dynamo's graphs so far, whether braze's libraries computed any of the call,
+and max |error| / max |eager|. An architecture passes when no exception left ``torch.compile``,
+every shape is within 1e-4 of eager, and no library was built after the first two shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TOL = 1e-4
+
+
+def worker(name: str) -> dict:
+    """Run one architecture; the record the parent collects."""
+    import warnings
+
+    import torch
+
+    import braze
+    from braze import zoo_archs
+    from braze.testing import NativeCalls, rel_error
+
+    torch.set_num_threads(1)
+    arch = zoo_archs.build(name)
+    c = torch.compile(arch.module, backend="braze", dynamic=True)
+    rows, messages = [], []
+    rec = {"arch": name, "kind": arch.kind, "shapes": rows, "warnings": messages}
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, NativeCalls() as calls:
+        warnings.simplefilter("always")
+        for shape in arch.shapes:
+            args = arch.make_inputs(shape)
+            before = calls.count
+            t0 = time.perf_counter()
+            try:
+                got = zoo_archs.first_tensor(c(*args))
+            except Exception as e:  # noqa: BLE001 -- what escaped the backend is the finding
+                rec["error"] = f"at {shape}: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+                break
+            seconds = time.perf_counter() - t0
+            want = zoo_archs.first_tensor(arch.module(*args))
+            s = braze.stats()
+            rows.append({"shape": list(shape), "seconds": round(seconds, 3),
+                         "libraries": s["native_compiles"] + s["cache_hits"],
+                         "dynamo_graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"]),
+                         "native_calls": calls.count - before,
+                         "rel_error": rel_error(got.numpy(), want.numpy())})
+    for w in caught:
+        if issubclass(w.category, braze.errors.BrazeWarning):
+            text = str(w.message)
+            if text not in messages:
+                messages.append(text)
+    return rec
+
+
+def verdict(rec: dict) -> str:
+    if "error" in rec:
+        return "exception"
+    rows = rec["shapes"]
+    if any(r["rel_error"] > TOL for r in rows):
+        return "wrong"
+    if len(rows) > 2 and rows[-1]["libraries"] > rows[1]["libraries"]:
+        return "late library"
+    if not any(r["native_calls"] for r in rows):
+        return "all in torch"
+    return "ok"
+
+
+def run_one(name: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="braze-sweep-") as cache:
+        env = dict(os.environ, BRAZE_CACHE_DIR=cache, OMP_NUM_THREADS="1")
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run([sys.executable, __file__, "--worker", name], capture_output=True, text=True,
+                               env=env, timeout=timeout, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            return {"arch": name, "error": f"timed out after {timeout:g} s", "shapes": [], "warnings": []}
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or not lines:
+            tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return {"arch": name, "error": f"the process failed (exit {p.returncode}): {tail[:300]}", "shapes": [],
+                    "warnings": []}
+        rec = json.loads(lines[-1])
+        rec["wall_s"] = round(time.perf_counter() - t0, 1)
+        return rec
+
+
+def markdown(records: list[dict], machine: str) -> str:
+    from braze import zoo_archs
+    n_ok = sum(verdict(r) == "ok" for r in records)
+    out = [f"# Plug-in sweep: {n_ok} of {len(records)} architectures pass", "",
+           f"`python scripts/plugin_sweep.py`, {time.strftime('%Y-%m-%d')}, on {machine}. "
+           "`torch.compile(model, backend='braze', dynamic=True)` under `torch.no_grad()`, against eager. "
+           f"Text shapes (batch, seq): {zoo_archs.TEXT_SHAPES}; vision (batch, height, width): "
+           f"{zoo_archs.VISION_SHAPES}. `libraries`: built or loaded after each shape; `graphs`: dynamo's; "
+           "`braze calls`: native calls per shape (0: PyTorch ran all of it).", "",
+           "| arch | verdict | libraries | graphs | braze calls | max rel err | braze warnings |",
+           "|---|---|---|---|---|---|---|"]
+    for r in records:
+        rows = r["shapes"]
+        err = max((x["rel_error"] for x in rows), default=float("nan"))
+        note = r.get("error") or "; ".join(w[:120] for w in r["warnings"][:2]) + \
+            (f" (+{len(r['warnings']) - 2} more)" if len(r["warnings"]) > 2 else "")
+        out.append(f"| {r['arch']} | {verdict(r)} | {' '.join(str(x['libraries']) for x in rows)} | "
+                   f"{' '.join(str(x['dynamo_graphs']) for x in rows)} | "
+                   f"{' '.join(str(x['native_calls']) for x in rows)} | {err:.1e} | {note.replace('|', '/')} |")
+    return "\n".join(out) + "\n"
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "an unknown CPU"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--archs", help="comma-separated architectures (default: all of braze/zoo_archs.py)")
+    ap.add_argument("--jobs", type=int, default=2, help="architectures at a time (default 2)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per architecture (default 900)")
+    ap.add_argument("--out", help="write OUT.json and OUT.md")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        print(json.dumps(worker(a.worker)))
+        return 0
+    from braze import zoo_archs
+    names = a.archs.split(",") if a.archs else zoo_archs.names()
+    unknown = [n for n in names if n not in zoo_archs.names()]
+    if unknown:
+        ap.error(f"unknown architectures {', '.join(unknown)}; choose from {', '.join(zoo_archs.names())}")
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        futures = {n: pool.submit(run_one, n, a.timeout) for n in names}
+        records = []
+        for n in names:
+            rec = futures[n].result()
+            records.append(rec)
+            print(f"{n:14s} {verdict(rec):13s} libraries {[x['libraries'] for x in rec['shapes']]} "
+                  f"graphs {[x['dynamo_graphs'] for x in rec['shapes']]} {rec.get('error', '')}", flush=True)
+    machine = f"{_cpu()} ({os.cpu_count()} cores)"
+    text = markdown(records, machine)
+    print(f"\n{text.splitlines()[0][2:]} ({time.perf_counter() - t0:.0f} s)")
+    if a.out:
+        Path(a.out + ".json").write_text(json.dumps({"machine": machine, "records": records}, indent=1) + "\n")
+        Path(a.out + ".md").write_text(text)
+    return 0 if all(verdict(r) == "ok" for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The oneDNN helper with weights read at each call (plug-in mode's live weights): braze_matmul_w
+(the plain weight as it is, its own small-M kernel), braze_conv2d_w (a re-laid-out copy checked by
+a fingerprint of the weight's bytes at every call) and braze_fingerprint, against numpy / torch."""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+
+from braze.extern import onednn
+
+if not onednn.available():
+    pytest.skip(f"oneDNN is not installed ({onednn.PIP_INSTALL})", allow_module_level=True)
+
+from test_onednn import (CONV_CASES, ERRLEN, SMALL_M_ACTS, _close, _conv_ref, _epilogue, _err, _p,  # noqa: E402
+                         _small_m, _stats)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return onednn.load_standalone()
+
+
+def _matmul_w(lib, A, W, transposed, b=None, r=None, act=0, out=None):
+    M, K = A.shape
+    N = W.shape[0] if transposed else W.shape[1]
+    out = np.full((M, N), np.nan, np.float32) if out is None else out
+    err = _err()
+    rc = lib.braze_matmul_w(M, N, K, _p(A), _p(W), transposed, _p(b), _p(r), act, _p(out), err, ERRLEN)
+    assert rc == 0, err.value
+    return out
+
+
+def _want(A, W, transposed, b, r, act):
+    x = A.astype(np.float64) @ (W.T if transposed else W).astype(np.float64)
+    return _epilogue(x if b is None else x + b, act, r)
+
+
+@pytest.mark.parametrize("transposed", [1, 0])
+@pytest.mark.parametrize("N,K", [(37, 53), (768, 768), (5, 3), (130, 70), (4, 16)])
+def test_matmul_w(lib, N, K, transposed):
+    """Every M from the small-M kernel's row tiles to oneDNN's primitives, every fused epilogue."""
+    rng = np.random.default_rng(N * K + transposed)
+    W = rng.standard_normal((N, K) if transposed else (K, N), dtype=np.float32)
+    for M in (1, 2, 5, 6, 7, 13, 48, 49, 100):
+        for act in (0, 1, 2, 4, 0x101, 0x102) if M in (7, 49) else (0, 0x102):
+            A = rng.standard_normal((M, K), dtype=np.float32)
+            b = rng.standard_normal(N, dtype=np.float32)
+            r = rng.standard_normal((M, N), dtype=np.float32)
+            _close(_matmul_w(lib, A, W, transposed, b, r, act), _want(A, W, transposed, b, r, act))
+    A = rng.standard_normal((3, K), dtype=np.float32)
+    _close(_matmul_w(lib, A, W, transposed), _want(A, W, transposed, None, None, 0))
+
+
+def test_matmul_w_reads_the_weight_at_every_call(lib):
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((64, 32), dtype=np.float32)
+    for M in (3, 200):
+        A = rng.standard_normal((M, 32), dtype=np.float32)
+        before = _matmul_w(lib, A, W, 1)
+        W *= -2  # in place, at the same address
+        _close(_matmul_w(lib, A, W, 1), -2 * before)
+        W /= -2
+
+
+def test_matmul_w_residual_aliases_output(lib):
+    rng = np.random.default_rng(2)
+    W = rng.standard_normal((40, 24), dtype=np.float32)
+    for M in (5, 90):
+        A = rng.standard_normal((M, 24), dtype=np.float32)
+        r = rng.standard_normal((M, 40), dtype=np.float32)
+        want = _want(A, W, 1, None, r, 2)
+        out = r.copy()
+        _close(_matmul_w(lib, A, W, 1, r=out, act=2, out=out), want)
+
+
+def test_matmul_w_small_m_kernel_creates_no_primitive(lib):
+    """M up to the limit runs braze's plain-weight kernel (AVX-512 builds): no oneDNN primitive."""
+    from braze.codegen.isa import detect_isa
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((96, 80), dtype=np.float32)
+    c0 = _stats(lib)[0]
+    for M in (1, 6, 17, 48):
+        for act in SMALL_M_ACTS:
+            A = rng.standard_normal((M, 80), dtype=np.float32)
+            _close(_matmul_w(lib, A, W, 1, act=act), _want(A, W, 1, None, None, act))
+    made = _stats(lib)[0] - c0
+    if "avx512f" in detect_isa().features:
+        assert made == 0, f"{made} primitives: the small-M kernel did not run"
+    else:
+        assert made > 0
+
+
+def test_matmul_w_special_values_match_onednn(lib):
+    """NaN and infinities give the same values below and above the small-M limit (relu, which
+    offload never fuses, keeps NaN where oneDNN's gives 0)."""
+    W = np.ones((16, 16), np.float32)
+    A = np.ones((4, 16), np.float32)
+    A[0, 0], A[1, 0], A[2, 0] = np.nan, np.inf, -np.inf
+    np.testing.assert_array_equal(_matmul_w(lib, A, W, 1, act=1)[:, 0], [np.nan, np.inf, 0.0, 16.0])
+    for act in (0, 2, 4):
+        small = _matmul_w(lib, A, W, 1, act=act)
+        with _small_m(lib, 0):
+            dnn = _matmul_w(lib, A, W, 1, act=act)
+        np.testing.assert_array_equal(np.isnan(small), np.isnan(dnn), err_msg=f"act {act}")
+        np.testing.assert_allclose(small, dnn, rtol=1e-6, equal_nan=True)
+
+
+def test_matmul_w_from_many_threads_is_deterministic(lib):
+    from braze.testing import run_threads
+    rng = np.random.default_rng(4)
+    Ws = [rng.standard_normal((256, 128), dtype=np.float32) for _ in range(2)]
+    As = {M: rng.standard_normal((M, 128), dtype=np.float32) for M in (1, 16, 47, 130)}
+    alone = {(w, M): _matmul_w(lib, A, Ws[w], 1, act=2) for w in range(2) for M, A in As.items()}
+
+    def work(t):
+        for i, (w, M) in enumerate(list(alone) * 2):
+            if (i + t) % 3:
+                assert np.array_equal(_matmul_w(lib, As[M], Ws[w], 1, act=2), alone[(w, M)])
+    assert run_threads(work, 6) == []
+
+
+def _geometry(lib, case, layout):
+    N, IC, OC, H, W, k, s, p, d, g = case
+    pt, pl, pb, pr = (p,) * 4 if isinstance(p, int) else p
+    err = _err()
+    P = lib.braze_conv_geometry(OC, IC, k, k, g, s, s, pt, pl, pb, pr, d, d, layout, err, ERRLEN)
+    assert P, err.value
+    return P
+
+
+def _conv_w(lib, P, case, layout, X, Wt, b=None, act=0):
+    torch = pytest.importorskip("torch")
+    N, IC, OC, H, W, k, s, p, d, g = case
+    ref = _epilogue(_conv_ref(torch, X, Wt, b, s, p, d, g), act, None)
+    to = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))) if layout else (lambda a: a)
+    Xl = to(X)
+    out = np.full(to(ref).shape, np.nan, np.float32)
+    err = _err()
+    rc = lib.braze_conv2d_w(X.shape[0], X.shape[2], X.shape[3], _p(Xl), P, _p(Wt), _p(b), None, act,
+                            ref.shape[2], ref.shape[3], _p(out), err, ERRLEN)
+    assert rc == 0, err.value
+    return out, to(ref)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c[:6])))
+@pytest.mark.parametrize("layout", [0, 1], ids=["nchw", "nhwc"])
+def test_conv2d_w_reads_every_change_of_the_weight(lib, case, layout):
+    """The re-laid-out copy serves while the weight's bytes are the same, and never after."""
+    N, IC, OC, H, W, k, s, p, d, g = case
+    rng = np.random.default_rng(H * W + OC + layout)
+    X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
+    Wt = rng.standard_normal((OC, IC // g, k, k), dtype=np.float32)
+    b = rng.standard_normal(OC, dtype=np.float32)
+    P = _geometry(lib, case, layout)
+    try:
+        for _ in range(2):
+            _close(*_conv_w(lib, P, case, layout, X, Wt, b, act=2))
+        Wt *= -0.5  # the whole weight, in place
+        _close(*_conv_w(lib, P, case, layout, X, Wt, b, act=2))
+        Wt.reshape(-1)[Wt.size // 2] += 3.0  # one element
+        _close(*_conv_w(lib, P, case, layout, X, Wt, b, act=2))
+        X2 = rng.standard_normal((N + 1, IC, H + 2, W + 1), dtype=np.float32)  # another shape
+        _close(*_conv_w(lib, P, case, layout, X2, Wt, b))
+    finally:
+        lib.braze_free_packed_conv(P)
+
+
+def test_conv2d_w_many_weight_sets_and_threads(lib):
+    """Six weights through one geometry (more than it keeps copies of), alternating, from 4
+    threads at once: each result has the bits of a call alone."""
+    from braze.testing import run_threads
+    case = CONV_CASES[0]
+    N, IC, OC, H, W, k, s, p, d, g = case
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
+    Ws = [rng.standard_normal((OC, IC, k, k), dtype=np.float32) for _ in range(6)]
+    P = _geometry(lib, case, 1)
+    try:
+        alone = []
+        for Wt in Ws:
+            out, ref = _conv_w(lib, P, case, 1, X, Wt)
+            _close(out, ref)
+            alone.append(out)
+
+        def work(t):
+            for i in range(18):
+                j = (t * 7 + i) % len(Ws)
+                assert np.array_equal(_conv_w(lib, P, case, 1, X, Ws[j])[0], alone[j]), (t, i, j)
+        assert run_threads(work, 4) == []
+    finally:
+        lib.braze_free_packed_conv(P)
+
+
+def test_conv2d_w_and_packed_conv_refuse_each_other(lib):
+    case = CONV_CASES[0]
+    N, IC, OC, H, W, k, s, p, d, g = case
+    Wt = np.ones((OC, IC, k, k), np.float32)
+    X = np.ones((N, IC, H, W), np.float32)
+    out = np.empty((N, OC, H, W), np.float32)
+    err = _err()
+    P = _geometry(lib, case, 0)
+    packed = lib.braze_pack_conv_weights(_p(Wt), OC, IC, k, k, g, s, s, p, p, p, p, d, d, 0, err, ERRLEN)
+    try:
+        assert lib.braze_conv2d(N, H, W, _p(X), P, None, None, 0, H, W, _p(out), err, ERRLEN) != 0
+        assert b"takes run-time weights (call braze_conv2d_w)" in err.value
+        assert lib.braze_conv2d_w(N, H, W, _p(X), packed, _p(Wt), None, None, 0, H, W, _p(out), err, ERRLEN) != 0
+        assert b"packed with constant weights" in err.value
+        assert lib.braze_conv2d_w(N, H, W, _p(X), P, None, None, None, 0, H, W, _p(out), err, ERRLEN) != 0
+        assert b"the weight is NULL" in err.value
+    finally:
+        lib.braze_free_packed_conv(P)
+        lib.braze_free_packed_conv(packed)
+
+
+def test_fingerprint(lib):
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((1 << 20) + 3, dtype=np.float32)  # several chunks and a ragged tail
+    f = lib.braze_fingerprint(_p(a), a.nbytes)
+    assert f == lib.braze_fingerprint(_p(a), a.nbytes)
+    shifted = np.empty(a.size + 1, np.float32)[1:]  # the same bytes at another alignment
+    shifted[:] = a
+    assert lib.braze_fingerprint(_p(shifted), a.nbytes) == f
+    for change in (lambda b: b.__setitem__(123457, np.nextafter(b[123457], np.inf)),  # one ulp
+                   lambda b: b.__setitem__(slice(None), b[::-1].copy()),  # the same values, reversed
+                   lambda b: b.__setitem__([10, 20], b[[20, 10]]),  # two swapped
+                   lambda b: b.__setitem__(-1, -b[-1])):  # the tail
+        b = a.copy()
+        change(b)
+        assert lib.braze_fingerprint(_p(b), b.nbytes) != f
+    assert lib.braze_fingerprint(_p(a), a.nbytes - 4) != f  # the length counts
+    assert lib.braze_fingerprint(None, 0) == lib.braze_fingerprint(_p(a), 0)

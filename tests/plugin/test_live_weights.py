@@ -1,0 +1,205 @@
+"""Live weights: whatever changes a parameter or buffer, and through whichever alias, the next call
+computes with the new values, in braze (not in a PyTorch fallback), with the library it had.
+Two instances of one architecture share that library. ``freeze=True`` bakes weights in."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze  # noqa: E402
+from braze.errors import BrazeWarning  # noqa: E402
+from braze.testing import NativeCalls  # noqa: E402
+
+nn = torch.nn
+
+
+class Block(nn.Module):
+    """The issue's model: linear -> GELU -> linear -> layer_norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.ln = nn.Linear(16, 48), nn.Linear(48, 16), nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.ln(self.b(nn.functional.gelu(self.a(x))))
+
+
+class ConvNet(nn.Module):
+    """conv -> batch norm -> relu -> conv (strided, no bias) -> pool -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.c2, self.fc = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), nn.Linear(16, 5)
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.bn(self.c1(x))))
+        return self.fc(y.mean((2, 3)))
+
+
+def _made(cls, seed):
+    torch.manual_seed(seed)
+    m = cls().eval()
+    with torch.no_grad():  # batch norm statistics that are not the identity
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-1, 1), mod.running_var.uniform_(0.5, 2), mod.weight.uniform_(0.5, 2)
+    return m
+
+
+def _input(cls, b, seed=0):
+    g = torch.Generator().manual_seed(seed * 100 + b)
+    return torch.randn((b, 16) if cls is Block else (b, 3, 9, 11), generator=g)
+
+
+@pytest.fixture
+def native_calls():
+    """How many times a braze library was called: a call PyTorch ran instead does not count."""
+    with NativeCalls() as n:
+        yield lambda: n.count
+
+
+def _libraries() -> int:
+    s = braze.stats()
+    return s["native_compiles"] + s["cache_hits"]
+
+
+def _check(c, m, cls, native_calls, shapes=(3, 1, 5)):
+    """Every call equals eager and ran in braze."""
+    for b in shapes:
+        x = _input(cls, b, seed=b)
+        before = native_calls()
+        got = c(x)
+        torch.testing.assert_close(got, m(x), rtol=1e-5, atol=1e-5)
+        assert native_calls() > before, f"batch {b}: PyTorch computed this call, not braze"
+
+
+def _numpy_view_write(p):
+    p.detach().numpy()[...] *= 0.5
+
+
+def _dlpack_write(p):
+    np.from_dlpack(p.detach())[...] += 0.25
+
+
+def _optimizer_step(m, cls):
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    with torch.enable_grad():
+        m(_input(cls, 4)).square().sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+CHANGES = {
+    ".data": lambda m, cls: [p.data.mul_(-1.5) for p in m.parameters()],
+    "copy_": lambda m, cls: [p.copy_(torch.randn_like(p)) for p in m.parameters()],
+    "load_state_dict": lambda m, cls: m.load_state_dict(_made(cls, 7).state_dict()),
+    "numpy view": lambda m, cls: [_numpy_view_write(p) for p in m.parameters()],
+    "dlpack view": lambda m, cls: [_dlpack_write(p) for p in m.parameters()],
+    "optimizer step": _optimizer_step,
+    "p.data = t": lambda m, cls: [setattr(p, "data", torch.randn_like(p)) for p in m.parameters()],
+    "one element": lambda m, cls: next(m.parameters()).detach().numpy().reshape(-1).__setitem__(5, 9.0),
+}
+
+
+@pytest.mark.parametrize("cls", [Block, ConvNet], ids=["linear", "conv"])
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_changed_weight_is_read_at_the_next_call(cls, change, native_calls):
+    m = _made(cls, 0)
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", BrazeWarning)  # no fallback, no "call reset()"
+        for b in (3, 1, 5):  # dynamo's graphs, and the one it specialises to batch 1, all compiled
+            c(_input(cls, b)), c(_input(cls, b))
+        _check(c, m, cls, native_calls)
+        libraries = _libraries()
+        CHANGES[change](m, cls)
+        _check(c, m, cls, native_calls)
+    assert _libraries() == libraries, "a weight change built another library"
+
+
+def test_buffers_changed_through_data_are_read(native_calls):
+    """Batch norm's running statistics are buffers, not parameters: a ``.data`` write to them."""
+    m = _made(ConvNet, 0)
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with torch.no_grad():
+        for b in (3, 1, 5):
+            c(_input(ConvNet, b)), c(_input(ConvNet, b))
+        _check(c, m, ConvNet, native_calls)
+        m.bn.running_mean.data.add_(0.5)
+        m.bn.running_var.data.mul_(3.0)
+        _check(c, m, ConvNet, native_calls)
+
+
+@pytest.mark.parametrize("cls", [Block, ConvNet], ids=["linear", "conv"])
+def test_two_instances_share_one_library_each_with_its_weights(cls, native_calls):
+    m1, m2 = _made(cls, 1), _made(cls, 2)
+    c1 = torch.compile(m1, backend="braze", dynamic=True)
+    c2 = torch.compile(m2, backend="braze", dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", BrazeWarning)
+        _check(c1, m1, cls, native_calls, shapes=(3, 5))
+        libraries = _libraries()
+        for b in (2, 7, 1, 3, 1, 4):  # alternating, mixed shapes, batch 1 back after larger ones
+            _check(c2, m2, cls, native_calls, shapes=(b,))
+            _check(c1, m1, cls, native_calls, shapes=(b + 1,))
+    assert _libraries() == libraries, "the second instance built a library of its own"
+
+
+def test_two_instances_from_many_threads():
+    """Calls of two instances from 6 threads at once: each result has the bits of a call alone."""
+    from braze.testing import run_threads
+    ms = [_made(ConvNet, 1), _made(ConvNet, 2)]
+    cs = [torch.compile(m, backend="braze", dynamic=True) for m in ms]
+    xs = [_input(ConvNet, b) for b in (1, 2, 3)]
+    with torch.no_grad():
+        for c in cs:
+            for x in xs:
+                c(x), c(x)
+        alone = [[c(x) for x in xs] for c in cs]
+
+    def work(t):
+        with torch.no_grad():
+            for i in range(12):
+                k, j = (t + i) % 2, (t * 5 + i) % 3
+                assert torch.equal(cs[k](xs[j]), alone[k][j]), (t, i)
+    assert run_threads(work, 6) == []
+
+
+@pytest.mark.parametrize("change", ["in_place", "replaced"])
+def test_frozen_weights_changed_run_in_pytorch_with_a_warning(change, fresh_warnings, compiles):
+    """``freeze=True`` bakes the weights in, as inductor's freezing does: a weight changed through
+    its own tensor runs the graph in PyTorch (never stale), and says so once."""
+    m = _made(Block, 0)
+    with torch.no_grad():
+        c = torch.compile(m, backend="braze", dynamic=True, options={"freeze": True})
+        for b in (3, 4):
+            c(_input(Block, b))
+        if change == "in_place":
+            m.a.weight.mul_(2)
+        else:
+            m.b.weight = nn.Parameter(torch.randn_like(m.b.weight))
+        with pytest.warns(BrazeWarning, match="replaced or changed in place"):
+            x = _input(Block, 5)
+            torch.testing.assert_close(c(x), m(x))
+        torch._dynamo.reset()  # a new compile bakes the new weights in
+        c = torch.compile(m, backend="braze", dynamic=True, options={"freeze": True})
+        before = compiles()
+        for b in (3, 4):
+            x = _input(Block, b)
+            torch.testing.assert_close(c(x), m(x))
+        assert compiles() > before, "the new compile reused the library of the old weights"
+
+
+def test_freeze_must_be_a_bool():
+    from braze.errors import BrazeError
+    from braze.plugin.dynamo import plugin_options
+    with pytest.raises(BrazeError, match="'freeze' must be True or False"):
+        plugin_options({"freeze": "yes"})
+    assert plugin_options({"freeze": True})[1] is True
+    assert plugin_options(None)[1] is False
