@@ -19,13 +19,10 @@ Writes ``dynamic.json`` and ``dynamic.md`` to ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
-from .run import SHAPES, shape_str
+from .run import per_model_main, shape_str
 
 DEFAULT_MODELS = ["llama", "bert", "resnet50"]
 
@@ -80,32 +77,7 @@ def to_markdown(doc: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated zoo models")
-    ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
-    ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
-    ap.add_argument("--min-time", type=float, default=1.0, help="seconds of interleaved calls per shape")
-    ap.add_argument("--out", default="benchmarks/results", help="directory for dynamic.json and dynamic.md")
-    a = ap.parse_args(argv)
-    import os
-    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
-    import torch
-
-    import braze
-    torch.set_num_threads(a.threads)
-    results = []
-    for name in a.models.split(","):
-        print(f"{name}:", flush=True)
-        results.append(measure(name, SHAPES[a.shapes][name], a.min_time))
-    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads,
-                    "braze": braze.__version__}, "results": results}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dynamic.json").write_text(json.dumps(doc, indent=1))
-    md = to_markdown(doc)
-    (out / "dynamic.md").write_text(md)
-    print(md)
-    return 0
+    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "dynamic", 1.0)
 
 
 if __name__ == "__main__":

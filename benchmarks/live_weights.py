@@ -20,13 +20,10 @@ Writes ``live_weights.json`` and ``live_weights.md`` to ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
-from .run import SHAPES, _machine, shape_str
+from .run import per_model_main, shape_str
 
 DEFAULT_MODELS = ["bert", "gpt2", "resnet50"]
 
@@ -91,32 +88,7 @@ def to_markdown(doc: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated zoo models")
-    ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
-    ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
-    ap.add_argument("--min-time", type=float, default=2.0, help="seconds of interleaved calls per shape")
-    ap.add_argument("--out", default="benchmarks/results", help="directory for live_weights.json and .md")
-    a = ap.parse_args(argv)
-    import os
-    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
-    import torch
-
-    import braze
-    torch.set_num_threads(a.threads)
-    results = []
-    for name in a.models.split(","):
-        print(f"{name}:", flush=True)
-        results.append(measure(name, SHAPES[a.shapes][name], a.min_time))
-    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "braze": braze.__version__,
-                    "torch": torch.__version__, "machine": _machine(a.threads)}, "results": results}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "live_weights.json").write_text(json.dumps(doc, indent=1))
-    md = to_markdown(doc)
-    (out / "live_weights.md").write_text(md)
-    print(md)
-    return 0
+    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "live_weights", 2.0)
 
 
 if __name__ == "__main__":

@@ -494,23 +494,32 @@ def _recompiles_cell(e) -> str:
     return "n/a" if rc is None else str(rc)
 
 
-def best_peer_geomean(doc) -> tuple[float, int] | None:
+MICRO = ("chain_ln", "chain_rms", "block")  # fusion micro-benchmarks, reported apart from the real models
+
+
+def best_peer_geomean(doc, models=None) -> tuple[float, int] | None:
     """Geometric mean over every point braze and a peer both ran of (best peer time / braze time):
-    above 1, braze is faster than the best peer on average; and the number of points."""
+    above 1, braze is faster than the best peer on average; and the number of points. ``models``:
+    only these models' points."""
     import math
     peers = [b for b in doc["config"]["backends"] if b in B.PEERS]
     rows, grid = _grid(doc)
     logs = [math.log(min(grid[k][p] for p in peers if p in grid[k]) / grid[k]["braze"]) for k in rows
-            if "braze" in grid[k] and any(p in grid[k] for p in peers)]
+            if "braze" in grid[k] and any(p in grid[k] for p in peers) and (models is None or k[0] in models)]
     return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else None
 
 
 def notes(doc) -> list[str]:
     out = list(doc.get("remarks", []))
-    gm = best_peer_geomean(doc)
-    if gm:
-        out.insert(0, f"geometric mean of best peer time / braze time over {gm[1]} points: {gm[0]:.2f} "
-                      "(above 1: braze is faster)")
+    ran = {e["model"] for e in doc["results"]}
+    parts = [("", None), (" (real models)", ran - set(MICRO)), (" (fusion micro-benchmarks)", ran & set(MICRO))]
+    lines = []
+    for label, models in parts:
+        gm = best_peer_geomean(doc, models)
+        if gm and (models is None or 0 < len(models) < len(ran)):
+            lines.append(f"geometric mean of best peer time / braze time over {gm[1]} points{label}: {gm[0]:.2f} "
+                         "(above 1: braze is faster)")
+    out[:0] = lines
     for e in doc["results"]:
         if e["status"] not in ("ok",) and e.get("reason"):
             out.append(f"{e['model']} / {e['backend']}: {e['status']}: {e['reason']}")
@@ -518,6 +527,38 @@ def notes(doc) -> list[str]:
             if s.get("status") not in ("ok", None) and e["status"] in ("ok", "partial"):
                 out.append(f"{e['model']} / {e['backend']} / {s['shape']}: {s['status']}: {s.get('reason')}")
     return out
+
+
+def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdown, stem: str,
+                   default_min_time: float) -> int:
+    """The command line of a benchmark that measures each model in this process (dynamic_price,
+    live_weights): ``measure(name, shapes, min_time)`` per model, then ``stem``.json and .md."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(default_models), help="comma-separated zoo models")
+    ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
+    ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
+    ap.add_argument("--min-time", type=float, default=default_min_time, help="seconds of interleaved calls per shape")
+    ap.add_argument("--out", default="benchmarks/results", help=f"directory for {stem}.json and {stem}.md")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
+    import torch
+
+    import braze
+    torch.set_num_threads(a.threads)
+    results = []
+    for name in a.models.split(","):
+        print(f"{name}:", flush=True)
+        results.append(measure(name, SHAPES[a.shapes][name], a.min_time))
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "braze": braze.__version__,
+            "torch": torch.__version__, "machine": _machine(a.threads)}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"meta": meta, "results": results}
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    md = to_markdown(result)
+    (out / f"{stem}.md").write_text(md)
+    print(md)
+    return 0
 
 
 def _md_table(headers, body) -> str:

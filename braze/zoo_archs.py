@@ -206,7 +206,60 @@ def _conv_bn():
     return ConvBN()
 
 
+def sweep_one(name: str, tol: float = 1e-4) -> dict:
+    """Run architecture ``name`` under ``torch.compile(backend="braze", dynamic=True)`` at its
+    shapes, against eager; per shape: libraries built or loaded so far, dynamo's graphs so far,
+    native calls, max |error| / max |eager| (what ``scripts/plugin_sweep.py`` reports). An
+    exception out of the compiled call is recorded, not raised."""
+    import warnings
+
+    import torch
+
+    from . import stats
+    from .errors import BrazeWarning
+    from .testing import NativeCalls, rel_error
+    arch = build(name)
+    c = torch.compile(arch.module, backend="braze", dynamic=True)
+    rows, messages = [], []
+    rec = {"arch": name, "kind": arch.kind, "shapes": rows, "warnings": messages, "tol": tol}
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, NativeCalls() as calls:
+        warnings.simplefilter("always")
+        for shape in arch.shapes:
+            args = arch.make_inputs(shape)
+            before = calls.count
+            try:
+                got = first_tensor(c(*args))
+            except Exception as e:  # noqa: BLE001 -- what escaped the backend is the finding
+                rec["error"] = f"at {shape}: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+                break
+            want = first_tensor(arch.module(*args))
+            s = stats()
+            rows.append({"shape": list(shape), "libraries": s["native_compiles"] + s["cache_hits"],
+                         "dynamo_graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"]),
+                         "native_calls": calls.count - before, "rel_error": rel_error(got.numpy(), want.numpy())})
+    for w in caught:
+        if issubclass(w.category, BrazeWarning) and str(w.message) not in messages:
+            messages.append(str(w.message))
+    return rec
+
+
+def verdict(rec: dict) -> str:
+    """ok; exception (one left the compiled call); wrong (beyond tol of eager); late library
+    (one built after the first two shapes); all in torch (braze computed nothing)."""
+    if "error" in rec:
+        return "exception"
+    rows = rec["shapes"]
+    if any(r["rel_error"] > rec.get("tol", 1e-4) for r in rows):
+        return "wrong"
+    if len(rows) > 2 and rows[-1]["libraries"] > rows[1]["libraries"]:
+        return "late library"
+    if not any(r["native_calls"] for r in rows):
+        return "all in torch"
+    return "ok"
+
+
 _VISION_BUILDERS = {"convnext": _convnext, "swin": _swin, "resnet": _resnet, "vit": _vit, "depthwise": _depthwise,
                     "conv_bn": _conv_bn}
 
-__all__ = ["Arch", "TEXT", "VISION", "TEXT_SHAPES", "VISION_SHAPES", "build", "names", "first_tensor"]
+__all__ = ["Arch", "TEXT", "VISION", "TEXT_SHAPES", "VISION_SHAPES", "build", "names", "first_tensor", "sweep_one",
+           "verdict"]

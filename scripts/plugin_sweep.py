@@ -29,62 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TOL = 1e-4
-
-
-def worker(name: str) -> dict:
-    """Run one architecture; the record the parent collects."""
-    import warnings
-
-    import torch
-
-    import braze
-    from braze import zoo_archs
-    from braze.testing import NativeCalls, rel_error
-
-    torch.set_num_threads(1)
-    arch = zoo_archs.build(name)
-    c = torch.compile(arch.module, backend="braze", dynamic=True)
-    rows, messages = [], []
-    rec = {"arch": name, "kind": arch.kind, "shapes": rows, "warnings": messages}
-    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, NativeCalls() as calls:
-        warnings.simplefilter("always")
-        for shape in arch.shapes:
-            args = arch.make_inputs(shape)
-            before = calls.count
-            t0 = time.perf_counter()
-            try:
-                got = zoo_archs.first_tensor(c(*args))
-            except Exception as e:  # noqa: BLE001 -- what escaped the backend is the finding
-                rec["error"] = f"at {shape}: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
-                break
-            seconds = time.perf_counter() - t0
-            want = zoo_archs.first_tensor(arch.module(*args))
-            s = braze.stats()
-            rows.append({"shape": list(shape), "seconds": round(seconds, 3),
-                         "libraries": s["native_compiles"] + s["cache_hits"],
-                         "dynamo_graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"]),
-                         "native_calls": calls.count - before,
-                         "rel_error": rel_error(got.numpy(), want.numpy())})
-    for w in caught:
-        if issubclass(w.category, braze.errors.BrazeWarning):
-            text = str(w.message)
-            if text not in messages:
-                messages.append(text)
-    return rec
-
-
-def verdict(rec: dict) -> str:
-    if "error" in rec:
-        return "exception"
-    rows = rec["shapes"]
-    if any(r["rel_error"] > TOL for r in rows):
-        return "wrong"
-    if len(rows) > 2 and rows[-1]["libraries"] > rows[1]["libraries"]:
-        return "late library"
-    if not any(r["native_calls"] for r in rows):
-        return "all in torch"
-    return "ok"
+from braze.zoo_archs import sweep_one, verdict  # noqa: E402
 
 
 def run_one(name: str, timeout: float) -> dict:
@@ -149,7 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
-        print(json.dumps(worker(a.worker)))
+        print(json.dumps(sweep_one(a.worker)))
         return 0
     from braze import zoo_archs
     names = a.archs.split(",") if a.archs else zoo_archs.names()

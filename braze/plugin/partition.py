@@ -1,10 +1,11 @@
-"""Capability-based partitioning: braze compiles the largest regions of an ATen graph it supports,
-PyTorch runs the rest, and the partitioned graph calls both.
+"""Partitioning: braze compiles what it supports of an ATen graph in as few regions as the ops
+PyTorch must run allow (``stages``), PyTorch runs the rest, and the partitioned graph calls both.
 
 A node runs in PyTorch when braze has no converter for its op, when a dtype has no braze kernels,
-when its output shape depends on tensor data, or when its converter refused it (the partition is then redone without that node). Size
-arithmetic stays in torch: braze reads sizes from its inputs' shapes, so those nodes die once the
-regions are in place.
+when its output shape depends on tensor data, or when its converter refused it (the partition is
+then redone without that node). Size arithmetic stays in torch: braze reads sizes from its
+inputs' shapes, so those nodes die once the regions are in place. Whatever fails here, PyTorch
+runs the graph (``in_torch``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ class Region:
 
     A region of a graph whose sizes dynamo may have specialised (``dynamo.maybe_specialised``) is
     compiled lazily: its first call runs the subgraph in PyTorch, and its second looks for a
-    symbolic library it is an instance of (``reuse``) before compiling one. A graph dynamo
+    library it is an instance of (``reuse``) before compiling one. A graph dynamo
     traces for one call (the first shape of automatic-dynamic, a batch of 1) then costs no C
     compile at all."""
 
@@ -98,15 +98,7 @@ class Region:
         return self.sub(*args)
 
     def _finish(self):
-        model = reuse.find(self.module, self.weights, self.name)
-        if model is not None:
-            _log.info("braze plugin: %s is an instance of a symbolic region compiled before; reusing its "
-                      "library", self.name)
-        else:
-            from ..compiler import compile as braze_compile
-            model = braze_compile(self.module, options=self.opts)
-            reuse.remember(self.module, self.weights, model)
-        self._ready(model)
+        self._ready(library_for(self.name, self.module, self.weights, self.opts, compile_now=True))
 
     def __repr__(self):
         state = "compiled" if self.model is not None else "deferred"
@@ -161,7 +153,6 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     A region of a ``speculative`` graph compiles on its second call (``Region``)."""
     import torch
 
-    from ..compiler import compile as braze_compile
     from ..frontend.torch.importer import GraphInput, Importer, TorchGraph
 
     places = [n for n in sub.graph.nodes if n.op == "placeholder"]
@@ -191,14 +182,21 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     weights = {k: reuse.weight_key(t, k in frozen_names) for k, t in imp.weights.items()}
     from .report import op_name
     ops = [op_name(n) for n in sub.graph.nodes if n.op == "call_function"]
+    model = library_for(name, module, weights, opts, compile_now=not speculative)
+    return Region(name, sub, ops, arg_index, module, weights, opts, model)
+
+
+def library_for(name: str, module, weights: dict, opts, compile_now: bool):
+    """A library braze holds that serves ``module`` (``reuse``), else (with ``compile_now``) a new
+    one, remembered; else None."""
     model = reuse.find(module, weights, name)
     if model is not None:
-        _log.info("braze plugin: %s is an instance of a symbolic region compiled before; reusing its library",
-                  name)
-    elif not speculative:
+        _log.info("braze plugin: %s is an instance of a region compiled before; reusing its library", name)
+    elif compile_now:
+        from ..compiler import compile as braze_compile
         model = braze_compile(module, options=opts)
         reuse.remember(module, weights, model)
-    return Region(name, sub, ops, arg_index, module, weights, opts, model)
+    return model
 
 
 def _check_sizes(places, arg_index, sub) -> None:

@@ -1,72 +1,41 @@
-"""Many transformers architectures from small configs under torch.compile(backend="braze",
-dynamic=True): each correct against eager at several (batch, seq) shapes, 1 included, with no braze
-library built after the first two shapes. Slow: python -m pytest -m slow tests/models."""
+"""The plug-in sweep as tests: every architecture of braze/zoo_archs.py (36 transformers text models,
+six convnets and vision transformers) under torch.compile(backend="braze", dynamic=True) at shapes
+that bring batch 1 back after a larger batch: no exception, every shape within 1e-4 of eager, and
+no library built after the first two shapes. Slow (about 20 minutes):
+python -m pytest -m slow tests/models/test_transformers_plugin_slow.py"""
 
 from __future__ import annotations
-
-import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.slow
+from braze import zoo_archs  # noqa: E402
 
-SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=320)
-ARCHS = {
-    "bert": ("BertModel", "BertConfig", SMALL),
-    "roberta": ("RobertaModel", "RobertaConfig", dict(SMALL, pad_token_id=1)),
-    "distilbert": ("DistilBertModel", "DistilBertConfig", dict(dim=64, n_layers=2, n_heads=4, hidden_dim=128,
-                                                              vocab_size=320)),
-    "electra": ("ElectraModel", "ElectraConfig", dict(SMALL, embedding_size=32)),
-    "gpt2": ("GPT2Model", "GPT2Config", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=320)),
-    "gpt_neox": ("GPTNeoXModel", "GPTNeoXConfig", SMALL),
-    "opt": ("OPTModel", "OPTConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=128,
-                                         vocab_size=320, word_embed_proj_dim=64)),
-    "bloom": ("BloomModel", "BloomConfig", dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=320)),
-    "llama": ("LlamaModel", "LlamaConfig", dict(SMALL, num_key_value_heads=2)),
-    "mistral": ("MistralModel", "MistralConfig", dict(SMALL, num_key_value_heads=2)),
-    "qwen2": ("Qwen2Model", "Qwen2Config", dict(SMALL, num_key_value_heads=2)),
-    "phi": ("PhiModel", "PhiConfig", SMALL),
-    "gemma": ("GemmaModel", "GemmaConfig", dict(SMALL, num_key_value_heads=2, head_dim=16)),
-    "mixtral": ("MixtralModel", "MixtralConfig", dict(SMALL, num_key_value_heads=2, num_local_experts=4,
-                                                     num_experts_per_tok=2)),
-    "qwen2_moe": ("Qwen2MoeModel", "Qwen2MoeConfig", dict(SMALL, num_key_value_heads=2, num_experts=4,
-                                                         num_experts_per_tok=2, moe_intermediate_size=32,
-                                                         shared_expert_intermediate_size=64)),
-    "mamba": ("MambaModel", "MambaConfig", dict(hidden_size=32, num_hidden_layers=2, vocab_size=320, state_size=8,
-                                               expand=2)),
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("module_cache")]
+
+# where the graph dynamo traces at batch 1 is another program than its general graph, so no
+# library can serve both (benchmarks/results/plugin_sweep.md); a pass here is news (strict)
+ANOTHER_PROGRAM = {
+    "funnel": "dynamo fixes the sequence length in each graph (its pooling branches on it)",
+    "mamba": "dynamo's general graph holds sequence lengths 20-23 only; 5 gets a graph of its own",
+    "xlnet": "AOTAutograd decomposes its einsums into other reshapes and matmuls at batch 1",
+    "vit": "the batch-1 graph at the config's image size skips interpolating the position embeddings",
+    "swin": "its window partition reshapes differently at batch 1 and equal height and width",
 }
-SHAPES = [(1, 1), (2, 5), (3, 8), (1, 9), (2, 1), (4, 17), (5, 3)]
 
 
-def libraries() -> int:
-    import braze
-    s = braze.stats()
-    return s["native_compiles"] + s["cache_hits"]
-
-
-@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.xfail(reason=ANOTHER_PROGRAM[a], strict=True))
+                                  if a in ANOTHER_PROGRAM else a for a in zoo_archs.names()])
 def test_architecture_under_the_backend(arch):
-    from braze.testing import rel_error
-    model_cls, cfg_cls, kw = ARCHS[arch]
-    cfg = getattr(transformers, cfg_cls)(**kw)
-    cfg.use_cache = False
-    cls = getattr(transformers, model_cls)
-    cfg._attn_implementation = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
-    torch.manual_seed(0)
-    m = cls(cfg).eval()
     torch._dynamo.reset()
-    c = torch.compile(m, backend="braze", dynamic=True)
-    before, counts = libraries(), []
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for b, s in SHAPES:
-            x = torch.randint(2, 320, (b, s))
-            got, want = c(x).last_hidden_state, m(x).last_hidden_state
-            err = rel_error(got.numpy(), want.numpy())
-            assert err <= 1e-4, f"{arch} at {(b, s)}: rel error {err:.3g}"
-            counts.append(libraries() - before)
-    torch._dynamo.reset()
-    assert counts[-1] == counts[1], f"{arch}: libraries built after each shape: {counts}"
+    try:
+        rec = zoo_archs.sweep_one(arch)
+    finally:
+        torch._dynamo.reset()
+    assert "error" not in rec, rec["error"]
+    for row in rec["shapes"]:
+        assert row["rel_error"] <= 1e-4, f"{arch} at {row['shape']}: rel error {row['rel_error']:.3g}"
+    libraries = [row["libraries"] for row in rec["shapes"]]
+    assert zoo_archs.verdict(rec) == "ok", f"{arch}: libraries after each shape {libraries}; {rec['warnings'][:3]}"
