@@ -13,7 +13,7 @@ They install ``libdnnl.so`` under ``<sys.prefix>/lib`` and the headers under
 3. the data directories of the installed oneDNN distributions (their RECORD
    names the files wherever pip put them).
 
-The helper (``csrc/braze_dnnl_*.c``, about 1300 lines against oneDNN's C API)
+The helper (``csrc/braze_dnnl_*.c``, about 2000 lines against oneDNN's C API)
 is built once into a shared library of its own in the compile cache
 (``helper_library``), and each model library that calls oneDNN links it
 (``model_build_args``; what braze.compile does)::

@@ -1,7 +1,7 @@
 /* braze_dnnl.h: braze's float32 GEMM / convolution calls on oneDNN's C API.
  *
- * Built once into a shared library of its own (braze_dnnl_{core,matmul,conv}.c in that
- * order, one translation unit; braze/extern/onednn.py helper_library) that model libraries
+ * Built once into a shared library of its own (braze_dnnl_{core,wcache,matmul,smallm,conv}.c in
+ * that order, one translation unit; braze/extern/onednn.py helper_library) that model libraries
  * link, so all models in a process share one instance of its state: the engine, the
  * per-thread streams and scratchpads, the primitive cache (keyed per packed weight, see
  * braze_dnnl_core.c) and the runtime-M setting. Every function returns 0 on success and nonzero
@@ -10,8 +10,10 @@
  *
  * Dynamic shapes: primitives are created per distinct shape on first use and
  * kept in a small thread-safe cache inside the helper (creating one is not a
- * recompile; see docs/gemm.md for the numbers behind this choice). Weights
- * are reordered once into the layout the primitive wants (braze_pack_*).
+ * recompile; see docs/gemm.md for the numbers behind this choice). Constant weights
+ * are reordered once into the layout the primitive wants (braze_pack_*); weights given at
+ * each call are read as they are (braze_matmul_w) or through a copy checked by content
+ * (braze_conv2d_w).
  *
  * Threads: oneDNN's own runtime (OpenMP builds follow the caller's OpenMP
  * settings, TBB builds use TBB's arena; braze_dnnl_runtime() says which).
