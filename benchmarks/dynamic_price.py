@@ -22,15 +22,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from .run import per_model_main, shape_str
+from .run import per_model_main, shape_str, time_once
 
 DEFAULT_MODELS = ["llama", "bert", "resnet50"]
-
-
-def _once(fn, inputs) -> float:
-    t = time.perf_counter()
-    fn(*inputs)
-    return time.perf_counter() - t
 
 
 def measure(name: str, shapes: list[dict], min_time: float) -> dict:
@@ -45,14 +39,14 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
         rows = []
         for dims in shapes:
             x = zm.make_inputs(**dims)
-            first = _once(dyn, x)
+            first = time_once(dyn, x)
             static = braze.compile(zm.module, example_inputs=x)
             static(*x)
             d, s = [], []
             t0 = time.perf_counter()
             while len(d) < 10 or time.perf_counter() - t0 < min_time:
-                d.append(_once(dyn, x))
-                s.append(_once(static, x))
+                d.append(time_once(dyn, x))
+                s.append(time_once(static, x))
             dm, sm = statistics.median(d), statistics.median(s)
             rows.append({"shape": shape_str(dims), "dims": dims, "first_ms": first * 1e3, "dynamic_ms": dm * 1e3,
                          "static_ms": sm * 1e3, "first_over_steady": first / dm, "dynamic_over_static": dm / sm,

@@ -23,15 +23,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from .run import per_model_main, shape_str
+from .run import per_model_main, shape_str, time_once
 
 DEFAULT_MODELS = ["bert", "gpt2", "resnet50"]
-
-
-def _once(fn, inputs) -> float:
-    t = time.perf_counter()
-    fn(*inputs)
-    return time.perf_counter() - t
 
 
 def measure(name: str, shapes: list[dict], min_time: float) -> dict:
@@ -57,11 +51,11 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
             t0 = time.perf_counter()
             while len(tl) < 8 or time.perf_counter() - t0 < min_time:
                 if len(tl) % 2:
-                    tf.append(_once(frozen, x))
-                    tl.append(_once(live, x))
+                    tf.append(time_once(frozen, x))
+                    tl.append(time_once(live, x))
                 else:
-                    tl.append(_once(live, x))
-                    tf.append(_once(frozen, x))
+                    tl.append(time_once(live, x))
+                    tf.append(time_once(frozen, x))
             ml, mf = statistics.median(tl), statistics.median(tf)
             rows.append({"shape": shape_str(dims), "dims": dims, "live_ms": ml * 1e3, "frozen_ms": mf * 1e3,
                          "live_over_frozen": ml / mf, "rounds": len(tl), "rel_error_live": errs[0],

@@ -529,6 +529,13 @@ def notes(doc) -> list[str]:
     return out
 
 
+def time_once(fn, inputs) -> float:
+    """Seconds one call ``fn(*inputs)`` takes."""
+    t = time.perf_counter()
+    fn(*inputs)
+    return time.perf_counter() - t
+
+
 def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdown, stem: str,
                    default_min_time: float) -> int:
     """The command line of a benchmark that measures each model in this process (dynamic_price,

@@ -115,3 +115,18 @@ def test_dynamic_price_writes_its_table(tmp_path):
     for k in ("first_ms", "dynamic_ms", "static_ms"):
         assert row[k] > 0
     assert "| mlp | batch=2 |" in (tmp_path / "dynamic.md").read_text()
+
+
+def test_live_weights_writes_its_table(tmp_path):
+    """benchmarks.live_weights on the MLP at one tiny shape: live and frozen plug-in compiles called
+    in turn, both within tolerance of eager, JSON and markdown written."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.live_weights", "--models", "mlp", "--shapes", "tiny",
+                        "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "live_weights.json").read_text())
+    (row,) = doc["results"][0]["shapes"]
+    assert row["dims"] == {"batch": 2} and row["rounds"] >= 8
+    assert row["live_ms"] > 0 and row["frozen_ms"] > 0
+    assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
+    assert "| mlp | batch=2 |" in (tmp_path / "live_weights.md").read_text()
