@@ -316,7 +316,8 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
      * evicted its own rows (BERT's FFN down-projection, K = 3072, ran 1.35x the packed kernel's
      * time). Such an A is read from a copy with a line more per row. */
     int64_t lda = K % 1024 ? K : K + 16;
-    float *Ap = lda == K ? NULL : (float *)malloc((size_t)(M * lda) * sizeof(float));
+    /* the calling thread's scratchpad: no primitive runs during this call */
+    float *Ap = lda == K ? NULL : (float *)thread_scratch((size_t)(M * lda) * sizeof(float));
     if (lda != K && !Ap) return 0;
     int ok = 1;
 #pragma omp parallel if (nb > 1)
@@ -349,7 +350,6 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
         }
         if (raw) smallw_epilogue(M, N, b0 * SMALLW_NR, n1, bias, res, act, C);
     }
-    free(Ap);
     return ok;
 }
 #else
