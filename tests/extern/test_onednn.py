@@ -180,7 +180,7 @@ def test_matmul_runtime_m_mode(lib, onednn_only):
         lib.braze_free_packed_b(pb)
 
 
-SMALL_M_ACTS = (0, 1, 2, 4, 5, 0x101, 0x102, 0x104)  # the activations the small-M kernel fuses
+SMALL_M_ACTS = (0, 1, 2, 3, 4, 5, 0x101, 0x102, 0x103, 0x104)  # the activations the small-M kernel fuses
 
 
 def _small_m_case(lib, rng, N, K, kn_layout):
@@ -234,8 +234,8 @@ def test_small_m_kernel(lib, N, K, kn_layout):
                 _check_small_m(lib, Wkn, pb, M, act, rng)
         assert _stats(lib)[0] == c0
         _check_small_m(lib, Wkn, pb, 5, 0x102, rng, alias=True)  # the residual is the output
-        # tanh forms are oneDNN's: a primitive per M
-        _check_small_m(lib, Wkn, pb, 3, 3, rng)
+        # tanh is oneDNN's: a primitive per M
+        _check_small_m(lib, Wkn, pb, 3, 6, rng)
         assert _stats(lib)[0] == c0 + 1
     finally:
         lib.braze_free_packed_b(pb)
@@ -256,7 +256,7 @@ def test_small_m_kernel_special_values_match_onednn(lib):
             out = np.empty((4, 16), np.float32)
             assert lib.braze_matmul(4, 16, 16, _p(A), pb, None, None, act, _p(out), err, ERRLEN) == 0, err.value
             return out
-        for act in (0, 2, 4):
+        for act in (0, 2, 3, 4):
             small = run(act)
             with _small_m(lib, 0):
                 dnn = run(act)

@@ -39,7 +39,7 @@ def _want(A, W, transposed, b, r, act):
 
 
 @pytest.mark.parametrize("transposed", [1, 0])
-@pytest.mark.parametrize("N,K", [(37, 53), (768, 768), (5, 3), (130, 70), (4, 16)])
+@pytest.mark.parametrize("N,K", [(37, 53), (768, 768), (5, 3), (130, 70), (4, 16), (200, 200)])
 def test_matmul_w(lib, N, K, transposed):
     """Every M from the small-M kernel's row tiles to oneDNN's primitives, every fused epilogue."""
     rng = np.random.default_rng(N * K + transposed)
@@ -65,27 +65,31 @@ def test_matmul_w_reads_the_weight_at_every_call(lib):
         W /= -2
 
 
-def test_matmul_w_residual_aliases_output(lib):
+@pytest.mark.parametrize("transposed", [1, 0])
+def test_matmul_w_residual_aliases_output(lib, transposed):
     rng = np.random.default_rng(2)
-    W = rng.standard_normal((40, 24), dtype=np.float32)
+    W = rng.standard_normal((40, 24) if transposed else (24, 40), dtype=np.float32)
     for M in (5, 90):
         A = rng.standard_normal((M, 24), dtype=np.float32)
         r = rng.standard_normal((M, 40), dtype=np.float32)
-        want = _want(A, W, 1, None, r, 2)
+        want = _want(A, W, transposed, None, r, 2)
         out = r.copy()
-        _close(_matmul_w(lib, A, W, 1, r=out, act=2, out=out), want)
+        _close(_matmul_w(lib, A, W, transposed, r=out, act=2, out=out), want)
 
 
-def test_matmul_w_small_m_kernel_creates_no_primitive(lib):
-    """M up to the limit runs braze's plain-weight kernel (AVX-512 builds): no oneDNN primitive."""
+@pytest.mark.parametrize("transposed", [1, 0])
+def test_matmul_w_small_m_kernel_creates_no_primitive(lib, transposed):
+    """M up to the limit runs braze's plain-weight kernels (AVX-512 builds), for both layouts, with
+    every activation they fuse: no oneDNN primitive."""
     from braze.codegen.isa import detect_isa
     rng = np.random.default_rng(3)
-    W = rng.standard_normal((96, 80), dtype=np.float32)
+    W = rng.standard_normal((96, 80) if transposed else (80, 130), dtype=np.float32)
     c0 = _stats(lib)[0]
     for M in (1, 6, 17, 48):
         for act in SMALL_M_ACTS:
             A = rng.standard_normal((M, 80), dtype=np.float32)
-            _close(_matmul_w(lib, A, W, 1, act=act), _want(A, W, 1, None, None, act))
+            r = rng.standard_normal((M, W.shape[0] if transposed else 130), dtype=np.float32)
+            _close(_matmul_w(lib, A, W, transposed, r=r, act=act), _want(A, W, transposed, None, r, act))
     made = _stats(lib)[0] - c0
     if "avx512f" in detect_isa().features:
         assert made == 0, f"{made} primitives: the small-M kernel did not run"
@@ -100,10 +104,10 @@ def test_matmul_w_special_values_match_onednn(lib):
     A = np.ones((4, 16), np.float32)
     A[0, 0], A[1, 0], A[2, 0] = np.nan, np.inf, -np.inf
     np.testing.assert_array_equal(_matmul_w(lib, A, W, 1, act=1)[:, 0], [np.nan, np.inf, 0.0, 16.0])
-    for act in (0, 2, 4):
-        small = _matmul_w(lib, A, W, 1, act=act)
+    for act, transposed in ((0, 1), (2, 1), (3, 1), (4, 1), (3, 0), (2, 0)):
+        small = _matmul_w(lib, A, W, transposed, act=act)
         with _small_m(lib, 0):
-            dnn = _matmul_w(lib, A, W, 1, act=act)
+            dnn = _matmul_w(lib, A, W, transposed, act=act)
         np.testing.assert_array_equal(np.isnan(small), np.isnan(dnn), err_msg=f"act {act}")
         np.testing.assert_allclose(small, dnn, rtol=1e-6, equal_nan=True)
 

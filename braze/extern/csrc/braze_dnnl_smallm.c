@@ -27,15 +27,15 @@
 
 static int smallm_act_ok(int act) {
     switch (act & 0xff) {
-    case BRAZE_ACT_NONE: case BRAZE_ACT_RELU: case BRAZE_ACT_GELU_ERF: case BRAZE_ACT_SILU:
-    case BRAZE_ACT_SIGMOID: return 1;
-    default: return 0; /* tanh forms: oneDNN's */
+    case BRAZE_ACT_NONE: case BRAZE_ACT_RELU: case BRAZE_ACT_GELU_ERF: case BRAZE_ACT_GELU_TANH:
+    case BRAZE_ACT_SILU: case BRAZE_ACT_SIGMOID: return 1;
+    default: return 0; /* tanh: oneDNN's */
     }
 }
 
 /* The activation with oneDNN's post-op values at special inputs, so a call gives the same
- * bits at M = 48 and at M = 49: gelu(+-inf) and silu(-inf) are NaN (eager's too; braze's
- * own kernels take the limits: docs/semantics.md); relu keeps NaN. */
+ * bits at M = 48 and at M = 49: gelu(+-inf), gelu_tanh(-inf) and silu(-inf) are NaN (eager's too;
+ * braze's own kernels take the limits: docs/semantics.md); relu keeps NaN. */
 BZ_INLINE __m512 smallm_act(int act, __m512 v) {
     const __m512 inf = _mm512_set1_ps(INFINITY), nan = _mm512_set1_ps(NAN);
     switch (act & 0xff) {
@@ -43,6 +43,8 @@ BZ_INLINE __m512 smallm_act(int act, __m512 v) {
     case BRAZE_ACT_GELU_ERF:
         return _mm512_mask_mov_ps((__m512)bz_vgelu((bz_vf)v), _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf, _CMP_EQ_OQ),
                                   nan);
+    case BRAZE_ACT_GELU_TANH: /* GPT-2's: NaN at -inf too */
+        return _mm512_mask_mov_ps((__m512)bz_vgelu_tanh((bz_vf)v), _mm512_cmp_ps_mask(v, -inf, _CMP_EQ_OQ), nan);
     case BRAZE_ACT_SILU:
         return _mm512_mask_mov_ps((__m512)bz_vsilu((bz_vf)v), _mm512_cmp_ps_mask(v, -inf, _CMP_EQ_OQ), nan);
     case BRAZE_ACT_SIGMOID: return (__m512)bz_vsigmoid((bz_vf)v);
@@ -51,10 +53,10 @@ BZ_INLINE __m512 smallm_act(int act, __m512 v) {
 }
 
 /* acc[0:MR, 0:64] (+)= A[m0 : m0 + MR, k0 : k1] @ P[k0 : k1, :]. With PF the tile also asks
- * L2 for weight row k of `pf` (while k < pf_end): the rows a later chunk or panel reads, so
- * the weight stream runs under the FMAs. */
-BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, const float *pf, int64_t pf_end,
-                           const float *A, int64_t K, const float *P, int64_t m0, float *acc) {
+ * L2 for the 64 floats at pf + k * pf_ld (while k < pf_end): the rows a later chunk or panel
+ * reads, so the weight stream runs under the FMAs. */
+BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, const float *pf, int64_t pf_ld,
+                           int64_t pf_end, const float *A, int64_t K, const float *P, int64_t m0, float *acc) {
     __m512 c[SMALLM_MR][4];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < 4; j++)
@@ -63,7 +65,7 @@ BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, c
     for (int64_t k = k0; k < k1; k++) {
         const float *w = P + k * 64;
         if (PF && k < pf_end) {
-            const char *q = (const char *)(pf + k * 64);
+            const char *q = (const char *)(pf + k * pf_ld);
             _mm_prefetch(q, _MM_HINT_T1);
             _mm_prefetch(q + 64, _MM_HINT_T1);
             _mm_prefetch(q + 128, _MM_HINT_T1);
@@ -83,7 +85,7 @@ BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, c
         for (int j = 0; j < 4; j++) _mm512_store_ps(acc + (m0 + i) * 64 + 16 * j, c[i][j]);
 }
 
-#define SMALLM_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, pf_end, Ab, K, P, m, acc)
+#define SMALLM_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, 64, pf_end, Ab, K, P, m, acc)
 
 /* C[m0 : m0 + mb, n0 : n0 + 64] = epilogue(acc) */
 static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const float *acc, const float *bias,
@@ -304,13 +306,86 @@ static void smallw_block(int64_t M, int64_t N, int64_t K, const float *A, int64_
     }
 }
 
+/* braze_matmul_w for a [K,N] weight (GPT-2's Conv1D, x @ W). Each thread owns a contiguous range
+ * of 64-column panels and streams its part of the weight row by row: a chunk of SMALLKN_KC rows is
+ * copied into the packed kernel's panel layout (buf, in L2), then every row tile of every panel
+ * runs on it, with partial sums for all the thread's panels in acc. Read panel by panel instead
+ * (256 B of each row, rows N x 4 B apart), the weight came from memory in scattered pieces and the
+ * kernel ran 1.45x the packed one on GPT-2 at M = 16; whole row segments stream at full speed. */
+#define SMALLKN_KC 32
+#ifndef SMALLKN_PFD
+#define SMALLKN_PFD 16
+#endif
+
+static void smallw_kn_rows(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int64_t p0,
+                           int64_t npt, const float *bias, const float *res, int act, float *C, float *acc,
+                           float *buf) {
+    int64_t c0 = p0 * 64, c1 = (p0 + npt) * 64 < N ? (p0 + npt) * 64 : N;
+    for (int64_t k0 = 0; k0 < K; k0 += SMALLKN_KC) {
+        int64_t k1 = k0 + SMALLKN_KC < K ? k0 + SMALLKN_KC : K;
+        for (int64_t k = k0; k < k1; k++) { /* row k's segment, left to right, into the panels' row k */
+            for (int64_t p = 0; p < npt; p++) {
+                const float *src = W + k * N + c0 + p * 64;
+                float *dst = buf + p * SMALLKN_KC * 64 + (k - k0) * 64;
+                for (int j = 0; j < 4; j++) {
+                    int64_t left = c1 - (c0 + p * 64 + 16 * j);
+                    __mmask16 mk = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+                    _mm512_store_ps(dst + 16 * j, _mm512_maskz_loadu_ps(mk, src + 16 * j));
+                }
+            }
+        }
+        for (int64_t p = 0; p < npt; p++) { /* the first tile asks L2 for the panel's next chunk */
+            const float *P = buf + p * SMALLKN_KC * 64 - k0 * 64, *pf = W + SMALLKN_KC * N + c0 + p * 64;
+            float *pacc = acc + p * M * 64;
+            int64_t pf_end = K - SMALLKN_KC, m = 0;
+#define SMALLKN_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, N, pf_end, A, K, P, m, pacc)
+            if (M >= SMALLM_MR) SMALLKN_TILE(SMALLM_MR, 1), m = SMALLM_MR;
+            for (; m + SMALLM_MR <= M; m += SMALLM_MR) SMALLKN_TILE(SMALLM_MR, 0);
+            int first = m == 0;
+            switch (M - m) { /* constant row counts: the tile's loops unroll */
+            case 5: if (first) SMALLKN_TILE(5, 1); else SMALLKN_TILE(5, 0); break;
+            case 4: if (first) SMALLKN_TILE(4, 1); else SMALLKN_TILE(4, 0); break;
+            case 3: if (first) SMALLKN_TILE(3, 1); else SMALLKN_TILE(3, 0); break;
+            case 2: if (first) SMALLKN_TILE(2, 1); else SMALLKN_TILE(2, 0); break;
+            case 1: if (first) SMALLKN_TILE(1, 1); else SMALLKN_TILE(1, 0); break;
+            default: break;
+            }
+#undef SMALLKN_TILE
+        }
+    }
+    for (int64_t p = 0; p < npt; p++) smallm_store(0, M, N, (p0 + p) * 64, acc + p * M * 64, bias, res, act, C);
+}
+
+static int smallw_kn_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, const float *bias,
+                            const float *res, int act, float *C) {
+    int64_t np = (N + 63) / 64;
+    int ok = 1;
+#pragma omp parallel if (np > 1)
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t p0 = np * t / nt, npt = np * (t + 1) / nt - p0;
+        /* this thread's scratchpad (no primitive runs on it during this call), taken before any
+         * thread writes C: a failed call must leave C as it was (it may be the residual) */
+        float *acc = npt ? (float *)thread_scratch((size_t)(npt * 64 * (M + SMALLKN_KC)) * sizeof(float)) : NULL;
+        if (npt && !acc) {
+#pragma omp atomic write
+            ok = 0;
+        }
+#pragma omp barrier
+        if (ok && npt) smallw_kn_rows(M, N, K, A, W, p0, npt, bias, res, act, C, acc, acc + npt * M * 64);
+    }
+    return ok;
+}
+
 static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
-    return transposed && M <= braze_dnnl_small_m() && M <= SMALLW_MAX && N > 0 && K > 0 && smallm_act_ok(act);
+    (void)transposed; /* both layouts: [N,K] smallw_*, [K,N] smallw_kn_* */
+    return M <= braze_dnnl_small_m() && M <= SMALLW_MAX && N > 0 && K > 0 && smallm_act_ok(act);
 }
 
 static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
                            const float *bias, const float *res, int act, float *C) {
     if (!smallm_w_applies(M, N, K, transposed, act)) return 0;
+    if (!transposed) return smallw_kn_matmul(M, N, K, A, W, bias, res, act, C);
     int64_t nb = N / SMALLW_NR, tail = N % SMALLW_NR;
     /* Rows of A a multiple of 4 KB apart share one L1 set (K = 1024, 2048, 3072, ...): every tile
      * evicted its own rows (BERT's FFN down-projection, K = 3072, ran 1.35x the packed kernel's
@@ -319,7 +394,11 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
     /* the calling thread's scratchpad: no primitive runs during this call */
     float *Ap = lda == K ? NULL : (float *)thread_scratch((size_t)(M * lda) * sizeof(float));
     if (lda != K && !Ap) return 0;
-    int ok = 1;
+    /* the last rows, padded with zero rows to a block: made before any thread writes C, so a
+     * failed call leaves C as it was (it may be the residual) */
+    float *pad = tail ? (float *)calloc((size_t)(SMALLW_NR * K), sizeof(float)) : NULL;
+    if (tail && !pad) return 0;
+    if (pad) memcpy(pad, W + nb * SMALLW_NR * K, (size_t)(tail * K) * sizeof(float));
 #pragma omp parallel if (nb > 1)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -337,20 +416,14 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
                          raw, bias, res, act, C);
         }
         int64_t n1 = b1 * SMALLW_NR;
-        if (tail && t == nt - 1) { /* the last rows, padded with zero rows to a block */
-            float *pad = (float *)calloc((size_t)(SMALLW_NR * K), sizeof(float));
-            if (pad) {
-                memcpy(pad, W + nb * SMALLW_NR * K, (size_t)(tail * K) * sizeof(float));
-                smallw_block(M, N, K, Ar, lda, pad, NULL, nb * SMALLW_NR, (int)tail, raw, bias, res, act, C);
-                free(pad);
-                n1 = N;
-            } else {
-                ok = 0;
-            }
+        if (pad && t == nt - 1) {
+            smallw_block(M, N, K, Ar, lda, pad, NULL, nb * SMALLW_NR, (int)tail, raw, bias, res, act, C);
+            n1 = N;
         }
         if (raw) smallw_epilogue(M, N, b0 * SMALLW_NR, n1, bias, res, act, C);
     }
-    return ok;
+    free(pad);
+    return 1;
 }
 #else
 static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
