@@ -4,6 +4,7 @@ a fingerprint of the weight's bytes at every call) and braze_fingerprint, agains
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 
 import numpy as np
@@ -172,11 +173,65 @@ def test_conv2d_w_reads_every_change_of_the_weight(lib, case, layout):
         lib.braze_free_packed_conv(P)
 
 
-def test_conv2d_w_many_weight_sets_and_threads(lib):
+@contextlib.contextmanager
+def _conv_gemm_m(lib, m):
+    old = lib.braze_dnnl_conv_gemm_m()
+    lib.braze_dnnl_set_conv_gemm_m(m)
+    try:
+        yield
+    finally:
+        lib.braze_dnnl_set_conv_gemm_m(old)
+
+
+# NHWC convs of few output pixels (N x OH x OW <= 48 by default) that run as GEMMs
+SMALL_CONVS = [(1, 24, 40, 5, 3, 1, 2, 0, 1, 1), (1, 8, 24, 6, 6, 3, 1, 2, 2, 1), (2, 16, 8, 3, 4, 1, 1, 0, 1, 1),
+               (1, 5, 7, 4, 4, 3, 1, (0, 1, 1, 0), 1, 1)]
+
+
+@pytest.mark.parametrize("limit", [None, 1 << 20], ids=["default", "every-conv"])
+def test_convs_as_gemms_on_the_plain_weight(lib, limit):
+    """An NHWC conv with few output pixels reads its weight in place, as a GEMM over gathered
+    columns (no copy to check by fingerprint), with every epilogue, the residual aliasing the
+    output included. With the limit raised, every ungrouped case of CONV_CASES runs so (oneDNN's
+    plain matmul beyond 48 rows); at the default limit, on AVX-512, the small convs create no
+    primitive at all (braze's small-M kernel)."""
+    torch = pytest.importorskip("torch")
+    from braze.codegen.isa import detect_isa
+    rng = np.random.default_rng(8)
+    cases = SMALL_CONVS + ([c for c in CONV_CASES if c[9] == 1] if limit else [])
+    created = 0
+    with _conv_gemm_m(lib, limit or lib.braze_dnnl_conv_gemm_m()):
+        for case in cases:
+            N, IC, OC, H, W, k, s, p, d, g = case
+            X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
+            Xl = np.ascontiguousarray(X.transpose(0, 2, 3, 1))
+            Wt = rng.standard_normal((OC, IC, k, k), dtype=np.float32)
+            b = rng.standard_normal(OC, dtype=np.float32)
+            P = _geometry(lib, case, 1)
+            try:
+                for act in (0, 2, 0x102):
+                    ref = _conv_ref(torch, X, Wt, b, s, p, d, g).transpose(0, 2, 3, 1)
+                    assert case not in SMALL_CONVS or ref.shape[0] * ref.shape[1] * ref.shape[2] <= 48
+                    r = rng.standard_normal(ref.shape, dtype=np.float32)
+                    out = r.copy()  # the residual is the output
+                    err = _err()
+                    c0 = _stats(lib)[0]
+                    rc = lib.braze_conv2d_w(N, H, W, _p(Xl), P, _p(Wt), _p(b), _p(out), act, ref.shape[1],
+                                            ref.shape[2], _p(out), err, ERRLEN)
+                    assert rc == 0, err.value
+                    created += _stats(lib)[0] - c0
+                    _close(out, _epilogue(ref, act, r))
+            finally:
+                lib.braze_free_packed_conv(P)
+    if not limit and "avx512f" in detect_isa().features:
+        assert created == 0, f"{created} primitives for convs of at most 48 pixels"
+
+
+@pytest.mark.parametrize("case", [CONV_CASES[0], SMALL_CONVS[1]], ids=["cached-copy", "gemm"])
+def test_conv2d_w_many_weight_sets_and_threads(lib, case):
     """Six weights through one geometry (more than it keeps copies of), alternating, from 4
     threads at once: each result has the bits of a call alone."""
     from braze.testing import run_threads
-    case = CONV_CASES[0]
     N, IC, OC, H, W, k, s, p, d, g = case
     rng = np.random.default_rng(5)
     X = rng.standard_normal((N, IC, H, W), dtype=np.float32)

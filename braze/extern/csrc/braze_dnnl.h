@@ -64,6 +64,11 @@ int braze_dnnl_runtime_m(void);
  * Process-wide, like braze_dnnl_set_runtime_m. */
 void braze_dnnl_set_small_m(int max_m);
 int braze_dnnl_small_m(void);
+/* braze_conv2d_w runs an NHWC, ungrouped conv of at most max_m output pixels (N x OH x OW) as a
+ * GEMM on the plain weight (braze_matmul_w over gathered columns) instead of checking its cached
+ * re-laid-out copy; 0 turns it off. Process-wide, like braze_dnnl_set_small_m. */
+void braze_dnnl_set_conv_gemm_m(int max_m);
+int braze_dnnl_conv_gemm_m(void);
 /* The packed weight's K rows (padded) if the small-M kernel can read it, else 0 (another
  * layout, or a helper built without AVX-512: then oneDNN runs every M). */
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B);

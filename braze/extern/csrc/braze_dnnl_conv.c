@@ -291,6 +291,66 @@ static cache_entry *conv_entry(int64_t N, int64_t H, int64_t W, const braze_pack
     return get_entry(k, make_conv, &arg, tmp, is_tmp, err, errlen);
 }
 
+/* ------------------------------------------------------------------ run-time weights as a GEMM
+ * A convolution with run-time weights and few output pixels is weight-bound: checking its cached
+ * re-laid-out copy (one read of the weight for the fingerprint, braze_dnnl_wcache.c) costs about
+ * 10 / M of its time at M = N x OH x OW pixels. Up to 48 pixels, where braze's own plain-weight
+ * kernel runs the GEMM, it runs as a GEMM on the plain weight instead, read once and in place
+ * (beyond, oneDNN's plain matmul is slower than the checked copy: docs/gemm.md): torch's OIHW
+ * weight is an [OC, IC x KH x KW] matrix in braze_matmul_w's [N,K] layout, against columns of the
+ * NHWC input gathered in the same (ic, kh, kw) order (a 1x1, stride-1, unpadded conv needs no
+ * columns: the input is A). */
+static int g_conv_gemm_max = 48; /* atomic: the small-M plain-weight kernel's rows (docs/gemm.md) */
+
+void braze_dnnl_set_conv_gemm_m(int max_m) { __atomic_store_n(&g_conv_gemm_max, max_m, __ATOMIC_RELAXED); }
+int braze_dnnl_conv_gemm_m(void) { return __atomic_load_n(&g_conv_gemm_max, __ATOMIC_RELAXED); }
+
+static int conv_gemm_applies(const braze_packed_conv *P, int64_t N, int64_t OH, int64_t OW) {
+    return !P->data && P->layout == 1 && P->G == 1 && P->KH * P->KW <= 64 &&
+           N * OH * OW <= braze_dnnl_conv_gemm_m();
+}
+
+static int conv_gemm_plain(const braze_packed_conv *P) {
+    return P->KH == 1 && P->KW == 1 && P->sh == 1 && P->sw == 1 && !P->ph && !P->pw && !P->ph_end && !P->pw_end;
+}
+
+/* cols[m, (ic, kh, kw)] for the output pixels of X (NHWC): zero where a tap falls in the padding */
+static void conv_gemm_columns(const braze_packed_conv *P, int64_t N, int64_t H, int64_t W, const float *X,
+                              int64_t OH, int64_t OW, float *cols) {
+    int64_t taps = P->KH * P->KW, IC = P->IC, M = N * OH * OW;
+#pragma omp parallel for schedule(static) if (M * IC * taps > 65536)
+    for (int64_t m = 0; m < M; m++) {
+        int64_t n = m / (OH * OW), oh = m / OW % OH, ow = m % OW;
+        const float *src[64]; /* KH x KW <= 64: conv_gemm_applies */
+        for (int64_t kh = 0; kh < P->KH; kh++)
+            for (int64_t kw = 0; kw < P->KW; kw++) {
+                int64_t ih = oh * P->sh - P->ph + kh * P->dh, iw = ow * P->sw - P->pw + kw * P->dw;
+                src[kh * P->KW + kw] = ih >= 0 && ih < H && iw >= 0 && iw < W ? X + ((n * H + ih) * W + iw) * IC : NULL;
+            }
+        float *c = cols + m * IC * taps;
+        for (int64_t ic = 0; ic < IC; ic++)
+            for (int64_t t = 0; t < taps; t++) *c++ = src[t] ? src[t][ic] : 0.0f;
+    }
+}
+
+static int conv_gemm(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P, const float *Wt,
+                     const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+                     const char *ctx, char *err, int errlen) {
+    int64_t M = N * OH * OW, K = P->IC * P->KH * P->KW;
+    const float *A = X;
+    if (!conv_gemm_plain(P)) {
+        /* slot 1: braze_matmul_w's kernels and primitives use slot 0 */
+        float *cols = (float *)thread_scratch_at(1, (size_t)(M * K) * sizeof(float));
+        if (!cols) {
+            set_err(err, errlen, "braze_dnnl: out of memory (the columns of %s)", ctx);
+            return 1;
+        }
+        conv_gemm_columns(P, N, H, W, X, OH, OW, cols);
+        A = cols;
+    }
+    return braze_matmul_w(M, P->OC, K, A, Wt, 1, bias, residual, act, Y, err, errlen);
+}
+
 int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
                          int act) {
     char err[256], ctx[64] = "braze_conv2d_prepare";
@@ -299,6 +359,9 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
     if (!P || N <= 0 || H <= 0 || W <= 0 || CONV_OH(P, H) <= 0 || CONV_OW(P, W) <= 0 ||
         act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err))
         return 1;
+    if (conv_gemm_applies(P, N, CONV_OH(P, H), CONV_OW(P, W)))
+        return braze_matmul_w_prepare(N * CONV_OH(P, H) * CONV_OW(P, W), P->OC, P->IC * P->KH * P->KW, 1, has_bias,
+                                      has_res, act);
     cache_entry tmp;
     int is_tmp = 0;
     cache_entry *e = conv_entry(N, H, W, P, has_bias, has_res, act, ctx, &tmp, &is_tmp, err, sizeof err);
@@ -352,6 +415,8 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const float *X, const braz
                 ctx);
         return 1;
     }
+    if (Wt && conv_gemm_applies(P, N, OH, OW))
+        return conv_gemm(N, H, W, X, P, Wt, bias, residual, act, OH, OW, Y, ctx, err, errlen);
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
     e = conv_entry(N, H, W, P, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);

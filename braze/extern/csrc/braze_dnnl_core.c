@@ -50,7 +50,10 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_runtime_m = 0; /* atomic: set by one model's caller while others run */
 
 static pthread_key_t g_stream_key;
-static pthread_key_t g_scratch_key;
+/* A calling thread's scratchpads: slot 0 for primitives and the small-M kernels, slot 1 for an
+ * operand made for a call that runs on them (a convolution's columns: conv_gemm). */
+#define SCRATCH_SLOTS 2
+static pthread_key_t g_scratch_key[SCRATCH_SLOTS];
 
 static void stream_dtor(void *s) {
     if (s) dnnl_stream_destroy((dnnl_stream_t)s);
@@ -62,7 +65,7 @@ static void scratch_dtor(void *p) { free(p); }
 static void engine_init_once(void) {
     g_engine_msg[0] = 0;
     int kerr = pthread_key_create(&g_stream_key, stream_dtor);
-    if (!kerr) kerr = pthread_key_create(&g_scratch_key, scratch_dtor);
+    for (int i = 0; i < SCRATCH_SLOTS && !kerr; i++) kerr = pthread_key_create(&g_scratch_key[i], scratch_dtor);
     if (kerr) {
         snprintf(g_engine_msg, sizeof g_engine_msg, "braze_dnnl: pthread_key_create failed: %s", strerror(kerr));
         return;
@@ -276,20 +279,22 @@ static void *aligned_alloc64(size_t n) {
     return p;
 }
 
-/* This thread's scratchpad, at least n bytes (grow-only; freed at thread exit), or NULL.
- * Primitives run with user-managed scratchpads from here: the wheel is built without
+/* This thread's scratchpad `slot`, at least n bytes (grow-only; freed at thread exit), or NULL.
+ * Primitives run with user-managed scratchpads from slot 0: the wheel is built without
  * DNNL_ENABLE_CONCURRENT_EXEC, and library-managed scratchpads are not safe when two
  * threads execute primitives at once (wrong results and crashes under concurrent calls). */
-static void *thread_scratch(size_t n) {
-    char *p = (char *)pthread_getspecific(g_scratch_key);
+static void *thread_scratch_at(int slot, size_t n) {
+    char *p = (char *)pthread_getspecific(g_scratch_key[slot]);
     if (p && *(size_t *)p >= n) return p + 64;
     free(p);
     size_t cap = (n + 4095) & ~(size_t)4095;
     p = (char *)aligned_alloc64(cap + 64);
     if (p) *(size_t *)p = cap;
-    pthread_setspecific(g_scratch_key, p);
+    pthread_setspecific(g_scratch_key[slot], p);
     return p ? p + 64 : NULL;
 }
+
+static void *thread_scratch(size_t n) { return thread_scratch_at(0, n); }
 
 /* The scratchpad md that pd asks for, cloned into *md (NULL when it needs none). */
 static dnnl_status_t clone_scratch_md(const_dnnl_primitive_desc_t pd, dnnl_memory_desc_t *md) {
