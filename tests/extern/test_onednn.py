@@ -35,15 +35,19 @@ def _err():
 
 
 @contextlib.contextmanager
-def _small_m(lib, max_m: int):
-    """braze_matmul's small-M limit set to max_m (0: oneDNN for every M), restored after:
-    the setting is process-wide."""
-    before = lib.braze_dnnl_small_m()
-    lib.braze_dnnl_set_small_m(max_m)
+def _limit(lib, name: str, value: int):
+    """The helper's process-wide limit braze_dnnl_<name> set to value, restored after."""
+    before = getattr(lib, f"braze_dnnl_{name}")()
+    getattr(lib, f"braze_dnnl_set_{name}")(value)
     try:
         yield
     finally:
-        lib.braze_dnnl_set_small_m(before)
+        getattr(lib, f"braze_dnnl_set_{name}")(before)
+
+
+def _small_m(lib, max_m: int):
+    """braze_matmul's small-M limit set to max_m (0: oneDNN for every M)."""
+    return _limit(lib, "small_m", max_m)
 
 
 @pytest.fixture

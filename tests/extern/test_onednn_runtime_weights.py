@@ -4,7 +4,6 @@ a fingerprint of the weight's bytes at every call) and braze_fingerprint, agains
 
 from __future__ import annotations
 
-import contextlib
 import ctypes as C
 
 import numpy as np
@@ -15,8 +14,8 @@ from braze.extern import onednn
 if not onednn.available():
     pytest.skip(f"oneDNN is not installed ({onednn.PIP_INSTALL})", allow_module_level=True)
 
-from test_onednn import (CONV_CASES, ERRLEN, SMALL_M_ACTS, _close, _conv_ref, _epilogue, _err, _p,  # noqa: E402
-                         _small_m, _stats)
+from test_onednn import (CONV_CASES, ERRLEN, SMALL_M_ACTS, _close, _conv_ref, _epilogue, _err, _limit,  # noqa: E402
+                         _p, _small_m, _stats)
 
 
 @pytest.fixture(scope="module")
@@ -173,16 +172,6 @@ def test_conv2d_w_reads_every_change_of_the_weight(lib, case, layout):
         lib.braze_free_packed_conv(P)
 
 
-@contextlib.contextmanager
-def _conv_gemm_m(lib, m):
-    old = lib.braze_dnnl_conv_gemm_m()
-    lib.braze_dnnl_set_conv_gemm_m(m)
-    try:
-        yield
-    finally:
-        lib.braze_dnnl_set_conv_gemm_m(old)
-
-
 # NHWC convs of few output pixels (N x OH x OW <= 48 by default) that run as GEMMs
 SMALL_CONVS = [(1, 24, 40, 5, 3, 1, 2, 0, 1, 1), (1, 8, 24, 6, 6, 3, 1, 2, 2, 1), (2, 16, 8, 3, 4, 1, 1, 0, 1, 1),
                (1, 5, 7, 4, 4, 3, 1, (0, 1, 1, 0), 1, 1)]
@@ -200,7 +189,7 @@ def test_convs_as_gemms_on_the_plain_weight(lib, limit):
     rng = np.random.default_rng(8)
     cases = SMALL_CONVS + ([c for c in CONV_CASES if c[9] == 1] if limit else [])
     created = 0
-    with _conv_gemm_m(lib, limit or lib.braze_dnnl_conv_gemm_m()):
+    with _limit(lib, "conv_gemm_m", limit or lib.braze_dnnl_conv_gemm_m()):
         for case in cases:
             N, IC, OC, H, W, k, s, p, d, g = case
             X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
