@@ -218,6 +218,13 @@ def _detect(forced: str, cc: tuple[str, ...]) -> ISA:
     return best
 
 
+def level_isa(level: str, cc=None) -> ISA | None:
+    """The ISA of ``level`` (one of LEVELS) on this host, or None when the host or the compiler
+    lacks it, whatever ``BRAZE_ISA`` says: for tests of each vector width."""
+    cc = find_compiler() if cc is None else shlex.split(cc) if isinstance(cc, str) else cc
+    return _level_for(level, _host_features(tuple(cc)), tuple(cc))
+
+
 def detect_isa(cc=None) -> ISA:
     """The ISA native code is compiled for on this host (honouring ``BRAZE_ISA``).
 

@@ -352,4 +352,5 @@ BZ_INLINE float bz_sgelu_tanh(float x) {
     float u = 0.79788456080286536f * bz_fmaf(0.044715f * x * x, x, x);
     return 0.5f * bz_maxf(x, -3.40282347e+38f) * (1.0f + bz_stanh(u));
 }
+#include "braze_half.h" /* bfloat16 / float16 storage */
 #endif /* BRAZE_VEC_H */
