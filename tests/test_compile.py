@@ -492,13 +492,13 @@ def test_vit_attention_with_unbound_qkv_and_a_residual_on_pv():
 
 
 def test_native_limits_are_unsupported_op_errors():
-    """What the native backend does not do yet (a float16 kernel) is an UnsupportedOpError, the
-    error that says "not supported", not a bare BrazeError. (An integer matmul and a conv by a
-    weight computed at run time were ones; both run now.)"""
+    """What the native backend does not do yet (a float16 GEMM) is an UnsupportedOpError that
+    names the op and the dtype, not a bare BrazeError. (An integer matmul, a conv by a weight
+    computed at run time and float16 elementwise kernels were ones; they run now.)"""
     from braze.errors import UnsupportedOpError
     b = Builder()
-    b.ret(b.op("exp", [b.param("x", tensor("f16", 4, 8))]))
-    with pytest.raises(UnsupportedOpError, match="do not support dtype float16"):
+    b.ret(b.op("linear", [b.param("x", tensor("f16", 4, 8)), b.param("w", tensor("f16", 3, 8))]))
+    with pytest.raises(UnsupportedOpError, match="linear on float16 is not supported natively yet"):
         braze.compile(b.module)
 
 

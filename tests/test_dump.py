@@ -81,7 +81,7 @@ def test_cli_resume_checks_against_the_dumped_c(tiny, tmp_path):
     assert "ran dce, assign_memory, lower" in r.stdout and "identical to" in r.stdout
     assert (tmp_path / "x.c").read_text() == (tmp_path / "model.c").read_text()
     # an edited stage is a new repro: take the vector loops out and the C changes
-    loop = tmp_path / "21_vectorize.loop"
+    loop = tmp_path / "22_vectorize.loop"
     loop.write_text(loop.read_text().replace("vector for", "for"))
     r = run(str(loop), "--check", str(tmp_path / "model.c"))
     assert r.returncode == 1 and "DIFFERS" in r.stdout

@@ -33,7 +33,11 @@ F32, F64, BOOL, I64 = DType.float32, DType.float64, DType.bool, DType.int64
 _VMATH = ("exp", "expm1", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh", "sin", "cos", "log1p")
 
 CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
-         DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t"}
+         DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t",
+         DType.bfloat16: "uint16_t", DType.float16: "uint16_t"}  # 16-bit floats: their bits (braze_half.h)
+
+# 16-bit float storage: braze_half.h's bz_<sfx>_to_f32, bz_f32_to_<sfx>, bz_ld_<sfx>, bz_st_<sfx>
+HALF_SFX = {DType.bfloat16: "bf16", DType.float16: "f16"}
 
 # int32/int64 arithmetic is done in the unsigned type of the same width (defined wrap-around);
 # narrower ints are promoted to int, which cannot overflow, and converted back
@@ -266,6 +270,15 @@ class _Gen:
         if isinstance(e, Select):
             return f"({self.sx(e.cond)} ? {self.sx(e.a)} : {self.sx(e.b)})"
         if isinstance(e, Cast):
+            if e.x.dtype in HALF_SFX:  # stage widen: a 16-bit load, or an explicit rounding
+                sfx = HALF_SFX[e.x.dtype]
+                if dt == F32 and isinstance(e.x, Load):
+                    return f"bz_{sfx}_to_f32({self.sx(e.x)})"
+                if dt == F32 and isinstance(e.x, Cast):
+                    return f"bz_{sfx}_to_f32(bz_f32_to_{sfx}({self.sx(e.x.x)}))"
+            if dt in HALF_SFX or e.x.dtype in HALF_SFX:
+                raise BrazeError(f"codegen bug: a {e.x.dtype.name} -> {dt.name} cast outside a load or a store "
+                                 "(stage widen did not run)")
             x = self.sx(e.x)
             if dt == BOOL:
                 return f"(uint8_t)({x} != 0)"
@@ -486,13 +499,9 @@ class _Gen:
         """(code, 'vf'|'vi') of a varying expression."""
         dt = e.dtype
         if isinstance(e, Load):
-            poly, extra = e.index
-            v = self.vvar
-            from ..schedule.default import coeff
-            c = coeff(poly, v)
             if e.dtype == BOOL:
                 return self.lane_gather(e, "bz_vi", "-(int32_t)({} != 0)"), "vi"
-            if (isinstance(c, int) and c == 1) and (extra is None or v not in self.flv(extra)):
+            if self.unit_stride(e):
                 return f"bz_ld(&{buffer_cname(e.buffer)}[{self.offset(e.index)}])", "vf"
             return self.lane_gather(e), "vf"
         if dt == BOOL:
@@ -529,6 +538,13 @@ class _Gen:
         if isinstance(e, Select):
             return f"bz_sel({self.vx(e.cond)}, {self.vx(e.a)}, {self.vx(e.b)})", "vf"
         if isinstance(e, Cast):
+            if e.x.dtype in HALF_SFX and isinstance(e.x, Load):
+                sfx = HALF_SFX[e.x.dtype]
+                if self.unit_stride(e.x):
+                    return f"bz_ld_{sfx}(&{buffer_cname(e.x.buffer)}[{self.offset(e.x.index)}])", "vf"
+                return self.lane_gather(e.x, "bz_vf", f"bz_{sfx}_to_f32({{}})"), "vf"
+            if e.x.dtype in HALF_SFX and isinstance(e.x, Cast):
+                return f"bz_vround_{HALF_SFX[e.x.dtype]}({self.vx(e.x.x)})", "vf"
             if isinstance(e.x, Load) and e.x.dtype.is_int:
                 return self.lane_gather(e.x, "bz_vf", "(float)({})"), "vf"
             if e.x.dtype == BOOL:
@@ -537,6 +553,13 @@ class _Gen:
         if isinstance(e, Reduce):
             return self.vreduce(e), "vf"
         raise BrazeError(f"codegen bug: cannot vectorize {type(e).__name__}")
+
+    def unit_stride(self, e: Load) -> bool:
+        """The load reads consecutive elements as the vector loop's variable steps."""
+        from ..schedule.default import coeff
+        poly, extra = e.index
+        c = coeff(poly, self.vvar)
+        return isinstance(c, int) and c == 1 and (extra is None or self.vvar not in self.flv(extra))
 
     def lane_gather(self, e: Load, vtype="bz_vf", conv="{}") -> str:
         v = self.vvar
@@ -600,6 +623,17 @@ class _Gen:
         if not s.flat:
             from ..schedule.default import flat_offset
             s = Store(s.buffer, flat_offset(s.buffer, s.index), s.value, True)
+        sfx = HALF_SFX.get(s.buffer.dtype)
+        if sfx is not None:  # stage widen: the value is bf16(v) / f16(v), rounded here
+            if not (isinstance(s.value, Cast) and s.value.dtype == s.buffer.dtype):
+                raise BrazeError(f"codegen bug: a store into {s.buffer.dtype.name} of an unrounded value "
+                                 "(stage widen did not run)")
+            where = f"{buffer_cname(s.buffer)}[{self.offset(s.index)}]"
+            if self.vvar is not None:
+                self.line(f"bz_st_{sfx}(&{where}, {self.vx(s.value.x)});")
+            else:
+                self.line(f"{where} = bz_f32_to_{sfx}({self.sx(s.value.x)});")
+            return
         if self.vvar is not None:
             code, vec = self.emit(s.value)
             if not vec:

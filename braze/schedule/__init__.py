@@ -13,6 +13,7 @@ from .materialize import materialize
 from .nest import next_loop_index
 from .parallelize import parallelize
 from .vectorize import vectorize
+from .widen import widen
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "keep", "materialize",
-           "next_loop_index", "parallelize", "schedule", "vectorize"]
+           "next_loop_index", "parallelize", "schedule", "vectorize", "widen"]

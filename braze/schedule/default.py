@@ -9,8 +9,9 @@ text between any two stages can be printed, dumped and read back:
 3. ``materialize``  reductions that skip an outer loop go to a temp buffer, computed first
 4. ``hoist``        loop-invariant reductions and sub-expressions become Lets (stitch kernels)
 5. ``keep``         a value several passes over a row need goes to a row buffer, computed once
-6. ``vectorize``    contiguous float32 innermost loops and reductions marked vector
-7. ``parallelize``  outer loops parallel above a grain; a lone vector loop split into chunks
+6. ``widen``        bfloat16 / float16 values computed in float32: widened at loads, rounded at stores
+7. ``vectorize``    contiguous float32 innermost loops and reductions marked vector
+8. ``parallelize``  outer loops parallel above a grain; a lone vector loop split into chunks
 
 A stage's output depends on its input only: new Let and temp names are numbered past
 the kernel's (``used_names``), new loop variables past its largest (``next_loop_index``).
@@ -35,10 +36,11 @@ from .materialize import materialize
 from .nest import coeff, flat_offset, next_loop_index
 from .parallelize import CHUNK, GRAIN, parallelize
 from .vectorize import vector_ok, vectorize
+from .widen import widen
 
 Stage = Callable[[Kernel], Kernel]
 
-KERNEL_STAGES: tuple = (flatten, collapse, materialize, hoist, keep, vectorize, parallelize)
+KERNEL_STAGES: tuple = (flatten, collapse, materialize, hoist, keep, widen, vectorize, parallelize)
 
 
 def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
@@ -54,4 +56,4 @@ def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
 
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "coeff", "collapse", "flat_offset", "flatten", "hoist",
-           "keep", "materialize", "next_loop_index", "parallelize", "schedule", "vector_ok", "vectorize"]
+           "keep", "materialize", "next_loop_index", "parallelize", "schedule", "vector_ok", "vectorize", "widen"]

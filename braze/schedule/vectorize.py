@@ -1,5 +1,6 @@
 """Stage ``vectorize``: the innermost loop of a nest becomes ``kind="vector"`` when its
-body is float32 arithmetic over contiguous or invariant accesses (C code gives it a
+body is float32 arithmetic (16-bit loads and stores widened and rounded by stage ``widen``
+included) over contiguous or invariant accesses (C code gives it a
 vector main loop and a scalar remainder, so any run-time extent works); a reduction
 whose innermost loop is contiguous gets ``Reduce.vector`` (vector lanes, then a
 horizontal combine). Needs flat accesses.
@@ -30,6 +31,7 @@ from ..ir.loop import (
 )
 from ..ir.types import DType
 from .nest import coeff, with_body
+from .widen import HALF
 
 F32 = DType.float32
 BOOL = DType.bool
@@ -56,8 +58,10 @@ def vector_ok(e: Expr, v, memo=None) -> bool:
     elif isinstance(e, Compare):
         r = e.a.dtype == F32 and vector_ok(e.a, v, memo) and vector_ok(e.b, v, memo)
     elif isinstance(e, Cast):
-        if isinstance(e.x, Load) and e.dtype == F32 and e.x.dtype.is_int:
-            r = True  # converted lane by lane
+        if isinstance(e.x, Load) and e.dtype == F32 and (e.x.dtype.is_int or e.x.dtype in HALF):
+            r = True  # converted lane by lane, or (16-bit, contiguous) by braze_half.h's bz_ld_*
+        elif isinstance(e.x, Cast) and e.dtype == F32 and e.x.dtype in HALF:
+            r = e.x.x.dtype == F32 and vector_ok(e.x.x, v, memo)  # stage widen's explicit rounding
         else:
             r = e.x.dtype in (F32, BOOL) and vector_ok(e.x, v, memo)
     elif isinstance(e, Select):
@@ -86,8 +90,15 @@ def _unit_stride(x, v) -> bool:
     return isinstance(c, int) and c == 1
 
 
+def _stored(s: Store) -> Expr:
+    """The float32 value a store writes: into a 16-bit buffer, the value it rounds (stage widen)."""
+    if s.buffer.dtype in HALF and isinstance(s.value, Cast) and s.value.dtype == s.buffer.dtype:
+        return s.value.x
+    return s.value
+
+
 def _store_vector_ok(s: Store, v) -> bool:
-    return s.buffer.dtype == F32 and _unit_stride(s, v)
+    return (s.buffer.dtype == F32 or s.buffer.dtype in HALF and _stored(s) is not s.value) and _unit_stride(s, v)
 
 
 def _contiguous(e: Expr, v) -> bool:
@@ -125,7 +136,7 @@ def _vectorize_nest(s: For) -> None:
         if inner.kind != "serial" or not stores or not all(isinstance(x, Store) for x in stores):
             continue
         v = inner.var
-        if all(_store_vector_ok(x, v) and vector_ok(x.value, v) for x in stores):
+        if all(_store_vector_ok(x, v) and vector_ok(_stored(x), v) for x in stores):
             inner.kind = "vector"
 
 

@@ -27,9 +27,10 @@ from braze.schedule import (
     parallelize,
     schedule,
     vectorize,
+    widen,
 )
 
-NAMES = ["flatten", "collapse", "materialize", "hoist", "keep", "vectorize", "parallelize"]
+NAMES = ["flatten", "collapse", "materialize", "hoist", "keep", "widen", "vectorize", "parallelize"]
 
 
 def lowered(b: Builder) -> L.Kernel:
@@ -130,7 +131,7 @@ FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax
 
 def test_the_stages_are_named_and_ordered():
     assert [s.__name__ for s in KERNEL_STAGES] == NAMES
-    assert list(KERNEL_STAGES) == [flatten, collapse, materialize, hoist, keep, vectorize, parallelize]
+    assert list(KERNEL_STAGES) == [flatten, collapse, materialize, hoist, keep, widen, vectorize, parallelize]
 
 
 # --- each stage ---------------------------------------------------------------------------

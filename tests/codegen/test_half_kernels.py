@@ -1,0 +1,150 @@
+"""Generated kernels over bfloat16 / float16 tensors: loads widen to float32, everything is
+computed in float32, each stored value is rounded once (stage widen, braze_half.h).
+
+The oracle is exact: the same math in float64 on the 16-bit inputs, rounded once to the output
+type. A kernel may differ from it by at most one unit in the last place of the 16-bit result
+(its float32 arithmetic is ~1e-7 off before that rounding), at every ISA level, at shapes with
+and without vector tails (1, odd, several vectors). The per-op reference (braze.reference,
+which rounds after each op) agrees within the dtype's tolerance.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import braze
+from braze import reference
+from braze.codegen.isa import LEVELS, detect_isa
+from braze.ops import Builder, tensor
+from braze.testing import assert_close
+
+NP = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+ULP = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10}  # relative spacing of the 16-bit type at its coarsest
+ISAS = ["scalar", detect_isa().name] if detect_isa().name != "scalar" else ["scalar"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "braze_cache"))
+
+
+def _gelu(x):
+    from math import erf
+    return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+
+
+def _pointwise(b, dt):
+    n, h = b.sym("n"), b.sym("h")
+    x, y = b.param("x", tensor(dt, n, h)), b.param("y", tensor(dt, n, h))
+    b.ret(b.mul(b.gelu(b.add(x, y)), x))
+    return lambda x, y: _gelu(x + y) * x
+
+
+def _layer_norm(b, dt):
+    n, h = b.sym("n"), b.sym("h")
+    x = b.param("x", tensor(dt, n, h))
+    b.ret(b.layer_norm(x, axis=-1, eps=1e-5))
+    return lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+
+
+def _softmax_and_sums(b, dt):
+    n, h = b.sym("n"), b.sym("h")
+    x = b.param("x", tensor(dt, n, h))
+    b.ret(b.softmax(x, axis=-1), b.reduce_sum(x, axes=(-1,)), b.reduce_max(x, axes=(0,)))
+
+    def f(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True), x.sum(-1), x.max(0)
+    return f
+
+
+def _transpose_add(b, dt):
+    n, h = b.sym("n"), b.sym("h")
+    x, y = b.param("x", tensor(dt, n, h)), b.param("y", tensor(dt, h, n))
+    b.ret(b.add(b.permute(x, perm=(1, 0)), b.exp(y)))  # a strided load: lane by lane
+    return lambda x, y: x.T + np.exp(y)
+
+
+def _mixed(b, dt):
+    """float32 in, rounded to 16 bits by an explicit cast, 16-bit out, and a float32 result."""
+    n, h = b.sym("n"), b.sym("h")
+    x, y = b.param("x", tensor("f32", n, h)), b.param("y", tensor(dt, n, h))
+    s = b.add(b.cast(x, dtype=dt), y)
+    b.ret(s, b.cast(b.tanh(s), dtype="f32"))
+    r = NP[dt]
+    return lambda x, y: ((xr := x.astype(r).astype(np.float64)) + y, np.tanh(xr + y))
+
+
+# outputs whose float32 arithmetic is exact (a sum of two 16-bit values): rounding once gives
+# the nearest 16-bit value, which a truncating store would miss about half the time
+EXACT = {("mixed", 0)}
+
+MODELS = {"pointwise": _pointwise, "layer_norm": _layer_norm, "softmax_and_sums": _softmax_and_sums,
+          "transpose": _transpose_add, "mixed": _mixed}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_half_kernels_round_once(name, dt, isa, monkeypatch):
+    monkeypatch.setenv("BRAZE_ISA", isa)
+    b = Builder()
+    exact = MODELS[name](b, dt)
+    m = braze.compile(b.module)
+    rng = np.random.default_rng(0)
+    for n, h in ((1, 1), (3, 7), (2, 33), (5, 130)):
+        args = []
+        for p in b.module.main.params:
+            shape = (n, h) if p.type.shape[0].name == "n" else (h, n)
+            a = rng.uniform(-3, 3, shape).astype(np.float32)
+            args.append(a if p.type.dtype.name == "float32" else a.astype(NP[dt]))
+        got = m(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        want = exact(*[a.astype(np.float64) for a in args])
+        want = want if isinstance(want, tuple) else (want,)
+        ref = reference.run(b.module, *args)
+        ref = ref if isinstance(ref, tuple) else (ref,)
+        for i, (g, w, r) in enumerate(zip(got, want, ref)):
+            assert g.dtype == r.dtype, (i, g.dtype, r.dtype)
+            w16 = w.astype(g.dtype).astype(np.float64)  # the exact value rounded once
+            g64 = g.astype(np.float64)
+            if g.dtype == np.float32:
+                np.testing.assert_allclose(g64, w, rtol=1e-5, atol=1e-6, err_msg=f"{name} out {i} at {n}x{h}")
+            else:
+                tol = ULP[dt] * np.maximum(np.abs(w16), 1e-3 * np.abs(w).max())
+                bad = np.abs(g64 - w16) > tol
+                assert not bad.any(), (f"{name} out {i} at {n}x{h}: {g64[bad][:4]} against {w16[bad][:4]} "
+                                       f"(exact {w[bad][:4]})")
+                if (name, i) in EXACT:  # float32 arithmetic is exact here: the nearest value, bit for bit
+                    assert np.array_equal(g64, w16), f"{name} out {i} at {n}x{h}: not rounded to nearest"
+            assert_close(g64, r.astype(np.float64), dtype="bfloat16" if dt == "bf16" else "float16",
+                         what=f"{name} out {i} against the reference")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_cast_matches_ml_dtypes_bit_for_bit(dt, isa, monkeypatch):
+    """float32 -> 16 bits -> float32 in kernels: as ml_dtypes rounds, special values included
+    (NaN as a NaN of the same sign), in the vector body and in the tail."""
+    monkeypatch.setenv("BRAZE_ISA", isa)
+    b = Builder()
+    n = b.sym("n")
+    x = b.param("x", tensor("f32", n))
+    h16 = b.cast(x, dtype=dt)
+    b.ret(h16, b.cast(h16, dtype="f32"))
+    m = braze.compile(b.module)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-40, -1e-45, 65504.0, 65520.0, 3.4e38,
+                        1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26], np.float32)
+    rng = np.random.default_rng(1)
+    for size in (1, 16, 37, 300):
+        xs = np.concatenate([special, rng.integers(0, 1 << 32, size, dtype=np.uint32).view(np.float32)])
+        got16, back = m(xs)
+        with np.errstate(all="ignore"):
+            want = xs.astype(NP[dt])
+        nan = np.isnan(xs)
+        assert np.array_equal(got16.view(np.uint16)[~nan], want.view(np.uint16)[~nan]), size
+        assert np.isnan(got16[nan].astype(np.float32)).all() and np.array_equal(np.signbit(got16[nan]), np.signbit(xs[nan]))
+        assert np.array_equal(back[~nan].view(np.uint32), want[~nan].astype(np.float32).view(np.uint32)), size
+        assert np.isnan(back[nan]).all()
