@@ -42,6 +42,14 @@ class DType(enum.Enum):
         return np.dtype(_TO_NP[self])
 
     @property
+    def finfo(self):
+        """The float type's limits (eps, max, tiny): numpy's finfo, ml_dtypes' for bfloat16."""
+        if self is DType.bfloat16:
+            import ml_dtypes
+            return ml_dtypes.finfo(ml_dtypes.bfloat16)
+        return np.finfo(_TO_NP[self])
+
+    @property
     def itemsize(self) -> int:
         return 2 if self is DType.bfloat16 else np.dtype(_TO_NP[self]).itemsize
 

@@ -104,7 +104,7 @@ def _lower_sign(ctx, x):
 
 def _finite_below(v):
     """max(v, -largest finite): x * 0 at x = -inf gives the limit -0 instead of NaN."""
-    return vmax(v, fconst(-float(np.finfo(v.dtype.numpy).max), v))
+    return vmax(v, fconst(-float(v.dtype.finfo.max), v))
 
 
 @lowering("hardswish")

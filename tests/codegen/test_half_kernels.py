@@ -148,3 +148,72 @@ def test_cast_matches_ml_dtypes_bit_for_bit(dt, isa, monkeypatch):
         assert np.isnan(got16[nan].astype(np.float32)).all() and np.array_equal(np.signbit(got16[nan]), np.signbit(xs[nan]))
         assert np.array_equal(back[~nan].view(np.uint32), want[~nan].astype(np.float32).view(np.uint32)), size
         assert np.isnan(back[nan]).all()
+
+
+_UNARY_OPS = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "hardswish",
+              "gelu", "leaky_relu", "elu", "softplus", "hardsigmoid", "neg", "abs", "sign", "relu", "floor", "ceil",
+              "round")
+_BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")
+
+
+def _op_graph(kind, op, dt):
+    """One op (and a few around it, for the shapes: gather, slice, concat, pad, cumsum, where)."""
+    b = Builder()
+    n, h = b.sym("n"), b.sym("h")
+    x = b.param("x", tensor(dt, n, h))
+    if kind == "unary":
+        b.ret(b.op(op, [x]))
+    elif kind == "binary":
+        b.ret(b.op(op, [x, b.param("y", tensor(dt, n, h))]))
+    elif kind == "reduce":
+        b.ret(b.op(op, [x], axes=(-1,), keepdims=False), b.op(op, [x], axes=(0,), keepdims=True))
+    elif op == "gather":  # loads at computed offsets: lane by lane
+        b.ret(b.op("gather", [x, b.param("i", tensor("i64", h))], axis=1))
+    elif op == "where":
+        b.ret(b.op("where", [b.op("greater", [x, b.param("y", tensor(dt, n, h))]), x, b.op("exp", [x])]))
+    elif op == "cumsum":
+        b.ret(b.op("cumsum", [x], axis=1))
+    elif op == "concat_pad":
+        b.ret(b.op("pad", [b.op("concat", [x, b.op("neg", [x])], axis=1)], pads=(0, 1, 0, 2), value=0.5))
+    return b
+
+
+_OPS = ([("unary", o) for o in _UNARY_OPS] + [("binary", o) for o in _BINARY_OPS]
+        + [("reduce", o) for o in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod")]
+        + [("other", o) for o in ("gather", "where", "cumsum", "concat_pad")])
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("kind,op", _OPS, ids=[o for _, o in _OPS])
+def test_every_op_kind_in_16_bits_against_the_reference(kind, op, dt):
+    """Each op on 16-bit tensors, vector body and tail, with special values (inf, nan, -0,
+    subnormal) among the inputs: the per-op reference within the dtype's tolerance, and NaN / inf
+    where it has them."""
+    b = _op_graph(kind, op, dt)
+    m = braze.compile(b.module)
+    rng = np.random.default_rng(2)
+    tiny = 1e-40 if dt == "bf16" else 3e-6  # a subnormal of the type
+    for n, h in ((1, 1), (3, 19), (2, 40)):
+        args = []
+        for p in b.module.main.params:
+            if p.type.dtype.name == "int64":
+                args.append(rng.integers(-h, h, h).astype(np.int64))
+                continue
+            a = rng.uniform(0.25, 2.5, (n, h)) * rng.choice([-1, 1], (n, h))
+            if op in ("log", "sqrt", "rsqrt", "pow") or kind == "reduce" and op == "reduce_prod":
+                a = np.abs(a)
+            flat = a.reshape(-1)
+            if flat.size >= 8 and kind in ("unary", "binary"):
+                flat[:5] = [np.inf, -np.inf, np.nan, -0.0, tiny]
+            args.append(a.astype(NP[dt]))
+        got = m(*args)
+        ref = reference.run(b.module, *args)
+        got, ref = (got if isinstance(got, tuple) else (got,)), (ref if isinstance(ref, tuple) else (ref,))
+        for g, r in zip(got, ref):
+            assert g.dtype == r.dtype and g.shape == r.shape
+            g64, r64 = g.astype(np.float64), r.astype(np.float64)
+            assert np.array_equal(np.isnan(g64), np.isnan(r64)), f"{op} at {n}x{h}: NaN where the reference has none"
+            fin = np.isfinite(r64)
+            assert np.array_equal(g64[~fin & ~np.isnan(r64)], r64[~fin & ~np.isnan(r64)]), f"{op}: inf"
+            assert_close(g64[fin], r64[fin], dtype="bfloat16" if dt == "bf16" else "float16",
+                         what=f"{op} at {n}x{h}")

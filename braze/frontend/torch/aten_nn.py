@@ -6,7 +6,6 @@ import numpy as np
 
 from ...errors import UnsupportedOpError
 from ...ir import sym as S
-from ...ir.types import DType
 from .convert import axis, cast, conv, need_static, op, out_dtype, scalar
 from .common import ISSUES_HINT, NotProduced
 
@@ -131,7 +130,7 @@ def _native_layer_norm(cx, n, x, shape, w, b, eps):
 @conv("rms_norm")
 def _rms_norm(cx, n, x, shape, w=None, eps=None):
     if eps is None:
-        eps = float(np.finfo(x.dtype.numpy).eps) if x.dtype is not DType.bfloat16 else 0.0078125
+        eps = float(x.dtype.finfo.eps)
     return op(cx, "rms_norm", [x, w], axis=-len(shape), eps=float(eps))
 
 
