@@ -130,6 +130,7 @@ def _eval_dim(expr: str, dims: dict[str, int]) -> int:
 
 
 def _bench_inputs(m, dims: dict[str, int]) -> list[np.ndarray]:
+    from ..ir.types import DType
     rng = np.random.default_rng(0)
     symbols = {s for v in m.inputs for s in v.ranges}
     missing = sorted(symbols - set(dims))
@@ -138,8 +139,9 @@ def _bench_inputs(m, dims: dict[str, int]) -> list[np.ndarray]:
     out = []
     for v in m.inputs:
         shape = [d if isinstance(d, int) else _eval_dim(d, dims) for d in v.shape]
-        dt = np.dtype(v.dtype) if v.dtype != "bfloat16" else np.float32
-        out.append(rng.standard_normal(shape).astype(dt) if dt.kind == "f" else np.ones(shape, dt))
+        dt = np.dtype(v.dtype) if v.dtype != "bfloat16" else DType.bfloat16.numpy  # ml_dtypes' (bf16 only)
+        floating = dt.kind == "f" or v.dtype == "bfloat16"
+        out.append(rng.standard_normal(shape).astype(dt) if floating else np.ones(shape, dt))
     return out
 
 

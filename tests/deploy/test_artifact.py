@@ -107,6 +107,29 @@ def test_model_without_a_library(tmp_path):
     np.testing.assert_array_equal(braze.load(tmp_path / "a")(x), cm(x))
 
 
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_a_16_bit_model_saves_its_weights_in_16_bits_and_loads(dt, tmp_path):
+    """bfloat16 / float16 constants are stored as BF16 / F16 safetensors (half of float32's
+    bytes), and the loaded model gives the compiled one's bits."""
+    import ml_dtypes
+    np16 = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}[dt]
+    rng = np.random.default_rng(0)
+    b = Builder()
+    n = b.sym("n", 1, 100)
+    x = b.param("x", tensor(dt, n, 64))
+    w = b.constant(rng.standard_normal(64).astype(np16), "w")
+    b.ret(b.mul(b.layer_norm(x, axis=-1, eps=1e-5), w))
+    cm = braze.compile(b.module)
+    cm.save(tmp_path / "a")
+    raw = (tmp_path / "a" / "weights.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {dt.upper()}
+    xs = rng.standard_normal((7, 64)).astype(np16)
+    got, want = braze.load(tmp_path / "a")(xs), cm(xs)
+    assert got.dtype == want.dtype == np.dtype(np16)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
 def test_load_needs_neither_torch_onnx_nor_a_compiler(saved, tmp_path):
     """A fresh interpreter where importing torch or onnx fails and no C compiler is on PATH."""
     cm, path = saved

@@ -152,3 +152,17 @@ def test_compile_a_pt2_with_threads(tmp_path):
     assert json.loads((tmp_path / "a" / "meta.json").read_text())["threads"] == 1
     x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
     np.testing.assert_array_equal(braze.load(tmp_path / "a")(x), np.maximum(x, 0) * 2)
+
+
+def test_bench_feeds_a_16_bit_artifact_its_own_dtype(tmp_path):
+    """bench draws bfloat16 / float16 inputs for such a model (it fed float32 to bfloat16 inputs,
+    and crashed on the dtype)."""
+    from braze.ops import Builder, tensor
+    for dt in ("bf16", "f16"):
+        b = Builder()
+        n = b.sym("n", 1, 64)
+        b.ret(b.gelu(b.param("x", tensor(dt, n, 8))))
+        braze.compile(b.module).save(tmp_path / dt)
+        r = braze_cli("bench", tmp_path / dt, "--shape", "n=3", "--repeat", "3")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[1].startswith("n=3 ")
