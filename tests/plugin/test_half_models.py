@@ -51,3 +51,27 @@ def test_half_model_compiles_all_but_its_gemm(dtype, fresh_warnings, compiles):
     name = str(dtype).removeprefix("torch.")
     assert any(f"no {name} GEMMs or convolutions yet" in s for s in msgs), msgs
     assert not any("kernels)" in s for s in msgs), msgs  # no op refused for its dtype alone
+
+
+def test_autocast_regions_compile_around_their_gemms(compiles):
+    """Under torch.autocast(bfloat16) the casts, GELU and layer_norm are braze's, the bf16 GEMMs
+    PyTorch's; the result matches eager within bfloat16's tolerance."""
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.ln = nn.Linear(64, 128), nn.Linear(128, 64), nn.LayerNorm(64)
+
+        def forward(self, x):
+            return self.ln(self.b(nn.functional.gelu(self.a(x))) + x)
+
+    torch.manual_seed(0)
+    m = MLP().eval()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    before = compiles()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), NativeCalls() as native:
+        for rows in (1, 7, 33, 2):
+            x = torch.randn(rows, 64)
+            got, want = c(x), m(x)
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
+    assert compiles() > before and native.count >= 3 * 3
