@@ -12,6 +12,7 @@ from ..ir.graph import Value
 from ..ir.types import DType, TensorType
 
 F32, F64, I64, I32, BOOL = DType.float32, DType.float64, DType.int64, DType.int32, DType.bool
+BF16, F16 = DType.bfloat16, DType.float16
 STATIC_DIMS = (1, 1, 2, 3, 4, 5, 7, 8, 16)
 ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")  # what the gemm/conv epilogues fuse
 

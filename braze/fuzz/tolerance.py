@@ -82,6 +82,19 @@ def mag(x):
     return np.nan_to_num(a, nan=0.0, posinf=BIG)
 
 
+def _isf(dt) -> bool:
+    """A float dtype, ml_dtypes' bfloat16 included (numpy files it under kind 'V')."""
+    return dt.kind == "f" or dt.name == "bfloat16"
+
+
+def _finfo(dt):
+    """numpy's finfo, and ml_dtypes' for bfloat16 (numpy's refuses it)."""
+    if np.dtype(dt).name == "bfloat16":
+        import ml_dtypes
+        return ml_dtypes.finfo(ml_dtypes.bfloat16)
+    return np.finfo(dt)
+
+
 def unit(a) -> float:
     return UNIT.get(np.asarray(a).dtype.name, 0.0)
 
@@ -94,7 +107,7 @@ def rnd(out, c=1.0, absolute=0.0):
     u = unit(out)
     if u == 0.0:
         return np.zeros(out.shape)
-    fi = np.finfo(out.dtype)
+    fi = _finfo(out.dtype)
     return c * u * np.minimum(mag(out), fi.max) + absolute + (float(fi.tiny) if c > 0 else 0.0)
 
 
@@ -160,7 +173,7 @@ def propagate(module, func, arrays, env):
             vals[id(v)] = a
             e = np.broadcast_to(np.asarray(e, dtype=np.float64), a.shape)
             e = np.where(np.isnan(e), np.inf, e)
-            if a.dtype.kind == "f":
+            if _isf(a.dtype):
                 e = np.where(_overflowed(opdef, ins, a), np.inf, e)
             errs[id(v)] = e
     return vals, errs
@@ -172,7 +185,7 @@ def _overflowed(opdef, ins, out):
     inf = np.isinf(out)
     if not inf.any():
         return inf
-    floats = [np.asarray(x) for x in ins if x is not None and np.asarray(x).dtype.kind == "f"]
+    floats = [np.asarray(x) for x in ins if x is not None and _isf(np.asarray(x).dtype)]
     if opdef.kind == "elementwise":
         fin = np.ones(out.shape, dtype=bool)
         for x in floats:
@@ -187,7 +200,7 @@ def _overflowed(opdef, ins, out):
 def _ovf(total, out):
     """Unbounded where a sum of magnitudes (float64) may overflow the output's dtype on the way:
     the order of the partial sums then decides between inf, -inf, nan and a finite value."""
-    lim = np.finfo(np.asarray(out).dtype).max if np.asarray(out).dtype.kind == "f" else np.inf
+    lim = _finfo(np.asarray(out).dtype).max if _isf(np.asarray(out).dtype) else np.inf
     return np.where(np.asarray(total) > lim / 2, np.inf, 0.0)
 
 
@@ -347,7 +360,7 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
         p = np.sum(frac, axis=ax, keepdims=True) * P
         PX = np.prod(np.maximum(X, 1.0), axis=ax, keepdims=True)  # the largest partial product
         small = np.prod(np.minimum(X, 1.0), axis=ax, keepdims=True)  # the smallest one
-        tiny = float(np.finfo(out.dtype).tiny) if out.dtype.kind == "f" else 0.0
+        tiny = float(_finfo(out.dtype).tiny) if _isf(out.dtype) else 0.0
         # a partial product in the denormal range has lost bits: tiny * (what multiplies it later)
         r = (n + 1) * u * np.prod(X, axis=ax, keepdims=True) + _ovf(PX, out) + \
             np.where(small < tiny, 2 * tiny * PX, 0.0)
@@ -366,7 +379,7 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
             p = clean(num / dof if dof > 0 else np.zeros(out.shape), np.sum(e, axis=ax, keepdims=kd))
             if dof <= 0:  # ss / 0: inf, or NaN where ss underflows to 0 in the output dtype (seed 1007)
                 ss = np.sum(cdev * cdev, axis=ax, keepdims=kd)
-                p = np.where(ss < (n + 2) * float(np.finfo(out.dtype).tiny), np.inf, p)
+                p = np.where(ss < (n + 2) * float(_finfo(out.dtype).tiny), np.inf, p)
             return p + (r / dof if dof > 0 else 0.0) + rnd(out, 2)
     raise AssertionError(op)
 
@@ -625,7 +638,7 @@ def compare(actual, expected, err) -> tuple[bool, str, int]:
         return False, f"shape {actual.shape} != expected {expected.shape}", 0
     if actual.dtype != expected.dtype:
         return False, f"dtype {actual.dtype} != expected {expected.dtype}", 0
-    if expected.dtype.kind not in "fc" or expected.dtype.name not in UNIT:
+    if not (_isf(expected.dtype) or expected.dtype.kind == "c") or expected.dtype.name not in UNIT:
         bad = actual != expected
         unchecked = np.isinf(err) if err is not None else np.zeros(expected.shape, bool)
         bad = bad & ~unchecked
