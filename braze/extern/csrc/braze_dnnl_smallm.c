@@ -85,7 +85,27 @@ BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, c
         for (int j = 0; j < 4; j++) _mm512_store_ps(acc + (m0 + i) * 64 + 16 * j, c[i][j]);
 }
 
-#define SMALLM_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, 64, pf_end, Ab, K, P, m, acc)
+/* Every row tile of mb rows of A (Ab, rows K apart) against weight rows k0 .. k1 of panel P; with
+ * pf, the first tile also asks L2 for the rows at pf + k * pf_ld (k < pf_end). */
+static void smallm_row_tiles(int64_t mb, int64_t k0, int64_t k1, const float *pf, int64_t pf_ld, int64_t pf_end,
+                             const float *Ab, int64_t K, const float *P, float *acc) {
+#define SMALLM_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, pf_ld, pf_end, Ab, K, P, m, acc)
+    int64_t m = 0;
+    for (; m + SMALLM_MR <= mb; m += SMALLM_MR) {
+        if (m == 0 && pf) SMALLM_TILE(SMALLM_MR, 1);
+        else SMALLM_TILE(SMALLM_MR, 0);
+    }
+    int first = m == 0 && pf;
+    switch (mb - m) { /* constant row counts: the tile's loops unroll */
+    case 5: if (first) SMALLM_TILE(5, 1); else SMALLM_TILE(5, 0); break;
+    case 4: if (first) SMALLM_TILE(4, 1); else SMALLM_TILE(4, 0); break;
+    case 3: if (first) SMALLM_TILE(3, 1); else SMALLM_TILE(3, 0); break;
+    case 2: if (first) SMALLM_TILE(2, 1); else SMALLM_TILE(2, 0); break;
+    case 1: if (first) SMALLM_TILE(1, 1); else SMALLM_TILE(1, 0); break;
+    default: break;
+    }
+#undef SMALLM_TILE
+}
 
 /* C[m0 : m0 + mb, n0 : n0 + 64] = epilogue(acc) */
 static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const float *acc, const float *bias,
@@ -123,22 +143,8 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
         } else if (mb0 == SMALLM_MB && next) {
             pf = next, pf_end = K;
         }
-        for (int64_t k0 = 0; k0 < K; k0 += SMALLM_KC) {
-            int64_t k1 = k0 + SMALLM_KC < K ? k0 + SMALLM_KC : K, m = 0;
-            for (; m + SMALLM_MR <= mb; m += SMALLM_MR) {
-                if (m == 0 && pf) SMALLM_TILE(SMALLM_MR, 1);
-                else SMALLM_TILE(SMALLM_MR, 0);
-            }
-            int first = m == 0 && pf;
-            switch (mb - m) { /* constant row counts: the tile's loops unroll */
-            case 5: if (first) SMALLM_TILE(5, 1); else SMALLM_TILE(5, 0); break;
-            case 4: if (first) SMALLM_TILE(4, 1); else SMALLM_TILE(4, 0); break;
-            case 3: if (first) SMALLM_TILE(3, 1); else SMALLM_TILE(3, 0); break;
-            case 2: if (first) SMALLM_TILE(2, 1); else SMALLM_TILE(2, 0); break;
-            case 1: if (first) SMALLM_TILE(1, 1); else SMALLM_TILE(1, 0); break;
-            default: break;
-            }
-        }
+        for (int64_t k0 = 0; k0 < K; k0 += SMALLM_KC)
+            smallm_row_tiles(mb, k0, k0 + SMALLM_KC < K ? k0 + SMALLM_KC : K, pf, 64, pf_end, Ab, K, P, acc);
         smallm_store(mb0, mb, N, n0, acc, bias, res, act, C);
     }
 }
@@ -334,24 +340,9 @@ static void smallw_kn_rows(int64_t M, int64_t N, int64_t K, const float *A, cons
                 }
             }
         }
-        for (int64_t p = 0; p < npt; p++) { /* the first tile asks L2 for the panel's next chunk */
-            const float *P = buf + p * SMALLKN_KC * 64 - k0 * 64, *pf = W + SMALLKN_KC * N + c0 + p * 64;
-            float *pacc = acc + p * M * 64;
-            int64_t pf_end = K - SMALLKN_KC, m = 0;
-#define SMALLKN_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, N, pf_end, A, K, P, m, pacc)
-            if (M >= SMALLM_MR) SMALLKN_TILE(SMALLM_MR, 1), m = SMALLM_MR;
-            for (; m + SMALLM_MR <= M; m += SMALLM_MR) SMALLKN_TILE(SMALLM_MR, 0);
-            int first = m == 0;
-            switch (M - m) { /* constant row counts: the tile's loops unroll */
-            case 5: if (first) SMALLKN_TILE(5, 1); else SMALLKN_TILE(5, 0); break;
-            case 4: if (first) SMALLKN_TILE(4, 1); else SMALLKN_TILE(4, 0); break;
-            case 3: if (first) SMALLKN_TILE(3, 1); else SMALLKN_TILE(3, 0); break;
-            case 2: if (first) SMALLKN_TILE(2, 1); else SMALLKN_TILE(2, 0); break;
-            case 1: if (first) SMALLKN_TILE(1, 1); else SMALLKN_TILE(1, 0); break;
-            default: break;
-            }
-#undef SMALLKN_TILE
-        }
+        for (int64_t p = 0; p < npt; p++) /* the first tile asks L2 for the panel's next chunk */
+            smallm_row_tiles(M, k0, k1, W + SMALLKN_KC * N + c0 + p * 64, N, K - SMALLKN_KC, A, K,
+                             buf + p * SMALLKN_KC * 64 - k0 * 64, acc + p * M * 64);
     }
     for (int64_t p = 0; p < npt; p++) smallm_store(0, M, N, (p0 + p) * 64, acc + p * M * 64, bias, res, act, C);
 }
