@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .run import per_model_main, shape_str, time_once
+from .run import per_model_main, per_model_markdown, shape_str, time_once
 
 DEFAULT_MODELS = ["llama", "bert", "resnet50"]
 
@@ -57,17 +57,12 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
 
 
 def to_markdown(doc: dict) -> str:
-    m = doc["meta"]
-    out = [f"Run {m['date']}, {m['threads']} threads, braze {m['braze']}. One process per model; dynamic = "
-           "one compile with symbolic dims, static = a compile for this shape only, called in turn; medians. "
-           "First call: the dynamic compile's first call at a shape it had not seen.", "",
-           "| model | shape | dynamic ms | static ms | dynamic / static | first call ms | first / steady |",
-           "|---|---|---|---|---|---|---|"]
-    for r in doc["results"]:
-        for s in r["shapes"]:
-            out.append(f"| {r['model']} | {s['shape']} | {s['dynamic_ms']:.3f} | {s['static_ms']:.3f} | "
-                       f"{s['dynamic_over_static']:.2f}x | {s['first_ms']:.2f} | {s['first_over_steady']:.2f}x |")
-    return "\n".join(out) + "\n"
+    return per_model_markdown(
+        doc, "dynamic = one compile with symbolic dims, static = a compile for this shape only, called in turn; "
+        "medians. First call: the dynamic compile's first call at a shape it had not seen.",
+        ["dynamic ms", "static ms", "dynamic / static", "first call ms", "first / steady"],
+        lambda s: [f"{s['dynamic_ms']:.3f}", f"{s['static_ms']:.3f}", f"{s['dynamic_over_static']:.2f}x",
+                   f"{s['first_ms']:.2f}", f"{s['first_over_steady']:.2f}x"])
 
 
 def main(argv=None) -> int:

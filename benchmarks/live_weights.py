@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .run import per_model_main, shape_str, time_once
+from .run import per_model_main, per_model_markdown, shape_str, time_once
 
 DEFAULT_MODELS = ["bert", "gpt2", "resnet50"]
 
@@ -68,20 +68,13 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
 
 
 def to_markdown(doc: dict) -> str:
-    m = doc["meta"]
-    mach = m["machine"]
-    out = [f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
-           f"{m['threads']} threads, braze {m['braze']}, torch {m['torch']}. One process per model; "
-           "`torch.compile(model, backend='braze', dynamic=True)` with live weights (the default) and with "
-           "`options={'freeze': True}`, called in turn; median times, and the median over rounds of each "
-           "round's live / frozen ratio.", "",
-           "| model | shape | live ms | frozen ms | live / frozen | rel err live | rel err frozen |",
-           "|---|---|---|---|---|---|---|"]
-    for r in doc["results"]:
-        for s in r["shapes"]:
-            out.append(f"| {r['model']} | {s['shape']} | {s['live_ms']:.2f} | {s['frozen_ms']:.2f} | "
-                       f"{s['live_over_frozen']:.3f}x | {s['rel_error_live']:.1e} | {s['rel_error_frozen']:.1e} |")
-    return "\n".join(out) + "\n"
+    return per_model_markdown(
+        doc, "`torch.compile(model, backend='braze', dynamic=True)` with live weights (the default) and with "
+        "`options={'freeze': True}`, called in turn; median times, and the median over rounds of each round's "
+        "live / frozen ratio.",
+        ["live ms", "frozen ms", "live / frozen", "rel err live", "rel err frozen"],
+        lambda s: [f"{s['live_ms']:.2f}", f"{s['frozen_ms']:.2f}", f"{s['live_over_frozen']:.3f}x",
+                   f"{s['rel_error_live']:.1e}", f"{s['rel_error_frozen']:.1e}"])
 
 
 def main(argv=None) -> int:

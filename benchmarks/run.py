@@ -568,6 +568,16 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
     return 0
 
 
+def per_model_markdown(doc: dict, how: str, headers: list[str], cells) -> str:
+    """A per-model benchmark's markdown (dynamic_price, live_weights): the machine and versions,
+    ``how`` it measured, and one row of ``cells(model, shape_row)`` per shape."""
+    m, mach = doc["meta"], doc["meta"]["machine"]
+    head = (f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
+            f"{m['threads']} threads, braze {m['braze']}, torch {m['torch']}. One process per model; {how}")
+    body = [[r["model"], s["shape"], *cells(s)] for r in doc["results"] for s in r["shapes"]]
+    return "\n".join([head, "", _md_table(["model", "shape", *headers], body)]) + "\n"
+
+
 def _md_table(headers, body) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in body]

@@ -102,31 +102,32 @@ def test_report_shows_both_plugin_counters():
     assert "dynamo_graphs 1, native_compiles 2" in run.to_markdown(doc)
 
 
-def test_dynamic_price_writes_its_table(tmp_path):
-    """benchmarks.dynamic_price on the MLP at one tiny shape: dynamic and static compiles
-    called in turn, the first call at a new shape, JSON and markdown written."""
-    p = subprocess.run([sys.executable, "-m", "benchmarks.dynamic_price", "--models", "mlp", "--shapes", "tiny",
+def _per_model(module: str, stem: str, tmp_path) -> dict:
+    """``python -m benchmarks.<module>`` on the MLP at one tiny shape: its one row, after checking
+    that the markdown has it and names the machine."""
+    p = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--models", "mlp", "--shapes", "tiny",
                         "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    doc = json.loads((tmp_path / "dynamic.json").read_text())
+    doc = json.loads((tmp_path / f"{stem}.json").read_text())
+    md = (tmp_path / f"{stem}.md").read_text()
+    assert "| mlp | batch=2 |" in md and doc["meta"]["machine"]["cpu"] in md
     (row,) = doc["results"][0]["shapes"]
-    assert row["dims"] == {"batch": 2} and row["rounds"] >= 10
+    assert row["dims"] == {"batch": 2}
+    return row
+
+
+def test_dynamic_price_writes_its_table(tmp_path):
+    """Dynamic and static compiles called in turn, and the first call at a new shape."""
+    row = _per_model("dynamic_price", "dynamic", tmp_path)
+    assert row["rounds"] >= 10
     for k in ("first_ms", "dynamic_ms", "static_ms"):
         assert row[k] > 0
-    assert "| mlp | batch=2 |" in (tmp_path / "dynamic.md").read_text()
 
 
 def test_live_weights_writes_its_table(tmp_path):
-    """benchmarks.live_weights on the MLP at one tiny shape: live and frozen plug-in compiles called
-    in turn, both within tolerance of eager, JSON and markdown written."""
-    p = subprocess.run([sys.executable, "-m", "benchmarks.live_weights", "--models", "mlp", "--shapes", "tiny",
-                        "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    doc = json.loads((tmp_path / "live_weights.json").read_text())
-    (row,) = doc["results"][0]["shapes"]
-    assert row["dims"] == {"batch": 2} and row["rounds"] >= 8
+    """Live and frozen plug-in compiles called in turn, both within tolerance of eager."""
+    row = _per_model("live_weights", "live_weights", tmp_path)
+    assert row["rounds"] >= 8
     assert row["live_ms"] > 0 and row["frozen_ms"] > 0
     assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
-    assert "| mlp | batch=2 |" in (tmp_path / "live_weights.md").read_text()
