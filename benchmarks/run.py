@@ -571,9 +571,11 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
 def per_model_markdown(doc: dict, how: str, headers: list[str], cells) -> str:
     """A per-model benchmark's markdown (dynamic_price, live_weights): the machine and versions,
     ``how`` it measured, and one row of ``cells(model, shape_row)`` per shape."""
-    m, mach = doc["meta"], doc["meta"]["machine"]
-    head = (f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
-            f"{m['threads']} threads, braze {m['braze']}, torch {m['torch']}. One process per model; {how}")
+    m, mach = doc["meta"], doc["meta"].get("machine")  # runs before 2026-11-27 did not record it
+    where = (f" on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])})" if mach
+             else " (machine not recorded)")
+    head = (f"Run {m['date']}{where}, {m['threads']} threads, braze {m['braze']}, torch {m.get('torch', '?')}. "
+            f"One process per model; {how}")
     body = [[r["model"], s["shape"], *cells(s)] for r in doc["results"] for s in r["shapes"]]
     return "\n".join([head, "", _md_table(["model", "shape", *headers], body)]) + "\n"
 
