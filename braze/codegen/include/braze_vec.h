@@ -306,12 +306,14 @@ BZ_INLINE bz_vf bz_vfma(bz_vf a, bz_vf b, bz_vf c) {
  * benchmarks/math_ulp.py) when the toolchain links it (BZ_HAVE_MVEC, set by
  * braze/codegen/isa.py); else libm per lane (sin, cos) or braze_vmath.h (tanh, expm1). The
  * scalar forms run one lane of the same vector call, so a vector loop's remainder, and
- * unvectorized loops, give the same bits as its body. */
-#if defined(BZ_HAVE_MVEC) && BZ_VB == 64
+ * unvectorized loops, give the same bits as its body. Each variant only where the target has
+ * the ISA it is written in: a 64-byte vector built for an AVX2 CPU (the tests build every width
+ * on every host) must not call the AVX-512 variant, or it dies of an illegal instruction. */
+#if defined(BZ_HAVE_MVEC) && BZ_VB == 64 && defined(__AVX512F__)
 #define BZ_MVEC(name) _ZGVeN16v_##name
-#elif defined(BZ_HAVE_MVEC) && BZ_VB == 32
+#elif defined(BZ_HAVE_MVEC) && BZ_VB == 32 && defined(__AVX2__)
 #define BZ_MVEC(name) _ZGVdN8v_##name
-#elif defined(BZ_HAVE_MVEC) && BZ_VB == 16
+#elif defined(BZ_HAVE_MVEC) && BZ_VB == 16 && defined(__SSE4_1__)
 #define BZ_MVEC(name) _ZGVbN4v_##name
 #endif
 #ifdef BZ_MVEC
