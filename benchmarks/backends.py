@@ -51,6 +51,7 @@ class Backend:
     warm_cache: bool = False  # a second process with the same cache dir prepares faster
     min_warmups: int = 1  # untimed calls per shape before the timed runs (the first call counts)
     default: bool = True  # part of the default --backends list
+    precision: str = "fp32"  # what the row computes in: "fp32", "bf16 policy", "bf16 model", ...
 
     def unavailable_reason(self) -> str | None:
         return None
@@ -195,6 +196,7 @@ class OpenVINO(Backend):
                    "threads, PERFORMANCE_HINT = LATENCY; one infer request. The .onnx and OpenVINO's CACHE_DIR "
                    "blobs are the warm cache")
     warm_cache = True
+    precision_hint = "f32"
 
     def unavailable_reason(self):
         try:
@@ -208,13 +210,15 @@ class OpenVINO(Backend):
         import openvino as ov
 
         path, exported = _onnx_file(zm, cache_dir)
-        ov_cache = Path(cache_dir) / "openvino"
+        ov_cache = Path(cache_dir) / f"openvino-{self.precision_hint or 'default'}"
         cached = ov_cache.is_dir() and any(ov_cache.iterdir())
         core = ov.Core()
         model = core.read_model(str(path))
-        # the CPU plugin defaults to bf16 where the ISA has it; every backend here is fp32
-        config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads,
-                  "PERFORMANCE_HINT": "LATENCY", "CACHE_DIR": str(ov_cache)}
+        # the CPU plugin defaults to bf16 where the ISA has it: 'openvino' pins f32, 'openvino-default'
+        # takes the default
+        config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "CACHE_DIR": str(ov_cache)}
+        if self.precision_hint:
+            config["INFERENCE_PRECISION_HINT"] = self.precision_hint
         compiled = core.compile_model(model, "CPU", config)
         names = [i.get_any_name() for i in compiled.inputs]
         missing = [n for n in names if n not in zm.input_names]
@@ -367,27 +371,34 @@ class Braze(Backend):
         return None
 
     def prepare(self, zm, cache_dir, threads):
-        import torch
-
-        import braze
-        m = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)
-
-        def run(args):
-            with torch.no_grad():
-                return m(*args)
-
-        def first_output(out):
-            import numpy as np
-            from braze.zoo import first_output as fo
-            o = fo(out)
-            return o.detach().numpy() if hasattr(o, "detach") else np.asarray(o)
-        return Prepared(run=run, first_output=first_output)
+        return _braze_prepared(zm, zm.module, lambda x: x)
 
     def compile_counts(self):
         import braze
         if not hasattr(braze, "stats"):
             return {}
         return {"native_compiles": int(braze.stats().get("native_compiles", 0))}
+
+
+def _braze_prepared(zm, module, convert, example_inputs=None, dtype=None, precision=None) -> Prepared:
+    """braze.compile(module) with the zoo model's dynamic shapes (and ``precision``), as a Prepared."""
+    import torch
+
+    import braze
+    m = braze.compile(module, example_inputs=example_inputs or zm.example_inputs(),
+                      dynamic_shapes=zm.dynamic_shapes, precision=precision)
+
+    def run(args):
+        with torch.no_grad():
+            return m(*args)
+
+    def first_output(out):
+        import numpy as np
+        from braze.zoo import first_output as fo
+        o = fo(out)
+        return o.detach().float().numpy() if hasattr(o, "detach") else np.asarray(o, np.float32)
+    info = {"precision": m.module.precision.get("policy", "fp32")} if precision else {}
+    return Prepared(run=run, convert=convert, first_output=first_output, info=info)
 
 
 class BrazePlugin(Backend):
@@ -452,11 +463,119 @@ class BrazeReference(Backend):
         return Prepared(run=run, convert=lambda inputs: [x.numpy() for x in inputs], first_output=first_output)
 
 
+# ---------------------------------------------------------------------------
+# 16-bit rows (issue 23): off by default; `--backends` names them, `--precision bf16` adds them
+# ---------------------------------------------------------------------------
+
+
+def half_module(zm, dtype: str):
+    """A copy of the zoo model cast to ``dtype`` (the zoo's own module stays float32: the worker's
+    eager reference is computed from it)."""
+    import copy
+
+    import torch
+    return copy.deepcopy(zm.module).to(getattr(torch, dtype)).eval()
+
+
+def half_inputs(inputs, dtype: str):
+    """The float inputs cast to ``dtype``; token ids and masks as they are."""
+    import torch
+    return tuple(x.to(getattr(torch, dtype)) if x.is_floating_point() else x for x in inputs)
+
+
+def _float_first_output(out):
+    from braze.zoo import first_output
+    return first_output(out).detach().float().numpy()
+
+
+class EagerBf16(Backend):
+    name = "eager-bf16"
+    label = "PyTorch eager bf16"
+    description = "the nn.Module cast with .to(torch.bfloat16), inputs too, under torch.no_grad()"
+    default = False
+    precision = "bf16 model"
+
+    def prepare(self, zm, cache_dir, threads):
+        import torch
+        m = half_module(zm, "bfloat16")
+
+        def run(args):
+            with torch.no_grad():
+                return m(*args)
+        return Prepared(run=run, convert=lambda x: half_inputs(x, "bfloat16"), first_output=_float_first_output)
+
+
+class InductorBf16(Backend):
+    name = "inductor-bf16"
+    label = "torch.compile+freezing bf16"
+    description = ("the bf16 model (as 'eager-bf16') through torch.compile(backend='inductor', dynamic=True) with "
+                   "freezing: inductor's fastest CPU configuration")
+    default = False
+    warm_cache = True
+    precision = "bf16 model"
+
+    def prepare(self, zm, cache_dir, threads):
+        import torch
+        import torch._inductor.config as icfg
+        icfg.freezing = True
+        compiled = torch.compile(half_module(zm, "bfloat16"), backend="inductor", dynamic=True)
+
+        def run(args):
+            with torch.no_grad():
+                return compiled(*args)
+        return Prepared(run=run, convert=lambda x: half_inputs(x, "bfloat16"), first_output=_float_first_output,
+                        info={"freezing": True, "torch_compile": "backend=inductor, dynamic=True"})
+
+    def compile_counts(self):
+        return {"dynamo_graphs": _dynamo_graphs()}
+
+
+class OpenVINODefault(OpenVINO):
+    name = "openvino-default"
+    label = "OpenVINO default precision"
+    description = ("as 'openvino' without INFERENCE_PRECISION_HINT: the CPU plugin's default, bf16 where the CPU "
+                   "has AVX512_BF16 or AMX, else f32 (the results' info says which it took)")
+    default = False
+    precision_hint = None
+    precision = "plugin default"
+
+
+class BrazeBf16(Braze):
+    name = "braze-bf16"
+    label = "braze precision=bf16"
+    description = ("as 'braze', with precision='bf16': GEMMs, batched matmuls and convolutions in bfloat16 with "
+                   "float32 accumulation, everything else float32 (docs/precision.md); on a CPU without bf16 "
+                   "GEMMs braze warns and compiles float32")
+    default = False
+    precision = "bf16 policy"
+
+    def prepare(self, zm, cache_dir, threads):
+        return _braze_prepared(zm, zm.module, lambda x: x, precision="bf16")
+
+
+class BrazeBf16Model(Braze):
+    name = "braze-bf16-model"
+    label = "braze bf16 model"
+    description = "braze.compile of the bf16 model (as 'eager-bf16'), bf16 inputs"
+    default = False
+    precision = "bf16 model"
+
+    def prepare(self, zm, cache_dir, threads):
+        import torch
+        ex = half_inputs(zm.example_inputs(), "bfloat16")
+        return _braze_prepared(zm, half_module(zm, "bfloat16"), lambda x: half_inputs(x, "bfloat16"),
+                               example_inputs=ex, dtype=torch.bfloat16)
+
+
 BACKENDS: dict[str, Backend] = {b.name: b for b in
                                 (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OpenVINO(), TVM(),
-                                 Braze(), BrazePlugin(), BrazeReference())}
+                                 Braze(), BrazePlugin(), BrazeReference(), EagerBf16(), InductorBf16(),
+                                 OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]
-PEERS = [n for n in BACKENDS if not n.startswith("braze")]
+PEERS = [n for n, b in BACKENDS.items() if not n.startswith("braze") and b.precision == "fp32"]
+# the 16-bit rows: braze-bf16 is compared with these (and with braze's float32)
+HALF_PEERS = [n for n, b in BACKENDS.items() if not n.startswith("braze") and b.precision != "fp32"]
+HALF_BACKENDS = [n for n, b in BACKENDS.items() if b.precision != "fp32"]
 
 
 def get(name: str) -> Backend:

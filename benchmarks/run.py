@@ -277,7 +277,8 @@ def _machine(threads: int) -> dict:
                 flags = line.split(":", 1)[1].split()
     except OSError:
         cpu = platform.processor() or None
-    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
+    isa = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile",
+                       "amx_bf16", "amx_fp16") if f in flags]
     try:
         load = list(os.getloadavg())
     except OSError:
@@ -439,9 +440,12 @@ def table_rows(doc):
     plugin_refs = [b for b in ("braze", "eager", "inductor-freezing") if b in backends] \
         if "braze-plugin" in backends else []
     headers = ["model", "shape"] + [f"{b} ms" for b in backends]
+    # the bf16 policy against braze's float32 and the 16-bit peers
+    half_refs = [b for b in ["braze", *B.HALF_PEERS] if b in backends] if "braze-bf16" in backends else []
     if has_braze:
         headers += [f"braze/{p}" for p in peers]
     headers += [f"plugin/{p}" for p in plugin_refs]
+    headers += [f"braze-bf16/{p}" for p in half_refs]
     rows, grid = _grid(doc)
     limits = {(e["model"], s["shape"], e["backend"]): _limit_cell(s, doc["machine"]) for e in doc["results"]
               for s in e["shapes"] if "gbs" in s or "gflops" in s}
@@ -454,8 +458,10 @@ def table_rows(doc):
         if has_braze:
             for p in peers:
                 r.append(f"{g['braze'] / g[p]:.2f}x" if "braze" in g and p in g else "—")
-        for p in plugin_refs:  # the headers' order: ratios, plugin ratios, then the machine limits
+        for p in plugin_refs:  # the headers' order: ratios, plugin ratios, bf16 ratios, then the machine limits
             r.append(f"{g['braze-plugin'] / g[p]:.2f}x" if "braze-plugin" in g and p in g else "—")
+        for p in half_refs:
+            r.append(f"{g['braze-bf16'] / g[p]:.2f}x" if "braze-bf16" in g and p in g else "—")
         if limits:
             best = min((p for p in peers if p in g), key=lambda p: g[p], default=None)
             r += [limits.get((*key, "braze"), "—"), f"{best}: {limits[(*key, best)]}" if (*key, best) in limits else "—"]
@@ -497,15 +503,15 @@ def _recompiles_cell(e) -> str:
 MICRO = ("chain_ln", "chain_rms", "block")  # fusion micro-benchmarks, reported apart from the real models
 
 
-def best_peer_geomean(doc, models=None) -> tuple[float, int] | None:
-    """Geometric mean over every point braze and a peer both ran of (best peer time / braze time):
+def best_peer_geomean(doc, models=None, ours="braze", peers=None) -> tuple[float, int] | None:
+    """Geometric mean over every point ``ours`` and a peer both ran of (best peer time / our time):
     above 1, braze is faster than the best peer on average; and the number of points. ``models``:
-    only these models' points."""
+    only these models' points; ``peers``: default the float32 peers."""
     import math
-    peers = [b for b in doc["config"]["backends"] if b in B.PEERS]
+    peers = [b for b in doc["config"]["backends"] if b in (B.PEERS if peers is None else peers)]
     rows, grid = _grid(doc)
-    logs = [math.log(min(grid[k][p] for p in peers if p in grid[k]) / grid[k]["braze"]) for k in rows
-            if "braze" in grid[k] and any(p in grid[k] for p in peers) and (models is None or k[0] in models)]
+    logs = [math.log(min(grid[k][p] for p in peers if p in grid[k]) / grid[k][ours]) for k in rows
+            if ours in grid[k] and any(p in grid[k] for p in peers) and (models is None or k[0] in models)]
     return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else None
 
 
@@ -519,6 +525,10 @@ def notes(doc) -> list[str]:
         if gm and (models is None or 0 < len(models) < len(ran)):
             lines.append(f"geometric mean of best peer time / braze time over {gm[1]} points{label}: {gm[0]:.2f} "
                          "(above 1: braze is faster)")
+    half = best_peer_geomean(doc, ran - set(MICRO), "braze-bf16", B.HALF_PEERS)
+    if half:
+        lines.append(f"geometric mean of best 16-bit peer time / braze-bf16 time over {half[1]} points (real models): "
+                     f"{half[0]:.2f} (above 1: braze is faster)")
     out[:0] = lines
     for e in doc["results"]:
         if e["status"] not in ("ok",) and e.get("reason"):
@@ -542,6 +552,11 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
     live_weights): ``measure(name, shapes, min_time)`` per model, then ``stem``.json and .md."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(default_models), help="comma-separated zoo models")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16 adds the 16-bit rows (%s): braze's bf16 policy and bf16 model against eager and "
+                         "inductor on the bf16 model and OpenVINO at its default precision. They run bf16 only where "
+                         "the CPU has AVX512_BF16 or AMX; the machine line names the CPU's features"
+                         % ",".join(B.HALF_BACKENDS))
     ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
     ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
     ap.add_argument("--min-time", type=float, default=default_min_time, help="seconds of interleaved calls per shape")
@@ -649,6 +664,11 @@ def build_parser():
     ap.add_argument("--backends", type=_list("backend", list(B.BACKENDS)), default=list(B.DEFAULT_BACKENDS),
                     help="comma-separated backends (default: %s). " % ",".join(B.DEFAULT_BACKENDS)
                     + " ".join(f"{n}: {b.description}." for n, b in B.BACKENDS.items()))
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16 adds the 16-bit rows (%s): braze's bf16 policy and bf16 model against eager and "
+                         "inductor on the bf16 model and OpenVINO at its default precision. They run bf16 only where "
+                         "the CPU has AVX512_BF16 or AMX; the machine line names the CPU's features"
+                         % ",".join(B.HALF_BACKENDS))
     ap.add_argument("--shapes", choices=list(SHAPES), default="full",
                     help="shape set: full (4 per model, ~20 min for everything on 2 cores), quick (2 small "
                          "ones per model), tiny (1 small one per model, for smoke tests)")
@@ -684,6 +704,8 @@ def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     if a.worker:
         return worker(a)
+    if a.precision == "bf16":
+        a.backends += [b for b in B.HALF_BACKENDS if b not in a.backends]
     say = lambda m: print(m, flush=True)  # noqa: E731
     say(f"braze benchmarks: models {','.join(a.models)}; backends {','.join(a.backends)}; shapes {a.shapes}; "
         f"{a.threads} threads")

@@ -163,7 +163,7 @@ class CompiledModel:
 
 
 def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | None = None,
-            options: Options | None = None) -> CompiledModel:
+            precision: str | None = None, options: Options | None = None) -> CompiledModel:
     """Compile ``model`` once for every shape its symbolic dims allow.
 
     ``model``: a ``torch.nn.Module`` (exported with torch.export; ``dynamic_shapes``
@@ -172,6 +172,9 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     ``dynamic_shapes`` gives back; ``.braze`` IR text), an ONNX ``ModelProto`` or
     bytes, or a braze IR Module.
     ``threads``: OpenMP threads for the native code (default: the runtime's).
+    ``precision``: "fp32", "bf16" or "fp16": the dtype a float32 model's GEMMs, batched matmuls
+    and convolutions compute in (default: the options', else ``BRAZE_PRECISION``, else fp32;
+    docs/precision.md). A 16-bit model computes in its own dtype whatever this says.
     ``options``: settings (default: ``Options.from_env()``); its ``cache_dir`` is
     where the library is cached, passed down explicitly (the environment is
     never changed, so threads compiling at once keep their own settings).
@@ -183,6 +186,8 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     opts = options if options is not None else Options.from_env()
     if threads is not None:
         opts = opts.replace(threads=threads)
+    if precision is not None:
+        opts = opts.replace(precision=precision)
     _logging.enable_debug_output(opts.debug)
     _log.info("compiling %s", _describe(model))
     timings: dict[str, float] = {}

@@ -13,6 +13,10 @@
   default). braze.compile hands ``cache_dir`` to the C compiler driver
   explicitly; nothing sets the environment.
 * ``BRAZE_THREADS``: threads for native code (None: the runtime decides).
+* ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
+  matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
+* ``BRAZE_PRECISION_KEEP``: comma-separated op names (``matmul``) or module paths (``lm_head``,
+  ``encoder.layer.0``) whose products stay float32 under a 16-bit policy.
 
 README.md's table lists every environment variable braze reads.
 """
@@ -23,6 +27,9 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Mapping
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def _int_env(env, key, default):
@@ -42,6 +49,21 @@ class Options:
     debug: int = 0
     dump_dir: str | None = None
     cache_dir: str | None = None
+    precision: str = "fp32"
+    # op names or module paths whose GEMMs / convolutions stay float32 under a 16-bit policy
+    precision_keep: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        from .errors import BrazeError
+        if self.precision not in PRECISIONS:
+            raise BrazeError(f"precision={self.precision!r} is not one of {', '.join(PRECISIONS)}",
+                             hint="fp32 computes everything in float32; bf16 / fp16 run GEMMs, batched matmuls and "
+                                  "convolutions in 16 bits (docs/precision.md)")
+        keep = self.precision_keep
+        if isinstance(keep, str) or not all(isinstance(k, str) and k.strip() for k in keep):
+            raise BrazeError(f"precision_keep={keep!r} must be a list of op names or module paths",
+                             hint='for example precision_keep=("lm_head", "matmul")')
+        object.__setattr__(self, "precision_keep", tuple(k.strip() for k in keep))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "Options":
@@ -49,7 +71,9 @@ class Options:
         opts = cls(threads=_int_env(env, "BRAZE_THREADS", None),
                    debug=_int_env(env, "BRAZE_DEBUG", 0),
                    dump_dir=(env.get("BRAZE_DUMP") or "").strip() or None,
-                   cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None)
+                   cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None,
+                   precision=(env.get("BRAZE_PRECISION") or "").strip().lower() or "fp32",
+                   precision_keep=tuple(k for k in (env.get("BRAZE_PRECISION_KEEP") or "").split(",") if k.strip()))
         return opts.replace(**overrides) if overrides else opts
 
     def replace(self, **changes) -> "Options":

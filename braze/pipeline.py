@@ -28,7 +28,7 @@ from .instruments import Instrument, LogReports, PassTimer, PrintAfter, RuleCoun
 from .ir.graph import Module
 from .options import Options
 from .passes import (assign_memory, canonicalize, channels_last, constant_fold, copy_module, cse, dce, decompose,
-                     fuse, recognize_patterns)
+                     fuse, precision, recognize_patterns)
 from .passes.offload import offload
 from .passes.common import top_functions
 
@@ -39,10 +39,11 @@ _log = _logging.get("pipeline")
 # canonicalize first so folding and CSE see the simplest form; channels_last after
 # batch norms are folded into convs (its permute pairs cancel in the next canonicalize);
 # decompose after the clean-up (sdpa's pieces then get canonicalized and CSE'd: one mask
-# per model, not one per layer); fuse, then offload the library calls' post-ops, drop what
-# that made dead, and plan the arena.
+# per model, not one per layer); precision after decompose (attention's products are matmuls
+# by then), its casts of constant weights folded right after; fuse, then offload the library
+# calls' post-ops, drop what that made dead, and plan the arena.
 GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose,
-                            canonicalize, cse, dce, fuse, offload, dce, assign_memory]
+                            precision, canonicalize, constant_fold, cse, dce, fuse, offload, dce, assign_memory]
 CPU_PASSES = GRAPH_PASSES  # the name the graph-pass list had before kernel stages joined it
 
 
@@ -164,9 +165,26 @@ def compile_to_c(module: Module, isa, options: Options | None = None, copy: bool
     module after the graph passes."""
     opts, hooks = _hooks(options, None, instruments)
     m = copy_module(module) if copy else module
+    m.precision = target_precision(opts.precision, isa, opts.precision_keep)
     for h in hooks:
         h.start(m)
     return _finish(m, None, 1, isa, opts, hooks)
+
+
+def target_precision(policy: str, isa, keep: tuple[str, ...] = ()) -> dict:
+    """The module's ``precision`` block for this policy on this CPU (passes/precision.py). A 16-bit
+    policy the library does not run natively here compiles float32, with a warning."""
+    from .passes.precision import POLICY_DTYPES, library_dtypes
+    library = library_dtypes(isa.host_features)
+    if POLICY_DTYPES[policy].name not in library:
+        feature = {"bf16": "AVX512_BF16 or AMX-BF16", "fp16": "AVX512_FP16 or AMX-FP16"}[policy]
+        warnings.warn(BrazeWarning(f"precision={policy!r}: this CPU has no {feature}, so its {policy} GEMMs and "
+                                   f"convolutions would be slower than float32; compiling float32"))
+        policy = "fp32"
+    out = {"policy": policy, "library": library}
+    if keep and policy != "fp32":
+        out["keep"] = tuple(keep)
+    return out
 
 
 def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, hooks):

@@ -206,11 +206,24 @@ def _conv_bn():
     return ConvBN()
 
 
-def sweep_one(name: str, tol: float = 1e-4) -> dict:
+# a 16-bit run's error bound is max(floor, twice eager's own error), of the largest output
+HALF_FLOOR = {"bfloat16": 0.02, "float16": 0.005}
+
+
+def sweep_one(name: str, tol: float = 1e-4, dtype: str | None = None, precision: str | None = None) -> dict:
     """Run architecture ``name`` under ``torch.compile(backend="braze", dynamic=True)`` at its
     shapes, against eager; per shape: libraries built or loaded so far, dynamo's graphs so far,
     native calls, max |error| / max |eager| (what ``scripts/plugin_sweep.py`` reports). An
-    exception out of the compiled call is recorded, not raised."""
+    exception out of the compiled call is recorded, not raised.
+
+    ``dtype`` ("bfloat16", "float16"): the model and its float inputs cast to it, compared with
+    eager in that dtype. ``precision`` ("bf16", "fp16"): the plug-in's policy on the float32
+    model, compared with float32 eager. Either way a shape's bound (its ``tol``) is
+    max(HALF_FLOOR, twice eager's own error against float32: the model's, at the same rounded
+    weights, or torch.autocast's), and ``argmax_agree`` is the share of the positions float32
+    decides by more than that bound where the argmax over the last dim agrees with float32's."""
+    import copy
+    import contextlib
     import warnings
 
     import torch
@@ -219,28 +232,63 @@ def sweep_one(name: str, tol: float = 1e-4) -> dict:
     from .errors import BrazeWarning
     from .testing import NativeCalls, rel_error
     arch = build(name)
-    c = torch.compile(arch.module, backend="braze", dynamic=True)
+    low = dtype or {"bf16": "bfloat16", "fp16": "float16"}.get(precision or "")
+    half = getattr(torch, low) if low else None
+    model = copy.deepcopy(arch.module).to(half) if dtype else arch.module
+    fp32 = copy.deepcopy(model).float() if dtype else arch.module  # float32 at the (rounded) weights
+
+    def cast(args):
+        return tuple(a.to(half) if dtype and a.is_floating_point() else a for a in args)
+
+    c = torch.compile(model, backend="braze", dynamic=True, options={"precision": precision} if precision else None)
     rows, messages = [], []
-    rec = {"arch": name, "kind": arch.kind, "shapes": rows, "warnings": messages, "tol": tol}
+    rec = {"arch": name, "kind": arch.kind, "shapes": rows, "warnings": messages, "tol": tol, "dtype": dtype,
+           "precision": precision}
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught, NativeCalls() as calls:
         warnings.simplefilter("always")
         for shape in arch.shapes:
             args = arch.make_inputs(shape)
             before = calls.count
             try:
-                got = first_tensor(c(*args))
+                got = first_tensor(c(*cast(args))).float()
             except Exception as e:  # noqa: BLE001 -- what escaped the backend is the finding
                 rec["error"] = f"at {shape}: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
                 break
-            want = first_tensor(arch.module(*args))
+            row = {"shape": list(shape)}
+            if low:
+                exact = first_tensor(fp32(*args)).float()
+                autocast = torch.autocast("cpu", dtype=half) if precision else contextlib.nullcontext()
+                with autocast:
+                    eager = first_tensor(model(*cast(args))).float()
+                row["eager_rel_error"] = rel_error(eager.numpy(), exact.numpy())
+                row["tol"] = max(HALF_FLOOR[low], 2 * row["eager_rel_error"])
+                want = exact if precision else eager
+                row["argmax_agree"] = _argmax_agreement(got, exact, row["tol"])
+            else:
+                want = first_tensor(arch.module(*args))
             s = stats()
-            rows.append({"shape": list(shape), "libraries": s["native_compiles"] + s["cache_hits"],
-                         "dynamo_graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"]),
-                         "native_calls": calls.count - before, "rel_error": rel_error(got.numpy(), want.numpy())})
+            row.update({"libraries": s["native_compiles"] + s["cache_hits"],
+                        "dynamo_graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"]),
+                        "native_calls": calls.count - before, "rel_error": rel_error(got.numpy(), want.numpy())})
+            rows.append(row)
     for w in caught:
         if issubclass(w.category, BrazeWarning) and str(w.message) not in messages:
             messages.append(str(w.message))
     return rec
+
+
+def _argmax_agreement(got, exact, tol: float) -> float:
+    """Share of the rows (over the last dim) that ``exact`` decides by more than tol x its largest
+    magnitude where got's argmax is exact's (1.0 when none is decided)."""
+    import torch
+    if exact.dim() == 0 or exact.shape[-1] < 2:
+        return 1.0
+    top2 = exact.topk(2, dim=-1).values
+    decided = (top2[..., 0] - top2[..., 1]) > tol * exact.abs().max()
+    if not bool(decided.any()):
+        return 1.0
+    same = got.argmax(-1) == exact.argmax(-1)
+    return float(same[decided].float().mean())
 
 
 def verdict(rec: dict) -> str:
@@ -249,7 +297,7 @@ def verdict(rec: dict) -> str:
     if "error" in rec:
         return "exception"
     rows = rec["shapes"]
-    if any(r["rel_error"] > rec.get("tol", 1e-4) for r in rows):
+    if any(r["rel_error"] > r.get("tol", rec.get("tol", 1e-4)) or r.get("argmax_agree", 1.0) < 0.99 for r in rows):
         return "wrong"
     if len(rows) > 2 and rows[-1]["libraries"] > rows[1]["libraries"]:
         return "late library"

@@ -108,7 +108,7 @@ def table(summary) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dtype", choices=sw.DTYPES, action="append", help="default: both")
+    ap.add_argument("--dtype", choices=sw.DTYPES, action="append", help="default: every one (%s)" % ", ".join(sw.DTYPES))
     ap.add_argument("--op", action="append", help="op id or glob (e.g. 'add', 'nn.functional.*'); repeatable")
     ap.add_argument("--limit", type=int, default=None, help="first N samples per op (default: all)")
     ap.add_argument("--sample", type=int, default=None, help="only this sample index (with --op)")

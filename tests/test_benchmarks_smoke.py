@@ -131,3 +131,23 @@ def test_live_weights_writes_its_table(tmp_path):
     assert row["rounds"] >= 8
     assert row["live_ms"] > 0 and row["frozen_ms"] > 0
     assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
+
+
+def test_bf16_rows_run_and_are_compared_among_themselves(tmp_path):
+    """--precision bf16 adds the 16-bit rows; each runs (bf16 where the CPU has it, else braze
+    warns and compiles float32); braze-bf16 is compared with braze and the 16-bit peers."""
+    from benchmarks import backends as B
+    from benchmarks import run
+    backends = "eager,braze-bf16,braze-bf16-model,eager-bf16"
+    p = _run(["--models", "mlp", "--backends", backends, "--shapes", "tiny", "--repeat", "2", "--min-time", "0",
+              "--threads", "1", "--out", str(tmp_path)], timeout=400)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "latest.json").read_text())
+    by_backend = {r["backend"]: r for r in doc["results"]}
+    for name in backends.split(","):
+        r = by_backend[name]
+        assert r["status"] == "ok", (name, r.get("reason"))
+        assert r["shapes"][0]["max_rel_err"] < (0.05 if B.BACKENDS[name].precision != "fp32" else 1e-4), name
+    headers, body = run.table_rows(doc)
+    assert "braze-bf16/eager-bf16" in headers and "braze/eager-bf16" not in headers
+    assert all(c.endswith("x") for c in body[0][headers.index("braze-bf16/eager-bf16"):][:1])

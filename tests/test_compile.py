@@ -491,15 +491,19 @@ def test_vit_attention_with_unbound_qkv_and_a_residual_on_pv():
             torch.testing.assert_close(m(x), net(x), rtol=1e-5, atol=1e-5)
 
 
-def test_native_limits_are_unsupported_op_errors():
-    """What the native backend does not do yet (a float16 GEMM) is an UnsupportedOpError that
-    names the op and the dtype, not a bare BrazeError. (An integer matmul, a conv by a weight
-    computed at run time and float16 elementwise kernels were ones; they run now.)"""
-    from braze.errors import UnsupportedOpError
+def test_a_float16_gemm_compiles_in_the_dtype_the_cpu_runs():
+    """A float16 GEMM (once an UnsupportedOpError) compiles: in float16 where oneDNN runs it
+    natively, else widened to float32 and rounded once; either way within float16's rounding of
+    the exact product, in float16."""
     b = Builder()
     b.ret(b.op("linear", [b.param("x", tensor("f16", 4, 8)), b.param("w", tensor("f16", 3, 8))]))
-    with pytest.raises(UnsupportedOpError, match="linear on float16 is not supported natively yet"):
-        braze.compile(b.module)
+    m = braze.compile(b.module)
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal(s).astype(np.float16) for s in ((4, 8), (3, 8)))
+    got = m(x, w)
+    assert got.dtype == np.float16
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2.0 ** -10, atol=1e-3)
 
 
 def test_a_conv_and_a_linear_by_weights_given_at_each_call(rng):

@@ -20,6 +20,14 @@ from braze.pipeline import compile_to_c, resume_c, stage_names
 ISA = detect_isa()
 
 
+def stage(name: str, ext: str = ".braze", index: int | None = None) -> str:
+    """The dump file of the pipeline stage called ``name`` (its first one), numbered as the
+    pipeline numbers it, so the tests do not break when a pass joins the list; ``index``: another
+    number, for the tests that make a wrong file."""
+    n = stage_names().index(name) + 1 if index is None else index
+    return f"{n:02d}_{name}{ext}"
+
+
 def stage_files(d) -> list[str]:
     return sorted(f for f in os.listdir(d) if f[:2].isdigit() and f.endswith((".braze", ".loop")))
 
@@ -54,7 +62,7 @@ def test_every_stage_resumes_to_the_same_c_and_results(tiny, name, tmp_path):
     direct = braze.compile(module)
     x = [t.numpy() for t in example]
     want = direct(*x)
-    for f in ("14_assign_memory.braze", "17_collapse.loop"):  # through the Python API, built and run
+    for f in (stage("assign_memory"), stage("collapse", ".loop")):  # through the Python API, built and run
         got = braze.resume(tmp_path / f)(*x)
         for a, b in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
             np.testing.assert_array_equal(a, b)
@@ -76,12 +84,12 @@ def test_cli_resume_checks_against_the_dumped_c(tiny, tmp_path):
     compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
     run = lambda *a: subprocess.run([sys.executable, "-m", "braze.cli", "resume", *a], capture_output=True,
                                     text=True)
-    r = run(str(tmp_path / "12_offload.braze"), "--check", str(tmp_path / "model.c"), "-o", str(tmp_path / "x.c"))
+    r = run(str(tmp_path / stage("offload")), "--check", str(tmp_path / "model.c"), "-o", str(tmp_path / "x.c"))
     assert r.returncode == 0, r.stderr
     assert "ran dce, assign_memory, lower" in r.stdout and "identical to" in r.stdout
     assert (tmp_path / "x.c").read_text() == (tmp_path / "model.c").read_text()
     # an edited stage is a new repro: take the vector loops out and the C changes
-    loop = tmp_path / "22_vectorize.loop"
+    loop = tmp_path / stage("vectorize", ".loop")
     loop.write_text(loop.read_text().replace("vector for", "for"))
     r = run(str(loop), "--check", str(tmp_path / "model.c"))
     assert r.returncode == 1 and "DIFFERS" in r.stdout
@@ -92,18 +100,19 @@ def test_bad_stage_files_are_clear_errors(tiny, tmp_path):
     compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
     with pytest.raises(BrazeError, match="not a stage file"):
         resume_c(tmp_path / "fusion.txt", ISA)
-    wrong = tmp_path / "12_fuse.braze"  # stage 12 is offload: a dump of another braze
-    wrong.write_text((tmp_path / "11_fuse.braze").read_text())
-    with pytest.raises(BrazeError, match="stage 12 is '12_offload.braze'"):
+    off = stage_names().index("offload") + 1
+    wrong = tmp_path / stage("fuse", index=off)  # that number is offload's: a dump of another braze
+    wrong.write_text((tmp_path / stage("fuse")).read_text())
+    with pytest.raises(BrazeError, match=f"stage {off} is '{stage('offload')}'"):
         resume_c(wrong, ISA)
-    wrong = tmp_path / "15_lower.braze"  # lower's output is loop IR
-    wrong.write_text((tmp_path / "14_assign_memory.braze").read_text())
-    with pytest.raises(BrazeError, match="stage 15 is '15_lower.loop'"):
+    wrong = tmp_path / stage("lower")  # lower's output is loop IR
+    wrong.write_text((tmp_path / stage("assign_memory")).read_text())
+    with pytest.raises(BrazeError, match=f"stage {stage_names().index('lower') + 1} is '{stage('lower', '.loop')}'"):
         resume_c(wrong, ISA)
     for f in (tmp_path / "constants").iterdir():
         f.unlink()
     with pytest.raises(BrazeError, match="is not in the dump") as e:
-        resume_c(tmp_path / "14_assign_memory.braze", ISA)
+        resume_c(tmp_path / stage("assign_memory"), ISA)
     assert "constants/" in e.value.hint
 
 
@@ -111,7 +120,7 @@ def test_resuming_into_its_own_dump_directory_leaves_it_alone(tiny, tmp_path):
     module, _ = tiny["cnn"]
     native, _ = compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
     before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
-    resume_c(tmp_path / "12_offload.braze", ISA, options=Options(dump_dir=str(tmp_path)))
+    resume_c(tmp_path / stage("offload"), ISA, options=Options(dump_dir=str(tmp_path)))
     assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before
 
 
@@ -123,8 +132,8 @@ def test_a_dump_records_its_target_and_a_resume_for_another_says_so(tiny, tmp_pa
     target = json.loads((tmp_path / "target.json").read_text())
     assert target == {"isa": ISA.name, "profile": True}
     # per-kernel counters were compiled in: the resume does so too, and matches
-    assert resume_c(tmp_path / "14_assign_memory.braze", ISA, options=Options())[0].source == \
+    assert resume_c(tmp_path / stage("assign_memory"), ISA, options=Options())[0].source == \
         (tmp_path / "model.c").read_text()
     (tmp_path / "target.json").write_text(json.dumps({"isa": "other", "profile": True}))
     with pytest.warns(BrazeWarning, match="compiled for the other ISA"):
-        resume_c(tmp_path / "14_assign_memory.braze", ISA, options=Options())
+        resume_c(tmp_path / stage("assign_memory"), ISA, options=Options())

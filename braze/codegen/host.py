@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from ..errors import BrazeError, UnsupportedOpError
 from ..ir import loop as L
 from ..ir import sym as S
+from ..ir.constant import ConstantRef
 from ..ir.graph import Function, Module, Node
+from ..ir.types import DType
 from ..ops.conv import pads4
 from ..passes.common import top_functions
 from ..passes.offload import ANCHORS, VIEW_OPS
@@ -67,17 +69,26 @@ class HostGen:
             self.const_index[name] = len(self.const_index)
         return f"M->c[{self.const_index[name]}]"
 
-    def pack_b(self, wname: str, n, k, transposed: int) -> str:
-        """A packed weight handle, created once per instance in braze_create."""
+    def pack_b(self, wname: str, n, k, transposed: int, dt: int = 0) -> str:
+        """A packed weight handle, created once per instance in braze_create; dt: the dtype code it is
+        packed in (the constant's own dtype is the module's)."""
         if S.is_symbolic(n) or S.is_symbolic(k):
             raise BrazeError(f"weight @{wname} has a symbolic shape [{n}, {k}]; constant weights must be static")
         h = f"M->pb[{len(self.packed_b)}]"
         self.packed_b.append(h)
-        self.init_lines.append(f"{h} = braze_pack_b_err((const float *){self.const(wname)}, {n}, {k}, {transposed}, "
-                               f"err, errlen); if (!{h}) goto fail;")
+        w_dt = self._const_dt(wname)
+        call = (f"braze_pack_b_typed({self.const(wname)}, {w_dt}, {dt}, {n}, {k}, {transposed}, err, errlen)"
+                if dt or w_dt else
+                f"braze_pack_b_err((const float *){self.const(wname)}, {n}, {k}, {transposed}, err, errlen)")
+        self.init_lines.append(f"{h} = {call}; if (!{h}) goto fail;")
         return h
 
-    def pack_conv(self, wname: str | None, w_shape, groups, stride, pad, dil, layout: int = 0) -> str:
+    def _const_dt(self, wname: str) -> int:
+        c = self.module.constants[wname]
+        dt = c.type.dtype if isinstance(c, ConstantRef) else DType.from_numpy(c.dtype)
+        return _DT_CODES[dt]
+
+    def pack_conv(self, wname: str | None, w_shape, groups, stride, pad, dil, layout: int = 0, dt: int = 0) -> str:
         """A conv handle made once per instance: the constant ``wname`` prepacked, or (None) the
         geometry alone, for weights read at each call. pad: (top, left, bottom, right)."""
         h = f"M->pc[{len(self.packed_conv)}]"
@@ -87,8 +98,14 @@ class HostGen:
             raise BrazeError(f"a conv weight has a symbolic shape {list(w_shape)}; conv weights must be static")
         geometry = (f"{oc}, {icg * groups}, {kh}, {kw}, {groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, "
                     f"{pad[2]}, {pad[3]}, {dil[0]}, {dil[1]}, {layout}, err, errlen")
-        call = (f"braze_pack_conv_weights((const float *){self.const(wname)}, {geometry})" if wname is not None
-                else f"braze_conv_geometry({geometry})")
+        w_dt = self._const_dt(wname) if wname is not None else dt
+        if wname is None:
+            call = f"braze_conv_geometry_typed({dt}, {geometry})" if dt else f"braze_conv_geometry({geometry})"
+        elif dt or w_dt:
+            call = f"braze_pack_conv_typed({self.const(wname)}, {w_dt}, {dt}, {geometry})"
+        else:
+            call = f"braze_pack_conv_weights((const float *){self.const(wname)}, {geometry})"
+
         self.init_lines.append(f"{h} = {call}; if (!{h}) goto fail;")
         return h
 
@@ -352,8 +369,10 @@ class _EntryWriter:
             cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]
         bias = residual = None
         act = 0
+        bias_dt = DType.float32
         if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
             bias = cptr[id(anchor.inputs[2])]
+            bias_dt = anchor.inputs[2].dtype
         todo = list(post_ops)
         chain = anchor.outputs[0]
         for m in nodes[anchor_i + 1:]:  # views only rename the result; each other node is the next post-op
@@ -369,15 +388,17 @@ class _EntryWriter:
                     act = ACTIVATION_CODES[op]
                 elif op == "bias":
                     bias = cptr[id(other)]
+                    bias_dt = other.dtype
                 else:
                     residual = cptr[id(other)]
             chain = m.outputs[0]
         if todo:
             raise BrazeError(f"@{callee.name} lacks the nodes of its post_ops {todo}",
                              hint="this is a braze bug; please report it")
-        self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]))
+        self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]),
+                           _types(anchor.inputs[0].dtype, n.outputs[0].dtype, bias_dt))
 
-    def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst) -> None:
+    def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst, types: str) -> None:
         self.gen.uses_library = True
         e = "err, errlen"
         bias = f"(const float *){bias}" if bias else "NULL"
@@ -385,19 +406,21 @@ class _EntryWriter:
         x = a.inputs[0]
         w = a.inputs[1]
         wconst = const_of.get(id(w))  # None: a weight read at this call (plug-in mode's live weights)
+        wdt = _DT_CODES[x.dtype]  # the library's operand dtype (offload checked x and w agree)
+        act_t = f"{act} | {types}" if types else act  # the GEMM and conv calls take the dtypes in act
         if a.op == "conv2d":
             nhwc = a.attrs.get("layout") == "nhwc"
             h = self.gen.pack_conv(wconst, w.shape, a.attrs["groups"], a.attrs["stride"],
-                                   pads4(a.attrs["padding"]), a.attrs["dilation"], layout=1 if nhwc else 0)
+                                   pads4(a.attrs["padding"]), a.attrs["dilation"], layout=1 if nhwc else 0, dt=wdt)
             y = a.outputs[0]
             hw = (1, 2) if nhwc else (2, 3)
             dims = (x.shape[0], x.shape[hw[0]], x.shape[hw[1]])
             self.prepares.append((f"braze_conv2d_prepare({', '.join(int_expr(d) for d in dims)}, {h}, "
-                                  f"{int(bias != 'NULL')}, {int(res != 'NULL')}, {act})",
+                                  f"{int(bias != 'NULL')}, {int(res != 'NULL')}, {act_t})",
                                   frozenset().union(*(S.free_syms(d) for d in dims))))
             fn, wt = ("braze_conv2d", "") if wconst is not None else ("braze_conv2d_w", f"(const float *){cptr[id(w)]}, ")
             self.emit(f"if ({fn}({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, "
-                      f"{int_expr(x.shape[hw[1]])}, (const float *){cptr[id(x)]}, {h}, {wt}{bias}, {res}, {act}, "
+                      f"{int_expr(x.shape[hw[1]])}, (const float *){cptr[id(x)]}, {h}, {wt}{bias}, {res}, {act_t}, "
                       f"{int_expr(y.shape[hw[0]])}, {int_expr(y.shape[hw[1]])}, (float *){dst}, {e})) "
                       f"return BRAZE_ERR_INTERNAL;")
             return
@@ -406,10 +429,13 @@ class _EntryWriter:
             transposed = 1 if a.op == "linear" else 0
             N = w.shape[0] if transposed else w.shape[1]
             M = S.prod(x.shape[:-1])
-            epi = f"{bias}, {res}, {act}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
-            flags = f"{int(bias != 'NULL')}, {int(res != 'NULL')}, {act}"
+            epi = f"{bias}, {res}, {act_t}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
+            # the helper's residual kinds: 2 when the residual is the output (memory planning put
+            # them in one place: a sum post-op), so the prepared primitive is the one the call runs
+            has_res = 0 if res == "NULL" else 2 if residual == dst else 1
+            flags = f"{int(bias != 'NULL')}, {has_res}, {act_t}"
             if wconst is not None:
-                h = self.gen.pack_b(wconst, N, K, transposed)
+                h = self.gen.pack_b(wconst, N, K, transposed, dt=wdt)
                 self.prepares.append((f"braze_matmul_prepare({int_expr(M)}, {h}, {flags})", S.free_syms(M)))
                 self.emit(f"if (braze_matmul({int_expr(M)}, {int_expr(N)}, {int_expr(K)}, (const float *){cptr[id(x)]}, "
                           f"{h}, {epi}")
@@ -430,18 +456,32 @@ class _EntryWriter:
         M, N = xs[-2], ws[-1]
         args = (f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, 0, 1.0f, (float *){dst}, {e})) "
                 f"return BRAZE_ERR_INTERNAL;")
+        arr = lambda dims: "(const int64_t[]){" + ", ".join(int_expr(d) for d in dims) + "}"
         if len(ws) == 2:
-            batch, M = 1, S.prod(xs[:-1])
+            xb = wb = (1,)
+            M = S.prod(xs[:-1])
         else:
             xb, wb = _broadcast_batch(self.module.constraints, xs[:-2], ws[:-2], a)
-            if xb == wb:
-                batch = S.prod(xb)
-            else:
-                arr = lambda dims: "(const int64_t[]){" + ", ".join(int_expr(d) for d in dims) + "}"
-                self.emit(f"if (braze_batch_matmul_bcast({len(xb)}, {arr(xb)}, {arr(wb)}, {int_expr(M)}, "
-                          f"{int_expr(N)}, {int_expr(K)}, " + args)
-                return
-        self.emit(f"if (braze_batch_matmul({int_expr(batch)}, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, " + args)
+        types = _types(x.dtype, a.outputs[0].dtype)
+        if types:  # 16-bit operands or result (float32 models keep the calls below)
+            self.emit(f"if (braze_batch_matmul_typed({types}, {len(xb)}, {arr(xb)}, {arr(wb)}, {int_expr(M)}, "
+                      f"{int_expr(N)}, {int_expr(K)}, " + args)
+        elif xb != wb:
+            self.emit(f"if (braze_batch_matmul_bcast({len(xb)}, {arr(xb)}, {arr(wb)}, {int_expr(M)}, "
+                      f"{int_expr(N)}, {int_expr(K)}, " + args)
+        else:
+            self.emit(f"if (braze_batch_matmul({int_expr(S.prod(xb))}, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
+                      + args)
+
+
+# the helper's BRAZE_DT_* codes (braze_dnnl.h)
+_DT_CODES = {DType.float32: 0, DType.bfloat16: 1, DType.float16: 2}
+
+
+def _types(src: DType, dst: DType, bias: DType = DType.float32) -> str:
+    """The BRAZE_TYPES(...) word of a library call, or "" when everything is float32."""
+    codes = (_DT_CODES[src], _DT_CODES[dst], _DT_CODES[bias])
+    return f"BRAZE_TYPES({', '.join(map(str, codes))})" if any(codes) else ""
 
 
 def _broadcast_batch(store, xb, wb, node: Node):

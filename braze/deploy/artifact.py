@@ -168,6 +168,11 @@ def save(model, path) -> Path:
         "onednn_version": ".".join(map(str, onednn.locate().version or ())) or None if native.uses_library else None,
         "threads": model.options.threads,
         "isa": {"name": isa.name, "features": sorted(isa.features), "cflags": list(isa.cflags)},
+        # the precision policy and the dtypes oneDNN ran natively where it was compiled (a bf16 GEMM on a
+        # CPU without AVX512_BF16 still runs, on oneDNN's slower kernels)
+        "precision": {"policy": model.module.precision.get("policy", "fp32"),
+                      "library": list(model.module.precision.get("library", ("float32",))),
+                      "keep": list(model.module.precision.get("keep", ()))},
         "entry": entry,
         "inputs": [i.to_json() for i in model.inputs],
         "outputs": [o.to_json() for o in model.outputs],

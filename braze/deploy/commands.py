@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cmdline import UsageError
+from ..options import PRECISIONS, Options
 from .artifact import META
 
 
@@ -40,7 +41,10 @@ def cmd_compile(args) -> int:
     _progress(f"importing {args.model} ...")
     module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
     _progress(f"compiling ({time.perf_counter() - t0:.1f} s so far) ...")
-    cm = braze.compile(module, threads=args.threads)
+    opts = Options.from_env()
+    if args.precision_keep:
+        opts = opts.replace(precision_keep=tuple(k for k in args.precision_keep.split(",") if k.strip()))
+    cm = braze.compile(module, threads=args.threads, precision=args.precision, options=opts)
     _progress(f"saving to {out} ({time.perf_counter() - t0:.1f} s so far) ...")
     cm.save(out)
     print(f"wrote {out} in {time.perf_counter() - t0:.1f} s: ({', '.join(map(str, cm.inputs))}) -> "
@@ -54,6 +58,11 @@ def cmd_inspect_artifact(path: Path) -> int:
     print(f"  saved {meta.get('saved')} by braze {meta.get('braze_version')}, ABI {meta.get('abi_version')}, "
           f"oneDNN {meta.get('onednn_version') or 'not used'}")
     print(f"  ISA {meta['isa']['name']}: {' '.join(meta['isa']['features'])}")
+    if meta.get("precision"):
+        prec = meta["precision"]
+        keep = f", float32 kept for {', '.join(prec['keep'])}" if prec.get("keep") else ""
+        print(f"  precision {prec['policy']} (GEMMs in {', '.join(prec['library'])} natively where it was "
+              f"compiled{keep})")
     print("inputs:")
     for v in meta["inputs"]:
         print(f"  {v['name']}: {v['dtype']}[{', '.join(map(str, v['shape']))}]")
@@ -191,6 +200,14 @@ def add_parsers(sub, add_dim) -> None:
     add_dim(p)
     p.add_argument("--threads", type=int, metavar="N", help="OpenMP threads the model runs with (default: the "
                    "runtime's)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="the dtype GEMMs, batched matmuls and convolutions of a float32 model compute in: fp32, "
+                        "or bf16 / fp16 (about twice as fast where the CPU has AVX512_BF16 / AVX512_FP16 or AMX; "
+                        "the weights are saved in it; docs/precision.md). Default: BRAZE_PRECISION, else fp32")
+    p.add_argument("--precision-keep", metavar="NAMES", default=None,
+                   help="comma-separated op names (matmul, linear, conv2d) or module paths (lm_head, "
+                        "encoder.layer.0) whose products stay float32 under --precision bf16/fp16 "
+                        "(default: BRAZE_PRECISION_KEEP)")
     p = _artifact_parser(
         sub, "run", help="run an artifact on .npy inputs",
         description="Load an artifact directory and run it once on inputs from .npy files, named as the "

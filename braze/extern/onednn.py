@@ -352,6 +352,14 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_conv2d_w": (i32, [i64, i64, i64, vp, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_matmul_prepare": (i32, [i64, vp, i32, i32, i32]),
         "braze_conv2d_prepare": (i32, [i64, i64, i64, vp, i32, i32, i32]),
+        # 16-bit operands (BRAZE_TYPES)
+        "braze_pack_b_typed": (vp, [vp, i32, i32, i64, i64, i32, cp, i32]),
+        "braze_batch_matmul_typed": (i32, [i32, i32, vp, vp, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp,
+                                           i32]),
+        "braze_pack_conv_typed": (vp, [vp, i32, i32, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                                       i64, i64, i32, cp, i32]),
+        "braze_conv_geometry_typed": (vp, [i32, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                                           i32, cp, i32]),
     }
     del fp
     for name, (res, args) in sig.items():

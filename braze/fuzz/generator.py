@@ -39,7 +39,6 @@ from ..ir.sym import Sym
 from ..ir.types import DType, TensorType
 from ..ops import Builder, all_ops
 from ..ops.registry import InferCtx
-from ..passes.offload import ANCHORS
 from .common import BOOL, F32, STATIC_DIMS, GVal, New, Reject
 from .operands import INT_LIMIT, choose_op, props
 from .proposers import PROPOSERS, propose_generic
@@ -136,10 +135,6 @@ def _draw(rng, p: ParamSpec, env) -> np.ndarray:
         mask = rng.random(shape) < 0.25
         x = np.where(mask, rng.choice(SPECIALS, size=shape), x)
     return x.astype(dt.numpy)
-
-
-# ops braze runs as oneDNN GEMMs or convolutions (float32 only so far), directly or decomposed
-_GEMM_OPS = frozenset({*(o for ops in ANCHORS.values() for o in ops), "scaled_dot_product_attention"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,9 +266,6 @@ class Generator:
         err = opdef.check_arity(len(inputs))
         if err:
             raise Reject(err)
-        if op in _GEMM_OPS and any(self._type(x).dtype in (DType.bfloat16, DType.float16)
-                                   for x in inputs if x is not None):
-            raise Reject("16-bit GEMMs and convolutions are not native yet")
         store = self.module.constraints.copy()
         nfacts = len(store.facts)
         ctx = InferCtx(op, store, None, self.module.constants, module=self.module)

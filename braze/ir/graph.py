@@ -115,6 +115,10 @@ class Module:
         # function -> bytes of scratch its intermediates need (assign_memory; each fused node's
         # ``arena`` attr places its outputs in it)
         self.arena_sizes: dict[str, IntLike] = {}
+        # the compute dtypes chosen for this target (passes/precision.py reads it): "policy", the
+        # precision the user asked for ("fp32", "bf16", "fp16"), and "library", the dtypes the
+        # GEMM / convolution library runs natively on this CPU. Empty: fp32, float32 only.
+        self.precision: dict[str, Any] = {}
 
     @property
     def symbols(self) -> dict[str, Sym]:

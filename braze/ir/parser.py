@@ -364,6 +364,8 @@ class _Parser:
             self.notes_block(m)
         if self.accept("outputs"):
             self.outputs_block(m)
+        if self.accept("precision"):
+            self.precision_block(m)
         if self.accept("memory"):
             self.memory_block(m)
         while self.at("func"):
@@ -453,6 +455,32 @@ class _Parser:
             while self.tok.kind == "str":
                 names.append(self.expect_kind("str", "an output name (a string)").value)
             m.output_names[fn] = names
+
+    def precision_block(self, m: Module):
+        """``policy <fp32|bf16|fp16>``, ``library <dtype>...`` and an optional ``keep "<op or module
+        path>"...`` line (passes/precision.py)."""
+        self.expect("{", "after 'precision'")
+        self.expect("policy", "in a precision block")
+        policy = self.expect_kind("id", "a precision policy (fp32, bf16 or fp16)")
+        if policy.text not in ("fp32", "bf16", "fp16"):
+            raise self.error(f"unknown precision policy {policy.text!r} (fp32, bf16 or fp16)", policy)
+        self.expect("library", "after the policy in a precision block")
+        library = []
+        while self.tok.kind == "id" and self.tok.text != "keep":
+            t = self.next()
+            try:
+                library.append(DType.parse(t.text).name)
+            except Exception:
+                raise self.error(f"{t.text!r} is not a dtype", t) from None
+        m.precision = {"policy": policy.text, "library": tuple(library)}
+        if self.accept("keep"):
+            keep = []
+            while self.tok.kind == "str":
+                keep.append(self.next().value)
+            if not keep:
+                raise self.error("'keep' needs op names or module paths, as strings", self.tok)
+            m.precision["keep"] = tuple(keep)
+        self.expect("}", "to end the precision block")
 
     def memory_block(self, m: Module):
         """``@func arena <bytes>`` lines: each function's scratch size (assign_memory)."""

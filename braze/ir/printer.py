@@ -171,8 +171,10 @@ class _Printer:
         if opdef is not None:
             for k, a in opdef.attrs.items():
                 kinds[k] = a.kind
-                if k not in attrs and a.default is not REQUIRED:
+                if k not in attrs and a.default is not REQUIRED and a.default is not None:
                     attrs[k] = a.default
+                elif k in attrs and attrs[k] is None and a.default is None:
+                    del attrs[k]  # the default: saying so adds nothing
         if not attrs:
             return ""
         parts = []
@@ -249,6 +251,13 @@ class _Printer:
             lines.append("  outputs {")
             for fn, names in sorted(self.m.output_names.items()):
                 lines.append(f"    {format_global_name(fn)} " + " ".join(json.dumps(n) for n in names))
+            lines.append("  }")
+        if self.m.precision:
+            lines.append("  precision {")
+            lines.append(f"    policy {self.m.precision.get('policy', 'fp32')}")
+            lines.append("    library " + " ".join(DType.parse(d).short for d in self.m.precision.get("library", ())))
+            if self.m.precision.get("keep"):
+                lines.append("    keep " + " ".join(json.dumps(k) for k in self.m.precision["keep"]))
             lines.append("  }")
         if self.m.arena_sizes:
             lines.append("  memory {")

@@ -102,7 +102,7 @@ def _float_in(ctx, t, what="input"):
 
 
 def _conv2d_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = None, *, stride, padding,
-                  dilation, groups):
+                  dilation, groups, out_dtype=None):
     _float_in(ctx, x)
     _float_in(ctx, w, "weight")
     if x.rank not in (3, 4):
@@ -137,16 +137,20 @@ def _conv2d_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = N
     oh = _out_dim(ctx, h, kh, stride[0], pt, pb, dilation[0], False, "height")
     ow = _out_dim(ctx, wd, kw, stride[1], pl, pr, dilation[1], False, "width")
     dts = [x.dtype, w.dtype] + ([bias.dtype] if bias is not None else [])
-    return TensorType(promote(*dts), x.shape[:-3] + (o, oh, ow))
+    if out_dtype is not None and not out_dtype.is_float:
+        raise ctx.error(f"out_dtype must be a float dtype, got {out_dtype.name}")
+    return TensorType(out_dtype or promote(*dts), x.shape[:-3] + (o, oh, ow))
 
 
-def conv2d_numpy(x, w, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
-    """conv2d on NumPy arrays via im2col + one (grouped) matmul."""
+def conv2d_numpy(x, w, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, out_dtype=None):
+    """conv2d on NumPy arrays via im2col + one (grouped) matmul; the result in out_dtype (a numpy
+    dtype; default: the operands' promoted dtype), rounded once from the accumulator."""
     unbatched = x.ndim == 3
     if unbatched:
         x = x[None]
-    out_dt = promote(*(DType.from_numpy(a.dtype) for a in (x, w, bias) if a is not None)).numpy
-    acc = _acc_dtype(out_dt)
+    in_dt = promote(*(DType.from_numpy(a.dtype) for a in (x, w, bias) if a is not None)).numpy
+    acc = _acc_dtype(in_dt)
+    out_dt = in_dt if out_dtype is None else np.dtype(out_dtype)
     if len(padding) == 2:
         padding = (padding[0], padding[1], padding[0], padding[1])
     pt, pl, pb, pr = padding
@@ -206,12 +210,12 @@ def _channels_last(infer, ref):
 _LAYOUT = Attr("str", "nchw", "activation layout: nchw, or nhwc (channels last; set by the layout pass)")
 
 
-def _conv2d_ref(ctx, x, w, bias=None, *, stride, padding, dilation, groups):
+def _conv2d_ref(ctx, x, w, bias=None, *, stride, padding, dilation, groups, out_dtype=None):
     padding = tuple(padding)
     if len(padding) == 1:
         padding = padding * 4
     return conv2d_numpy(x, w, bias, tuple(stride) * (3 - len(stride)), padding,
-                        tuple(dilation) * (3 - len(dilation)), groups)
+                        tuple(dilation) * (3 - len(dilation)), groups, None if out_dtype is None else out_dtype.numpy)
 
 
 defop("conv2d", inputs=("x", "weight", "bias?"),
@@ -219,7 +223,9 @@ defop("conv2d", inputs=("x", "weight", "bias?"),
              "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right)"),
              "dilation": Attr("ints", (1, 1), "(dh, dw)"),
              "groups": Attr("int", 1, "channel groups"),
-             "layout": _LAYOUT},
+             "layout": _LAYOUT,
+             "out_dtype": Attr("dtype", None, "the result's dtype (default: the operands' promoted dtype); "
+                                              "16-bit inputs accumulate in float32 and round once into it")},
       infer=_channels_last(_conv2d_infer, _conv2d_ref)[0], reference=_channels_last(_conv2d_infer, _conv2d_ref)[1],
       kind="conv", doc="2-D convolution, NCHW (or NHWC) input, weight [out, in/groups, kh, kw].")
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir.types import DType, TensorType
 from .common import _fmt, broadcast_shapes, promote
-from .opdef import defop
+from .opdef import Attr, defop
 
 
 def _check_contracted(ctx, ka, kb, a_shape, b_shape):
@@ -25,7 +25,21 @@ def _numeric(ctx, *types):
             raise ctx.error(f"does not take bool operands, got {t}", hint="cast to a numeric dtype first")
 
 
-def _matmul_infer(ctx, a: TensorType, b: TensorType):
+OUT_DTYPE = Attr("dtype", None, "the result's dtype (default: the operands' promoted dtype); 16-bit "
+                 "products accumulate in float32 and round once into it")
+
+
+def _result_dtype(ctx, out_dtype, *dtypes):
+    """The operands' promoted dtype, or ``out_dtype`` (a float result of float operands)."""
+    dt = promote(*dtypes)
+    if out_dtype is None:
+        return dt
+    if not (out_dtype.is_float and dt.is_float):
+        raise ctx.error(f"out_dtype={out_dtype.name} needs float operands and a float result, got {dt.name}")
+    return out_dtype
+
+
+def _matmul_infer(ctx, a: TensorType, b: TensorType, *, out_dtype=None):
     _numeric(ctx, a, b)
     if a.rank == 0 or b.rank == 0:
         raise ctx.error(f"operands must have rank >= 1, got {a} and {b}")
@@ -38,7 +52,7 @@ def _matmul_infer(ctx, a: TensorType, b: TensorType):
         out.append(ash[-2])
     if b.rank >= 2:
         out.append(ctx.simplify(bsh[-1]))
-    return TensorType(promote(a.dtype, b.dtype), tuple(out))
+    return TensorType(_result_dtype(ctx, out_dtype, a.dtype, b.dtype), tuple(out))
 
 
 def _acc(dt):
@@ -50,21 +64,24 @@ def _acc(dt):
     return np.dtype(np.float32)
 
 
-def _out_dtype(*arrays):
+def _out_dtype(*arrays, out_dtype=None):
+    if out_dtype is not None:
+        return out_dtype.numpy
     return promote(*(DType.from_numpy(a.dtype) for a in arrays if a is not None)).numpy
 
 
-def _matmul_ref(ctx, a, b):
-    dt = _out_dtype(a, b)
-    acc = _acc(dt)
+def _matmul_ref(ctx, a, b, *, out_dtype=None):
+    dt = _out_dtype(a, b, out_dtype=out_dtype)
+    acc = _acc(promote(DType.from_numpy(a.dtype), DType.from_numpy(b.dtype)).numpy)
     return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False)).astype(dt, copy=False)
 
 
-defop("matmul", inputs=("a", "b"), infer=_matmul_infer, reference=_matmul_ref, kind="gemm",
+defop("matmul", inputs=("a", "b"), attrs={"out_dtype": OUT_DTYPE}, infer=_matmul_infer, reference=_matmul_ref,
+      kind="gemm",
       doc="numpy.matmul: 1-D operands and broadcasting batch dims.")
 
 
-def _linear_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = None):
+def _linear_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = None, *, out_dtype=None):
     _numeric(ctx, x, w)
     if w.rank != 2:
         raise ctx.error(f"weight must be 2-D [out, in], got {w}")
@@ -79,17 +96,18 @@ def _linear_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = N
         if bias.rank == 1:
             broadcast_shapes(ctx, (w.shape[0],), bias.shape)
         dtypes.append(bias.dtype)
-    return TensorType(promote(*dtypes), out)
+    return TensorType(_result_dtype(ctx, out_dtype, *dtypes), out)
 
 
-def _linear_ref(ctx, x, w, bias=None):
-    dt = _out_dtype(x, w, bias)
-    acc = _acc(dt)
+def _linear_ref(ctx, x, w, bias=None, *, out_dtype=None):
+    dt = _out_dtype(x, w, bias, out_dtype=out_dtype)
+    acc = _acc(_out_dtype(x, w, bias))
     y = np.matmul(x.astype(acc, copy=False), w.astype(acc, copy=False).T)
     if bias is not None:
         y = y + bias.astype(acc, copy=False)
     return y.astype(dt, copy=False)
 
 
-defop("linear", inputs=("x", "weight", "bias?"), infer=_linear_infer, reference=_linear_ref, kind="gemm",
+defop("linear", inputs=("x", "weight", "bias?"), attrs={"out_dtype": OUT_DTYPE}, infer=_linear_infer,
+      reference=_linear_ref, kind="gemm",
       doc="x @ weight.T + bias with weight [out, in].")

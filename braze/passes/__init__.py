@@ -4,9 +4,11 @@ returns it (``braze.pipeline.run_pipeline`` copies the input first).
 * ``canonicalize``: identity casts/reshapes/permutes/expands/slices, view chains, x*1, x+(-0.0)
 * ``constant_fold``: all-constant nodes (and conv + batch_norm weights) -> constants
 * ``cse``, ``dce``
-* ``channels_last``: float32 conv2d / max_pool2d in NHWC, permutes sunk and cancelled
+* ``channels_last``: float conv2d / max_pool2d in NHWC, permutes sunk and cancelled
 * ``recognize_patterns``: hand-written ops (tanh GELU) -> the native op
 * ``decompose``: scaled_dot_product_attention -> matmul, softmax, matmul
+* ``precision``: casts so each GEMM / convolution runs in a dtype the library takes (the
+  ``precision=`` policy, 16-bit models)
 * ``fuse``: groups -> ``fused`` nodes calling ``@fused_N`` sub-functions (``fusion_report``)
 * ``plan_memory`` / ``assign_memory``: arena offsets for intermediates (``MemoryPlan``)
 
@@ -22,9 +24,10 @@ from .dce import dce
 from .decompose import decompose
 from .layout import channels_last
 from .patterns import recognize_patterns
+from .precision import precision
 from .rules import RuleStats, all_rules, collect_rule_stats
 from .fusion import fuse, fusion_report, group_counts
 from .memory import MemoryPlan, assign_memory, plan_memory
 
-__all__ = ["canonicalize", "channels_last", "recognize_patterns", "constant_fold", "cse", "dce", "decompose", "fuse", "fusion_report", "group_counts",
+__all__ = ["canonicalize", "channels_last", "recognize_patterns", "constant_fold", "cse", "dce", "decompose", "precision", "fuse", "fusion_report", "group_counts",
            "plan_memory", "assign_memory", "MemoryPlan", "copy_module", "RuleStats", "collect_rule_stats", "all_rules"]

@@ -174,6 +174,7 @@ def copy_module(m: Module) -> Module:
     out.input_notes = dict(m.input_notes)
     out.output_names = {k: list(v) for k, v in m.output_names.items()}
     out.arena_sizes = dict(m.arena_sizes)
+    out.precision = dict(m.precision)
     for k, f in m.functions.items():
         out.functions[k] = clone_function(f)
     return out

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node
+from ..ir.types import DType
 from ..ops.registry import RefCtx, get_op
 from .common import Namer, apply_replacements, constant_node, constant_value, users
 from .dce import dce_function, drop_unused_constants
@@ -107,7 +108,9 @@ def _fold_conv_bn(module: Module, f: Function, namer: Namer) -> int:
                 b = constant_value(module, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] is not None \
                     else None
                 has_b = len(conv.inputs) > 2 and conv.inputs[2] is not None
-                if w is not None and (b is not None or not has_b) and w.dtype.kind == "f":
+                # 16-bit weights too (ml_dtypes' bfloat16 is not numpy kind "f"): folded in float64,
+                # rounded once
+                if w is not None and (b is not None or not has_b) and DType.from_numpy(w.dtype).is_float:
                     gamma, beta, mean, var = (p.astype(np.float64) for p in params)
                     s = gamma / np.sqrt(var + n.attrs["eps"])
                     w2 = (w.astype(np.float64) * s.reshape(-1, 1, 1, 1)).astype(w.dtype)

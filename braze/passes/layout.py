@@ -34,7 +34,7 @@ def _convert(module: Module, f: Function, namer: Namer) -> int:
     for n in f.nodes:
         x = n.inputs[0] if n.inputs else None
         if n.op in CHANNELS_LAST_OPS and n.attrs.get("layout") == "nchw" and x is not None and x.rank == 4 \
-                and x.dtype == DType.float32:
+                and x.dtype in (DType.float32, DType.bfloat16, DType.float16):
             p = make_node(module, "permute", [x], {"perm": TO_NHWC}, loc=n.loc, namer=namer, name="nhwc")
             m = make_node(module, n.op, [p.outputs[0], *n.inputs[1:]], {**n.attrs, "layout": "nhwc"}, loc=n.loc,
                           namer=namer, name=n.op)

@@ -69,7 +69,7 @@ def _split(module: Module, f: Function, n: Node, used: set) -> list[Node]:
             raise BrazeError(f"the {kind} group @{callee.name} computes '{m.op}' before its {callee.nodes[anchor_i].op}; "
                              "only views may come first", where=_where(m), hint="this is a braze bug; please report it")
     anchor = callee.nodes[anchor_i]
-    _check_anchor(anchor)
+    _check_anchor(module, anchor)
     post_ops, absorbed = _absorb(module, callee, anchor_i, const_of)
     rest = callee.nodes[anchor_i + 1 + absorbed:]
     rest = [m for m in rest if m.op != "constant"]
@@ -88,11 +88,14 @@ def _split(module: Module, f: Function, n: Node, used: set) -> list[Node]:
     return [lib, epi]
 
 
-def _check_anchor(a: Node) -> None:
-    for v in a.inputs[:2]:
-        if v.dtype != DType.float32:
-            raise UnsupportedOpError(f"{a.op} on {v.dtype.name} is not supported natively yet (float32 only)",
-                                     where=_where(a))
+def _check_anchor(module: Module, a: Node) -> None:
+    """Operands of one dtype the library runs natively here (the precision pass made them so)."""
+    x, w = a.inputs[:2]
+    native = module.precision.get("library", ("float32",))
+    if x.dtype != w.dtype or x.dtype.name not in native:
+        raise UnsupportedOpError(f"{a.op} on {x.dtype.name} and {w.dtype.name} operands is not supported natively "
+                                 f"(the library runs {', '.join(native)} here)", where=_where(a),
+                                 hint="run the precision pass before offload; it casts the operands")
 
 
 def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[list[str], int]:
@@ -141,10 +144,11 @@ def _other(m: Node, chain: Value) -> Value | None:
 
 
 def _is_bias(m: Node, chain: Value, in_memory: set, anchor: Node) -> bool:
-    """``chain + b`` with b a float32 vector in memory (a constant, an input) of shape [N] (gemm)
-    or [OC, 1, 1] (conv)."""
+    """``chain + b`` with b a vector in memory (a constant, an input) of shape [N] (gemm) or [OC, 1, 1]
+    (conv), in float32 or the operands' dtype, the sum in chain's dtype."""
     other = _other(m, chain)
-    if other is None or id(other) not in in_memory or other.dtype != DType.float32:
+    if other is None or id(other) not in in_memory or other.dtype not in (DType.float32, anchor.inputs[0].dtype) \
+            or m.outputs[0].dtype != chain.dtype:
         return False
     if anchor.op == "conv2d":
         if anchor.attrs.get("layout") == "nhwc":
@@ -154,9 +158,9 @@ def _is_bias(m: Node, chain: Value, in_memory: set, anchor: Node) -> bool:
 
 
 def _is_residual(module: Module, m: Node, chain: Value, in_memory: set) -> bool:
-    """``chain + r`` with r a float32 tensor of chain's shape, read from memory as it is."""
+    """``chain + r`` with r a tensor of chain's shape and dtype, read from memory as it is."""
     other = _other(m, chain)
-    if other is None or id(other) not in in_memory or other.dtype != DType.float32 or other.rank != chain.rank:
+    if other is None or id(other) not in in_memory or other.dtype != chain.dtype or other.rank != chain.rank:
         return False
     return all(module.constraints.equal(p, q) is True for p, q in zip(other.shape, chain.shape))
 

@@ -15,8 +15,11 @@ from .common import Namer, make_node, replace_all_uses, scalar_value, top_functi
 from .rules import rule
 
 
-def _near(a, b) -> bool:
-    return a is not None and abs(a - b) <= 1e-5 * abs(b)
+def _near(a, b, v: Value | None = None) -> bool:
+    """a is b, as nearly as a constant of v's dtype can say it (a bfloat16 model's sqrt(2/pi) is
+    0.796875)."""
+    tol = 1e-5 if v is None or not v.dtype.is_float else max(1e-5, float(v.dtype.finfo.eps))
+    return a is not None and abs(a - b) <= tol * abs(b)
 
 
 def _split_const(module: Module, node, want: float):
@@ -24,9 +27,9 @@ def _split_const(module: Module, node, want: float):
     if node is None or len(node.inputs) != 2:
         return None
     a, b = node.inputs
-    if _near(scalar_value(module, b), want):
+    if _near(scalar_value(module, b), want, b):
         return a
-    if _near(scalar_value(module, a), want):
+    if _near(scalar_value(module, a), want, a):
         return b
     return None
 
@@ -35,7 +38,7 @@ def _is_cube_of(module: Module, v: Value, x: Value) -> bool:
     p = v.producer
     if p is None:
         return False
-    if p.op == "pow" and p.inputs[0] is x and _near(scalar_value(module, p.inputs[1]), 3.0):
+    if p.op == "pow" and p.inputs[0] is x and _near(scalar_value(module, p.inputs[1]), 3.0, p.inputs[1]):
         return True
     if p.op == "mul":  # x*x*x in either association
         a, b = p.inputs

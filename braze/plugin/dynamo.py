@@ -16,6 +16,10 @@ OPTIONS = {
     "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 kernel timers",
     "dump": "a directory for every stage's text (graph IR, loop IR, C) and the fusion report (BRAZE_DUMP)",
     "cache_dir": "where compiled libraries are cached (BRAZE_CACHE_DIR)",
+    "precision": "'fp32', 'bf16' or 'fp16': the dtype a float32 model's GEMMs, batched matmuls and convolutions "
+                 "compute in (BRAZE_PRECISION; docs/precision.md)",
+    "precision_keep": "op names or module paths whose products stay float32 under a 16-bit precision, e.g. "
+                      "['lm_head', 'matmul'] (BRAZE_PRECISION_KEEP)",
     "freeze": "True bakes parameters and buffers in as constants (as inductor's freezing): faster, but the "
               "model must not change its weights after its first call (default False: weights are read at "
               "every call)",
@@ -43,9 +47,12 @@ def plugin_options(options: dict | None) -> tuple[Options, bool]:
                 raise BrazeError(f"braze option {key!r} must be an integer >= {1 if key == 'threads' else 0}, "
                                  f"got {v!r}")
             changes[key] = v
-    for key, field in (("dump", "dump_dir"), ("cache_dir", "cache_dir")):
+    for key, field in (("dump", "dump_dir"), ("cache_dir", "cache_dir"), ("precision", "precision")):
         if options.get(key) is not None:
             changes[field] = str(options[key])
+    if options.get("precision_keep") is not None:
+        keep = options["precision_keep"]
+        changes["precision_keep"] = (keep,) if isinstance(keep, str) else tuple(keep)
     freeze = options.get("freeze", False)
     if not isinstance(freeze, bool):
         raise BrazeError(f"braze option 'freeze' must be True or False, got {freeze!r}")

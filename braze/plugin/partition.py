@@ -34,13 +34,6 @@ def _braze_dtypes():
             torch.bfloat16, torch.float16}
 
 
-# ops whose 16-bit forms braze cannot compile yet: its GEMMs and convolutions (oneDNN) are
-# float32 only; every other op computes 16-bit tensors in float32 (stage widen)
-_NO_HALF = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.matmul", "aten.linear", "aten.convolution",
-            "aten._convolution", "aten.conv2d", "aten.conv1d", "aten.einsum",
-            "aten._scaled_dot_product_flash_attention_for_cpu", "aten.scaled_dot_product_attention")
-
-
 def _tensors(val):
     import torch
     if isinstance(val, torch.Tensor):
@@ -76,8 +69,6 @@ def support(node, refused: dict) -> str | None:
     for t in outs + [t for a in args for t in _tensors(a)]:
         if t.dtype not in dtypes:
             return f"braze has no {str(t.dtype).removeprefix('torch.')} kernels"
-        if t.dtype in (torch.bfloat16, torch.float16) and _packet(node.target) in _NO_HALF:
-            return f"braze has no {str(t.dtype).removeprefix('torch.')} GEMMs or convolutions yet"
     if any(free_unbacked_symbols(t) for t in outs):
         return "its output shape depends on tensor data"
     return None

@@ -189,7 +189,7 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
 def library_for(name: str, module, weights: dict, opts, compile_now: bool):
     """A library braze holds that serves ``module`` (``reuse``), else (with ``compile_now``) a new
     one, remembered; else None."""
-    model = reuse.find(module, weights, name)
+    model = reuse.find(module, weights, name, opts)
     if model is not None:
         _log.info("braze plugin: %s is an instance of a region compiled before; reusing its library", name)
     elif compile_now:

@@ -150,9 +150,15 @@ def _dynamo_reset_check() -> None:
     callback_handler.register_start_callback(_sentinel)
 
 
-def find(m: Module, weights: dict, name: str = "region"):
-    """A compiled model whose symbolic IR, with symbols bound, is ``m``; or None (the reasons
-    go to the log at BRAZE_DEBUG >= 1)."""
+def _compiled_with(opts) -> tuple:
+    """The options a library's code depends on: one compiled under another precision or thread
+    count is not this graph's, whatever its IR."""
+    return (opts.precision, opts.precision_keep, opts.threads) if opts is not None else None
+
+
+def find(m: Module, weights: dict, name: str = "region", opts=None):
+    """A compiled model whose symbolic IR, with symbols bound, is ``m``, compiled with ``opts``'
+    precision and threads; or None (the reasons go to the log at BRAZE_DEBUG >= 1)."""
     with _lock:
         _dynamo_reset_check()
         entries = list(_libraries.get(_signature(m), ()))
@@ -160,6 +166,9 @@ def find(m: Module, weights: dict, name: str = "region"):
     for entry in reversed(entries):  # the most recent first
         model = entry.model()
         if model is None:
+            continue
+        if opts is not None and _compiled_with(getattr(model, "options", None)) != _compiled_with(opts):
+            why.append(f"compiled with other options ({_compiled_with(model.options)})")
             continue
         env, reason = bind_params(entry.module, m, explain=True)
         if env is None:

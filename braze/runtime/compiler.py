@@ -26,7 +26,7 @@ The cache's root is passed explicitly (``cache_dir=``; braze.compile passes
 its Options' one), or read from ``BRAZE_CACHE_DIR``; braze never sets it.
 
 Flags: ``-O3 -fPIC -shared -fopenmp -std=gnu11 -ffp-contract=off
--fno-math-errno`` plus the ISA flags. Not ``-ffast-math``: it assumes no NaN
+-fno-math-errno -Werror=implicit-function-declaration`` plus the ISA flags. Not ``-ffast-math``: it assumes no NaN
 or infinity (attention masks use -inf; isnan checks vanish), reassociates
 reductions so results differ between ISAs, and, linked into a shared
 library, its crtfastmath.o sets flush-to-zero/denormals-are-zero in the MXCSR
@@ -68,8 +68,10 @@ from .digest import sha256_file
 
 _log = _logging.get("cache")
 
+# an undeclared function is an error, not an implicit int f(...): called that way, a float
+# argument travels as a double and the callee reads garbage
 BASE_CFLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-std=gnu11",
-               "-ffp-contract=off", "-fno-math-errno")
+               "-ffp-contract=off", "-fno-math-errno", "-Werror=implicit-function-declaration")
 
 _STATS = {"native_compiles": 0, "cache_hits": 0}
 _VERIFIED: dict[str, tuple] = {}  # lib.so path -> (ino, size, mtime_ns) verified in this process

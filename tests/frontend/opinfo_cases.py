@@ -20,9 +20,13 @@ CI_SAMPLES = 1
 CHUNK = 20  # ops per chunk
 
 
-def make(dtype: str):
-    """(options fixture, CI test, slow test) for ``dtype``: assign them to module-level names."""
+def make(dtype: str, share: tuple[int, int] = (0, 1)):
+    """(options fixture, CI test, slow test) for ``dtype``: assign them to module-level names.
+    ``share`` (k, n): the CI test takes every n-th op from the k-th (bfloat16 and float16 split
+    the ops between them by default, each a half, to keep the default suite short); the slow
+    test takes them all."""
     cases = [pytest.param(op, id=sw.op_id(op)) for op in sw.ops_for(dtype)]
+    k, n = share
     done: dict = {}  # (test name, op id) -> results, filled a chunk at a time
 
     @pytest.fixture(scope="module")
@@ -52,7 +56,7 @@ def make(dtype: str):
             reasons = sorted({(r.skip or "").split(":")[0] for r in rs})
             pytest.skip(f"no sample claimed by braze ({'; '.join(reasons)})")
 
-    @pytest.mark.parametrize("op", cases)
+    @pytest.mark.parametrize("op", cases[k::n])
     def test_opinfo(op, options, request):
         check(results(request, options, CI_SAMPLES))
 

@@ -43,7 +43,7 @@ def test_pointwise_chain_through_views_is_one_group(P):
 }
 """
     before, after = P.run_pass(fuse, text)
-    assert P.body(after) == ['%3 = fused(%x) {arena=none, callee="fused_0", kind="pointwise", post_ops=none} : f32[6, n, 4]',
+    assert P.body(after) == ['%3 = fused(%x) {callee="fused_0", kind="pointwise"} : f32[6, n, 4]',
                             "return %3"]
     assert P.body(after, "fused_0") == [
         '%two = constant() {name="two"} : f32[]',  # weights enter the sub-function itself

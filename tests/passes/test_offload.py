@@ -114,7 +114,7 @@ def test_a_group_the_library_cannot_run_is_refused_here_with_its_location(P):
   }
 }
 """
-    with pytest.raises(UnsupportedOpError, match="float32 only") as e:
+    with pytest.raises(UnsupportedOpError, match="float64 and float64 operands is not supported natively") as e:
         fuse_then_offload(P.parse(text))
     assert "model.py:7" in str(e.value)
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -49,7 +51,9 @@ def test_backend_works_without_importing_braze(tmp_path):
 
 @pytest.mark.parametrize("bad, what", [({"thread": 2}, "unknown braze option 'thread'"),
                                        ({"threads": 0}, "'threads' must be an integer >= 1"),
-                                       ({"debug": "x"}, "'debug' must be an integer >= 0")])
+                                       ({"debug": "x"}, "'debug' must be an integer >= 0"),
+                                       ({"precision": "int8"}, "precision='int8' is not one of fp32, bf16, fp16"),
+                                       ({"precision_keep": [3]}, "must be a list of op names or module paths")])
 def test_bad_options_name_the_problem(bad, what):
     from braze.plugin.dynamo import plugin_options
     with pytest.raises(BrazeError, match=what):
@@ -69,6 +73,30 @@ def test_options_reach_the_compile(tmp_path):
             torch.testing.assert_close(c(x), m(x))
     assert any((tmp_path / "cache").rglob("*.so")), "the library was not cached where options said"
     assert (tmp_path / "dump" / "model.c").exists()
+
+
+def test_precision_options_reach_the_compile_and_key_the_reuse(fresh_warnings):
+    """precision and precision_keep reach the compile's Options; a library compiled under one
+    precision never serves a compile that asked for another (it would run the other dtype)."""
+    import braze
+    from braze.plugin.dynamo import plugin_options
+    opts, _ = plugin_options({"precision": "bf16", "precision_keep": "lm_head"})
+    assert opts.precision == "bf16" and opts.precision_keep == ("lm_head",)
+    m = mlp()
+    x = torch.randn(3, 16)
+
+    def libraries():
+        s = braze.stats()
+        return s["native_compiles"] + s["cache_hits"]
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a CPU without bf16 GEMMs warns and compiles float32
+        torch.compile(m, backend="braze", dynamic=True)(x)
+        before = libraries()
+        torch.compile(m, backend="braze", dynamic=True)(x)
+        assert libraries() == before  # the same options: the library is reused
+        torch.compile(m, backend="braze", dynamic=True, options={"precision": "bf16"})(x)
+        assert libraries() == before + 1  # another precision: a library of its own
 
 
 def test_dynamic_batch_one_library_every_shape(run_shapes, compiles):

@@ -6,7 +6,7 @@
  * per-thread streams and scratchpads, the primitive cache (keyed per packed weight, see
  * braze_dnnl_core.c) and the runtime-M setting. Every function returns 0 on success and nonzero
  * on failure, with a message naming the call and the shapes in err[errlen];
- * nothing aborts. All tensors are dense row-major float32.
+ * nothing aborts. All tensors are dense row-major, float32 unless BRAZE_TYPES says otherwise.
  *
  * Dynamic shapes: primitives are created per distinct shape on first use and
  * kept in a small thread-safe cache inside the helper (creating one is not a
@@ -41,6 +41,15 @@ enum {
      * (ResNet: relu(conv + bias + residual)) instead of before it. */
     BRAZE_ACT_AFTER_RESIDUAL = 0x100
 };
+
+/* Operand dtypes (BRAZE_DT_*), OR-ed into `act` (batched matmul: its `types`) as
+ * BRAZE_TYPES(src, dst, bias): src is A's (and a weight read at the call: the same), dst is C's
+ * and the residual's, bias the bias's. 0 everywhere is all float32. 16-bit products accumulate
+ * in float32 and round once into dst. A prepacked weight has the dtype it was packed in
+ * (braze_pack_b_typed, braze_pack_conv_typed), which must be src's. */
+enum { BRAZE_DT_F32 = 0, BRAZE_DT_BF16 = 1, BRAZE_DT_F16 = 2 };
+#define BRAZE_TYPES(src, dst, bias) (((src) << 12) | ((dst) << 14) | ((bias) << 16))
+#define BRAZE_TYPES_MASK (0x3f << 12)
 
 typedef struct braze_packed_b braze_packed_b;       /* opaque: a prepacked GEMM weight */
 typedef struct braze_packed_conv braze_packed_conv; /* opaque: a prepacked conv weight */
@@ -85,17 +94,22 @@ void braze_dnnl_stats(int64_t *created, int64_t *hits);
 braze_packed_b *braze_pack_b(const float *W, int64_t N, int64_t K, int transposed_layout);
 braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int transposed_layout,
                                  char *err, int errlen);
+/* The same from a weight W stored in w_dt, packed in dt (a float32 weight packed in bfloat16:
+ * rounded once, here). */
+braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
+                                   char *err, int errlen);
 void braze_free_packed_b(braze_packed_b *B);
 
 /* C[M,N] = act(A[M,K] @ W^T + bias[N]) + residual[M,N]   (bias/residual may be NULL;
  * residual may alias C). With act | BRAZE_ACT_AFTER_RESIDUAL:
  * C = act(A @ W^T + bias + residual). */
-int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
-                 const float *bias, const float *residual, int act, float *C,
+int braze_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
+                 const void *bias, const void *residual, int act, void *C,
                  char *err, int errlen);
 
 /* Creates, if new, the primitive that braze_matmul(M, N, K, ..., B, bias, residual, act)
- * runs (has_bias / has_res: whether those are non-NULL), and runs nothing: a model's
+ * runs (has_bias: whether bias is non-NULL; has_res: 0 without a residual, 1 with one of its own,
+ * 2 when the residual is C itself), and runs nothing: a model's
  * entry creates a new shape's primitives in parallel before its first call at that shape.
  * 0 when the primitive is ready; 1 when not (the call itself then reports why). */
 int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int has_res, int act);
@@ -103,8 +117,8 @@ int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int h
 /* The same with a plain weight read at this call, never prepacked, so the caller may change it
  * between calls (plug-in mode's live weights): W is [N,K] row-major when transposed_layout=1
  * (torch linear layout), else [K,N]. Primitives are cached per shape and shared by every model. */
-int braze_matmul_w(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed_layout,
-                   const float *bias, const float *residual, int act, float *C, char *err, int errlen);
+int braze_matmul_w(int64_t M, int64_t N, int64_t K, const void *A, const void *W, int transposed_layout,
+                   const void *bias, const void *residual, int act, void *C, char *err, int errlen);
 int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int transposed_layout, int has_bias, int has_res,
                            int act);
 
@@ -123,6 +137,12 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
                              int64_t M, int64_t N, int64_t K, const float *A, int transA,
                              const float *Bm, int transB, float alpha, float *C,
                              char *err, int errlen);
+/* braze_batch_matmul_bcast with 16-bit operands or result: types = BRAZE_TYPES(src, dst, 0), A and
+ * Bm in src, C in dst. */
+int braze_batch_matmul_typed(int types, int nb, const int64_t *a_batch, const int64_t *b_batch,
+                             int64_t M, int64_t N, int64_t K, const void *A, int transA,
+                             const void *Bm, int transB, float alpha, void *C,
+                             char *err, int errlen);
 
 /* Prepacks a conv weight W[OC, IC/groups, KH, KW] (torch layout) for the
  * given conv geometry (pad_h / pad_w: top / left, *_end: bottom / right);
@@ -136,6 +156,14 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
                                            int64_t pad_h_end, int64_t pad_w_end,
                                            int64_t dil_h, int64_t dil_w, int layout,
                                            char *err, int errlen);
+/* The same from a weight stored in w_dt, packed in dt (BRAZE_DT_*). */
+braze_packed_conv *braze_pack_conv_typed(const void *W, int w_dt, int dt, int64_t OC, int64_t IC,
+                                         int64_t KH, int64_t KW, int64_t groups,
+                                         int64_t stride_h, int64_t stride_w,
+                                         int64_t pad_h, int64_t pad_w,
+                                         int64_t pad_h_end, int64_t pad_w_end,
+                                         int64_t dil_h, int64_t dil_w, int layout,
+                                         char *err, int errlen);
 void braze_free_packed_conv(braze_packed_conv *P);
 /* A conv's geometry alone, for weights given at each call (braze_conv2d_w); free it with
  * braze_free_packed_conv. */
@@ -143,6 +171,11 @@ braze_packed_conv *braze_conv_geometry(int64_t OC, int64_t IC, int64_t KH, int64
                                        int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                                        int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h, int64_t dil_w,
                                        int layout, char *err, int errlen);
+/* The same for run-time weights of dtype dt (BRAZE_DT_*). */
+braze_packed_conv *braze_conv_geometry_typed(int dt, int64_t OC, int64_t IC, int64_t KH, int64_t KW,
+                                             int64_t groups, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                                             int64_t pad_w, int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h,
+                                             int64_t dil_w, int layout, char *err, int errlen);
 /* How many weight layouts P holds (1 + those later shapes asked for); for tests. */
 int braze_packed_conv_layouts(const braze_packed_conv *P);
 
@@ -151,15 +184,15 @@ int braze_packed_conv_layouts(const braze_packed_conv *P);
  * [N,H,W,IC] (layout 1); Y likewise with OC, OH, OW (computed by the caller
  * with the usual formula and passed for checking). bias[OC] / residual
  * (Y's shape) may be NULL. Padding is symmetric (pad_h top and bottom). */
-int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X,
-                 const braze_packed_conv *P, const float *bias, const float *residual,
-                 int act, int64_t OH, int64_t OW, float *Y, char *err, int errlen);
+int braze_conv2d(int64_t N, int64_t H, int64_t W, const void *X,
+                 const braze_packed_conv *P, const void *bias, const void *residual,
+                 int act, int64_t OH, int64_t OW, void *Y, char *err, int errlen);
 
 /* braze_conv2d for a geometry from braze_conv_geometry, with the plain weights Wt[OC, IC/groups,
  * KH, KW] of this call. The copy re-laid out for the primitive is kept (a few weight sets per
  * geometry) and reused while a fingerprint of Wt's bytes (braze_fingerprint) matches. */
-int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P, const float *Wt,
-                   const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
+                   const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
                    char *err, int errlen);
 
 /* As braze_matmul_prepare, for braze_conv2d(N, H, W, ..., P, bias, residual, act, ...) and

@@ -9,6 +9,8 @@ struct braze_packed_conv {
     int64_t OC, IC, KH, KW, G, sh, sw, ph, pw, dh, dw;
     int64_t ph_end, pw_end; /* bottom / right padding (top / left: ph, pw) */
     int layout;
+    int dt;   /* BRAZE_DT_*: the weights' dtype in every layout but `plain` */
+    int w_dt; /* the plain weights' */
     int64_t owner;
     dnnl_memory_desc_t md; /* layout chosen at pack time (for a representative shape) */
     void *data;
@@ -16,7 +18,7 @@ struct braze_packed_conv {
      * shapes asked for, shared by their primitives. Reordering from the plain layout
      * takes a JIT reorder; blocked -> other blocked takes `simple:any` (76 ms for
      * 2048x1024 against 2.5 ms). Guarded by g_cache_mu (make_conv runs under it). */
-    const float *plain;
+    const void *plain;
     dnnl_memory_desc_t plain_md;
     int n_alt;
     dnnl_memory_desc_t alt_md[CONV_MAX_ALT];
@@ -31,22 +33,24 @@ static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t p_e
 #define CONV_OH(P, H) conv_out(H, (P)->KH, (P)->sh, (P)->ph, (P)->ph_end, (P)->dh)
 #define CONV_OW(P, W) conv_out(W, (P)->KW, (P)->sw, (P)->pw, (P)->pw_end, (P)->dw)
 
-/* Memory descs of one conv call (weights: plain torch layout or `any`). */
-static int conv_mds(const braze_packed_conv *P, int64_t N, int64_t H, int64_t W, int any_w,
+/* Memory descs of one conv call, src and dst in the dtypes of `types` (BRAZE_TYPES), weights
+ * in P->dt and `any` layout, or (any_w = 0) plain torch layout in the plain weights' dtype. */
+static int conv_mds(const braze_packed_conv *P, int64_t N, int64_t H, int64_t W, int any_w, int types,
                     dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei, dnnl_memory_desc_t *dst) {
     int64_t OH = CONV_OH(P, H), OW = CONV_OW(P, W);
     dnnl_format_tag_t t = P->layout ? dnnl_nhwc : dnnl_nchw;
     dnnl_dims_t sd = {N, P->IC, H, W}, dd = {N, P->OC, OH, OW};
-    if (dnnl_memory_desc_create_with_tag(src, 4, sd, dnnl_f32, t)) return 1;
-    if (dnnl_memory_desc_create_with_tag(dst, 4, dd, dnnl_f32, t)) return 1;
+    dnnl_data_type_t wdt = dt_of(any_w ? P->dt : P->w_dt);
+    if (dnnl_memory_desc_create_with_tag(src, 4, sd, dt_of(SRC_DT(types)), t)) return 1;
+    if (dnnl_memory_desc_create_with_tag(dst, 4, dd, dt_of(DST_DT(types)), t)) return 1;
     if (wei) {
         if (P->G == 1) {
             dnnl_dims_t wd = {P->OC, P->IC, P->KH, P->KW};
-            if (dnnl_memory_desc_create_with_tag(wei, 4, wd, dnnl_f32, any_w ? dnnl_format_tag_any : dnnl_oihw))
+            if (dnnl_memory_desc_create_with_tag(wei, 4, wd, wdt, any_w ? dnnl_format_tag_any : dnnl_oihw))
                 return 1;
         } else {
             dnnl_dims_t wd = {P->G, P->OC / P->G, P->IC / P->G, P->KH, P->KW};
-            if (dnnl_memory_desc_create_with_tag(wei, 5, wd, dnnl_f32, any_w ? dnnl_format_tag_any : dnnl_goihw))
+            if (dnnl_memory_desc_create_with_tag(wei, 5, wd, wdt, any_w ? dnnl_format_tag_any : dnnl_goihw))
                 return 1;
         }
     }
@@ -70,17 +74,18 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, const braze_packed_conv 
 static braze_packed_conv *conv_new(int64_t OC, int64_t IC, int64_t KH, int64_t KW, int64_t groups,
                                    int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                                    int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h, int64_t dil_w, int layout,
-                                   char *ctx, size_t ctxlen, char *err, int errlen) {
+                                   int w_dt, int dt, char *ctx, size_t ctxlen, char *err, int errlen) {
     snprintf(ctx, ctxlen,
              "OC=%lld IC=%lld KH=%lld KW=%lld groups=%lld stride=%lldx%lld "
-             "pad=%lld,%lld,%lld,%lld dil=%lldx%lld layout=%s",
+             "pad=%lld,%lld,%lld,%lld dil=%lldx%lld layout=%s dtype=%s from %s",
              (long long)OC, (long long)IC, (long long)KH, (long long)KW, (long long)groups,
              (long long)stride_h, (long long)stride_w, (long long)pad_h, (long long)pad_w,
-             (long long)pad_h_end, (long long)pad_w_end, (long long)dil_h, (long long)dil_w, layout ? "nhwc" : "nchw");
+             (long long)pad_h_end, (long long)pad_w_end, (long long)dil_h, (long long)dil_w, layout ? "nhwc" : "nchw",
+             dt_name(dt), dt_name(w_dt));
     if (braze_dnnl_init(err, errlen)) return NULL;
     if (OC <= 0 || IC <= 0 || KH <= 0 || KW <= 0 || groups <= 0 || OC % groups || IC % groups ||
         stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || pad_h_end < 0 || pad_w_end < 0 ||
-        dil_h <= 0 || dil_w <= 0 ||
+        dil_h <= 0 || dil_w <= 0 || w_dt < 0 || w_dt > 2 || dt < 0 || dt > 2 ||
         (layout != 0 && layout != 1)) {
         set_err(err, errlen, "braze_dnnl: invalid conv arguments (%s)", ctx);
         return NULL;
@@ -92,9 +97,9 @@ static braze_packed_conv *conv_new(int64_t OC, int64_t IC, int64_t KH, int64_t K
     }
     *P = (braze_packed_conv){.OC = OC, .IC = IC, .KH = KH, .KW = KW, .G = groups, .sh = stride_h,
                              .sw = stride_w, .ph = pad_h, .pw = pad_w, .dh = dil_h, .dw = dil_w,
-                             .ph_end = pad_h_end, .pw_end = pad_w_end, .layout = layout};
+                             .ph_end = pad_h_end, .pw_end = pad_w_end, .layout = layout, .dt = dt, .w_dt = w_dt};
     dnnl_memory_desc_t s2 = NULL, d2 = NULL;
-    int bad = conv_mds(P, 1, KH * dil_h, KW * dil_w, 0, &s2, &P->plain_md, &d2);
+    int bad = conv_mds(P, 1, KH * dil_h, KW * dil_w, 0, 0, &s2, &P->plain_md, &d2);
     if (s2) dnnl_memory_desc_destroy(s2);
     if (d2) dnnl_memory_desc_destroy(d2);
     if (bad) {
@@ -108,13 +113,21 @@ static braze_packed_conv *conv_new(int64_t OC, int64_t IC, int64_t KH, int64_t K
     return P;
 }
 
+braze_packed_conv *braze_conv_geometry_typed(int dt, int64_t OC, int64_t IC, int64_t KH, int64_t KW,
+                                             int64_t groups, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                                             int64_t pad_w, int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h,
+                                             int64_t dil_w, int layout, char *err, int errlen) {
+    char ctx[320];
+    return conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end, dil_h, dil_w,
+                    layout, dt, dt, ctx, sizeof ctx, err, errlen);
+}
+
 braze_packed_conv *braze_conv_geometry(int64_t OC, int64_t IC, int64_t KH, int64_t KW, int64_t groups,
                                        int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                                        int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h, int64_t dil_w,
                                        int layout, char *err, int errlen) {
-    char ctx[300];
-    return conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end, dil_h, dil_w,
-                    layout, ctx, sizeof ctx, err, errlen);
+    return braze_conv_geometry_typed(BRAZE_DT_F32, OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w,
+                                     pad_h_end, pad_w_end, dil_h, dil_w, layout, err, errlen);
 }
 
 braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t IC, int64_t KH,
@@ -122,7 +135,15 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
                                            int64_t stride_w, int64_t pad_h, int64_t pad_w,
                                            int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h,
                                            int64_t dil_w, int layout, char *err, int errlen) {
-    char ctx[300];
+    return braze_pack_conv_typed(W, BRAZE_DT_F32, BRAZE_DT_F32, OC, IC, KH, KW, groups, stride_h, stride_w, pad_h,
+                                 pad_w, pad_h_end, pad_w_end, dil_h, dil_w, layout, err, errlen);
+}
+
+braze_packed_conv *braze_pack_conv_typed(const void *W, int w_dt, int dt, int64_t OC, int64_t IC, int64_t KH,
+                                         int64_t KW, int64_t groups, int64_t stride_h, int64_t stride_w,
+                                         int64_t pad_h, int64_t pad_w, int64_t pad_h_end, int64_t pad_w_end,
+                                         int64_t dil_h, int64_t dil_w, int layout, char *err, int errlen) {
+    char ctx[320];
     dnnl_memory_desc_t src = NULL, wany = NULL, dst = NULL;
     dnnl_primitive_desc_t pd = NULL;
     if (!W) {
@@ -130,7 +151,7 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
         return NULL;
     }
     braze_packed_conv *P = conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end,
-                                    dil_h, dil_w, layout, ctx, sizeof ctx, err, errlen);
+                                    dil_h, dil_w, layout, w_dt, dt, ctx, sizeof ctx, err, errlen);
     if (!P) return NULL;
     P->plain = W;
     {
@@ -139,7 +160,7 @@ braze_packed_conv *braze_pack_conv_weights(const float *W, int64_t OC, int64_t I
         int64_t need_h = dil_h * (KH - 1) + 1, need_w = dil_w * (KW - 1) + 1;
         if (hh < need_h) hh = need_h;
         if (ww < need_w) ww = need_w;
-        if (conv_mds(P, 1, hh, ww, 1, &src, &wany, &dst)) {
+        if (conv_mds(P, 1, hh, ww, 1, BRAZE_TYPES(dt, dt, 0), &src, &wany, &dst)) {
             set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
             goto fail;
         }
@@ -208,13 +229,13 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
     dnnl_memory_desc_t src = NULL, dst = NULL, wany = NULL, bias = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    if (conv_mds(P, c->N, c->H, c->W, 1, &src, &wany, &dst)) {
+    if (conv_mds(P, c->N, c->H, c->W, 1, c->act, &src, &wany, &dst)) {
         set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
         goto fail;
     }
     if (c->has_bias) {
         dnnl_dims_t bd = {P->OC};
-        DN(dnnl_memory_desc_create_with_tag(&bias, 1, bd, dnnl_f32, dnnl_a));
+        DN(dnnl_memory_desc_create_with_tag(&bias, 1, bd, dt_of(BIAS_DT(c->act)), dnnl_a));
     }
     /* the residual is a sum post-op (Y is preloaded with it): the JIT convolutions take
      * sum, while binary add sends oneDNN 3.2 to its reference kernel */
@@ -305,8 +326,8 @@ static int g_conv_gemm_max = 48; /* atomic: the small-M plain-weight kernel's ro
 void braze_dnnl_set_conv_gemm_m(int max_m) { __atomic_store_n(&g_conv_gemm_max, max_m, __ATOMIC_RELAXED); }
 int braze_dnnl_conv_gemm_m(void) { return __atomic_load_n(&g_conv_gemm_max, __ATOMIC_RELAXED); }
 
-static int conv_gemm_applies(const braze_packed_conv *P, int64_t N, int64_t OH, int64_t OW) {
-    return !P->data && P->layout == 1 && P->G == 1 && P->KH * P->KW <= 64 &&
+static int conv_gemm_applies(const braze_packed_conv *P, int64_t N, int64_t OH, int64_t OW, int act) {
+    return !P->data && !(act & BRAZE_TYPES_MASK) && P->layout == 1 && P->G == 1 && P->KH * P->KW <= 64 &&
            N * OH * OW <= braze_dnnl_conv_gemm_m();
 }
 
@@ -359,7 +380,7 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
     if (!P || N <= 0 || H <= 0 || W <= 0 || CONV_OH(P, H) <= 0 || CONV_OW(P, W) <= 0 ||
         act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err))
         return 1;
-    if (conv_gemm_applies(P, N, CONV_OH(P, H), CONV_OW(P, W)))
+    if (conv_gemm_applies(P, N, CONV_OH(P, H), CONV_OW(P, W), act))
         return braze_matmul_w_prepare(N * CONV_OH(P, H) * CONV_OW(P, W), P->OC, P->IC * P->KH * P->KW, 1, has_bias,
                                       has_res, act);
     cache_entry tmp;
@@ -370,8 +391,8 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
 
 /* braze_conv2d (Wt NULL: P's packed weights) and braze_conv2d_w (Wt: the plain weights of this
  * call, re-laid out into a per-thread buffer first). */
-static int conv_call(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P, const float *Wt,
-                     const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
+                     const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
                      char *err, int errlen) {
     char ctx[300];
     int rc = 1, is_tmp = 0;
@@ -403,6 +424,11 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const float *X, const braz
             set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
             return 1;
         }
+        if (SRC_DT(act) != P->dt) {
+            set_err(err, errlen, "braze_dnnl: the input is %s but the weights are %s (%s)", dt_name(SRC_DT(act)),
+                    dt_name(P->dt), ctx);
+            return 1;
+        }
     }
     if (N < 0 || H < 0 || W < 0 || OH != CONV_OH(P, H) || OW != CONV_OW(P, W) || OH <= 0 || OW <= 0) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; expected OH=%lld OW=%lld)", ctx,
@@ -415,13 +441,14 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const float *X, const braz
                 ctx);
         return 1;
     }
-    if (Wt && conv_gemm_applies(P, N, OH, OW))
-        return conv_gemm(N, H, W, X, P, Wt, bias, residual, act, OH, OW, Y, ctx, err, errlen);
+    if (Wt && conv_gemm_applies(P, N, OH, OW, act))
+        return conv_gemm(N, H, W, (const float *)X, P, (const float *)Wt, (const float *)bias, (const float *)residual,
+                         act, OH, OW, (float *)Y, ctx, err, errlen);
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
     e = conv_entry(N, H, W, P, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);
     if (!e) return 1;
-    if (conv_mds(P, N, H, W, 0, &src, NULL, &dst)) {
+    if (conv_mds(P, N, H, W, 0, act, &src, NULL, &dst)) {
         set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
         goto fail;
     }
@@ -434,7 +461,7 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const float *X, const braz
         if (Wt) {
             wdata = Wt;
             if (e->reorder) {
-                size_t nbytes = (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * sizeof(float);
+                size_t nbytes = (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * dt_size(P->w_dt);
                 if (wcache_get((wcache *)&P->wc, P->plain_md, Wt, nbytes, e->wei_md, e->reorder,
                                e->reorder_scratch_md, s, &use, ctx, err, errlen))
                     goto fail;
@@ -447,12 +474,12 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const float *X, const braz
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, my};
         if (bias) {
             dnnl_dims_t bd = {P->OC};
-            DN(dnnl_memory_desc_create_with_tag(&bmd, 1, bd, dnnl_f32, dnnl_a));
+            DN(dnnl_memory_desc_create_with_tag(&bmd, 1, bd, dt_of(BIAS_DT(act)), dnnl_a));
             DN(dnnl_memory_create(&mb, bmd, g_engine, (void *)bias));
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mb};
         }
         if (residual && residual != Y)
-            memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * sizeof(float));
+            memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * dt_size(DST_DT(act)));
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
     }
     rc = 0;
@@ -470,14 +497,14 @@ fail:
     return rc;
 }
 
-int braze_conv2d(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P,
-                 const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+int braze_conv2d(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P,
+                 const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
                  char *err, int errlen) {
     return conv_call(N, H, W, X, P, NULL, bias, residual, act, OH, OW, Y, err, errlen);
 }
 
-int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const float *X, const braze_packed_conv *P, const float *Wt,
-                   const float *bias, const float *residual, int act, int64_t OH, int64_t OW, float *Y,
+int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
+                   const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
                    char *err, int errlen) {
     if (!Wt) {
         set_err(err, errlen, "braze_dnnl: braze_conv2d_w: the weight is NULL");

@@ -9,6 +9,7 @@
 #include "braze_dnnl.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,8 +163,9 @@ static dnnl_stream_t get_stream(char *err, int errlen) {
  * 3 conv, 4 matmul with run-time weights, 5 conv with run-time weights), key[1] the packed
  * weight's or conv geometry's owner id (unique in the process, never reused; 0 for batch
  * matmul and run-time-weight matmul, which hold no weights: their primitives are shared by
- * every model), then the shapes, transposes, alpha, epilogue flags and mode. All float32,
- * dense row-major or the weight's own layout (fixed by its owner). */
+ * every model), then the shapes, transposes, alpha, epilogue flags with the dtypes
+ * (BRAZE_TYPES, in `act`) and mode. Dense row-major, or the weight's own layout (fixed by its
+ * owner). */
 #define KEYLEN 16
 typedef struct {
     int64_t key[KEYLEN];
@@ -367,9 +369,48 @@ fail:
     return rc;
 }
 
+/* ------------------------------------------------------------------ dtypes (BRAZE_TYPES) */
+
+#define SRC_DT(act) (((act) >> 12) & 3)
+#define DST_DT(act) (((act) >> 14) & 3)
+#define BIAS_DT(act) (((act) >> 16) & 3)
+
+static dnnl_data_type_t dt_of(int code) {
+    return code == BRAZE_DT_BF16 ? dnnl_bf16 : code == BRAZE_DT_F16 ? dnnl_f16 : dnnl_f32;
+}
+
+static size_t dt_size(int code) { return code == BRAZE_DT_F32 ? 4 : 2; }
+
+static const char *dt_name(int code) {
+    return code == BRAZE_DT_BF16 ? "bf16" : code == BRAZE_DT_F16 ? "f16" : code == BRAZE_DT_F32 ? "f32" : "?";
+}
+
+/* element i of p (dtype code) as float32, and v stored there rounded to nearest even; for the
+ * few scalar epilogues oneDNN cannot run (a product over K = 0) */
+static float dt_load(const void *p, int64_t i, int code) {
+    if (code == BRAZE_DT_F32) return ((const float *)p)[i];
+    if (code == BRAZE_DT_F16) return (float)((const _Float16 *)p)[i];
+    union { uint32_t u; float f; } x = {(uint32_t)((const uint16_t *)p)[i] << 16};
+    return x.f;
+}
+
+static void dt_store(void *p, int64_t i, int code, float v) {
+    if (code == BRAZE_DT_F32) {
+        ((float *)p)[i] = v;
+    } else if (code == BRAZE_DT_F16) {
+        ((_Float16 *)p)[i] = (_Float16)v;
+    } else {
+        union { float f; uint32_t u; } x = {v};
+        uint32_t u = x.u;
+        ((uint16_t *)p)[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
+                                                            : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+    }
+}
+
 static int act_alg(int act, dnnl_alg_kind_t *alg, float *alpha) {
     *alpha = 0.f;
-    if (act & ~(BRAZE_ACT_AFTER_RESIDUAL | 0xff)) return -1;
+    if (act & ~(BRAZE_ACT_AFTER_RESIDUAL | 0xff | BRAZE_TYPES_MASK)) return -1;
+    if (SRC_DT(act) == 3 || DST_DT(act) == 3 || BIAS_DT(act) == 3) return -1;
     switch (act & 0xff) {
     case BRAZE_ACT_NONE: return 0;
     case BRAZE_ACT_RELU: *alg = dnnl_eltwise_relu; return 1;
@@ -380,6 +421,15 @@ static int act_alg(int act, dnnl_alg_kind_t *alg, float *alpha) {
     case BRAZE_ACT_TANH: *alg = dnnl_eltwise_tanh; return 1;
     default: return -1;
     }
+}
+
+/* How a matmul takes its residual (the has_res of its key and its prepare call): none, a tensor
+ * of its own (a binary-add post-op), or the output itself (RES_IN_C: a sum post-op, which adds
+ * what C holds before the product is written). A binary add reading the C it writes gave wrong
+ * results on AVX2, where oneDNN's GEMM writes partial sums into C before the post-ops run. */
+enum { RES_NONE = 0, RES_OWN = 1, RES_IN_C = 2 };
+static int res_kind(const void *residual, const void *C) {
+    return !residual ? RES_NONE : residual == C ? RES_IN_C : RES_OWN;
 }
 
 /* Index of the binary-add post-op: after the eltwise unless the activation

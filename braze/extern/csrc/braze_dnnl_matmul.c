@@ -5,6 +5,7 @@
 
 struct braze_packed_b {
     int64_t N, K, owner;
+    int dt;                /* BRAZE_DT_*: what data holds */
     dnnl_memory_desc_t md; /* layout of data (a K x N weights md) */
     void *data;
     int64_t smallm_kp; /* data is BA16a64b with K padded to this: the small-M path reads it (else 0) */
@@ -52,16 +53,16 @@ static int64_t smallm_layout(const_dnnl_memory_desc_t md, int64_t K) {
 #define PACK_M_HINT 128 /* representative M for picking the packed layout */
 #define SMALL_M 2       /* at or below: plain weights, runtime M (see braze_matmul) */
 
-braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int transposed_layout,
-                                 char *err, int errlen) {
+braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
+                                   char *err, int errlen) {
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "braze_pack_b N=%lld K=%lld transposed=%d", (long long)N,
-             (long long)K, transposed_layout);
+    snprintf(ctx, sizeof ctx, "braze_pack_b N=%lld K=%lld transposed=%d dtype=%s from %s", (long long)N,
+             (long long)K, transposed_layout, dt_name(dt), dt_name(w_dt));
     braze_packed_b *B = NULL;
     dnnl_memory_desc_t plain = NULL, any = NULL, src = NULL, dst = NULL;
     dnnl_primitive_desc_t pd = NULL;
     if (braze_dnnl_init(err, errlen)) return NULL;
-    if (N < 0 || K < 0 || (!W && N > 0 && K > 0)) {
+    if (N < 0 || K < 0 || (!W && N > 0 && K > 0) || w_dt < 0 || w_dt > 2 || dt < 0 || dt > 2) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s, W=%p)", ctx, (const void *)W);
         return NULL;
     }
@@ -69,13 +70,14 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
     if (!B) goto oom;
     B->N = N;
     B->K = K;
+    B->dt = dt;
     if (N == 0 || K == 0) return B; /* an empty weight: braze_matmul needs no primitive for it */
     {
         dnnl_dims_t wd = {K, N}, sd = {PACK_M_HINT, K}, dd = {PACK_M_HINT, N};
-        DN(dnnl_memory_desc_create_with_tag(&plain, 2, wd, dnnl_f32,
+        DN(dnnl_memory_desc_create_with_tag(&plain, 2, wd, dt_of(w_dt),
                                             transposed_layout ? dnnl_ba : dnnl_ab));
-        DN(dnnl_memory_desc_create_with_tag(&any, 2, wd, dnnl_f32, dnnl_format_tag_any));
-        DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dnnl_f32, dnnl_ab));
+        DN(dnnl_memory_desc_create_with_tag(&any, 2, wd, dt_of(dt), dnnl_format_tag_any));
+        DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dt_of(dt), dnnl_ab));
         DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
         DN(dnnl_matmul_primitive_desc_create(&pd, g_engine, src, any, NULL, dst, NULL));
         DN(dnnl_memory_desc_clone(&B->md, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)));
@@ -83,7 +85,7 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
         B->data = aligned_alloc64(sz);
         if (!B->data) goto oom;
         if (do_reorder(plain, W, B->md, B->data, ctx, err, errlen)) goto fail;
-        B->smallm_kp = smallm_layout(B->md, K);
+        B->smallm_kp = dt == BRAZE_DT_F32 ? smallm_layout(B->md, K) : 0;
     }
     pthread_mutex_lock(&g_cache_mu);
     B->owner = g_next_owner++;
@@ -104,6 +106,11 @@ fail:
     if (dst) dnnl_memory_desc_destroy(dst);
     if (B) braze_free_packed_b(B);
     return NULL;
+}
+
+braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int transposed_layout,
+                                 char *err, int errlen) {
+    return braze_pack_b_typed(W, BRAZE_DT_F32, BRAZE_DT_F32, N, K, transposed_layout, err, errlen);
 }
 
 braze_packed_b *braze_pack_b(const float *W, int64_t N, int64_t K, int transposed_layout) {
@@ -130,17 +137,17 @@ static int create_matmul_entry(cache_entry *e, int64_t M, const braze_packed_b *
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_dims_t sd = {m, K}, dd = {m, N}, bd = {1, N}, wd = {K, N};
-    DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dnnl_f32, dnnl_ab));
-    DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
-    if (has_bias) DN(dnnl_memory_desc_create_with_tag(&bias, 2, bd, dnnl_f32, dnnl_ab));
-    if (has_res) DN(dnnl_memory_desc_create_with_tag(&res, 2, dd, dnnl_f32, dnnl_ab));
-    DN(make_attr(&attr, act, res, 1.f));
+    DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dt_of(SRC_DT(act)), dnnl_ab));
+    DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dt_of(DST_DT(act)), dnnl_ab));
+    if (has_bias) DN(dnnl_memory_desc_create_with_tag(&bias, 2, bd, dt_of(BIAS_DT(act)), dnnl_ab));
+    if (has_res) DN(dnnl_memory_desc_create_with_tag(&res, 2, dd, dt_of(DST_DT(act)), dnnl_ab));
+    DN(make_attr_ex(&attr, act, res, 1.f, has_res == RES_IN_C));
     /* runtime M: blocked weights get only the reference kernel; use a plain
      * [N,K] (torch) layout, which the brgemm kernel accepts with runtime dims */
     if (runtime_m || dnnl_matmul_primitive_desc_create(&pd, g_engine, src, B->md, bias, dst, attr) != dnnl_success) {
         pd = NULL;
         /* fallback: the layout this M wants */
-        DN(dnnl_memory_desc_create_with_tag(&any, 2, wd, dnnl_f32,
+        DN(dnnl_memory_desc_create_with_tag(&any, 2, wd, dt_of(B->dt),
                                             runtime_m ? dnnl_ba : dnnl_format_tag_any));
         DN(dnnl_matmul_primitive_desc_create(&pd, g_engine, src, any, bias, dst, attr));
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
@@ -194,13 +201,13 @@ static float scalar_act(int act, float v) {
     }
 }
 
-static void empty_k_epilogue(int64_t M, int64_t N, const float *bias, const float *residual, int act,
-                             float *C) {
-    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
+static void empty_k_epilogue(int64_t M, int64_t N, const void *bias, const void *residual, int act, void *C) {
+    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0, dd = DST_DT(act);
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
-            float v = bias ? bias[n] : 0.f, r = residual ? residual[m * N + n] : 0.f;
-            C[m * N + n] = late ? scalar_act(act, v + r) : scalar_act(act, v) + r;
+            float v = bias ? dt_load(bias, n, BIAS_DT(act)) : 0.f;
+            float r = residual ? dt_load(residual, m * N + n, dd) : 0.f;
+            dt_store(C, m * N + n, dd, late ? scalar_act(act, v + r) : scalar_act(act, v) + r);
         }
 }
 
@@ -231,8 +238,8 @@ int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int h
 
 /* Checks braze_matmul's and braze_matmul_w's arguments; 0 to go on, 1 on an error (err set),
  * 2 when the call is done (an empty product; with K = 0, the epilogue alone). */
-static int matmul_args(int64_t M, int64_t N, int64_t K, const float *A, int w_ok, const float *bias,
-                       const float *residual, int act, float *C, const char *ctx, char *err, int errlen) {
+static int matmul_args(int64_t M, int64_t N, int64_t K, const void *A, int w_ok, const void *bias,
+                       const void *residual, int act, void *C, const char *ctx, char *err, int errlen) {
     dnnl_alg_kind_t alg;
     float al;
     if (braze_dnnl_init(err, errlen)) return 1;
@@ -254,8 +261,8 @@ static int matmul_args(int64_t M, int64_t N, int64_t K, const float *A, int w_ok
 
 /* Runs a matmul entry's primitive: C[M,N] = epilogue(A[M,K] @ weights), the weights (in the
  * entry's layout) at wdata. */
-static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, const float *A, const void *wdata,
-                      const float *bias, const float *residual, int act, float *C, const char *ctx, char *err,
+static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, const void *A, const void *wdata,
+                      const void *bias, const void *residual, int act, void *C, const char *ctx, char *err,
                       int errlen) {
     int rc = 1;
     dnnl_memory_t ma = NULL, mw = NULL, mb = NULL, mr = NULL, mc = NULL;
@@ -264,8 +271,8 @@ static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, con
     if (!s) return 1;
     {
         dnnl_dims_t sd = {M, K}, dd = {M, N}, bd = {1, N};
-        DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dnnl_f32, dnnl_ab));
-        DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
+        DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dt_of(SRC_DT(act)), dnnl_ab));
+        DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dt_of(DST_DT(act)), dnnl_ab));
         DN(dnnl_memory_create(&ma, src, g_engine, (void *)A));
         DN(dnnl_memory_create(&mc, dst, g_engine, C));
         DN(dnnl_memory_create(&mw, e->wei_md, g_engine, (void *)wdata));
@@ -275,11 +282,11 @@ static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, con
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, mc};
         if (bias) {
-            DN(dnnl_memory_desc_create_with_tag(&bmd, 2, bd, dnnl_f32, dnnl_ab));
+            DN(dnnl_memory_desc_create_with_tag(&bmd, 2, bd, dt_of(BIAS_DT(act)), dnnl_ab));
             DN(dnnl_memory_create(&mb, bmd, g_engine, (void *)bias));
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mb};
         }
-        if (residual) {
+        if (residual && residual != C) { /* a residual in C is the sum post-op's: it reads C itself */
             DN(dnnl_memory_create(&mr, dst, g_engine, (void *)residual));
             int idx = residual_post_op_index(act);
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1, mr};
@@ -299,8 +306,8 @@ fail:
     return rc;
 }
 
-int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
-                 const float *bias, const float *residual, int act, float *C, char *err,
+int braze_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
+                 const void *bias, const void *residual, int act, void *C, char *err,
                  int errlen) {
     char ctx[200];
     snprintf(ctx, sizeof ctx, "braze_matmul M=%lld N=%lld K=%lld bias=%d residual=%d act=%d",
@@ -311,15 +318,22 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_pa
         set_err(err, errlen, "braze_dnnl: packed weight is NULL (%s)", ctx);
         return 1;
     }
-    if (N != B->N || K != B->K) {
-        set_err(err, errlen, "braze_dnnl: invalid arguments (%s; packed weight is N=%lld K=%lld)", ctx,
-                (long long)B->N, (long long)B->K);
+    dnnl_alg_kind_t alg;
+    float al;
+    if (act_alg(act, &alg, &al) < 0) {
+        set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
+        return 1;
+    }
+    if (N != B->N || K != B->K || SRC_DT(act) != B->dt) {
+        set_err(err, errlen, "braze_dnnl: invalid arguments (%s; packed weight is N=%lld K=%lld in %s, A in %s)",
+                ctx, (long long)B->N, (long long)B->K, dt_name(B->dt), dt_name(SRC_DT(act)));
         return 1;
     }
     int go = matmul_args(M, N, K, A, 1, bias, residual, act, C, ctx, err, errlen);
     if (go) return go == 1;
-    if (smallm_matmul(M, N, K, A, B, bias, residual, act, C)) return 0;
-    e = matmul_entry(M, B, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);
+    if (smallm_matmul(M, N, K, (const float *)A, B, (const float *)bias, (const float *)residual, act, (float *)C))
+        return 0;
+    e = matmul_entry(M, B, bias != NULL, res_kind(residual, C), act, ctx, &tmp, &is_tmp, err, errlen);
     if (!e) return 1;
     int rc = run_matmul(e, M, N, K, A, e->wei_alt ? e->wei_alt : B->data, bias, residual, act, C, ctx, err, errlen);
     if (is_tmp) entry_release(&tmp);
@@ -344,12 +358,13 @@ static int make_mmw(cache_entry *e, void *a, char *err, int errlen) {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_dims_t sd = {m->M, m->K}, dd = {m->M, m->N}, bd = {1, m->N}, wd = {m->K, m->N};
-    DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dnnl_f32, dnnl_ab));
-    DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dnnl_f32, dnnl_ab));
-    DN(dnnl_memory_desc_create_with_tag(&wei, 2, wd, dnnl_f32, m->transposed ? dnnl_ba : dnnl_ab));
-    if (m->has_bias) DN(dnnl_memory_desc_create_with_tag(&bias, 2, bd, dnnl_f32, dnnl_ab));
-    if (m->has_res) DN(dnnl_memory_desc_create_with_tag(&res, 2, dd, dnnl_f32, dnnl_ab));
-    DN(make_attr(&attr, m->act, res, 1.f));
+    int act = m->act;
+    DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dt_of(SRC_DT(act)), dnnl_ab));
+    DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dt_of(DST_DT(act)), dnnl_ab));
+    DN(dnnl_memory_desc_create_with_tag(&wei, 2, wd, dt_of(SRC_DT(act)), m->transposed ? dnnl_ba : dnnl_ab));
+    if (m->has_bias) DN(dnnl_memory_desc_create_with_tag(&bias, 2, bd, dt_of(BIAS_DT(act)), dnnl_ab));
+    if (m->has_res) DN(dnnl_memory_desc_create_with_tag(&res, 2, dd, dt_of(DST_DT(act)), dnnl_ab));
+    DN(make_attr_ex(&attr, m->act, res, 1.f, m->has_res == RES_IN_C));
     DN(dnnl_matmul_primitive_desc_create(&pd, g_engine, src, wei, bias, dst, attr));
     DN(dnnl_memory_desc_clone(&e->wei_md, wei));
     DN(clone_scratch_md(pd, &e->scratch_md));
@@ -387,17 +402,19 @@ int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int transposed_layou
     return prepared(e, &tmp, &is_tmp);
 }
 
-int braze_matmul_w(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed_layout,
-                   const float *bias, const float *residual, int act, float *C, char *err, int errlen) {
+int braze_matmul_w(int64_t M, int64_t N, int64_t K, const void *A, const void *W, int transposed_layout,
+                   const void *bias, const void *residual, int act, void *C, char *err, int errlen) {
     char ctx[200];
     snprintf(ctx, sizeof ctx, "braze_matmul_w M=%lld N=%lld K=%lld transposed=%d bias=%d residual=%d act=%d",
              (long long)M, (long long)N, (long long)K, transposed_layout, bias != NULL, residual != NULL, act);
     int go = matmul_args(M, N, K, A, W != NULL, bias, residual, act, C, ctx, err, errlen);
     if (go) return go == 1;
-    if (smallm_w_matmul(M, N, K, A, W, transposed_layout, bias, residual, act, C)) return 0;
+    if (smallm_w_matmul(M, N, K, (const float *)A, (const float *)W, transposed_layout, (const float *)bias,
+                        (const float *)residual, act, (float *)C))
+        return 0;
     int is_tmp = 0;
-    cache_entry tmp, *e = matmul_w_entry(M, N, K, transposed_layout, bias != NULL, residual != NULL, act, ctx, &tmp,
-                                         &is_tmp, err, errlen);
+    cache_entry tmp, *e = matmul_w_entry(M, N, K, transposed_layout, bias != NULL, res_kind(residual, C), act, ctx,
+                                         &tmp, &is_tmp, err, errlen);
     if (!e) return 1;
     int rc = run_matmul(e, M, N, K, A, W, bias, residual, act, C, ctx, err, errlen);
     if (is_tmp) entry_release(&tmp);
@@ -414,11 +431,13 @@ typedef struct {
     int64_t M, N, K;
     int ta, tb;
     float alpha;
+    int types;
     const char *ctx;
 } bmm_arg;
 
 /* dims [bd..., r, c], dense row-major over [bd..., r, c], or over [bd..., c, r] when trans */
-static int nd_desc(int nb, const int64_t *bd, int64_t r, int64_t c, int trans, dnnl_memory_desc_t *md) {
+static int nd_desc(int nb, const int64_t *bd, int64_t r, int64_t c, int trans, dnnl_data_type_t dt,
+                   dnnl_memory_desc_t *md) {
     dnnl_dims_t dims, strides;
     int nd = nb + 2;
     for (int i = 0; i < nb; i++) dims[i] = bd[i];
@@ -431,14 +450,15 @@ static int nd_desc(int nb, const int64_t *bd, int64_t r, int64_t c, int trans, d
         strides[i] = st;
         st *= bd[i];
     }
-    return dnnl_memory_desc_create_with_strides(md, nd, dims, dnnl_f32, strides) != dnnl_success;
+    return dnnl_memory_desc_create_with_strides(md, nd, dims, dt, strides) != dnnl_success;
 }
 
 static int bmm_mds(const bmm_arg *m, dnnl_memory_desc_t *a, dnnl_memory_desc_t *w, dnnl_memory_desc_t *c) {
     int64_t cb[BMM_MAX_BATCH];
     for (int i = 0; i < m->nb; i++) cb[i] = m->ab[i] > m->bb[i] ? m->ab[i] : m->bb[i];
-    return nd_desc(m->nb, m->ab, m->M, m->K, m->ta, a) || nd_desc(m->nb, m->bb, m->K, m->N, m->tb, w) ||
-           nd_desc(m->nb, cb, m->M, m->N, 0, c);
+    dnnl_data_type_t in = dt_of(SRC_DT(m->types)), out = dt_of(DST_DT(m->types));
+    return nd_desc(m->nb, m->ab, m->M, m->K, m->ta, in, a) || nd_desc(m->nb, m->bb, m->K, m->N, m->tb, in, w) ||
+           nd_desc(m->nb, cb, m->M, m->N, 0, out, c);
 }
 
 static int make_bmm(cache_entry *e, void *p, char *err, int errlen) {
@@ -466,12 +486,13 @@ fail:
     return rc;
 }
 
-int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_batch, int64_t M, int64_t N,
-                             int64_t K, const float *A, int transA, const float *Bm, int transB, float alpha,
-                             float *C, char *err, int errlen) {
+int braze_batch_matmul_typed(int types, int nb, const int64_t *a_batch, const int64_t *b_batch, int64_t M,
+                             int64_t N, int64_t K, const void *A, int transA, const void *Bm, int transB,
+                             float alpha, void *C, char *err, int errlen) {
     char ctx[300];
-    int n = snprintf(ctx, sizeof ctx, "braze_batch_matmul M=%lld N=%lld K=%lld transA=%d transB=%d batch A=[",
-                     (long long)M, (long long)N, (long long)K, transA, transB);
+    int n = snprintf(ctx, sizeof ctx, "braze_batch_matmul M=%lld N=%lld K=%lld transA=%d transB=%d %s->%s batch A=[",
+                     (long long)M, (long long)N, (long long)K, transA, transB, dt_name(SRC_DT(types)),
+                     dt_name(DST_DT(types)));
     for (int i = 0; i < nb && i < BMM_MAX_BATCH && a_batch && n < 250; i++)
         n += snprintf(ctx + n, sizeof ctx - n, i ? ",%lld" : "%lld", (long long)a_batch[i]);
     n += snprintf(ctx + n, sizeof ctx - n, "] B=[");
@@ -483,7 +504,8 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
     dnnl_memory_desc_t a = NULL, w = NULL, c = NULL;
     dnnl_memory_t ma = NULL, mw = NULL, mc = NULL;
     if (braze_dnnl_init(err, errlen)) return 1;
-    int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0;
+    int bad = nb < 1 || nb > BMM_MAX_BATCH || !a_batch || !b_batch || M < 0 || N < 0 || K < 0 ||
+              (types & ~(BRAZE_TYPES_MASK & ~BRAZE_TYPES(0, 0, 3))) || SRC_DT(types) == 3 || DST_DT(types) == 3;
     int64_t out = 1;
     for (int i = 0; !bad && i < nb; i++) {
         int64_t p = a_batch[i], q = b_batch[i];
@@ -503,17 +525,17 @@ int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_ba
         return 1;
     }
     if (K == 0) {
-        memset(C, 0, (size_t)(out * M * N) * sizeof(float));
+        memset(C, 0, (size_t)(out * M * N) * dt_size(DST_DT(types))); /* +0.0 in every dtype */
         return 0;
     }
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
-    bmm_arg arg = {nb, a_batch, b_batch, M, N, K, transA != 0, transB != 0, alpha, ctx};
+    bmm_arg arg = {nb, a_batch, b_batch, M, N, K, transA != 0, transB != 0, alpha, types, ctx};
     {
         /* a primitive per shape: one with runtime M, N and K (gemm:jit instead of brgemm) was
          * as fast, but 10x further from eager on an attention sample (docs/gemm.md) */
         union { float f; int32_t i; } u = {alpha};
-        int64_t k[KEYLEN] = {2, 0, nb, M, N, K, (transA != 0) | (transB != 0) << 1, u.i};
+        int64_t k[KEYLEN] = {2, 0, nb, M, N, K, (transA != 0) | (transB != 0) << 1 | (int64_t)types << 2, u.i};
         for (int i = 0; i < nb; i++) {
             k[8 + i] = a_batch[i];
             k[8 + BMM_MAX_BATCH + i] = b_batch[i];
@@ -542,6 +564,12 @@ fail:
     if (c) dnnl_memory_desc_destroy(c);
     if (is_tmp) entry_release(&tmp);
     return rc;
+}
+
+int braze_batch_matmul_bcast(int nb, const int64_t *a_batch, const int64_t *b_batch, int64_t M, int64_t N,
+                             int64_t K, const float *A, int transA, const float *Bm, int transB, float alpha,
+                             float *C, char *err, int errlen) {
+    return braze_batch_matmul_typed(0, nb, a_batch, b_batch, M, N, K, A, transA, Bm, transB, alpha, C, err, errlen);
 }
 
 int braze_batch_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int transA,

@@ -150,7 +150,7 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
 }
 
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
-    return B->smallm_kp && M <= braze_dnnl_small_m() && smallm_act_ok(act);
+    return B->smallm_kp && !(act & BRAZE_TYPES_MASK) && M <= braze_dnnl_small_m() && smallm_act_ok(act);
 }
 
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
@@ -370,7 +370,8 @@ static int smallw_kn_matmul(int64_t M, int64_t N, int64_t K, const float *A, con
 
 static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
     (void)transposed; /* both layouts: [N,K] smallw_*, [K,N] smallw_kn_* */
-    return M <= braze_dnnl_small_m() && M <= SMALLW_MAX && N > 0 && K > 0 && smallm_act_ok(act);
+    return !(act & BRAZE_TYPES_MASK) && M <= braze_dnnl_small_m() && M <= SMALLW_MAX && N > 0 && K > 0 &&
+           smallm_act_ok(act);
 }
 
 static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,

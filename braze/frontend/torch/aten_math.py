@@ -361,9 +361,13 @@ conv("all")(_anyall("reduce_min"))
 
 @conv("linalg_vector_norm")
 def _vector_norm(cx, n, x, ord=2, dim=None, keepdim=False, dtype=None):
-    x = cast(cx, x, out_dtype(cx, n))
-    ax, keep = axes(cx, dim, x.rank), bool(keepdim)
-    ord = float(ord)
+    out = out_dtype(cx, n)
+    # torch accumulates a 16-bit norm in float32 (its squares alone overflow float16 past 256)
+    x = cast(cx, x, DType.float32 if out in (DType.bfloat16, DType.float16) else out)
+    return cast(cx, _norm(cx, x, float(ord), axes(cx, dim, x.rank), bool(keepdim)), out)
+
+
+def _norm(cx, x, ord: float, ax, keep: bool):
     a = op(cx, "abs", [x])
     if ord == float("inf"):
         return op(cx, "reduce_max", [a], axes=ax, keepdims=keep)

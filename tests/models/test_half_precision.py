@@ -1,0 +1,103 @@
+"""bfloat16 and float16 models, and the bf16 policy on float32 ones, as issue 23 accepts them:
+small configs of BERT, GPT-2, a LLaMA-style decoder, ViT and a ResNet, under
+torch.compile(backend="braze", dynamic=True) at 4 shapes and through braze.compile at 3.
+
+Each shape's error against eager in the same dtype (float32 eager for the policy) is at most
+max(2% for bfloat16 / 0.5% for float16, twice eager's own error against float32 at the same
+rounded weights, or torch.autocast's for the policy) of the largest output; the argmax agrees
+with float32 on 99% of the positions float32 decides by more than that; no op runs in PyTorch
+(no warning) and no library is built after the second shape. A few run by default, the whole
+matrix with ``python -m pytest -m slow tests/models/test_half_precision.py``."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import braze  # noqa: E402
+from braze import zoo_archs  # noqa: E402
+from braze.codegen.isa import detect_isa  # noqa: E402
+from braze.passes.precision import library_dtypes  # noqa: E402
+from braze.testing import rel_error  # noqa: E402
+
+# a policy whose dtype the CPU has no fast GEMMs for compiles float32, with one warning
+POLICY_RUNS = {"bf16": "bfloat16" in library_dtypes(detect_isa().host_features),
+               "fp16": "float16" in library_dtypes(detect_isa().host_features)}
+
+pytestmark = pytest.mark.usefixtures("module_cache")
+
+FAMILIES = ("bert", "gpt2", "llama", "vit", "resnet")
+MODES = (("bfloat16", None), ("float16", None), (None, "bf16"))
+DEFAULT = {("bert", "bfloat16", None), ("resnet", "float16", None), ("gpt2", None, "bf16")}
+# ViT's batch-1 graph is another program than its general one (test_transformers_plugin_slow.py)
+LATE_LIBRARY = {"vit"}
+
+
+def _sweep(arch, dtype, precision):
+    torch._dynamo.reset()
+    try:
+        rec = zoo_archs.sweep_one(arch, dtype=dtype, precision=precision)
+    finally:
+        torch._dynamo.reset()
+    assert "error" not in rec, rec["error"]
+    if precision and not POLICY_RUNS[precision]:
+        assert len(rec["warnings"]) == 1 and "compiling float32" in rec["warnings"][0], rec["warnings"]
+        for row in rec["shapes"]:  # float32 compute: float32's tolerance against float32 eager
+            assert row["rel_error"] <= 1e-4, f"{arch} at {row['shape']}: {row}"
+    else:
+        assert not rec["warnings"], rec["warnings"]  # no op in PyTorch, no region refused
+    for row in rec["shapes"]:
+        assert row["rel_error"] <= row["tol"], f"{arch} at {row['shape']}: {row}"
+        assert row["argmax_agree"] >= 0.99, f"{arch} at {row['shape']}: {row}"
+    want = "late library" if arch in LATE_LIBRARY else "ok"
+    assert zoo_archs.verdict(rec) == want, rec["shapes"]
+
+
+def _cases(default: bool):
+    return [pytest.param(a, d, p, id=f"{a}-{d or 'policy-' + p}") for a in FAMILIES for d, p in MODES
+            if ((a, d, p) in DEFAULT) == default]
+
+
+@pytest.mark.parametrize("arch, dtype, precision", _cases(True))
+def test_half_models_under_the_plugin(arch, dtype, precision):
+    _sweep(arch, dtype, precision)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch, dtype, precision", _cases(False))
+def test_half_models_under_the_plugin_slow(arch, dtype, precision):
+    _sweep(arch, dtype, precision)
+
+
+@pytest.mark.parametrize("dtype, precision", [(torch.bfloat16, None), (None, "bf16")], ids=["bf16-model", "policy"])
+def test_braze_compile_of_a_half_model_and_of_the_policy(dtype, precision):
+    """braze.compile (torch.export): one library for 3 sequence lengths, within the same bounds."""
+    arch = zoo_archs.build("bert")
+    model = arch.module.to(dtype) if dtype else arch.module
+    Dim = torch.export.Dim
+    ex = arch.make_inputs((2, 9))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cm = braze.compile(model, ex, dynamic_shapes=({0: Dim("b", min=1, max=8), 1: Dim("s", min=1, max=64)},),
+                           precision=precision)
+    fell_back = [str(w.message) for w in caught if "compiling float32" in str(w.message)]
+    assert len(fell_back) == (1 if precision and not POLICY_RUNS[precision] else 0), fell_back
+    compiles = braze.stats()["native_compiles"]
+    for shape in [(1, 1), (3, 23), (2, 64)]:
+        args = arch.make_inputs(shape)
+        got = zoo_archs.first_tensor(cm(*args)).float()
+        with torch.no_grad():
+            exact = zoo_archs.first_tensor(model.float()(*args) if dtype else model(*args)).float()
+            if dtype:
+                model.to(dtype)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision is not None):
+                eager = zoo_archs.first_tensor(model(*args)).float()
+        tol = max(0.02, 2 * rel_error(eager.numpy(), exact.numpy())) if not fell_back else 1e-4
+        want = exact if precision else eager
+        assert rel_error(got.numpy(), want.numpy()) <= tol, shape
+        assert got.dtype == torch.float32
+    assert braze.stats()["native_compiles"] == compiles, "a new shape triggered a recompile"
