@@ -552,11 +552,6 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
     live_weights): ``measure(name, shapes, min_time)`` per model, then ``stem``.json and .md."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(default_models), help="comma-separated zoo models")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                    help="bf16 adds the 16-bit rows (%s): braze's bf16 policy and bf16 model against eager and "
-                         "inductor on the bf16 model and OpenVINO at its default precision. They run bf16 only where "
-                         "the CPU has AVX512_BF16 or AMX; the machine line names the CPU's features"
-                         % ",".join(B.HALF_BACKENDS))
     ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
     ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
     ap.add_argument("--min-time", type=float, default=default_min_time, help="seconds of interleaved calls per shape")
