@@ -283,3 +283,21 @@ def test_fingerprint(lib):
         assert lib.braze_fingerprint(_p(b), b.nbytes) != f
     assert lib.braze_fingerprint(_p(a), a.nbytes - 4) != f  # the length counts
     assert lib.braze_fingerprint(None, 0) == lib.braze_fingerprint(_p(a), 0)
+
+
+@pytest.mark.parametrize("transposed", [1, 0])
+def test_live_weights_with_rows_a_multiple_of_4_kb(lib, transposed):
+    """A live weight with rows 4 KB apart runs from a padded copy from M = 48 on AVX2 builds (and
+    as it is elsewhere): the same results below and above that M, with the residual in C, and the
+    weight changed between calls is read again."""
+    rng = np.random.default_rng(7 + transposed)
+    N, K = (96, 1024) if transposed else (1024, 96)
+    W = rng.standard_normal((N, K) if transposed else (K, N), dtype=np.float32)
+    b = rng.standard_normal(N, dtype=np.float32)
+    for M in (1, 47, 48, 130):
+        A = rng.standard_normal((M, K), dtype=np.float32)
+        r = rng.standard_normal((M, N), dtype=np.float32)
+        out = r.copy()
+        _matmul_w(lib, A, W, transposed, b=b, r=out, act=0x101, out=out)  # relu(A W + b + C)
+        _close(out, _want(A, W, transposed, b, r, 0x101))
+        W *= -1  # the next call sees the new values

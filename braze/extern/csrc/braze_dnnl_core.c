@@ -52,8 +52,9 @@ static int g_runtime_m = 0; /* atomic: set by one model's caller while others ru
 
 static pthread_key_t g_stream_key;
 /* A calling thread's scratchpads: slot 0 for primitives and the small-M kernels, slot 1 for an
- * operand made for a call that runs on them (a convolution's columns: conv_gemm). */
-#define SCRATCH_SLOTS 2
+ * operand made for a call that runs on them (a convolution's columns: conv_gemm), slot 2 for a
+ * live weight's padded copy (braze_matmul_w on AVX2, which conv_gemm may call). */
+#define SCRATCH_SLOTS 3
 static pthread_key_t g_scratch_key[SCRATCH_SLOTS];
 
 static void stream_dtor(void *s) {

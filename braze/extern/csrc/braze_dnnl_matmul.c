@@ -387,7 +387,27 @@ typedef struct {
     int64_t M, N, K;
     int transposed, has_bias, has_res, act;
     const char *ctx;
+    int64_t ld; /* the weight's row stride in elements when not dense (a padded copy), else 0 */
 } mmw_arg;
+
+/* A live weight whose rows are a multiple of 4 KB apart (GPT-2's 768 x 3072 Conv1D weight: 12 KB
+ * rows) runs oneDNN's AVX2 gemm:jit at half speed, as a packed one did (pad_plain_rows). From
+ * PAD_COPY_M rows of A the product runs on a copy with rows a line longer, made at each call in
+ * the calling thread's scratchpad: the copy costs about one read and one write of the weight,
+ * less than the slow product from there (docs/gemm.md). AVX-512 builds never copy: oneDNN's
+ * brgemm re-blocks the weight itself. Returns the copy's row stride in elements, or 0. */
+#define PAD_COPY_M 48
+static int64_t live_pad_ld(int64_t M, int64_t N, int64_t K, int transposed, int act) {
+#if defined(__AVX512F__)
+    (void)M, (void)N, (void)K, (void)transposed, (void)act;
+    return 0;
+#else
+    int64_t ld = transposed ? K : N;
+    size_t es = dt_size(SRC_DT(act));
+    if (M < PAD_COPY_M || ((size_t)ld * es) % 4096) return 0;
+    return ld + (int64_t)(64 / es);
+#endif
+}
 
 /* A primitive reading the caller's plain weight as it is: [N,K] row-major (transposed) or
  * [K,N]. oneDNN's brgemm copies it into its blocked form block by block, in cache. */
@@ -402,7 +422,12 @@ static int make_mmw(cache_entry *e, void *a, char *err, int errlen) {
     int act = m->act;
     DN(dnnl_memory_desc_create_with_tag(&src, 2, sd, dt_of(SRC_DT(act)), dnnl_ab));
     DN(dnnl_memory_desc_create_with_tag(&dst, 2, dd, dt_of(DST_DT(act)), dnnl_ab));
-    DN(dnnl_memory_desc_create_with_tag(&wei, 2, wd, dt_of(SRC_DT(act)), m->transposed ? dnnl_ba : dnnl_ab));
+    if (m->ld) { /* [K,N] dims over a [N,K] (ba) or [K,N] (ab) copy with rows ld apart */
+        dnnl_dims_t st = {m->transposed ? 1 : m->ld, m->transposed ? m->ld : 1};
+        DN(dnnl_memory_desc_create_with_strides(&wei, 2, wd, dt_of(SRC_DT(act)), st));
+    } else {
+        DN(dnnl_memory_desc_create_with_tag(&wei, 2, wd, dt_of(SRC_DT(act)), m->transposed ? dnnl_ba : dnnl_ab));
+    }
     if (m->has_bias) DN(dnnl_memory_desc_create_with_tag(&bias, 2, bd, dt_of(BIAS_DT(act)), dnnl_ab));
     if (m->has_res) DN(dnnl_memory_desc_create_with_tag(&res, 2, dd, dt_of(DST_DT(act)), dnnl_ab));
     DN(make_attr_ex(&attr, m->act, res, 1.f, m->has_res == RES_IN_C));
@@ -424,8 +449,9 @@ fail:
 
 static cache_entry *matmul_w_entry(int64_t M, int64_t N, int64_t K, int transposed, int has_bias, int has_res,
                                    int act, const char *ctx, cache_entry *tmp, int *is_tmp, char *err, int errlen) {
-    int64_t k[KEYLEN] = {4, 0, M, N, K, transposed != 0, has_bias, has_res, act};
-    mmw_arg arg = {M, N, K, transposed != 0, has_bias, has_res, act, ctx};
+    int64_t ld = live_pad_ld(M, N, K, transposed, act);
+    int64_t k[KEYLEN] = {4, 0, M, N, K, transposed != 0, has_bias, has_res, act, ld};
+    mmw_arg arg = {M, N, K, transposed != 0, has_bias, has_res, act, ctx, ld};
     return get_entry(k, make_mmw, &arg, tmp, is_tmp, err, errlen);
 }
 
@@ -454,6 +480,20 @@ int braze_matmul_w(int64_t M, int64_t N, int64_t K, const void *A, const void *W
                         (const float *)residual, act, (float *)C))
         return 0;
     int is_tmp = 0;
+    int64_t ld = live_pad_ld(M, N, K, transposed_layout, act);
+    if (ld) { /* the padded copy, made before anything is written to C (it may be the residual) */
+        int64_t rows = transposed_layout ? N : K, cols = transposed_layout ? K : N;
+        size_t es = dt_size(SRC_DT(act));
+        char *copy = (char *)thread_scratch_at(2, (size_t)(rows * ld) * es);
+        if (!copy) {
+            set_err(err, errlen, "braze_dnnl: out of memory for a weight's padded copy (%s)", ctx);
+            return 1;
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(copy + (size_t)(r * ld) * es, (const char *)W + (size_t)(r * cols) * es, (size_t)cols * es);
+        W = copy;
+    }
     cache_entry tmp, *e = matmul_w_entry(M, N, K, transposed_layout, bias != NULL, res_kind(residual, C), act, ctx,
                                          &tmp, &is_tmp, err, errlen);
     if (!e) return 1;
