@@ -299,9 +299,35 @@ def _repro(op, dtype, index) -> str:
 class _Prepared:
     """What the native stage needs of a sample that the reference ran."""
 
-    def __init__(self, result, mod, arrays, expected, tol, values, view):
+    def __init__(self, result, mod, arrays, expected, tol, values, view, exact=None):
         self.result, self.mod, self.arrays, self.expected = result, mod, arrays, expected
         self.tol, self.values, self.view = tol, values, view
+        self.exact = exact  # 16-bit samples: eager on the inputs widened to float64
+
+
+def _exact(fn, rebuild, tensors):
+    """Eager on the floating inputs widened to float64 (a 16-bit sample's exact result), or None."""
+    import torch
+    try:
+        out, _ = _eager(fn, rebuild, [t.double() if t.is_floating_point() else t for t in tensors], 0)
+        leaves = _leaves(out)
+        return [t.double().numpy() for t in leaves] if all(isinstance(t, torch.Tensor) for t in leaves) else None
+    except Exception:
+        return None
+
+
+def closer_than_eager(actual, expected, exact) -> bool:
+    """16-bit outputs where braze's native result is no farther from the float64 result than
+    eager's, output by output: eager rounds after every op, braze once per fused kernel, so a sum
+    that cancels (hinge_embedding_loss in bfloat16) can leave eager the less accurate of the two."""
+    for a, e, x in zip(actual, expected, exact):
+        a, e, x = (np.asarray(_numpy(v) if hasattr(v, "detach") else v, dtype=np.float64) for v in (a, e, x))
+        if a.shape != x.shape or not np.array_equal(np.isnan(a), np.isnan(x)):
+            return False
+        ok = ~np.isnan(x)
+        if np.abs(a[ok] - x[ok]).max(initial=0.0) > np.abs(e[ok] - x[ok]).max(initial=0.0):
+            return False
+    return True
 
 
 def prepare_sample(op, dtype: str, index: int, sample) -> tuple[SampleResult, _Prepared | None]:
@@ -369,7 +395,8 @@ def prepare_sample(op, dtype: str, index: int, sample) -> tuple[SampleResult, _P
         r.ref, r.ref_msg = ("pass", None) if bad is None else ("mismatch", bad)
     except Exception as e:
         r.ref, r.ref_msg = "error", _short(e)
-    return r, _Prepared(r, mod, arrays, exp_leaves, tol, values, view)
+    exact = _exact(fn, rebuild, tensors) if dtype in ("bfloat16", "float16") and values else None
+    return r, _Prepared(r, mod, arrays, exp_leaves, tol, values, view, exact)
 
 
 def _merge(preps):
@@ -396,6 +423,9 @@ def _native_one(p: _Prepared, fn) -> None:
         got = fn(*p.arrays)
         got = list(got) if len(p.mod.main.results) > 1 else [got]
         bad = compare(p.view(got), p.view(p.expected), *p.tol, p.values)
+        if bad is not None and p.exact is not None and p.view is not None and closer_than_eager(
+                p.view(got), p.view(p.expected), p.view(p.exact)):
+            bad = None  # farther from eager than the tolerance, but nearer the exact result
         r.native, r.native_msg = ("pass", None) if bad is None else ("mismatch", bad)
     except Exception as e:
         r.native, r.native_msg = "error", "call: " + _short(e)
