@@ -225,7 +225,7 @@ def extra_link_flags() -> list[str]:
 
 
 HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_wcache.c", "braze_dnnl_matmul.c", "braze_dnnl_smallm.c",
-                "braze_dnnl_conv.c")
+                "braze_dnnl_smallm_avx2.c", "braze_dnnl_conv.c")
 
 
 def helper_text() -> str:

@@ -418,6 +418,7 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
     return 1;
 }
 #else
+#if !(defined(__AVX2__) && defined(__FMA__)) /* AVX2 builds: braze_dnnl_smallm_avx2.c's */
 static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
     (void)M, (void)N, (void)K, (void)transposed, (void)act;
     return 0;
@@ -428,6 +429,7 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
     (void)M, (void)N, (void)K, (void)A, (void)W, (void)transposed, (void)bias, (void)res, (void)act, (void)C;
     return 0;
 }
+#endif
 
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
     (void)M, (void)B, (void)act;

@@ -1,0 +1,214 @@
+/* braze_dnnl_smallm_avx2.c: braze_matmul_w's small-M kernel for AVX2 builds (no AVX-512):
+ * C[M,N] = epilogue(A[M,K] @ W^T) with W the caller's plain [N,K] weight (torch's linear, a
+ * convolution's OIHW as a GEMM), read once per call as it is. Follows braze_dnnl_smallm.c (the
+ * AVX-512 kernels) in one translation unit.
+ *
+ * Why: oneDNN 3.2's AVX2 gemm:jit on a plain [N,K] weight took 1.2-1.8x this kernel's time at
+ * M = 8-12 and 1.0-1.3x at M = 16-20 on a Zen 3 (BERT's layers, weights from memory); from
+ * M = 24 it was as fast, and on a [K,N] weight (GPT-2's Conv1D) a kernel like braze_dnnl_smallm.c's smallw_kn
+ * won on some shapes and lost on others, so oneDNN keeps those (docs/gemm.md). On this CPU a
+ * 16-row product is already near the FMA limit (about 190 GFLOP/s on 2 cores against 22 GB/s:
+ * 17 rows balance them), so the gain is in streaming the weight under the FMAs.
+ *
+ * Activations take oneDNN's AVX2 post-op values at special inputs, so a call gives the same
+ * values on both sides of the limit: relu(NaN) is 0, gelu(+inf) and silu(+inf) are inf, and
+ * gelu, gelu_tanh and silu at -inf are NaN (eager's AVX2 kernels agree but for relu). */
+
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#include <omp.h>
+#ifndef BZ_VB
+#define BZ_VB 32
+#endif
+#include "braze_vec.h"
+
+#define SW2_MAX 20 /* the largest M it takes: from 24 oneDNN was as fast (docs/gemm.md) */
+
+static const int32_t g_sw2_tail[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* the first n lanes (0 <= n <= 8) */
+BZ_INLINE __m256i sw2_mask(int64_t n) { return _mm256_loadu_si256((const __m256i *)(g_sw2_tail + 8 - n)); }
+
+static int sw2_act_ok(int act) {
+    switch (act & 0xff) {
+    case BRAZE_ACT_NONE: case BRAZE_ACT_RELU: case BRAZE_ACT_GELU_ERF: case BRAZE_ACT_GELU_TANH:
+    case BRAZE_ACT_SILU: case BRAZE_ACT_SIGMOID: return 1;
+    default: return 0; /* tanh: oneDNN's */
+    }
+}
+
+BZ_INLINE __m256 sw2_act(int act, __m256 v) {
+    __m256 r;
+    switch (act & 0xff) {
+    case BRAZE_ACT_RELU: return _mm256_max_ps(v, _mm256_setzero_ps()); /* maxps gives its second operand at NaN */
+    case BRAZE_ACT_GELU_ERF: r = (__m256)bz_vgelu((bz_vf)v); break;
+    case BRAZE_ACT_GELU_TANH: r = (__m256)bz_vgelu_tanh((bz_vf)v); break;
+    case BRAZE_ACT_SILU: r = (__m256)bz_vsilu((bz_vf)v); break;
+    case BRAZE_ACT_SIGMOID: return (__m256)bz_vsigmoid((bz_vf)v);
+    default: return v;
+    }
+    const __m256 inf = _mm256_set1_ps(INFINITY);
+    r = _mm256_blendv_ps(r, inf, _mm256_cmp_ps(v, inf, _CMP_EQ_OQ));
+    return _mm256_blendv_ps(r, _mm256_set1_ps(NAN), _mm256_cmp_ps(v, -inf, _CMP_EQ_OQ));
+}
+
+/* v + bias, the residual and the activation in the order act asks */
+BZ_INLINE __m256 sw2_epi(int act, __m256 v, __m256 b, __m256 r) {
+    v = _mm256_add_ps(v, b);
+    return act & BRAZE_ACT_AFTER_RESIDUAL ? sw2_act(act, _mm256_add_ps(v, r)) : _mm256_add_ps(sw2_act(act, v), r);
+}
+
+/* C[:, n0 : n1] = epilogue(C[:, n0 : n1]) in vectors of 8 columns (C holds the raw products) */
+static void sw2_epilogue(int64_t M, int64_t N, int64_t n0, int64_t n1, const float *bias, const float *res,
+                         int act, float *C) {
+    for (int64_t n = n0; n < n1; n += 8) {
+        __m256i mk = sw2_mask(n1 - n < 8 ? n1 - n : 8);
+        __m256 b = bias ? _mm256_maskload_ps(bias + n, mk) : _mm256_setzero_ps();
+        for (int64_t m = 0; m < M; m++) {
+            int64_t off = m * N + n;
+            __m256 r = res ? _mm256_maskload_ps(res + off, mk) : _mm256_setzero_ps();
+            _mm256_maskstore_ps(C + off, mk, sw2_epi(act, _mm256_maskload_ps(C + off, mk), b, r));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ [N,K]: dot products along K
+ * A tile is SW2_NR rows of W against SW2_MR rows of A, 8 lanes of partial sums each (12
+ * accumulators and 4 weight vectors: the 16 registers), added across lanes at the end. Each
+ * thread takes a contiguous range of W's rows, a block of SW2_NR at a time, and runs every row
+ * tile of A against it in chunks of SW2_KC along K (the block's chunk and A's in L1) while it
+ * asks L2 for the next block's rows, spread evenly under all of this block's tiles. */
+
+#define SW2_NR 4
+#define SW2_MR 3
+#define SW2_KC 512
+
+/* The next block's prefetch: one line of each of its rows (the next, `line`) every `every` steps
+ * of all the block's tiles, so it streams in evenly under them. */
+typedef struct {
+    const float *pf;
+    int64_t line, left, every;
+} sw2_pf;
+
+/* acc (MR x NR vectors) += A[i, k0:k1] * W[j, k0:k1] (rows lda and ldw apart), from zero when
+ * first, asking L2 for the next block's lines as pf says. */
+BZ_INLINE void sw2_tile(const int MR, int64_t lda, int64_t ldw, int64_t k0, int64_t k1, const float *A,
+                        const float *W, sw2_pf *pf, int first, __m256 *acc) {
+    __m256 c[SW2_MR][SW2_NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < SW2_NR; j++) c[i][j] = first ? _mm256_setzero_ps() : acc[i * SW2_NR + j];
+    int64_t k = k0;
+    for (; k + 8 <= k1; k += 8) {
+        if (pf->pf && --pf->left == 0) {
+            for (int j = 0; j < SW2_NR; j++) _mm_prefetch((const char *)(pf->pf + j * ldw + pf->line * 16), _MM_HINT_T1);
+            pf->line++, pf->left = pf->every;
+        }
+        __m256 w[SW2_NR];
+        for (int j = 0; j < SW2_NR; j++) w[j] = _mm256_loadu_ps(W + j * ldw + k);
+        for (int i = 0; i < MR; i++) {
+            __m256 a = _mm256_loadu_ps(A + i * lda + k);
+            for (int j = 0; j < SW2_NR; j++) c[i][j] = _mm256_fmadd_ps(a, w[j], c[i][j]);
+        }
+    }
+    if (k < k1) { /* K's last, partial vector */
+        __m256i mk = sw2_mask(k1 - k);
+        __m256 w[SW2_NR];
+        for (int j = 0; j < SW2_NR; j++) w[j] = _mm256_maskload_ps(W + j * ldw + k, mk);
+        for (int i = 0; i < MR; i++) {
+            __m256 a = _mm256_maskload_ps(A + i * lda + k, mk);
+            for (int j = 0; j < SW2_NR; j++) c[i][j] = _mm256_fmadd_ps(a, w[j], c[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < SW2_NR; j++) acc[i * SW2_NR + j] = c[i][j];
+}
+
+/* (sum of v[0]'s lanes, ..., sum of v[3]'s) */
+BZ_INLINE __m128 sw2_sum4(const __m256 *v) {
+    __m256 c = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3])); /* 0123 per half */
+    return _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+}
+
+/* rows n0 .. n0 + nr of C (nr <= NR; fewer than NR rows read a zero-padded copy). With raw, the
+ * sums alone (sw2_epilogue adds the rest later, in whole vectors); else with the epilogue. */
+static void sw2_block(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Wb, int64_t ldw,
+                      const float *pf, int64_t n0, int nr, int raw, const float *bias, const float *res, int act,
+                      float *C) {
+    __m256 acc[(SW2_MAX + SW2_MR - 1) / SW2_MR][SW2_MR * SW2_NR];
+    int64_t T = (M + SW2_MR - 1) / SW2_MR;
+    sw2_pf q = {pf, 0, 1, 2 * T}; /* a line is 2 steps of 8 floats */
+    for (int64_t k0 = 0; k0 < K; k0 += SW2_KC) {
+        int64_t k1 = k0 + SW2_KC < K ? k0 + SW2_KC : K;
+        for (int64_t t = 0; t < T; t++) {
+            const float *At = A + t * SW2_MR * lda;
+            switch (M - t * SW2_MR < SW2_MR ? M - t * SW2_MR : SW2_MR) { /* constant row counts: the loops unroll */
+            case 3: sw2_tile(3, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, acc[t]); break;
+            case 2: sw2_tile(2, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, acc[t]); break;
+            default: sw2_tile(1, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, acc[t]); break;
+            }
+        }
+    }
+    __m256i mk = sw2_mask(nr);
+    __m256 b = !raw && bias ? _mm256_maskload_ps(bias + n0, mk) : _mm256_setzero_ps();
+    for (int64_t m = 0; m < M; m++) {
+        __m256 v = _mm256_castps128_ps256(sw2_sum4(acc[m / SW2_MR] + (m % SW2_MR) * SW2_NR));
+        int64_t off = m * N + n0;
+        if (!raw) {
+            __m256 r = res ? _mm256_maskload_ps(res + off, mk) : _mm256_setzero_ps();
+            v = sw2_epi(act, v, b, r);
+        }
+        _mm256_maskstore_ps(C + off, mk, v);
+    }
+}
+
+static int sw2_nk_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int64_t ldw,
+                         const float *bias, const float *res, int act, float *C) {
+    int64_t nb = N / SW2_NR, tail = N % SW2_NR;
+    /* Rows of A a multiple of 4 KB apart share L1 sets (K = 1024, 2048, 3072, ...): such an A is
+     * read from a copy with a line more per row, in the calling thread's scratchpad. */
+    int64_t lda = K % 1024 ? K : K + 16;
+    float *Ap = lda == K ? NULL : (float *)thread_scratch((size_t)(M * lda) * sizeof(float));
+    if (lda != K && !Ap) return 0;
+    /* the last rows, padded with zero rows to a block: made before any thread writes C, so a
+     * failed call leaves C as it was (it may be the residual) */
+    float *pad = tail ? (float *)calloc((size_t)(SW2_NR * K), sizeof(float)) : NULL;
+    if (tail && !pad) return 0;
+    for (int64_t j = 0; j < tail; j++) memcpy(pad + j * K, W + (nb * SW2_NR + j) * ldw, (size_t)K * sizeof(float));
+#pragma omp parallel if (nb > 1)
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        if (Ap) {
+            for (int64_t i = M * t / nt; i < M * (t + 1) / nt; i++) memcpy(Ap + i * lda, A + i * K, (size_t)K * sizeof(float));
+#pragma omp barrier
+        }
+        const float *Ar = Ap ? Ap : A;
+        /* the epilogue after this thread's columns, in whole vectors (unless the residual is C) */
+        int raw = res != C && (bias || res || (act & 0xff) != BRAZE_ACT_NONE);
+        int64_t b0 = nb * t / nt, b1 = nb * (t + 1) / nt; /* contiguous: the next block is this thread's */
+        for (int64_t b = b0; b < b1; b++) {
+            const float *Wb = W + b * SW2_NR * ldw;
+            sw2_block(M, N, K, Ar, lda, Wb, ldw, b + 1 < b1 ? Wb + SW2_NR * ldw : NULL, b * SW2_NR, SW2_NR, raw,
+                      bias, res, act, C);
+        }
+        int64_t n1 = b1 * SW2_NR;
+        if (pad && t == nt - 1) {
+            sw2_block(M, N, K, Ar, lda, pad, K, NULL, nb * SW2_NR, (int)tail, raw, bias, res, act, C);
+            n1 = N;
+        }
+        if (raw) sw2_epilogue(M, N, b0 * SW2_NR, n1, bias, res, act, C);
+    }
+    free(pad);
+    return 1;
+}
+
+static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
+    return transposed && !(act & BRAZE_TYPES_MASK) && M <= braze_dnnl_small_m() && M <= SW2_MAX && N > 0 &&
+           K > 0 && sw2_act_ok(act);
+}
+
+static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
+                           const float *bias, const float *res, int act, float *C) {
+    if (!smallm_w_applies(M, N, K, transposed, act)) return 0;
+    return sw2_nk_matmul(M, N, K, A, W, K, bias, res, act, C);
+}
+#endif
