@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import NamedTuple
 
 from .. import log as _logging
 from ..errors import BrazeError, BrazeWarning
@@ -23,15 +24,23 @@ OPTIONS = {
     "freeze": "True bakes parameters and buffers in as constants (as inductor's freezing): faster, but the "
               "model must not change its weights after its first call (default False: weights are read at "
               "every call)",
+    "backward": "False leaves a training step's backward graph to PyTorch (default True: braze compiles what "
+                "it supports of it, as of the forward)",
 }
 
 
-def plugin_options(options: dict | None) -> tuple[Options, bool]:
+class PluginOptions(NamedTuple):
+    opts: Options
+    freeze: bool = False  # weights baked in as constants
+    backward: bool = True  # braze compiles the backward graph
+
+
+def plugin_options(options: dict | None) -> PluginOptions:
     """``torch.compile(..., options={...})`` over the environment's settings: the compile
-    options, and whether weights are frozen."""
+    options, whether weights are frozen, and whether braze compiles the backward."""
     opts = Options.from_env()
     if not options:
-        return opts, False
+        return PluginOptions(opts)
     if not isinstance(options, dict):
         raise BrazeError(f"torch.compile options for braze must be a dict, got {type(options).__name__}",
                          hint="options={'threads': 2}")
@@ -53,10 +62,12 @@ def plugin_options(options: dict | None) -> tuple[Options, bool]:
     if options.get("precision_keep") is not None:
         keep = options["precision_keep"]
         changes["precision_keep"] = (keep,) if isinstance(keep, str) else tuple(keep)
-    freeze = options.get("freeze", False)
-    if not isinstance(freeze, bool):
-        raise BrazeError(f"braze option 'freeze' must be True or False, got {freeze!r}")
-    return opts.replace(**changes), freeze
+    flags = {}
+    for key in ("freeze", "backward"):
+        v = flags[key] = options.get(key, PluginOptions._field_defaults[key])
+        if not isinstance(v, bool):
+            raise BrazeError(f"braze option {key!r} must be True or False, got {v!r}")
+    return PluginOptions(opts.replace(**changes), **flags)
 
 
 @functools.cache
@@ -80,7 +91,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
 
     from .partition import compile_graph, in_torch
 
-    opts, freeze = plugin_options(options)
+    opts, freeze, compile_backward = plugin_options(options)
     _logging.enable_debug_output(opts.debug)
     if mode not in (None, "default"):
         warnings.warn(BrazeWarning(f"torch.compile mode={mode!r} has no meaning for braze; it is ignored"),
@@ -90,30 +101,49 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     names = [weight_name(n, i) for i, n in enumerate(places)]
     scalars = {i for i, n in enumerate(places) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)}
 
-    def lower(g, weights: bool):
+    speculative = [False]  # the forward's, for its backward
+
+    def lower(g, weights: bool, label: str):
         try:
             with unset_fake_temporarily():  # braze reads the real weights
                 frozen, checks = _frozen_inputs(g, real, names, scalars, weights)
                 real.clear()  # what braze keeps is in ``frozen``; the activations are not needed
-                speculative = maybe_specialised(g) or retraced_frame()
-                return compile_graph(g, frozen, opts, speculative=speculative, checks=checks)
+                speculative[0] = maybe_specialised(g) or retraced_frame()
+                return compile_graph(g, frozen, opts, speculative=speculative[0], checks=checks, label=label)
         except Exception as e:  # noqa: BLE001 -- the user's program must not fail for braze's sake
             if dynamo_control(e):
                 raise
             return in_torch(g, e)
 
     def inference(g, fake_args):
-        return lower(g, weights=freeze)
+        return lower(g, weights=freeze, label="inference")
 
-    def forward(g, fake_args):  # training: weights stay inputs; torch runs the backward
-        return lower(g, weights=False)
+    def forward(g, fake_args):  # training: weights stay inputs, for the optimizer to change
+        return lower(g, weights=False, label="forward")
 
     def backward(g, fake_args):
-        return make_boxed_func(g.forward)
+        """Compiled at the first ``.backward()``: the saved activations and the incoming gradients
+        are its inputs (no weights), its outputs the gradients; its sizes are the forward's
+        symbols, so one compile serves every shape the forward does."""
+        if not compile_backward:
+            return make_boxed_func(g.forward)
+        try:
+            entry = compile_graph(g, {}, opts, speculative=speculative[0], label="backward")
+        except Exception as e:  # noqa: BLE001 -- as the forward: PyTorch runs what braze cannot
+            if dynamo_control(e):
+                raise
+            return in_torch(g, e)
 
+        def call(args):  # AOTAutograd wraps the backward in dynamo.disable, which keeps a function's
+            return entry(args)  # attributes (_boxed_call) but not a class's
+        call._boxed_call = True
+        return call
+
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
     try:
+        # the min-cut partitioner saves fewer activations and recomputes cheap ones in the backward
         return aot_autograd(fw_compiler=forward, inference_compiler=inference, bw_compiler=backward,
-                            decompositions=decompositions(),
+                            partition_fn=min_cut_rematerialization_partition, decompositions=decompositions(),
                             keep_inference_input_mutations=False)(gm, example_inputs)
     except Exception as e:  # noqa: BLE001 -- AOTAutograd could not lower it: PyTorch runs the graph as traced
         if dynamo_control(e):

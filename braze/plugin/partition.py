@@ -110,22 +110,24 @@ def stages(g, reasons: dict) -> list[list]:
     return [groups[d] for d in sorted(groups)]
 
 
-def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: tuple = ((), ())):
+def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: tuple = ((), ()),
+                  label: str = "inference"):
     """The callable AOTAutograd runs for ``gm`` (boxed: it takes a list of inputs). ``frozen``:
     placeholder name -> (weight name, tensor), the weights braze bakes in. ``speculative``: dynamo
     may have fixed the sizes for one call, so the regions compile on their second call. ``checks``:
-    what every call verifies of the baked-in weights and scalars (``GuardedCall``)."""
-    entry = _compile_graph(gm, frozen, opts, speculative)
+    what every call verifies of the baked-in weights and scalars (``GuardedCall``). ``label``
+    names the graph (inference, forward, backward) in the BRAZE_DEBUG log."""
+    entry = _compile_graph(gm, frozen, opts, speculative, label)
     return GuardedCall(entry, *checks, _boxed(gm)) if any(checks) else entry
 
 
-def _compile_graph(gm, frozen, opts, speculative):
+def _compile_graph(gm, frozen, opts, speculative, label):
     refused: dict[str, str] = {}
     names = {n.name for n in gm.graph.nodes}
     try:
         for _ in range(MAX_REFUSALS):
             try:
-                return _build(gm, frozen, refused, opts, speculative)
+                return _build(gm, frozen, refused, opts, speculative, label)
             except Refused as r:
                 _log.info("braze plugin: %s refused (%s); partitioning again", r.node_name, r.reason)
                 if r.node_name in refused or r.node_name not in names:
@@ -152,7 +154,7 @@ def _shape_env(gm):
     return None
 
 
-def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
+def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str):
     import copy
 
     import torch
@@ -193,7 +195,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool):
             report.warn_torch_op(n, reasons[n.name])
     fused.graph.eliminate_dead_code()
     fused.recompile()
-    title = f"graph {next(_counter)}"
+    title = f"{label} graph {next(_counter)}"
     if opts.debug >= 1:
         _log.info("%s", report.describe_partition(f"braze plugin {title}", regions, torch_nodes))
         times = report.GraphTimes(title, regions)
@@ -276,6 +278,7 @@ def _boxed(gm):
 def _direct(gm, regions):
     """For a graph that is one braze region and nothing else: a maker of the call without the FX
     layer, from AOTAutograd's arguments straight to the native entry; else None."""
+    import torch
     if len(regions) != 1:
         return None
     places, body, out = [], [], None
@@ -293,6 +296,8 @@ def _direct(gm, regions):
         return None
     results = out.args[0]
     results = list(results) if isinstance(results, (list, tuple)) else [results]
+    if not all(isinstance(r, torch.fx.Node) for r in results):  # a backward's None gradients
+        return None
     single = not any(n.target is operator.getitem for n in body)
     if single and results != [node]:
         return None

@@ -174,6 +174,8 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     try:
         module = imp.run()
     except BrazeError as e:
+        if getattr(e, "op_node", None):  # an op without an output the graph uses (SDPA's logsumexp)
+            raise Refused(e.op_node, e.what) from e
         node = imp.node
         if node is not None and node.op == "call_function":
             raise Refused(node.name, e.what) from e

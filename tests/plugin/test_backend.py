@@ -80,7 +80,7 @@ def test_precision_options_reach_the_compile_and_key_the_reuse(fresh_warnings):
     precision never serves a compile that asked for another (it would run the other dtype)."""
     import braze
     from braze.plugin.dynamo import plugin_options
-    opts, _ = plugin_options({"precision": "bf16", "precision_keep": "lm_head"})
+    opts = plugin_options({"precision": "bf16", "precision_keep": "lm_head"}).opts
     assert opts.precision == "bf16" and opts.precision_keep == ("lm_head",)
     m = mlp()
     x = torch.randn(3, 16)

@@ -196,10 +196,13 @@ def test_frozen_weights_changed_run_in_pytorch_with_a_warning(change, fresh_warn
         assert compiles() > before, "the new compile reused the library of the old weights"
 
 
-def test_freeze_must_be_a_bool():
+def test_freeze_and_backward_must_be_bools():
     from braze.errors import BrazeError
     from braze.plugin.dynamo import plugin_options
     with pytest.raises(BrazeError, match="'freeze' must be True or False"):
         plugin_options({"freeze": "yes"})
-    assert plugin_options({"freeze": True})[1] is True
-    assert plugin_options(None)[1] is False
+    assert plugin_options({"freeze": True}).freeze is True
+    assert plugin_options(None).freeze is False
+    assert plugin_options(None).backward is True and plugin_options({"backward": False}).backward is False
+    with pytest.raises(BrazeError, match="'backward' must be True or False"):
+        plugin_options({"backward": 0})

@@ -99,6 +99,26 @@ def test_a_refused_converter_splits_the_region(fresh_warnings):
     assert any("avg_pool2d" in t and "divisor_override" in t for t in texts.split(" | ")), texts
 
 
+def test_an_output_braze_lacks_leaves_only_its_op_to_torch(fresh_warnings, compiles):
+    """max_pool2d's indices are used: braze does not compute them, so max_pool2d alone runs in
+    PyTorch (with a warning naming the output), and the ops around it still compile."""
+    class Unpool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            y, idx = F.max_pool2d(torch.relu(self.conv(x)), 2, return_indices=True)
+            return F.max_unpool2d(torch.sigmoid(y) * 2, idx, 2), idx
+
+    before = compiles()
+    texts = _compare_and_warnings(Unpool().eval(), [torch.randn(2, 3, hw, hw) for hw in (8, 10, 12)], 1e-5)
+    mine = [t for t in texts.split(" | ") if "max_pool2d_with_indices" in t]
+    assert mine and "indices output" in mine[0], texts
+    assert not any("region of" in t for t in texts.split(" | ")), texts  # no region fell back whole
+    assert compiles() > before, "braze compiled none of the ops around max_pool2d"
+
+
 def test_what_braze_cannot_run_natively_stays_in_torch(fresh_warnings):
     class Half(nn.Module):
         def forward(self, x):

@@ -124,7 +124,19 @@ def _layer_norm(cx, n, x, shape, w=None, b=None, eps=1e-5, cudnn_enable=True):
 
 @conv("native_layer_norm")
 def _native_layer_norm(cx, n, x, shape, w, b, eps):
-    return (_layer_norm(cx, n, x, shape, w, b, eps), NotProduced("mean output"), NotProduced("rstd output"))
+    """The mean and the reciprocal standard deviation over the normalized axes (kept, as size-1
+    axes), which a training forward saves for the backward, are computed where they are used."""
+    axes = tuple(range(x.rank - len(shape), x.rank))
+    dt = out_dtype(cx, n, 1)  # float32 for a 16-bit x, as torch's
+
+    def mean():
+        return op(cx, "reduce_mean", [cast(cx, x, dt)], axes=axes, keepdims=True)
+
+    def rstd():
+        var = op(cx, "var", [cast(cx, x, dt)], axes=axes, keepdims=True, correction=0)
+        return op(cx, "rsqrt", [op(cx, "add", [var, scalar(cx, float(eps), dt)])])
+    return (_layer_norm(cx, n, x, shape, w, b, eps), NotProduced("mean output", mean),
+            NotProduced("rstd output", rstd))
 
 
 @conv("rms_norm")

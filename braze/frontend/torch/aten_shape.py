@@ -185,6 +185,26 @@ def _select_scatter(cx, n, x, src, dim, index):
     return _scattered(cx, x, op(cx, "unsqueeze", [src], axes=(d,)), d, index, index + 1)
 
 
+@conv("scatter")
+def _scatter(cx, n, x, dim, index, src, reduce=None):
+    """``x.scatter(dim, index, src)`` with one index per row along ``dim`` (``index.shape[dim]``
+    is 1, its other dims ``x``'s): ``x`` where the position along ``dim`` is not the row's index,
+    else ``src`` (a number, or a tensor of ``index``'s shape). What ``nll_loss``'s backward and a
+    one-hot make; other forms stay in torch."""
+    d = axis(cx, dim, x.rank)
+    same = all(i == d or cx.module.constraints.equal(index.shape[i], x.shape[i]) is True for i in range(x.rank))
+    if reduce is not None or index.rank != x.rank or index.shape[d] != 1 or not same or (
+            isinstance(src, Value) and tuple(src.shape) != tuple(index.shape)):
+        raise UnsupportedOpError("scatter is supported natively with one index per row along its dim, the index "
+                                 "of the input's other sizes, and no reduce", where=str(cx.loc), hint=ISSUES_HINT)
+    iota = op(cx, "arange", [], start=0, end=x.shape[d], step=1, dtype=index.dtype)
+    if x.rank > 1:
+        iota = op(cx, "unsqueeze", [iota], axes=tuple(i for i in range(x.rank) if i != d))
+    hit = op(cx, "equal", [index, iota])
+    value = cast(cx, src, x.dtype) if isinstance(src, Value) else scalar(cx, src, x.dtype)
+    return op(cx, "where", [hit, value, x])
+
+
 @conv("copy")
 def _copy(cx, n, x, src, non_blocking=False):
     """functional ``x.copy_(src)``: src in x's dtype, broadcast to x's shape."""

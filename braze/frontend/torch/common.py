@@ -86,7 +86,9 @@ def source_loc(node) -> SourceLoc:
 
 
 class NotProduced:
-    """An output of a multi-output ATen op that braze does not compute."""
+    """An output of a multi-output ATen op that braze does not compute, or (with ``make``, which
+    builds it) computes only where the graph uses it: a training forward's saved statistics."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, make=None):
         self.what = what
+        self.make = make

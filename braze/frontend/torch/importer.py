@@ -504,9 +504,19 @@ class Importer:
             if isinstance(v, _SizeFloat):
                 from .convert import float_value
                 v = self.env[a] = float_value(self, v.expr)
+            if isinstance(v, NotProduced) and v.make is not None:
+                v = self.env[a] = v.make()
             if isinstance(v, NotProduced):
-                raise UnsupportedOpError(f"the {v.what} of '{a.target}' is used, but braze does not compute it",
-                                         where=str(self.loc), hint=ISSUES_HINT)
+                import operator
+
+                from .aten import op_display_name
+                src = a.args[0] if a.target is operator.getitem and a.args else a
+                e = UnsupportedOpError(f"the {v.what} of {op_display_name(getattr(src, 'target', a.target))} is "
+                                       "used, but braze does not compute it", where=str(self.loc), hint=ISSUES_HINT)
+                # the op that lacks the output is at fault, not the node that reads it: the plug-in
+                # leaves that op to torch and compiles the rest (``plugin.region.compile_region``)
+                e.op_node = getattr(src, "name", None)
+                raise e
             return v
         if isinstance(a, (list, tuple)):
             return type(a)(self.value(x) for x in a)

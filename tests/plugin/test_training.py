@@ -1,0 +1,142 @@
+"""Training through the plug-in (issue 24): braze compiles the forward and the backward graph of a
+step, with the weights as run-time inputs, at every shape from one compile; losses, gradients
+and weights equal eager's."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from braze.errors import BrazeWarning  # noqa: E402
+from braze.testing import NativeCalls  # noqa: E402
+
+nn = torch.nn
+F = torch.nn.functional
+BATCHES = (3, 5, 1, 7, 3, 9, 2, 5)  # batch 1 after a larger batch: dynamo specialises a graph to it
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.ln, self.b = nn.Linear(32, 64), nn.LayerNorm(64), nn.Linear(64, 10)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.b(self.ln(F.gelu(self.a(x)))), y)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 5)
+
+    def forward(self, x, y):
+        h = F.max_pool2d(torch.relu(self.conv(x)), 2)
+        return F.cross_entropy(self.fc(h.mean((2, 3))), y)
+
+
+def _batch(model, b, seed):
+    g = torch.Generator().manual_seed(seed)
+    if isinstance(model, SmallCNN):
+        hw = 6 + 2 * (b % 3)
+        return torch.randn(b, 3, hw, hw, generator=g), torch.randint(0, 5, (b,), generator=g)
+    return torch.randn(b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
+
+
+def _train(model, fn, batches, micro: int = 1, after_step=None):
+    """AdamW steps over ``batches``, each over ``micro`` micro-batches (gradients accumulated);
+    the losses, and the native calls braze made in the forwards and in the backwards.
+    ``after_step(step)`` runs after each step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses, fwd, bwd = [], NativeCalls(), NativeCalls()
+    for step, b in enumerate(batches):
+        opt.zero_grad()
+        for k in range(micro):
+            x, y = _batch(model, b, 100 * step + k)
+            with fwd:
+                loss = fn(x, y) / micro
+            with bwd:
+                loss.backward()
+            losses.append(loss.item())
+        opt.step()
+        if after_step is not None:
+            after_step(step)
+    return losses, fwd.count, bwd.count
+
+
+def _close_runs(eager, compiled, tol=1e-4):
+    (le, _, _), (lc, _, _) = eager, compiled
+    for i, (a, b) in enumerate(zip(le, lc)):
+        assert abs(a - b) <= tol * max(abs(a), 1e-6), f"loss {i}: eager {a}, braze {b}"
+
+
+def _close_weights(m_eager, m_braze, tol=1e-4):
+    for (name, p), q in zip(m_eager.named_parameters(), m_braze.parameters()):
+        torch.testing.assert_close(q, p, rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
+
+
+def test_forward_and_backward_compile_and_match_eager(compiles, fresh_warnings):
+    """AdamW steps at changing batch sizes: every loss and the final weights as eager's, both
+    graphs of a step computed by braze (no op left to PyTorch: no warning), and no native
+    compile after the first two shapes."""
+    m = MLP()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    eager = _train(m, m, BATCHES)
+    counts = []
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        run = _train(mb, c, BATCHES, after_step=lambda step: counts.append(compiles()))
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    assert [str(w.message) for w in record if issubclass(w.category, BrazeWarning)] == []
+    assert run[1] >= len(BATCHES) and run[2] >= len(BATCHES), f"braze ran {run[1]} forward and {run[2]} " \
+        "backward calls"
+    assert counts[1:] == [counts[1]] * (len(BATCHES) - 1), f"libraries after each step: {counts}"
+
+
+def test_gradient_accumulation_matches_eager():
+    m = MLP()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    eager = _train(m, m, (4, 3, 6), micro=4)
+    braze_run = _train(mb, c, (4, 3, 6), micro=4)
+    _close_runs(eager, braze_run)
+    _close_weights(m, mb)
+    assert braze_run[2] > 0
+
+
+def test_backward_false_leaves_the_backward_to_torch():
+    m = MLP()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True, options={"backward": False})
+    eager = _train(m, m, BATCHES[:3])
+    run = _train(mb, c, BATCHES[:3])
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    assert run[1] > 0 and run[2] == 0, f"braze ran {run[1]} forward and {run[2]} backward calls"
+
+
+def test_a_backward_op_braze_lacks_runs_alone_in_torch(fresh_warnings):
+    """A convnet whose backward needs ops braze has no kernels for (the convolution's and the
+    max-pool's backward): it trains as eager does, those ops run in PyTorch with one warning each,
+    and braze computes the rest of both graphs."""
+    m = SmallCNN()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    eager = _train(m, m, BATCHES[:5])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        run = _train(mb, c, BATCHES[:5])
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
+    assert not any("region of" in t for t in texts), texts  # no region fell back whole
+    backward_ops = [t for t in texts if "_backward" in t]
+    assert backward_ops and len(backward_ops) == len(set(backward_ops)), texts
+    assert run[1] > 0 and run[2] > 0, f"braze ran {run[1]} forward and {run[2]} backward calls"
