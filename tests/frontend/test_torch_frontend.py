@@ -106,6 +106,23 @@ def test_linear_matmul_family():
           BS)
 
 
+def test_mm_by_a_transposed_weight_reads_it_in_place():
+    """``a @ t(W)`` is ``linear(a, W)`` and ``a @ t(t(V))`` (a training backward's ``grad @ W``)
+    is ``matmul(a, V)``: either way the GEMM reads the weight as it is, with no transpose copy."""
+    class F(nn.Module):
+        def forward(self, a, v, w):
+            return torch.mm(a, v.t().t()), torch.mm(a, w.t())
+
+    ins = (rnd(3, 4), rnd(4, 5, seed=2), rnd(6, 4, seed=3))
+    m = braze.import_torch(export(F(), ins, None))
+    from braze.passes import canonicalize
+    m = canonicalize(m)  # the two permutes cancel
+    ops = [n.op for n in m.functions["main"].nodes]
+    assert "permute" not in ops and ops.count("matmul") == 1 and ops.count("linear") == 1, ops
+    for got, want in zip(braze.reference.run(m, *[t.numpy() for t in ins]), F()(*ins)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_shape_ops():
     def f(self, x):
         b, s, d = x.shape

@@ -40,9 +40,23 @@ class SmallCNN(nn.Module):
         return F.cross_entropy(self.fc(h.mean((2, 3))), y)
 
 
+class BNNet(nn.Module):
+    """Convolution, training-mode batch norm (running statistics updated), relu, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        # no conv bias: batch norm cancels it, its gradient is rounding noise, and AdamW turns
+        # that noise into steps of lr
+        self.conv, self.bn, self.fc = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.Linear(8, 5)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.fc(torch.relu(self.bn(self.conv(x))).mean((2, 3))), y)
+
+
 def _batch(model, b, seed):
     g = torch.Generator().manual_seed(seed)
-    if isinstance(model, SmallCNN):
+    if isinstance(model, (SmallCNN, BNNet)):
         hw = 6 + 2 * (b % 3)
         return torch.randn(b, 3, hw, hw, generator=g), torch.randint(0, 5, (b,), generator=g)
     return torch.randn(b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
@@ -140,3 +154,24 @@ def test_a_backward_op_braze_lacks_runs_alone_in_torch(fresh_warnings):
     backward_ops = [t for t in texts if "_backward" in t]
     assert backward_ops and len(backward_ops) == len(set(backward_ops)), texts
     assert run[1] > 0 and run[2] > 0, f"braze ran {run[1]} forward and {run[2]} backward calls"
+
+
+def test_batch_norm_trains_with_batch_statistics(fresh_warnings):
+    """Training-mode batch norm in braze: the losses, the weights and the running statistics (and
+    the batch counter) as eager's after steps at changing batch and image sizes."""
+    m = BNNet().train()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    batches = (3, 5, 2, 4, 6)
+    eager = _train(m, m, batches)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        run = _train(mb, c, batches)
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    for name in ("running_mean", "running_var"):
+        torch.testing.assert_close(getattr(mb.bn, name), getattr(m.bn, name), rtol=1e-5, atol=1e-5)
+    assert int(mb.bn.num_batches_tracked) == int(m.bn.num_batches_tracked) == len(batches)
+    texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
+    assert not any("batch_norm" in t and "_backward" not in t for t in texts), texts  # the forward's is braze's
+    assert run[1] > 0 and run[2] > 0

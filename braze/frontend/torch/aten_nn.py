@@ -36,10 +36,15 @@ def _linear_weight(a, b):
     """W when ``b`` is ``t(W)`` of a 2-D weight: ``a @ t(W)`` is a linear layer, which AOTAutograd
     (torch.compile) decomposes into ``t`` and ``mm``/``addmm``. As a ``linear`` node the GEMM
     library reads W as it is (a constant prepacked, a run-time weight in its own layout), where
-    ``t(W)`` would be a copy at every call."""
+    ``t(W)`` would be a copy at every call. Not when W is itself ``t(V)``: a training backward's
+    ``grad @ t(t(V))`` is ``matmul(grad, V)``, which reads V in place as ``[K, N]`` once the two
+    permutes cancel, where ``linear`` would read a copy of ``t(V)`` made at every call."""
     p = b.producer
     if a.rank == 2 and p is not None and p.op == "permute" and tuple(p.attrs.get("perm", ())) == (1, 0) \
             and p.inputs[0].rank == 2:
+        q = p.inputs[0].producer
+        if q is not None and q.op == "permute" and tuple(q.attrs.get("perm", ())) == (1, 0):
+            return None
         return p.inputs[0]
     return None
 
@@ -132,8 +137,9 @@ def _native_layer_norm(cx, n, x, shape, w, b, eps):
     def mean():
         return op(cx, "reduce_mean", [cast(cx, x, dt)], axes=axes, keepdims=True)
 
-    def rstd():
-        var = op(cx, "var", [cast(cx, x, dt)], axes=axes, keepdims=True, correction=0)
+    def rstd():  # not the ``var`` op: see _bn_batch_stats
+        d = op(cx, "sub", [cast(cx, x, dt), mean()])
+        var = op(cx, "reduce_mean", [op(cx, "mul", [d, d])], axes=axes, keepdims=True)
         return op(cx, "rsqrt", [op(cx, "add", [var, scalar(cx, float(eps), dt)])])
     return (_layer_norm(cx, n, x, shape, w, b, eps), NotProduced("mean output", mean),
             NotProduced("rstd output", rstd))
@@ -159,7 +165,8 @@ def _bn(cx, x, w, b, mean, var, eps):
 
 
 def _bn_training(cx):
-    return UnsupportedOpError("batch norm in training mode (batch statistics) is not supported",
+    return UnsupportedOpError("batch norm in training mode is supported natively only with its running "
+                              "statistics returned (as AOTAutograd's functional form), not updated in place",
                               where=str(cx.loc), hint="call model.eval() before torch.export")
 
 
@@ -178,30 +185,63 @@ def _bn_no_training(cx, n, x, w, b, mean, var, momentum, eps):
 @conv("_native_batch_norm_legit", "native_batch_norm", "_native_batch_norm_legit_functional")
 def _bn_legit(cx, n, x, w, b, *rest):
     if len(rest) == 3:  # the no_stats overload (instance norm, no running stats): batch statistics
-        return (_bn_batch_stats(cx, x, w, b, rest[2]), NotProduced("saved mean"), NotProduced("saved rstd"))
+        stats: dict = {}
+        y = _bn_batch_stats(cx, x, w, b, rest[2], stats)
+        return (y, stats["mean"], stats["rstd"])
     mean, var, training, momentum, eps = rest
+    if training and mean is not None and "functional" in str(n.target):  # the updated stats are outputs
+        return _bn_train(cx, n, x, w, b, mean, var, momentum, eps)
     if training or mean is None:
         raise _bn_training(cx)
     return (_bn(cx, x, w, b, mean, var, eps), NotProduced("saved mean"), NotProduced("saved rstd"))
 
 
-def _bn_batch_stats(cx, x, w, b, eps):
-    """(x - mean) / sqrt(var + eps) * w + b with the biased mean and var over every axis but 1."""
+def _bn_batch_stats(cx, x, w, b, eps, stats: dict | None = None):
+    """(x - mean) / sqrt(var + eps) * w + b with the biased mean and var over every axis but 1.
+    With ``stats``, also leaves there the per-channel mean and rstd (the saved statistics) and
+    the unbiased variance, for a training forward."""
     _float_only(cx, "batch norm", x)
     if x.rank < 2:
         raise UnsupportedOpError(f"batch norm of a rank-{x.rank} input (no channel axis) is not supported",
                                  where=str(cx.loc), hint="give the input a batch and a channel axis")
     ax = tuple(a for a in range(x.rank) if a != 1)
     per_channel = (x.shape[1],) + (1,) * (x.rank - 2)
+    # the variance as a sum of squares from the mean node: the ``var`` op's own lowering recomputed
+    # the mean for every element it sums (quadratic: 100 ms for one [96, 768] row set)
     mean = op(cx, "reduce_mean", [x], axes=ax, keepdims=True)
-    var = op(cx, "var", [x], axes=ax, keepdims=True, correction=0)
+    d = op(cx, "sub", [x, mean])
+    ss = op(cx, "reduce_sum", [op(cx, "mul", [d, d])], axes=ax, keepdims=True)
+    n = S.prod([x.shape[a] for a in ax])
+    var = op(cx, "div", [ss, scalar(cx, n, x.dtype)])
     inv = op(cx, "rsqrt", [op(cx, "add", [var, scalar(cx, float(eps), x.dtype)])])
-    y = op(cx, "mul", [op(cx, "sub", [x, mean]), inv])
+    if stats is not None:
+        flat = lambda v: op(cx, "reshape", [v], shape=(x.shape[1],))  # noqa: E731
+        stats.update(mean=flat(mean), rstd=flat(inv),
+                     var1=flat(op(cx, "div", [ss, scalar(cx, S.add(n, -1), x.dtype)])))
+    y = op(cx, "mul", [d, inv])
     if w is not None:
         y = op(cx, "mul", [y, op(cx, "reshape", [w], shape=per_channel)])
     if b is not None:
         y = op(cx, "add", [y, op(cx, "reshape", [b], shape=per_channel)])
     return y
+
+
+def _bn_train(cx, n, x, w, b, rm, rv, momentum, eps):
+    """Batch norm in a training forward (``_native_batch_norm_legit_functional``): batch
+    statistics, the saved mean and rstd, and the running statistics updated as torch does
+    (``(1 - momentum) * running + momentum * batch``, the variance unbiased)."""
+    if not isinstance(momentum, (int, float)):
+        raise UnsupportedOpError(f"batch norm with momentum {momentum!r} is not supported natively",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
+    stats: dict = {}
+    y = _bn_batch_stats(cx, x, w, b, eps, stats)
+    m = float(momentum)
+
+    def update(running, batch):
+        batch = cast(cx, batch, running.dtype)
+        return op(cx, "add", [op(cx, "mul", [running, scalar(cx, 1.0 - m, running.dtype)]),
+                              op(cx, "mul", [batch, scalar(cx, m, running.dtype)])])
+    return (y, stats["mean"], stats["rstd"], update(rm, stats["mean"]), update(rv, stats["var1"]))
 
 
 def _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups):

@@ -1,0 +1,111 @@
+"""Training step time through the plug-in (issue 24): eager, ``torch.compile(backend="braze",
+dynamic=True)`` and ``torch.compile(backend="inductor", dynamic=True)``, one step = zero_grad,
+forward, loss, backward, optimizer step.
+
+    python -m benchmarks.training [--models mlp,llama,bert] [--shapes quick] [--threads 2]
+                                  [--min-time 2.0] [--out benchmarks/results]
+
+Per model, in one process: the zoo model in training mode with every dropout at 0 (so the three
+compute the same step), the loss the mean square of its first output scaled by 0.5-1.5 along the
+last axis (a stand-in for each model's own head: it sends a gradient through every output, and a
+layer-normed output does not make it 1 whatever the model computes), SGD at lr 0 (the step runs, the
+weights stay, so the three share one module). Each backend is warmed up at every shape first
+(the first step's seconds are its compile time, cold for this process), then per shape the three
+are called in turn until ``--min-time`` seconds and >= 5 rounds; medians, the ratio of eager's
+and inductor's median to braze's (above 1: braze is faster), and each loss against eager's.
+
+Writes ``training.json`` and ``training.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from .run import per_model_main, per_model_markdown, shape_str
+
+DEFAULT_MODELS = ["mlp", "llama", "bert"]
+BACKENDS = ("eager", "braze", "inductor")
+
+
+def _no_dropout(module) -> None:
+    for m in module.modules():
+        if hasattr(m, "p") and isinstance(m.p, float) and "Dropout" in type(m).__name__:
+            m.p = 0.0
+        cfg = getattr(m, "config", None)
+        for k in dir(cfg) if cfg is not None else ():
+            if "dropout" in k and isinstance(getattr(cfg, k, None), float):
+                setattr(cfg, k, 0.0)
+
+
+def measure(name: str, shapes: list[dict], min_time: float) -> dict:
+    import torch
+
+    from braze import zoo
+    zm = zoo.get(name)
+    module = zm.module.train()
+    _no_dropout(module)
+    opt = torch.optim.SGD(module.parameters(), lr=0.0)
+    fns = {"eager": module, "braze": torch.compile(module, backend="braze", dynamic=True),
+           "inductor": torch.compile(module, backend="inductor", dynamic=True)}
+
+    def step(fn, x):
+        opt.zero_grad(set_to_none=True)
+        out = zoo.first_output(fn(*x)).float()
+        loss = (out * torch.linspace(0.5, 1.5, out.shape[-1])).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    def timed(fn, x):
+        t = time.perf_counter()
+        loss = step(fn, x)
+        return time.perf_counter() - t, loss
+
+    first = {}
+    for dims in shapes:  # every graph dynamo makes, compiled before any timing
+        x = zm.make_inputs(**dims)
+        for b, fn in fns.items():
+            t, _ = timed(fn, x)
+            first.setdefault(b, t)
+            timed(fn, x)
+    rows = []
+    for dims in shapes:
+        x = zm.make_inputs(**dims)
+        times = {b: [] for b in BACKENDS}
+        losses = {b: timed(fn, x)[1] for b, fn in fns.items()}
+        t0 = time.perf_counter()
+        while len(times["braze"]) < 5 or time.perf_counter() - t0 < min_time:
+            for b, fn in fns.items():
+                times[b].append(timed(fn, x)[0])
+        med = {b: statistics.median(v) * 1e3 for b, v in times.items()}
+        rows.append({"shape": shape_str(dims), "dims": dims, **{f"{b}_ms": med[b] for b in BACKENDS},
+                     "eager_over_braze": med["eager"] / med["braze"],
+                     "inductor_over_braze": med["inductor"] / med["braze"], "rounds": len(times["braze"]),
+                     "loss_rel_error_braze": abs(losses["braze"] - losses["eager"]) / max(abs(losses["eager"]), 1e-30),
+                     "loss_rel_error_inductor":
+                         abs(losses["inductor"] - losses["eager"]) / max(abs(losses["eager"]), 1e-30)})
+        print(f"  {name} {shape_str(dims)}: " + ", ".join(f"{b} {med[b]:.2f} ms" for b in BACKENDS), flush=True)
+    return {"model": name, "shapes": rows, "first_step_s": first}
+
+
+def to_markdown(doc: dict) -> str:
+    text = per_model_markdown(
+        doc, "training steps (zero_grad, forward, a weighted mean-square loss, backward, SGD step) in eager, "
+        "`torch.compile(backend='braze', dynamic=True)` and `torch.compile(backend='inductor', dynamic=True)`, "
+        "called in turn; median step times; x = the other's time over braze's (above 1: braze is faster).",
+        ["eager ms", "braze ms", "inductor ms", "eager / braze", "inductor / braze", "loss err braze"],
+        lambda s: [f"{s['eager_ms']:.2f}", f"{s['braze_ms']:.2f}", f"{s['inductor_ms']:.2f}",
+                   f"{s['eager_over_braze']:.2f}x", f"{s['inductor_over_braze']:.2f}x",
+                   f"{s['loss_rel_error_braze']:.1e}"])
+    firsts = [f"{r['model']}: " + ", ".join(f"{b} {r['first_step_s'][b]:.1f} s" for b in BACKENDS)
+              for r in doc["results"]]
+    return text + "\nFirst step (compiles included, this process's caches cold): " + "; ".join(firsts) + ".\n"
+
+
+def main(argv=None) -> int:
+    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "training", 2.0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
