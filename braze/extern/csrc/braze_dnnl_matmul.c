@@ -50,39 +50,37 @@ static int64_t smallm_layout(const_dnnl_memory_desc_t md, int64_t K) {
     return kp;
 }
 
+/* The row stride, in elements of es bytes, that a plain weight with rows ld apart gets: ld plus a
+ * cache line when the rows are a multiple of 4 KB apart (see pad_plain_rows), else 0 (none). */
+static int64_t padded_ld(int64_t ld, size_t es) { return ((size_t)ld * es) % 4096 ? 0 : ld + (int64_t)(64 / es); }
+
 /* Where oneDNN's matmul takes the weight plain (its AVX2 gemm:jit; AVX-512 picks a blocked
  * layout), a row stride that is a multiple of 4 KB puts the rows of a K-block of the weight in
  * the same L1 sets: BERT's 768 x 3072 FFN weight ran at 60 GFLOP/s against 127 with a stride of
  * 3 KB (docs/gemm.md). Such a weight is packed with its rows 64 bytes longer. Returns the padded
  * md in *out, or NULL when md needs none (or oneDNN refuses the padded one). */
-static int pad_plain_rows(const_dnnl_memory_desc_t md, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst,
-                          int64_t K, int64_t N, int dt, dnnl_memory_desc_t *out) {
+static void pad_plain_rows(const_dnnl_memory_desc_t md, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t dst,
+                           int64_t K, int64_t N, int dt, dnnl_memory_desc_t *out) {
     int nblks = -1;
     dnnl_format_kind_t kind;
     dnnl_dims_t *strides;
     *out = NULL;
     if (dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind) || kind != dnnl_blocked ||
         dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &nblks) || nblks != 0 ||
-        dnnl_memory_desc_query(md, dnnl_query_strides, &strides))
-        return 0;
-    int64_t ld = (*strides)[0] == 1 ? (*strides)[1] : (*strides)[0]; /* ab: N; ba: K */
-    size_t row = (size_t)ld * dt_size(dt);
-    if ((*strides)[0] != 1 && (*strides)[1] != 1) return 0;
-    if (row % 4096) return 0;
-    int64_t pad = 64 / (int64_t)dt_size(dt);
-    dnnl_dims_t wd = {K, N}, st;
-    st[0] = (*strides)[0] == 1 ? 1 : ld + pad;
-    st[1] = (*strides)[1] == 1 ? 1 : ld + pad;
+        dnnl_memory_desc_query(md, dnnl_query_strides, &strides) || ((*strides)[0] != 1 && (*strides)[1] != 1))
+        return;
+    int64_t ld = padded_ld((*strides)[0] == 1 ? (*strides)[1] : (*strides)[0], dt_size(dt)); /* ab: N; ba: K */
+    if (!ld) return;
+    dnnl_dims_t wd = {K, N}, st = {(*strides)[0] == 1 ? 1 : ld, (*strides)[1] == 1 ? 1 : ld};
     dnnl_memory_desc_t padded = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    if (dnnl_memory_desc_create_with_strides(&padded, 2, wd, dt_of(dt), st) != dnnl_success) return 0;
+    if (dnnl_memory_desc_create_with_strides(&padded, 2, wd, dt_of(dt), st) != dnnl_success) return;
     if (dnnl_matmul_primitive_desc_create(&pd, g_engine, src, padded, NULL, dst, NULL) != dnnl_success) {
         dnnl_memory_desc_destroy(padded);
-        return 0;
+        return;
     }
     dnnl_primitive_desc_destroy(pd);
     *out = padded;
-    return 0;
 }
 
 #define PACK_M_HINT 128 /* representative M for picking the packed layout */
@@ -402,10 +400,7 @@ static int64_t live_pad_ld(int64_t M, int64_t N, int64_t K, int transposed, int 
     (void)M, (void)N, (void)K, (void)transposed, (void)act;
     return 0;
 #else
-    int64_t ld = transposed ? K : N;
-    size_t es = dt_size(SRC_DT(act));
-    if (M < PAD_COPY_M || ((size_t)ld * es) % 4096) return 0;
-    return ld + (int64_t)(64 / es);
+    return M < PAD_COPY_M ? 0 : padded_ld(transposed ? K : N, dt_size(SRC_DT(act)));
 #endif
 }
 
@@ -447,9 +442,10 @@ fail:
     return rc;
 }
 
+/* ld: live_pad_ld's stride for this call (0: the weight as it is) */
 static cache_entry *matmul_w_entry(int64_t M, int64_t N, int64_t K, int transposed, int has_bias, int has_res,
-                                   int act, const char *ctx, cache_entry *tmp, int *is_tmp, char *err, int errlen) {
-    int64_t ld = live_pad_ld(M, N, K, transposed, act);
+                                   int act, int64_t ld, const char *ctx, cache_entry *tmp, int *is_tmp, char *err,
+                                   int errlen) {
     int64_t k[KEYLEN] = {4, 0, M, N, K, transposed != 0, has_bias, has_res, act, ld};
     mmw_arg arg = {M, N, K, transposed != 0, has_bias, has_res, act, ctx, ld};
     return get_entry(k, make_mmw, &arg, tmp, is_tmp, err, errlen);
@@ -464,8 +460,8 @@ int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int transposed_layou
     if (smallm_w_applies(M, N, K, transposed_layout, act)) return 0;
     cache_entry tmp;
     int is_tmp = 0;
-    cache_entry *e = matmul_w_entry(M, N, K, transposed_layout, has_bias, has_res, act, ctx, &tmp, &is_tmp, err,
-                                    sizeof err);
+    cache_entry *e = matmul_w_entry(M, N, K, transposed_layout, has_bias, has_res, act,
+                                    live_pad_ld(M, N, K, transposed_layout, act), ctx, &tmp, &is_tmp, err, sizeof err);
     return prepared(e, &tmp, &is_tmp);
 }
 
@@ -494,8 +490,8 @@ int braze_matmul_w(int64_t M, int64_t N, int64_t K, const void *A, const void *W
             memcpy(copy + (size_t)(r * ld) * es, (const char *)W + (size_t)(r * cols) * es, (size_t)cols * es);
         W = copy;
     }
-    cache_entry tmp, *e = matmul_w_entry(M, N, K, transposed_layout, bias != NULL, res_kind(residual, C), act, ctx,
-                                         &tmp, &is_tmp, err, errlen);
+    cache_entry tmp, *e = matmul_w_entry(M, N, K, transposed_layout, bias != NULL, res_kind(residual, C), act, ld,
+                                         ctx, &tmp, &is_tmp, err, errlen);
     if (!e) return 1;
     int rc = run_matmul(e, M, N, K, A, W, bias, residual, act, C, ctx, err, errlen);
     if (is_tmp) entry_release(&tmp);
