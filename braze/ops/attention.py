@@ -75,6 +75,100 @@ def sdpa_numpy(q, k, v, mask=None, is_causal=False, scale=None):
     return np.ascontiguousarray(out.astype(out_dt, copy=False))
 
 
+def default_scale(e):
+    """torch's default score scale, 1/sqrt(E); None when E is a symbol."""
+    return 1.0 / math.sqrt(e) if isinstance(e, int) and e > 0 else None
+
+
+# The graphs below are written once, against two callbacks, so the decomposition of the op
+# (braze.passes.decompose) and the torch frontend's training pieces (logsumexp for the backward,
+# the backward itself) emit the same score nodes, which CSE then merges:
+#   emit(op, *inputs, name=None, **attrs) -> Value;  const(array, hint) -> Value
+
+
+def attention_scores(emit, const, q, k, mask, is_causal: bool, scale: float, acc: DType):
+    """s = q @ k^T * scale (+ a float mask), -inf where the causal or a bool mask drops a key;
+    q, k (and a float mask) in ``acc``."""
+    perm = list(range(k.type.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    kt = emit("permute", k, perm=tuple(perm), name="k_t")
+    s = emit("matmul", q, kt, name="scores")
+    s = emit("mul", s, const(np.array(scale, dtype=acc.numpy), "sdpa_scale"), name="scores")
+    keep = None
+    if is_causal:
+        L, S_ = q.type.shape[-2], k.type.shape[-2]
+        i = emit("unsqueeze", emit("arange", start=0, end=L, step=1, dtype=DType.int64, name="row"), axes=(1,))
+        j = emit("unsqueeze", emit("arange", start=0, end=S_, step=1, dtype=DType.int64, name="col"), axes=(0,))
+        keep = emit("less_equal", j, i, name="causal")
+    if mask is not None:
+        if mask.type.dtype is DType.bool:
+            keep = mask if keep is None else emit("logical_and", keep, mask, name="keep")
+        else:
+            mk = mask if mask.type.dtype is acc else emit("cast", mask, dtype=acc)
+            s = emit("add", s, mk, name="scores")
+    if keep is not None:
+        s = emit("where", keep, s, const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="scores")
+    return s
+
+
+def attention_row_masked(emit, const, s, acc: DType):
+    """(the rows' max [..., L, 1], True where a row's scores are all -inf)"""
+    row_max = emit("reduce_max", s, axes=(-1,), keepdims=True)
+    masked = emit("equal", row_max, const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="row_masked")
+    return row_max, masked
+
+
+def attention_logsumexp(emit, const, s, acc: DType):
+    """logsumexp(s) over the keys, [..., L]: what torch's CPU flash attention saves for its
+    backward, with its value 0 for a row that attends to nothing (so exp(s - lse) is 0 there)."""
+    zero = const(np.array(0, dtype=acc.numpy), "zero")
+    row_max, masked = attention_row_masked(emit, const, s, acc)
+    m = emit("where", masked, zero, row_max, name="row_max")
+    z = emit("reduce_sum", emit("exp", emit("sub", s, m)), axes=(-1,), keepdims=True, name="row_sum")
+    lse = emit("where", masked, zero, emit("add", m, emit("log", z)), name="logsumexp")
+    return emit("squeeze", lse, axes=(-1,), name="logsumexp")
+
+
+def attention_backward(emit, const, q, k, v, out, dout, lse, mask, is_causal: bool, scale: float, acc: DType):
+    """(dq, dk, dv) of out = softmax(s) @ v, from the saved logsumexp: p = exp(s - lse) again,
+    dv = p^T @ dout, ds = p * (dout @ v^T - rowsum(dout * out)), dq = ds @ k * scale,
+    dk = ds^T @ q * scale. Every input in ``acc``; q, k, v with the same batch dims."""
+    def t(x):
+        perm = list(range(x.type.rank))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        return emit("permute", x, perm=tuple(perm))
+
+    s = attention_scores(emit, const, q, k, mask, is_causal, scale, acc)
+    p = emit("exp", emit("sub", s, emit("unsqueeze", lse, axes=(-1,))), name="probs")
+    dv = emit("matmul", t(p), dout, name="grad_v")
+    dp = emit("matmul", dout, t(v), name="grad_probs")
+    d = emit("reduce_sum", emit("mul", dout, out), axes=(-1,), keepdims=True, name="row_dot")
+    ds = emit("mul", p, emit("sub", dp, d), name="grad_scores")
+    sc = const(np.array(scale, dtype=acc.numpy), "sdpa_scale")
+    dq = emit("mul", emit("matmul", ds, k), sc, name="grad_q")
+    dk = emit("mul", emit("matmul", t(ds), q), sc, name="grad_k")
+    return dq, dk, dv
+
+
+def sdpa_backward_numpy(q, k, v, out, dout, lse, mask=None, is_causal=False, scale=None):
+    """NumPy float64 reference of attention_backward (the tests' oracle)."""
+    q, k, v, out, dout, lse = (np.asarray(a, np.float64) for a in (q, k, v, out, dout, lse))
+    sc = default_scale(q.shape[-1]) if scale is None else scale
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * sc
+    L, S_ = s.shape[-2:]
+    keep = np.tril(np.ones((L, S_), dtype=bool)) if is_causal else np.ones((L, S_), dtype=bool)
+    if mask is not None:
+        if mask.dtype == np.bool_:
+            keep = keep & mask
+        else:
+            s = s + mask
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.where(keep, np.exp(s - lse[..., None]), 0.0)
+    dv = np.matmul(np.swapaxes(p, -1, -2), dout)
+    ds = p * (np.matmul(dout, np.swapaxes(v, -1, -2)) - np.sum(dout * out, -1, keepdims=True))
+    return np.matmul(ds, k) * sc, np.matmul(np.swapaxes(ds, -1, -2), q) * sc, dv
+
+
 def _sdpa_ref(ctx, q, k, v, mask=None, *, is_causal, scale):
     return sdpa_numpy(q, k, v, mask, is_causal, scale)
 

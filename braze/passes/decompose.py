@@ -51,7 +51,6 @@ Each op's decomposition is one rule named after the op (``braze.passes.rules``).
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -59,6 +58,7 @@ from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
+from ..ops.attention import attention_row_masked, attention_scores, default_scale
 from .common import Namer, apply_replacements, constant_node, make_node, same_shape
 from .dce import dce_function
 from .rules import Rule
@@ -86,48 +86,26 @@ def _decompose_sdpa(module: Module, n: Node, namer: Namer):
     q, k, v = n.inputs[:3]
     mask = n.inputs[3] if len(n.inputs) > 3 else None
     out = n.outputs[0]
-    e = q.type.shape[-1]
     scale = n.attrs.get("scale")
     if scale is None:
-        if not isinstance(e, int) or e <= 0:
+        scale = default_scale(q.type.shape[-1])
+        if scale is None:
             return None
-        scale = 1.0 / math.sqrt(e)
     emit = _Emit(module, namer, n.loc)
     dt = q.type.dtype
     acc = DType.float64 if dt is DType.float64 else DType.float32
     if dt is not acc:
         q, k, v = (emit("cast", t, dtype=acc) for t in (q, k, v))
-    r = q.type.rank
-    perm = list(range(k.type.rank))
-    perm[-1], perm[-2] = perm[-2], perm[-1]
-    kt = emit("permute", k, perm=tuple(perm), name="k_t")
-    s = emit("matmul", q, kt, name="scores")
-    s = emit("mul", s, emit.const(np.array(scale, dtype=acc.numpy), "sdpa_scale"), name="scores")
-    keep = None
-    if n.attrs.get("is_causal"):
-        L, S_ = q.type.shape[-2], k.type.shape[-2]
-        i = emit("unsqueeze", emit("arange", start=0, end=L, step=1, dtype=DType.int64, name="row"), axes=(1,))
-        j = emit("unsqueeze", emit("arange", start=0, end=S_, step=1, dtype=DType.int64, name="col"), axes=(0,))
-        keep = emit("less_equal", j, i, name="causal")
-    if mask is not None:
-        if mask.type.dtype is DType.bool:
-            keep = mask if keep is None else emit("logical_and", keep, mask, name="keep")
-        else:
-            mk = mask if mask.type.dtype is acc else emit("cast", mask, dtype=acc)
-            s = emit("add", s, mk, name="scores")
-    if keep is not None:
-        s = emit("where", keep, s, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="scores")
+    s = attention_scores(emit, emit.const, q, k, mask, bool(n.attrs.get("is_causal")), scale, acc)
     p = emit("softmax", s, axis=-1, name="probs")
     # a row whose scores are all -inf (masked, or -inf scores) gives zeros, as torch's
     # _safe_softmax does, not softmax's NaN; a row with a NaN stays NaN. The max joins the
     # softmax's row kernel.
-    row_max = emit("reduce_max", s, axes=(-1,), keepdims=True)
-    masked = emit("equal", row_max, emit.const(np.array(-np.inf, dtype=acc.numpy), "neg_inf"), name="row_masked")
+    _, masked = attention_row_masked(emit, emit.const, s, acc)
     p = emit("where", masked, emit.const(np.array(0, dtype=acc.numpy), "zero"), p, name="probs")
     o = emit("matmul", p, v, name="attn")
     if o.type.dtype is not out.type.dtype:
         o = emit("cast", o, dtype=out.type.dtype)
-    del r
     if not same_shape(module.constraints, o.type.shape, out.type.shape) or o.type.dtype != out.type.dtype:
         return None
     return emit.nodes, o

@@ -100,3 +100,93 @@ def test_sdpa_errors():
                  lambda b, q, k, v: b.scaled_dot_product_attention(q, k, v))
     with pytest.raises(InputError):
         R.run(m, rand(RNG, (3, 8)), rand(RNG, (4, 8)), rand(RNG, (5, 8)))
+
+
+# ---------------------------------------------------------------------------------------------
+# training pieces (braze.ops.attention): the logsumexp the forward saves and the backward from it,
+# against torch's CPU flash kernels (one head size for q, k and v), natively compiled
+# ---------------------------------------------------------------------------------------------
+
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+TRAIN_CASES = [(False, None, None), (True, None, None), (False, 0.3, "float"), (True, None, "float")]
+
+
+def _emit(b):
+    from braze.ir.types import DType
+    return (lambda op, *ins, name=None, **attrs: b.op(op, list(ins), name=name, **attrs)), \
+        (lambda array, hint: b.constant(array)), DType.float32
+
+
+def _float_mask(ll, ss):
+    """-inf on the last key and on every key of row 0 (a row that attends to nothing), else 0"""
+    m = np.zeros((ll, ss), np.float32)
+    m[:, -1] = -np.inf
+    m[0] = -np.inf
+    return m
+
+
+def _train_inputs(bb, ll, ss, mask):
+    q, k, v = rand(RNG, (bb, 2, ll, 8)), rand(RNG, (bb, 2, ss, 8)), rand(RNG, (bb, 2, ss, 8))
+    return q, k, v, (_float_mask(ll, ss) if mask else None)
+
+
+@pytest.mark.parametrize("is_causal, scale, mask", TRAIN_CASES)
+def test_logsumexp_matches_torch_flash_and_shares_the_scores(is_causal, scale, mask):
+    import braze
+    from braze.ops.attention import attention_logsumexp, attention_scores, default_scale
+    from braze.passes import copy_module, cse, decompose
+
+    types = [tensor("f32", B, 2, L, 8), tensor("f32", B, 2, S_, 8), tensor("f32", B, 2, S_, 8)]
+    types += [tensor("f32", L, S_)] if mask else []
+
+    def fn(b, q, k, v, mk=None):
+        emit, const, acc = _emit(b)
+        out = b.scaled_dot_product_attention(*([q, k, v] + ([mk] if mk is not None else [])),
+                                             is_causal=is_causal, scale=scale)
+        s = attention_scores(emit, const, q, k, mk, is_causal, scale or default_scale(8), acc)
+        return out, attention_logsumexp(emit, const, s, acc)
+
+    m, (_, lse) = build(types, fn)
+    assert lse.type.shape == (B, 2, L)
+    # the decomposed attention and the logsumexp compute the scores once
+    after = cse(decompose(copy_module(m)))
+    assert [n.op for n in after.main.nodes].count("matmul") == 2
+    lib = braze.compile(m)
+    for bb, ll, ss in SIZES:
+        q, k, v, mk = _train_inputs(bb, ll, ss, mask)
+        want_o, want_l = FLASH(T(q), T(k), T(v), is_causal=is_causal, attn_mask=None if mk is None else T(mk),
+                               scale=scale)
+        got_o, got_l = lib(q, k, v, *([mk] if mask else []))
+        assert_close(got_l, want_l.numpy(), rtol=1e-5, atol=1e-5)
+        assert_close(got_o, want_o.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal, scale, mask", TRAIN_CASES)
+def test_backward_matches_torch_flash_backward(is_causal, scale, mask):
+    import braze
+    from braze.ops.attention import attention_backward, default_scale, sdpa_backward_numpy
+
+    types = [tensor("f32", B, 2, L, 8), tensor("f32", B, 2, S_, 8), tensor("f32", B, 2, S_, 8),
+             tensor("f32", B, 2, L, 8), tensor("f32", B, 2, L, 8), tensor("f32", B, 2, L)]
+    types += [tensor("f32", L, S_)] if mask else []
+
+    def fn(b, q, k, v, out, dout, lse, mk=None):
+        emit, const, acc = _emit(b)
+        return attention_backward(emit, const, q, k, v, out, dout, lse, mk, is_causal, scale or default_scale(8),
+                                  acc)
+
+    m, grads = build(types, fn)
+    assert [g.type.shape for g in grads] == [(B, 2, L, 8), (B, 2, S_, 8), (B, 2, S_, 8)]
+    lib = braze.compile(m)
+    for bb, ll, ss in SIZES:
+        q, k, v, mk = _train_inputs(bb, ll, ss, mask)
+        tmk = None if mk is None else T(mk)
+        out, lse = FLASH(T(q), T(k), T(v), is_causal=is_causal, attn_mask=tmk, scale=scale)
+        dout = rand(RNG, out.shape)
+        want = FLASH_BACKWARD(T(dout), T(q), T(k), T(v), out, lse, 0.0, is_causal, attn_mask=tmk, scale=scale)
+        ref = sdpa_backward_numpy(q, k, v, out.numpy(), dout, lse.numpy(), mk, is_causal, scale)
+        got = lib(q, k, v, out.numpy(), dout, lse.numpy(), *([mk] if mask else []))
+        for g, w, r in zip(got, want, ref):
+            assert_close(r, w.numpy(), rtol=1e-4, atol=1e-5)  # the oracle agrees with torch
+            assert_close(g, w.numpy(), rtol=1e-4, atol=1e-5)

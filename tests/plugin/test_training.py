@@ -54,8 +54,35 @@ class BNNet(nn.Module):
         return F.cross_entropy(self.fc(torch.relu(self.bn(self.conv(x))).mean((2, 3))), y)
 
 
+class Attention(nn.Module):
+    """One attention layer over [batch, seq, 32] (4 query heads of 8), with the key/value heads
+    grouped (GQA) or not, causal or with a padding mask, and a linear head."""
+
+    def __init__(self, kv_heads=4, mode="causal"):
+        super().__init__()
+        torch.manual_seed(0)
+        self.kv_heads, self.mode = kv_heads, mode
+        # no key bias: softmax cancels it, its gradient is rounding noise (AdamW's steps of lr)
+        self.q, self.k, self.v = nn.Linear(32, 32), nn.Linear(32, 8 * kv_heads, bias=False), nn.Linear(32, 8 * kv_heads)
+        self.o, self.fc = nn.Linear(32, 32), nn.Linear(32, 10)
+
+    def forward(self, x, y):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 4, 8).transpose(1, 2)
+        k, v = (f(x).view(b, s, self.kv_heads, 8).transpose(1, 2) for f in (self.k, self.v))
+        if self.mode == "causal":
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != 4)
+        else:  # the last key of every sequence masked out, as padding is
+            keep = (torch.arange(s) < s - 1).expand(s, s)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=self.kv_heads != 4)
+        h = x + self.o(a.transpose(1, 2).reshape(b, s, 32))
+        return F.cross_entropy(self.fc(h.mean(1)), y)
+
+
 def _batch(model, b, seed):
     g = torch.Generator().manual_seed(seed)
+    if isinstance(model, Attention):
+        return torch.randn(b, 2 + b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, (SmallCNN, BNNet)):
         hw = 6 + 2 * (b % 3)
         return torch.randn(b, 3, hw, hw, generator=g), torch.randint(0, 5, (b,), generator=g)
@@ -175,3 +202,23 @@ def test_batch_norm_trains_with_batch_statistics(fresh_warnings):
     texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
     assert not any("batch_norm" in t and "_backward" not in t for t in texts), texts  # the forward's is braze's
     assert run[1] > 0 and run[2] > 0
+
+
+@pytest.mark.parametrize("kv_heads, mode", [(4, "causal"), (2, "causal"), (4, "padding")])
+def test_attention_trains_in_braze(kv_heads, mode, fresh_warnings):
+    """Attention's forward saves its logsumexp and its backward recomputes the probabilities from
+    it, both in braze (GQA, causal and padding masks): the losses and the weights as eager's, and
+    no op left to PyTorch."""
+    m = Attention(kv_heads, mode)
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    batches = (3, 5, 1, 4)
+    eager = _train(m, m, batches)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        run = _train(mb, c, batches)
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    assert [str(w.message) for w in record if issubclass(w.category, BrazeWarning)] == []
+    assert run[1] >= len(batches) and run[2] >= len(batches), f"braze ran {run[1]} forward and {run[2]} " \
+        "backward calls"

@@ -6,6 +6,8 @@ import numpy as np
 
 from ...errors import UnsupportedOpError
 from ...ir import sym as S
+from ...ir.types import DType
+from ...ops.attention import attention_backward, attention_logsumexp, attention_scores, default_scale
 from .convert import axis, cast, conv, need_static, op, out_dtype, scalar
 from .common import ISSUES_HINT, NotProduced
 
@@ -365,17 +367,62 @@ def _repeat_kv(cx, k, hq):
     return op(cx, "reshape", [y], shape=shp[:-3] + (hq,) + shp[-2:])
 
 
-def _sdpa(cx, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa=False):
+def _grouped(q, k, enable_gqa=False) -> bool:
+    """Whether k and v have fewer heads than q, shared by groups of query heads (GQA)."""
+    hq, hk = (q.shape[-3], k.shape[-3]) if q.rank >= 3 and k.rank >= 3 else (None, None)
+    # the CPU flash kernel takes grouped key/value heads with no flag (torch dispatches enable_gqa there)
+    return enable_gqa or (isinstance(hq, int) and isinstance(hk, int) and hq != hk)
+
+
+def _no_dropout(cx, dropout_p):
     if dropout_p:
         raise UnsupportedOpError("attention dropout is not supported", where=str(cx.loc),
                                  hint="call model.eval() before torch.export")
-    hq, hk = (q.shape[-3], k.shape[-3]) if q.rank >= 3 and k.rank >= 3 else (None, None)
-    # the CPU flash kernel takes grouped key/value heads with no flag (torch dispatches enable_gqa there)
-    if enable_gqa or (isinstance(hq, int) and isinstance(hk, int) and hq != hk):
+
+
+def _sdpa(cx, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa=False):
+    _no_dropout(cx, dropout_p)
+    if _grouped(q, k, enable_gqa):
         k, v = _repeat_kv(cx, k, q.shape[-3]), _repeat_kv(cx, v, q.shape[-3])
     ins = [q, k, v] + ([mask] if mask is not None else [])
     return op(cx, "scaled_dot_product_attention", ins, is_causal=bool(is_causal),
               scale=None if scale is None else float(scale))
+
+
+class _Emit:
+    """braze.ops.attention's emit/const callbacks over the frontend's builder."""
+
+    def __init__(self, cx):
+        self.cx = cx
+
+    def __call__(self, op_name, *inputs, name=None, **attrs):
+        return self.cx.b.op(op_name, list(inputs), loc=self.cx.loc, name=name, **attrs)
+
+    def const(self, array, hint):
+        return self.cx.b.constant(array, loc=self.cx.loc)
+
+
+def _attention_training_form(cx, what, q, scale):
+    """(emit, the scale, the accumulation dtype) for attention's training pieces (float32 only:
+    a 16-bit training graph leaves them to torch)."""
+    if q.dtype is not DType.float32:
+        raise UnsupportedOpError(f"braze computes attention's {what} in float32 only, got {q.dtype}",
+                                 where=str(cx.loc))
+    sc = default_scale(q.shape[-1]) if scale is None else float(scale)
+    if sc is None:
+        raise UnsupportedOpError(f"attention's {what} needs a static head size or a scale, got {q.shape[-1]}",
+                                 where=str(cx.loc))
+    return _Emit(cx), sc, DType.float32
+
+
+def _sdpa_logsumexp(cx, q, k, mask, is_causal, scale):
+    """The logsumexp torch's CPU flash attention saves, [..., L] (the scores' nodes are the ones
+    the attention's decomposition makes: CSE computes them once)."""
+    emit, sc, acc = _attention_training_form(cx, "logsumexp", q, scale)
+    if _grouped(q, k):
+        k = _repeat_kv(cx, k, q.shape[-3])
+    s = attention_scores(emit, emit.const, q, k, mask, bool(is_causal), sc, acc)
+    return attention_logsumexp(emit, emit.const, s, acc)
 
 
 @conv("scaled_dot_product_attention")
@@ -385,7 +432,32 @@ def _sdpa_conv(cx, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, s
 
 @conv("_scaled_dot_product_flash_attention_for_cpu")
 def _sdpa_flash_cpu(cx, n, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
-    return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale), NotProduced("logsumexp output"))
+    return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale),
+            NotProduced("logsumexp output", lambda: _sdpa_logsumexp(cx, q, k, attn_mask, is_causal, scale)))
+
+
+@conv("_scaled_dot_product_flash_attention_for_cpu_backward")
+def _sdpa_flash_cpu_backward(cx, n, dout, q, k, v, out, lse, dropout_p, is_causal, attn_mask=None, scale=None):
+    """(dq, dk, dv), recomputing the probabilities from the saved logsumexp (the L x S scores are
+    materialized, as eager's math path does; torch's CPU kernel works tile by tile)."""
+    _no_dropout(cx, dropout_p)
+    emit, sc, acc = _attention_training_form(cx, "backward", q, scale)
+    hk = k.shape[-3] if k.rank >= 3 else None
+    grouped = _grouped(q, k)
+    if grouped:
+        k, v = _repeat_kv(cx, k, q.shape[-3]), _repeat_kv(cx, v, q.shape[-3])
+    if not all(cx.module.constraints.equal(a, b) is True for t in (k, v) for a, b in zip(q.shape[:-2], t.shape[:-2])):
+        raise UnsupportedOpError(f"attention's backward with broadcast batch dims ({q.shape}, {k.shape}, {v.shape})",
+                                 where=str(cx.loc))
+    dq, dk, dv = attention_backward(emit, emit.const, q, k, v, out, dout, lse, attn_mask, bool(is_causal), sc, acc)
+    if grouped:  # each key/value head's gradient sums over its group of query heads
+        g = need_static(cx, q.shape[-3], "query heads") // need_static(cx, hk, "key heads")
+        def fold(d):
+            shp = tuple(d.shape)
+            y = op(cx, "reshape", [d], shape=shp[:-3] + (hk, g) + shp[-2:])
+            return op(cx, "reduce_sum", [y], axes=(len(shp) - 2,), keepdims=False)
+        dk, dv = fold(dk), fold(dv)
+    return dq, dk, dv
 
 
 @conv("_scaled_dot_product_flash_attention")
