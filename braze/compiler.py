@@ -225,10 +225,10 @@ def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> C
 
     t3 = time.perf_counter()
     if native.uses_library:  # links the oneDNN helper, built once per cache (rebuilt here if deleted)
-        lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir,
+        lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units,
                            **onednn.model_build_args(opts.cache_dir))
     else:  # no GEMM or convolution: no oneDNN in the library (half the C compile time)
-        lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir)
+        lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units)
     t4 = time.perf_counter()
     instance = lib.create([module.constants[n] for n in native.constants], threads=opts.threads)
     t5 = time.perf_counter()

@@ -1,6 +1,7 @@
 """C code for loop-IR kernels.
 
-    kernel_to_c(kernel, isa=None) -> str     # one `static void <name>(...)` function
+    kernel_to_c(kernel, isa=None) -> str     # one `BZ_KERNEL int <name>(...)` function (static: UNITS_C)
+    kernel_prototype(kernel) -> str          # its declaration
     c_prelude(isa=None) -> str               # `#define BZ_VB n` + `#include "braze_vec.h"`, once per TU
     kernel_signature(kernel) -> list[(ctype, cname)]
     kernel_entry(kernel, export_name) -> str # `void export(void **bufs, const int64_t *syms)` (tests, tools)
@@ -57,10 +58,26 @@ def vector_bytes_of(isa) -> int:
     return int(isa.vector_bytes)
 
 
+# Compiled as it is, a source is one translation unit with static kernels. The C compiler's time
+# grows with the kernels (a transformer's backward: 300 kernels, 1.2 MB of C, 33 s on one core),
+# so the cache builds a large model as several units in parallel, one process each
+# (runtime/compiler.py): unit BRAZE_UNIT of BRAZE_UNITS holds the kernels whose number
+# (codegen/host.py's) is that modulo BRAZE_UNITS, unit 0 the host code too, and kernels are
+# then hidden globals that the host code calls across units.
+UNITS_C = """#ifndef BRAZE_UNITS
+#define BZ_UNIT(i) 1
+#define BZ_KERNEL static
+#else
+#define BZ_UNIT(i) ((i) % BRAZE_UNITS == BRAZE_UNIT)
+#define BZ_KERNEL __attribute__((visibility("hidden")))
+#endif
+"""
+
+
 def c_prelude(isa=None) -> str:
     vb = vector_bytes_of(isa)
     return (f"#ifndef BZ_VB\n#define BZ_VB {vb}\n#endif\n#include \"braze_vec.h\"\n"
-            "#include <stdint.h>\n#include <math.h>\n")
+            "#include <stdint.h>\n#include <math.h>\n" + UNITS_C)
 
 
 def ctype(dt: DType) -> str:
@@ -749,7 +766,6 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
                               "before kernel_to_c, which emits what it is given")
     vb = vector_bytes_of(isa)
     g = _Gen(kernel, vb)
-    params = ", ".join(f"{t} {n}" for t, n in kernel_signature(kernel)) or "void"
     streamed = _streamed_outputs(kernel) if vb else []
     for b in streamed:
         g.stream[b.name] = flag = f"nt_{buffer_cname(b)}"
@@ -758,8 +774,21 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
     if streamed:
         g.line("bz_sfence();")
     g.line("return bz_fail;")
-    return (f"static int {kernel.name}({params}) {{\n    int bz_fail = 0; /* 1: a buffer could not be allocated */\n"
-            + "\n".join(g.lines) + "\n}\n")
+    return (f"{_KERNEL_LINKAGE} int {kernel.name}({_params(kernel)}) {{\n"
+            "    int bz_fail = 0; /* 1: a buffer could not be allocated */\n" + "\n".join(g.lines) + "\n}\n")
+
+
+# static, unless the model compiles as several translation units (UNITS_C)
+_KERNEL_LINKAGE = "BZ_KERNEL"
+
+
+def _params(kernel: Kernel) -> str:
+    return ", ".join(f"{t} {n}" for t, n in kernel_signature(kernel)) or "void"
+
+
+def kernel_prototype(kernel: Kernel) -> str:
+    """The kernel's declaration, for host code in another translation unit."""
+    return f"{_KERNEL_LINKAGE} int {kernel.name}({_params(kernel)});\n"
 
 
 def _streamed_outputs(kernel: Kernel) -> list:
@@ -769,4 +798,4 @@ def _streamed_outputs(kernel: Kernel) -> list:
     return [b for b in kernel.outputs() if b.dtype == F32 and b.name in stored]
 
 
-__all__ = ["c_prelude", "kernel_entry", "kernel_signature", "kernel_to_c", "vector_bytes_of"]
+__all__ = ["c_prelude", "kernel_entry", "kernel_prototype", "kernel_signature", "kernel_to_c", "vector_bytes_of"]

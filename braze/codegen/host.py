@@ -45,6 +45,12 @@ class NativeSource:
     uses_library: bool = False  # calls oneDNN: link the helper (braze/extern) into the library
     isa: str = ""  # what the C was generated for, with ``profile`` (a dump records both)
     profile: bool = False
+    units: int = 1  # the source compiles as this many translation units at most (c_kernel.UNITS_C)
+
+
+# the host code and each kernel in their translation unit (c_kernel.py's UNITS_C)
+def _in_unit(i: int, before: str, text: str) -> str:
+    return f"{before}#if BZ_UNIT({i})\n{text}#endif\n"
 
 
 class HostGen:
@@ -111,7 +117,7 @@ class HostGen:
 
     # --- the translation unit -----------------------------------------------------------
     def generate(self) -> NativeSource:
-        from .c_kernel import c_prelude, kernel_to_c
+        from .c_kernel import c_prelude, kernel_prototype, kernel_to_c
         entries = []
         bodies = []
         for f in top_functions(self.module):
@@ -119,15 +125,16 @@ class HostGen:
             bodies.append(_EntryWriter(self, f).write(sym))
             entries.append(Entry(sym, f))
         model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library)
-        parts = [
-            "#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n",
-            '#include "braze_abi.h"\n' + ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
-            c_prelude(self.isa), C_DTYPE_NAMES, _ARENA_C, *(kernel_to_c(k, self.isa) for k in self.kernels.values()),
-            model, _profile_c(self.profile_labels) if self.profile else "", *bodies,
-        ]
+        kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
+                   for i, k in enumerate(self.kernels.values())]
+        host = ['#include "braze_abi.h"\n' + ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
+                C_DTYPE_NAMES, _ARENA_C, model, _profile_c(self.profile_labels) if self.profile else "", *bodies]
+        parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),
+                 *kernels, _in_unit(0, "", "\n".join(host))]
         names = sorted(self.const_index, key=self.const_index.get)
         return NativeSource("\n".join(parts), entries, names, {k.name: str(k) for k in self.kernels.values()},
-                            self.uses_library, getattr(self.isa, "name", str(self.isa)), self.profile)
+                            self.uses_library, getattr(self.isa, "name", str(self.isa)), self.profile,
+                            units=len(kernels) + 1)
 
 
 def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
@@ -298,7 +305,11 @@ class _EntryWriter:
             if isinstance(off, int) and off < 0:
                 raise BrazeError(f"%{v.name} has no memory: its arena offset is {off}, but it is not a result "
                                  f"of @{self.func.name}", hint="run the assign_memory pass again after changing the IR")
-            self.ptr[id(v)] = f"(arena + {int_expr(off)})"
+            # named once: the offset's expression can be long, and each use would repeat it (the C
+            # compiler's time grows with it)
+            name = f"a_{len(self.ptr)}"
+            self.emit(f"char *const {name} = arena + {int_expr(off)};")
+            self.ptr[id(v)] = name
 
     def _time(self, start: int, label: str, nbytes, flops) -> None:
         """Wrap the lines from ``start`` in a timer that also sums the bytes the group moves and

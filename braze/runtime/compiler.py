@@ -189,7 +189,7 @@ def compile_flags(extra_cflags=()) -> list[str]:
 def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
                    library_dirs=(), libraries=(), rpaths=(), link_inputs=(), force: bool = False,
                    cache_dir: str | os.PathLike | None = None, filename: str = "lib.so",
-                   counters: dict | None = None, log_channel: str = "cache") -> Path:
+                   counters: dict | None = None, log_channel: str = "cache", units: int = 1) -> Path:
     """Compile C ``source`` to a shared library (cached by content) and return its path.
 
     ``name`` labels the library in messages and meta.json. ``braze/codegen/include``
@@ -204,6 +204,9 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
     ``cache_dir``: the cache's root (default: ``BRAZE_CACHE_DIR``, else
     ``~/.cache/braze``); a cache braze cannot write is still read, and a missing
     entry is then built in a private per-user cache (one BrazeWarning).
+    ``units``: how many translation units the source can be compiled as
+    (``BRAZE_UNIT``/``BRAZE_UNITS``, codegen/c_kernel.py's UNITS_C); a large source is
+    compiled as up to that many, in parallel on the CPUs this process may use.
     Raises MissingDependencyError without a C compiler, BrazeError on a compile
     error (naming the kept source file).
     """
@@ -226,7 +229,7 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
         h.update(b"\0\1\0")
     key = h.hexdigest()
     job = _Job(source, name, key, cc, version, cflags, inc, link, isa.name, __version__, filename,
-               _STATS if counters is None else counters, _logging.get(log_channel))
+               _STATS if counters is None else counters, _logging.get(log_channel), units)
 
     root = resolve_cache_dir(cache_dir)
     if not force and (so := _lookup(root, key, filename)) is not None:
@@ -283,6 +286,7 @@ class _Job:
     filename: str
     counters: dict
     log: object  # logging.Logger
+    units: int = 1
 
 
 def private_cache_dir() -> Path:
@@ -381,6 +385,30 @@ def _build(root: Path, job: _Job, force: bool) -> Path:
     return so
 
 
+# the least C per translation unit worth a process of its own: each unit parses the headers again
+UNIT_SOURCE_BYTES = 96 * 1024
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _unit_count(job: _Job) -> int:
+    return max(1, min(job.units, usable_cpus(), len(job.source) // UNIT_SOURCE_BYTES))
+
+
+def _run_compiler(cmds: list[list[str]]) -> tuple[int, str, list[str]]:
+    """Run the commands in parallel: (the first failure's exit code or 0, its stderr, its command)."""
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+             for c in cmds]
+    results = [(p.communicate()[1], p.returncode) for p in procs]
+    for c, (err, rc) in zip(cmds, results):
+        if rc != 0:
+            return rc, err, c
+    return 0, "", cmds[0]
+
+
 def _compile_into(entry: Path, job: _Job) -> None:
     so = entry / job.filename
     src_path = entry / "source.c"
@@ -389,19 +417,32 @@ def _compile_into(entry: Path, job: _Job) -> None:
         (entry / "meta.json").unlink()  # the entry is incomplete until meta.json is back
     fd, tmp = tempfile.mkstemp(dir=entry, prefix=".lib.", suffix=".so.tmp")
     os.close(fd)
+    units = _unit_count(job)
+    objs = [f"{tmp}.{i}.o" for i in range(units)] if units > 1 else []
     try:
-        cmd = [*job.cc, *job.cflags, *(f"-I{d}" for d in job.inc), "-o", tmp, str(src_path), *job.link]
-        job.log.info("cache miss for %r: running the C compiler into %s", job.name, entry)
+        inc = [f"-I{d}" for d in job.inc]
+        if units == 1:
+            steps = [[[*job.cc, *job.cflags, *inc, "-o", tmp, str(src_path), *job.link]]]
+        else:  # the units in parallel, then one link
+            unit_flags = [f for f in job.cflags if f != "-shared"]
+            steps = [[[*job.cc, *unit_flags, f"-DBRAZE_UNITS={units}", f"-DBRAZE_UNIT={i}", *inc, "-c", "-o", o,
+                       str(src_path)] for i, o in enumerate(objs)],
+                     [[*job.cc, "-shared", "-fopenmp", "-o", tmp, *objs, *job.link]]]
+        job.log.info("cache miss for %r: running the C compiler into %s%s", job.name, entry,
+                     f" ({units} translation units in parallel)" if units > 1 else "")
         t0 = time.perf_counter()
         job.counters["native_compiles"] += 1
-        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+        for cmds in steps:
+            rc, stderr, cmd = _run_compiler(cmds)
+            if rc:
+                break
         seconds = time.perf_counter() - t0
         log = entry / "compile.log"
-        if r.returncode != 0:
-            _write_atomic(log, shlex.join(cmd) + "\n\n" + r.stderr)
+        if rc != 0:
+            _write_atomic(log, shlex.join(cmd) + "\n\n" + stderr)
             raise BrazeError(
-                f"the C compiler failed on {job.name!r} (exit {r.returncode}):\n"
-                f"{_first_errors(r.stderr)}",
+                f"the C compiler failed on {job.name!r} (exit {rc}):\n"
+                f"{_first_errors(stderr)}",
                 where=f"generated source kept at {src_path} (full log: {log})",
                 hint="this is a braze bug in code generation; please report it with the source file")
         with contextlib.suppress(FileNotFoundError):
@@ -414,12 +455,16 @@ def _compile_into(entry: Path, job: _Job) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        for o in objs:
+            with contextlib.suppress(OSError):
+                os.unlink(o)
     job.log.info("compiled %r in %.1f s", job.name, seconds)
     meta = {
         "name": job.name, "key": job.key, "so_sha256": digest, "so_size": size,
         "compiler": job.cc, "compiler_version": job.version.splitlines()[0] if job.version else "",
         "cflags": job.cflags, "include_dirs": job.inc, "link": job.link, "isa": job.isa,
-        "braze_version": job.braze_version, "compile_seconds": round(seconds, 3),
+        "braze_version": job.braze_version, "compile_seconds": round(seconds, 3), "units": units,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     _write_atomic(entry / "meta.json", json.dumps(meta, indent=1))

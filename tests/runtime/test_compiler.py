@@ -213,3 +213,29 @@ def test_a_library_linked_by_path_with_its_own_name_and_counters(braze_cache):
     dep.unlink()  # a missing entry file is rebuilt, in place
     assert compile_shared(_DEP_SRC, name="dep", filename="libdep.so", counters=counts) == dep
     assert counts["native_compiles"] == 2 and dep.exists()
+
+
+def test_a_large_source_compiles_as_units_in_parallel(monkeypatch):
+    """A model's C built as 3 translation units (kernels split among them, the host code in unit
+    0) gives the library built as one: the same results, bit for bit; meta.json says how."""
+    from braze.runtime import compiler as C
+    from braze.testing import build
+    from braze.ops import tensor
+
+    def model(b, x, w):
+        h = b.gelu(b.matmul(x, w))
+        return b.softmax(b.add(b.layer_norm(h, axis=-1), b.exp(b.neg(h))), axis=-1), b.reduce_sum(h, axes=(0,))
+
+    from braze.ir.sym import Sym
+    from braze.options import Options
+    m, _ = build([tensor("f32", Sym("n"), 24), tensor("f32", 24, 40)], model)
+    x = np.random.default_rng(0).standard_normal((7, 24)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((24, 40)).astype(np.float32)
+    one = braze.compile(m)
+    monkeypatch.setattr(C, "UNIT_SOURCE_BYTES", 1)
+    monkeypatch.setattr(C, "usable_cpus", lambda: 3)
+    split = braze.compile(m, options=Options(cache_dir=str(C.resolve_cache_dir()) + "-units"))
+    assert json.loads((Path(split.library.path).parent / "meta.json").read_text())["units"] == 3
+    assert json.loads((Path(one.library.path).parent / "meta.json").read_text())["units"] == 1
+    for a, b in zip(one(x, w), split(x, w)):
+        np.testing.assert_array_equal(a, b)
