@@ -100,7 +100,8 @@ def to_markdown(doc: dict) -> str:
                    f"{s['loss_rel_error_braze']:.1e}"])
     firsts = [f"{r['model']}: " + ", ".join(f"{b} {r['first_step_s'][b]:.1f} s" for b in BACKENDS)
               for r in doc["results"]]
-    return text + "\nFirst step (compiles included, this process's caches cold): " + "; ".join(firsts) + ".\n"
+    return (text + "\nFirst step (compiles included; this process's caches cold, the disk caches as "
+            "BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR held them): " + "; ".join(firsts) + ".\n")
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,5 @@
-"""The host code: one C translation unit per model, one exported entry per graph function.
+"""The host code: one C source per model (one or several translation units: c_kernel.UNITS_C), one
+exported entry per graph function.
 
 An entry (see braze_abi.h) checks its inputs and binds the symbols
 (host_checks.py), allocates the outputs through the caller's ``alloc``, takes

@@ -49,9 +49,9 @@ class _Hoister:
         return lv
 
     def value(self, e, c):
-        # a Reduce's body runs one loop deeper: what it reads at level c is hoisted too (not
-        # from the innermost loop, whose body stays Stores only)
-        cc = c + 0.5 if isinstance(e, Reduce) and c < self.k else c
+        # a Reduce's body runs one loop deeper: what it reads at level c is hoisted too (from the
+        # innermost loop, only another Reduce: td)
+        cc = c + 0.5 if isinstance(e, Reduce) and c <= self.k else c
         return L.with_children(e, [self.td(ch, cc) for ch in L.children(e)])
 
     def td(self, e, c):
@@ -62,6 +62,11 @@ class _Hoister:
         if hit is not None:
             return hit
         le = self.lvl(e)
+        if le == self.k < c and not isinstance(e, Reduce):
+            # the innermost loop's body stays Stores (vectorize), but for a reduction that reads
+            # another reduction of the same row (a variance from its mean, in a nest of row-shaped
+            # results): that one becomes a Let there, or it would run again per element summed
+            return self.value(e, c)
         if le is not None and (le < c or ((isinstance(e, Reduce) or e in self.shared) and le <= c and le < self.k)):
             val = self.value(e, le)
             name = fresh_name(self.names, "r" if isinstance(val, Reduce) else "t")
@@ -82,7 +87,7 @@ def _hoist(vars_, exts, stores, names) -> list:
               for s in stores]
     body = stores
     for lv in range(k, -1, -1):
-        body = [For(vars_[lv], exts[lv], h.lets[lv] + body if lv < k else body)]
+        body = [For(vars_[lv], exts[lv], h.lets[lv] + body)]
     return h.lets[-1] + body
 
 

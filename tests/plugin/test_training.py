@@ -79,8 +79,22 @@ class Attention(nn.Module):
         return F.cross_entropy(self.fc(h.mean(1)), y)
 
 
+class Embed(nn.Module):
+    """Token embeddings (a padding index among them), LayerNorm, mean over the tokens, a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.ln, self.fc = nn.Embedding(50, 16, padding_idx=0), nn.LayerNorm(16), nn.Linear(16, 10)
+
+    def forward(self, ids, y):
+        return F.cross_entropy(self.fc(self.ln(self.emb(ids)).mean(1)), y)
+
+
 def _batch(model, b, seed):
     g = torch.Generator().manual_seed(seed)
+    if isinstance(model, Embed):
+        return torch.randint(0, 50, (b, 3 + b), generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, Attention):
         return torch.randn(b, 2 + b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, (SmallCNN, BNNet)):
@@ -222,3 +236,22 @@ def test_attention_trains_in_braze(kv_heads, mode, fresh_warnings):
     assert [str(w.message) for w in record if issubclass(w.category, BrazeWarning)] == []
     assert run[1] >= len(batches) and run[2] >= len(batches), f"braze ran {run[1]} forward and {run[2]} " \
         "backward calls"
+
+
+def test_an_embedding_gradient_is_torch_s_whole_op(fresh_warnings):
+    """embedding_dense_backward stays whole (braze has no scatter-add, and its decomposition made
+    braze write the table-sized zeros that torch then copied): it runs in torch with one warning
+    that names it, the weights follow eager's (a padding index included), and braze computes the rest."""
+    m = Embed()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    batches = (3, 5, 2, 4)
+    eager = _train(m, m, batches)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        run = _train(mb, c, batches)
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
+    assert len(texts) == 1 and "embedding_dense_backward" in texts[0], texts
+    assert run[1] >= len(batches) and run[2] >= len(batches)
