@@ -135,6 +135,20 @@ def _close_weights(m_eager, m_braze, tol=1e-4):
         torch.testing.assert_close(q, p, rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
 
 
+def _train_both(m, batches):
+    """AdamW steps over ``batches`` in eager on ``m`` and through braze on a copy, checked to give
+    the same losses and weights: (the copy, braze's run, the BrazeWarnings' texts)."""
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    eager = _train(m, m, batches)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        run = _train(mb, c, batches)
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    return mb, run, [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
+
+
 def test_forward_and_backward_compile_and_match_eager(compiles, fresh_warnings):
     """AdamW steps at changing batch sizes: every loss and the final weights as eager's, both
     graphs of a step computed by braze (no op left to PyTorch: no warning), and no native
@@ -181,16 +195,7 @@ def test_a_backward_op_braze_lacks_runs_alone_in_torch(fresh_warnings):
     """A convnet whose backward needs ops braze has no kernels for (the convolution's and the
     max-pool's backward): it trains as eager does, those ops run in PyTorch with one warning each,
     and braze computes the rest of both graphs."""
-    m = SmallCNN()
-    mb = copy.deepcopy(m)
-    c = torch.compile(mb, backend="braze", dynamic=True)
-    eager = _train(m, m, BATCHES[:5])
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        run = _train(mb, c, BATCHES[:5])
-    _close_runs(eager, run)
-    _close_weights(m, mb)
-    texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
+    _, run, texts = _train_both(SmallCNN(), BATCHES[:5])
     assert not any("region of" in t for t in texts), texts  # no region fell back whole
     backward_ops = [t for t in texts if "_backward" in t]
     assert backward_ops and len(backward_ops) == len(set(backward_ops)), texts
@@ -201,19 +206,11 @@ def test_batch_norm_trains_with_batch_statistics(fresh_warnings):
     """Training-mode batch norm in braze: the losses, the weights and the running statistics (and
     the batch counter) as eager's after steps at changing batch and image sizes."""
     m = BNNet().train()
-    mb = copy.deepcopy(m)
-    c = torch.compile(mb, backend="braze", dynamic=True)
     batches = (3, 5, 2, 4, 6)
-    eager = _train(m, m, batches)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        run = _train(mb, c, batches)
-    _close_runs(eager, run)
-    _close_weights(m, mb)
+    mb, run, texts = _train_both(m, batches)
     for name in ("running_mean", "running_var"):
         torch.testing.assert_close(getattr(mb.bn, name), getattr(m.bn, name), rtol=1e-5, atol=1e-5)
     assert int(mb.bn.num_batches_tracked) == int(m.bn.num_batches_tracked) == len(batches)
-    texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
     assert not any("batch_norm" in t and "_backward" not in t for t in texts), texts  # the forward's is braze's
     assert run[1] > 0 and run[2] > 0
 
@@ -223,17 +220,9 @@ def test_attention_trains_in_braze(kv_heads, mode, fresh_warnings):
     """Attention's forward saves its logsumexp and its backward recomputes the probabilities from
     it, both in braze (GQA, causal and padding masks): the losses and the weights as eager's, and
     no op left to PyTorch."""
-    m = Attention(kv_heads, mode)
-    mb = copy.deepcopy(m)
-    c = torch.compile(mb, backend="braze", dynamic=True)
     batches = (3, 5, 1, 4)
-    eager = _train(m, m, batches)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        run = _train(mb, c, batches)
-    _close_runs(eager, run)
-    _close_weights(m, mb)
-    assert [str(w.message) for w in record if issubclass(w.category, BrazeWarning)] == []
+    _, run, texts = _train_both(Attention(kv_heads, mode), batches)
+    assert texts == []
     assert run[1] >= len(batches) and run[2] >= len(batches), f"braze ran {run[1]} forward and {run[2]} " \
         "backward calls"
 
@@ -242,16 +231,7 @@ def test_an_embedding_gradient_is_torch_s_whole_op(fresh_warnings):
     """embedding_dense_backward stays whole (braze has no scatter-add, and its decomposition made
     braze write the table-sized zeros that torch then copied): it runs in torch with one warning
     that names it, the weights follow eager's (a padding index included), and braze computes the rest."""
-    m = Embed()
-    mb = copy.deepcopy(m)
-    c = torch.compile(mb, backend="braze", dynamic=True)
     batches = (3, 5, 2, 4)
-    eager = _train(m, m, batches)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        run = _train(mb, c, batches)
-    _close_runs(eager, run)
-    _close_weights(m, mb)
-    texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
+    _, run, texts = _train_both(Embed(), batches)
     assert len(texts) == 1 and "embedding_dense_backward" in texts[0], texts
     assert run[1] >= len(batches) and run[2] >= len(batches)
