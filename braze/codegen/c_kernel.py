@@ -58,12 +58,9 @@ def vector_bytes_of(isa) -> int:
     return int(isa.vector_bytes)
 
 
-# Compiled as it is, a source is one translation unit with static kernels. The C compiler's time
-# grows with the kernels (a transformer's backward: 300 kernels, 1.2 MB of C, 33 s on one core),
-# so the cache builds a large model as several units in parallel, one process each
-# (runtime/compiler.py): unit BRAZE_UNIT of BRAZE_UNITS holds the kernels whose number
-# (codegen/host.py's) is that modulo BRAZE_UNITS, unit 0 the host code too, and kernels are
-# then hidden globals that the host code calls across units.
+# As it is, a source is one translation unit with static kernels; the cache compiles a large one as
+# several in parallel (runtime/compiler.py, docs/compiler-design.md): unit BRAZE_UNIT of BRAZE_UNITS
+# holds the kernels numbered that modulo BRAZE_UNITS (host.py), unit 0 the host code too.
 UNITS_C = """#ifndef BRAZE_UNITS
 #define BZ_UNIT(i) 1
 #define BZ_KERNEL static

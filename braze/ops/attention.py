@@ -46,24 +46,25 @@ def _sdpa_infer(ctx, q, k, v, mask=None, *, is_causal, scale):
     return TensorType(q.dtype, tuple(batch) + (ctx.simplify(le), ctx.simplify(ev)))
 
 
-def sdpa_numpy(q, k, v, mask=None, is_causal=False, scale=None):
-    out_dt = q.dtype
-    acc = np.float64 if q.dtype == np.float64 else np.float32
-    q, k, v = (a.astype(acc, copy=False) for a in (q, k, v))
-    e = q.shape[-1]
-    sc = (1.0 / math.sqrt(e)) if scale is None else scale
+def _masked_scores_numpy(q, k, mask, is_causal, scale, acc):
+    """q @ k^T * scale (+ a float mask), -inf where the causal or a bool mask drops a key."""
+    sc = (1.0 / math.sqrt(q.shape[-1])) if scale is None else scale
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * acc(sc)  # [..., L, S]
     L, S_ = scores.shape[-2:]
-    keep = None
-    if is_causal:
-        keep = np.tril(np.ones((L, S_), dtype=bool))
+    keep = np.tril(np.ones((L, S_), dtype=bool)) if is_causal else None
     if mask is not None:
         if mask.dtype == np.bool_:
             keep = mask if keep is None else np.logical_and(keep, mask)
         else:
             scores = scores + mask.astype(acc, copy=False)
-    if keep is not None:
-        scores = np.where(keep, scores, acc(-np.inf))
+    return scores if keep is None else np.where(keep, scores, acc(-np.inf))
+
+
+def sdpa_numpy(q, k, v, mask=None, is_causal=False, scale=None):
+    out_dt = q.dtype
+    acc = np.float64 if q.dtype == np.float64 else np.float32
+    q, k, v = (a.astype(acc, copy=False) for a in (q, k, v))
+    scores = _masked_scores_numpy(q, k, mask, is_causal, scale, acc)
     # softmax; a row that is all -inf gives zeros (torch's _safe_softmax), a NaN stays NaN
     m = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
     masked = m == -np.inf
@@ -86,13 +87,16 @@ def default_scale(e):
 #   emit(op, *inputs, name=None, **attrs) -> Value;  const(array, hint) -> Value
 
 
+def _swap_last(emit, x, name=None):
+    perm = list(range(x.type.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return emit("permute", x, perm=tuple(perm), name=name)
+
+
 def attention_scores(emit, const, q, k, mask, is_causal: bool, scale: float, acc: DType):
     """s = q @ k^T * scale (+ a float mask), -inf where the causal or a bool mask drops a key;
     q, k (and a float mask) in ``acc``."""
-    perm = list(range(k.type.rank))
-    perm[-1], perm[-2] = perm[-2], perm[-1]
-    kt = emit("permute", k, perm=tuple(perm), name="k_t")
-    s = emit("matmul", q, kt, name="scores")
+    s = emit("matmul", q, _swap_last(emit, k, "k_t"), name="scores")
     s = emit("mul", s, const(np.array(scale, dtype=acc.numpy), "sdpa_scale"), name="scores")
     keep = None
     if is_causal:
@@ -133,20 +137,15 @@ def attention_backward(emit, const, q, k, v, out, dout, lse, mask, is_causal: bo
     """(dq, dk, dv) of out = softmax(s) @ v, from the saved logsumexp: p = exp(s - lse) again,
     dv = p^T @ dout, ds = p * (dout @ v^T - rowsum(dout * out)), dq = ds @ k * scale,
     dk = ds^T @ q * scale. Every input in ``acc``; q, k, v with the same batch dims."""
-    def t(x):
-        perm = list(range(x.type.rank))
-        perm[-1], perm[-2] = perm[-2], perm[-1]
-        return emit("permute", x, perm=tuple(perm))
-
     s = attention_scores(emit, const, q, k, mask, is_causal, scale, acc)
     p = emit("exp", emit("sub", s, emit("unsqueeze", lse, axes=(-1,))), name="probs")
-    dv = emit("matmul", t(p), dout, name="grad_v")
-    dp = emit("matmul", dout, t(v), name="grad_probs")
+    dv = emit("matmul", _swap_last(emit, p), dout, name="grad_v")
+    dp = emit("matmul", dout, _swap_last(emit, v), name="grad_probs")
     d = emit("reduce_sum", emit("mul", dout, out), axes=(-1,), keepdims=True, name="row_dot")
     ds = emit("mul", p, emit("sub", dp, d), name="grad_scores")
     sc = const(np.array(scale, dtype=acc.numpy), "sdpa_scale")
     dq = emit("mul", emit("matmul", ds, k), sc, name="grad_q")
-    dk = emit("mul", emit("matmul", t(ds), q), sc, name="grad_k")
+    dk = emit("mul", emit("matmul", _swap_last(emit, ds), q), sc, name="grad_k")
     return dq, dk, dv
 
 
@@ -154,16 +153,9 @@ def sdpa_backward_numpy(q, k, v, out, dout, lse, mask=None, is_causal=False, sca
     """NumPy float64 reference of attention_backward (the tests' oracle)."""
     q, k, v, out, dout, lse = (np.asarray(a, np.float64) for a in (q, k, v, out, dout, lse))
     sc = default_scale(q.shape[-1]) if scale is None else scale
-    s = np.matmul(q, np.swapaxes(k, -1, -2)) * sc
-    L, S_ = s.shape[-2:]
-    keep = np.tril(np.ones((L, S_), dtype=bool)) if is_causal else np.ones((L, S_), dtype=bool)
-    if mask is not None:
-        if mask.dtype == np.bool_:
-            keep = keep & mask
-        else:
-            s = s + mask
+    s = _masked_scores_numpy(q, k, None if mask is None else np.asarray(mask), is_causal, sc, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        p = np.where(keep, np.exp(s - lse[..., None]), 0.0)
+        p = np.exp(s - lse[..., None])  # 0 where a key is dropped (-inf)
     dv = np.matmul(np.swapaxes(p, -1, -2), dout)
     ds = p * (np.matmul(dout, np.swapaxes(v, -1, -2)) - np.sum(dout * out, -1, keepdims=True))
     return np.matmul(ds, k) * sc, np.matmul(np.swapaxes(ds, -1, -2), q) * sc, dv
