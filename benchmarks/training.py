@@ -2,11 +2,12 @@
 dynamic=True)`` and ``torch.compile(backend="inductor", dynamic=True)``, one step = zero_grad,
 forward, loss, backward, optimizer step.
 
-    python -m benchmarks.training [--models mlp,llama,bert] [--shapes quick] [--threads 2]
+    python -m benchmarks.training [--models mlp,llama,bert,bert+dropout] [--shapes quick] [--threads 2]
                                   [--min-time 2.0] [--out benchmarks/results]
 
 Per model, in one process: the zoo model in training mode with every dropout at 0 (so the three
-compute the same step), the loss the mean square of its first output scaled by 0.5-1.5 along the
+compute the same step; a model named ``name+dropout`` keeps its config's dropout, each backend
+then draws its own masks and the losses are not compared), the loss the mean square of its first output scaled by 0.5-1.5 along the
 last axis (a stand-in for each model's own head: it sends a gradient through every output, and a
 layer-normed output does not make it 1 whatever the model computes), SGD at lr 0 (the step runs, the
 weights stay, so the three share one module). Each backend is warmed up at every shape first
@@ -24,7 +25,7 @@ import time
 
 from .run import per_model_main, per_model_markdown, shape_str
 
-DEFAULT_MODELS = ["mlp", "llama", "bert"]
+DEFAULT_MODELS = ["mlp", "llama", "bert", "bert+dropout"]
 BACKENDS = ("eager", "braze", "inductor")
 
 
@@ -42,9 +43,11 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
     import torch
 
     from braze import zoo
-    zm = zoo.get(name)
+    base, _, variant = name.partition("+")
+    zm = zoo.get(base)
     module = zm.module.train()
-    _no_dropout(module)
+    if variant != "dropout":
+        _no_dropout(module)
     opt = torch.optim.SGD(module.parameters(), lr=0.0)
     fns = {"eager": module, "braze": torch.compile(module, backend="braze", dynamic=True),
            "inductor": torch.compile(module, backend="inductor", dynamic=True)}
@@ -82,9 +85,9 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
         rows.append({"shape": shape_str(dims), "dims": dims, **{f"{b}_ms": med[b] for b in BACKENDS},
                      "eager_over_braze": med["eager"] / med["braze"],
                      "inductor_over_braze": med["inductor"] / med["braze"], "rounds": len(times["braze"]),
-                     "loss_rel_error_braze": abs(losses["braze"] - losses["eager"]) / max(abs(losses["eager"]), 1e-30),
-                     "loss_rel_error_inductor":
-                         abs(losses["inductor"] - losses["eager"]) / max(abs(losses["eager"]), 1e-30)})
+                     **{f"loss_rel_error_{b}": None if variant else
+                        abs(losses[b] - losses["eager"]) / max(abs(losses["eager"]), 1e-30)
+                        for b in ("braze", "inductor")}})
         print(f"  {name} {shape_str(dims)}: " + ", ".join(f"{b} {med[b]:.2f} ms" for b in BACKENDS), flush=True)
     return {"model": name, "shapes": rows, "first_step_s": first}
 
@@ -97,7 +100,7 @@ def to_markdown(doc: dict) -> str:
         ["eager ms", "braze ms", "inductor ms", "eager / braze", "inductor / braze", "loss err braze"],
         lambda s: [f"{s['eager_ms']:.2f}", f"{s['braze_ms']:.2f}", f"{s['inductor_ms']:.2f}",
                    f"{s['eager_over_braze']:.2f}x", f"{s['inductor_over_braze']:.2f}x",
-                   f"{s['loss_rel_error_braze']:.1e}"])
+                   "-" if s["loss_rel_error_braze"] is None else f"{s['loss_rel_error_braze']:.1e}"])
     firsts = [f"{r['model']}: " + ", ".join(f"{b} {r['first_step_s'][b]:.1f} s" for b in BACKENDS)
               for r in doc["results"]]
     return (text + "\nFirst step (compiles included; this process's caches cold, the disk caches as "

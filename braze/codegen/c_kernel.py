@@ -329,6 +329,8 @@ class _Gen:
         return m[fn]
 
     def sbinary(self, op, a, b, dt) -> str:
+        if op == "uniform":
+            return f"bz_uniform((uint64_t)({a}), (uint64_t)({b}))"
         if dt.is_float:
             f = "f" if dt == F32 else "d"
             if op in ("add", "sub", "mul", "div"):
@@ -542,6 +544,8 @@ class _Gen:
                  "gelu_tanh": f"bz_vgelu_tanh({x})", "sin": f"bz_vsin({x})", "cos": f"bz_vcos({x})",
                  "floor": f"bz_vfloor({x})", "ceil": f"bz_vceil({x})", "round": f"bz_vround({x})"}
             return m[e.fn], "vf"
+        if isinstance(e, Binary) and e.op == "uniform":
+            return self.lane_eval(e), "vf"
         if isinstance(e, Binary):
             a, b = self.vx(e.a), self.vx(e.b)
             if e.op in ("add", "sub", "mul", "div"):
@@ -576,6 +580,11 @@ class _Gen:
         return isinstance(c, int) and c == 1 and (extra is None or self.vvar not in self.flv(extra))
 
     def lane_gather(self, e: Load, vtype="bz_vf", conv="{}") -> str:
+        return self.lane_eval(e, vtype, lambda: conv.format(f"{buffer_cname(e.buffer)}[{self.offset(e.index)}]"))
+
+    def lane_eval(self, e, vtype="bz_vf", scalar=None) -> str:
+        """A vector of ``e`` computed lane by lane in scalar code (``scalar()``: its C, default
+        ``e``'s scalar expression), the vector loop's variable renamed to each lane's."""
         v = self.vvar
         name = self.tmp("g")
         lane = self.tmp("l")
@@ -586,7 +595,7 @@ class _Gen:
         self.rename[v.name] = f"({v.name} + {lane})"
         self.vvar, self.vec_vars = None, set()
         self.push(barrier=v)
-        self.line(f"{name}[{lane}] = " + conv.format(f"{buffer_cname(e.buffer)}[{self.offset(e.index)}]") + ";")
+        self.line(f"{name}[{lane}] = " + (scalar() if scalar else self.sexpr(e)) + ";")
         self.pop()
         self.vvar, self.rename, self.vec_vars = saved
         self.ind -= 1

@@ -651,6 +651,11 @@ def p_full(gen, op):
         gen.emit(op, [x], {"value": v, "dtype": dt if gen.rng.random() < 0.5 else None}, exact=True, ibound=2.0)
 
 
+def p_uniform(gen, op):
+    seed = gen.new(TensorType(I64, ()), low=-2 ** 62, high=2 ** 62)
+    gen.emit(op, [seed], {"shape": gen.shape(), "stream": int(gen.choice([0, 0, 1, 7]))}, exact=True, ibound=1.0)
+
+
 def p_sdpa(gen, op):
     b, h, lq, sk, e = gen.dim(), int(gen.choice([1, 2])), gen.dim(), gen.dim(), int(gen.choice([2, 4, 8]))
     q = gen.new(TensorType(F32, (b, h, lq, e)))
@@ -717,6 +722,6 @@ PROPOSERS = {
     "slice": p_slice, "squeeze": p_squeeze, "unsqueeze": p_unsqueeze, "flatten": p_flatten, "pad": p_pad,
     "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "tril": p_tri, "triu": p_tri,
     "resize": p_resize, "topk": p_topk,
-    "arange": p_arange, "full": p_full, "full_like": p_full,
+    "arange": p_arange, "full": p_full, "full_like": p_full, "uniform": p_uniform,
     "scaled_dot_product_attention": p_sdpa,
 }

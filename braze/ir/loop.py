@@ -122,7 +122,8 @@ class Load(Expr):
 
 UNARY_FNS = ("neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
              "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not")
-BINARY_OPS = ("add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min", "and", "or", "xor")
+# uniform(seed, counter): braze.ops.creation's counter-based random float32 in [0, 1), both int64
+BINARY_OPS = ("add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min", "and", "or", "xor", "uniform")
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
 

@@ -1,9 +1,9 @@
-"""Lowerings of tensor-creation ops (arange, full, full_like)."""
+"""Lowerings of tensor-creation ops (arange, full, full_like, uniform)."""
 
 from __future__ import annotations
 
 from ..ir import sym as S
-from ..ir.loop import Const, Expr, IndexValue
+from ..ir.loop import Binary, Const, Expr, IndexValue
 from ..ir.types import DType
 from .core import add, cast, const, intlike_value, lowering, mul
 from .index_math import iadd, imul
@@ -36,3 +36,20 @@ def _lower_full(ctx, *, shape, value, dtype):
 def _lower_full_like(ctx, x, *, value, dtype):
     c = cast(Const(float(value), DType.float64), ctx.out_type.dtype)
     return lambda idx: c
+
+
+@lowering("uniform")
+def _lower_uniform(ctx, seed, *, shape, stream):
+    from ..ops.creation import STREAM_SPAN
+    out = ctx.out_type.shape
+    key = seed(())
+
+    def fn(idx):
+        counter = stream * STREAM_SPAN
+        st = 1
+        for i, d in zip(reversed(idx), reversed(out)):  # the row-major position
+            counter = iadd(counter, imul(i, st))
+            st = S.mul(st, d)
+        return Binary("uniform", key, cast(counter if isinstance(counter, Expr) else IndexValue(counter),
+                                           DType.int64), DType.float32)
+    return fn

@@ -1,4 +1,4 @@
-"""Creation ops: arange, full, full_like."""
+"""Creation ops: arange, full, full_like, and uniform (counter-based random numbers)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 
 from ..ir import sym as S
-from ..ir.types import TensorType
+from ..ir.types import DType, TensorType
 from .common import _fmt
 from .opdef import Attr, defop
 
@@ -99,3 +99,44 @@ defop("full_like", inputs=("x",),
       attrs={"value": Attr("float"), "dtype": Attr("dtype", None, "default: x's dtype")},
       infer=_full_like_infer, reference=_full_like_ref, kind="creation",
       doc="A tensor of one value with x's shape.")
+
+
+# Counter-based random numbers: element i of stream s under a seed is SplitMix64's output number
+# STREAM_SPAN * s + i + 1 from the state ``seed``, its top 24 bits as a float32 in [0, 1). A pure
+# function of (seed, stream, i), so a kernel computes any element alone, in any order, on any
+# thread, and a tensor recomputed (fusion, rematerialisation) has the same bits. SplitMix64 passes
+# BigCrush; the generated C (braze_vec.h's bz_uniform) computes the same bits as ``uniform_numpy``.
+SPLITMIX_GAMMA = 0x9E3779B97F4A7C15
+STREAM_SPAN = 1 << 40  # elements per stream: streams of one seed never overlap below this size
+
+
+def uniform_numpy(seed: int, count: int, stream: int = 0) -> np.ndarray:
+    """float32[count]: elements 0 .. count-1 of ``stream`` under ``seed`` (any int64)."""
+    m64 = (1 << 64) - 1
+    with np.errstate(over="ignore"):
+        i = np.arange(count, dtype=np.uint64) + np.uint64(stream * STREAM_SPAN + 1)
+        z = np.uint64(seed & m64) + i * np.uint64(SPLITMIX_GAMMA)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return ((z >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)).astype(np.float32)
+
+
+def _uniform_infer(ctx, seed, *, shape, stream):
+    if seed.dtype.name != "int64" or seed.rank != 0:
+        raise ctx.error(f"seed must be a 0-d int64 tensor, got {seed}")
+    if not isinstance(stream, int) or not 0 <= stream < (1 << 22):
+        raise ctx.error(f"stream must be an int in [0, 2**22), got {stream!r}")
+    return _full_infer(ctx, shape=shape, value=0.0, dtype=DType.float32)
+
+
+def _uniform_ref(ctx, seed, *, shape, stream):
+    shape = tuple(int(d) for d in shape)
+    return uniform_numpy(int(np.asarray(seed).reshape(())), int(np.prod(shape, dtype=np.int64)), stream).reshape(shape)
+
+
+defop("uniform", inputs=("seed",),
+      attrs={"shape": Attr("intlikes"), "stream": Attr("int", 0, "which of the seed's streams (0 <= stream < 2**22)")},
+      infer=_uniform_infer, reference=_uniform_ref, kind="creation",
+      doc="float32 random numbers in [0, 1) from a 0-d int64 seed: a pure function of (seed, stream, "
+          "row-major position), SplitMix64's outputs, 24 bits each.")

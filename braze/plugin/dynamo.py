@@ -24,6 +24,9 @@ OPTIONS = {
     "freeze": "True bakes parameters and buffers in as constants (as inductor's freezing): faster, but the "
               "model must not change its weights after its first call (default False: weights are read at "
               "every call)",
+    "rng": "'braze' (default): a training-mode dropout's mask comes from braze's counter-based generator, "
+           "seeded from torch's (torch.manual_seed reproduces a run, not eager's masks); 'torch': dropout runs "
+           "in PyTorch, the same masks as eager",
     "backward": "False leaves a training step's backward graph to PyTorch (default True: braze compiles what "
                 "it supports of it, as of the forward)",
 }
@@ -33,6 +36,7 @@ class PluginOptions(NamedTuple):
     opts: Options
     freeze: bool = False  # weights baked in as constants
     backward: bool = True  # braze compiles the backward graph
+    rng: str = "braze"  # who draws dropout's masks: "braze" or "torch"
 
 
 def plugin_options(options: dict | None) -> PluginOptions:
@@ -67,7 +71,10 @@ def plugin_options(options: dict | None) -> PluginOptions:
         v = flags[key] = options.get(key, PluginOptions._field_defaults[key])
         if not isinstance(v, bool):
             raise BrazeError(f"braze option {key!r} must be True or False, got {v!r}")
-    return PluginOptions(opts.replace(**changes), **flags)
+    rng = options.get("rng", PluginOptions._field_defaults["rng"])
+    if rng not in ("braze", "torch"):
+        raise BrazeError(f"braze option 'rng' must be 'braze' or 'torch', got {rng!r}")
+    return PluginOptions(opts.replace(**changes), rng=rng, **flags)
 
 
 def _kept_whole():
@@ -102,8 +109,9 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from .partition import compile_graph, in_torch
+    from .rng import braze_dropout
 
-    opts, freeze, compile_backward = plugin_options(options)
+    opts, freeze, compile_backward, rng = plugin_options(options)
     _logging.enable_debug_output(opts.debug)
     if mode not in (None, "default"):
         warnings.warn(BrazeWarning(f"torch.compile mode={mode!r} has no meaning for braze; it is ignored"),
@@ -121,6 +129,8 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
                 frozen, checks = _frozen_inputs(g, real, names, scalars, weights)
                 real.clear()  # what braze keeps is in ``frozen``; the activations are not needed
                 speculative[0] = maybe_specialised(g) or retraced_frame()
+                if rng == "braze":
+                    braze_dropout(g)
                 return compile_graph(g, frozen, opts, speculative=speculative[0], checks=checks, label=label)
         except Exception as e:  # noqa: BLE001 -- the user's program must not fail for braze's sake
             if dynamo_control(e):

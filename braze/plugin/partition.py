@@ -17,10 +17,12 @@ from .. import log as _logging
 from ..errors import BrazeError
 from . import report
 from .region import Refused, compile_region
+from .rng import SEED_META
 
 _log = _logging.get("plugin")
 
 SIZE = "size"  # a node that computes sizes, not tensors
+SEED = "seed"  # the graph's random seed (``rng``): drawn by PyTorch before any region runs, no warning
 MAX_REFUSALS = 64
 # a region of nothing but these is not worth a library: torch does them without copying
 VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.permute", "aten.t",
@@ -56,6 +58,8 @@ def support(node, refused: dict) -> str | None:
     from ..frontend.torch.aten import is_supported
     if node.name in refused:
         return refused[node.name]
+    if node.meta.get(SEED_META):
+        return SEED
     if node.target is operator.getitem:
         src = node.args[0]
         return support(src, refused) if getattr(src, "op", None) == "call_function" else SIZE
@@ -102,7 +106,7 @@ def stages(g, reasons: dict) -> list[list]:
         d = 0
         for a in n.all_input_nodes:
             r = reasons.get(a.name, SIZE) if a.op == "call_function" else SIZE
-            in_torch = r is not None and a not in inside and (r != SIZE or a in computed)
+            in_torch = r not in (None, SEED) and a not in inside and (r != SIZE or a in computed)
             d = max(d, depth[a] + in_torch)
         depth[n] = d
         if n.op == "call_function" and (reasons.get(n.name) is None or n in inside):
@@ -166,7 +170,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
     reasons = {n.name: support(n, refused) for n in calls}
     parts = [Partition(nodes=p) for p in stages(g, reasons)
              if any(_packet(n.target) not in VIEW_OPS for n in p if n.target is not operator.getitem)]
-    torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE) and n.target is not operator.getitem]
+    torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE, SEED) and n.target is not operator.getitem]
     fused = fuse_by_partitions(g, [p.nodes for p in parts], prefix="fused_") if parts else g
     shape_env = _shape_env(gm)
     regions = []

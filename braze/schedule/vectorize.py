@@ -66,6 +66,8 @@ def vector_ok(e: Expr, v, memo=None) -> bool:
             r = e.x.dtype in (F32, BOOL) and vector_ok(e.x, v, memo)
     elif isinstance(e, Select):
         r = all(vector_ok(x, v, memo) for x in (e.cond, e.a, e.b))
+    elif isinstance(e, Binary) and e.op == "uniform":
+        r = True  # integer operands: the C computes it lane by lane
     elif isinstance(e, Binary):
         if e.dtype == BOOL:
             r = e.op in ("and", "or", "xor") and vector_ok(e.a, v, memo) and vector_ok(e.b, v, memo)

@@ -1,4 +1,4 @@
-"""arange, full, full_like against torch, with symbolic lengths."""
+"""arange, full, full_like against torch, with symbolic lengths; uniform against NumPy."""
 
 import numpy as np
 import pytest
@@ -91,3 +91,63 @@ def test_full_like(dtype):
     got = R.run(m, x)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------
+# uniform: counter-based random numbers (dropout's masks)
+# ---------------------------------------------------------------------------
+
+
+def _uniform_model(stream=0):
+    return build([tensor("i64"), tensor("f32", b_, s_)],
+                 lambda b, seed, x: b.op("add", [x, b.op("uniform", [seed], shape=(b_, s_), stream=stream)]))
+
+
+def test_uniform_is_splitmix64():
+    """Seed 0's first outputs are SplitMix64's published ones (0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4,
+    0x06c45d188009454f, 0xf88bb8a8724c81ec), their top 24 bits over 2^24."""
+    from braze.ops.creation import uniform_numpy
+    want = np.array([0xE220A8, 0x6E789E, 0x06C45D, 0xF88BB8], np.float64) / 2 ** 24
+    np.testing.assert_array_equal(uniform_numpy(0, 4), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("stream", [0, 5])
+def test_uniform_native_is_the_reference_bit_for_bit(stream):
+    """The generated C (vector lanes and the scalar tail) against NumPy, at symbolic sizes 1, odd and
+    past a vector, for seeds of both signs."""
+    import braze
+    m, _ = _uniform_model(stream)
+    native = braze.compile(m)
+    for (bb, ss), seed in zip([(1, 1), (3, 7), (2, 65), (17, 128)], [0, -1, 2 ** 62 + 11, -(2 ** 63)]):
+        x = np.zeros((bb, ss), np.float32)
+        want = R.run(m, np.array(seed, np.int64), x)
+        np.testing.assert_array_equal(np.asarray(native(np.array(seed, np.int64), x)), want)
+
+
+def test_uniform_streams_and_seeds_are_independent_and_uniform():
+    from braze.ops.creation import uniform_numpy
+    n = 1 << 20
+    a, b, c = uniform_numpy(5, n), uniform_numpy(5, n, stream=1), uniform_numpy(6, n)
+    for u in (a, b, c):
+        assert u.min() >= 0 and u.max() < 1
+        counts = np.bincount((u * 64).astype(np.int64), minlength=64)
+        chi2 = (((counts - n / 64) ** 2) / (n / 64)).sum()
+        assert chi2 < 120, chi2  # 63 degrees of freedom: p < 1e-5 beyond 120
+    for u, v in ((a, b), (a, c), (a[1:], a[:-1])):
+        assert abs(np.corrcoef(u, v)[0, 1]) < 5 / np.sqrt(n)
+
+
+def test_uniform_reads_back_as_loop_ir():
+    from braze.ir.loop_parser import parse_kernel
+    from braze.lowering import build_kernel
+    m, _ = _uniform_model(3)
+    k = build_kernel(m.functions["main"], m, "k")
+    assert "uniform(" in str(k)
+    assert str(parse_kernel(str(k))) == str(k)
+
+
+def test_uniform_checks_its_seed():
+    with pytest.raises(ShapeError, match="seed must be a 0-d int64"):
+        build([tensor("i32")], lambda b, seed: b.op("uniform", [seed], shape=(3,)))
+    with pytest.raises(ShapeError, match="stream must be"):
+        build([tensor("i64")], lambda b, seed: b.op("uniform", [seed], shape=(3,), stream=-1))

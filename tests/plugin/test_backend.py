@@ -53,7 +53,8 @@ def test_backend_works_without_importing_braze(tmp_path):
                                        ({"threads": 0}, "'threads' must be an integer >= 1"),
                                        ({"debug": "x"}, "'debug' must be an integer >= 0"),
                                        ({"precision": "int8"}, "precision='int8' is not one of fp32, bf16, fp16"),
-                                       ({"precision_keep": [3]}, "must be a list of op names or module paths")])
+                                       ({"precision_keep": [3]}, "must be a list of op names or module paths"),
+                                       ({"rng": "numpy"}, "'rng' must be 'braze' or 'torch'")])
 def test_bad_options_name_the_problem(bad, what):
     from braze.plugin.dynamo import plugin_options
     with pytest.raises(BrazeError, match=what):

@@ -60,6 +60,16 @@ BZ_INLINE int64_t bz_ipow(int64_t a, int64_t b) {
     return (int64_t)r;
 }
 
+/* braze.ops.creation's counter-based random numbers: SplitMix64's output number counter + 1 from
+ * the state seed, its top 24 bits as a float in [0, 1) (the same bits as uniform_numpy) */
+BZ_INLINE float bz_uniform(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * 0x1p-24f;
+}
+
 /* n elements of size bytes, or NULL (n * size overflowing is a failure, not a small block) */
 BZ_INLINE void *bz_malloc_n(int64_t n, size_t size) {
     if (n < 0 || (uint64_t)n > SIZE_MAX / size) return NULL;

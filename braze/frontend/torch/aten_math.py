@@ -246,17 +246,36 @@ def _to(cx, n, x, *args, **kw):
 def _identity(cx, n, x, *args, **kw):
     train = kw.get("train", args[1] if len(args) > 1 else False)
     if str(n.target).split(".")[1].endswith("dropout") and train:
-        raise UnsupportedOpError("dropout in training mode is not supported", where=str(cx.loc),
-                                 hint="call model.eval() before torch.export")
+        raise _training_dropout(cx)
     return x
 
 
 @conv("native_dropout")
 def _native_dropout(cx, n, x, p, train):
-    if train:
-        raise UnsupportedOpError("dropout in training mode is not supported", where=str(cx.loc),
-                                 hint="call model.eval() before torch.export")
+    if train is not False:
+        raise _training_dropout(cx)
     return (x, NotProduced("dropout mask"))
+
+
+def _training_dropout(cx):
+    return UnsupportedOpError("a training-mode dropout's mask is drawn by PyTorch here; braze draws its own only "
+                              "under torch.compile, with the option rng='braze' (the default)", where=str(cx.loc),
+                              hint="call model.eval() before torch.export")
+
+
+def dropout_scale(p: float) -> float:
+    """What a kept element is multiplied by: 1 / (1 - p), and 0 when every element drops (torch's)."""
+    return 0.0 if p == 1.0 else 1.0 / (1.0 - p)
+
+
+@conv("braze.dropout")
+def _braze_dropout(cx, n, x, p, seed, stream):
+    """``plugin.rng``'s dropout: the mask from braze's generator, the output as torch computes it
+    (``x * mask * scale``: a dropped inf or NaN stays NaN)."""
+    u = op(cx, "uniform", [seed], shape=tuple(x.shape), stream=int(stream))
+    keep = op(cx, "less", [u, tensor(cx, 1.0 - float(p), DType.float32)])
+    kept = op(cx, "mul", [x, cast(cx, keep, x.dtype)])
+    return op(cx, "mul", [kept, tensor(cx, dropout_scale(float(p)), x.dtype)]), keep
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ CONVERTERS: dict = {}
 def conv(*names):
     def deco(fn):
         for n in names:
-            CONVERTERS[n if n.startswith(("aten.", "prims.")) else "aten." + n] = fn
+            CONVERTERS[n if n.startswith(("aten.", "prims.", "braze.")) else "aten." + n] = fn
         return fn
     return deco
 
