@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from braze.errors import BrazeWarning  # noqa: E402
 from braze.ops.creation import uniform_numpy  # noqa: E402
-from braze.plugin.rng import draw_seed  # noqa: E402
+from braze.plugin.rng import draw_seed, ops  # noqa: E402
 from braze.testing import NativeCalls  # noqa: E402
 
 nn = torch.nn
@@ -121,3 +121,21 @@ def test_rng_torch_gives_eager_s_masks():
         x = torch.randn(b, 16)
         torch.testing.assert_close(_step(compiled, x, b), _step(model, x, b), rtol=1e-5, atol=1e-5)
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_braze_s_kernel_and_the_custom_op_in_torch_agree_bit_for_bit(dtype):
+    """What braze computes is what ``braze::dropout`` computes in PyTorch (a region PyTorch runs),
+    for every float dtype: a 16-bit output rounds x * mask * scale once, its scale not rounded."""
+    f = torch.compile(lambda x: F.dropout(x, 0.1, True), backend="braze", dynamic=True)
+    x = torch.randn(5, 37).to(dtype)
+    for _ in range(2):
+        f(x)
+    calls = NativeCalls()
+    with calls:
+        torch.manual_seed(3)
+        got = f(x)
+    torch.manual_seed(3)
+    want = ops()(x, 0.1, draw_seed(), 0)[0]
+    assert calls.count == 1
+    assert got.dtype == dtype and torch.equal(got, want)

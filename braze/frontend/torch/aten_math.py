@@ -270,12 +270,15 @@ def dropout_scale(p: float) -> float:
 
 @conv("braze.dropout")
 def _braze_dropout(cx, n, x, p, seed, stream):
-    """``plugin.rng``'s dropout: the mask from braze's generator, the output as torch computes it
-    (``x * mask * scale``: a dropped inf or NaN stays NaN)."""
+    """``plugin.rng``'s dropout: the mask from braze's generator, the output as torch computes it,
+    ``x * mask * scale`` (a dropped inf or NaN stays NaN), the scale in float32 for a 16-bit ``x``
+    (torch's opmath: the scale is not rounded to 16 bits)."""
     u = op(cx, "uniform", [seed], shape=tuple(x.shape), stream=int(stream))
     keep = op(cx, "less", [u, tensor(cx, 1.0 - float(p), DType.float32)])
     kept = op(cx, "mul", [x, cast(cx, keep, x.dtype)])
-    return op(cx, "mul", [kept, tensor(cx, dropout_scale(float(p)), x.dtype)]), keep
+    wide = DType.float64 if x.dtype == DType.float64 else DType.float32
+    out = op(cx, "mul", [cast(cx, kept, wide), tensor(cx, dropout_scale(float(p)), wide)])
+    return cast(cx, out, x.dtype), keep
 
 
 # ---------------------------------------------------------------------------
