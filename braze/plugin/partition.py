@@ -88,30 +88,36 @@ def stages(g, reasons: dict) -> list[list]:
     of 1 removes, such as an expand, split a region in two).
 
     Size arithmetic on a tensor braze computes (``sym_size`` of an intermediate) joins the
-    region when only braze reads it (the importer evaluates it from the shapes); read by
-    PyTorch, it runs there, after the region."""
+    region when only braze's nodes of that region read it (the importer evaluates it from the
+    shapes: a region returns tensors, not numbers); read by PyTorch or by a later region, it
+    runs in PyTorch, after the region."""
     nodes = list(g.graph.nodes)
     computed = set()  # nodes whose value comes from compute, not only from the inputs' sizes
     for n in nodes:
         if n.op == "call_function" and (reasons.get(n.name) != SIZE or any(a in computed for a in n.all_input_nodes)):
             computed.add(n)
-    inside = set()  # size nodes on computed tensors that only braze's nodes (or such) read
-    for n in reversed(nodes):
-        if n in computed and reasons.get(n.name) == SIZE and n.users and \
-                all(reasons.get(u.name, "") is None or u in inside for u in n.users):
-            inside.add(n)
-    depth: dict = {}
-    groups: dict[int, list] = {}
-    for n in nodes:
-        d = 0
-        for a in n.all_input_nodes:
-            r = reasons.get(a.name, SIZE) if a.op == "call_function" else SIZE
-            in_torch = r not in (None, SEED) and a not in inside and (r != SIZE or a in computed)
-            d = max(d, depth[a] + in_torch)
-        depth[n] = d
-        if n.op == "call_function" and (reasons.get(n.name) is None or n in inside):
-            groups.setdefault(d, []).append(n)
-    return [groups[d] for d in sorted(groups)]
+    outside: set = set()  # size nodes a later region reads: PyTorch's
+    while True:
+        inside = set()  # size nodes on computed tensors that only braze's nodes (or such) read
+        for n in reversed(nodes):
+            if n in computed and reasons.get(n.name) == SIZE and n.users and n not in outside and \
+                    all(reasons.get(u.name, "") is None or u in inside for u in n.users):
+                inside.add(n)
+        depth: dict = {}
+        groups: dict[int, list] = {}
+        for n in nodes:
+            d = 0
+            for a in n.all_input_nodes:
+                r = reasons.get(a.name, SIZE) if a.op == "call_function" else SIZE
+                in_torch = r not in (None, SEED) and a not in inside and (r != SIZE or a in computed)
+                d = max(d, depth[a] + in_torch)
+            depth[n] = d
+            if n.op == "call_function" and (reasons.get(n.name) is None or n in inside):
+                groups.setdefault(d, []).append(n)
+        later = {n for n in inside if any(depth[u] != depth[n] for u in n.users)}
+        if not later:
+            return [groups[d] for d in sorted(groups)]
+        outside |= later
 
 
 def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: tuple = ((), ()),

@@ -139,3 +139,45 @@ def test_braze_s_kernel_and_the_custom_op_in_torch_agree_bit_for_bit(dtype):
     want = ops()(x, 0.1, draw_seed(), 0)[0]
     assert calls.count == 1
     assert got.dtype == dtype and torch.equal(got, want)
+
+
+def _attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True)
+
+
+def _attention_oracle(q, k, v):
+    """SDPA's math path with braze's mask on the probabilities (its one dropout: stream 0)."""
+    s = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), -math.inf)
+    return BrazeMasks()(scores.softmax(-1), 0.2, 0) @ v
+
+
+@pytest.mark.parametrize("rng", ["braze", "torch"])
+def test_attention_dropout_with_a_dynamic_head_size(rng, fresh_warnings):
+    """SDPA's dropout (its math path: a native_dropout on the probabilities), the head size symbolic
+    too (the scale a float power of it): outputs and gradients as eager's with the same masks, in
+    one braze region per graph with braze's generator. With PyTorch's, a size both sides of the
+    dropout read runs in PyTorch (a region returns tensors, not numbers): no region falls back."""
+    c = torch.compile(_attention, backend="braze", dynamic=True, options={"rng": rng})
+    oracle = _attention if rng == "torch" else _attention_oracle
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for step, (b, s, e) in enumerate([(2, 9, 8), (3, 5, 6), (2, 16, 4)]):
+            g = torch.Generator().manual_seed(step)
+            ins = [torch.randn(b, 2, s, e, generator=g, requires_grad=True) for _ in range(3)]
+            grad = torch.randn(b, 2, s, e, generator=g)
+            got, want = (_step_grads(f, ins, grad, step) for f in (c, oracle))
+            for x, y in zip(got, want):
+                torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+    texts = [str(w.message) for w in record if issubclass(w.category, BrazeWarning)]
+    assert texts == [] if rng == "braze" else all("native_dropout" in t for t in texts), texts
+
+
+def _step_grads(f, ins, grad, seed):
+    for x in ins:
+        x.grad = None
+    torch.manual_seed(seed)
+    out = f(*ins)
+    out.backward(grad)
+    return [out.detach()] + [x.grad.clone() for x in ins]

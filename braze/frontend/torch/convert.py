@@ -82,8 +82,10 @@ def float_value(cx, e):
         return out
     if isinstance(e, sympy.Pow) and e.exp == -1:
         return op(cx, "div", [scalar(cx, 1.0, f64), float_value(cx, e.base)])
+    if name == "FloatPow" or isinstance(e, sympy.Pow):  # SDPA's default scale: (1 / sqrt(E)) ** 0.5
+        return op(cx, "pow", [float_value(cx, e.args[0]), float_value(cx, e.args[1])])
     raise UnsupportedOpError(f"the float size expression {e} ({name}) has no braze equivalent", where=str(cx.loc),
-                             hint="braze computes + - * / over sizes")
+                             hint="braze computes + - * / and powers over sizes")
 
 
 def tensor(cx, x, dt: DType | None):
