@@ -133,6 +133,13 @@ def test_live_weights_writes_its_table(tmp_path):
     assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
 
 
+def test_torch_ops_counts_what_torch_still_runs(tmp_path):
+    """The MLP's training step: eager's ATen ops counted in both graphs, none left to PyTorch."""
+    row = _per_model("torch_ops", "torch_ops", tmp_path)
+    for part in ("forward", "backward"):
+        assert row[part]["eager_ops"] >= 3 and row[part]["braze_torch_ops"] == 0, row
+
+
 def test_bf16_rows_run_and_are_compared_among_themselves(tmp_path):
     """--precision bf16 adds the 16-bit rows; each runs (bf16 where the CPU has it, else braze
     warns and compiles float32); braze-bf16 is compared with braze and the 16-bit peers."""
