@@ -4,6 +4,7 @@ and weights equal eager's."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 
@@ -235,3 +236,34 @@ def test_an_embedding_gradient_is_torch_s_whole_op(fresh_warnings):
     _, run, texts = _train_both(Embed(), batches)
     assert len(texts) == 1 and "embedding_dense_backward" in texts[0], texts
     assert run[1] >= len(batches) and run[2] >= len(batches)
+
+
+def test_16_bit_attention_is_left_to_torch_alone(fresh_warnings):
+    """braze computes attention's training pieces in float32 only: in bfloat16, SDPA's forward (its
+    logsumexp) and backward run in PyTorch, one warning each, and braze computes the projection
+    around them (the region is not taken down with them)."""
+    proj = nn.Linear(8, 8).to(torch.bfloat16)
+
+    def f(x):
+        q = proj(x)
+        return F.scaled_dot_product_attention(q, x, x, is_causal=True)
+
+    c = torch.compile(f, backend="braze", dynamic=True)
+    calls = NativeCalls()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for b, s in [(2, 9), (3, 5), (2, 16)]:
+            x = torch.randn(b, 2, s, 8).to(torch.bfloat16)
+            grad = torch.randn(b, 2, s, 8).to(torch.bfloat16)
+            got, want = [], []
+            for fn, out in ((c, got), (f, want)):
+                xi = x.clone().requires_grad_()
+                proj.zero_grad()
+                with calls if fn is c else contextlib.nullcontext():
+                    fn(xi).backward(grad)
+                out += [xi.grad.float(), proj.weight.grad.float()]
+            for a, e in zip(got, want):
+                torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2)
+    texts = sorted(str(w.message) for w in record if issubclass(w.category, BrazeWarning))
+    assert len(texts) == 2 and "flash_attention_for_cpu.default" in texts[0] and "backward" in texts[1], texts
+    assert calls.count > 0

@@ -504,13 +504,17 @@ class Importer:
             if isinstance(v, _SizeFloat):
                 from .convert import float_value
                 v = self.env[a] = float_value(self, v.expr)
-            if isinstance(v, NotProduced) and v.make is not None:
-                v = self.env[a] = v.make()
             if isinstance(v, NotProduced):
                 import operator
-
-                from .aten import op_display_name
                 src = a.args[0] if a.target is operator.getitem and a.args else a
+            if isinstance(v, NotProduced) and v.make is not None:
+                try:
+                    v = self.env[a] = v.make()
+                except BrazeError as e:  # as below: the op whose output it is goes to torch, alone
+                    e.op_node = getattr(src, "name", None)
+                    raise
+            if isinstance(v, NotProduced):
+                from .aten import op_display_name
                 e = UnsupportedOpError(f"the {v.what} of {op_display_name(getattr(src, 'target', a.target))} is "
                                        "used, but braze does not compute it", where=str(self.loc), hint=ISSUES_HINT)
                 # the op that lacks the output is at fault, not the node that reads it: the plug-in
