@@ -111,19 +111,10 @@ def kernel_signature(k: Kernel) -> list:
 def kernel_entry(k: Kernel, export_name: str) -> str:
     """An exported wrapper taking ``void **bufs`` and ``const int64_t *syms``; it returns the
     kernel's status (1: a buffer could not be allocated)."""
-    args = []
-    for i, b in enumerate(k.buffers):
-        t = ctype(b.dtype)
-        args.append(f"({'const ' if b.role == 'in' else ''}{t} *)bufs[{i}]")
-    for i, _ in enumerate(k.syms):
-        args.append(f"syms[{i}]")
+    args = [f"({'const ' if b.role == 'in' else ''}{ctype(b.dtype)} *)bufs[{i}]" for i, b in enumerate(k.buffers)]
+    args += [f"syms[{i}]" for i in range(len(k.syms))]
     return (f"int {export_name}(void **bufs, const int64_t *syms) {{\n"
             f"    (void)bufs; (void)syms;\n    return {k.name}({', '.join(args)});\n}}\n")
-
-
-# ---------------------------------------------------------------------------
-# index expressions
-# ---------------------------------------------------------------------------
 
 
 NACC = 4  # independent vector accumulators of a contiguous float32 reduction
@@ -516,10 +507,10 @@ class _Gen:
         dt = e.dtype
         if isinstance(e, Load):
             if e.dtype == BOOL:
-                return self.lane_gather(e, "bz_vi", "-(int32_t)({} != 0)"), "vi"
+                return self.by_lane(e, "bz_vi", "-(int32_t)({} != 0)"), "vi"
             if self.unit_stride(e):
                 return f"bz_ld(&{buffer_cname(e.buffer)}[{self.offset(e.index)}])", "vf"
-            return self.lane_gather(e), "vf"
+            return self.by_lane(e), "vf"
         if dt == BOOL:
             if isinstance(e, Compare):
                 op = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
@@ -545,7 +536,7 @@ class _Gen:
                  "floor": f"bz_vfloor({x})", "ceil": f"bz_vceil({x})", "round": f"bz_vround({x})"}
             return m[e.fn], "vf"
         if isinstance(e, Binary) and e.op == "uniform":
-            return self.lane_eval(e), "vf"
+            return self.by_lane(e), "vf"
         if isinstance(e, Binary):
             a, b = self.vx(e.a), self.vx(e.b)
             if e.op in ("add", "sub", "mul", "div"):
@@ -560,11 +551,11 @@ class _Gen:
                 sfx = HALF_SFX[e.x.dtype]
                 if self.unit_stride(e.x):
                     return f"bz_ld_{sfx}(&{buffer_cname(e.x.buffer)}[{self.offset(e.x.index)}])", "vf"
-                return self.lane_gather(e.x, "bz_vf", f"bz_{sfx}_to_f32({{}})"), "vf"
+                return self.by_lane(e.x, "bz_vf", f"bz_{sfx}_to_f32({{}})"), "vf"
             if e.x.dtype in HALF_SFX and isinstance(e.x, Cast):
                 return f"bz_vround_{HALF_SFX[e.x.dtype]}({self.vx(e.x.x)})", "vf"
             if isinstance(e.x, Load) and e.x.dtype.is_int:
-                return self.lane_gather(e.x, "bz_vf", "(float)({})"), "vf"
+                return self.by_lane(e.x, "bz_vf", "(float)({})"), "vf"
             if e.x.dtype == BOOL:
                 return f"bz_vm2f({self.vx(e.x)})", "vf"
             return self.vx(e.x), "vf"
@@ -579,12 +570,9 @@ class _Gen:
         c = coeff(poly, self.vvar)
         return isinstance(c, int) and c == 1 and (extra is None or self.vvar not in self.flv(extra))
 
-    def lane_gather(self, e: Load, vtype="bz_vf", conv="{}") -> str:
-        return self.lane_eval(e, vtype, lambda: conv.format(f"{buffer_cname(e.buffer)}[{self.offset(e.index)}]"))
-
-    def lane_eval(self, e, vtype="bz_vf", scalar=None) -> str:
-        """A vector of ``e`` computed lane by lane in scalar code (``scalar()``: its C, default
-        ``e``'s scalar expression), the vector loop's variable renamed to each lane's."""
+    def by_lane(self, e, vtype="bz_vf", conv="{}") -> str:
+        """A vector of ``conv`` of ``e`` (a gathered load, a random number) computed lane by lane
+        in scalar code, the vector loop's variable renamed to each lane's."""
         v = self.vvar
         name = self.tmp("g")
         lane = self.tmp("l")
@@ -595,7 +583,7 @@ class _Gen:
         self.rename[v.name] = f"({v.name} + {lane})"
         self.vvar, self.vec_vars = None, set()
         self.push(barrier=v)
-        self.line(f"{name}[{lane}] = " + (scalar() if scalar else self.sexpr(e)) + ";")
+        self.line(f"{name}[{lane}] = " + conv.format(self.sexpr(e)) + ";")
         self.pop()
         self.vvar, self.rename, self.vec_vars = saved
         self.ind -= 1

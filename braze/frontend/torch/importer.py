@@ -505,26 +505,29 @@ class Importer:
                 from .convert import float_value
                 v = self.env[a] = float_value(self, v.expr)
             if isinstance(v, NotProduced):
-                import operator
-                src = a.args[0] if a.target is operator.getitem and a.args else a
-            if isinstance(v, NotProduced) and v.make is not None:
-                try:
-                    v = self.env[a] = v.make()
-                except BrazeError as e:  # as below: the op whose output it is goes to torch, alone
-                    e.op_node = getattr(src, "name", None)
-                    raise
-            if isinstance(v, NotProduced):
-                from .aten import op_display_name
-                e = UnsupportedOpError(f"the {v.what} of {op_display_name(getattr(src, 'target', a.target))} is "
-                                       "used, but braze does not compute it", where=str(self.loc), hint=ISSUES_HINT)
-                # the op that lacks the output is at fault, not the node that reads it: the plug-in
-                # leaves that op to torch and compiles the rest (``plugin.region.compile_region``)
-                e.op_node = getattr(src, "name", None)
-                raise e
+                v = self.env[a] = self._produce(a, v)
             return v
         if isinstance(a, (list, tuple)):
             return type(a)(self.value(x) for x in a)
         return a
+
+    def _produce(self, a, v):
+        """An output braze builds only where the graph uses it (``v.make``); one it does not build,
+        or cannot, refuses the op whose output it is: the plug-in leaves that op alone to torch
+        (``plugin.region.compile_region``), not the node that reads it."""
+        import operator
+        src = a.args[0] if a.target is operator.getitem and a.args else a
+        if v.make is not None:
+            try:
+                return v.make()
+            except BrazeError as e:
+                e.op_node = getattr(src, "name", None)
+                raise
+        from .aten import op_display_name
+        e = UnsupportedOpError(f"the {v.what} of {op_display_name(getattr(src, 'target', a.target))} is used, "
+                               "but braze does not compute it", where=str(self.loc), hint=ISSUES_HINT)
+        e.op_node = getattr(src, "name", None)
+        raise e
 
 
 class _SizeFloat:
