@@ -23,6 +23,7 @@ from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
 from ..ops.conv import pads4
 from ..passes.common import top_functions
+from ..passes.fusion import CONV_GRADS
 from ..passes.offload import ANCHORS, VIEW_OPS
 from .c_expr import c_sym_name, int_expr
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
@@ -420,6 +421,9 @@ class _EntryWriter:
         wconst = const_of.get(id(w))  # None: a weight read at this call (plug-in mode's live weights)
         wdt = _DT_CODES[x.dtype]  # the library's operand dtype (offload checked x and w agree)
         act_t = f"{act} | {types}" if types else act  # the GEMM and conv calls take the dtypes in act
+        if a.op in CONV_GRADS:
+            self._conv_gradient(a, cptr, dst)
+            return
         if a.op == "conv2d":
             nhwc = a.attrs.get("layout") == "nhwc"
             h = self.gen.pack_conv(wconst, w.shape, a.attrs["groups"], a.attrs["stride"],
@@ -485,6 +489,21 @@ class _EntryWriter:
             self.emit(f"if (braze_batch_matmul({int_expr(S.prod(xb))}, {int_expr(M)}, {int_expr(N)}, {int_expr(K)}, "
                       + args)
 
+    def _conv_gradient(self, a: Node, cptr, dst: str) -> None:
+        """A convolution's input or weight gradient: one oneDNN backward call (NCHW, float32)."""
+        grad, x, w = a.inputs
+        h = self.gen.pack_conv(None, w.shape, a.attrs["groups"], a.attrs["stride"], pads4(a.attrs["padding"]),
+                               a.attrs["dilation"])
+        n, hw, ohw = int_expr(x.shape[0]), ", ".join(int_expr(d) for d in x.shape[2:]), \
+            ", ".join(int_expr(d) for d in grad.shape[2:])
+        if a.op == "conv2d_backward_input":
+            args = f"(const float *){cptr[id(grad)]}, {h}, (const float *){cptr[id(w)]}"
+            fn = "braze_conv2d_bwd_data"
+        else:
+            args = f"(const float *){cptr[id(x)]}, (const float *){cptr[id(grad)]}, {h}"
+            fn = "braze_conv2d_bwd_weights"
+        self.emit(f"if ({fn}({n}, {hw}, {args}, {ohw}, (float *){dst}, err, errlen)) return BRAZE_ERR_INTERNAL;")
+
 
 # the helper's BRAZE_DT_* codes (braze_dnnl.h)
 _DT_CODES = {DType.float32: 0, DType.bfloat16: 1, DType.float16: 2}
@@ -542,4 +561,6 @@ def _traffic(module: Module, n: Node):
             flops = S.mul(2, S.mul(m.outputs[0].type.numel(), m.inputs[0].shape[-1] if m.inputs[0].rank else 1))
         elif m.op == "conv2d":
             flops = S.mul(2, S.mul(m.outputs[0].type.numel(), S.prod(m.inputs[1].shape[1:])))
+        elif m.op in CONV_GRADS:  # as many multiply-adds as the forward convolution
+            flops = S.mul(2, S.mul(m.inputs[0].type.numel(), S.prod(m.inputs[2].shape[1:])))
     return nbytes, flops

@@ -225,7 +225,7 @@ def extra_link_flags() -> list[str]:
 
 
 HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_wcache.c", "braze_dnnl_matmul.c", "braze_dnnl_smallm.c",
-                "braze_dnnl_smallm_avx2.c", "braze_dnnl_conv.c")
+                "braze_dnnl_smallm_avx2.c", "braze_dnnl_conv.c", "braze_dnnl_conv_bwd.c")
 
 
 def helper_text() -> str:
@@ -352,6 +352,8 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_conv2d_w": (i32, [i64, i64, i64, vp, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_matmul_prepare": (i32, [i64, vp, i32, i32, i32]),
         "braze_conv2d_prepare": (i32, [i64, i64, i64, vp, i32, i32, i32]),
+        "braze_conv2d_bwd_data": (i32, [i64, i64, i64, vp, vp, vp, i64, i64, vp, cp, i32]),
+        "braze_conv2d_bwd_weights": (i32, [i64, i64, i64, vp, vp, vp, i64, i64, vp, cp, i32]),
         # 16-bit operands (BRAZE_TYPES)
         "braze_pack_b_typed": (vp, [vp, i32, i32, i64, i64, i32, cp, i32]),
         "braze_batch_matmul_typed": (i32, [i32, i32, vp, vp, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp,

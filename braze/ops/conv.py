@@ -231,6 +231,87 @@ defop("conv2d", inputs=("x", "weight", "bias?"),
 
 
 # ---------------------------------------------------------------------------
+# conv2d's gradients (training backward): NCHW, float32
+# ---------------------------------------------------------------------------
+
+
+def _conv_grad_infer(result):
+    def infer(ctx, grad: TensorType, x: TensorType, w: TensorType, *, stride, padding, dilation, groups):
+        if x.rank != 4 or grad.rank != 4:
+            raise ctx.error(f"the input and the gradient must be NCHW (rank 4), got {x} and {grad}")
+        if {t.dtype for t in (grad, x, w)} != {DType.float32}:
+            raise ctx.error(f"takes float32 operands, got {grad.dtype.name}, {x.dtype.name} and {w.dtype.name}",
+                            hint="a 16-bit convolution's backward runs in the framework")
+        y = _conv2d_infer(ctx, x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        for axis, (a, b) in enumerate(zip(grad.shape, y.shape)):
+            eq = ctx.equal(a, b)
+            if eq is False:
+                raise ctx.error(f"the gradient {grad} does not have the convolution's output shape {list(y.shape)} "
+                                f"(dim {axis})")
+            if eq is None:
+                ctx.assume_equal(a, b, "gradient dims")
+        return x if result == "input" else w
+
+    return infer
+
+
+def _conv_grad_geometry(x, w, stride, padding, dilation):
+    pt, pl, pb, pr = pads4(padding)
+    kh, kw = w.shape[2:]
+    (sh, sw), (dh, dw) = tuple(stride) * (3 - len(stride)), tuple(dilation) * (3 - len(dilation))
+    xp_shape = (x.shape[0], x.shape[1], x.shape[2] + pt + pb, x.shape[3] + pl + pr)
+    return (pt, pl), (sh, sw), (dh, dw), kh, kw, xp_shape
+
+
+def conv2d_backward_input_numpy(grad, x, w, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    """The input's gradient: each output position's gradient spread back over its window
+    (float32 accumulation), the padding cut off."""
+    (pt, pl), (sh, sw), (dh, dw), kh, kw, xp_shape = _conv_grad_geometry(x, w, stride, padding, dilation)
+    n, _, oh, ow = grad.shape
+    g = groups
+    gy = grad.astype(np.float32).reshape(n, g, -1, oh, ow)
+    wg = w.astype(np.float32).reshape(g, -1, w.shape[1], kh, kw)  # [g, og, cg, kh, kw]
+    dxp = np.zeros(xp_shape, np.float32).reshape(n, g, w.shape[1], *xp_shape[2:])
+    for i in range(kh):
+        for j in range(kw):
+            part = np.einsum("ngoyx,goc->ngcyx", gy, wg[:, :, :, i, j])
+            dxp[:, :, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw] += part
+    dxp = dxp.reshape(xp_shape)
+    return np.ascontiguousarray(dxp[:, :, pt:pt + x.shape[2], pl:pl + x.shape[3]].astype(x.dtype))
+
+
+def conv2d_backward_weight_numpy(grad, x, w, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
+    """The weight's gradient: each tap's input window against the output gradient, summed over
+    the batch and the output positions (float32 accumulation)."""
+    (pt, pl), (sh, sw), (dh, dw), kh, kw, xp_shape = _conv_grad_geometry(x, w, stride, padding, dilation)
+    pb, pr = pads4(padding)[2:]
+    n, _, oh, ow = grad.shape
+    g = groups
+    xp = np.pad(x.astype(np.float32), ((0, 0), (0, 0), (pt, pb), (pl, pr))).reshape(n, g, w.shape[1], *xp_shape[2:])
+    gy = grad.astype(np.float32).reshape(n, g, -1, oh, ow)
+    dw_ = np.zeros((g, w.shape[0] // g, w.shape[1], kh, kw), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, :, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+            dw_[:, :, :, i, j] = np.einsum("ngoyx,ngcyx->goc", gy, win)
+    return dw_.reshape(w.shape).astype(w.dtype)
+
+
+_CONV_ATTRS = {"stride": Attr("ints", (1, 1), "(sh, sw)"),
+               "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right)"),
+               "dilation": Attr("ints", (1, 1), "(dh, dw)"),
+               "groups": Attr("int", 1, "channel groups")}
+
+_CONV_GRAD_DOC = ("The {}'s gradient of conv2d(x, weight) {{stride, padding, dilation, groups}}, from grad, the "
+                  "gradient of its output (NCHW, float32; the bias's gradient is grad's sum over N, H, W).")
+defop("conv2d_backward_input", inputs=("grad", "x", "weight"), attrs=_CONV_ATTRS, infer=_conv_grad_infer("input"),
+      reference=lambda ctx, grad, x, w, **a: conv2d_backward_input_numpy(grad, x, w, **a), kind="conv",
+      doc=_CONV_GRAD_DOC.format("input"))
+defop("conv2d_backward_weight", inputs=("grad", "x", "weight"), attrs=_CONV_ATTRS, infer=_conv_grad_infer("weight"),
+      reference=lambda ctx, grad, x, w, **a: conv2d_backward_weight_numpy(grad, x, w, **a), kind="conv",
+      doc=_CONV_GRAD_DOC.format("weight"))
+
+# ---------------------------------------------------------------------------
 # pools
 # ---------------------------------------------------------------------------
 

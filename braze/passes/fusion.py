@@ -16,7 +16,8 @@ dims known to be equal fuse whatever their values):
    nodes after it whose output has the anchor's shape (bias add, activation,
    residual add, scale, mask ``where``...), also a DAG of them (GPT-2's tanh
    GELU); for gemm also views that keep the last dim (GPT-2's ``addmm`` reshape);
-   for conv an unfolded ``batch_norm``. The group keeps exactly one output. A
+   for conv an unfolded ``batch_norm``. A convolution's gradient
+   (``conv2d_backward_input``/``_weight``) takes nothing: it is a group of its own. The group keeps exactly one output. A
    view (reshape...) whose only user is the gemm joins it as a prologue: it only
    reinterprets a contiguous operand.
 2. then, producer into consumer, in topological order, until nothing changes:
@@ -63,6 +64,8 @@ FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "opaque")
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
 NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
 GEMMS = ("linear", "matmul")
+CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
+CONVS = ("conv2d",) + CONV_GRADS
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
 # ten or more simple ops per element (braze/schedule/cost.py): not recomputed per element
@@ -77,7 +80,7 @@ def node_class(n: Node) -> str:
         return "const"
     if n.op in GEMMS:
         return "gemm"
-    if n.op == "conv2d":
+    if n.op in CONVS:
         return "conv"
     if n.op in NORMS:
         return "norm"
@@ -266,6 +269,8 @@ class _Fuser:
         if len(anchors) != 1 or len(esc) != 1:
             return None
         a = anchors[0]
+        if a.op in CONV_GRADS and len(nodes) > 1:
+            return None  # the library call alone: oneDNN's backward convolutions take no post-ops
         kind = "gemm" if a.op in GEMMS else "conv"
         down = self._downstream(nodes, [a])
         ids = {id(n) for n in nodes}

@@ -20,8 +20,9 @@ from ..errors import BrazeError, UnsupportedOpError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import result_ids, top_functions, users
+from .fusion import CONV_GRADS, CONVS, GEMMS
 
-ANCHORS = {"gemm": ("linear", "matmul"), "conv": ("conv2d",)}
+ANCHORS = {"gemm": GEMMS, "conv": CONVS}
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 # activations oneDNN applies as post-ops. Not relu: oneDNN's maps NaN to 0 (a max with 0),
 # which would hide a NaN that eager shows; braze's own relu kernel costs no measurable time
@@ -106,8 +107,9 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
     readers, results = users(callee), result_ids(callee)
     w = anchor.inputs[1]
     # post-ops are wired for a weight (linear, conv, a 2-D matmul operand: constant or read at
-    # run time); a batched product of two activations runs its whole epilogue as a generated kernel
-    if anchor.op == "matmul" and w.rank != 2:
+    # run time); a batched product of two activations runs its whole epilogue as a generated
+    # kernel, and oneDNN's backward convolutions take none
+    if anchor.op == "matmul" and w.rank != 2 or anchor.op in CONV_GRADS:
         return [], 0
     # values with memory of their own: params, constants and views of them before the anchor
     in_memory = {id(p) for p in callee.params} | set(const_of) | \

@@ -5,8 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import braze
 import braze.reference as R
 from braze.errors import InputError, ShapeError
+from braze.extern import onednn
 from braze.ir import sym as S
 from braze.ir.sym import Sym
 from braze.ops import tensor
@@ -55,6 +57,43 @@ def test_conv2d(cin, cout, k, stride, pad, dil, groups, bias):
         ref = F.conv2d(xt, torch.from_numpy(w), torch.from_numpy(bv) if bias else None, (sh, sw), 0, (dh, dw),
                        groups)
         assert_close_scaled(R.run(m, x), ref.numpy())
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,pad,dil,groups,bias", CONV_CASES)
+def test_conv2d_gradients(cin, cout, k, stride, pad, dil, groups, bias):
+    """conv2d_backward_input / _weight against torch autograd: the NumPy reference, and the native
+    build (oneDNN's backward convolutions) with the batch and the image size symbolic."""
+    kh, kw = _pair(k)
+    sh, sw = _pair(stride)
+    dh, dw = _pair(dil)
+    pt, pl, pb, pr = pad
+    if (pt, pl) != (pb, pr):
+        pytest.skip("torch's convolution_backward pads symmetrically")
+    attrs = {"stride": (sh, sw), "padding": pad, "dilation": (dh, dw), "groups": groups}
+    oh = (H + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (W + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    m, _ = build([tensor("f32", N, cout, oh, ow), tensor("f32", N, cin, H, W), tensor("f32", cout, cin // groups, kh, kw)],
+                 lambda b, g, x, w: (b.conv2d_backward_input(g, x, w, **attrs), b.conv2d_backward_weight(g, x, w, **attrs)))
+    native = braze.compile(m) if onednn.available() else None
+    for n, h, wd in ((1, 9, 9), (2, 16, 11), (3, 13, 20)):
+        x = torch.from_numpy(rand(RNG, (n, cin, h, wd))).requires_grad_()
+        w = torch.from_numpy(rand(RNG, (cout, cin // groups, kh, kw))).requires_grad_()
+        y = F.conv2d(x, w, None, (sh, sw), (pt, pl), (dh, dw), groups)
+        g = torch.from_numpy(rand(RNG, tuple(y.shape)))
+        y.backward(g)
+        args = (g.numpy(), x.detach().numpy(), w.detach().numpy())
+        for got in [R.run(m, *args)] + ([native(*args)] if native else []):
+            assert_close_scaled(got[0], x.grad.numpy(), what="input gradient")
+            assert_close_scaled(got[1], w.grad.numpy(), what="weight gradient")
+
+
+def test_conv2d_gradient_errors():
+    with pytest.raises(ShapeError, match="output shape"):
+        build([tensor("f32", N, 4, H, W), tensor("f32", N, 3, H, W), tensor("f32", 8, 3, 3, 3)],
+              lambda b, g, x, w: b.conv2d_backward_input(g, x, w, padding=(1, 1, 1, 1)))
+    with pytest.raises(ShapeError, match="float32"):
+        build([tensor("f16", N, 8, H, W), tensor("f16", N, 3, H, W), tensor("f16", 8, 3, 3, 3)],
+              lambda b, g, x, w: b.conv2d_backward_weight(g, x, w, padding=(1, 1, 1, 1)))
 
 
 def test_conv2d_output_expr():

@@ -41,6 +41,22 @@ class SmallCNN(nn.Module):
         return F.cross_entropy(self.fc(h.mean((2, 3))), y)
 
 
+class ConvNet(nn.Module):
+    """Convolutions with a bias, a stride, groups and dilation, trained through braze."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 12, 3, stride=2, padding=1, groups=4, bias=False)
+        self.c = nn.Conv2d(12, 12, 3, padding=2, dilation=2)
+        self.fc = nn.Linear(12, 5)
+
+    def forward(self, x, y):
+        h = torch.relu(self.b(torch.relu(self.a(x))))
+        return F.cross_entropy(self.fc((self.c(h) + h).mean((2, 3))), y)
+
+
 class BNNet(nn.Module):
     """Convolution, training-mode batch norm (running statistics updated), relu, a linear head."""
 
@@ -98,7 +114,7 @@ def _batch(model, b, seed):
         return torch.randint(0, 50, (b, 3 + b), generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, Attention):
         return torch.randn(b, 2 + b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
-    if isinstance(model, (SmallCNN, BNNet)):
+    if isinstance(model, (SmallCNN, BNNet, ConvNet)):
         hw = 6 + 2 * (b % 3)
         return torch.randn(b, 3, hw, hw, generator=g), torch.randint(0, 5, (b,), generator=g)
     return torch.randn(b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
@@ -200,6 +216,14 @@ def test_a_backward_op_braze_lacks_runs_alone_in_torch(fresh_warnings):
     assert not any("region of" in t for t in texts), texts  # no region fell back whole
     backward_ops = [t for t in texts if "_backward" in t]
     assert backward_ops and len(backward_ops) == len(set(backward_ops)), texts
+    assert run[1] > 0 and run[2] > 0, f"braze ran {run[1]} forward and {run[2]} backward calls"
+
+
+def test_convolutions_train_in_braze(fresh_warnings):
+    """Every convolution's input and weight gradient (and its bias's) is braze's: no op of either
+    graph runs in PyTorch, at batch and image sizes that change between steps."""
+    _, run, texts = _train_both(ConvNet(), BATCHES[:5])
+    assert not texts, texts
     assert run[1] > 0 and run[2] > 0, f"braze ran {run[1]} forward and {run[2]} backward calls"
 
 

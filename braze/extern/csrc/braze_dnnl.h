@@ -1,6 +1,6 @@
 /* braze_dnnl.h: braze's float32 GEMM / convolution calls on oneDNN's C API.
  *
- * Built once into a shared library of its own (braze_dnnl_{core,wcache,matmul,smallm,conv}.c in
+ * Built once into a shared library of its own (braze_dnnl_{core,wcache,matmul,smallm,conv,conv_bwd}.c in
  * that order, one translation unit; braze/extern/onednn.py helper_library) that model libraries
  * link, so all models in a process share one instance of its state: the engine, the
  * per-thread streams and scratchpads, the primitive cache (keyed per packed weight, see
@@ -199,6 +199,16 @@ int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_p
  * braze_conv2d_w. */
 int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
                          int act);
+
+/* A convolution's gradients in training, float32, for a geometry from braze_conv_geometry (its
+ * layout is the activations'; Wt and dW are [OC, IC/groups, KH, KW]). dY is the gradient of
+ * the output [N, OC, OH, OW]. braze_conv2d_bwd_data writes dX, the input's gradient
+ * [N, IC, H, W]; braze_conv2d_bwd_weights writes dW from the input X (all zero when N = 0). The
+ * bias's gradient is dY's sum over N, OH and OW, which braze computes itself. */
+int braze_conv2d_bwd_data(int64_t N, int64_t H, int64_t W, const void *dY, const braze_packed_conv *P, const void *Wt,
+                          int64_t OH, int64_t OW, void *dX, char *err, int errlen);
+int braze_conv2d_bwd_weights(int64_t N, int64_t H, int64_t W, const void *X, const void *dY,
+                             const braze_packed_conv *P, int64_t OH, int64_t OW, void *dW, char *err, int errlen);
 
 #ifdef __cplusplus
 }

@@ -53,8 +53,9 @@ static int g_runtime_m = 0; /* atomic: set by one model's caller while others ru
 static pthread_key_t g_stream_key;
 /* A calling thread's scratchpads: slot 0 for primitives and the small-M kernels, slot 1 for an
  * operand made for a call that runs on them (a convolution's columns: conv_gemm), slot 2 for a
- * live weight's padded copy (braze_matmul_w on AVX2, which conv_gemm may call). */
-#define SCRATCH_SLOTS 3
+ * live weight's padded copy (braze_matmul_w on AVX2, which conv_gemm may call), slots 3-5 for a
+ * convolution backward's operands and result in the primitive's own layouts. */
+#define SCRATCH_SLOTS 6
 static pthread_key_t g_scratch_key[SCRATCH_SLOTS];
 
 static void stream_dtor(void *s) {
@@ -175,6 +176,7 @@ typedef struct {
     dnnl_memory_desc_t wei_md;   /* weights md the primitive wants (owned) */
     dnnl_memory_desc_t scratch_md; /* the primitive's scratchpad (owned), or NULL if it needs none */
     void *wei_alt;               /* weights re-laid out for this primitive only, or NULL */
+    void (*alt_release)(void *); /* what wei_alt holds besides its own memory, or NULL */
     const void *wei;             /* the weights to run with (conv; not owned unless == wei_alt) */
     dnnl_primitive_t reorder;    /* run-time weights: plain -> wei_md at each call, or NULL */
     dnnl_memory_desc_t reorder_scratch_md;
@@ -239,7 +241,9 @@ static void entry_release(cache_entry *e) {
     if (e->scratch_md) dnnl_memory_desc_destroy(e->scratch_md);
     if (e->reorder) dnnl_primitive_destroy(e->reorder);
     if (e->reorder_scratch_md) dnnl_memory_desc_destroy(e->reorder_scratch_md);
+    if (e->alt_release && e->wei_alt) e->alt_release(e->wei_alt);
     free(e->wei_alt);
+    e->alt_release = NULL;
     e->prim = NULL;
     e->wei_md = NULL;
     e->scratch_md = NULL;

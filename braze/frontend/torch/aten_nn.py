@@ -315,6 +315,31 @@ def _convolution(cx, n, x, w, b, stride, padding, dilation, transposed, output_p
                              where=str(cx.loc), hint=ISSUES_HINT)
 
 
+@conv("convolution_backward")
+def _convolution_backward(cx, n, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                          groups, output_mask):
+    """A 2-d convolution's gradients: input and weight by oneDNN's backward convolutions, the
+    bias's as grad's sum over the batch and the image."""
+    if transposed:
+        raise UnsupportedOpError("a transposed convolution's backward is not supported", where=str(cx.loc),
+                                 hint=ISSUES_HINT)
+    if x.rank != 4:
+        raise UnsupportedOpError(f"the backward of a {x.rank - 2}-d convolution is not supported (only 2-d)",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
+    if not x.dtype == w.dtype == grad.dtype == DType.float32:
+        raise UnsupportedOpError(f"a convolution's backward on {x.dtype.name} is not supported (float32 only)",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
+    if isinstance(padding, str):
+        raise UnsupportedOpError(f"a convolution's backward with padding '{padding}' is not supported",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
+    ph, pw = pair(padding)
+    attrs = {"stride": pair(stride), "padding": (ph, pw, ph, pw), "dilation": pair(dilation), "groups": int(groups)}
+    want_x, want_w, want_b = output_mask
+    return (op(cx, "conv2d_backward_input", [grad, x, w], **attrs) if want_x else NotProduced("input gradient"),
+            op(cx, "conv2d_backward_weight", [grad, x, w], **attrs) if want_w else NotProduced("weight gradient"),
+            op(cx, "reduce_sum", [grad], axes=(0, 2, 3), keepdims=False) if want_b else NotProduced("bias gradient"))
+
+
 def _pool_args(kernel, stride, padding):
     k = pair(kernel)
     s = pair(stride) if stride not in (None, [], ()) else k
