@@ -385,7 +385,7 @@ def p_pool(gen, op):
     pad = tuple(int(r.integers(0, k[i % 2] // 2 + 1)) for i in range(4))
     attrs = {"kernel": k, "stride": stride, "padding": pad, "ceil_mode": bool(r.random() < 0.3)}
     dil = (1, 1)
-    if op == "max_pool2d" and r.random() < 0.2:
+    if op != "avg_pool2d" and r.random() < 0.2:
         dil = (2, 1)
         attrs["dilation"] = dil
     if op == "avg_pool2d":
@@ -393,7 +393,15 @@ def p_pool(gen, op):
     for i, d in enumerate(sx[-2:]):
         if gen.min_val(S.add(d, pad[i] + pad[i + 2])) < dil[i] * (k[i] - 1) + 1:
             raise Reject("window larger than the padded input")
-    gen.emit(op, [x], attrs, exact=None if op == "max_pool2d" else False)
+    if op == "max_pool2d":
+        gen.emit(op, [x], attrs)
+    elif op == "avg_pool2d":
+        gen.emit(op, [x], attrs, exact=False)
+    else:  # a training step's max pool: the indices it saves, and the gradient from them
+        (i,) = gen.emit("max_pool2d_indices", [x], attrs, ibound=1e6)  # a position in the plane
+        if op == "max_pool2d_backward":
+            g = gen.new(TensorType(dtype_of(x), shape_of(i)))
+            gen.emit(op, [g, x, i], attrs, exact=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -717,7 +725,8 @@ PROPOSERS = {
     **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
     "group_norm": p_group_norm,
     "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv,
-    **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")},
+    **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_indices",
+                           "max_pool2d_backward")},
     "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,
     "slice": p_slice, "squeeze": p_squeeze, "unsqueeze": p_unsqueeze, "flatten": p_flatten, "pad": p_pad,
     "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "tril": p_tri, "triu": p_tri,

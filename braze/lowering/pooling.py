@@ -115,3 +115,86 @@ def _lower_adaptive_avg_pool(ctx, x, *, output_size):
 
 
 
+
+
+def _pool_hw(kernel, stride):
+    return tuple(kernel), tuple(stride or kernel)
+
+
+def _plane_position(h, w, W):
+    """h * W + w as an int64 expression."""
+    return _ie(iadd(imul(h, W), w))
+
+
+@lowering("max_pool2d_indices")
+def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_mode):
+    """PyTorch's winner of each window (max_pool2d_indices_numpy): the smallest position holding
+    the maximum of the window's numbers, unless the window holds a NaN: then its largest NaN
+    position. Positions grow in window order, so smallest is first and largest is last."""
+    kernel, stride = _pool_hw(kernel, stride)
+    dt = x.dtype
+    W = x.shape[-1]
+    none, never = Const(-1, I64), Const(np.iinfo(np.int64).max, I64)
+
+    def at(idx, vs):
+        e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs)
+        *_, oh, ow = idx
+        h = iadd(imul(oh, stride[0]), iadd(S.mul(-1, padding[0]), imul(vs[0], dilation[0])))
+        w = iadd(imul(ow, stride[1]), iadd(S.mul(-1, padding[1]), imul(vs[1], dilation[1])))
+        return e, c, _plane_position(h, w, W)
+
+    def isnan(e):
+        return Compare("ne", e, e)
+
+    def fn(idx):
+        def build():
+            def top_body(vs):
+                e, c, _ = at(idx, vs)
+                return select(Binary("and", c, Compare("eq", e, e), BOOL), e, Const(float("-inf"), dt))
+            top = ctx.reduce("max", top_body, kernel, dt)
+
+            def first_body(vs):
+                e, c, p = at(idx, vs)
+                return select(Binary("and", c, Compare("eq", e, top), BOOL), p, never)
+
+            def nan_body(vs):
+                e, c, p = at(idx, vs)
+                return select(Binary("and", c, isnan(e), BOOL), p, none)
+            last_nan = ctx.reduce("max", nan_body, kernel, I64)
+            return select(Compare("ge", last_nan, Const(0, I64)), last_nan, ctx.reduce("min", first_body, kernel, I64))
+        return ctx.memo(tuple(idx), build)
+    return fn
+
+
+@lowering("max_pool2d_backward")
+def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, dilation, ceil_mode):
+    """Each input element gathers the gradients of the windows that chose it: over the kernel's
+    taps, the output position whose window puts that tap on this element (when the stride lands
+    on it), where the window's winner is this element."""
+    kernel, stride = _pool_hw(kernel, stride)
+    dt = grad.dtype
+    W = x.shape[-1]
+    OH, OW = grad.shape[-2], grad.shape[-1]
+
+    def fn(idx):
+        *lead, h, w = idx
+        here = _plane_position(h, w, W)
+
+        def body(vs):
+            conds, at = [], []
+            for i, pad, s, d, n in ((h, padding[0], stride[0], dilation[0], OH),
+                                    (w, padding[1], stride[1], dilation[1], OW)):
+                num = S.add(S.add(i, pad), S.mul(-1, S.mul(vs[len(at)], d)))  # i + pad - tap * dilation
+                o = S.floordiv(num, s)
+                conds += [Compare("ge", _ie(num), Const(0, I64)), Compare("lt", _ie(o), _ie(n))]
+                if s > 1:
+                    conds.append(Compare("eq", _ie(S.mod(num, s)), Const(0, I64)))
+                at.append(_clamp_index(o, n))
+            c = conds[0]
+            for c2 in conds[1:]:
+                c = Binary("and", c, c2, BOOL)
+            src = (*lead, *at)
+            chosen = Binary("and", c, Compare("eq", indices(src), here), BOOL)
+            return select(chosen, grad(src), Const(0.0, dt))
+        return ctx.memo(tuple(idx), lambda: ctx.reduce("sum", body, kernel, dt))
+    return fn

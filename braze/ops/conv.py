@@ -392,6 +392,74 @@ defop("max_pool2d", inputs=("x",),
       doc="2-D max pooling over the spatial dims (the last two, or the middle two with layout nhwc).")
 
 
+_POOL_ATTRS = {"kernel": Attr("ints", doc="(kh, kw)"),
+               "stride": Attr("ints", None, "(sh, sw); default: the kernel"),
+               "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right)"),
+               "dilation": Attr("ints", (1, 1), "(dh, dw)"),
+               "ceil_mode": Attr("bool", False, "round the output size up (PyTorch rule)")}
+
+
+def _max_pool_indices_infer(ctx, x, **attrs):
+    if not x.dtype.is_float:
+        raise ctx.error(f"takes a floating-point input, got {x}")
+    return TensorType(DType.int64, _pool_infer_common(ctx, x, **attrs))
+
+
+def max_pool2d_indices_numpy(x, kernel, stride, padding, dilation, ceil_mode):
+    """Each window's winner as PyTorch picks it, a flat position h * W + w in the input's plane:
+    the first maximum in window order; in a window with a NaN, the last NaN; a window whose
+    elements are all -inf, its first element (never a padding position)."""
+    kernel, stride, dilation, (pt, pl, pb, pr), (oh, ow), (eh, ew) = \
+        _pool_geometry(x, kernel, stride, padding, dilation, ceil_mode)
+    h, w = x.shape[-2:]
+    lead = ((0, 0),) * (x.ndim - 2)
+    pads = lead + ((pt, pb + eh), (pl, pr + ew))
+    win = _windows(np.pad(x, pads, constant_values=np.nan), *kernel, *stride, *dilation, oh, ow)
+    pos = _windows(np.pad(np.arange(h * w).reshape(h, w), pads[-2:], constant_values=-1), *kernel, *stride,
+                   *dilation, oh, ow)  # [oh, ow, kh, kw]: -1 in the padding
+    win = win.reshape(win.shape[:-2] + (-1,))
+    pos = np.broadcast_to(pos.reshape(pos.shape[:-2] + (-1,)), win.shape)
+    valid = pos >= 0
+    nan = np.isnan(win) & valid
+    top = np.where(valid & ~nan, win, -np.inf).max(axis=-1, keepdims=True)
+    first_max = np.where(valid & (win == top), pos, np.iinfo(np.int64).max).min(axis=-1)
+    last_nan = np.where(nan, pos, -1).max(axis=-1)
+    return np.ascontiguousarray(np.where(last_nan >= 0, last_nan, first_max).astype(np.int64))
+
+
+defop("max_pool2d_indices", inputs=("x",), attrs=_POOL_ATTRS, infer=_max_pool_indices_infer,
+      reference=lambda ctx, x, **a: max_pool2d_indices_numpy(x, **a), kind="pool",
+      doc="max_pool2d's indices output (NCHW, as PyTorch's): each window's winner as a flat position h * W + w "
+          "in the input's plane; in a window with a NaN, its last NaN.")
+
+
+def _max_pool_backward_infer(ctx, grad, x, indices, **attrs):
+    if not grad.dtype.is_float or grad.dtype != x.dtype or indices.dtype != DType.int64:
+        raise ctx.error(f"takes a float gradient and input of one dtype and int64 indices, got {grad}, {x} and "
+                        f"{indices}")
+    out = _pool_infer_common(ctx, x, **attrs)
+    for t in (grad, indices):
+        if len(t.shape) != len(out) or any(ctx.equal(a, b) is False for a, b in zip(t.shape, out)):
+            raise ctx.error(f"{t} does not have the pool's output shape {list(out)}")
+    return x
+
+
+def max_pool2d_backward_numpy(grad, x, indices, kernel, stride, padding, dilation, ceil_mode):
+    """The input's gradient: each output position's gradient added at its window's winner."""
+    h, w = x.shape[-2:]
+    planes = int(np.prod(x.shape[:-2], dtype=np.int64))
+    out = np.zeros((planes, h * w), np.float32)
+    rows = np.repeat(np.arange(planes), int(np.prod(grad.shape[-2:], dtype=np.int64)))
+    np.add.at(out, (rows, indices.reshape(-1)), grad.astype(np.float32).reshape(-1))
+    return out.reshape(x.shape).astype(x.dtype)
+
+
+defop("max_pool2d_backward", inputs=("grad", "x", "indices"), attrs=_POOL_ATTRS, infer=_max_pool_backward_infer,
+      reference=lambda ctx, grad, x, indices, **a: max_pool2d_backward_numpy(grad, x, indices, **a), kind="pool",
+      doc="max_pool2d's input gradient (NCHW): grad added at each window's winner (indices from "
+          "max_pool2d_indices); x gives the shape.")
+
+
 def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
     _float_in(ctx, x)
     return TensorType(x.dtype, _pool_infer_common(ctx, x, kernel, stride, padding, (1, 1), ceil_mode))

@@ -188,6 +188,41 @@ def test_max_pool2d(kernel, stride, pad, dil, ceil_mode):
         assert_close(R.run(m, x), ref.numpy())
 
 
+def _pool_input(shape, seed):
+    """Random numbers with ties (zeros, as after a relu), -inf rows and a NaN: where PyTorch's
+    choice of each window's winner matters."""
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random(shape) < 0.3, 0.0, rng.standard_normal(shape)).astype(np.float32)
+    x[0, 0, 1, :] = -np.inf
+    x[0, -1, 0, :2] = np.nan
+    x[-1, 0, -1, -1] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("kernel,stride,pad,dil,ceil_mode", POOL_CASES)
+def test_max_pool2d_indices_and_backward(kernel, stride, pad, dil, ceil_mode):
+    """The indices PyTorch saves for the backward, and the input's gradient from them, exactly as
+    PyTorch's: reference and native, symbolic batch, channels and image."""
+    attrs = {"kernel": kernel, "stride": stride, "padding": pad, "dilation": dil, "ceil_mode": ceil_mode}
+    m, out = build([tensor("f32", N, C, H, W)], lambda b, x: b.max_pool2d_indices(x, **attrs))
+    oh, ow = out.type.shape[2:]
+    mb, _ = build([tensor("f32", N, C, oh, ow), tensor("f32", N, C, H, W), tensor("i64", N, C, oh, ow)],
+                  lambda b, g, x, i: b.max_pool2d_backward(g, x, i, **attrs))
+    native, native_b = braze.compile(m), braze.compile(mb)
+    for n, c, h, w in ((1, 1, 7, 7), (2, 3, 8, 9), (1, 2, 15, 6), (3, 1, 32, 31)):
+        x = _pool_input((n, c, h, w), h * w)
+        _, want = torch.ops.aten.max_pool2d_with_indices(torch.from_numpy(x), kernel, stride, pad[:2], dil, ceil_mode)
+        for got in (R.run(m, x), native(x)):
+            np.testing.assert_array_equal(got, want.numpy())
+        g = torch.from_numpy(rand(RNG, tuple(want.shape)))
+        want_g = torch.ops.aten.max_pool2d_with_indices_backward(g, torch.from_numpy(x), kernel, stride, pad[:2], dil,
+                                                                ceil_mode, want)
+        args = (g.numpy(), x, want.numpy())
+        # a number chosen by overlapping windows sums their gradients: in another order (1 ulp)
+        for got in (R.run(mb, *args), native_b(*args)):
+            assert_close(got, want_g.numpy())
+
+
 def test_max_pool2d_int_and_default_stride():
     m, out = build([tensor("i64", N, C, H, W)], lambda b, x: b.max_pool2d(x, kernel=(2, 2)))
     assert out.type.shape == (N, C, H // 2, W // 2)

@@ -347,16 +347,29 @@ def _pool_args(kernel, stride, padding):
     return k, s, (ph, pw, ph, pw)
 
 
+def _max_pool_attrs(kernel, stride, padding, dilation, ceil_mode) -> dict:
+    k, s, p = _pool_args(kernel, stride, padding)
+    return {"kernel": k, "stride": s, "padding": p, "dilation": pair(dilation), "ceil_mode": bool(ceil_mode)}
+
+
 @conv("max_pool2d")
 def _max_pool2d(cx, n, x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False):
-    k, s, p = _pool_args(kernel, stride, padding)
-    return op(cx, "max_pool2d", [x], kernel=k, stride=s, padding=p, dilation=pair(dilation),
-              ceil_mode=bool(ceil_mode))
+    return op(cx, "max_pool2d", [x], **_max_pool_attrs(kernel, stride, padding, dilation, ceil_mode))
 
 
 @conv("max_pool2d_with_indices")
 def _max_pool2d_idx(cx, n, x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False):
-    return (_max_pool2d(cx, n, x, kernel, stride, padding, dilation, ceil_mode), NotProduced("indices output"))
+    """The indices (a training forward saves them for the backward) are built where used."""
+    attrs = _max_pool_attrs(kernel, stride, padding, dilation, ceil_mode)
+    indices = (lambda: op(cx, "max_pool2d_indices", [x], **attrs)) if x.dtype.is_float else None
+    return op(cx, "max_pool2d", [x], **attrs), NotProduced("indices output", indices)
+
+
+@conv("max_pool2d_with_indices_backward")
+def _max_pool2d_backward(cx, n, grad, x, kernel, stride, padding, dilation, ceil_mode, indices):
+    _require_batched(cx, "max_pool2d_with_indices_backward", x, 4)
+    return op(cx, "max_pool2d_backward", [grad, x, indices], **_max_pool_attrs(kernel, stride, padding, dilation,
+                                                                              ceil_mode))
 
 
 @conv("avg_pool2d")
