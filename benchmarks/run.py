@@ -556,7 +556,10 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
     ap.add_argument("--threads", type=int, default=2, help="torch and braze threads")
     ap.add_argument("--min-time", type=float, default=default_min_time, help="seconds of interleaved calls per shape")
     ap.add_argument("--out", default="benchmarks/results", help=f"directory for {stem}.json and {stem}.md")
+    ap.add_argument("--stem", default=stem, help=f"the results' file name, less .json / .md (default {stem}; "
+                                                 f"another keeps a run of other models apart)")
     a = ap.parse_args(argv)
+    stem = a.stem
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
     import torch
 

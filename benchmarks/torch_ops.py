@@ -6,7 +6,8 @@ torch's profiler over one step's forward and, apart, its backward, in eager and 
                                    [--threads 2] [--out benchmarks/results]
 
 Counted: top-level ``aten::`` events (an op another ATen op calls is part of its caller), less
-views, allocations and fills (``NOT_WORK``) and dropouts at p = 0 (they return their input). The optimizer step is not profiled. Per model and
+views, allocations, fills and size queries (``NOT_WORK``), copies into 0-d and 1-d tensors (buffer
+write-backs: batch norm's running statistics, which eager updates inside its own op) and dropouts at p = 0 (they return their input). The optimizer step is not profiled. Per model and
 shape: eager's count, braze's, and braze's as a share of eager's, for the model's forward and its
 backward (from a fixed output gradient: no loss), with the ops braze left to PyTorch named. The models are benchmarks.training's (dropout at 0 unless
 ``+dropout``). Writes ``torch_ops.json`` and ``torch_ops.md``.
@@ -27,15 +28,23 @@ NOT_WORK = {  # views, allocations, fills and bookkeeping: what the rule does no
     "aten::zero_", "aten::new_empty", "aten::new_zeros", "aten::resize_", "aten::lift_fresh", "aten::set_",
     "aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::to", "aten::lift_fresh_copy",
     "aten::randint", "aten::random_", "aten::result_type", "aten::contiguous", "aten::scalar_tensor",
+    "aten::sym_size", "aten::sym_stride", "aten::sym_numel", "aten::sym_storage_offset",
 }
 
 
+def _bookkeeping(e) -> bool:
+    """A copy into a 0-d or 1-d tensor: a buffer's write-back (batch norm's running statistics and
+    step counter, which eager updates inside its batch-norm op and the rule does not count)."""
+    shapes = getattr(e, "input_shapes", None) or [[0, 0]]
+    return e.name == "aten::copy_" and len(shapes[0]) <= 1
+
+
 def top_level_work(prof) -> Counter:
-    """The ATen ops of ``prof`` that no other ATen op called, less ``NOT_WORK`` and a dropout that
-    called nothing (p = 0: it returns its input)."""
+    """The ATen ops of ``prof`` that no other ATen op called, less ``NOT_WORK``, buffer write-backs
+    (``_bookkeeping``) and a dropout that called nothing (p = 0: it returns its input)."""
     out = Counter()
     for e in prof.events():
-        if not e.name.startswith("aten::") or e.name in NOT_WORK:
+        if not e.name.startswith("aten::") or e.name in NOT_WORK or _bookkeeping(e):
             continue
         if e.name == "aten::dropout" and not any(c.name.startswith("aten::") for c in e.cpu_children):
             continue
@@ -62,11 +71,11 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
         the model in both, is not profiled)."""
         module.zero_grad(set_to_none=True)
         counts = []
-        with profile(activities=[ProfilerActivity.CPU]) if profiled else _Null() as p:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) if profiled else _Null() as p:
             out = zoo.first_output(fn(*x))
         counts.append(top_level_work(p) if profiled else None)
         grad = torch.linspace(0.5, 1.5, out.shape[-1]).expand(out.shape).contiguous()
-        with profile(activities=[ProfilerActivity.CPU]) if profiled else _Null() as p:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) if profiled else _Null() as p:
             out.backward(grad)
         counts.append(top_level_work(p) if profiled else None)
         return counts
@@ -105,7 +114,7 @@ def to_markdown(doc: dict) -> str:
 
     return per_model_markdown(
         doc, "one training step after warm-up, profiled by torch: top-level ATen ops that do tensor work "
-        "(views, allocations and fills not counted) in the forward and in the backward, eager's and what "
+        "(views, allocations, fills, size queries and buffer write-backs not counted) in the forward and in the backward, eager's and what "
         "PyTorch still runs under braze, and braze's count as a share of eager's (issue 24's 10% rule).",
         ["fwd eager", "fwd in torch", "fwd share", "bwd eager", "bwd in torch", "bwd share", "left to PyTorch"],
         lambda s: [s["forward"]["eager_ops"], s["forward"]["braze_torch_ops"], f"{s['forward']['share']:.1%}",

@@ -16,10 +16,10 @@ dims known to be equal fuse whatever their values):
    nodes after it whose output has the anchor's shape (bias add, activation,
    residual add, scale, mask ``where``...), also a DAG of them (GPT-2's tanh
    GELU); for gemm also views that keep the last dim (GPT-2's ``addmm`` reshape);
-   for conv an unfolded ``batch_norm``. A convolution's gradient
-   (``conv2d_backward_input``/``_weight``) takes nothing: it is a group of its own. The group keeps exactly one output. A
+   for conv an unfolded ``batch_norm``. The group keeps exactly one output. A
    view (reshape...) whose only user is the gemm joins it as a prologue: it only
-   reinterprets a contiguous operand.
+   reinterprets a contiguous operand. A convolution's gradient
+   (``conv2d_backward_input`` / ``_weight``) takes nothing: a group of its own.
 2. then, producer into consumer, in topological order, until nothing changes:
    * pointwise (elementwise, broadcast, injective, creation ops): a producer
      whose outputs are all used inside the consumer group is computed at the

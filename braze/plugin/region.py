@@ -169,6 +169,10 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     _check_sizes(places, arg_index, sub)
     used = {str(s) for p in places for s in _free_symbols(p.meta.get("val"))}
     ranges = {k: v for k, v in symbol_ranges(shape_env).items() if k in used}
+    for k, (_, hi) in ranges.items():
+        if hi is not None and hi < 1:  # an integer argument dynamo made symbolic (GPT-2's logits_to_keep = 0)
+            raise BrazeError(f"the region's shapes use {k}, an integer that is at most {hi}: braze reads sizes of "
+                             "at least 1")
     tg = TorchGraph(sub.graph, inputs, ranges, symbol_names(shape_env), shape_env)
     imp = Importer(tg)
     try:

@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import warnings
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -63,26 +64,45 @@ def _weights(m):
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in m.state_dict().items()}
 
 
+def _profiled_step(fn):
+    """The top-level tensor-work ATen ops PyTorch runs in one forward and one backward of ``fn``
+    (benchmarks.torch_ops' count, issue 24's 10% rule), as two dicts."""
+    from torch.profiler import ProfilerActivity, profile
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks.torch_ops import top_level_work
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(5, 32, generator=g), torch.randint(0, 10, (5,), generator=g)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        loss = fn(x, y)
+    fwd = top_level_work(p)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        loss.backward()
+    return dict(fwd), dict(top_level_work(p))
+
+
 def run(rank, mode, port, out):
     import braze
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.set_num_threads(1)
-    m, model = _wrap(mode)
-    eager = _train(rank, model, model)
+    m, eager_model = _wrap(mode)
+    eager = _train(rank, eager_model, eager_model)
     eager_w = _weights(m)
     m, model = _wrap(mode)
     before = braze.stats()
+    compiled = torch.compile(model, backend="braze", dynamic=True)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        run_braze = _train(rank, model, torch.compile(model, backend="braze", dynamic=True))
+        run_braze = _train(rank, model, compiled)
     after = braze.stats()
     libraries = sum(after[k] - before[k] for k in ("native_compiles", "cache_hits"))
     braze_w = _weights(m)
+    # after the weights are taken: a step without the optimizer's, on both ranks (its collectives)
+    ops = {"eager": _profiled_step(eager_model), "braze": _profiled_step(compiled)}
     if rank == 0:
         texts = [str(w.message) for w in record if "Braze" in type(w.message).__name__]
         torch.save({"eager": eager, "braze": run_braze, "eager_w": eager_w, "braze_w": braze_w,
-                    "libraries": libraries, "warnings": texts}, out)
+                    "libraries": libraries, "warnings": texts, "ops": ops}, out)
     dist.destroy_process_group()
 
 

@@ -172,3 +172,26 @@ def test_a_graph_break_gives_each_graph_its_own_compile(compiles):
             torch.testing.assert_close(c(x), m(x))
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2
     assert compiles() - before <= 2
+
+
+def test_an_integer_argument_at_most_zero_in_a_shape_is_refused_clearly(fresh_warnings):
+    """GPT-2's ``hidden_states[:, -logits_to_keep:]`` with logits_to_keep = 0, which dynamo makes a
+    symbol: a region whose shapes use it runs in PyTorch with a warning that names the reason,
+    not as an internal error, and the answers are eager's."""
+    class KeepLast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, h, k):
+            return self.lin(torch.relu(self.lin(h))[:, slice(-k, None), :]) * 2
+
+    m = KeepLast()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record, torch.no_grad():
+        warnings.simplefilter("always")
+        for s in (5, 7, 9):
+            h = torch.randn(2, s, 8)
+            torch.testing.assert_close(c(h, 0), m(h, 0), rtol=1e-5, atol=1e-5)
+    texts = " | ".join(str(w.message) for w in _braze_warnings(record))
+    assert "an integer that is at most 0" in texts and "internal error" not in texts, texts
