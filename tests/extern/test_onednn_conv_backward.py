@@ -15,20 +15,12 @@ if not onednn.available():
 torch = pytest.importorskip("torch")
 
 from test_onednn import CONV_CASES, ERRLEN, _close, _err, _p  # noqa: E402
+from test_onednn_runtime_weights import _geometry  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def lib():
     return onednn.load_standalone()
-
-
-def _geometry(lib, case, layout):
-    _, IC, OC, _, _, k, s, p, d, g = case
-    pt, pl, pb, pr = (p,) * 4 if isinstance(p, int) else p
-    err = _err()
-    P = lib.braze_conv_geometry(OC, IC, k, k, g, s, s, pt, pl, pb, pr, d, d, layout, err, ERRLEN)
-    assert P, err.value
-    return P
 
 
 def _want(case, X, Wt, dY):
