@@ -9,19 +9,24 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import sym as S
+from ..ir.types import DType
 from ..ir.loop import Binary, Compare, Const, IndexValue
 from .core import BOOL, I64, cast, div, lowering, select, vmax
 from .index_math import iadd, imul
 from .views import _clamp_index
 
 
+def _tap(oh, ow, stride, padding, dilation, vs):
+    """The input row and column of window offset ``vs`` in output position (oh, ow)."""
+    return (iadd(imul(oh, stride[0]), iadd(S.mul(-1, padding[0]), imul(vs[0], dilation[0]))),
+            iadd(imul(ow, stride[1]), iadd(S.mul(-1, padding[1]), imul(vs[1], dilation[1]))))
+
+
 def _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout="nchw"):
     """(element, in-bounds condition) at window offset ``vs``; spatial dims by ``layout``."""
     ax = (1, 2) if layout == "nhwc" else (x.rank - 2, x.rank - 1)
-    oh, ow = idx[ax[0]], idx[ax[1]]
     H, W = x.shape[ax[0]], x.shape[ax[1]]
-    h = iadd(imul(oh, stride[0]), iadd(S.mul(-1, padding[0]), imul(vs[0], dilation[0])))
-    w = iadd(imul(ow, stride[1]), iadd(S.mul(-1, padding[1]), imul(vs[1], dilation[1])))
+    h, w = _tap(idx[ax[0]], idx[ax[1]], stride, padding, dilation, vs)
     conds = []
     for i, d in ((h, H), (w, W)):
         ie = IndexValue(i) if not isinstance(i, Binary) else i
@@ -138,10 +143,7 @@ def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_m
 
     def at(idx, vs):
         e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs)
-        *_, oh, ow = idx
-        h = iadd(imul(oh, stride[0]), iadd(S.mul(-1, padding[0]), imul(vs[0], dilation[0])))
-        w = iadd(imul(ow, stride[1]), iadd(S.mul(-1, padding[1]), imul(vs[1], dilation[1])))
-        return e, c, _plane_position(h, w, W)
+        return e, c, _plane_position(*_tap(idx[-2], idx[-1], stride, padding, dilation, vs), W)
 
     def isnan(e):
         return Compare("ne", e, e)
@@ -173,6 +175,7 @@ def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, 
     on it), where the window's winner is this element."""
     kernel, stride = _pool_hw(kernel, stride)
     dt = grad.dtype
+    acc = DType.float32 if dt.itemsize == 2 else dt  # a 16-bit gradient sums in float32, as torch's does
     W = x.shape[-1]
     OH, OW = grad.shape[-2], grad.shape[-1]
 
@@ -195,6 +198,6 @@ def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, 
                 c = Binary("and", c, c2, BOOL)
             src = (*lead, *at)
             chosen = Binary("and", c, Compare("eq", indices(src), here), BOOL)
-            return select(chosen, grad(src), Const(0.0, dt))
-        return ctx.memo(tuple(idx), lambda: ctx.reduce("sum", body, kernel, dt))
+            return select(chosen, cast(grad(src), acc), Const(0.0, acc))
+        return ctx.memo(tuple(idx), lambda: cast(ctx.reduce("sum", body, kernel, acc), dt))
     return fn

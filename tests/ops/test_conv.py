@@ -1,5 +1,6 @@
 """conv2d and pools against torch, with symbolic batch and spatial dims."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -221,6 +222,26 @@ def test_max_pool2d_indices_and_backward(kernel, stride, pad, dil, ceil_mode):
         # a number chosen by overlapping windows sums their gradients: in another order (1 ulp)
         for got in (R.run(mb, *args), native_b(*args)):
             assert_close(got, want_g.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_max_pool2d_backward_in_16_bits(dtype):
+    """A 16-bit gradient sums the windows that chose one element in float32 and rounds once, as
+    PyTorch's does."""
+    attrs = {"kernel": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 1), "dilation": (1, 1), "ceil_mode": False}
+    code = {"bfloat16": "bf16", "float16": "f16"}[dtype]
+    oh, ow = (H - 1) // 2 + 1, (W - 1) // 2 + 1
+    mb, _ = build([tensor(code, N, C, oh, ow), tensor(code, N, C, H, W), tensor("i64", N, C, oh, ow)],
+                  lambda b, g, x, i: b.max_pool2d_backward(g, x, i, **attrs))
+    native = braze.compile(mb)
+    tdt = getattr(torch, dtype)
+    x = torch.from_numpy(_pool_input((2, 3, 11, 9), 5)).to(tdt)
+    _, idx = torch.ops.aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
+    g = torch.randn(tuple(idx.shape)).to(tdt)
+    want = torch.ops.aten.max_pool2d_with_indices_backward(g, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
+    low = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    got = native(g.float().numpy().astype(low), x.float().numpy().astype(low), idx.numpy())
+    assert_close(np.asarray(got, np.float32), want.float().numpy(), dtype)
 
 
 def test_max_pool2d_int_and_default_stride():
