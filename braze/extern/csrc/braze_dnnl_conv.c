@@ -246,18 +246,7 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
     if (!P->data) { /* run-time weights: each call re-lays them out with this reorder */
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DN(dnnl_memory_desc_clone(&e->wei_md, want));
-        if (!dnnl_memory_desc_equal(want, P->plain_md)) {
-            dnnl_primitive_attr_t rattr = NULL;
-            dnnl_primitive_desc_t rpd = NULL;
-            dnnl_status_t st = make_user_scratch_attr(&rattr);
-            if (st == dnnl_success)
-                st = dnnl_reorder_primitive_desc_create(&rpd, P->plain_md, g_engine, want, g_engine, rattr);
-            if (st == dnnl_success) st = clone_scratch_md(rpd, &e->reorder_scratch_md);
-            if (st == dnnl_success) st = dnnl_primitive_create(&e->reorder, rpd);
-            if (rpd) dnnl_primitive_desc_destroy(rpd);
-            if (rattr) dnnl_primitive_attr_destroy(rattr);
-            DN(st);
-        }
+        DN(make_reorder(P->plain_md, want, &e->reorder, &e->reorder_scratch_md));
     } else {
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DN(dnnl_memory_desc_clone(&e->wei_md, want));

@@ -43,23 +43,6 @@ static void conv_bwd_plan_free(void *p) {
     if (q->out_re) dnnl_primitive_destroy(q->out_re);
 }
 
-/* A reorder from `from` to `to` with a user scratchpad, or NULL when the two are one layout. */
-static dnnl_status_t conv_bwd_reorder(const_dnnl_memory_desc_t from, const_dnnl_memory_desc_t to,
-                                      dnnl_primitive_t *re, dnnl_memory_desc_t *scratch) {
-    *re = NULL;
-    *scratch = NULL;
-    if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = make_user_scratch_attr(&attr);
-    if (st == dnnl_success) st = dnnl_reorder_primitive_desc_create(&pd, from, g_engine, to, g_engine, attr);
-    if (st == dnnl_success) st = clone_scratch_md(pd, scratch);
-    if (st == dnnl_success) st = dnnl_primitive_create(re, pd);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    return st;
-}
-
 static int make_conv_bwd(cache_entry *e, void *p, char *err, int errlen) {
     conv_bwd_arg *c = (conv_bwd_arg *)p;
     const braze_packed_conv *P = c->P;
@@ -116,8 +99,8 @@ static int make_conv_bwd(cache_entry *e, void *p, char *err, int errlen) {
         DN(dnnl_memory_desc_clone(&q->plain_in[1], c->dir == CONV_BWD_DATA ? wei : src));
         DN(dnnl_memory_desc_clone(&q->plain_out, c->dir == CONV_BWD_DATA ? src : wei));
     }
-    for (int i = 0; i < 2; i++) DN(conv_bwd_reorder(q->plain_in[i], q->in_md[i], &q->in_re[i], &q->scratch[i]));
-    DN(conv_bwd_reorder(q->out_md, q->plain_out, &q->out_re, &q->scratch[2]));
+    for (int i = 0; i < 2; i++) DN(make_reorder(q->plain_in[i], q->in_md[i], &q->in_re[i], &q->scratch[i]));
+    DN(make_reorder(q->out_md, q->plain_out, &q->out_re, &q->scratch[2]));
     DN(clone_scratch_md(pd, &e->scratch_md));
     DN(dnnl_primitive_create(&e->prim, pd));
     rc = 0;
@@ -128,22 +111,6 @@ fail:
     dnnl_memory_desc_t mds[6] = {src, dst, wei, src_any, dst_any, wei_any};
     for (int i = 0; i < 6; i++)
         if (mds[i]) dnnl_memory_desc_destroy(mds[i]);
-    return rc;
-}
-
-/* Runs reorder `re` (scratchpad md `scratch`) from `from` to `to`. */
-static int conv_bwd_move(dnnl_primitive_t re, const_dnnl_memory_desc_t scratch, dnnl_stream_t s,
-                         const_dnnl_memory_desc_t from_md, const void *from, const_dnnl_memory_desc_t to_md, void *to,
-                         const char *ctx, char *err, int errlen) {
-    dnnl_memory_t a = NULL, b = NULL;
-    int rc = 1;
-    DN(dnnl_memory_create(&a, from_md, g_engine, (void *)from));
-    DN(dnnl_memory_create(&b, to_md, g_engine, to));
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
-    rc = run_primitive(re, scratch, s, 2, args, ctx, err, errlen);
-fail:
-    if (a) dnnl_memory_destroy(a);
-    if (b) dnnl_memory_destroy(b);
     return rc;
 }
 
@@ -203,7 +170,7 @@ static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *d
             ready[i] = (void *)ins[i];
             if (q->in_re[i]) {
                 if (!(ready[i] = conv_bwd_buffer(i, q->in_md[i], ctx, err, errlen))) goto fail;
-                if (conv_bwd_move(q->in_re[i], q->scratch[i], s, q->plain_in[i], ins[i], q->in_md[i], ready[i], ctx,
+                if (run_reorder(q->in_re[i], q->scratch[i], s, q->plain_in[i], ins[i], q->in_md[i], ready[i], ctx,
                                   err, errlen))
                     goto fail;
             }
@@ -219,7 +186,7 @@ static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *d
         args[2] = (dnnl_exec_arg_t){dir == CONV_BWD_DATA ? DNNL_ARG_DIFF_SRC : DNNL_ARG_DIFF_WEIGHTS, m[2]};
         if (run_primitive(e->prim, e->scratch_md, s, 3, args, ctx, err, errlen)) goto fail;
         if (q->out_re &&
-            conv_bwd_move(q->out_re, q->scratch[2], s, q->out_md, res, q->plain_out, out, ctx, err, errlen))
+            run_reorder(q->out_re, q->scratch[2], s, q->out_md, res, q->plain_out, out, ctx, err, errlen))
             goto fail;
     }
     rc = 0;

@@ -342,34 +342,56 @@ static dnnl_status_t make_user_scratch_attr(dnnl_primitive_attr_t *attr) {
     return st;
 }
 
-/* Reorders `src` (md, data) into `dst` (md, data). */
+/* A reorder primitive from `from` to `to` with a user scratchpad (its md in *scratch, NULL if it
+ * needs none), or *re = NULL when the two are one layout. */
+static dnnl_status_t make_reorder(const_dnnl_memory_desc_t from, const_dnnl_memory_desc_t to, dnnl_primitive_t *re,
+                                  dnnl_memory_desc_t *scratch) {
+    *re = NULL;
+    *scratch = NULL;
+    if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = make_user_scratch_attr(&attr);
+    if (st == dnnl_success) st = dnnl_reorder_primitive_desc_create(&pd, from, g_engine, to, g_engine, attr);
+    if (st == dnnl_success) st = clone_scratch_md(pd, scratch);
+    if (st == dnnl_success) st = dnnl_primitive_create(re, pd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return st;
+}
+
+/* Runs reorder `re` (from make_reorder) from (from_md, from) into (to_md, to) on stream s. */
+static int run_reorder(const_dnnl_primitive_t re, const_dnnl_memory_desc_t scratch, dnnl_stream_t s,
+                       const_dnnl_memory_desc_t from_md, const void *from, const_dnnl_memory_desc_t to_md, void *to,
+                       const char *ctx, char *err, int errlen) {
+    dnnl_memory_t a = NULL, b = NULL;
+    int rc = 1;
+    DN(dnnl_memory_create(&a, from_md, g_engine, (void *)from));
+    DN(dnnl_memory_create(&b, to_md, g_engine, to));
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
+    rc = run_primitive(re, scratch, s, 2, args, ctx, err, errlen);
+fail:
+    if (a) dnnl_memory_destroy(a);
+    if (b) dnnl_memory_destroy(b);
+    return rc;
+}
+
+/* Reorders `src` (md, data) into `dst` (md, data), with a primitive made for this one call. */
 static int do_reorder(const_dnnl_memory_desc_t smd, const void *sdata, const_dnnl_memory_desc_t dmd,
                       void *ddata, const char *ctx, char *err, int errlen) {
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
-    dnnl_memory_t ms = NULL, md = NULL;
     dnnl_memory_desc_t scratch = NULL;
     int rc = 1;
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
-    DN(make_user_scratch_attr(&attr));
-    DN(dnnl_reorder_primitive_desc_create(&rpd, smd, g_engine, dmd, g_engine, attr));
-    DN(clone_scratch_md(rpd, &scratch));
-    DN(dnnl_primitive_create(&r, rpd));
-    DN(dnnl_memory_create(&ms, smd, g_engine, (void *)sdata));
-    DN(dnnl_memory_create(&md, dmd, g_engine, ddata));
-    {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
-        if (run_primitive(r, scratch, s, 2, args, ctx, err, errlen)) goto fail;
+    DN(make_reorder(smd, dmd, &r, &scratch));
+    if (!r) { /* one layout */
+        memcpy(ddata, sdata, dnnl_memory_desc_get_size(smd));
+        return 0;
     }
-    rc = 0;
+    rc = run_reorder(r, scratch, s, smd, sdata, dmd, ddata, ctx, err, errlen);
 fail:
-    if (ms) dnnl_memory_destroy(ms);
-    if (md) dnnl_memory_destroy(md);
     if (r) dnnl_primitive_destroy(r);
-    if (rpd) dnnl_primitive_desc_destroy(rpd);
-    if (attr) dnnl_primitive_attr_destroy(attr);
     if (scratch) dnnl_memory_desc_destroy(scratch);
     return rc;
 }

@@ -203,19 +203,13 @@ static int wcache_get(wcache *c, const_dnnl_memory_desc_t plain_md, const void *
     }
     pthread_mutex_unlock(&g_cache_mu);
     int rc = 1;
-    dnnl_memory_t mp = NULL, mq = NULL;
     dnnl_memory_desc_t kept = NULL;
     void *data = aligned_alloc64(dnnl_memory_desc_get_size(md));
     if (!data) {
         set_err(err, errlen, "braze_dnnl: out of memory (the weights' layout for %s)", ctx);
         return 1;
     }
-    DN(dnnl_memory_create(&mp, plain_md, g_engine, (void *)W));
-    DN(dnnl_memory_create(&mq, md, g_engine, data));
-    {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, mp}, {DNNL_ARG_TO, mq}};
-        if (run_primitive(reorder, reorder_scratch_md, st, 2, args, ctx, err, errlen)) goto fail;
-    }
+    if (run_reorder(reorder, reorder_scratch_md, st, plain_md, W, md, data, ctx, err, errlen)) goto fail;
     DN(dnnl_memory_desc_clone(&kept, md));
     pthread_mutex_lock(&g_cache_mu);
     hit = wcache_find(c, fp, md); /* made meanwhile by another thread */
@@ -245,8 +239,6 @@ static int wcache_get(wcache *c, const_dnnl_memory_desc_t plain_md, const void *
     pthread_mutex_unlock(&g_cache_mu);
     rc = 0;
 fail:
-    if (mp) dnnl_memory_destroy(mp);
-    if (mq) dnnl_memory_destroy(mq);
     if (kept) dnnl_memory_desc_destroy(kept);
     free(data);
     return rc;
