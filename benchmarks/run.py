@@ -64,6 +64,8 @@ SHAPES = {
         "llama": [{"batch": 1, "seq": 16}, {"batch": 4, "seq": 64}, {"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}],
         "chain_ln": [{"rows": 64}, {"rows": 1024}, {"rows": 8192}, {"rows": 32768}],
         "chain_rms": [{"rows": 64}, {"rows": 1024}, {"rows": 8192}, {"rows": 32768}],
+        "convnet_bn": [{"batch": 8, "height": 32, "width": 32}, {"batch": 16, "height": 48, "width": 48},
+                       {"batch": 32, "height": 64, "width": 64}],
     },
     "quick": {
         "block": [{"rows": 64}, {"rows": 4096}],
@@ -75,6 +77,7 @@ SHAPES = {
         "llama": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
         "chain_ln": [{"rows": 64}, {"rows": 8192}],
         "chain_rms": [{"rows": 64}, {"rows": 8192}],
+        "convnet_bn": [{"batch": 8, "height": 32, "width": 32}, {"batch": 16, "height": 48, "width": 48}],
     },
     "tiny": {
         "block": [{"rows": 64}],
@@ -86,6 +89,7 @@ SHAPES = {
         "llama": [{"batch": 1, "seq": 8}],
         "chain_ln": [{"rows": 64}],
         "chain_rms": [{"rows": 64}],
+        "convnet_bn": [{"batch": 2, "height": 16, "width": 16}],
     },
 }
 MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms", "block"]

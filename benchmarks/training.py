@@ -5,11 +5,13 @@ forward, loss, backward, optimizer step.
     python -m benchmarks.training [--models mlp,llama,bert,bert+dropout] [--shapes quick] [--threads 2]
                                   [--min-time 2.0] [--out benchmarks/results]
 
-Per model, in one process: the zoo model in training mode with every dropout at 0 (so the three
+Per model, in one process: the model in training mode with every dropout at 0 (so the three
 compute the same step; a model named ``name+dropout`` keeps its config's dropout, each backend
-then draws its own masks and the losses are not compared), the loss the mean square of its first output scaled by 0.5-1.5 along the
-last axis (a stand-in for each model's own head: it sends a gradient through every output, and a
-layer-normed output does not make it 1 whatever the model computes), SGD at lr 0 (the step runs, the
+then draws its own masks and the losses are not compared). ``gpt2+lm`` (GPT-2 with its LM head),
+``bert+cls`` (BERT-base with a classification head) and ``convnet_bn`` (a small convnet with
+BatchNorm) train on their own loss; a zoo model's loss is the mean square of its first output
+scaled by 0.5-1.5 along the last axis (a stand-in for a head: it sends a gradient through every
+output, and a layer-normed output does not make it 1 whatever the model computes). SGD at lr 0 (the step runs, the
 weights stay, so the three share one module). Each backend is warmed up at every shape first
 (the first step's seconds are its compile time, cold for this process), then per shape the three
 are called in turn until ``--min-time`` seconds and >= 5 rounds; medians, the ratio of eager's
@@ -40,30 +42,105 @@ def _no_dropout(module) -> None:
 
 
 def training_model(name: str):
-    """(the zoo model, its module in training mode, whether its losses compare with eager's): every
-    dropout at 0 but for ``name+dropout``."""
+    """(module in training mode, inputs(dims) -> (args, kwargs), loss(output), whether its losses
+    compare with eager's) for ``name``: a task model with its own loss (``TASKS``), or a zoo model
+    under the weighted mean-square stand-in; every dropout at 0 but for ``name+dropout``."""
+    import torch
+
     from braze import zoo
+    if name in TASKS:
+        module, inputs = TASKS[name]()
+        module.train()
+        _no_dropout(module)
+        return module, inputs, lambda out: out.loss if hasattr(out, "loss") else out, True
     base, _, variant = name.partition("+")
     zm = zoo.get(base)
     module = zm.module.train()
     if variant != "dropout":
         _no_dropout(module)
-    return zm, module, not variant
+
+    def loss(out):
+        out = zoo.first_output(out).float()
+        return (out * torch.linspace(0.5, 1.5, out.shape[-1])).square().mean()
+    return module, lambda dims: (zm.make_inputs(**dims), {}), loss, not variant
+
+
+def _gpt2_lm():
+    """GPT-2 small (random weights) with its LM head, trained on its own causal-LM loss."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(use_cache=False)
+    model = transformers.GPT2LMHeadModel(cfg)
+
+    def inputs(dims):
+        ids = torch.randint(0, cfg.vocab_size, (dims["batch"], dims["seq"]),
+                            generator=torch.Generator().manual_seed(dims["batch"] * 1000 + dims["seq"]))
+        return (), {"input_ids": ids, "labels": ids}
+    return model, inputs
+
+
+def _bert_cls():
+    """BERT-base (random weights) with a 3-class head, trained on cross-entropy; every other
+    sequence padded, as in the zoo's BERT."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(num_labels=3)
+    model = transformers.BertForSequenceClassification(cfg)
+
+    def inputs(dims):
+        b, s = dims["batch"], dims["seq"]
+        g = torch.Generator().manual_seed(b * 1000 + s)
+        mask = torch.ones(b, s, dtype=torch.int64)
+        mask[1::2, max(1, s - 3):] = 0
+        return (), {"input_ids": torch.randint(0, cfg.vocab_size, (b, s), generator=g), "attention_mask": mask,
+                    "labels": torch.randint(0, 3, (b,), generator=g)}
+    return model, inputs
+
+
+def _convnet_bn():
+    """A small convnet with BatchNorm (batch statistics in training) and max-pooling, trained on
+    10-class cross-entropy."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+
+    def block(cin, cout, stride):
+        return [nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+    class ConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(*block(3, 32, 1), *block(32, 64, 2), nn.MaxPool2d(2), *block(64, 128, 1),
+                                      *block(128, 128, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, x, labels):
+            return nn.functional.cross_entropy(self.head(self.body(x)), labels)
+
+    def inputs(dims):
+        g = torch.Generator().manual_seed(dims["batch"] * 1000 + dims["height"])
+        return (torch.randn(dims["batch"], 3, dims["height"], dims["width"], generator=g),
+                torch.randint(0, 10, (dims["batch"],), generator=g)), {}
+    return ConvNet(), inputs
+
+
+# models trained on their own loss, named apart from the zoo's (their shapes: benchmarks.run.SHAPES)
+TASKS = {"gpt2+lm": _gpt2_lm, "bert+cls": _bert_cls, "convnet_bn": _convnet_bn}
 
 
 def measure(name: str, shapes: list[dict], min_time: float) -> dict:
     import torch
 
-    from braze import zoo
-    zm, module, comparable = training_model(name)
+    module, inputs, loss_of, comparable = training_model(name)
     opt = torch.optim.SGD(module.parameters(), lr=0.0)
     fns = {"eager": module, "braze": torch.compile(module, backend="braze", dynamic=True),
            "inductor": torch.compile(module, backend="inductor", dynamic=True)}
 
     def step(fn, x):
         opt.zero_grad(set_to_none=True)
-        out = zoo.first_output(fn(*x)).float()
-        loss = (out * torch.linspace(0.5, 1.5, out.shape[-1])).square().mean()
+        loss = loss_of(fn(*x[0], **x[1]))
         loss.backward()
         opt.step()
         return loss.item()
@@ -75,14 +152,14 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
 
     first = {}
     for dims in shapes:  # every graph dynamo makes, compiled before any timing
-        x = zm.make_inputs(**dims)
+        x = inputs(dims)
         for b, fn in fns.items():
             t, _ = timed(fn, x)
             first.setdefault(b, t)
             timed(fn, x)
     rows = []
     for dims in shapes:
-        x = zm.make_inputs(**dims)
+        x = inputs(dims)
         times = {b: [] for b in BACKENDS}
         losses = {b: timed(fn, x)[1] for b, fn in fns.items()}
         t0 = time.perf_counter()
@@ -102,7 +179,8 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
 
 def to_markdown(doc: dict) -> str:
     text = per_model_markdown(
-        doc, "training steps (zero_grad, forward, a weighted mean-square loss, backward, SGD step) in eager, "
+        doc, "training steps (zero_grad, forward, the loss (a task model's own; a zoo model's a weighted mean "
+        "square), backward, SGD step) in eager, "
         "`torch.compile(backend='braze', dynamic=True)` and `torch.compile(backend='inductor', dynamic=True)`, "
         "called in turn; median step times; x = the other's time over braze's (above 1: braze is faster).",
         ["eager ms", "braze ms", "inductor ms", "eager / braze", "inductor / braze", "loss err braze"],

@@ -32,11 +32,13 @@ class Region:
     compile at all."""
 
     def __init__(self, name: str, sub, ops: list[str], arg_index: list[int], module, weights: dict, opts,
-                 model=None):
+                 model=None, pin_ok=None, pinned: dict[str, int] | None = None):
         self.name = name
         self.sub = sub  # the FX subgraph: PyTorch runs it until braze's library is ready
         self.ops = ops  # the ATen ops it covers, for the debug report
         self.arg_index = arg_index  # positions of the subgraph's arguments braze takes
+        self.pin_ok = pin_ok  # None, or a test of the arguments: do they agree with the pinned values?
+        self.pinned = pinned or {}  # integer arguments (torch symbols) the library is built for one value of
         self.module, self.weights, self.opts = module, weights, opts
         self.model = None
         self.on_ready = []  # callbacks once the library serves the region
@@ -65,7 +67,13 @@ class Region:
             pick = operator.itemgetter(*idx)
             run = lambda *args: main(*pick(args))  # noqa: E731
 
+        pin_ok, pinned = self.pin_ok, ", ".join(f"{k} = {v}" for k, v in self.pinned.items())
+
         def call(*args):
+            if pin_ok is not None and not pin_ok(args):
+                self.native_failed(BrazeError(f"the region is compiled for the integer arguments {pinned}, and "
+                                              "this call has others"))
+                return sub(*args)
             try:
                 return run(*args)
             except Exception as e:  # noqa: BLE001 -- PyTorch runs what braze could not, with eager's errors
@@ -148,7 +156,8 @@ def _free_symbols(val) -> set:
 def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, speculative: bool) -> Region:
     """Import the fused subgraph ``sub`` (called by ``call_node`` in the outer graph) and compile it.
     Weights in ``frozen`` (outer placeholder -> (name, tensor)) become constants; braze reads sizes
-    from its inputs' shapes, so of the region's arguments it takes the run-time tensors only.
+    from its inputs' shapes, so of the region's arguments it takes the run-time tensors only, and
+    builds for the value at hand an integer argument no shape carries (``_pinned_symbols``).
     Raises Refused when a converter refuses a node, BrazeError when the region cannot be compiled.
     A region of a ``speculative`` graph compiles on its second call (``Region``)."""
     import torch
@@ -166,14 +175,19 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
             inputs[p.name] = GraphInput("constant", str(outer.target), _fetch_attr(call_node.graph, outer.target))
         elif isinstance(p.meta.get("val"), torch.Tensor):
             arg_index.append(i)
-    _check_sizes(places, arg_index, sub)
+    pinned = _pinned_symbols(places, arg_index, shape_env)
+    pin_ok = _pin_check(places, arg_index, pinned) if pinned else None
+    if pin_ok is None:
+        pinned = {}
+    _check_sizes(places, arg_index, sub, pinned)
     used = {str(s) for p in places for s in _free_symbols(p.meta.get("val"))}
-    ranges = {k: v for k, v in symbol_ranges(shape_env).items() if k in used}
+    pinned_syms = {str(k): int(v) for k, v in pinned.items()}
+    ranges = {k: v for k, v in symbol_ranges(shape_env).items() if k in used and k not in pinned_syms}
     for k, (_, hi) in ranges.items():
-        if hi is not None and hi < 1:  # an integer argument dynamo made symbolic (GPT-2's logits_to_keep = 0)
+        if hi is not None and hi < 1:  # an integer argument braze could not pin (_pin_check)
             raise BrazeError(f"the region's shapes use {k}, an integer that is at most {hi}: braze reads sizes of "
                              "at least 1")
-    tg = TorchGraph(sub.graph, inputs, ranges, symbol_names(shape_env), shape_env)
+    tg = TorchGraph(sub.graph, inputs, ranges, symbol_names(shape_env), shape_env, pinned=pinned_syms)
     imp = Importer(tg)
     try:
         module = imp.run()
@@ -189,7 +203,7 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     from .report import op_name
     ops = [op_name(n) for n in sub.graph.nodes if n.op == "call_function"]
     model = library_for(name, module, weights, opts, compile_now=not speculative)
-    return Region(name, sub, ops, arg_index, module, weights, opts, model)
+    return Region(name, sub, ops, arg_index, module, weights, opts, model, pin_ok, pinned_syms)
 
 
 def library_for(name: str, module, weights: dict, opts, compile_now: bool):
@@ -205,10 +219,10 @@ def library_for(name: str, module, weights: dict, opts, compile_now: bool):
     return model
 
 
-def _check_sizes(places, arg_index, sub) -> None:
-    """Every size in the region must follow from its tensor inputs' shapes, the only sizes braze
-    reads: a plain symbol, a single-symbol ``a*s + b``, or an input dim's whole expression. The
-    first node that needs another size (from tensor data, or from another graph) is refused."""
+def _shape_symbols(places, arg_index, pinned: dict | None = None) -> tuple[set, set]:
+    """The symbols braze reads from the region's tensor inputs (those of a plain symbol or a
+    single-symbol ``a*s + b`` dim, once the ``pinned`` values are put in), and every input dim's
+    whole expression."""
     import torch
 
     from ..frontend.torch.importer import linear_form
@@ -216,14 +230,104 @@ def _check_sizes(places, arg_index, sub) -> None:
     for i in arg_index:
         for d in places[i].meta["val"].shape:
             if isinstance(d, torch.SymInt):
-                e = d.node.expr
+                e = d.node.expr.xreplace(pinned) if pinned else d.node.expr
                 exprs.add(e)
                 if linear_form(e) is not None:
                     syms |= e.free_symbols
+    return syms, exprs
+
+
+def _pinned_symbols(places, arg_index, shape_env) -> dict:
+    """Integer arguments of the user's function that dynamo made symbols (GPT-2's ``logits_to_keep``)
+    and no tensor input's shape gives: sympy symbol -> the value it has at this call. braze reads
+    sizes only from shapes, so the library is built for that value (``_pin_check``). A size from
+    another graph is not an argument of the user's and is never pinned: it changes with the shapes."""
+    import sympy
+    import torch
+    syms, _ = _shape_symbols(places, arg_index)
+    sources = getattr(shape_env, "var_to_sources", {})
+    hints = getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
+    out = {}
+    for p in places:
+        v = p.meta.get("val")
+        dims = [v] if isinstance(v, torch.SymInt) else list(v.shape) if isinstance(v, torch.Tensor) else []
+        for d in dims:
+            for sym in getattr(getattr(d, "node", None), "expr", 0).free_symbols if isinstance(d, torch.SymInt) else ():
+                if sym not in syms and sym in hints and sources.get(sym) and \
+                        all(type(src).__name__ == "LocalSource" for src in sources[sym]):
+                    out[sym] = sympy.Integer(int(hints[sym]))
+    return out
+
+
+def _pin_check(places, arg_index, pinned: dict):
+    """A test of the region's arguments that passes when they agree with the ``pinned`` values:
+    every integer argument and tensor dim whose expression uses a pinned symbol equals that
+    expression, the pinned values put in and the other symbols read from the tensors' shapes.
+    None when some expression is not sums and products (then nothing is pinned)."""
+    import torch
+
+    from ..frontend.torch.importer import linear_form
+    readers = {}  # symbol -> (argument, dim, a, b): the dim, the pinned values put in, is a*s + b
+    for i in arg_index:
+        for d, dim in enumerate(places[i].meta["val"].shape):
+            form = linear_form(dim.node.expr.xreplace(pinned)) if isinstance(dim, torch.SymInt) else None
+            if form is not None:
+                readers.setdefault(form[0], (i, d, form[1], form[2]))
+    checks = []
+    for i, p in enumerate(places):
+        v = p.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            items = [(None, v)]
+        elif isinstance(v, torch.Tensor):
+            items = [(d, dim) for d, dim in enumerate(v.shape) if isinstance(dim, torch.SymInt)]
+        else:
+            continue
+        for d, dim in items:
+            e = dim.node.expr
+            if e.free_symbols & pinned.keys():
+                f = _evaluator(e.xreplace(pinned), readers)
+                if f is None:
+                    return None
+                checks.append((i, d, f))
+
+    def agrees(args) -> bool:
+        return all((args[i] if d is None else args[i].shape[d]) == f(args) for i, d, f in checks)
+    return agrees
+
+
+def _evaluator(e, readers):
+    """``e`` (integers, symbols, + and *) as a function of the region's arguments, or None."""
+    import math
+    if e.is_Integer:
+        c = int(e)
+        return lambda args: c
+    if e.is_Symbol:
+        if e not in readers:
+            return None
+        i, d, a, b = readers[e]
+        return lambda args: (args[i].shape[d] - b) // a
+    if e.is_Add or e.is_Mul:
+        fs = [_evaluator(x, readers) for x in e.args]
+        if any(f is None for f in fs):
+            return None
+        if e.is_Add:
+            return lambda args: sum(f(args) for f in fs)
+        return lambda args: math.prod(f(args) for f in fs)
+    return None
+
+
+def _check_sizes(places, arg_index, sub, pinned: dict) -> None:
+    """Every size in the region must follow from its tensor inputs' shapes, the only sizes braze
+    reads: a plain symbol, a single-symbol ``a*s + b``, or an input dim's whole expression, with
+    ``pinned`` symbols as the constants they are compiled for. The first node that needs another
+    size (from tensor data, or from another graph) is refused."""
+    import torch
+
+    syms, exprs = _shape_symbols(places, arg_index, pinned)
 
     def readable(val) -> bool:
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            e = val.node.expr
+            e = val.node.expr.xreplace(pinned) if pinned else val.node.expr
             return e.free_symbols <= syms or e in exprs
         if isinstance(val, torch.Tensor):
             return all(readable(d) for d in val.shape)

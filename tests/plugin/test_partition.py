@@ -174,10 +174,11 @@ def test_a_graph_break_gives_each_graph_its_own_compile(compiles):
     assert compiles() - before <= 2
 
 
-def test_an_integer_argument_at_most_zero_in_a_shape_is_refused_clearly(fresh_warnings):
-    """GPT-2's ``hidden_states[:, -logits_to_keep:]`` with logits_to_keep = 0, which dynamo makes a
-    symbol: a region whose shapes use it runs in PyTorch with a warning that names the reason,
-    not as an internal error, and the answers are eager's."""
+def test_an_integer_argument_in_a_shape_is_compiled_for_its_value_and_checked(fresh_warnings):
+    """GPT-2's ``hidden_states[:, -logits_to_keep:]`` with logits_to_keep = 0, an integer argument
+    dynamo makes a symbol no tensor shape carries: braze builds the region for that value, forward
+    and backward, at every shape; a call with another value that the same graph serves runs in
+    PyTorch, with one warning that says why, and the answers are eager's."""
     class KeepLast(nn.Module):
         def __init__(self):
             super().__init__()
@@ -188,10 +189,73 @@ def test_an_integer_argument_at_most_zero_in_a_shape_is_refused_clearly(fresh_wa
 
     m = KeepLast()
     c = torch.compile(m, backend="braze", dynamic=True)
-    with warnings.catch_warnings(record=True) as record, torch.no_grad():
+    with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        for s in (5, 7, 9):
+        for s in (1, 5, 7, 9):
             h = torch.randn(2, s, 8)
-            torch.testing.assert_close(c(h, 0), m(h, 0), rtol=1e-5, atol=1e-5)
-    texts = " | ".join(str(w.message) for w in _braze_warnings(record))
-    assert "an integer that is at most 0" in texts and "internal error" not in texts, texts
+            got, want = c(h, 0), m(h, 0)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            got.square().sum().backward()
+        h = torch.randn(2, 9, 8)
+        torch.testing.assert_close(c(h, -3), m(h, -3), rtol=1e-5, atol=1e-5)  # dynamo guards k: a new graph
+    assert not _braze_warnings(record), [str(w.message) for w in _braze_warnings(record)]
+
+
+def test_a_pinned_integer_is_checked_on_every_call():
+    """The check a region with a pinned integer runs on each call: every integer argument and dim
+    that uses the pinned symbol must equal what the library was built for."""
+    from braze.plugin.region import _pin_check, _pinned_symbols
+    seen = []
+
+    def capture(gm, example_inputs):
+        from torch._guards import detect_fake_mode
+        seen.append((gm, detect_fake_mode(example_inputs).shape_env))
+        return gm
+
+    c = torch.compile(lambda h, k: (h * 2, k - 1), backend=capture, dynamic=True)
+    c(torch.randn(2, 5), 0)
+    gm, shape_env = seen[-1]
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tensors = [i for i, p in enumerate(places) if isinstance(p.meta["example_value"], torch.Tensor)]
+    for p in places:
+        p.meta["val"] = p.meta["example_value"]
+    pinned = _pinned_symbols(places, tensors, shape_env)
+    assert [int(v) for v in pinned.values()] == [0], pinned  # k; never the sizes of h
+    agrees = _pin_check(places, tensors, pinned)
+    assert len(places) == 4, places  # h's two sizes, h, k
+    h = torch.randn(3, 7)
+    assert agrees([3, 7, h, 0]) and not agrees([3, 7, h, 2])
+
+
+def test_a_size_equality_torch_guards_is_a_fact_braze_checks(fresh_warnings):
+    """A loss over logits [b, s, v] and labels [b2, s2], both flattened: torch checked
+    b*s == b2*s2, and dynamo guards it. braze takes that equality as a fact (its entry checks it on every call), so
+    the loss's backward (a scatter of the label positions) stays in braze, and the answers and
+    gradients are eager's. Without the fact, braze refused the scatter."""
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 5)
+
+        def forward(self, h, labels):
+            return nn.functional.cross_entropy(self.lin(h).view(-1, 5), labels.reshape(-1))
+
+    m = Head()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for (b, s), (b2, s2) in (((2, 6), (3, 4)), ((4, 3), (2, 6)), ((1, 15), (5, 3)), ((3, 1), (1, 3))):
+            h, labels = torch.randn(b, s, 8), torch.randint(0, 5, (b2, s2))
+            m.zero_grad()
+            want = m(h, labels)
+            want.backward()
+            grads = [p.grad.clone() for p in m.parameters()]
+            m.zero_grad()
+            got = c(h, labels)
+            got.backward()
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            for p, g in zip(m.parameters(), grads):
+                torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
+    texts = [str(w.message) for w in _braze_warnings(record)]
+    # the backward's view back to [b, s, 5] needs b and s apart, which no tensor it reads carries
+    assert all("aten.view" in t for t in texts), texts

@@ -20,9 +20,10 @@ from .common import ISSUES_HINT, NotProduced, source_loc, tensor_to_numpy, to_br
 class SymConverter:
     """Converts torch's sympy size expressions to braze expressions."""
 
-    def __init__(self, symbols: dict[str, S.Sym], shape_env=None):
+    def __init__(self, symbols: dict[str, S.Sym], shape_env=None, pinned: dict[str, int] | None = None):
         self.symbols = symbols  # torch symbol name -> braze Sym
         self.shape_env = shape_env
+        self.pinned = pinned or {}  # torch symbol name -> the value it is compiled for
         self._cache: dict = {}
 
     def __call__(self, x, where: str | None = None):
@@ -46,9 +47,16 @@ class SymConverter:
                 x = self.shape_env.replace(x)
             except Exception:
                 pass
-        out = self._conv(x, where)
+        out = self._conv(self.pin(x), where)
         self._cache[key] = out
         return out
+
+    def pin(self, e):
+        """``e`` with the pinned symbols put in."""
+        if self.pinned and any(s.name in self.pinned for s in getattr(e, "free_symbols", ())):
+            import sympy
+            e = e.xreplace({s: sympy.Integer(self.pinned[s.name]) for s in e.free_symbols if s.name in self.pinned})
+        return e
 
     def _conv(self, e, where):
         import sympy
@@ -262,7 +270,7 @@ class TorchGraph:
 
     def __init__(self, graph, inputs: dict[str, GraphInput], ranges: dict[str, tuple[int, int | None]],
                  names: dict[str, str], shape_env=None, outputs: list[str] | None = None,
-                 notes=None, user_ranged: set[str] = frozenset()):
+                 notes=None, user_ranged: set[str] = frozenset(), pinned: dict[str, int] | None = None):
         self.graph = graph
         self.inputs = inputs  # placeholder name -> role (absent: a run-time input)
         self.ranges = ranges  # torch symbol name -> (lo, hi or None)
@@ -271,6 +279,7 @@ class TorchGraph:
         self.outputs = outputs  # the output nodes' names braze returns (None: all)
         self.notes = notes  # (params, symbols, func name) -> input notes, or None
         self.user_ranged = user_ranged
+        self.pinned = pinned or {}  # integer arguments compiled for one value, which the caller checks
 
 
 def from_exported(ep, names: dict[str, str] | None = None, user_ranged: set[str] | None = None) -> TorchGraph:
@@ -320,7 +329,7 @@ class Importer:
         self.node = None
         self.names = tg.names
         self.weights: dict[str, Any] = {}  # constant name in the module -> the torch tensor it copies
-        self.conv_sym = SymConverter({}, tg.shape_env)
+        self.conv_sym = SymConverter({}, tg.shape_env, tg.pinned)
         self._setup_symbols()
 
     # --- symbols ------------------------------------------------------------
@@ -335,6 +344,8 @@ class Importer:
                     tnames.append(s.name)
         derived = self._derived_dims()
         for tn in tnames:
+            if tn in self.tg.pinned:
+                continue
             name = self.names.get(tn) or _sanitize_sym(tn)
             if tn in derived:  # only a*s + b is an input dim: that dim is the symbol (see _derived_dims)
                 e, a, b = derived[tn]
@@ -356,6 +367,27 @@ class Importer:
             s = self.module.constraints.add_symbol(S.Sym(name, lo, hi))
             self.conv_sym.symbols[tn] = s
         self._opaque_dims(set(derived), used)
+        self._guarded_equalities()
+
+    def _guarded_equalities(self) -> None:
+        """Equalities of sizes that torch's guards hold (``s3*s88 == s38*s97``: a loss's logits
+        and labels flattened, which torch checked) become braze facts: shape inference may rely
+        on them, and the entry checks them on every call. Only relations between symbols this
+        graph reads: a guard that fixes a size to a number is torch's business."""
+        import sympy
+        known = set(self.conv_sym.symbols) | set(self.tg.pinned)
+        for g in getattr(self.tg.shape_env, "guards", ()):
+            e = getattr(g, "expr", None)
+            if not isinstance(e, sympy.Eq) or not e.lhs.free_symbols or not e.rhs.free_symbols or \
+                    not {s.name for s in e.free_symbols} <= known:
+                continue
+            try:
+                a, b = self.sym(e.lhs), self.sym(e.rhs)
+            except BrazeError:
+                continue
+            store = self.module.constraints
+            if S.is_symbolic(a) and S.is_symbolic(b) and store.equal(a, b) is None:
+                store.add_equal(a, b)
 
     def _input_dims(self):
         """The sympy expressions of the placeholders' symbolic dims, in order."""
@@ -364,7 +396,7 @@ class Importer:
                 for d in getattr(n.meta.get("val"), "shape", ()):
                     e = getattr(getattr(d, "node", None), "expr", None)
                     if e is not None:
-                        yield e
+                        yield self.conv_sym.pin(e)
 
     def _opaque_dims(self, derived: set, used: set) -> None:
         """An input dim such as ``2*s0*s1`` whose symbols no plain input dim gives (a graph that
