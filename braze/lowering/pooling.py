@@ -172,12 +172,16 @@ def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_m
 def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, dilation, ceil_mode):
     """Each input element gathers the gradients of the windows that chose it: over the kernel's
     taps, the output position whose window puts that tap on this element (when the stride lands
-    on it), where the window's winner is this element."""
+    on it), where the window's winner is this element. Along a dim whose windows tile it (the
+    stride is the kernel, no dilation: a 2x2 pool of stride 2) one window holds the element, so
+    that dim has no taps to sum over."""
     kernel, stride = _pool_hw(kernel, stride)
     dt = grad.dtype
     acc = DType.float32 if dt.itemsize == 2 else dt  # a 16-bit gradient sums in float32, as torch's does
     W = x.shape[-1]
     OH, OW = grad.shape[-2], grad.shape[-1]
+    tiles = [s == k and d == 1 for k, s, d in zip(kernel, stride, dilation)]
+    taps = tuple(1 if t else k for t, k in zip(tiles, kernel))
 
     def fn(idx):
         *lead, h, w = idx
@@ -185,13 +189,17 @@ def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, 
 
         def body(vs):
             conds, at = [], []
-            for i, pad, s, d, n in ((h, padding[0], stride[0], dilation[0], OH),
-                                    (w, padding[1], stride[1], dilation[1], OW)):
-                num = S.add(S.add(i, pad), S.mul(-1, S.mul(vs[len(at)], d)))  # i + pad - tap * dilation
-                o = S.floordiv(num, s)
-                conds += [Compare("ge", _ie(num), Const(0, I64)), Compare("lt", _ie(o), _ie(n))]
-                if s > 1:
-                    conds.append(Compare("eq", _ie(S.mod(num, s)), Const(0, I64)))
+            for i, pad, s, d, n, tile in ((h, padding[0], stride[0], dilation[0], OH, tiles[0]),
+                                          (w, padding[1], stride[1], dilation[1], OW, tiles[1])):
+                if tile:  # the window (i + pad) // s, from 0 on as pad >= 0
+                    o = S.floordiv(S.add(i, pad), s)
+                    conds.append(Compare("lt", _ie(o), _ie(n)))
+                else:
+                    num = S.add(S.add(i, pad), S.mul(-1, S.mul(vs[len(at)], d)))  # i + pad - tap * dilation
+                    o = S.floordiv(num, s)
+                    conds += [Compare("ge", _ie(num), Const(0, I64)), Compare("lt", _ie(o), _ie(n))]
+                    if s > 1:
+                        conds.append(Compare("eq", _ie(S.mod(num, s)), Const(0, I64)))
                 at.append(_clamp_index(o, n))
             c = conds[0]
             for c2 in conds[1:]:
@@ -199,5 +207,7 @@ def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, 
             src = (*lead, *at)
             chosen = Binary("and", c, Compare("eq", indices(src), here), BOOL)
             return select(chosen, cast(grad(src), acc), Const(0.0, acc))
-        return ctx.memo(tuple(idx), lambda: cast(ctx.reduce("sum", body, kernel, acc), dt))
+        if all(tiles):
+            return ctx.memo(tuple(idx), lambda: cast(body((0, 0)), dt))
+        return ctx.memo(tuple(idx), lambda: cast(ctx.reduce("sum", body, taps, acc), dt))
     return fn

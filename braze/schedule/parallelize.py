@@ -1,7 +1,7 @@
 """Stage ``parallelize``: the outermost loop of each nest runs under OpenMP when its work
 (an IntLike, tested at run time) reaches ``GRAIN``. A nest that is one vector loop is
-split into parallel chunks of ``CHUNK`` elements, each a vector loop; one of at most
-``CHUNK`` (a constant) stays a plain vector loop.
+split into parallel chunks of ``CHUNK`` elements (``REDUCE_CHUNK`` where each element is a
+reduction), each a vector loop; one of at most a chunk (a constant) stays a plain vector loop.
 
 Work is an estimate of the nest's time from a cost model (``_work``): every element of
 every pass over the data (a stitch nest reads its row once per reduction and once per
@@ -30,6 +30,10 @@ from .nest import loop_chain, next_loop_index, subs_store, with_body
 
 GRAIN = 65536  # work units (about 2.6 us of vector code) below which threads cost more than they give
 CHUNK = 4096  # elements per parallel chunk of a one-loop nest
+# elements per parallel chunk of a one-loop nest whose elements each reduce many (a batch norm's
+# per-channel statistics over N, H, W in NHWC: 64 channels, each a long sum): two vectors of
+# AVX2, one of AVX-512
+REDUCE_CHUNK = 16
 SCALAR = 8  # a scalar element costs about this many vector-code units (lanes, less overheads)
 
 
@@ -75,14 +79,14 @@ def _one_is_none(work, extent):
     return S.mul(work, S.smin(S.add(extent, -1), 1))
 
 
-def _chunked(f: For, work) -> For:
-    """``for c in 0..ceil(e/CHUNK) (parallel): for v in 0..min(CHUNK, e - CHUNK*c) (vector)``."""
+def _chunked(f: For, work, chunk: int) -> For:
+    """``for c in 0..ceil(e/chunk) (parallel): for v in 0..min(chunk, e - chunk*c) (vector)``."""
     e = f.extent
-    n = S.floordiv(S.add(e, CHUNK - 1), CHUNK)
+    n = S.floordiv(S.add(e, chunk - 1), chunk)
     c = L.loop_var(n, "c")
-    inner_ext = S.smin(CHUNK, S.add(e, S.mul(-CHUNK, c)))
+    inner_ext = S.smin(chunk, S.add(e, S.mul(-chunk, c)))
     w = L.loop_var(inner_ext, "v")
-    m = {f.var: S.add(S.mul(CHUNK, c), w)}
+    m = {f.var: S.add(S.mul(chunk, c), w)}
     inner = For(w, inner_ext, [subs_store(s, m) for s in f.body], "vector")
     return For(c, n, [inner], "parallel", work=_one_is_none(work, n), grain=GRAIN)
 
@@ -92,10 +96,13 @@ def _parallel_nest(f: For) -> For:
     chain = loop_chain(f)
     work = _work([f])
     if len(chain) == 1 and f.kind == "vector":
-        small = isinstance(f.extent, int) and f.extent <= CHUNK
-        if small or not all(isinstance(s, Store) and s.flat for s in f.body):
+        if not all(isinstance(s, Store) and s.flat for s in f.body):
             return f
-        return _chunked(f, work)
+        reduces = any(isinstance(y, L.Reduce) for s in f.body for y in L.walk(s.value))
+        chunk = REDUCE_CHUNK if reduces else CHUNK
+        if isinstance(f.extent, int) and f.extent <= chunk:
+            return f
+        return _chunked(f, work, chunk)
     return replace(f, body=list(f.body), kind="parallel", work=_one_is_none(work, f.extent), grain=GRAIN)
 
 
@@ -107,4 +114,4 @@ def parallelize(kernel: Kernel) -> Kernel:
     return with_body(kernel, body)
 
 
-__all__ = ["CHUNK", "GRAIN", "parallelize"]
+__all__ = ["CHUNK", "GRAIN", "REDUCE_CHUNK", "parallelize"]

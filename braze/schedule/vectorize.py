@@ -138,8 +138,17 @@ def _vectorize_nest(s: For) -> None:
         if inner.kind != "serial" or not stores or not all(isinstance(x, Store) for x in stores):
             continue
         v = inner.var
-        if all(_store_vector_ok(x, v) and vector_ok(_stored(x), v) for x in stores):
+        if all(_store_vector_ok(x, v) and vector_ok(_stored(x), v) and not _gathering_reduction(_stored(x), v)
+               for x in stores):
             inner.kind = "vector"
+
+
+def _gathering_reduction(e: Expr, v) -> bool:
+    """``e`` holds a reduction that could run in vector lanes along its own innermost loop but
+    reads strided along ``v`` (a per-channel sum over N, H, W in NCHW): lanes over ``v`` would
+    gather VL scattered elements at every step of the reduction, and keep the loop over ``v``
+    from running in parallel."""
+    return any(isinstance(y, Reduce) and y.vector and not _contiguous(y.body, v) for y in L.walk(e))
 
 
 def vectorize(kernel: Kernel) -> Kernel:

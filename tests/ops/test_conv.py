@@ -173,6 +173,8 @@ POOL_CASES = [
     ((2, 3), (1, 2), (1, 0, 1, 0), (1, 1), True),
     ((3, 3), (3, 3), (1, 1, 1, 1), (2, 2), True),
     ((1, 1), (2, 2), (0, 0, 0, 0), (1, 1), False),
+    ((3, 3), (3, 3), (1, 1, 1, 1), (1, 1), True),  # windows that tile both dims, padded, ceil mode
+    ((2, 3), (2, 2), (0, 1, 0, 1), (1, 1), False),  # windows that tile the rows only
 ]
 
 

@@ -276,6 +276,39 @@ def test_parallelize_splits_work_over_threads():
     assert f.kind == "vector" and len(chain(f)) == 1
 
 
+def f_channel_sums(layout: str):
+    """A batch norm's per-channel sums over N, H, W: NCHW or NHWC, 64 channels."""
+    b = Builder()
+    n, h, w = b.sym("N"), b.sym("H"), b.sym("W")
+    shape, axes = ((n, 64, h, w), (0, 2, 3)) if layout == "nchw" else ((n, h, w, 64), (0, 1, 2))
+    x = b.param("x", tensor("f32", *shape))
+    b.ret(b.reduce_sum(x, axes=axes))
+    return b
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_per_channel_sums_run_in_vector_lanes_and_threads(layout, _cache):
+    """NCHW: the sum's own innermost loop (a row of W) runs in vector lanes, never the channels
+    (that would gather eight strided elements at every step), and the channels run in parallel.
+    NHWC: the channels are the lanes, in parallel chunks of REDUCE_CHUNK, not one serial loop.
+    Both compute NumPy's sums."""
+    from braze.schedule.parallelize import REDUCE_CHUNK
+    b = f_channel_sums(layout)
+    k = schedule(lowered(b))
+    (f,) = fors(k)
+    red = next(y for st in L.walk_stmts([f]) if isinstance(st, L.Store) for y in L.walk(st.value)
+               if isinstance(y, L.Reduce))
+    if layout == "nchw":
+        assert f.kind == "parallel" and not any(x.kind == "vector" for x in chain(f)) and red.vector
+    else:
+        assert [x.kind for x in chain(f)] == ["parallel", "vector"] and not red.vector
+        assert S.evaluate(chain(f)[1].extent, {chain(f)[0].var.name: 0}) == REDUCE_CHUNK
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 64, 5, 7) if layout == "nchw" else (3, 5, 7, 64)).astype(np.float32)
+    (got,) = _run(k, b.module, b.func, [x], 32)
+    np.testing.assert_allclose(got, x.sum(axis=(0, 2, 3) if layout == "nchw" else (0, 1, 2)), rtol=1e-5, atol=1e-5)
+
+
 def test_a_zero_d_result_is_a_lone_store():
     b = Builder()
     x = b.param("x", tensor("f32", 3))
