@@ -8,7 +8,7 @@ import threading
 
 from .. import log as _logging
 from ..errors import BrazeError
-from . import reuse
+from . import pins, reuse
 
 _log = _logging.get("plugin")
 
@@ -157,7 +157,7 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     """Import the fused subgraph ``sub`` (called by ``call_node`` in the outer graph) and compile it.
     Weights in ``frozen`` (outer placeholder -> (name, tensor)) become constants; braze reads sizes
     from its inputs' shapes, so of the region's arguments it takes the run-time tensors only, and
-    builds for the value at hand an integer argument no shape carries (``_pinned_symbols``).
+    builds for the value at hand an integer argument no shape carries (``pins``).
     Raises Refused when a converter refuses a node, BrazeError when the region cannot be compiled.
     A region of a ``speculative`` graph compiles on its second call (``Region``)."""
     import torch
@@ -175,8 +175,8 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
             inputs[p.name] = GraphInput("constant", str(outer.target), _fetch_attr(call_node.graph, outer.target))
         elif isinstance(p.meta.get("val"), torch.Tensor):
             arg_index.append(i)
-    pinned = _pinned_symbols(places, arg_index, shape_env)
-    pin_ok = _pin_check(places, arg_index, pinned) if pinned else None
+    pinned = pins.pinned_symbols(places, arg_index, shape_env, _shape_symbols(places, arg_index)[0])
+    pin_ok = pins.pin_check(places, arg_index, pinned) if pinned else None
     if pin_ok is None:
         pinned = {}
     _check_sizes(places, arg_index, sub, pinned)
@@ -184,7 +184,7 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     pinned_syms = {str(k): int(v) for k, v in pinned.items()}
     ranges = {k: v for k, v in symbol_ranges(shape_env).items() if k in used and k not in pinned_syms}
     for k, (_, hi) in ranges.items():
-        if hi is not None and hi < 1:  # an integer argument braze could not pin (_pin_check)
+        if hi is not None and hi < 1:  # an integer argument braze could not pin (pins.pin_check)
             raise BrazeError(f"the region's shapes use {k}, an integer that is at most {hi}: braze reads sizes of "
                              "at least 1")
     tg = TorchGraph(sub.graph, inputs, ranges, symbol_names(shape_env), shape_env, pinned=pinned_syms)
@@ -235,85 +235,6 @@ def _shape_symbols(places, arg_index, pinned: dict | None = None) -> tuple[set, 
                 if linear_form(e) is not None:
                     syms |= e.free_symbols
     return syms, exprs
-
-
-def _pinned_symbols(places, arg_index, shape_env) -> dict:
-    """Integer arguments of the user's function that dynamo made symbols (GPT-2's ``logits_to_keep``)
-    and no tensor input's shape gives: sympy symbol -> the value it has at this call. braze reads
-    sizes only from shapes, so the library is built for that value (``_pin_check``). A size from
-    another graph is not an argument of the user's and is never pinned: it changes with the shapes."""
-    import sympy
-    import torch
-    syms, _ = _shape_symbols(places, arg_index)
-    sources = getattr(shape_env, "var_to_sources", {})
-    hints = getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
-    out = {}
-    for p in places:
-        v = p.meta.get("val")
-        dims = [v] if isinstance(v, torch.SymInt) else list(v.shape) if isinstance(v, torch.Tensor) else []
-        for d in dims:
-            for sym in getattr(getattr(d, "node", None), "expr", 0).free_symbols if isinstance(d, torch.SymInt) else ():
-                if sym not in syms and sym in hints and sources.get(sym) and \
-                        all(type(src).__name__ == "LocalSource" for src in sources[sym]):
-                    out[sym] = sympy.Integer(int(hints[sym]))
-    return out
-
-
-def _pin_check(places, arg_index, pinned: dict):
-    """A test of the region's arguments that passes when they agree with the ``pinned`` values:
-    every integer argument and tensor dim whose expression uses a pinned symbol equals that
-    expression, the pinned values put in and the other symbols read from the tensors' shapes.
-    None when some expression is not sums and products (then nothing is pinned)."""
-    import torch
-
-    from ..frontend.torch.importer import linear_form
-    readers = {}  # symbol -> (argument, dim, a, b): the dim, the pinned values put in, is a*s + b
-    for i in arg_index:
-        for d, dim in enumerate(places[i].meta["val"].shape):
-            form = linear_form(dim.node.expr.xreplace(pinned)) if isinstance(dim, torch.SymInt) else None
-            if form is not None:
-                readers.setdefault(form[0], (i, d, form[1], form[2]))
-    checks = []
-    for i, p in enumerate(places):
-        v = p.meta.get("val")
-        if isinstance(v, torch.SymInt):
-            items = [(None, v)]
-        elif isinstance(v, torch.Tensor):
-            items = [(d, dim) for d, dim in enumerate(v.shape) if isinstance(dim, torch.SymInt)]
-        else:
-            continue
-        for d, dim in items:
-            e = dim.node.expr
-            if e.free_symbols & pinned.keys():
-                f = _evaluator(e.xreplace(pinned), readers)
-                if f is None:
-                    return None
-                checks.append((i, d, f))
-
-    def agrees(args) -> bool:
-        return all((args[i] if d is None else args[i].shape[d]) == f(args) for i, d, f in checks)
-    return agrees
-
-
-def _evaluator(e, readers):
-    """``e`` (integers, symbols, + and *) as a function of the region's arguments, or None."""
-    import math
-    if e.is_Integer:
-        c = int(e)
-        return lambda args: c
-    if e.is_Symbol:
-        if e not in readers:
-            return None
-        i, d, a, b = readers[e]
-        return lambda args: (args[i].shape[d] - b) // a
-    if e.is_Add or e.is_Mul:
-        fs = [_evaluator(x, readers) for x in e.args]
-        if any(f is None for f in fs):
-            return None
-        if e.is_Add:
-            return lambda args: sum(f(args) for f in fs)
-        return lambda args: math.prod(f(args) for f in fs)
-    return None
 
 
 def _check_sizes(places, arg_index, sub, pinned: dict) -> None:

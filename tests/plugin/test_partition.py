@@ -204,7 +204,8 @@ def test_an_integer_argument_in_a_shape_is_compiled_for_its_value_and_checked(fr
 def test_a_pinned_integer_is_checked_on_every_call():
     """The check a region with a pinned integer runs on each call: every integer argument and dim
     that uses the pinned symbol must equal what the library was built for."""
-    from braze.plugin.region import _pin_check, _pinned_symbols
+    from braze.plugin.pins import pin_check, pinned_symbols
+    from braze.plugin.region import _shape_symbols
     seen = []
 
     def capture(gm, example_inputs):
@@ -219,9 +220,9 @@ def test_a_pinned_integer_is_checked_on_every_call():
     tensors = [i for i, p in enumerate(places) if isinstance(p.meta["example_value"], torch.Tensor)]
     for p in places:
         p.meta["val"] = p.meta["example_value"]
-    pinned = _pinned_symbols(places, tensors, shape_env)
+    pinned = pinned_symbols(places, tensors, shape_env, _shape_symbols(places, tensors)[0])
     assert [int(v) for v in pinned.values()] == [0], pinned  # k; never the sizes of h
-    agrees = _pin_check(places, tensors, pinned)
+    agrees = pin_check(places, tensors, pinned)
     assert len(places) == 4, places  # h's two sizes, h, k
     h = torch.randn(3, 7)
     assert agrees([3, 7, h, 0]) and not agrees([3, 7, h, 2])

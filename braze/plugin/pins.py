@@ -1,0 +1,88 @@
+"""Integer arguments pinned to one value: dynamo makes an integer argument of the user's a
+symbol (GPT-2's ``logits_to_keep``); where no tensor shape carries it, braze (which reads sizes
+from shapes only) builds the region's library for the value at hand, and checks on every call
+that the arguments agree."""
+
+from __future__ import annotations
+
+
+def pinned_symbols(places, arg_index, shape_env, read: set) -> dict:
+    """Integer arguments of the user's function that dynamo made symbols (GPT-2's ``logits_to_keep``)
+    and no tensor input's shape gives (``read``: the symbols those shapes give): sympy symbol -> the
+    value it has at this call. braze reads sizes only from shapes, so the library is built for that
+    value (``pin_check``). A size from another graph is not an argument of the user's and is never
+    pinned: it changes with the shapes."""
+    import sympy
+    import torch
+    sources = getattr(shape_env, "var_to_sources", {})
+    hints = getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
+    out = {}
+    for p in places:
+        v = p.meta.get("val")
+        dims = [v] if isinstance(v, torch.SymInt) else list(v.shape) if isinstance(v, torch.Tensor) else []
+        for d in dims:
+            for sym in d.node.expr.free_symbols if isinstance(d, torch.SymInt) else ():
+                argument = sources.get(sym) and all(type(src).__name__ == "LocalSource" for src in sources[sym])
+                if argument and sym not in read and sym in hints:
+                    out[sym] = sympy.Integer(int(hints[sym]))
+    return out
+
+
+def pin_check(places, arg_index, pinned: dict):
+    """A test of the region's arguments that passes when they agree with the ``pinned`` values:
+    every integer argument and tensor dim whose expression uses a pinned symbol equals that
+    expression, the pinned values put in and the other symbols read from the tensors' shapes.
+    None when some expression is not sums and products (then nothing is pinned)."""
+    import torch
+
+    from ..frontend.torch.importer import linear_form
+    readers = {}  # symbol -> (argument, dim, a, b): the dim, the pinned values put in, is a*s + b
+    for i in arg_index:
+        for d, dim in enumerate(places[i].meta["val"].shape):
+            form = linear_form(dim.node.expr.xreplace(pinned)) if isinstance(dim, torch.SymInt) else None
+            if form is not None:
+                readers.setdefault(form[0], (i, d, form[1], form[2]))
+    checks = []
+    for i, p in enumerate(places):
+        v = p.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            items = [(None, v)]
+        elif isinstance(v, torch.Tensor):
+            items = [(d, dim) for d, dim in enumerate(v.shape) if isinstance(dim, torch.SymInt)]
+        else:
+            continue
+        for d, dim in items:
+            e = dim.node.expr
+            if e.free_symbols & pinned.keys():
+                f = _evaluator(e.xreplace(pinned), readers)
+                if f is None:
+                    return None
+                checks.append((i, d, f))
+
+    def agrees(args) -> bool:
+        return all((args[i] if d is None else args[i].shape[d]) == f(args) for i, d, f in checks)
+    return agrees
+
+
+def _evaluator(e, readers):
+    """``e`` (integers, symbols, + and *) as a function of the region's arguments, or None."""
+    import math
+    if e.is_Integer:
+        c = int(e)
+        return lambda args: c
+    if e.is_Symbol:
+        if e not in readers:
+            return None
+        i, d, a, b = readers[e]
+        return lambda args: (args[i].shape[d] - b) // a
+    if e.is_Add or e.is_Mul:
+        fs = [_evaluator(x, readers) for x in e.args]
+        if any(f is None for f in fs):
+            return None
+        if e.is_Add:
+            return lambda args: sum(f(args) for f in fs)
+        return lambda args: math.prod(f(args) for f in fs)
+    return None
+
+
+__all__ = ["pin_check", "pinned_symbols"]
