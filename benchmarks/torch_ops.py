@@ -62,32 +62,33 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
 
     from braze import zoo
 
-    from .training import training_model
-    zm, module, _ = training_model(name)
+    from .training import TASKS, training_model
+    module, inputs, loss_of, _ = training_model(name)
     fns = {"eager": module, "braze": torch.compile(module, backend="braze", dynamic=True)}
 
     def step(fn, x, profiled=False):
-        """The model's forward, then its backward from a fixed output gradient (the loss, outside
-        the model in both, is not profiled)."""
+        """The model's forward, then its backward: from its own loss (a task model's, computed in
+        the model), else from a fixed output gradient (no loss outside the model is profiled)."""
         module.zero_grad(set_to_none=True)
         counts = []
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) if profiled else _Null() as p:
-            out = zoo.first_output(fn(*x))
+            out = fn(*x[0], **x[1])
+            out = loss_of(out) if name in TASKS else zoo.first_output(out)
         counts.append(top_level_work(p) if profiled else None)
-        grad = torch.linspace(0.5, 1.5, out.shape[-1]).expand(out.shape).contiguous()
+        grad = None if name in TASKS else torch.linspace(0.5, 1.5, out.shape[-1]).expand(out.shape).contiguous()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) if profiled else _Null() as p:
             out.backward(grad)
         counts.append(top_level_work(p) if profiled else None)
         return counts
 
     for dims in shapes:  # every graph compiled, and past the first calls PyTorch may run
-        x = zm.make_inputs(**dims)
+        x = inputs(dims)
         for fn in fns.values():
             for _ in range(3):
                 step(fn, x)
     rows = []
     for dims in shapes:
-        x = zm.make_inputs(**dims)
+        x = inputs(dims)
         (ef, eb), (bf, bb) = (step(fns[b], x, profiled=True) for b in ("eager", "braze"))
         row = {"shape": shape_str(dims), "dims": dims}
         for part, e, b in (("forward", ef, bf), ("backward", eb, bb)):
