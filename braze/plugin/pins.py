@@ -13,15 +13,12 @@ def pinned_symbols(places, arg_index, shape_env, read: set) -> dict:
     value (``pin_check``). A size from another graph is not an argument of the user's and is never
     pinned: it changes with the shapes."""
     import sympy
-    import torch
     sources = getattr(shape_env, "var_to_sources", {})
     hints = getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
     out = {}
     for p in places:
-        v = p.meta.get("val")
-        dims = [v] if isinstance(v, torch.SymInt) else list(v.shape) if isinstance(v, torch.Tensor) else []
-        for d in dims:
-            for sym in d.node.expr.free_symbols if isinstance(d, torch.SymInt) else ():
+        for _, d in _symbolic_sizes(p.meta.get("val")):
+            for sym in d.node.expr.free_symbols:
                 argument = sources.get(sym) and all(type(src).__name__ == "LocalSource" for src in sources[sym])
                 if argument and sym not in read and sym in hints:
                     out[sym] = sympy.Integer(int(hints[sym]))
@@ -44,14 +41,7 @@ def pin_check(places, arg_index, pinned: dict):
                 readers.setdefault(form[0], (i, d, form[1], form[2]))
     checks = []
     for i, p in enumerate(places):
-        v = p.meta.get("val")
-        if isinstance(v, torch.SymInt):
-            items = [(None, v)]
-        elif isinstance(v, torch.Tensor):
-            items = [(d, dim) for d, dim in enumerate(v.shape) if isinstance(dim, torch.SymInt)]
-        else:
-            continue
-        for d, dim in items:
+        for d, dim in _symbolic_sizes(p.meta.get("val")):
             e = dim.node.expr
             if e.free_symbols & pinned.keys():
                 f = _evaluator(e.xreplace(pinned), readers)
@@ -62,6 +52,17 @@ def pin_check(places, arg_index, pinned: dict):
     def agrees(args) -> bool:
         return all((args[i] if d is None else args[i].shape[d]) == f(args) for i, d, f in checks)
     return agrees
+
+
+def _symbolic_sizes(val) -> list:
+    """(dim, SymInt) of ``val``'s symbolic sizes: (None, val) for an integer, (d, size) for a
+    tensor's dim d."""
+    import torch
+    if isinstance(val, torch.SymInt):
+        return [(None, val)]
+    if isinstance(val, torch.Tensor):
+        return [(d, n) for d, n in enumerate(val.shape) if isinstance(n, torch.SymInt)]
+    return []
 
 
 def _evaluator(e, readers):

@@ -70,11 +70,10 @@ class Region:
         pin_ok, pinned = self.pin_ok, ", ".join(f"{k} = {v}" for k, v in self.pinned.items())
 
         def call(*args):
-            if pin_ok is not None and not pin_ok(args):
-                self.native_failed(BrazeError(f"the region is compiled for the integer arguments {pinned}, and "
-                                              "this call has others"))
-                return sub(*args)
             try:
+                if pin_ok is not None and not pin_ok(args):
+                    raise BrazeError(f"the region is compiled for the integer arguments {pinned}, and this call "
+                                     "has others")
                 return run(*args)
             except Exception as e:  # noqa: BLE001 -- PyTorch runs what braze could not, with eager's errors
                 self.native_failed(e)
