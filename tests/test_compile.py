@@ -244,6 +244,42 @@ def test_matmul_of_activations_with_vectors_and_epilogues(xs, ws, epilogue):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("xs,ws,ta,tb,epilogue", [
+    (("m", 6), ("m", 5), True, False, "gelu"),            # a weight gradient t(dy) @ x
+    (("m", 6), (5, 6), False, True, "bias_relu"),         # x @ t(w): a weight read as [N, K]
+    (("m", 6), (5, "m"), True, True, None),
+    (("b", "m", 6), ("b", "m", 5), True, False, None),    # batched, each side
+    (("b", 6, "m"), ("b", 5, "m"), False, True, "gelu"),
+    (("b", "m", 6), ("m", 5), True, False, None),         # batched A against one B
+])
+def test_matmul_reads_a_transposed_operand_in_place(xs, ws, ta, tb, epilogue):
+    # the transpose joins the library call as a flag (passes/fusion.py): no copy, same result
+    rng = np.random.default_rng(len(xs) * 11 + ta + 2 * tb)
+    b = Builder()
+    syms = {"b": b.sym("b", 1, 8), "m": b.sym("m", 1, 40)}
+    dims = lambda t: [syms.get(d, d) if isinstance(d, str) else d for d in t]
+    x = b.param("x", tensor("f32", *dims(xs)))
+    w = b.param("w", tensor("f32", *dims(ws)))
+    swap = lambda v: b.op("permute", [v], perm=list(range(v.rank - 2)) + [v.rank - 1, v.rank - 2])
+    y = b.op("matmul", [swap(x) if ta else x, swap(w) if tb else w])
+    if epilogue == "bias_relu":
+        y = b.relu(b.add(y, b.constant(rng.standard_normal(y.type.shape[-1:]).astype(np.float32), "bias")))
+    elif epilogue == "gelu":
+        y = b.gelu(y)
+    b.ret(y)
+    mod = b.module
+    m = braze.compile(mod)
+    for env in ({"b": 1, "m": 1}, {"b": 3, "m": 7}, {"b": 8, "m": 40}):
+        conc = lambda t: tuple(env.get(d, d) if isinstance(d, str) else d for d in t)
+        xv = rng.standard_normal(conc(xs)).astype(np.float32)
+        wv = rng.standard_normal(conc(ws)).astype(np.float32)
+        got, want = m(xv, wv), braze.reference.run(mod, xv, wv)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # no kernel writes the transpose: at most the epilogue's
+    assert m.library.path.with_name("source.c").read_text().count("/* pointwise @") <= (epilogue is not None)
+
+
 def test_attention_scores_with_a_position_bias_compile():
     """T5-style ``q @ k.transpose(-1, -2) + bias``: a batched matmul with an epilogue."""
     torch = pytest.importorskip("torch")

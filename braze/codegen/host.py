@@ -24,7 +24,7 @@ from ..ir.types import DType
 from ..ops.conv import pads4
 from ..passes.common import top_functions
 from ..passes.fusion import CONV_GRADS
-from ..passes.offload import ANCHORS, VIEW_OPS
+from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from .c_expr import c_sym_name, int_expr
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
 
@@ -378,7 +378,7 @@ class _EntryWriter:
                 nodes.append(m)
         anchor_i = next(i for i, m in enumerate(nodes) if m.op in ANCHORS[n.attrs["kind"]])
         anchor = nodes[anchor_i]
-        for m in nodes[:anchor_i]:  # prologue views reinterpret their contiguous input
+        for m in nodes[:anchor_i]:  # prologue views and transposes read their input where it is
             cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]
         bias = residual = None
         act = 0
@@ -409,9 +409,11 @@ class _EntryWriter:
             raise BrazeError(f"@{callee.name} lacks the nodes of its post_ops {todo}",
                              hint="this is a braze bug; please report it")
         self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]),
-                           _types(anchor.inputs[0].dtype, n.outputs[0].dtype, bias_dt))
+                           _types(anchor.inputs[0].dtype, n.outputs[0].dtype, bias_dt),
+                           transposed_operands(callee, anchor))
 
-    def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst, types: str) -> None:
+    def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst, types: str,
+                      trans: tuple[int, int] = (0, 0)) -> None:
         self.gen.uses_library = True
         e = "err, errlen"
         bias = f"(const float *){bias}" if bias else "NULL"
@@ -441,9 +443,11 @@ class _EntryWriter:
                       f"return BRAZE_ERR_INTERNAL;")
             return
         K = x.shape[-1]
-        if a.op == "linear" or w.rank == 2:
-            transposed = 1 if a.op == "linear" else 0
-            N = w.shape[0] if transposed else w.shape[1]
+        ta, tb = trans
+        if a.op == "linear" or (w.rank == 2 and not ta):
+            # braze_matmul_w's flag: the weight's memory is [N, K] (linear's, or a transposed operand)
+            transposed = 1 if a.op == "linear" or tb else 0
+            N = w.shape[0] if a.op == "linear" else w.shape[1]
             M = S.prod(x.shape[:-1])
             epi = f"{bias}, {res}, {act_t}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
             # the helper's residual kinds: 2 when the residual is the output (memory planning put
@@ -470,12 +474,14 @@ class _EntryWriter:
         xs = x.shape if x.rank >= 2 else (1, K)
         ws = w.shape if w.rank >= 2 else (K, 1)
         M, N = xs[-2], ws[-1]
-        args = (f"(const float *){cptr[id(x)]}, 0, (const float *){cptr[id(w)]}, 0, 1.0f, (float *){dst}, {e})) "
+        args = (f"(const float *){cptr[id(x)]}, {ta}, (const float *){cptr[id(w)]}, {tb}, 1.0f, (float *){dst}, {e})) "
                 f"return BRAZE_ERR_INTERNAL;")
         arr = lambda dims: "(const int64_t[]){" + ", ".join(int_expr(d) for d in dims) + "}"
-        if len(ws) == 2:
+        if len(ws) == 2 and not ta:
             xb = wb = (1,)
             M = S.prod(xs[:-1])
+        elif len(ws) == 2:  # A's memory [..., K, M]: each of its matrices against the one B
+            xb, wb = _broadcast_batch(self.module.constraints, tuple(xs[:-2]) or (1,), (), a)
         else:
             xb, wb = _broadcast_batch(self.module.constraints, xs[:-2], ws[:-2], a)
         types = _types(x.dtype, a.outputs[0].dtype)

@@ -18,7 +18,9 @@ dims known to be equal fuse whatever their values):
    GELU); for gemm also views that keep the last dim (GPT-2's ``addmm`` reshape);
    for conv an unfolded ``batch_norm``. The group keeps exactly one output. A
    view (reshape...) whose only user is the gemm joins it as a prologue: it only
-   reinterprets a contiguous operand. A convolution's gradient
+   reinterprets a contiguous operand; so does a ``permute`` swapping a ``matmul``
+   operand's last two axes (the library reads it transposed, as a weight gradient's
+   ``t(dY) @ X`` needs: no kernel writes the transpose). A convolution's gradient
    (``conv2d_backward_input`` / ``_weight``) takes nothing: a group of its own.
 2. then, producer into consumer, in topological order, until nothing changes:
    * pointwise (elementwise, broadcast, injective, creation ops): a producer
@@ -94,6 +96,14 @@ def node_class(n: Node) -> str:
     if kind == "reduction" and n.op != "cumsum":
         return "red"
     return "opaque"
+
+
+def swaps_last_two(n: Node) -> bool:
+    """A ``permute`` that swaps the last two axes and keeps the rest: a matmul reads its input
+    transposed in place (oneDNN's strides), so it needs no kernel of its own."""
+    perm = list(n.attrs.get("perm", ())) if n.op == "permute" else []
+    r = len(perm)
+    return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
 
 
 def _is_elementwise(n: Node) -> bool:
@@ -278,8 +288,10 @@ class _Fuser:
         for n in nodes:
             if id(n) in down_ids:
                 continue
-            # a prologue may only be a view that feeds the gemm directly (a free reinterpretation)
-            if kind != "gemm" or n.op not in VIEWS or \
+            # a prologue may only be a view that feeds the gemm directly (a free reinterpretation),
+            # or a matmul operand's transpose (the library reads it transposed)
+            prologue = n.op in VIEWS or (a.op == "matmul" and swaps_last_two(n))
+            if kind != "gemm" or not prologue or \
                     any(u is not a for u in self.cons.get(id(n.outputs[0]), ())):
                 return None
         for n in down:
@@ -377,7 +389,8 @@ class _Fuser:
                 a = g.nodes[0]
                 for v in a.inputs:
                     u = v.producer if v is not None else None
-                    if u is None or u.op not in VIEWS or id(v) in self.results:
+                    if u is None or id(v) in self.results or \
+                            not (u.op in VIEWS or (a.op == "matmul" and swaps_last_two(u))):
                         continue
                     h = self.group_of.get(id(u))
                     if h is None or h is g or len(h.nodes) != 1 or \

@@ -1,8 +1,9 @@
 """Library offload: which ops of each gemm or conv group oneDNN runs, decided once, in the IR.
 
 Fusion gives a ``gemm``/``conv`` group an anchor (``linear``, ``matmul``,
-``conv2d``), view prologues and an elementwise epilogue. This pass keeps in the
-group what one oneDNN call does: the prologue views, the anchor, then at most a
+``conv2d``), view prologues (a ``matmul``'s also transposes of an operand) and an
+elementwise epilogue. This pass keeps in the group what one oneDNN call does: the
+prologue, the anchor, then at most a
 bias add straight on the anchor's result, one activation and a residual add (views
 between the anchor and the activation or residual only rename the result). It
 names them on the ``fused`` node, ``post_ops=["bias", "gelu_tanh", "residual"]``,
@@ -20,7 +21,7 @@ from ..errors import BrazeError, UnsupportedOpError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import result_ids, top_functions, users
-from .fusion import CONV_GRADS, CONVS, GEMMS
+from .fusion import CONV_GRADS, CONVS, GEMMS, swaps_last_two
 
 ANCHORS = {"gemm": GEMMS, "conv": CONVS}
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
@@ -65,11 +66,12 @@ def _split(module: Module, f: Function, n: Node, used: set) -> list[Node]:
     if anchor_i is None or len(n.outputs) != 1:
         raise BrazeError(f"the {kind} group @{callee.name} has no single {'/'.join(ANCHORS[kind])} with one output",
                          where=_where(n), hint="this is a braze bug; please report it")
-    for m in callee.nodes[:anchor_i]:
-        if m.op not in VIEW_OPS and m.op != "constant":
-            raise BrazeError(f"the {kind} group @{callee.name} computes '{m.op}' before its {callee.nodes[anchor_i].op}; "
-                             "only views may come first", where=_where(m), hint="this is a braze bug; please report it")
     anchor = callee.nodes[anchor_i]
+    for m in callee.nodes[:anchor_i]:
+        if m.op not in VIEW_OPS and m.op != "constant" and not (anchor.op == "matmul" and swaps_last_two(m)):
+            raise BrazeError(f"the {kind} group @{callee.name} computes '{m.op}' before its {anchor.op}; "
+                             "only views and a matmul operand's transpose may come first", where=_where(m),
+                             hint="this is a braze bug; please report it")
     _check_anchor(module, anchor)
     post_ops, absorbed = _absorb(module, callee, anchor_i, const_of)
     rest = callee.nodes[anchor_i + 1 + absorbed:]
@@ -107,9 +109,10 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
     readers, results = users(callee), result_ids(callee)
     w = anchor.inputs[1]
     # post-ops are wired for a weight (linear, conv, a 2-D matmul operand: constant or read at
-    # run time); a batched product of two activations runs its whole epilogue as a generated
+    # run time); a batched product of two activations, or one whose left operand is read
+    # transposed (a weight gradient: no weight call), runs its whole epilogue as a generated
     # kernel, and oneDNN's backward convolutions take none
-    if anchor.op == "matmul" and w.rank != 2 or anchor.op in CONV_GRADS:
+    if anchor.op == "matmul" and (w.rank != 2 or _transposed(callee, anchor.inputs[0])) or anchor.op in CONV_GRADS:
         return [], 0
     # values with memory of their own: params, constants and views of them before the anchor
     in_memory = {id(p) for p in callee.params} | set(const_of) | \
@@ -136,6 +139,17 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         chain = m.outputs[0]
         i += 1
     return post, i
+
+
+def transposed_operands(callee: Function, anchor: Node) -> tuple[int, int]:
+    """(1 if the anchor reads its left operand transposed, the same for its right): a prologue
+    ``permute`` swapping the last two axes, which the library call reads in place."""
+    return int(_transposed(callee, anchor.inputs[0])), int(_transposed(callee, anchor.inputs[1]))
+
+
+def _transposed(callee: Function, v: Value) -> bool:
+    p = v.producer if v is not None else None
+    return p is not None and swaps_last_two(p) and any(m is p for m in callee.nodes)
 
 
 def _other(m: Node, chain: Value) -> Value | None:
@@ -224,4 +238,4 @@ def _fresh(used: set) -> str:
     return f"fused_{k}"
 
 
-__all__ = ["offload", "activation_name", "ACTIVATIONS", "ANCHORS", "POST_OPS", "VIEW_OPS"]
+__all__ = ["offload", "activation_name", "transposed_operands", "ACTIVATIONS", "ANCHORS", "POST_OPS", "VIEW_OPS"]

@@ -14,8 +14,10 @@ _log = _logging.get("plugin")
 
 OPTIONS = {
     "threads": "OpenMP threads of the native code (default: BRAZE_THREADS, else the runtime's)",
-    "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 kernel timers",
-    "dump": "a directory for every stage's text (graph IR, loop IR, C) and the fusion report (BRAZE_DUMP)",
+    "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 each region's "
+             "slowest kernels at exit",
+    "dump": "a directory for every stage's text (graph IR, loop IR, C) and the fusion report (BRAZE_DUMP), "
+            "one directory per region (forward0_fused_0, ...)",
     "cache_dir": "where compiled libraries are cached (BRAZE_CACHE_DIR)",
     "precision": "'fp32', 'bf16' or 'fp16': the dtype a float32 model's GEMMs, batched matmuls and convolutions "
                  "compute in (BRAZE_PRECISION; docs/precision.md)",

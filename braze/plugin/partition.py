@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 
 from .. import log as _logging
 from ..errors import BrazeError
@@ -180,12 +181,16 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
     fused = fuse_by_partitions(g, [p.nodes for p in parts], prefix="fused_") if parts else g
     shape_env = _shape_env(gm)
     regions = []
+    number = next(_counter)
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("fused_"):
             continue
         sub = getattr(fused, node.target)
+        # each region's dump in a directory of its own: a training step compiles two graphs or more
+        ropts = opts.replace(dump_dir=os.path.join(opts.dump_dir, f"{label}{number}_{node.target}")) \
+            if opts.dump_dir else opts
         try:
-            region = compile_region(str(node.target), sub, node, frozen, shape_env, opts, speculative)
+            region = compile_region(str(node.target), sub, node, frozen, shape_env, ropts, speculative)
         except Refused:  # the partition runs again without that node
             raise
         except Exception as e:  # noqa: BLE001 -- the region as a whole: torch runs it
@@ -205,7 +210,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
             report.warn_torch_op(n, reasons[n.name])
     fused.graph.eliminate_dead_code()
     fused.recompile()
-    title = f"{label} graph {next(_counter)}"
+    title = f"{label} graph {number}"
     if opts.debug >= 1:
         _log.info("%s", report.describe_partition(f"braze plugin {title}", regions, torch_nodes))
         times = report.GraphTimes(title, regions)

@@ -104,6 +104,7 @@ class GraphTimes:
     def __init__(self, title: str, regions: list):
         self.title = title
         self.regions = {r.name: 0.0 for r in regions}
+        self._objects = list(regions)  # their libraries' kernel timers, compiled in at BRAZE_DEBUG >= 3
         self.total = 0.0
         self.calls = 0
         with _lock:
@@ -141,6 +142,20 @@ class GraphTimes:
         return (f"{self.title}: {self.calls} calls, {self.total * 1e3:.2f} ms; braze " + (", ".join(parts) or "-")
                 + f"; torch and glue {100 * max(0.0, self.total - inside) / total:.0f}%")
 
+    def kernel_reports(self) -> str:
+        """Each compiled region's slowest kernels, where its library has timers (BRAZE_DEBUG >= 3)."""
+        from ..errors import BrazeError
+        parts = []
+        for r in self._objects:
+            model = getattr(r, "model", None)
+            if model is None:
+                continue
+            try:
+                parts.append(f"{self.title}, {r.name}:\n{model.profile_report()}")
+            except BrazeError:  # compiled without timers
+                continue
+        return "\n".join(parts)
+
 
 def time_report() -> str:
     """Each timed graph's time shares so far (graphs compiled with debug >= 1)."""
@@ -152,3 +167,7 @@ def _report_times() -> None:
     text = time_report()
     if text:
         _log.info("plug-in time shares:\n%s", text)
+    with _lock:
+        kernels = "\n".join(filter(None, (g.kernel_reports() for g in _graphs)))
+    if kernels:
+        _log.info("plug-in kernel times (BRAZE_DEBUG >= 3):\n%s", kernels)

@@ -108,3 +108,39 @@ def test_post_ops_that_do_not_match_the_callee_are_a_bug_report():
         emit(post_ops='post_ops=["bias"]')
     with pytest.raises(BrazeError, match="lacks the nodes"):
         emit(post_ops='post_ops=["bias", "gelu_tanh", "residual", "tanh"]')
+
+
+def test_a_transposed_operand_is_read_in_place():
+    # the prologue permute is a flag of the call, not a copy: A's memory is [K, M] (a weight
+    # gradient), B's [N, K] (a live weight read as linear's)
+    m = ir.parse("""module {
+  symbols {
+    n in [1, 64]
+  }
+  memory {
+    @main arena 0
+  }
+  func @main(%dy: f32[n, 3], %x: f32[n, 2], %y: f32[5, 2]) -> (f32[3, 2], f32[n, 5]) {
+    %1 = fused(%dy, %x) {arena=[-1], callee="g0", kind="gemm", post_ops=[]} : f32[3, 2]
+    %4 = fused(%x, %y) {arena=[-1], callee="g1", kind="gemm", post_ops=["tanh"]} : f32[n, 5]
+    return %1, %4
+  }
+  func @g0(%dy: f32[n, 3], %x: f32[n, 2]) -> (f32[3, 2]) {
+    %0 = permute(%dy) {perm=[1, 0]} : f32[3, n]
+    %1 = matmul(%0, %x) : f32[3, 2]
+    return %1
+  }
+  func @g1(%x: f32[n, 2], %y: f32[5, 2]) -> (f32[n, 5]) {
+    %3 = permute(%y) {perm=[1, 0]} : f32[2, 5]
+    %4 = matmul(%x, %3) : f32[n, 5]
+    %5 = tanh(%4) : f32[n, 5]
+    return %5
+  }
+}
+""")
+    ir.verify(m)
+    body = HostGen(m, {}, detect_isa()).generate().source
+    assert ("braze_batch_matmul(1, 3, 2, sym_n, (const float *)((char *)inputs[0].data), 1, "
+            "(const float *)((char *)inputs[1].data), 0, 1.0f, (float *)out_0, err, errlen)") in body
+    assert ("braze_matmul_w(sym_n, 5, 2, (const float *)((char *)inputs[1].data), "
+            "(const float *)((char *)inputs[2].data), 1, NULL, NULL, 6, (float *)out_1, err, errlen)") in body

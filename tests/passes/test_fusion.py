@@ -186,6 +186,34 @@ def test_cheap_producer_is_duplicated_into_its_consumers(P):
     P.check_equiv(before, after, ENVS)
 
 
+def test_a_matmul_reads_a_transposed_operand_in_place(P):
+    # a weight gradient t(dy) @ x: the transpose joins the gemm (the library reads it
+    # transposed), so no kernel writes it; so does a batched one. A transpose read twice, or
+    # one of other axes, stays a kernel of its own.
+    text = HEAD + """  func @main(%dy: f32[n, 6], %x: f32[n, 4], %a: f32[2, n, 3]) -> (f32[6, 4], f32[n, n], f32[6, 6], f32[2, 3, 3], f32[n, 2, 2]) {
+    %0 = silu(%dy) : f32[n, 6]
+    %1 = permute(%0) {perm=[1, 0]} : f32[6, n]
+    %2 = matmul(%1, %x) : f32[6, 4]
+    %3 = permute(%0) {perm=[1, 0]} : f32[6, n]
+    %4 = matmul(%0, %3) : f32[n, n]
+    %5 = matmul(%3, %0) : f32[6, 6]
+    %6 = permute(%a) {perm=[0, 2, 1]} : f32[2, 3, n]
+    %7 = matmul(%6, %a) : f32[2, 3, 3]
+    %8 = permute(%a) {perm=[1, 0, 2]} : f32[n, 2, 3]
+    %9 = permute(%a) {perm=[1, 2, 0]} : f32[n, 3, 2]
+    %10 = matmul(%8, %9) : f32[n, 2, 2]
+    return %2, %4, %5, %7, %10
+  }
+}
+"""
+    before, after = P.run_pass(fuse, text)
+    ops = [(nd.attrs["kind"], callee_ops(after, nd)) for nd in fused_nodes(after)]
+    assert [o for k, o in ops if k == "gemm"].count(["permute", "matmul"]) == 2  # %2 and %7
+    assert ("pointwise", ["silu", "permute"]) in ops  # %3, read twice: written transposed once
+    assert ops.count(("pointwise", ["permute"])) == 2  # %8, %9
+    P.check_equiv(before, after, ENVS, rtol=1e-5, atol=1e-5)
+
+
 def test_a_transcendental_is_not_recomputed_per_element_of_a_broadcast(P):
     # a RoPE-like table: cos and sin of arange(s) * f over [s, 4], read by two consumers over
     # [b, 3, s, 4]. Fused into them, each would evaluate cos and sin b * 3 times per table

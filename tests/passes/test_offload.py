@@ -88,6 +88,26 @@ def test_a_weight_read_at_run_time_takes_the_post_ops(P):
     P.check_equiv(before, after, ENVS)
 
 
+def test_a_transposed_left_operand_takes_no_post_ops(P):
+    # t(dy) @ x (a weight gradient) has no weight call to hang post-ops on: its epilogue is
+    # generated code; x @ t(y) reads y as an [N, K] weight and keeps its activation
+    text = HEAD + """  func @main(%dy: f32[n, 3], %x: f32[n, 2], %y: f32[5, 2]) -> (f32[3, 2], f32[n, 5]) {
+    %0 = permute(%dy) {perm=[1, 0]} : f32[3, n]
+    %1 = matmul(%0, %x) : f32[3, 2]
+    %2 = tanh(%1) : f32[3, 2]
+    %3 = permute(%y) {perm=[1, 0]} : f32[2, 5]
+    %4 = matmul(%x, %3) : f32[n, 5]
+    %5 = tanh(%4) : f32[n, 5]
+    return %2, %5
+  }
+}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", [], ["permute", "matmul"]), ("pointwise", None, ["tanh"]),
+                             ("gemm", ["tanh"], ["permute", "matmul", "tanh"])]
+    P.check_equiv(before, after, ENVS)
+
+
 def test_relu_stays_generated_code(P):
     # oneDNN's relu maps NaN to 0; eager keeps the NaN (docs/semantics.md)
     text = HEAD + """  func @main(%x: f32[n, 4]) -> (f32[n, 2]) {

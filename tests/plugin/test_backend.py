@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -73,7 +74,18 @@ def test_options_reach_the_compile(tmp_path):
             x = torch.randn(b, 16)
             torch.testing.assert_close(c(x), m(x))
     assert any((tmp_path / "cache").rglob("*.so")), "the library was not cached where options said"
-    assert (tmp_path / "dump" / "model.c").exists()
+    # each region of each graph dumps into a directory of its own (a training step has two graphs)
+    dumps = [p.parent.name for p in (tmp_path / "dump").glob("*/model.c")]
+    assert dumps and all(re.fullmatch(r"inference\d+_fused_\d+", d) for d in dumps), dumps
+
+
+def test_a_training_step_dumps_its_forward_and_backward_apart(tmp_path):
+    m = mlp()
+    c = torch.compile(m, backend="braze", dynamic=True, options={"dump": str(tmp_path / "dump")})
+    for b in (3, 4):
+        c(torch.randn(b, 16)).square().mean().backward()
+    dumps = sorted(re.sub(r"\d+_fused_\d+$", "", p.parent.name) for p in (tmp_path / "dump").glob("*/model.c"))
+    assert dumps == ["backward", "forward"], dumps
 
 
 def test_precision_options_reach_the_compile_and_key_the_reuse(fresh_warnings):
@@ -203,3 +215,16 @@ def test_a_float_attribute_changed_later_is_honoured(fresh_warnings):
         with pytest.warns(braze.errors.BrazeWarning, match="changed value"):
             x = torch.randn(3, 8)
             torch.testing.assert_close(c(x), m(x))
+
+
+def test_debug_3_reports_each_region_s_slowest_kernels(tmp_path):
+    from braze.plugin import report
+    m = mlp()
+    c = torch.compile(m, backend="braze", dynamic=True,
+                      options={"debug": 3, "cache_dir": str(tmp_path / "cache")})
+    with torch.no_grad():
+        for b in (3, 4):
+            c(torch.randn(b, 16))
+    text = report._graphs[-1].kernel_reports()  # what the exit report logs
+    assert re.search(r"inference graph \d+, fused_\d+:", text), text
+    assert re.search(r"@main: gemm @fused_\d+ +\d+\.\d+ +2 ", text), text  # its two calls
