@@ -37,7 +37,11 @@ dims known to be equal fuse whatever their values):
      mean -> sub -> mul -> mean -> add -> rsqrt -> mul is one group).
 3. a cheap pointwise group (<= 16 nodes) with several consumer groups is
    duplicated into each consumer it can join (e.g. an attention mask built
-   from ``arange`` compares); it stays for the others. Then rule 2 again.
+   from ``arange`` compares); it stays for the others. One whose output is a
+   function result is duplicated only into consumers that just re-lay it out
+   (views and permutes: a training forward's saved NCHW activation, permuted
+   back to NHWC for the next convolution, is computed again from the NHWC
+   convolution output, read in its own order). Then rule 2 again.
 
 Neither rule 2 nor rule 3 puts a producer with a transcendental op (``EXPENSIVE``)
 into a consumer that iterates over more elements than the producer makes: the
@@ -64,6 +68,7 @@ from .common import same_shape, top_functions
 
 FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "opaque")
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
+RELAYOUTS = VIEWS + ("permute",)
 NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
 GEMMS = ("linear", "matmul")
 CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
@@ -477,10 +482,17 @@ class _Fuser:
             if not g.alive or g.kind != "pointwise" or len(g.nodes) > MAX_DUP_NODES:
                 continue
             esc = self.escaping(g.nodes)
-            if not esc or any(id(v) in self.results for v in esc):
+            if not esc:
                 continue
             cons = [c for c in self.succs(g)]
-            if len(cons) < 2:
+            if any(id(v) in self.results for v in esc):
+                # a result stays written; a consumer that only re-lays it out (a conv's NHWC copy of
+                # a saved NCHW activation) computes it again at its own index instead, reading the
+                # group's inputs in their layout rather than the result across it
+                cons = [c for c in cons if all(n.op in RELAYOUTS for n in c.nodes)]
+                if not cons:
+                    continue
+            elif len(cons) < 2:
                 continue
             done = []
             for c in cons:

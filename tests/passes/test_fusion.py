@@ -214,6 +214,26 @@ def test_a_matmul_reads_a_transposed_operand_in_place(P):
     P.check_equiv(before, after, ENVS, rtol=1e-5, atol=1e-5)
 
 
+def test_a_result_re_laid_out_is_computed_again_in_the_new_layout(P):
+    # a training forward saves relu(bn(conv)) in NCHW and permutes it back to NHWC for the next
+    # convolution: the permute group computes relu from the NHWC input in its own order instead
+    # of reading the saved result across its layout; the result is still written once
+    text = HEAD + """  func @main(%x: f32[n, 5, 5, 3], %s: f32[1, 3, 1, 1]) -> (f32[n, 3, 5, 5], f32[n, 5, 5, 3]) {
+    %0 = permute(%x) {perm=[0, 3, 1, 2]} : f32[n, 3, 5, 5]
+    %1 = mul(%0, %s) : f32[n, 3, 5, 5]
+    %2 = relu(%1) : f32[n, 3, 5, 5]
+    %3 = permute(%2) {perm=[0, 2, 3, 1]} : f32[n, 5, 5, 3]
+    return %2, %3
+  }
+}
+"""
+    before, after = P.run_pass(fuse, text)
+    assert [callee_ops(after, nd) for nd in fused_nodes(after)] == [
+        ["permute", "mul", "relu"], ["permute", "mul", "relu", "permute"]]
+    assert "duplicated %2" in str(fuse(P.parse(text))[1])
+    P.check_equiv(before, after, ENVS)
+
+
 def test_a_transcendental_is_not_recomputed_per_element_of_a_broadcast(P):
     # a RoPE-like table: cos and sin of arange(s) * f over [s, 4], read by two consumers over
     # [b, 3, s, 4]. Fused into them, each would evaluate cos and sin b * 3 times per table
