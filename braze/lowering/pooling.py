@@ -22,11 +22,22 @@ def _tap(oh, ow, stride, padding, dilation, vs):
             iadd(imul(ow, stride[1]), iadd(S.mul(-1, padding[1]), imul(vs[1], dilation[1]))))
 
 
-def _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout="nchw"):
-    """(element, in-bounds condition) at window offset ``vs``; spatial dims by ``layout``."""
+def _inside(padding, ceil_mode) -> bool:
+    """Every window lies inside the input: no padding, and floor mode's output size (the last
+    window ends at (OH - 1) * stride + (kernel - 1) * dilation <= H - 1)."""
+    return not any(padding) and not ceil_mode
+
+
+def _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout="nchw", inside=False):
+    """(element, in-bounds condition) at window offset ``vs``; spatial dims by ``layout``. With
+    ``inside`` (``_inside``) the condition is true and the position needs no clamp."""
     ax = (1, 2) if layout == "nhwc" else (x.rank - 2, x.rank - 1)
     H, W = x.shape[ax[0]], x.shape[ax[1]]
     h, w = _tap(idx[ax[0]], idx[ax[1]], stride, padding, dilation, vs)
+    if inside:
+        src = list(idx)
+        src[ax[0]], src[ax[1]] = h, w
+        return x(tuple(src)), Const(True, BOOL)
     conds = []
     for i, d in ((h, H), (w, W)):
         ie = IndexValue(i) if not isinstance(i, Binary) else i
@@ -48,7 +59,7 @@ def _lower_max_pool(ctx, x, *, kernel, stride, padding, dilation, ceil_mode, lay
 
     def fn(idx):
         def body(vs):
-            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout)
+            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout, _inside(padding, ceil_mode))
             return select(c, e, Const(lowest, dt))
         return ctx.memo(tuple(idx), lambda: ctx.reduce("max", body, kernel, dt))
     return fn
@@ -62,7 +73,7 @@ def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include
 
     def fn(idx):
         def total(vs):
-            e, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs)
+            e, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=_inside(padding, ceil_mode))
             return select(c, e, Const(0.0, dt))
 
         def count(vs):
@@ -73,7 +84,7 @@ def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include
                 lim_h, lim_w = S.add(H, padding[0] + padding[2]), S.add(W, padding[1] + padding[3])
                 c = Binary("and", Compare("lt", _ie(h), _ie(lim_h)), Compare("lt", _ie(w), _ie(lim_w)), BOOL)
             else:
-                _, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs)
+                _, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=_inside(padding, ceil_mode))
             return select(c, Const(1.0, dt), Const(0.0, dt))
 
         def build():
@@ -142,7 +153,7 @@ def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_m
     none, never = Const(-1, I64), Const(np.iinfo(np.int64).max, I64)
 
     def at(idx, vs):
-        e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs)
+        e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, inside=_inside(padding, ceil_mode))
         return e, c, _plane_position(*_tap(idx[-2], idx[-1], stride, padding, dilation, vs), W)
 
     def isnan(e):

@@ -36,6 +36,7 @@ from .widen import HALF
 F32 = DType.float32
 BOOL = DType.bool
 _VECTOR_REDUCE = ("sum", "max", "min", "prod")
+MIN_LANES = 8  # float32 lanes of the narrowest vector ISA braze emits (AVX2)
 
 
 def vector_ok(e: Expr, v, memo=None) -> bool:
@@ -112,7 +113,11 @@ def _contiguous(e: Expr, v) -> bool:
 def _mark_reduce_vectors(e: Expr) -> Expr:
     def fn(y):
         if isinstance(y, Reduce) and y.loops and not y.vector and y.dtype == F32 and y.op in _VECTOR_REDUCE:
-            r = y.loops[-1][0]
+            r, ext = y.loops[-1]
+            # fewer elements than the narrowest vector (a 2x2 pool's window row): the vector loop
+            # would never run, and its horizontal combine would cost every reduction
+            if isinstance(ext, int) and ext < MIN_LANES:
+                return y
             if vector_ok(y.body, r) and _contiguous(y.body, r):
                 return Reduce(y.op, y.body, y.loops, y.dtype, True)
         return y

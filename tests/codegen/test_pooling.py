@@ -18,6 +18,10 @@ def _cache(tmp_path_factory, monkeypatch):
     ("max_pool2d", dict(kernel=(2, 2), stride=(1, 1), dilation=(2, 2))),
     ("avg_pool2d", dict(kernel=(3, 3), stride=(2, 2), padding=(1, 1, 1, 1))),
     ("avg_pool2d", dict(kernel=(2, 2), stride=(2, 2), padding=(1, 1, 1, 1), count_include_pad=False)),
+    # no padding, floor mode: windows inside the input, read without bounds tests
+    ("max_pool2d", dict(kernel=(3, 3), stride=(2, 2))),
+    ("avg_pool2d", dict(kernel=(3, 2), stride=(2, 3))),
+    ("avg_pool2d", dict(kernel=(2, 2), stride=(2, 2), count_include_pad=False)),
     ("adaptive_avg_pool2d", dict(output_size=(1, 1))),
     ("adaptive_avg_pool2d", dict(output_size=(3, 2))),
 ])

@@ -175,6 +175,9 @@ POOL_CASES = [
     ((1, 1), (2, 2), (0, 0, 0, 0), (1, 1), False),
     ((3, 3), (3, 3), (1, 1, 1, 1), (1, 1), True),  # windows that tile both dims, padded, ceil mode
     ((2, 3), (2, 2), (0, 1, 0, 1), (1, 1), False),  # windows that tile the rows only
+    # no padding, floor mode: every window inside the input (no bounds tests, no clamps)
+    ((3, 3), (2, 2), (0, 0, 0, 0), (2, 2), False),
+    ((3, 2), (1, 3), (0, 0, 0, 0), (1, 1), False),
 ]
 
 
