@@ -221,27 +221,7 @@ def test_profile_counts_every_call_of_every_kernel_even_from_many_threads():
     ((8,), (8, 5), "bias_relu"),                 # vector @ matrix
 ])
 def test_matmul_of_activations_with_vectors_and_epilogues(xs, ws, epilogue):
-    rng = np.random.default_rng(len(xs) * 7 + len(ws))
-    b = Builder()
-    syms = {"b": b.sym("b", 1, 8), "m": b.sym("m", 1, 32)}
-    dims = lambda t: [syms.get(d, d) if isinstance(d, str) else d for d in t]
-    x = b.param("x", tensor("f32", *dims(xs)))
-    w = b.param("w", tensor("f32", *dims(ws)))
-    y = b.op("matmul", [x, w])
-    if epilogue == "bias_relu":
-        y = b.relu(b.add(y, b.constant(rng.standard_normal(y.type.shape[-1:]).astype(np.float32), "bias")))
-    elif epilogue == "gelu":
-        y = b.gelu(y)
-    b.ret(y)
-    mod = b.module
-    m = braze.compile(mod)
-    for env in ({"b": 1, "m": 1}, {"b": 3, "m": 7}, {"b": 8, "m": 32}):
-        conc = lambda t: tuple(env.get(d, d) if isinstance(d, str) else d for d in t)
-        xv = rng.standard_normal(conc(xs)).astype(np.float32)
-        wv = rng.standard_normal(conc(ws)).astype(np.float32)
-        got, want = m(xv, wv), braze.reference.run(mod, xv, wv)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _check_matmul(xs, ws, epilogue, seed=len(xs) * 7 + len(ws))
 
 
 @pytest.mark.parametrize("xs,ws,ta,tb,epilogue", [
@@ -254,7 +234,15 @@ def test_matmul_of_activations_with_vectors_and_epilogues(xs, ws, epilogue):
 ])
 def test_matmul_reads_a_transposed_operand_in_place(xs, ws, ta, tb, epilogue):
     # the transpose joins the library call as a flag (passes/fusion.py): no copy, same result
-    rng = np.random.default_rng(len(xs) * 11 + ta + 2 * tb)
+    m = _check_matmul(xs, ws, epilogue, seed=len(xs) * 11 + ta + 2 * tb, ta=ta, tb=tb)
+    # no kernel writes the transpose: at most the epilogue's
+    assert m.library.path.with_name("source.c").read_text().count("/* pointwise @") <= (epilogue is not None)
+
+
+def _check_matmul(xs, ws, epilogue, seed, ta=False, tb=False):
+    """matmul(x, w) (each read transposed where asked) with an epilogue, native against the
+    reference at three sizes of its symbolic dims (1 included); the compiled model."""
+    rng = np.random.default_rng(seed)
     b = Builder()
     syms = {"b": b.sym("b", 1, 8), "m": b.sym("m", 1, 40)}
     dims = lambda t: [syms.get(d, d) if isinstance(d, str) else d for d in t]
@@ -276,8 +264,7 @@ def test_matmul_reads_a_transposed_operand_in_place(xs, ws, ta, tb, epilogue):
         got, want = m(xv, wv), braze.reference.run(mod, xv, wv)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    # no kernel writes the transpose: at most the epilogue's
-    assert m.library.path.with_name("source.c").read_text().count("/* pointwise @") <= (epilogue is not None)
+    return m
 
 
 def test_attention_scores_with_a_position_bias_compile():
