@@ -130,24 +130,71 @@ def _convnet_bn():
 TASKS = {"gpt2+lm": _gpt2_lm, "bert+cls": _bert_cls, "convnet_bn": _convnet_bn}
 
 
+def _step(fn, opt, loss_of, x) -> float:
+    opt.zero_grad(set_to_none=True)
+    loss = loss_of(fn(*x[0], **x[1]))
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def _compiled(module, backend: str):
+    import torch
+    return module if backend == "eager" else torch.compile(module, backend=backend, dynamic=True)
+
+
+def alone(name: str, backend: str, shapes: list[dict], threads: int) -> dict:
+    """One backend alone in a fresh process, after the main run (so the disk caches are warm): its
+    first step's seconds (a warm compile: dynamo's and AOTAutograd's tracing, then the caches),
+    every shape stepped twice, and the process's peak resident memory (the eager process's is
+    the baseline: Python, torch and the model)."""
+    import torch
+    torch.set_num_threads(threads)
+    module, inputs, loss_of, _ = training_model(name)
+    opt = torch.optim.SGD(module.parameters(), lr=0.0)
+    fn = _compiled(module, backend)
+    t = time.perf_counter()
+    _step(fn, opt, loss_of, inputs(shapes[0]))
+    first = time.perf_counter() - t
+    for dims in shapes:
+        for _ in range(2):
+            _step(fn, opt, loss_of, inputs(dims))
+    return {"first_step_warm_s": first, "peak_rss_mb": _peak_rss_mb()}
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory: VmHWM, this address space's own (getrusage's
+    ru_maxrss keeps the forking parent's across exec, so a spawned child would report it)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _alone_in_processes(name: str, shapes: list[dict]) -> dict:
+    import multiprocessing
+
+    import torch
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing compiled, caches on disk
+    out = {}
+    for b in BACKENDS:
+        with ctx.Pool(1) as pool:
+            out[b] = pool.apply(alone, (name, b, shapes, torch.get_num_threads()))
+    return out
+
+
 def measure(name: str, shapes: list[dict], min_time: float) -> dict:
     import torch
 
+    import braze
     module, inputs, loss_of, comparable = training_model(name)
     opt = torch.optim.SGD(module.parameters(), lr=0.0)
-    fns = {"eager": module, "braze": torch.compile(module, backend="braze", dynamic=True),
-           "inductor": torch.compile(module, backend="inductor", dynamic=True)}
-
-    def step(fn, x):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_of(fn(*x[0], **x[1]))
-        loss.backward()
-        opt.step()
-        return loss.item()
+    fns = {b: _compiled(module, b) for b in BACKENDS}
 
     def timed(fn, x):
         t = time.perf_counter()
-        loss = step(fn, x)
+        loss = _step(fn, opt, loss_of, x)
         return time.perf_counter() - t, loss
 
     first = {}
@@ -157,6 +204,7 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
             t, _ = timed(fn, x)
             first.setdefault(b, t)
             timed(fn, x)
+    compiles, graphs = braze.stats()["native_compiles"], _dynamo_graphs()
     rows = []
     for dims in shapes:
         x = inputs(dims)
@@ -174,7 +222,15 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
                         abs(losses[b] - losses["eager"]) / max(abs(losses["eager"]), 1e-30)
                         for b in ("braze", "inductor")}})
         print(f"  {name} {shape_str(dims)}: " + ", ".join(f"{b} {med[b]:.2f} ms" for b in BACKENDS), flush=True)
-    return {"model": name, "shapes": rows, "first_step_s": first}
+    recompiles = {"braze_native_compiles": braze.stats()["native_compiles"] - compiles,
+                  "dynamo_graphs": _dynamo_graphs() - graphs}
+    return {"model": name, "shapes": rows, "first_step_s": first, "after_warm_up": recompiles,
+            "alone": _alone_in_processes(name, shapes)}
+
+
+def _dynamo_graphs() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
 
 
 def to_markdown(doc: dict) -> str:
@@ -189,8 +245,24 @@ def to_markdown(doc: dict) -> str:
                    "-" if s["loss_rel_error_braze"] is None else f"{s['loss_rel_error_braze']:.1e}"])
     firsts = [f"{r['model']}: " + ", ".join(f"{b} {r['first_step_s'][b]:.1f} s" for b in BACKENDS)
               for r in doc["results"]]
-    return (text + "\nFirst step (compiles included; this process's caches cold, the disk caches as "
-            "BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR held them): " + "; ".join(firsts) + ".\n")
+    text += ("\nFirst step (compiles included; this process's caches cold, the disk caches as "
+             "BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR held them): " + "; ".join(firsts) + ".\n")
+    runs = [r for r in doc["results"] if "alone" in r]  # runs before 2026-11-28 did not measure these
+    if runs:
+        text += ("\nAfter every shape was stepped once, the timed rounds compiled: "
+                 + "; ".join(f"{r['model']}: {r['after_warm_up']['braze_native_compiles']} braze libraries, "
+                             f"{r['after_warm_up']['dynamo_graphs']} dynamo graphs" for r in runs)
+                 + ".\n\nEach backend alone in a fresh process after the run (the disk caches warm): the first "
+                 "step (a warm compile) and the process's peak resident memory after stepping every shape "
+                 "twice (eager's: Python, torch and the model).\n\n"
+                 "| model | eager peak MB | braze first step s | braze peak MB | inductor first step s | "
+                 "inductor peak MB |\n|---|---|---|---|---|---|\n")
+        for r in runs:
+            a = r["alone"]
+            text += (f"| {r['model']} | {a['eager']['peak_rss_mb']:.0f} | {a['braze']['first_step_warm_s']:.1f} | "
+                     f"{a['braze']['peak_rss_mb']:.0f} | {a['inductor']['first_step_warm_s']:.1f} | "
+                     f"{a['inductor']['peak_rss_mb']:.0f} |\n")
+    return text
 
 
 def main(argv=None) -> int:

@@ -158,3 +158,15 @@ def test_bf16_rows_run_and_are_compared_among_themselves(tmp_path):
     headers, body = run.table_rows(doc)
     assert "braze-bf16/eager-bf16" in headers and "braze/eager-bf16" not in headers
     assert all(c.endswith("x") for c in body[0][headers.index("braze-bf16/eager-bf16"):][:1])
+
+
+def test_training_reports_steps_recompiles_memory_and_warm_compiles(tmp_path):
+    """Eager, braze and inductor training steps in turn; after the warm-up no compile; each
+    backend alone in a fresh process: a warm first step and its peak memory."""
+    row = _per_model("training", "training", tmp_path)
+    assert row["braze_ms"] > 0 and row["loss_rel_error_braze"] < 1e-4
+    (result,) = json.loads((tmp_path / "training.json").read_text())["results"]
+    assert result["after_warm_up"] == {"braze_native_compiles": 0, "dynamo_graphs": 0}
+    for b in ("eager", "braze", "inductor"):
+        assert result["alone"][b]["peak_rss_mb"] > 100 and result["alone"][b]["first_step_warm_s"] > 0
+    assert "| mlp | " in (tmp_path / "training.md").read_text().split("peak MB")[-1]
