@@ -413,7 +413,7 @@ class _EntryWriter:
                            transposed_operands(callee, anchor))
 
     def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst, types: str,
-                      trans: tuple[int, int] = (0, 0)) -> None:
+                      trans: tuple[int, int]) -> None:
         self.gen.uses_library = True
         e = "err, errlen"
         bias = f"(const float *){bias}" if bias else "NULL"

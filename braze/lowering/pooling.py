@@ -54,12 +54,13 @@ def _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout="nchw", i
 def _lower_max_pool(ctx, x, *, kernel, stride, padding, dilation, ceil_mode, layout="nchw"):
     stride = stride or kernel
     dt = x.dtype
+    inside = _inside(padding, ceil_mode)
     # a window always holds an element of the input: its padding never wins
     lowest = float("-inf") if dt.is_float else int(np.iinfo(dt.numpy).min) if dt.is_int else 0
 
     def fn(idx):
         def body(vs):
-            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout, _inside(padding, ceil_mode))
+            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout, inside)
             return select(c, e, Const(lowest, dt))
         return ctx.memo(tuple(idx), lambda: ctx.reduce("max", body, kernel, dt))
     return fn
@@ -70,10 +71,11 @@ def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include
     stride = stride or kernel
     dt = x.dtype
     H, W = x.shape[-2], x.shape[-1]
+    inside = _inside(padding, ceil_mode)
 
     def fn(idx):
         def total(vs):
-            e, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=_inside(padding, ceil_mode))
+            e, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=inside)
             return select(c, e, Const(0.0, dt))
 
         def count(vs):
@@ -84,7 +86,7 @@ def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include
                 lim_h, lim_w = S.add(H, padding[0] + padding[2]), S.add(W, padding[1] + padding[3])
                 c = Binary("and", Compare("lt", _ie(h), _ie(lim_h)), Compare("lt", _ie(w), _ie(lim_w)), BOOL)
             else:
-                _, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=_inside(padding, ceil_mode))
+                _, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=inside)
             return select(c, Const(1.0, dt), Const(0.0, dt))
 
         def build():
@@ -151,9 +153,10 @@ def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_m
     dt = x.dtype
     W = x.shape[-1]
     none, never = Const(-1, I64), Const(np.iinfo(np.int64).max, I64)
+    inside = _inside(padding, ceil_mode)
 
     def at(idx, vs):
-        e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, inside=_inside(padding, ceil_mode))
+        e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, inside=inside)
         return e, c, _plane_position(*_tap(idx[-2], idx[-1], stride, padding, dilation, vs), W)
 
     def isnan(e):

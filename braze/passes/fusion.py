@@ -111,6 +111,12 @@ def swaps_last_two(n: Node) -> bool:
     return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
 
 
+def _prologue(anchor: Node, n: Node) -> bool:
+    """``n`` may come before the gemm ``anchor`` in its group: a view (a free reinterpretation),
+    or a matmul operand's transpose (the library reads it transposed)."""
+    return n.op in VIEWS or (anchor.op == "matmul" and swaps_last_two(n))
+
+
 def _is_elementwise(n: Node) -> bool:
     return n.op == "batch_norm" or get_op(n.op).kind == "elementwise"
 
@@ -293,10 +299,8 @@ class _Fuser:
         for n in nodes:
             if id(n) in down_ids:
                 continue
-            # a prologue may only be a view that feeds the gemm directly (a free reinterpretation),
-            # or a matmul operand's transpose (the library reads it transposed)
-            prologue = n.op in VIEWS or (a.op == "matmul" and swaps_last_two(n))
-            if kind != "gemm" or not prologue or \
+            # a prologue feeds the gemm directly
+            if kind != "gemm" or not _prologue(a, n) or \
                     any(u is not a for u in self.cons.get(id(n.outputs[0]), ())):
                 return None
         for n in down:
@@ -394,8 +398,7 @@ class _Fuser:
                 a = g.nodes[0]
                 for v in a.inputs:
                     u = v.producer if v is not None else None
-                    if u is None or id(v) in self.results or \
-                            not (u.op in VIEWS or (a.op == "matmul" and swaps_last_two(u))):
+                    if u is None or id(v) in self.results or not _prologue(a, u):
                         continue
                     h = self.group_of.get(id(u))
                     if h is None or h is g or len(h.nodes) != 1 or \

@@ -6,7 +6,7 @@ that the arguments agree."""
 from __future__ import annotations
 
 
-def pinned_symbols(places, arg_index, shape_env, read: set) -> dict:
+def pinned_symbols(places, shape_env, read: set) -> dict:
     """Integer arguments of the user's function that dynamo made symbols (GPT-2's ``logits_to_keep``)
     and no tensor input's shape gives (``read``: the symbols those shapes give): sympy symbol -> the
     value it has at this call. braze reads sizes only from shapes, so the library is built for that

@@ -174,7 +174,7 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
             inputs[p.name] = GraphInput("constant", str(outer.target), _fetch_attr(call_node.graph, outer.target))
         elif isinstance(p.meta.get("val"), torch.Tensor):
             arg_index.append(i)
-    pinned = pins.pinned_symbols(places, arg_index, shape_env, _shape_symbols(places, arg_index)[0])
+    pinned = pins.pinned_symbols(places, shape_env, _shape_symbols(places, arg_index)[0])
     pin_ok = pins.pin_check(places, arg_index, pinned) if pinned else None
     if pin_ok is None:
         pinned = {}

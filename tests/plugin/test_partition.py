@@ -220,7 +220,7 @@ def test_a_pinned_integer_is_checked_on_every_call():
     tensors = [i for i, p in enumerate(places) if isinstance(p.meta["example_value"], torch.Tensor)]
     for p in places:
         p.meta["val"] = p.meta["example_value"]
-    pinned = pinned_symbols(places, tensors, shape_env, _shape_symbols(places, tensors)[0])
+    pinned = pinned_symbols(places, shape_env, _shape_symbols(places, tensors)[0])
     assert [int(v) for v in pinned.values()] == [0], pinned  # k; never the sizes of h
     agrees = pin_check(places, tensors, pinned)
     assert len(places) == 4, places  # h's two sizes, h, k
