@@ -145,9 +145,10 @@ def _compiled(module, backend: str):
 
 def alone(name: str, backend: str, shapes: list[dict], threads: int) -> dict:
     """One backend alone in a fresh process, after the main run (so the disk caches are warm): its
-    first step's seconds (a warm compile: dynamo's and AOTAutograd's tracing, then the caches),
-    every shape stepped twice, and the process's peak resident memory (the eager process's is
-    the baseline: Python, torch and the model)."""
+    first step's seconds (a warm compile: dynamo's and AOTAutograd's tracing, then the caches);
+    the process's peak resident memory once every shape was stepped once (compiles included),
+    and the peak over two more steps at every shape (the training steps alone). The eager
+    process's peaks are the baseline: Python, torch, the model and its step."""
     import torch
     torch.set_num_threads(threads)
     module, inputs, loss_of, _ = training_model(name)
@@ -156,10 +157,14 @@ def alone(name: str, backend: str, shapes: list[dict], threads: int) -> dict:
     t = time.perf_counter()
     _step(fn, opt, loss_of, inputs(shapes[0]))
     first = time.perf_counter() - t
+    for dims in shapes[1:]:
+        _step(fn, opt, loss_of, inputs(dims))
+    with_compiles = _peak_rss_mb()
+    _reset_peak_rss()
     for dims in shapes:
         for _ in range(2):
             _step(fn, opt, loss_of, inputs(dims))
-    return {"first_step_warm_s": first, "peak_rss_mb": _peak_rss_mb()}
+    return {"first_step_warm_s": first, "peak_rss_mb": with_compiles, "step_peak_rss_mb": _peak_rss_mb()}
 
 
 def _peak_rss_mb() -> float:
@@ -170,6 +175,12 @@ def _peak_rss_mb() -> float:
             return int(line.split()[1]) / 1024
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_peak_rss() -> None:
+    """VmHWM from now on: Linux resets it to the resident size when 5 is written to clear_refs."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def _alone_in_processes(name: str, shapes: list[dict]) -> dict:
@@ -253,15 +264,16 @@ def to_markdown(doc: dict) -> str:
                  + "; ".join(f"{r['model']}: {r['after_warm_up']['braze_native_compiles']} braze libraries, "
                              f"{r['after_warm_up']['dynamo_graphs']} dynamo graphs" for r in runs)
                  + ".\n\nEach backend alone in a fresh process after the run (the disk caches warm): the first "
-                 "step (a warm compile) and the process's peak resident memory after stepping every shape "
-                 "twice (eager's: Python, torch and the model).\n\n"
-                 "| model | eager peak MB | braze first step s | braze peak MB | inductor first step s | "
-                 "inductor peak MB |\n|---|---|---|---|---|---|\n")
+                 "step (a warm compile); the process's peak resident memory once every shape was stepped once "
+                 "(compiles included), and over two more steps at every shape (steps alone). Eager's is the "
+                 "baseline: Python, torch, the model and its step.\n\n"
+                 "| model | first step s braze | inductor | peak MB with compiles eager | braze | inductor | "
+                 "step peak MB eager | braze | inductor |\n|---|---|---|---|---|---|---|---|---|\n")
         for r in runs:
             a = r["alone"]
-            text += (f"| {r['model']} | {a['eager']['peak_rss_mb']:.0f} | {a['braze']['first_step_warm_s']:.1f} | "
-                     f"{a['braze']['peak_rss_mb']:.0f} | {a['inductor']['first_step_warm_s']:.1f} | "
-                     f"{a['inductor']['peak_rss_mb']:.0f} |\n")
+            steps = [f"{a[b]['step_peak_rss_mb']:.0f}" if "step_peak_rss_mb" in a[b] else "-" for b in BACKENDS]
+            text += (f"| {r['model']} | {a['braze']['first_step_warm_s']:.1f} | {a['inductor']['first_step_warm_s']:.1f} | "
+                     + " | ".join(f"{a[b]['peak_rss_mb']:.0f}" for b in BACKENDS) + " | " + " | ".join(steps) + " |\n")
     return text
 
 

@@ -95,7 +95,7 @@ class CompiledModel:
         self._inputs, self._outputs = signature(module)  # the module is final: names never change
         self._fns = {e.function.name: instance.function(
             e.symbol, [TensorSpec(p.type.dtype, p.type.rank, p.name) for p in e.function.params],
-            [r.type for r in e.function.results]) for e in native.entries}
+            [r.type for r in e.function.results], reuse_outputs=options.reuse_outputs) for e in native.entries}
         self._main = self._fns[module.main.name]
         self._n_inputs = len(module.main.params)
 

@@ -52,6 +52,10 @@ class Options:
     precision: str = "fp32"
     # op names or module paths whose GEMMs / convolutions stay float32 under a 16-bit policy
     precision_keep: tuple[str, ...] = ()
+    # a large output the caller has dropped is handed to the next call again (no page faults on
+    # fresh memory), so that memory stays held between calls; the plug-in turns it off in
+    # training, where a graph's dropped outputs would stay held through the other graph
+    reuse_outputs: bool = True
 
     def __post_init__(self):
         from .errors import BrazeError

@@ -167,6 +167,7 @@ class NativeCalls:
 
     def __init__(self):
         self.count = 0
+        self.reusing = 0  # calls of functions that keep dropped outputs for later calls (BlockPool)
         self._saved = None
 
     def __enter__(self):
@@ -176,6 +177,7 @@ class NativeCalls:
 
         def counted(fn, *args):
             counter.count += 1
+            counter.reusing += fn._pool is not None
             return call(fn, *args)
         NativeFunction.__call__ = counted
         return self

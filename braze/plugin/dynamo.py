@@ -124,6 +124,9 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     scalars = {i for i, n in enumerate(places) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)}
 
     speculative = [False]  # the forward's, for its backward
+    # a training step's graphs hand their large outputs to torch and drop them in the other graph
+    # (activations in the backward, gradients at zero_grad): a pool would hold them through it
+    train_opts = opts.replace(reuse_outputs=False)
 
     def lower(g, weights: bool, label: str):
         try:
@@ -133,7 +136,8 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
                 speculative[0] = maybe_specialised(g) or retraced_frame()
                 if rng == "braze":
                     braze_dropout(g)
-                return compile_graph(g, frozen, opts, speculative=speculative[0], checks=checks, label=label)
+                return compile_graph(g, frozen, opts if label == "inference" else train_opts,
+                                     speculative=speculative[0], checks=checks, label=label)
         except Exception as e:  # noqa: BLE001 -- the user's program must not fail for braze's sake
             if dynamo_control(e):
                 raise
@@ -152,7 +156,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
         if not compile_backward:
             return make_boxed_func(g.forward)
         try:
-            entry = compile_graph(g, {}, opts, speculative=speculative[0], label="backward")
+            entry = compile_graph(g, {}, train_opts, speculative=speculative[0], label="backward")
         except Exception as e:  # noqa: BLE001 -- as the forward: PyTorch runs what braze cannot
             if dynamo_control(e):
                 raise

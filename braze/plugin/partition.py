@@ -29,6 +29,8 @@ MAX_REFUSALS = 64
 VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.permute", "aten.t",
             "aten.transpose", "aten.unsqueeze", "aten.squeeze", "aten.slice", "aten.select", "aten.alias",
             "aten.as_strided", "aten.detach", "aten.lift_fresh_copy", "aten.clone"}
+# views that never copy in torch; on the graph's inputs they are free where torch makes them
+FREE_VIEWS = VIEW_OPS - {"aten.clone", "aten.lift_fresh_copy"}
 
 
 def _braze_dtypes():
@@ -91,7 +93,8 @@ def stages(g, reasons: dict) -> list[list]:
     Size arithmetic on a tensor braze computes (``sym_size`` of an intermediate) joins the
     region when only braze's nodes of that region read it (the importer evaluates it from the
     shapes: a region returns tensors, not numbers); read by PyTorch or by a later region, it
-    runs in PyTorch, after the region."""
+    runs in PyTorch, after the region. A view of the graph's inputs goes to its reader's group
+    (``_place_input_views``)."""
     nodes = list(g.graph.nodes)
     computed = set()  # nodes whose value comes from compute, not only from the inputs' sizes
     for n in nodes:
@@ -115,10 +118,54 @@ def stages(g, reasons: dict) -> list[list]:
             depth[n] = d
             if n.op == "call_function" and (reasons.get(n.name) is None or n in inside):
                 groups.setdefault(d, []).append(n)
-        later = {n for n in inside if any(depth[u] != depth[n] for u in n.users)}
+        group_of = _place_input_views(groups, reasons)
+        later = {n for n in inside if any(group_of.get(u) != group_of[n] for u in n.users)}
         if not later:
-            return [groups[d] for d in sorted(groups)]
+            placed: dict[int, list] = {}
+            for n in nodes:
+                if n in group_of:
+                    placed.setdefault(group_of[n], []).append(n)
+            return [placed[d] for d in sorted(placed)]
         outside |= later
+
+
+def _is_input_view(n, reasons: dict) -> bool:
+    """Whether ``n`` is a view (``FREE_VIEWS``) of the graph's inputs, through views only: torch
+    makes it without touching the data, and a region that wrote it would copy it (GPT-2's
+    ``t(wte)``, 154 MB, written by one region for the next region's LM head)."""
+    if n.op != "call_function" or reasons.get(n.name) is not None or _packet(n.target) not in FREE_VIEWS:
+        return False
+    tensors = [a for a in n.all_input_nodes if reasons.get(a.name) != SIZE or a.op != "call_function"]
+    return all(a.op == "placeholder" or _is_input_view(a, reasons) for a in tensors)
+
+
+def split_input_views(g, reasons: dict) -> None:
+    """Gives every reader of a view of the graph's inputs a view of its own (``_is_input_view``),
+    so that each can be made where it is read (``_place_input_views``)."""
+    for n in reversed(list(g.graph.nodes)):
+        if len(n.users) > 1 and _is_input_view(n, reasons):
+            for u in list(n.users)[1:]:
+                with g.graph.inserting_after(n):
+                    twin = g.graph.node_copy(n)
+                reasons[twin.name] = None
+                u.replace_input_with(n, twin)
+
+
+def _place_input_views(groups: dict, reasons: dict) -> dict:
+    """Each grouped node's group, with each view of the graph's inputs moved to its reader's group,
+    or to none (PyTorch's) when its reader is not braze's (the graph's output, a PyTorch op): a
+    view braze computed would be a copy of its input, written by one region for another or for
+    the output."""
+    group_of = {n: d for d, nodes in groups.items() for n in nodes}
+    for d in sorted(groups, reverse=True):
+        for n in reversed(groups[d]):
+            if _is_input_view(n, reasons) and len(n.users) == 1:
+                user = next(iter(n.users))
+                if user in group_of:
+                    group_of[n] = group_of[user]
+                else:
+                    del group_of[n]
+    return group_of
 
 
 def compile_graph(gm, frozen: dict, opts, speculative: bool = False, checks: tuple = ((), ()),
@@ -175,6 +222,8 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
     g = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # attributes shared, graph private
     calls = [n for n in g.graph.nodes if n.op == "call_function"]
     reasons = {n.name: support(n, refused) for n in calls}
+    split_input_views(g, reasons)
+    calls = [n for n in g.graph.nodes if n.op == "call_function"]
     parts = [Partition(nodes=p) for p in stages(g, reasons)
              if any(_packet(n.target) not in VIEW_OPS for n in p if n.target is not operator.getitem)]
     torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE, SEED) and n.target is not operator.getitem]

@@ -186,8 +186,8 @@ class NativeModel:
         destroy = lib._symbol("braze_destroy", DESTROY_FN)
         weakref.finalize(self, destroy, self.handle).atexit = False
 
-    def function(self, symbol: str, param_specs, result_specs) -> "NativeFunction":
-        return NativeFunction(self, symbol, param_specs, result_specs)
+    def function(self, symbol: str, param_specs, result_specs, reuse_outputs: bool = True) -> "NativeFunction":
+        return NativeFunction(self, symbol, param_specs, result_specs, reuse_outputs=reuse_outputs)
 
 
 class _Call:
@@ -222,10 +222,12 @@ class NativeFunction:
     the input count and check what the entry allocates.
     """
 
-    def __init__(self, owner, symbol: str, param_specs, result_specs, instance: int | None = None):
+    def __init__(self, owner, symbol: str, param_specs, result_specs, instance: int | None = None,
+                 reuse_outputs: bool = True):
         """``owner``: a NativeModel (its instance is passed to every call) or a NativeLibrary
         whose entries get ``instance`` (an instance made elsewhere, e.g. by an artifact's
-        loader, kept alive by the caller; default NULL: a library without model state)."""
+        loader, kept alive by the caller; default NULL: a library without model state).
+        ``reuse_outputs``: large outputs the caller dropped serve later calls (``BlockPool``)."""
         if isinstance(owner, NativeModel):
             self.model, lib = owner, owner.lib
         else:
@@ -241,7 +243,7 @@ class NativeFunction:
         self._res_codes = [None if s.dtype is None else T.DTYPE_CODE[s.dtype] for s in self.results]
         self._res_ranks = [s.rank for s in self.results]
         # the previous call's outputs may still be alive while this call fills its own
-        self._pool = T.BlockPool(keep=2 * self._n_out + 2)
+        self._pool = T.BlockPool(keep=2 * self._n_out + 2) if reuse_outputs else None
 
     def __repr__(self):
         return f"NativeFunction({self.symbol!r}, {len(self.params)} inputs, {len(self.results)} outputs)"

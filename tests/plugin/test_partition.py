@@ -260,3 +260,30 @@ def test_a_size_equality_torch_guards_is_a_fact_braze_checks(fresh_warnings):
     texts = [str(w.message) for w in _braze_warnings(record)]
     # the backward's view back to [b, s, 5] needs b and s apart, which no tensor it reads carries
     assert all("aten.view" in t for t in texts), texts
+
+
+def test_a_view_of_an_input_is_made_where_it_is_read(caplog):
+    """``w.t()`` read by a later region (after an op torch runs) is made in that region, and
+    returned by torch as a view of ``w``: a region that computed it would write a copy of the
+    weight (GPT-2's tied LM head: 154 MB a step)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from braze.options import Options
+    from braze.plugin.partition import compile_graph
+
+    def f(x, w):
+        s = torch.sort(torch.sin(x), dim=-1)[0]  # torch's: the mm after it is a second region
+        return torch.mm(s, w.t()) + 1, w.t(), torch.cos(x)
+
+    x, w = torch.randn(5, 8), torch.randn(6, 8)
+    gm = make_fx(f, tracing_mode="fake")(x, w)
+    with caplog.at_level(logging.INFO, logger="braze.plugin"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        call = compile_graph(gm, {}, Options(debug=1))
+        got = call([x, w])
+    for g, want in zip(got, f(x, w)):
+        torch.testing.assert_close(g, want)
+    assert got[1].data_ptr() == w.data_ptr() and got[1].stride() == (1, 8)
+    regions = [line for line in caplog.text.splitlines() if "braze fused_" in line]
+    assert any("t.default" in line and "mm.default" in line for line in regions), regions
+    assert not any("t.default" in line and "sin.default" in line for line in regions), regions

@@ -150,6 +150,21 @@ def test_large_outputs_reuse_a_dropped_block_and_never_a_live_one(add1, kind):
     assert len({ptr(z), ptr(z2), first}) == 3 and (z == z2).all()
 
 
+def test_without_output_reuse_a_dropped_block_is_freed():
+    """``reuse_outputs=False`` (the plug-in's training graphs): nothing holds a large output once
+    the caller drops it, so its memory goes back (a pool would hold a step's activations
+    through the backward, and its gradients through the next forward)."""
+    import weakref
+    fn = NativeFunction(load_library(ADD1_SRC, name="add1"), "braze_add1", F32, F32, reuse_outputs=False)
+    x = np.arange(512 * 1024, dtype=np.float32).reshape(512, 1024)  # 2 MiB
+    y = fn(x)
+    assert (y == x + 1).all()
+    gone = weakref.ref(y.base if y.base is not None else y)
+    del y
+    gc.collect()
+    assert gone() is None
+
+
 def test_block_pool_holds_at_most_keep_blocks():
     from braze.runtime.tensors import BlockPool
     pool = BlockPool(keep=2)
