@@ -6,6 +6,7 @@ import numpy as np
 
 from ...errors import UnsupportedOpError
 from ...ir import sym as S
+from ...ir.graph import Value
 from ...ir.types import DType
 from ...ops.attention import attention_backward, attention_logsumexp, attention_scores, default_scale
 from .convert import axis, cast, conv, need_static, op, out_dtype, scalar
@@ -319,13 +320,21 @@ def _convolution(cx, n, x, w, b, stride, padding, dilation, transposed, output_p
 def _convolution_backward(cx, n, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
                           groups, output_mask):
     """A 2-d convolution's gradients: input and weight by oneDNN's backward convolutions, the
-    bias's as grad's sum over the batch and the image."""
+    bias's as grad's sum over the batch and the image. A 1-d one's are the 2-d one's over an
+    image of height 1, as its forward (``_conv1d_impl``)."""
     if transposed:
         raise UnsupportedOpError("a transposed convolution's backward is not supported", where=str(cx.loc),
                                  hint=ISSUES_HINT)
+    if x.rank == 3:
+        one = lambda v: (v[0] if isinstance(v, (list, tuple)) else v)  # noqa: E731
+        flat = [op(cx, "unsqueeze", [t], axes=(2,)) for t in (grad, x, w)]
+        pad = padding if isinstance(padding, str) else (0, one(padding))
+        grads = _convolution_backward(cx, n, *flat, bias_sizes, (1, one(stride)), pad,
+                                      (1, one(dilation)), transposed, output_padding, groups, output_mask)
+        return tuple(op(cx, "squeeze", [g], axes=(2,)) if isinstance(g, Value) and g.rank == 4 else g for g in grads)
     if x.rank != 4:
-        raise UnsupportedOpError(f"the backward of a {x.rank - 2}-d convolution is not supported (only 2-d)",
-                                 where=str(cx.loc), hint=ISSUES_HINT)
+        raise UnsupportedOpError(f"the backward of a {x.rank - 2}-d convolution is not supported (only 1-d and "
+                                 "2-d)", where=str(cx.loc), hint=ISSUES_HINT)
     if not x.dtype == w.dtype == grad.dtype == DType.float32:
         raise UnsupportedOpError(f"a convolution's backward on {x.dtype.name} is not supported (float32 only)",
                                  where=str(cx.loc), hint=ISSUES_HINT)
