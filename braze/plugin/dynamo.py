@@ -110,6 +110,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    from .embedding import fold_embedding_grads
     from .partition import compile_graph, in_torch
     from .rng import braze_dropout
 
@@ -156,6 +157,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
         if not compile_backward:
             return make_boxed_func(g.forward)
         try:
+            fold_embedding_grads(g)
             entry = compile_graph(g, {}, train_opts, speculative=speculative[0], label="backward")
         except Exception as e:  # noqa: BLE001 -- as the forward: PyTorch runs what braze cannot
             if dynamo_control(e):

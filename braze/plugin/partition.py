@@ -24,6 +24,7 @@ _log = _logging.get("plugin")
 
 SIZE = "size"  # a node that computes sizes, not tensors
 SEED = "seed"  # the graph's random seed (``rng``): drawn by PyTorch before any region runs, no warning
+TORCH_META = "braze_torch"  # FX node meta: why PyTorch runs a node the plug-in put there
 MAX_REFUSALS = 64
 # a region of nothing but these is not worth a library: torch does them without copying
 VIEW_OPS = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.permute", "aten.t",
@@ -63,6 +64,8 @@ def support(node, refused: dict) -> str | None:
         return refused[node.name]
     if node.meta.get(SEED_META):
         return SEED
+    if node.meta.get(TORCH_META):
+        return node.meta[TORCH_META]
     if node.target is operator.getitem:
         src = node.args[0]
         return support(src, refused) if getattr(src, "op", None) == "call_function" else SIZE

@@ -135,9 +135,23 @@ class Embed(nn.Module):
         return F.cross_entropy(self.fc(self.ln(self.emb(ids)).mean(1)), y)
 
 
+class TiedLM(nn.Module):
+    """An LM head that shares the embedding's weight (GPT-2's): the weight gets the head's gradient
+    and the embedding's, which the backward adds."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.ln = nn.Embedding(50, 16, padding_idx=0), nn.LayerNorm(16)
+
+    def forward(self, ids, y):
+        logits = self.ln(self.emb(ids)) @ self.emb.weight.t()
+        return F.cross_entropy(logits.reshape(-1, 50), ids.reshape(-1))
+
+
 def _batch(model, b, seed):
     g = torch.Generator().manual_seed(seed)
-    if isinstance(model, Embed):
+    if isinstance(model, (Embed, TiedLM)):
         return torch.randint(0, 50, (b, 3 + b), generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, Attention):
         return torch.randn(b, 2 + b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
@@ -291,6 +305,16 @@ def test_an_embedding_gradient_is_torch_s_whole_op(fresh_warnings):
     batches = (3, 5, 2, 4)
     _, run, texts = _train_both(Embed(), batches)
     assert len(texts) == 1 and "embedding_dense_backward" in texts[0], texts
+    assert run[1] >= len(batches) and run[2] >= len(batches)
+
+
+def test_a_tied_embedding_s_gradient_is_added_in_place(fresh_warnings):
+    """A weight that is both the embedding and the LM head: torch adds the embedding's gradient rows
+    into the head's gradient in place (no table-sized zeros, no third table), one warning; the
+    weights follow eager's, a padding index included."""
+    batches = (3, 5, 2, 4)
+    _, run, texts = _train_both(TiedLM(), batches)
+    assert len(texts) == 1 and "embedding_dense_backward_add" in texts[0], texts
     assert run[1] >= len(batches) and run[2] >= len(batches)
 
 
