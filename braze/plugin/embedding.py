@@ -10,7 +10,7 @@ which nothing else reads, needs none of it (``embedding_dense_backward_add``).
 
 from __future__ import annotations
 
-from .partition import TORCH_META, VIEW_OPS, _packet
+from .partition import FREE_VIEWS, TORCH_META, _packet
 
 REASON = ("braze has no scatter-add; torch adds the embedding's gradient rows into the weight's other "
           "gradient in place")
@@ -33,7 +33,7 @@ def _owned(n) -> bool:
     while True:
         if n.op != "call_function" or len(n.users) != 1 or not hasattr(n.target, "_schema"):
             return False
-        if _packet(n.target) not in VIEW_OPS - {"aten.clone"}:
+        if _packet(n.target) not in FREE_VIEWS:
             return not n.target._schema.is_mutable and not any(r.alias_info for r in n.target._schema.returns)
         n = n.args[0]
 
