@@ -170,11 +170,8 @@ def alone(name: str, backend: str, shapes: list[dict], threads: int) -> dict:
 def _peak_rss_mb() -> float:
     """This process's peak resident memory: VmHWM, this address space's own (getrusage's
     ru_maxrss keeps the forking parent's across exec, so a spawned child would report it)."""
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 def _reset_peak_rss() -> None:
@@ -260,7 +257,7 @@ def to_markdown(doc: dict) -> str:
              "BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR held them): " + "; ".join(firsts) + ".\n")
     runs = [r for r in doc["results"] if "alone" in r]  # runs before 2026-11-28 did not measure these
     if runs:
-        text += ("\nAfter every shape was stepped once, the timed rounds compiled: "
+        text += ("\nAfter every shape was stepped twice, the timed rounds compiled: "
                  + "; ".join(f"{r['model']}: {r['after_warm_up']['braze_native_compiles']} braze libraries, "
                              f"{r['after_warm_up']['dynamo_graphs']} dynamo graphs" for r in runs)
                  + ".\n\nEach backend alone in a fresh process after the run (the disk caches warm): the first "
