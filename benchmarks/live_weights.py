@@ -10,7 +10,7 @@ warmed up at every shape (so both hold every library and oneDNN primitive), then
 two called in turn (interleaved, so machine noise hits both) until ``--min-time`` seconds and >= 8
 rounds; medians, and each output against eager.
 
-Where the time goes (docs/plugin.md): a GEMM reads the plain weight at every call (oneDNN's
+Where the time goes (README, "Inside PyTorch"; docs/gemm.md): a GEMM reads the plain weight at every call (oneDNN's
 plain-layout matmul, braze's own kernel at small M: docs/gemm.md); a convolution keeps its re-laid-out copy and
 checks a fingerprint of the weight's bytes at every call; and every weight is one more argument
 of the native call.

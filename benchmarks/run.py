@@ -575,14 +575,20 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
         results.append(measure(name, SHAPES[a.shapes][name.partition("+")[0]], a.min_time))  # bert+dropout: bert's
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "braze": braze.__version__,
             "torch": torch.__version__, "machine": _machine(a.threads)}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     result = {"meta": meta, "results": results}
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    md = to_markdown(result)
-    (out / f"{stem}.md").write_text(md)
+    md = write_results(a.out, stem, result, to_markdown)
     print(md)
     return 0
+
+
+def write_results(out: str | Path, stem: str, doc: dict, to_markdown) -> str:
+    """``doc`` as ``out/stem.json`` and its markdown as ``out/stem.md``; returns the markdown."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    md = to_markdown(doc)
+    (out / f"{stem}.md").write_text(md)
+    return md
 
 
 def per_model_markdown(doc: dict, how: str, headers: list[str], cells) -> str:

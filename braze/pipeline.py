@@ -28,7 +28,7 @@ from .instruments import Instrument, LogReports, PassTimer, PrintAfter, RuleCoun
 from .ir.graph import Module
 from .options import Options
 from .passes import (assign_memory, canonicalize, channels_last, constant_fold, copy_module, cse, dce, decompose,
-                     fuse, precision, recognize_patterns)
+                     fuse, hoist_casts, precision, recognize_patterns)
 from .passes.offload import offload
 from .passes.common import top_functions
 
@@ -40,10 +40,12 @@ _log = _logging.get("pipeline")
 # batch norms are folded into convs (its permute pairs cancel in the next canonicalize);
 # decompose after the clean-up (sdpa's pieces then get canonicalized and CSE'd: one mask
 # per model, not one per layer); precision after decompose (attention's products are matmuls
-# by then), its casts of constant weights folded right after; fuse, then offload the library
+# by then), its casts of constant weights folded right after, then its casts to 16 bits moved
+# above relus and pools (hoist_casts: on CSE's one cast per value) so products store 16 bits; fuse, then offload the library
 # calls' post-ops, drop what that made dead, and plan the arena.
 GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose,
-                            precision, canonicalize, constant_fold, cse, dce, fuse, offload, dce, assign_memory]
+                            precision, canonicalize, constant_fold, cse, hoist_casts, dce, fuse, offload, dce,
+                            assign_memory]
 CPU_PASSES = GRAPH_PASSES  # the name the graph-pass list had before kernel stages joined it
 
 

@@ -140,6 +140,37 @@ def test_torch_ops_counts_what_torch_still_runs(tmp_path):
         assert row[part]["eager_ops"] >= 3 and row[part]["braze_torch_ops"] == 0, row
 
 
+def test_interleaved_times_backends_in_turn_and_reports_ratios(tmp_path):
+    """Two backends, each in its own server process, called in turn: per-round ratios to the first,
+    and each within tolerance of eager."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.interleaved", "--models", "mlp", "--backends", "braze,eager",
+                        "--shapes", "tiny", "--rounds", "3", "--round-time", "0", "--threads", "1",
+                        "--out", str(tmp_path), "--stem", "t"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "t.json").read_text())
+    (row,) = doc["results"][0]["shapes"]
+    assert row["rounds"] == 3 and set(row["backends"]) == {"braze", "eager"}
+    assert row["backends"]["braze"]["over_first"] == 1.0 and row["backends"]["eager"]["over_first"] > 0
+    assert all(b["rel_err"] < 1e-4 for b in row["backends"].values())
+    assert "eager / braze" in (tmp_path / "t.md").read_text()
+
+
+def test_interleaved_names_an_unknown_backend():
+    p = subprocess.run([sys.executable, "-m", "benchmarks.interleaved", "--backends", "braze,nope"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "nope" in p.stderr and "openvino" in p.stderr
+
+
+def test_small_m_compares_the_kernel_with_onednn(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.small_m", "--dtypes", "f32,bf16", "--ms", "3",
+                        "--rounds", "1", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "small_m.json").read_text())
+    assert [r["m"] for r in doc["results"]["f32"]] == [3]  # bf16 too where the CPU runs it
+    assert all(r["kernel_ms"] > 0 and r["onednn_ms"] > 0 for rows in doc["results"].values() for r in rows)
+
+
 def test_bf16_rows_run_and_are_compared_among_themselves(tmp_path):
     """--precision bf16 adds the 16-bit rows; each runs (bf16 where the CPU has it, else braze
     warns and compiles float32); braze-bf16 is compared with braze and the 16-bit peers."""

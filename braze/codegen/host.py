@@ -397,7 +397,9 @@ class _EntryWriter:
             else:
                 op = todo.pop(0)
                 other = next((v for v in m.inputs if v is not chain), None)
-                if op in ACTIVATION_CODES:
+                if op == "cast":
+                    pass  # the destination's dtype (n's output) is the cast's: the call rounds as it stores
+                elif op in ACTIVATION_CODES:
                     act = ACTIVATION_CODES[op]
                 elif op == "bias":
                     bias = cptr[id(other)]
@@ -468,8 +470,8 @@ class _EntryWriter:
             return
         # matmul of two activations: equal batch dims, or a 2-D right operand; a vector
         # operand is a [1, K] or [K, 1] matrix (the same memory; torch drops that dim)
-        if bias != "NULL" or act or res != "NULL":
-            raise BrazeError("a matmul of two activations takes no fused epilogue", where=str(a.loc) if a.loc else None,
+        if bias != "NULL" or act or res != "NULL":  # its one post-op is a cast: types names the result's dtype
+            raise BrazeError("a matmul of two activations takes no fused epilogue but a cast", where=str(a.loc) if a.loc else None,
                              hint="this is a braze bug; please report it")
         xs = x.shape if x.rank >= 2 else (1, K)
         ws = w.shape if w.rank >= 2 else (K, 1)
@@ -484,7 +486,6 @@ class _EntryWriter:
             xb, wb = _broadcast_batch(self.module.constraints, tuple(xs[:-2]) or (1,), (), a)
         else:
             xb, wb = _broadcast_batch(self.module.constraints, xs[:-2], ws[:-2], a)
-        types = _types(x.dtype, a.outputs[0].dtype)
         if types:  # 16-bit operands or result (float32 models keep the calls below)
             self.emit(f"if (braze_batch_matmul_typed({types}, {len(xb)}, {arr(xb)}, {arr(wb)}, {int_expr(M)}, "
                       f"{int_expr(N)}, {int_expr(K)}, " + args)

@@ -8,7 +8,9 @@ bias add straight on the anchor's result, one activation and a residual add (vie
 between the anchor and the activation or residual only rename the result). It
 names them on the ``fused`` node, ``post_ops=["bias", "gelu_tanh", "residual"]``,
 in the order of the callee's nodes, and moves the rest of the epilogue into a new
-``pointwise`` group that reads the library's result. The host generator then only
+``pointwise`` group that reads the library's result. A last ``cast`` of the float32
+result to the operands' 16-bit dtype, with no residual, is the post-op ``cast``: the
+call stores that dtype, rounding once. The host generator then only
 translates: it decides nothing.
 
 ``offload(module)`` mutates the module and returns it. A group the library cannot
@@ -31,7 +33,8 @@ VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 # tall as the kernel) map NaN to 0 in it too (fuzz seed 986). oneDNN's gelu and silu give NaN
 # at +-inf, as eager does (docs/semantics.md).
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh")
-POST_OPS = ("bias", "residual") + ACTIVATIONS
+POST_OPS = ("bias", "residual", "cast") + ACTIVATIONS
+HALF = (DType.bfloat16, DType.float16)
 
 
 def activation_name(n: Node) -> str | None:
@@ -110,10 +113,14 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
     w = anchor.inputs[1]
     # post-ops are wired for a weight (linear, conv, a 2-D matmul operand: constant or read at
     # run time); a batched product of two activations, or one whose left operand is read
-    # transposed (a weight gradient: no weight call), runs its whole epilogue as a generated
-    # kernel, and oneDNN's backward convolutions take none
-    if anchor.op == "matmul" and (w.rank != 2 or _transposed(callee, anchor.inputs[0])) or anchor.op in CONV_GRADS:
+    # transposed (a weight gradient: no weight call), stores 16 bits at most and runs the rest of
+    # its epilogue as a generated kernel, and oneDNN's backward convolutions take none
+    if anchor.op in CONV_GRADS:
         return [], 0
+    if anchor.op == "matmul" and (w.rank != 2 or _transposed(callee, anchor.inputs[0])):
+        # its one post-op: storing 16 bits (attention's second product, read by a 16-bit projection)
+        single = len(readers.get(id(chain), ())) == 1 and id(chain) not in results
+        return (["cast"], 1) if rest and single and _stores_half(rest[0], chain, anchor) else ([], 0)
     # values with memory of their own: params, constants and views of them before the anchor
     in_memory = {id(p) for p in callee.params} | set(const_of) | \
         {id(m.outputs[0]) for m in callee.nodes[:anchor_i] if m.op in VIEW_OPS}
@@ -134,11 +141,25 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
             has_bias = True
         elif m.op == "add" and "residual" not in post and _is_residual(module, m, chain, in_memory):
             post.append("residual")
+        elif _stores_half(m, chain, anchor) and "residual" not in post:
+            # the helper reads a residual in the destination's dtype, so a cast after one stays
+            # out; nothing follows a cast: post-ops run on the float32 accumulator
+            post.append("cast")
+            chain = m.outputs[0]
+            i += 1
+            break
         else:
             break
         chain = m.outputs[0]
         i += 1
     return post, i
+
+
+def _stores_half(m: Node, chain: Value, anchor: Node) -> bool:
+    """m rounds the float32 chain to the product's 16-bit operand dtype: the call can store that (a
+    product widened to float32 has no 16-bit kernel to store with)."""
+    return m.op == "cast" and m.inputs[0] is chain and chain.dtype is DType.float32 and \
+        m.outputs[0].dtype in HALF and m.outputs[0].dtype is anchor.inputs[0].dtype
 
 
 def transposed_operands(callee: Function, anchor: Node) -> tuple[int, int]:

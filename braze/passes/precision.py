@@ -13,9 +13,10 @@ For every product in ``LOW_PRECISION_OPS`` this pass:
    result float32 (``out_dtype=f32``): the product accumulates in float32 and rounds once. A
    constant weight's cast folds into a 16-bit constant (the next ``constant_fold``): cast
    once, half the bytes. Everything else stays float32 (``KEEP_FP32`` lists what torch.autocast
-   also keeps there), and so do the products ``keep`` names: by op (``matmul``: attention's
-   products) or by the module they come from (``lm_head``, ``encoder.layer.0``, and every
-   module below it);
+   also keeps there), and so do a product whose weight is read at run time (the plug-in's live
+   weights: a cast at every call costs more than the 16-bit product saves) and the products
+   ``keep`` names: by op (``matmul``: attention's products) or by the module they come from
+   (``lm_head``, ``encoder.layer.0``, and every module below it);
 2. widens to float32 a product whose operand dtype the library does not run natively (a
    float16 model without AVX512_FP16): constant weights once, and the result rounds back once
    to the model's dtype;
@@ -24,7 +25,11 @@ For every product in ``LOW_PRECISION_OPS`` this pass:
 
 Bias operands keep their dtype (the library adds a float32 bias to a 16-bit product). The
 pass inserts ``cast`` nodes, which fuse into their producers' kernels (a norm then stores its
-output in bfloat16 directly). ``precision(module)`` mutates the module and returns it.
+output in bfloat16 directly). ``hoist_casts``, a later pass, moves a cast to 16 bits up
+through the ops that commute with rounding to nearest (``COMMUTES_WITH_ROUNDING``: relu,
+max_pool2d, layout changes): ``cast(relu(conv))`` becomes ``relu(cast(conv))``, so the
+convolution stores its result in 16 bits (offload's ``cast`` post-op) and the relu moves half
+the bytes. Both passes mutate the module and return it.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import re
 from ..ir.graph import Module, Node, Value
 from ..ir.types import DType
 from ..ops.common import promote
-from .common import Namer, make_node, replace_all_uses, top_functions
+from .common import Namer, make_node, replace_all_uses, top_functions, users
 
 # products the 16-bit policies run in 16 bits (torch.autocast's CPU lower-precision list holds
 # these: mm, bmm, linear, conv2d, baddbmm, addmm, matmul)
@@ -45,6 +50,10 @@ KEEP_FP32 = ("layer_norm", "rms_norm", "batch_norm", "group_norm", "softmax", "l
              "reduce_sum", "reduce_mean", "cross_entropy", "mse_loss")
 POLICY_DTYPES = {"fp32": DType.float32, "bf16": DType.bfloat16, "fp16": DType.float16}
 PRODUCT_DTYPES = (DType.float32, DType.bfloat16, DType.float16)
+# ops f with f(round(x)) == round(f(x)): rounding to nearest is monotone and keeps 0 and NaN (relu's
+# -0 aside: a negative that rounds to -0 stays -0, as in a 16-bit model), and moves no element
+# into another; a cast to 16 bits moves above them
+COMMUTES_WITH_ROUNDING = ("relu", "max_pool2d", "permute", "reshape")
 
 
 def library_dtypes(host_features) -> tuple[str, ...]:
@@ -92,7 +101,8 @@ def precision(module: Module) -> Module:
                 out.append(n)  # decompose made integer and float64 products sums; nothing to do
                 continue
             dt = promote(x.dtype, w.dtype)
-            if dt is DType.float32 and policy is not DType.float32 and policy in native and not kept(n, keep):
+            if dt is DType.float32 and policy is not DType.float32 and policy in native and not kept(n, keep) \
+                    and not _weight_read_at_run_time(n):
                 dt = policy
             elif dt not in native:
                 dt = DType.float32
@@ -112,6 +122,60 @@ def precision(module: Module) -> Module:
             replace_all_uses(f, y, result)
         f.nodes = out
     return module
+
+
+def _weight_read_at_run_time(n: Node) -> bool:
+    """The product's weight is an input of the function (the plug-in's live weights), maybe through
+    views: a linear's or conv2d's second operand, or a matmul's 2-D right one. Under a 16-bit policy
+    it stays float32: its cast would run at every call, reading the float32 weight and writing the
+    16-bit one before the product reads that, which made BERT-base at batch 1, seq 16 1.4x slower
+    than float32 (a matmul of two activations, attention's, has no weight and is cast)."""
+    w = n.inputs[1]
+    if n.op == "matmul" and w.rank != 2:
+        return False
+    while w.producer is not None and w.producer.op in ("permute", "reshape", "transpose", "expand"):
+        w = w.producer.inputs[0]
+    return w.producer is None
+
+
+def hoist_casts(module: Module) -> Module:
+    """Every cast to 16 bits moved up through the ops that commute with it (see the module doc).
+    A pass of its own, after the clean-up that follows ``precision``: its casts then read the
+    values canonicalize and CSE left (cancelled layout permutes, one cast per value)."""
+    for f in top_functions(module):
+        _hoist_casts(module, f, Namer(f))
+    return module
+
+
+def _hoist_casts(module: Module, f, namer: Namer) -> None:
+    """``cast16(g(x))`` -> ``g(cast16(x))`` for g in COMMUTES_WITH_ROUNDING, while g is x's only reader
+    and every reader of g(x) is such a cast, until the cast meets another op (a product: offload
+    then stores the product in 16 bits)."""
+    results = {id(v) for v in f.results}
+    moved = True
+    while moved:
+        moved = False
+        readers = users(f)
+        for c in f.nodes:
+            dt = c.outputs[0].dtype if c.op == "cast" else None
+            g = c.inputs[0].producer if dt in (DType.bfloat16, DType.float16) else None
+            if g is None or g.op not in COMMUTES_WITH_ROUNDING or c.inputs[0].dtype is not DType.float32:
+                continue
+            x, y = g.inputs[0], g.outputs[0]
+            casts = readers.get(id(y), ())
+            if len(readers.get(id(x), ())) != 1 or id(x) in results or id(y) in results or \
+                    any(r.op != "cast" or r.outputs[0].dtype is not dt for r in casts):
+                continue
+            c2 = make_node(module, "cast", [x], {"dtype": dt}, loc=g.loc, namer=namer, name=f"{x.name}_{dt.short}")
+            g2 = make_node(module, g.op, [c2.outputs[0], *g.inputs[1:]], dict(g.attrs), loc=g.loc, namer=namer,
+                           name=f"{y.name}_{dt.short}")
+            j = f.nodes.index(g)
+            f.nodes[j:j + 1] = [c2, g2]
+            for r in casts:
+                f.nodes.remove(r)
+                replace_all_uses(f, r.outputs[0], g2.outputs[0])
+            moved = True
+            break
 
 
 def _cast(module: Module, namer: Namer, v: Value, dt: DType, n: Node, out: list[Node]) -> Value:

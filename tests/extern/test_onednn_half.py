@@ -13,6 +13,7 @@ import pytest
 from braze.codegen.isa import detect_isa
 from braze.extern import onednn
 from braze.passes.precision import library_dtypes
+from tests.extern.test_onednn import SMALL_M_ACTS, _epilogue
 
 if not onednn.available():
     pytest.skip(f"oneDNN is not installed ({onednn.PIP_INSTALL})", allow_module_level=True)
@@ -243,3 +244,90 @@ def test_a_conv_input_in_another_dtype_than_its_weights_is_an_error(lib):
         assert b"the input is f32 but the weights are bf16" in err.value
     finally:
         lib.braze_free_packed_conv(pc)
+
+
+def _created(lib):
+    created, hits = C.c_int64(), C.c_int64()
+    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+    return created.value
+
+
+@needs_bf16
+@pytest.mark.parametrize("N,K", [(37, 53), (130, 70), (768, 768), (64, 3072)])
+@pytest.mark.parametrize("dst,bias", [(F32, F32), (BF16, BF16), (BF16, F32)])
+def test_bf16_small_m_kernel_against_onednn(lib, N, K, dst, bias):
+    """M up to braze_dnnl_small_m() runs braze_dnnl_smallm.c on the bfloat16 weight oneDNN packed
+    (no primitive is made): every fused activation, before and after the residual, row counts
+    around its 6-row tile, K odd, K not a multiple of 32 and N not of 64. Against float64 on the
+    same rounded operands, and against oneDNN's own kernel (the same VDPBF16PS sums in another
+    order), with a bfloat16 or float32 result and bias."""
+    rng = np.random.default_rng(N * K)
+    W32 = rng.standard_normal((N, K)).astype(np.float32)
+    err = _err()
+    pb = lib.braze_pack_b_typed(_p(W32), F32, BF16, N, K, 1, err, ERRLEN)
+    assert pb, err.value
+    small_m = lib.braze_dnnl_small_m()
+    try:
+        # the layout the kernel reads (BA16a64b2a, K padded to 32): a oneDNN that packs another
+        # would silently send every small M back to its primitives
+        assert lib.braze_packed_b_small_m_rows(pb) == -(-K // 32) * 32
+        Wr = W32.astype(ml_dtypes.bfloat16).astype(np.float64)
+        for M in (1, 2, 5, 6, 7, 13, small_m):
+            A = _rounded(rng, (M, K), BF16)
+            b = rng.standard_normal(N).astype(NP[bias])
+            r = _rounded(rng, (M, N), dst)
+            for act in SMALL_M_ACTS:
+                c0 = _created(lib)
+                out = np.zeros((M, N), NP[dst])
+                rc = lib.braze_matmul(M, N, K, _p(A), pb, _p(b), _p(r), act | types(BF16, dst, bias), _p(out), err,
+                                      ERRLEN)
+                assert rc == 0, err.value
+                assert _created(lib) == c0, "a small M made a primitive: the small-M kernel did not run"
+                y = A.astype(np.float64) @ Wr.T + b.astype(np.float64)
+                want = _epilogue(y, act, r.astype(np.float64))
+                _check(out, want, dst, K)
+                lib.braze_dnnl_set_small_m(0)  # the same call through oneDNN's kernel
+                try:
+                    ref = np.zeros((M, N), NP[dst])
+                    assert lib.braze_matmul(M, N, K, _p(A), pb, _p(b), _p(r), act | types(BF16, dst, bias), _p(ref),
+                                            err, ERRLEN) == 0, err.value
+                finally:
+                    lib.braze_dnnl_set_small_m(small_m)
+                _check(out, ref.astype(np.float64), dst, K)
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+@needs_bf16
+def test_bf16_small_m_kernel_special_values_match_onednn(lib):
+    """NaN and infinities in A reach the columns oneDNN's kernel gives them, fused GELU and SiLU
+    give its values, relu keeps NaN (oneDNN's maps it to 0; braze never hands oneDNN a relu), and an
+    odd K's padding never turns an inf into a NaN."""
+    N, K = 16, 17
+    W = np.ones((N, K), np.float32)
+    A = np.ones((4, K), ml_dtypes.bfloat16)
+    A[0, 0], A[1, K - 1], A[2, 0] = np.nan, np.inf, -np.inf
+    err = _err()
+    pb = lib.braze_pack_b_typed(_p(W), F32, BF16, N, K, 1, err, ERRLEN)
+    assert pb, err.value
+    small_m = lib.braze_dnnl_small_m()
+    try:
+        for act in (0, 1, 2, 4):
+            got, ref = np.zeros((4, N), np.float32), np.zeros((4, N), np.float32)
+            assert lib.braze_matmul(4, N, K, _p(A), pb, None, None, act | types(BF16, F32), _p(got), err,
+                                    ERRLEN) == 0, err.value
+            lib.braze_dnnl_set_small_m(0)
+            try:
+                assert lib.braze_matmul(4, N, K, _p(A), pb, None, None, act | types(BF16, F32), _p(ref), err,
+                                        ERRLEN) == 0, err.value
+            finally:
+                lib.braze_dnnl_set_small_m(small_m)
+            if act == 1:
+                assert np.isnan(got[0]).all() and (ref[0] == 0).all()
+                got[0] = ref[0] = 0
+            # NaN and inf where oneDNN has them; braze's GELU and SiLU differ from its in the last bit
+            np.testing.assert_allclose(got, ref, rtol=1e-6)
+            if act == 0:  # the inf in an odd K's last pair stays inf
+                assert np.isnan(got[0]).all() and np.isposinf(got[1]).all() and np.isneginf(got[2]).all()
+    finally:
+        lib.braze_free_packed_b(pb)

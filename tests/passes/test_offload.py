@@ -123,6 +123,38 @@ def test_relu_stays_generated_code(P):
     P.check_equiv(before, after, ENVS)
 
 
+HALF_HEAD = HEAD.replace("@w : f32[2, 4]", "@w : bf16[2, 4]") + """  precision {
+    policy bf16
+    library f32 bf16
+  }
+"""
+
+
+@pytest.mark.parametrize("res, cast_to, want", [
+    (False, "bf16", ["bias", "gelu", "cast"]),  # the call stores bfloat16: no kernel to round
+    (True, "bf16", ["bias", "gelu", "residual"]),  # the helper reads a residual in the destination's dtype
+    (False, "f16", ["bias", "gelu"]),  # not the operands' dtype: no 16-bit kernel stores it
+])
+def test_a_last_cast_to_the_operands_dtype_is_the_calls_destination(P, res, cast_to, want):
+    text = HALF_HEAD + f"""  func @main(%x: bf16[n, 4], %r: f32[n, 2]) -> ({cast_to}[n, 2]) {{
+    %w = constant() {{name="w"}} : bf16[2, 4]
+    %b = constant() {{name="b"}} : f32[2]
+    %0 = linear(%x, %w) {{out_dtype=#f32}} : f32[n, 2]
+    %1 = add(%0, %b) : f32[n, 2]
+    %2 = gelu(%1) {{approximate="none"}} : f32[n, 2]
+    %3 = {"add(%2, %r)" if res else "reshape(%2) {shape=[n, 2]}"} : f32[n, 2]
+    %4 = cast(%3) {{dtype=#{cast_to}}} : {cast_to}[n, 2]
+    return %4
+  }}
+}}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    lib = next(nd for nd in after.main.nodes if nd.op == "fused")
+    assert lib.attrs["post_ops"] == want
+    assert (lib.outputs[0].dtype.short == cast_to) == (want[-1] == "cast")
+    P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
+
+
 def test_a_group_the_library_cannot_run_is_refused_here_with_its_location(P):
     text = """module {
   symbols {

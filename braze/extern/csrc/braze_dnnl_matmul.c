@@ -19,33 +19,38 @@ int braze_dnnl_small_m(void) { return __atomic_load_n(&g_smallm_max, __ATOMIC_RE
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) { return B ? B->smallm_kp : 0; }
 /* braze_dnnl_smallm.c: whether it takes this call; the product (1 if it ran, else 0) */
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act);
-static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
-                         const float *bias, const float *res, int act, float *C);
+static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
+                         const void *bias, const void *res, int act, void *C);
 /* the same for a plain run-time weight (braze_matmul_w) */
 static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act);
 static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
                            const float *bias, const float *res, int act, float *C);
 
 /* The packed layout the small-M kernel reads: 64-column panels of K (padded) rows, i.e.
- * oneDNN's BA16a64b. Returns the padded K, or 0 for any other layout. */
-static int64_t smallm_layout(const_dnnl_memory_desc_t md, int64_t K) {
+ * oneDNN's BA16a64b for float32; for bfloat16 (AVX512_BF16 builds), BA16a64b2a: panels of K / 2
+ * rows of 64 columns' pairs (k, k + 1), K padded to 32. Returns the padded K, or 0 for any other
+ * layout or dtype. */
+static int64_t smallm_layout(const_dnnl_memory_desc_t md, int64_t K, int dt) {
 #if !defined(__AVX512F__)
-    (void)md, (void)K;
+    (void)md, (void)K, (void)dt;
     return 0; /* the kernel is AVX-512 only */
 #endif
-    int nblks = 0;
+#if !defined(__AVX512BF16__)
+    if (dt == BRAZE_DT_BF16) return 0;
+#endif
+    int nblks = 0, bf = dt == BRAZE_DT_BF16;
     dnnl_format_kind_t kind;
     dnnl_dims_t *blks, *idxs, *strides, *padded;
-    if (dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind) || kind != dnnl_blocked ||
-        dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &nblks) || nblks != 2 ||
-        dnnl_memory_desc_query(md, dnnl_query_inner_blks, &blks) ||
+    if ((dt != BRAZE_DT_F32 && !bf) || dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind) ||
+        kind != dnnl_blocked || dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &nblks) ||
+        nblks != 2 + bf || dnnl_memory_desc_query(md, dnnl_query_inner_blks, &blks) ||
         dnnl_memory_desc_query(md, dnnl_query_inner_idxs, &idxs) ||
         dnnl_memory_desc_query(md, dnnl_query_strides, &strides) ||
         dnnl_memory_desc_query(md, dnnl_query_padded_dims, &padded))
         return 0;
-    int64_t kp = (*padded)[0];
-    if ((*blks)[0] != 16 || (*blks)[1] != 64 || (*idxs)[0] != 0 || (*idxs)[1] != 1 || kp < K ||
-        (*strides)[0] != 16 * 64 || (*strides)[1] != kp * 64)
+    int64_t kp = (*padded)[0], kb = bf ? 32 : 16; /* K rows per block */
+    if ((*blks)[0] != 16 || (*blks)[1] != 64 || (*idxs)[0] != 0 || (*idxs)[1] != 1 || kp < K || kp % kb ||
+        (bf && ((*blks)[2] != 2 || (*idxs)[2] != 0)) || (*strides)[0] != kb * 64 || (*strides)[1] != kp * 64)
         return 0;
     return kp;
 }
@@ -124,7 +129,7 @@ braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, i
         B->data = aligned_alloc64(sz);
         if (!B->data) goto oom;
         if (do_reorder(plain, W, B->md, B->data, ctx, err, errlen)) goto fail;
-        B->smallm_kp = dt == BRAZE_DT_F32 ? smallm_layout(B->md, K) : 0;
+        B->smallm_kp = smallm_layout(B->md, K, dt);
     }
     pthread_mutex_lock(&g_cache_mu);
     B->owner = g_next_owner++;
@@ -370,7 +375,7 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_pac
     }
     int go = matmul_args(M, N, K, A, 1, bias, residual, act, C, ctx, err, errlen);
     if (go) return go == 1;
-    if (smallm_matmul(M, N, K, (const float *)A, B, (const float *)bias, (const float *)residual, act, (float *)C))
+    if (smallm_matmul(M, N, K, A, B, bias, residual, act, C))
         return 0;
     e = matmul_entry(M, B, bias != NULL, res_kind(residual, C), act, ctx, &tmp, &is_tmp, err, errlen);
     if (!e) return 1;

@@ -10,7 +10,11 @@
  *
  * The packed layout is oneDNN's BA16a64b (checked at pack time, smallm_layout): column
  * panel p (64 wide, N padded) holds rows k = 0..Kp-1 of 64 floats, contiguous, so element
- * (k, n) is at (n / 64) * Kp * 64 + k * 64 + n % 64. */
+ * (k, n) is at (n / 64) * Kp * 64 + k * 64 + n % 64.
+ *
+ * A bfloat16 weight (AVX512_BF16 builds) is oneDNN's BA16a64b2a: the same panels, each row the
+ * 64 columns' pairs (k, k + 1), so the tiles below run unchanged on 32-bit "floats" that are
+ * pairs, with VDPBF16PS in place of the FMA (A bfloat16, the result float32 or bfloat16). */
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -52,11 +56,23 @@ BZ_INLINE __m512 smallm_act(int act, __m512 v) {
     }
 }
 
-/* acc[0:MR, 0:64] (+)= A[m0 : m0 + MR, k0 : k1] @ P[k0 : k1, :]. With PF the tile also asks
- * L2 for the 64 floats at pf + k * pf_ld (while k < pf_end): the rows a later chunk or panel
- * reads, so the weight stream runs under the FMAs. */
-BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, const float *pf, int64_t pf_ld,
-                           int64_t pf_end, const float *A, int64_t K, const float *P, int64_t m0, float *acc) {
+#if defined(__AVX512BF16__)
+/* c + a.lo * w.lo + a.hi * w.hi per float32 lane, a and w pairs of bfloat16 (VDPBF16PS: the
+ * instruction oneDNN's bf16 kernels use, so a call gives the same sums at M = 48 and 49) */
+BZ_INLINE __m512 smallm_dp(__m512 c, __m512 a, __m512 w) {
+    return _mm512_dpbf16_ps(c, (__m512bh)a, (__m512bh)w);
+}
+#else
+BZ_INLINE __m512 smallm_dp(__m512 c, __m512 a, __m512 w) { (void)a, (void)w; return c; } /* never called */
+#endif
+
+/* acc[0:MR, 0:64] (+)= A[m0 : m0 + MR, k0 : k1] @ P[k0 : k1, :]. With BF, a "float" is a pair of
+ * bfloat16 (k counts pairs, P's rows hold 64 columns' pairs). With PF the tile also asks L2 for
+ * the 64 floats at pf + k * pf_ld (while k < pf_end): the rows a later chunk or panel reads, so
+ * the weight stream runs under the FMAs. */
+BZ_INLINE void smallm_tile(const int MR, const int PF, const int BF, int64_t k0, int64_t k1, const float *pf,
+                           int64_t pf_ld, int64_t pf_end, const float *A, int64_t K, const float *P, int64_t m0,
+                           float *acc) {
     __m512 c[SMALLM_MR][4];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < 4; j++)
@@ -75,10 +91,17 @@ BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, c
                w3 = _mm512_load_ps(w + 48);
         for (int i = 0; i < MR; i++) {
             __m512 x = _mm512_set1_ps(a[i * K + k]);
-            c[i][0] = _mm512_fmadd_ps(x, w0, c[i][0]);
-            c[i][1] = _mm512_fmadd_ps(x, w1, c[i][1]);
-            c[i][2] = _mm512_fmadd_ps(x, w2, c[i][2]);
-            c[i][3] = _mm512_fmadd_ps(x, w3, c[i][3]);
+            if (BF) { /* x: the pair A[i, 2k..2k+1]; w: 64 columns' pairs; 2 products per lane */
+                c[i][0] = smallm_dp(c[i][0], x, w0);
+                c[i][1] = smallm_dp(c[i][1], x, w1);
+                c[i][2] = smallm_dp(c[i][2], x, w2);
+                c[i][3] = smallm_dp(c[i][3], x, w3);
+            } else {
+                c[i][0] = _mm512_fmadd_ps(x, w0, c[i][0]);
+                c[i][1] = _mm512_fmadd_ps(x, w1, c[i][1]);
+                c[i][2] = _mm512_fmadd_ps(x, w2, c[i][2]);
+                c[i][3] = _mm512_fmadd_ps(x, w3, c[i][3]);
+            }
         }
     }
     for (int i = 0; i < MR; i++)
@@ -88,8 +111,10 @@ BZ_INLINE void smallm_tile(const int MR, const int PF, int64_t k0, int64_t k1, c
 /* Every row tile of mb rows of A (Ab, rows K apart) against weight rows k0 .. k1 of panel P; with
  * pf, the first tile also asks L2 for the rows at pf + k * pf_ld (k < pf_end). */
 static void smallm_row_tiles(int64_t mb, int64_t k0, int64_t k1, const float *pf, int64_t pf_ld, int64_t pf_end,
-                             const float *Ab, int64_t K, const float *P, float *acc) {
-#define SMALLM_TILE(MR, PF) smallm_tile(MR, PF, k0, k1, pf, pf_ld, pf_end, Ab, K, P, m, acc)
+                             const float *Ab, int64_t K, const float *P, float *acc, int bf) {
+#define SMALLM_TILE(MR, PF) \
+    (bf ? smallm_tile(MR, PF, 1, k0, k1, pf, pf_ld, pf_end, Ab, K, P, m, acc) \
+        : smallm_tile(MR, PF, 0, k0, k1, pf, pf_ld, pf_end, Ab, K, P, m, acc))
     int64_t m = 0;
     for (; m + SMALLM_MR <= mb; m += SMALLM_MR) {
         if (m == 0 && pf) SMALLM_TILE(SMALLM_MR, 1);
@@ -107,20 +132,41 @@ static void smallm_row_tiles(int64_t mb, int64_t k0, int64_t k1, const float *pf
 #undef SMALLM_TILE
 }
 
-/* C[m0 : m0 + mb, n0 : n0 + 64] = epilogue(acc) */
-static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const float *acc, const float *bias,
-                         const float *res, int act, float *C) {
+/* 16 lanes of a float32 or bfloat16 (dt) vector at p, masked, as float32 */
+BZ_INLINE __m512 smallm_load(int dt, __mmask16 mk, const void *p) {
+    if (dt == BRAZE_DT_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, p)), 16));
+    return _mm512_maskz_loadu_ps(mk, p);
+}
+
+/* v stored as float32 or bfloat16 (dt); bfloat16 rounds as oneDNN's bf16 kernels do (VCVTNEPS2BF16) */
+BZ_INLINE void smallm_put(int dt, __mmask16 mk, void *p, __m512 v) {
+#if defined(__AVX512BF16__)
+    if (dt == BRAZE_DT_BF16) {
+        _mm256_mask_storeu_epi16(p, mk, (__m256i)_mm512_cvtneps_pbh(v));
+        return;
+    }
+#endif
+    _mm512_mask_storeu_ps((float *)p, mk, v);
+}
+
+/* C[m0 : m0 + mb, n0 : n0 + 64] = epilogue(acc): the bias, C and the residual in the dtypes act's
+ * BRAZE_TYPES names (float32 or bfloat16) */
+static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const float *acc, const void *bias,
+                         const void *res, int act, void *C) {
     int nv = N - n0 < 64 ? (int)(N - n0) : 64, late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
+    int bdt = BIAS_DT(act), cdt = DST_DT(act);
+    size_t bs = dt_size(bdt), cs = dt_size(cdt);
     for (int j = 0; j < 4 && nv > 16 * j; j++) {
         int left = nv - 16 * j;
         __mmask16 mk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-        __m512 b = bias ? _mm512_maskz_loadu_ps(mk, bias + n0 + 16 * j) : _mm512_setzero_ps();
+        __m512 b = bias ? smallm_load(bdt, mk, (const char *)bias + (n0 + 16 * j) * bs) : _mm512_setzero_ps();
         for (int64_t i = 0; i < mb; i++) {
             int64_t off = (m0 + i) * N + n0 + 16 * j;
             __m512 v = _mm512_add_ps(_mm512_load_ps(acc + i * 64 + 16 * j), b);
-            __m512 r = res ? _mm512_maskz_loadu_ps(mk, res + off) : _mm512_setzero_ps();
+            __m512 r = res ? smallm_load(cdt, mk, (const char *)res + off * cs) : _mm512_setzero_ps();
             v = late ? smallm_act(act, _mm512_add_ps(v, r)) : _mm512_add_ps(smallm_act(act, v), r);
-            _mm512_mask_storeu_ps(C + off, mk, v);
+            smallm_put(cdt, mk, (char *)C + off * cs, v);
         }
     }
 }
@@ -131,8 +177,8 @@ static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const fl
  * its own rows ahead; with more blocks, the second prefetches the next panel (`next`, this
  * thread's, or NULL) while the rest work from L2. */
 static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const float *A, const float *P,
-                         const float *next, int64_t n0, const float *bias, const float *res, int act,
-                         float *C, float *acc) {
+                         const float *next, int64_t n0, const void *bias, const void *res, int act,
+                         void *C, float *acc, int bf) {
     for (int64_t mb0 = 0; mb0 < M; mb0 += SMALLM_MB) {
         int64_t mb = M - mb0 < SMALLM_MB ? M - mb0 : SMALLM_MB;
         const float *Ab = A + mb0 * K, *pf = NULL;
@@ -144,19 +190,37 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
             pf = next, pf_end = K;
         }
         for (int64_t k0 = 0; k0 < K; k0 += SMALLM_KC)
-            smallm_row_tiles(mb, k0, k0 + SMALLM_KC < K ? k0 + SMALLM_KC : K, pf, 64, pf_end, Ab, K, P, acc);
+            smallm_row_tiles(mb, k0, k0 + SMALLM_KC < K ? k0 + SMALLM_KC : K, pf, 64, pf_end, Ab, K, P, acc, bf);
         smallm_store(mb0, mb, N, n0, acc, bias, res, act, C);
     }
 }
 
 static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
-    return B->smallm_kp && !(act & BRAZE_TYPES_MASK) && M <= braze_dnnl_small_m() && smallm_act_ok(act);
+    int types_ok = B->dt == BRAZE_DT_F32 ? !(act & BRAZE_TYPES_MASK)
+                                         : B->dt == BRAZE_DT_BF16 && SRC_DT(act) == BRAZE_DT_BF16 &&
+                                               DST_DT(act) != BRAZE_DT_F16 && BIAS_DT(act) != BRAZE_DT_F16;
+    return B->smallm_kp && types_ok && M <= braze_dnnl_small_m() && smallm_act_ok(act);
 }
 
-static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
-                         const float *bias, const float *res, int act, float *C) {
+/* A bfloat16 weight's panels have K / 2 rows (pairs), and A is read two elements at a time */
+static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
+                         const void *bias, const void *res, int act, void *C) {
     if (!smallm_applies(M, B, act)) return 0;
-    int64_t np = (N + 63) / 64, kp = B->smallm_kp;
+    int bf = B->dt == BRAZE_DT_BF16;
+    int64_t np = (N + 63) / 64, kp = bf ? B->smallm_kp / 2 : B->smallm_kp, kw = bf ? (K + 1) / 2 : K;
+    const float *Aw = (const float *)A;
+    if (bf && K % 2) {
+        /* an odd K's last pair is (A[i, K-1], 0): rows of A copied with a zero after them (the
+         * weight's pad row is 0, but A's next element may be inf), into the calling thread's
+         * scratchpad (no primitive runs during this call) */
+        uint16_t *Ap = (uint16_t *)thread_scratch((size_t)(M * 2 * kw) * sizeof(uint16_t));
+        if (!Ap) return 0;
+        for (int64_t i = 0; i < M; i++) {
+            memcpy(Ap + i * 2 * kw, (const uint16_t *)A + i * K, (size_t)K * sizeof(uint16_t));
+            Ap[i * 2 * kw + K] = 0;
+        }
+        Aw = (const float *)Ap;
+    }
     const float *W = (const float *)B->data;
 #pragma omp parallel if (np > 1)
     {
@@ -164,8 +228,8 @@ static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const 
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt; /* contiguous: a panel's next is this thread's */
         for (int64_t p = p0; p < p1; p++)
-            smallm_panel(M, K, kp, N, A, W + p * kp * 64, p + 1 < p1 ? W + (p + 1) * kp * 64 : NULL, p * 64,
-                         bias, res, act, C, acc);
+            smallm_panel(M, kw, kp, N, Aw, W + p * kp * 64, p + 1 < p1 ? W + (p + 1) * kp * 64 : NULL, p * 64,
+                         bias, res, act, C, acc, bf);
     }
     return 1;
 }
@@ -342,7 +406,7 @@ static void smallw_kn_rows(int64_t M, int64_t N, int64_t K, const float *A, cons
         }
         for (int64_t p = 0; p < npt; p++) /* the first tile asks L2 for the panel's next chunk */
             smallm_row_tiles(M, k0, k1, W + SMALLKN_KC * N + c0 + p * 64, N, K - SMALLKN_KC, A, K,
-                             buf + p * SMALLKN_KC * 64 - k0 * 64, acc + p * M * 64);
+                             buf + p * SMALLKN_KC * 64 - k0 * 64, acc + p * M * 64, 0);
     }
     for (int64_t p = 0; p < npt; p++) smallm_store(0, M, N, (p0 + p) * 64, acc + p * M * 64, bias, res, act, C);
 }
@@ -436,8 +500,8 @@ static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
     return 0;
 }
 
-static int smallm_matmul(int64_t M, int64_t N, int64_t K, const float *A, const braze_packed_b *B,
-                         const float *bias, const float *res, int act, float *C) {
+static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
+                         const void *bias, const void *res, int act, void *C) {
     (void)M, (void)N, (void)K, (void)A, (void)B, (void)bias, (void)res, (void)act, (void)C;
     return 0;
 }
