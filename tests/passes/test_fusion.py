@@ -324,11 +324,12 @@ def test_zoo_model_fuses_and_keeps_its_results(zoo_modules, name):
     fused = run_pipeline(mod, debug=1)
     counts = group_counts(fused)
     print(name, counts)
-    assert "opaque" not in counts or name == "resnet50"  # resnet: max_pool2d, adaptive_avg_pool2d
+    assert "opaque" not in counts or name == "resnet50"  # resnet: max_pool2d
     if name == "mlp":
         assert counts == {"gemm": 3}
     if name == "resnet50":
-        assert counts.get("conv") == 53 and counts.get("opaque") == 2
+        # the average pool is a mean over H and W of the NHWC value (channels_last's pool_in_nhwc)
+        assert counts.get("conv") == 53 and counts.get("opaque") == 1 and counts.get("reduction") == 1
     if name in ("bert", "gpt2"):
         assert counts["stitch"] >= 25 + 12  # layer norms + softmaxes
         assert counts["gemm"] >= 72

@@ -31,3 +31,25 @@ def test_permutes_cancel_and_results_hold():
     assert all(n.attrs["layout"] == "nhwc" for n in m.main.nodes if n.op in ("conv2d", "max_pool2d"))
     for x, w in zip(xs, want):
         np.testing.assert_allclose(reference.run(m, x), w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_global_average_pool_reads_nhwc_where_it_is():
+    """ResNet's head: the 1x1 adaptive average pool after the last block becomes a mean over H and W
+    of the NHWC activation, not a transpose of it back to NCHW and then a pool."""
+    b = Builder()
+    n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
+    x = b.param("x", tensor("f32", n, 8, h, w))
+    w1 = b.constant(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32), "w1")
+    y = b.relu(b.op("conv2d", [x, w1], padding=(1, 1, 1, 1)))
+    b.ret(b.op("adaptive_avg_pool2d", [y], output_size=(1, 1)))
+    m = b.module
+    xs = [np.random.default_rng(i).standard_normal(s).astype(np.float32) for i, s in
+          enumerate([(1, 8, 4, 4), (3, 8, 7, 9)])]
+    want = [reference.run(m, x) for x in xs]
+    m = dce(cse(canonicalize(channels_last(m))))
+    ops = [nd.op for nd in m.main.nodes if nd.op != "constant"]
+    assert "adaptive_avg_pool2d" not in ops and "reduce_mean" in ops, ops
+    mean = next(nd for nd in m.main.nodes if nd.op == "reduce_mean")
+    assert mean.inputs[0].rank == 4 and list(mean.attrs["axes"]) == [1, 2]  # H and W of the NHWC value
+    for x, w in zip(xs, want):
+        np.testing.assert_allclose(reference.run(m, x), w, rtol=1e-5, atol=1e-5)
