@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes as C
-import json
+import os
 import statistics
 import sys
 import time
@@ -114,7 +114,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results", help="directory for STEM.json and STEM.md")
     ap.add_argument("--stem", default="small_m", help="the results' file name, less .json / .md")
     a = ap.parse_args(argv)
-    import os
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
 
     import braze
