@@ -31,6 +31,13 @@ def _is_to_nchw(v) -> bool:
     return p is not None and p.op == "permute" and tuple(p.attrs["perm"]) == TO_NCHW
 
 
+def _replace(module: Module, f: Function, namer: Namer, n, m, out: list) -> None:
+    """n's uses read ``permute(m, to_nchw)`` instead: m, computed in NHWC, and the permute back join out."""
+    back = make_node(module, "permute", [m.outputs[0]], {"perm": TO_NCHW}, loc=n.loc, namer=namer, name="nchw")
+    out += [m, back]
+    replace_all_uses(f, n.outputs[0], back.outputs[0])
+
+
 def _convert(module: Module, f: Function, namer: Namer) -> int:
     out, changed = [], 0
     for n in f.nodes:
@@ -40,10 +47,8 @@ def _convert(module: Module, f: Function, namer: Namer) -> int:
             p = make_node(module, "permute", [x], {"perm": TO_NHWC}, loc=n.loc, namer=namer, name="nhwc")
             m = make_node(module, n.op, [p.outputs[0], *n.inputs[1:]], {**n.attrs, "layout": "nhwc"}, loc=n.loc,
                           namer=namer, name=n.op)
-            back = make_node(module, "permute", [m.outputs[0]], {"perm": TO_NCHW}, loc=n.loc, namer=namer,
-                             name="nchw")
-            out += [p, m, back]
-            replace_all_uses(f, n.outputs[0], back.outputs[0])
+            out.append(p)
+            _replace(module, f, namer, n, m, out)
             changed += 1
             _TO_NHWC.hit()
         else:
@@ -53,7 +58,8 @@ def _convert(module: Module, f: Function, namer: Namer) -> int:
 
 
 def _sink(module: Module, f: Function, namer: Namer) -> int:
-    """elementwise(permute(a, to_nchw), ...) -> permute(elementwise(a, ...), to_nchw)."""
+    """elementwise(permute(a, to_nchw), ...) -> permute(elementwise(a, ...), to_nchw), and a global
+    average pool likewise (``_global_pool_of_nchw``)."""
     changed = 0
     out = []
     for n in f.nodes:
@@ -73,39 +79,28 @@ def _sink(module: Module, f: Function, namer: Namer) -> int:
                     out.append(p)
                     ins.append(p.outputs[0])
             m = make_node(module, n.op, ins, n.attrs, loc=n.loc, namer=namer, name=n.op)
-            back = make_node(module, "permute", [m.outputs[0]], {"perm": TO_NCHW}, loc=n.loc, namer=namer,
-                             name="nchw")
-            out += [m, back]
-            replace_all_uses(f, n.outputs[0], back.outputs[0])
+            _replace(module, f, namer, n, m, out)
             changed += 1
             _SINK.hit()
-        else:
-            out.append(n)
-    f.nodes = out
-    return changed
-
-
-def _pool_in_nhwc(module: Module, f: Function, namer: Namer) -> int:
-    """adaptive_avg_pool2d(permute(a, to_nchw)) to 1x1 -> permute(reduce_mean(a over H, W), to_nchw):
-    the mean of each channel read where it is, not after a transpose of the whole activation
-    (ResNet's head: 2048 channels of 7x7, a 2.7 GB/s transposing kernel)."""
-    out, changed = [], 0
-    for n in f.nodes:
-        x = n.inputs[0] if n.inputs else None
-        if n.op == "adaptive_avg_pool2d" and list(n.attrs["output_size"]) == [1, 1] and x is not None \
-                and x.rank == 4 and _is_to_nchw(x) and x.dtype.is_float:
-            m = make_node(module, "reduce_mean", [x.producer.inputs[0]], {"axes": [1, 2], "keepdims": True},
+        elif _global_pool_of_nchw(n):
+            m = make_node(module, "reduce_mean", [n.inputs[0].producer.inputs[0]], {"axes": [1, 2], "keepdims": True},
                           loc=n.loc, namer=namer, name="mean")
-            back = make_node(module, "permute", [m.outputs[0]], {"perm": TO_NCHW}, loc=n.loc, namer=namer,
-                             name="nchw")
-            out += [m, back]
-            replace_all_uses(f, n.outputs[0], back.outputs[0])
+            _replace(module, f, namer, n, m, out)
             changed += 1
             _POOL.hit()
         else:
             out.append(n)
     f.nodes = out
     return changed
+
+
+def _global_pool_of_nchw(n) -> bool:
+    """adaptive_avg_pool2d(permute(a, to_nchw)) to 1x1: the sink rule makes it
+    permute(reduce_mean(a over H, W), to_nchw), the mean of each channel read where it is, not after
+    a transpose of the whole activation (ResNet's head: 2048 channels of 7x7, a 2.7 GB/s kernel)."""
+    x = n.inputs[0] if n.inputs else None
+    return n.op == "adaptive_avg_pool2d" and list(n.attrs["output_size"]) == [1, 1] and x is not None \
+        and x.rank == 4 and _is_to_nchw(x) and x.dtype.is_float
 
 
 def channels_last(module: Module) -> Module:
@@ -116,6 +111,5 @@ def channels_last(module: Module) -> Module:
             continue
         while _sink(module, f, namer):
             pass
-        _pool_in_nhwc(module, f, namer)
     return module
 

@@ -24,6 +24,7 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import result_ids, top_functions, users
 from .fusion import CONV_GRADS, CONVS, GEMMS, swaps_last_two
+from .precision import HALF
 
 ANCHORS = {"gemm": GEMMS, "conv": CONVS}
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
@@ -34,7 +35,6 @@ VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 # at +-inf, as eager does (docs/semantics.md).
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh")
 POST_OPS = ("bias", "residual", "cast") + ACTIVATIONS
-HALF = (DType.bfloat16, DType.float16)
 
 
 def activation_name(n: Node) -> str | None:

@@ -50,6 +50,7 @@ KEEP_FP32 = ("layer_norm", "rms_norm", "batch_norm", "group_norm", "softmax", "l
              "reduce_sum", "reduce_mean", "cross_entropy", "mse_loss")
 POLICY_DTYPES = {"fp32": DType.float32, "bf16": DType.bfloat16, "fp16": DType.float16}
 PRODUCT_DTYPES = (DType.float32, DType.bfloat16, DType.float16)
+HALF = (DType.bfloat16, DType.float16)
 # ops f with f(round(x)) == round(f(x)): rounding to nearest is monotone and keeps 0 and NaN (relu's
 # -0 aside: a negative that rounds to -0 stays -0, as in a 16-bit model), and moves no element
 # into another; a cast to 16 bits moves above them
@@ -133,7 +134,7 @@ def _weight_read_at_run_time(n: Node) -> bool:
     w = n.inputs[1]
     if n.op == "matmul" and w.rank != 2:
         return False
-    while w.producer is not None and w.producer.op in ("permute", "reshape", "transpose", "expand"):
+    while w.producer is not None and w.producer.op in ("permute", "reshape", "expand"):
         w = w.producer.inputs[0]
     return w.producer is None
 
@@ -158,7 +159,7 @@ def _hoist_casts(module: Module, f, namer: Namer) -> None:
         readers = users(f)
         for c in f.nodes:
             dt = c.outputs[0].dtype if c.op == "cast" else None
-            g = c.inputs[0].producer if dt in (DType.bfloat16, DType.float16) else None
+            g = c.inputs[0].producer if dt in HALF else None
             if g is None or g.op not in COMMUTES_WITH_ROUNDING or c.inputs[0].dtype is not DType.float32:
                 continue
             x, y = g.inputs[0], g.outputs[0]

@@ -83,3 +83,41 @@ def test_autocast_regions_compile_whole(fresh_warnings, compiles):
         native, msgs = _calls_and_warnings(c, m, lambda r: torch.randn(r, 64), torch.bfloat16, (1, 7, 33, 2), check)
     assert not msgs, msgs
     assert compiles() > before and native >= 3
+
+
+def test_the_bf16_policy_reads_live_weights_at_every_call(fresh_warnings):
+    """Under options={"precision": "bf16"} the plug-in still reads the weights at each call: a write
+    through .data, through a NumPy view and an optimizer step are all seen, with braze computing."""
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(32, 64), nn.Linear(64, 16)
+
+        def forward(self, x):
+            return self.b(nn.functional.gelu(self.a(x)))
+
+    torch.manual_seed(0)
+    m = MLP().eval()
+    c = torch.compile(m, backend="braze", dynamic=True, options={"precision": "bf16"})
+
+    def check(rows):
+        x = torch.randn(rows, 32)
+        with torch.no_grad():
+            got, want = c(x), m(x)
+        torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
+
+    with warnings.catch_warnings(record=True) as caught, NativeCalls() as native:
+        warnings.simplefilter("always")
+        for rows in (3, 7, 1, 5):
+            check(rows)
+        with torch.no_grad():
+            m.a.weight.data.mul_(-1.5)
+        check(7)
+        m.b.weight.detach().numpy()[:] *= 0.5
+        check(3)
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        m(torch.randn(4, 32)).square().sum().backward()
+        opt.step()
+        check(5)
+    assert not [w for w in caught if issubclass(w.category, BrazeWarning)]
+    assert native.count >= 6
