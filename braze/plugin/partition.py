@@ -242,7 +242,8 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
         ropts = opts.replace(dump_dir=os.path.join(opts.dump_dir, f"{label}{number}_{node.target}")) \
             if opts.dump_dir else opts
         try:
-            region = compile_region(str(node.target), sub, node, frozen, shape_env, ropts, speculative)
+            region = compile_region(str(node.target), sub, node, frozen, shape_env, ropts, speculative,
+                                    backward=label == "backward")
         except Refused:  # the partition runs again without that node
             raise
         except Exception as e:  # noqa: BLE001 -- the region as a whole: torch runs it

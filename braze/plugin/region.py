@@ -32,7 +32,8 @@ class Region:
     compile at all."""
 
     def __init__(self, name: str, sub, ops: list[str], arg_index: list[int], module, weights: dict, opts,
-                 model=None, pin_ok=None, pinned: dict[str, int] | None = None):
+                 match: reuse.Match | None = None, pin_ok=None, pinned: dict[str, int] | None = None,
+                 grad_sums: bool = False):
         self.name = name
         self.sub = sub  # the FX subgraph: PyTorch runs it until braze's library is ready
         self.ops = ops  # the ATen ops it covers, for the debug report
@@ -46,8 +47,9 @@ class Region:
         self._seen = False
         self._call = self._deferred
         self.__name__ = name
-        if model is not None:
-            self._ready(model)
+        self.grad_sums = grad_sums  # a backward's region (reuse.find)
+        if match is not None:
+            self._ready(match)
 
     def __call__(self, *args):
         return self._call(*args)
@@ -56,9 +58,10 @@ class Region:
         """The native call, with braze's inputs only (``arg_index`` picked)."""
         return self._main(*tensors)
 
-    def _ready(self, model):
+    def _ready(self, match: reuse.Match):
+        model = match.model
         self.model, self.module = model, None  # the imported IR lives on in ``reuse``
-        self._main = main = model._main
+        self._main = main = _picked(model._main, match.pick)
         idx, sub = self.arg_index, self.sub
         if len(idx) == 1:
             i0 = idx[0]
@@ -105,11 +108,23 @@ class Region:
         return self.sub(*args)
 
     def _finish(self):
-        self._ready(library_for(self.name, self.module, self.weights, self.opts, compile_now=True))
+        self._ready(library_for(self.name, self.module, self.weights, self.opts, compile_now=True,
+                                grad_sums=self.grad_sums))
 
     def __repr__(self):
         state = "compiled" if self.model is not None else "deferred"
         return f"<braze region {self.name}: {len(self.ops)} ops, {state}>"
+
+
+def _picked(main, pick: tuple[int, ...] | None):
+    """The library's entry, returning the region's results (``reuse.Match.pick``)."""
+    if pick is None:
+        return main
+    if len(pick) == 1:
+        i0 = pick[0]
+        return lambda *args: main(*args)[i0]
+    take = operator.itemgetter(*pick)
+    return lambda *args: take(main(*args))
 
 
 def symbol_names(shape_env) -> dict[str, str]:
@@ -152,13 +167,15 @@ def _free_symbols(val) -> set:
     return set()
 
 
-def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, speculative: bool) -> Region:
+def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, speculative: bool,
+                   backward: bool = False) -> Region:
     """Import the fused subgraph ``sub`` (called by ``call_node`` in the outer graph) and compile it.
     Weights in ``frozen`` (outer placeholder -> (name, tensor)) become constants; braze reads sizes
     from its inputs' shapes, so of the region's arguments it takes the run-time tensors only, and
     builds for the value at hand an integer argument no shape carries (``pins``).
     Raises Refused when a converter refuses a node, BrazeError when the region cannot be compiled.
-    A region of a ``speculative`` graph compiles on its second call (``Region``)."""
+    A region of a ``speculative`` graph compiles on its second call (``Region``). A ``backward``
+    graph's region may take a library whose sums over a batch of 1 it passes on (``reuse``)."""
     import torch
 
     from ..frontend.torch.importer import GraphInput, Importer, TorchGraph
@@ -201,21 +218,23 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     weights = {k: reuse.weight_key(t, k in frozen_names) for k, t in imp.weights.items()}
     from .report import op_name
     ops = [op_name(n) for n in sub.graph.nodes if n.op == "call_function"]
-    model = library_for(name, module, weights, opts, compile_now=not speculative)
-    return Region(name, sub, ops, arg_index, module, weights, opts, model, pin_ok, pinned_syms)
+    match = library_for(name, module, weights, opts, compile_now=not speculative, grad_sums=backward)
+    return Region(name, sub, ops, arg_index, module, weights, opts, match, pin_ok, pinned_syms, backward)
 
 
-def library_for(name: str, module, weights: dict, opts, compile_now: bool):
-    """A library braze holds that serves ``module`` (``reuse``), else (with ``compile_now``) a new
-    one, remembered; else None."""
-    model = reuse.find(module, weights, name, opts)
-    if model is not None:
-        _log.info("braze plugin: %s is an instance of a region compiled before; reusing its library", name)
+def library_for(name: str, module, weights: dict, opts, compile_now: bool, grad_sums: bool = False):
+    """A library braze holds that serves ``module`` (``reuse.Match``), else (with ``compile_now``)
+    a new one, remembered; else None."""
+    match = reuse.find(module, weights, name, opts, grad_sums)
+    if match is not None:
+        _log.info("braze plugin: %s is an instance of a region compiled before; reusing its library%s", name,
+                  "" if match.pick is None else f" (its outputs {list(match.pick)})")
     elif compile_now:
         from ..compiler import compile as braze_compile
         model = braze_compile(module, options=opts)
         reuse.remember(module, weights, model)
-    return model
+        match = reuse.Match(model)
+    return match
 
 
 def _shape_symbols(places, arg_index, pinned: dict | None = None) -> tuple[set, set]:

@@ -7,7 +7,17 @@ once those symbols are bound to the sizes (or the shared symbol) this graph has,
 library serves it and no C compiler runs. Both sides are compared in canonical form (after
 canonicalize, constant folding, CSE and DCE, which drop what a size of 1 makes trivial, such as an
 expand to the same shape or a tile by ones), with value names normalised. Equal IR computes the
-same values, so a reuse never changes an answer.
+same values, so a reuse never changes an answer, with one exception for gradients below.
+
+A graph specialised to a batch of 1 may return fewer values than its general graph: a gradient
+summed over the batch (``sum_to_size``) is the gradient itself at a batch of 1, so torch passes it on
+and the general region's extra output (the sum) is the same value as another of its outputs. Results
+are compared as the distinct values they are, and the instance takes its outputs from the positions
+that hold them (``Match.pick``). In a backward graph (``grad_sums``), a sum over dims that are all 1
+compares as the value summed. That is exact but for the sign of a zero: the library's sum of one
+-0.0 gives +0.0, as torch's ``sum`` does, where the specialised graph passes the -0.0 on. A
+gradient's sign of zero changes no optimizer step, and the alternative is a native compile for a
+batch of 1 in the middle of training.
 
 What a region bakes in compares by content, never by address (``weight_key``): a tensor the graph
 holds by its bytes, a frozen weight (``freeze=True``) as the same tensor object at the same
@@ -69,6 +79,16 @@ def weight_key(t, frozen: bool):
     return ("bytes", str(a.dtype), tuple(a.shape), a.numpy().tobytes())
 
 
+class Match:
+    """A library that serves a region: ``pick`` is, per result of the region, the position of the
+    library's output that holds it (None: the same outputs in the same order)."""
+
+    __slots__ = ("model", "pick")
+
+    def __init__(self, model, pick: tuple[int, ...] | None = None):
+        self.model, self.pick = model, pick
+
+
 class _Entry:
     __slots__ = ("module", "weights", "model")
 
@@ -77,8 +97,7 @@ class _Entry:
 
 
 def _signature(m: Module) -> tuple:
-    f = m.main
-    return tuple((p.type.dtype, p.type.rank) for p in f.params), len(f.results)
+    return tuple((p.type.dtype, p.type.rank) for p in m.main.params)
 
 
 def remember(m: Module, weights: dict, model) -> None:
@@ -157,9 +176,10 @@ def _compiled_with(opts) -> tuple:
     return (opts.precision, opts.precision_keep, opts.threads, opts.reuse_outputs) if opts is not None else None
 
 
-def find(m: Module, weights: dict, name: str = "region", opts=None):
-    """A compiled model whose symbolic IR, with symbols bound, is ``m``, compiled with ``opts``'
-    precision and threads; or None (the reasons go to the log at BRAZE_DEBUG >= 1)."""
+def find(m: Module, weights: dict, name: str = "region", opts=None, grad_sums: bool = False) -> Match | None:
+    """A compiled model whose symbolic IR, with symbols bound, computes ``m``'s results, compiled
+    with ``opts``' precision and threads; or None (the reasons go to the log at BRAZE_DEBUG >= 1).
+    ``grad_sums``: ``m`` is a backward graph's region (sums over dims of 1 are the value summed)."""
     with _lock:
         _dynamo_reset_check()
         entries = list(_libraries.get(_signature(m), ()))
@@ -167,6 +187,10 @@ def find(m: Module, weights: dict, name: str = "region", opts=None):
     for entry in reversed(entries):  # the most recent first
         model = entry.model()
         if model is None:
+            continue
+        if len(entry.module.main.results) < len(m.main.results):
+            why.append(f"the library has {len(entry.module.main.results)} outputs, this region "
+                       f"{len(m.main.results)}")
             continue
         if opts is not None and _compiled_with(getattr(model, "options", None)) != _compiled_with(opts):
             why.append(f"compiled with other options ({_compiled_with(model.options)})")
@@ -176,20 +200,31 @@ def find(m: Module, weights: dict, name: str = "region", opts=None):
             why.append(reason)
             continue
         if mine is None:
-            mine = canonical(m, weights)
-        theirs = canonical(specialize(entry.module, env), entry.weights)
-        if theirs == mine:
+            mine = canonical(m, weights, grad_sums)
+        theirs = canonical(specialize(entry.module, env), entry.weights, grad_sums)
+        if theirs[:2] == mine[:2]:
             with _lock:  # most recently used last
                 group = _libraries.get(_signature(m), [])
                 if entry in group:
                     group.remove(entry)
                     group.append(entry)
-            return model
+            return Match(model, _pick(theirs[2], mine[2]))
         why.append(_difference(theirs, mine))
     if not entries:
         why.append("no library with these input dtypes and ranks")
     _log.info("braze plugin: %s is not an instance of a library braze holds: %s", name, "; ".join(why))
     return None
+
+
+def _pick(theirs: tuple[int, ...], mine: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Per result of the region, the library's output position with the same distinct value
+    (``canonical``'s third part: each result's distinct-value number); None for the identity."""
+    if theirs == mine:
+        return None
+    first = {}
+    for pos, u in enumerate(theirs):
+        first.setdefault(u, pos)
+    return tuple(first[u] for u in mine)
 
 
 def _difference(theirs: tuple, mine: tuple) -> str:
@@ -276,18 +311,30 @@ def specialize(m: Module, env: dict) -> Module:
     return out
 
 
-def canonical(m: Module, weights: dict) -> tuple:
+def canonical(m: Module, weights: dict, grad_sums: bool = False) -> tuple:
     """The main function's text after canonicalize, constant folding (weights left alone), CSE and
-    DCE, with names numbered in order of appearance, and each constant it uses as a weight
-    fingerprint or its bytes."""
+    DCE, with names numbered in order of appearance and each distinct result returned once; each
+    constant it uses as a weight fingerprint or its bytes; and per result, the number of its
+    distinct value. ``grad_sums``: a ``reduce_sum`` over dims that are all 1 is first the value it
+    sums (module docstring)."""
     from ..ir.printer import print_function
     from ..passes import canonicalize, constant_fold, cse, dce
     from ..passes.common import copy_module
     c = copy_module(m)
     for name in weights:  # opaque: folding never copies a weight, and weights compare by fingerprint
         c.constants[name] = None
+    if grad_sums:
+        for n in c.main.nodes:
+            shape = n.inputs[0].type.shape if n.inputs else ()
+            axes = n.attrs.get("axes")
+            if n.op == "reduce_sum" and all(shape[a] == 1 for a in (range(len(shape)) if axes is None else axes)):
+                n.op, n.attrs = "reshape", {"shape": list(n.outputs[0].type.shape)}
     for p in (canonicalize, constant_fold, cse, dce):
         c = p(c) or c
+    distinct: dict[int, int] = {}
+    numbers = tuple(distinct.setdefault(id(r), len(distinct)) for r in c.main.results)
+    seen = set()
+    c.main.results = [r for r in c.main.results if id(r) not in seen and not seen.add(id(r))]
     text = _LOC_RE.sub("", print_function(c, c.main))
     consts: list = []
     cids: dict[str, str] = {}
@@ -309,4 +356,4 @@ def canonical(m: Module, weights: dict) -> tuple:
         return ids.setdefault(mt.group(0), f"%{len(ids)}")
 
     text = _CONST_RE.sub(const, text)
-    return _VALUE_RE.sub(value, text), tuple(consts)
+    return _VALUE_RE.sub(value, text), tuple(consts), numbers

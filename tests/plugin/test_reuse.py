@@ -98,7 +98,7 @@ def test_find_returns_the_remembered_library(empty_table):
     g, s = parse(GENERAL), parse(SPECIAL)
     model = Model()
     reuse.remember(g, {"w": ("test-reuse", 7)}, model)
-    assert reuse.find(s, {"w": ("test-reuse", 7)}) is model
+    assert reuse.find(s, {"w": ("test-reuse", 7)}).model is model
     assert reuse.find(s, {"w": ("test-reuse", 8)}) is None
 
 
@@ -128,7 +128,54 @@ def test_the_table_holds_libraries_weakly_and_is_bounded(empty_table, monkeypatc
     for i, m in enumerate(models):
         reuse.remember(g, {"w": ("k", i)}, m)
     assert reuse.size() == 3
-    assert reuse.find(s, {"w": ("k", 0)}) is None and reuse.find(s, {"w": ("k", 4)}) is models[4]
+    assert reuse.find(s, {"w": ("k", 0)}) is None and reuse.find(s, {"w": ("k", 4)}).model is models[4]
+
+
+# a backward's region: the gradient, and its sum over the batch (a bias's, a position table's)
+GRAD_GENERAL = """
+module {
+  symbols {
+    b in [1, inf]
+  }
+  func @main(%g: f32[b, 4]) -> (f32[b, 4], f32[1, 4]) {
+    %t = tanh(%g) : f32[b, 4]
+    %s = reduce_sum(%t) {axes=[0], keepdims=true} : f32[1, 4]
+    return %t, %s
+  }
+}
+"""
+
+# torch's at a batch of 1: the sum over the batch is the gradient itself, returned once
+GRAD_SPECIAL = """
+module {
+  func @main(%g: f32[1, 4]) -> (f32[1, 4]) {
+    %t = tanh(%g) : f32[1, 4]
+    return %t
+  }
+}
+"""
+
+
+def test_a_backward_at_batch_1_takes_the_general_library_s_outputs_it_needs(empty_table):
+    """Fewer results than the library: the instance picks its outputs. A sum over dims of 1 is the
+    value summed only in a backward's region (a -0.0 would come back +0.0)."""
+    model = Model()
+    reuse.remember(parse(GRAD_GENERAL), {}, model)
+    special = parse(GRAD_SPECIAL)
+    match = reuse.find(special, {}, grad_sums=True)
+    assert match is not None and match.model is model and match.pick == (0,)
+    assert reuse.find(special, {}) is None
+    twice = parse(GRAD_SPECIAL.replace("-> (f32[1, 4])", "-> (f32[1, 4], f32[1, 4])").replace(
+        "return %t", "return %t, %t"))
+    assert reuse.find(twice, {}, grad_sums=True).pick is None  # the library's two outputs are its two
+    wide = GRAD_GENERAL.replace("b in [1, inf]", "b in [1, inf]\n    n in [1, inf]").replace(
+        "f32[b, 4]", "f32[b, n]").replace("f32[1, 4]", "f32[1, n]")
+    across = wide.replace("axes=[0]", "axes=[1]").replace("f32[1, n]", "f32[b, 1]")  # a sum over n
+    for general, found in ((wide, (0,)), (across, None)):
+        reuse.clear()
+        reuse.remember(parse(general), {}, model)
+        match = reuse.find(parse(GRAD_SPECIAL.replace("f32[1, 4]", "f32[1, 2]")), {}, grad_sums=True)
+        assert (match and match.pick) == found, general  # n = 2: only a sum over b = 1 is the value
 
 
 def test_dynamo_reset_empties_the_table(empty_table):

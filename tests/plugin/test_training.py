@@ -149,8 +149,23 @@ class TiedLM(nn.Module):
         return F.cross_entropy(logits.reshape(-1, 50), ids.reshape(-1))
 
 
+class Positions(nn.Module):
+    """A learned position table added to every sequence (BERT's): its gradient is a sum over the
+    batch, which the backward of a graph specialised to a batch of 1 passes on as it is."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pos, self.fc = nn.Parameter(0.1 * torch.randn(1, 6, 32)), nn.Linear(32, 10)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.fc(torch.tanh(x + self.pos).mean(1)), y)
+
+
 def _batch(model, b, seed):
     g = torch.Generator().manual_seed(seed)
+    if isinstance(model, Positions):
+        return torch.randn(b, 6, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, (Embed, TiedLM)):
         return torch.randint(0, 50, (b, 3 + b), generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, Attention):
@@ -229,6 +244,23 @@ def test_forward_and_backward_compile_and_match_eager(compiles, fresh_warnings):
         "backward calls"
     assert counts[1:] == [counts[1]] * (len(BATCHES) - 1), f"libraries after each step: {counts}"
     assert run[3] == 0, f"{run[3]} native calls kept their outputs for reuse"
+
+
+def test_a_batch_of_1_after_two_shapes_compiles_nothing(compiles):
+    """Batch 1 first, then 3, then both again: the batch-1 backward returns one gradient fewer
+    than the general one (no sum over the batch) and is served by the general library, whose
+    sum over a batch of 1 it picks out; no native compile after the first two shapes."""
+    m = Positions()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    batches = (1, 3, 1, 3, 1, 4, 1)
+    eager = _train(m, m, batches)
+    counts = []
+    run = _train(mb, c, batches, after_step=lambda step: counts.append(compiles()))
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    assert counts[1:] == [counts[1]] * (len(batches) - 1), f"libraries after each step: {counts}"
+    assert run[2] >= len(batches) - 1, f"braze ran {run[2]} backward calls"  # the first: torch's
 
 
 def test_gradient_accumulation_matches_eager():
