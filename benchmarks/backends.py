@@ -167,6 +167,7 @@ class OnnxRuntime(Backend):
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.configure(so)
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
         missing = [n for n in names if n not in zm.input_names]
@@ -181,6 +182,20 @@ class OnnxRuntime(Backend):
             return sess.run(None, feed)
         return Prepared(run=run, convert=convert, first_output=lambda out: out[0],
                         info={"exported_onnx": exported, "onnx_inputs": names})
+
+    def configure(self, so) -> None:
+        """More session settings, for a variant."""
+
+
+class OnnxRuntimeNoSpin(OnnxRuntime):
+    name = "onnxruntime-nospin"
+    label = "ONNX Runtime, spinning off"
+    description = ("as 'onnxruntime', with session.intra_op.allow_spinning = 0: its threads block as soon as "
+                   "they run out of work, so they take no CPU between calls (what a shared server sets)")
+    default = False
+
+    def configure(self, so):
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
 
 
 # ---------------------------------------------------------------------------
@@ -568,7 +583,7 @@ class BrazeBf16Model(Braze):
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in
-                                (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OpenVINO(), TVM(),
+                                (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OnnxRuntimeNoSpin(), OpenVINO(), TVM(),
                                  Braze(), BrazePlugin(), BrazeReference(), EagerBf16(), InductorBf16(),
                                  OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]

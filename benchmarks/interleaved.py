@@ -39,7 +39,9 @@ PAUSE_S = 0.1  # between two backends' turns: longer than OpenMP's and TBB's spi
 
 def serve(model: str, backend: str, shapes: list[dict], cache_dir: str, threads: int) -> int:
     """A server on stdin/stdout: prepares the backend, warms it up at every shape, then answers
-    each request line {"shape": i, "time": s} with the median call in ms over >= 3 calls and >= s."""
+    each request line {"shape": i, "time": s} with the median call in ms over >= 3 calls and >= s,
+    and {"shape": i, "idle": s} with the process's CPU time over s seconds after one call, in % of
+    a core (threads that spin after a call)."""
     import numpy as np
     import torch
 
@@ -68,6 +70,13 @@ def serve(model: str, backend: str, shapes: list[dict], cache_dir: str, threads:
     for line in sys.stdin:
         req = json.loads(line)
         a, times, t0 = args[req["shape"]], [], time.perf_counter()
+        if "idle" in req:
+            prep.run(a)
+            c0 = time.process_time()  # every thread of the process
+            time.sleep(req["idle"])
+            out.write(json.dumps({"idle_cpu_pct": 100 * (time.process_time() - c0) / req["idle"]}) + "\n")
+            out.flush()
+            continue
         while len(times) < 3 or time.perf_counter() - t0 < req["time"]:
             t = time.perf_counter()
             prep.run(a)
@@ -94,6 +103,11 @@ class _Server:
 
     def ask(self, shape: int, seconds: float) -> dict:
         self.proc.stdin.write(json.dumps({"shape": shape, "time": seconds}) + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def idle(self, shape: int, seconds: float) -> dict:
+        self.proc.stdin.write(json.dumps({"shape": shape, "idle": seconds}) + "\n")
         self.proc.stdin.flush()
         return self.read()
 

@@ -12,7 +12,7 @@
 * ``BRAZE_CACHE_DIR``: where compiled libraries are cached (None: the runtime's
   default). braze.compile hands ``cache_dir`` to the C compiler driver
   explicitly; nothing sets the environment.
-* ``BRAZE_THREADS``: threads for native code (None: the runtime decides).
+* ``BRAZE_THREADS``: threads for native code (None: runtime/threads.py's default_threads decides).
 * ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
   matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
 * ``BRAZE_PRECISION_KEEP``: comma-separated op names (``matmul``) or module paths (``lm_head``,

@@ -155,6 +155,23 @@ def test_interleaved_times_backends_in_turn_and_reports_ratios(tmp_path):
     assert "eager / braze" in (tmp_path / "t.md").read_text()
 
 
+def test_contention_times_each_phase_and_the_idle_cpu(tmp_path):
+    """Two backends in turn, quiet, beside 1 and 2 busy processes, quiet again: a slowdown per busy
+    phase, the idle CPU after a call, and the busy processes gone afterwards."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.contention", "--models", "mlp", "--backends",
+                        "braze,eager", "--shapes", "tiny", "--rounds", "1", "--round-time", "0", "--threads", "1",
+                        "--out", str(tmp_path), "--stem", "c"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (r,) = json.loads((tmp_path / "c.json").read_text())["results"]
+    (row,) = r["shapes"]
+    b = row["backends"]["braze"]
+    assert set(b["ms"]) == {"quiet", "1 busy", "2 busy", "quiet again"} and set(b["slowdown"]) == {"1 busy", "2 busy"}
+    assert all(v > 0 for v in b["slowdown"].values()) and b["rel_err"] < 1e-4
+    assert set(r["idle_cpu_pct"]) == {"braze", "eager"} and all(v >= 0 for v in r["idle_cpu_pct"].values())
+    assert "braze x1 / eager x1" in (tmp_path / "c.md").read_text()
+    assert "while True: pass" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+
 def test_interleaved_names_an_unknown_backend():
     p = subprocess.run([sys.executable, "-m", "benchmarks.interleaved", "--backends", "braze,nope"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)

@@ -65,6 +65,7 @@ from .. import log as _logging
 from ..codegen.toolchain import compiler_version, find_compiler
 from ..errors import BrazeError, BrazeWarning
 from .digest import sha256_file
+from .threads import usable_cpus
 
 _log = _logging.get("cache")
 
@@ -389,13 +390,8 @@ def _build(root: Path, job: _Job, force: bool) -> Path:
 UNIT_SOURCE_BYTES = 96 * 1024
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, not the host's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def _unit_count(job: _Job) -> int:
-    return max(1, min(job.units, usable_cpus(), len(job.source) // UNIT_SOURCE_BYTES))
+    return max(1, min(job.units, usable_cpus()[0], len(job.source) // UNIT_SOURCE_BYTES))
 
 
 def _run_compiler(cmds: list[list[str]]) -> tuple[int, str, list[str]]:

@@ -26,9 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import log as _logging
 from ..errors import BrazeError, InputError
 from . import tensors as T
 from .tensors import TensorSpec, as_spec
+from .threads import default_threads
+
+_log = _logging.get("runtime")
 
 ERRLEN = 1024
 
@@ -174,11 +178,15 @@ class NativeModel:
                 raise BrazeError(f"the native library {lib.path} has no braze_create, "
                                  f"but {len(keep)} constants were given")
             return
+        if not threads:
+            threads, why = default_threads()
+            _log.info("%s threads: %s", threads or "OpenMP's default number of", why)
+        self.threads = threads  # 0: OpenMP's default
         fn = lib._symbol("braze_create", CREATE_FN)
         arr = (c_void_p * max(1, len(ptrs)))(*ptrs)
         err = ctypes.create_string_buffer(ERRLEN)
         out = c_void_p()
-        rc = fn(addressof(arr), len(ptrs), int(threads or 0), addressof(out), addressof(err), ERRLEN)
+        rc = fn(addressof(arr), len(ptrs), int(threads), addressof(out), addressof(err), ERRLEN)
         if rc != OK:
             raise (InputError if rc in _INPUT_ERRORS else BrazeError)(
                 _error_message(err, rc), where=f"braze_create in {lib.path}")

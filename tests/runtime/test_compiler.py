@@ -233,7 +233,7 @@ def test_a_large_source_compiles_as_units_in_parallel(monkeypatch):
     w = np.random.default_rng(1).standard_normal((24, 40)).astype(np.float32)
     one = braze.compile(m)
     monkeypatch.setattr(C, "UNIT_SOURCE_BYTES", 1)
-    monkeypatch.setattr(C, "usable_cpus", lambda: 3)
+    monkeypatch.setattr(C, "usable_cpus", lambda: (3, "three CPUs"))
     split = braze.compile(m, options=Options(cache_dir=str(C.resolve_cache_dir()) + "-units"))
     assert json.loads((Path(split.library.path).parent / "meta.json").read_text())["units"] == 3
     assert json.loads((Path(one.library.path).parent / "meta.json").read_text())["units"] == 1

@@ -1,0 +1,160 @@
+"""Latency on a shared machine: each backend alone in its process, timed quiet, then beside one and
+two CPU-bound processes, then quiet again; and the CPU a backend burns after a call.
+
+    python -m benchmarks.contention --models bert,gpt2,resnet50,llama \\
+        [--backends braze,onnxruntime-nospin,openvino] [--shapes quick] [--rounds 5] [--round-time 0.5] \\
+        [--threads 2] [--out benchmarks/results] [--stem contention]
+
+Servers on a shared host lose cores to other processes. A runtime whose threads share work
+dynamically slows by about (runnable threads / cores) when one more process runs; one that splits
+every kernel statically and waits at a barrier can lose a whole time slice at each kernel. This
+times every backend of a model (each in its own server process, ``benchmarks.interleaved``'s) in
+four phases: quiet, with 1 busy process (a Python loop), with 2, and quiet again. In a phase, each
+shape runs ``--rounds`` rounds, every backend in turn for about ``--round-time`` seconds of calls.
+The slowdown of a phase is its median call over the median of the two quiet phases.
+
+Idle CPU: after one call, the server sleeps a second and reports the CPU time its process took
+meanwhile, as a percentage of one core (threads that spin after a call take it from the
+neighbours).
+
+Writes ``STEM.json`` and ``STEM.md`` to ``--out``. ONNX Runtime is timed with spinning off
+(``onnxruntime-nospin``), as a shared server runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import backends as B
+from .interleaved import PAUSE_S, _Server
+from .run import SHAPES, _machine, _md_table, _versions, shape_str, write_results
+
+PHASES = (("quiet", 0), ("1 busy", 1), ("2 busy", 2), ("quiet again", 0))
+DEFAULT_BACKENDS = "braze,onnxruntime-nospin,openvino"
+
+
+def _busy(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float,
+            threads: int) -> dict:
+    servers = []
+    ms = {(n, i, p): [] for n in names for i in range(len(shapes)) for p, _ in PHASES}
+    with tempfile.TemporaryDirectory(prefix="braze-contention-") as tmp:
+        try:
+            for n in names:  # one at a time: a compile must not share the cores with another
+                print(f"  {model} {n}: preparing", flush=True)
+                servers.append(_Server(model, n, shapes, threads, str(Path(tmp) / n)))
+                servers[-1].ready = servers[-1].read()
+            idle = {s.name: s.idle(0, 1.0)["idle_cpu_pct"] for s in servers}
+            for phase, n_busy in PHASES:
+                procs = _busy(n_busy)
+                try:
+                    time.sleep(0.5)  # the busy processes on the run queue
+                    for i in range(len(shapes)):
+                        for r in range(rounds):
+                            for k in range(len(servers)):
+                                s = servers[(r + k) % len(servers)]
+                                time.sleep(PAUSE_S)
+                                ms[s.name, i, phase].append(s.ask(i, round_time)["ms"])
+                finally:
+                    for p in procs:
+                        p.kill()
+                        p.wait()
+                print(f"  {model} {phase}: " + "; ".join(
+                    f"{n} " + ", ".join(f"{statistics.median(ms[n, i, phase]):.2f}" for i in range(len(shapes)))
+                    + " ms" for n in names), flush=True)
+        finally:
+            for s in servers:
+                s.close()
+    rows = []
+    for i, dims in enumerate(shapes):
+        row = {"shape": shape_str(dims), "dims": dims, "backends": {}}
+        for s in servers:
+            med = {p: statistics.median(ms[s.name, i, p]) for p, _ in PHASES}
+            quiet = statistics.median(ms[s.name, i, "quiet"] + ms[s.name, i, "quiet again"])
+            row["backends"][s.name] = {"ms": med, "quiet_ms": quiet,
+                                       "slowdown": {p: med[p] / quiet for p, n in PHASES if n},
+                                       "rel_err": s.ready["rel_err"][i]}
+        rows.append(row)
+    return {"model": model, "shapes": rows, "idle_cpu_pct": idle}
+
+
+def to_markdown(doc: dict) -> str:
+    m, names = doc["meta"], doc["backends"]
+    mach = m["machine"]
+    head = (f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
+            f"{m['threads']} threads per backend, braze {m['versions']['braze']}, torch {m['versions']['torch']}. "
+            f"Each backend in its own process, called in turn: {m['rounds']} rounds per shape and phase, about "
+            f"{m['round_time_s']:g} s of calls each. Phases: quiet, beside 1 and 2 busy processes (a Python loop "
+            "each), quiet again; `x1`/`x2` = the median call beside 1/2 busy processes over the median of the "
+            "quiet phases.")
+    headers = ["model", "shape", *(f"{n} quiet ms" for n in names), *(f"{n} x1" for n in names),
+               *(f"{n} x2" for n in names)]
+    if "braze" in names:
+        others = [n for n in names if n != "braze"]
+        headers += [f"braze x1 / {n} x1" for n in others]
+    body = []
+    for r in doc["results"]:
+        for s in r["shapes"]:
+            b = s["backends"]
+            cells = [r["model"], s["shape"], *(f"{b[n]['quiet_ms']:.2f}" for n in names),
+                     *(f"{b[n]['slowdown']['1 busy']:.2f}" for n in names),
+                     *(f"{b[n]['slowdown']['2 busy']:.2f}" for n in names)]
+            if "braze" in names:
+                cells += [f"{b['braze']['slowdown']['1 busy'] / b[n]['slowdown']['1 busy']:.2f}" for n in others]
+            body.append(cells)
+    idle = ["| model | " + " | ".join(f"{n} idle CPU %" for n in names) + " |",
+            "|---|" + "---|" * len(names)]
+    idle += [f"| {r['model']} | " + " | ".join(f"{r['idle_cpu_pct'][n]:.2f}" for n in names) + " |"
+             for r in doc["results"]]
+    return "\n".join([head, "", _md_table(headers, body), "",
+                      "CPU time each process took in the second after a call, as % of one core:", "",
+                      *idle]) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[2].strip(),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="bert,gpt2,resnet50,llama", help="comma-separated zoo models")
+    ap.add_argument("--backends", default=DEFAULT_BACKENDS,
+                    help=f"comma-separated backends (default {DEFAULT_BACKENDS}; any of {', '.join(B.BACKENDS)})")
+    ap.add_argument("--shapes", choices=list(SHAPES), default="quick",
+                    help="benchmarks.run's shape list (default quick: a small and a mid shape)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per shape and phase (default 5)")
+    ap.add_argument("--round-time", type=float, default=0.5,
+                    help="seconds of calls per backend per round, at least 3 calls (default 0.5)")
+    ap.add_argument("--threads", type=int, default=2, help="threads per backend (default 2)")
+    ap.add_argument("--out", default="benchmarks/results", help="directory for STEM.json and STEM.md")
+    ap.add_argument("--stem", default="contention", help="the results' file name, less .json / .md")
+    a = ap.parse_args(argv)
+    names = a.backends.split(",")
+    for n in names:
+        if n not in B.BACKENDS:
+            ap.error(f"unknown backend {n!r}; choose from {', '.join(B.BACKENDS)}")
+        why = B.get(n).unavailable_reason()
+        if why:
+            ap.error(f"backend {n} cannot run here: {why}")
+    results = []
+    for model in a.models.split(","):
+        if model not in SHAPES[a.shapes]:
+            ap.error(f"no {a.shapes} shapes for {model!r}; choose from {', '.join(SHAPES[a.shapes])}")
+        print(f"{model}:", flush=True)
+        results.append(measure(model, names, SHAPES[a.shapes][model], a.rounds, a.round_time, a.threads))
+    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "rounds": a.rounds,
+                    "round_time_s": a.round_time, "machine": _machine(a.threads), "versions": _versions(),
+                    "command": "python -m benchmarks.contention " + " ".join(argv if argv is not None else sys.argv[1:])},
+           "backends": names, "results": results}
+    print(write_results(a.out, a.stem, doc, to_markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
