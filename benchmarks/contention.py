@@ -24,6 +24,7 @@ Writes ``STEM.json`` and ``STEM.md`` to ``--out``. ONNX Runtime is timed with sp
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from .run import SHAPES, _machine, _md_table, _versions, shape_str, write_result
 
 PHASES = (("quiet", 0), ("1 busy", 1), ("2 busy", 2), ("quiet again", 0))
 DEFAULT_BACKENDS = "braze,onnxruntime-nospin,openvino"
+ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")  # what moves OpenMP's threads, recorded
 
 
 def _busy(n: int) -> list[subprocess.Popen]:
@@ -95,7 +97,8 @@ def to_markdown(doc: dict) -> str:
             f"Each backend in its own process, called in turn: {m['rounds']} rounds per shape and phase, about "
             f"{m['round_time_s']:g} s of calls each. Phases: quiet, beside 1 and 2 busy processes (a Python loop "
             "each), quiet again; `x1`/`x2` = the median call beside 1/2 busy processes over the median of the "
-            "quiet phases.")
+            "quiet phases."
+            + ("".join(f" Environment: {k}={v}." for k, v in m.get("env", {}).items())))
     headers = ["model", "shape", *(f"{n} quiet ms" for n in names), *(f"{n} x1" for n in names),
                *(f"{n} x2" for n in names)]
     if "braze" in names:
@@ -148,7 +151,9 @@ def main(argv=None) -> int:
             ap.error(f"no {a.shapes} shapes for {model!r}; choose from {', '.join(SHAPES[a.shapes])}")
         print(f"{model}:", flush=True)
         results.append(measure(model, names, SHAPES[a.shapes][model], a.rounds, a.round_time, a.threads))
+    env = {k: os.environ[k] for k in ENV if k in os.environ}
     doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "rounds": a.rounds,
+                    "env": env,
                     "round_time_s": a.round_time, "machine": _machine(a.threads), "versions": _versions(),
                     "command": "python -m benchmarks.contention " + " ".join(argv if argv is not None else sys.argv[1:])},
            "backends": names, "results": results}

@@ -134,7 +134,9 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
             with unset_fake_temporarily():  # braze reads the real weights
                 frozen, checks = _frozen_inputs(g, real, names, scalars, weights)
                 real.clear()  # what braze keeps is in ``frozen``; the activations are not needed
-                speculative[0] = maybe_specialised(g) or retraced_frame()
+                # a training step's graphs run again at every step of their shape: one fixed to
+                # batch 1 compiles now, so that no library is built once training is under way
+                speculative[0] = (label == "inference" and maybe_specialised(g)) or retraced_frame()
                 if rng == "braze":
                     braze_dropout(g)
                 return compile_graph(g, frozen, opts if label == "inference" else train_opts,
@@ -204,8 +206,8 @@ def retraced_frame() -> bool:
 def maybe_specialised(g) -> bool:
     """Whether dynamo may have fixed this graph's sizes for one call: a user input (not a weight or
     buffer) has a dim of 0 or 1 (dynamo's 0/1 specialisation), or no user input has a symbolic dim
-    (automatic-dynamic's first graph). braze then compiles the graph's regions on their second
-    call, after looking for a symbolic library that serves them (``region.Region``)."""
+    (automatic-dynamic's first graph). braze then compiles an inference graph's regions on their
+    second call, after looking for a symbolic library that serves them (``region.Region``)."""
     import torch
     from torch._guards import TracingContext
     meta = getattr(TracingContext.try_get(), "fw_metadata", None)
