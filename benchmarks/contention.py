@@ -28,13 +28,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from . import backends as B
-from .interleaved import PAUSE_S, _Server
-from .run import SHAPES, _machine, _md_table, _versions, shape_str, write_results
+from .interleaved import PAUSE_S, add_round_args, backend_names, round_meta, run_line, started_servers
+from .run import SHAPES, _md_table, shape_str, write_results
 
 PHASES = (("quiet", 0), ("1 busy", 1), ("2 busy", 2), ("quiet again", 0))
 DEFAULT_BACKENDS = "braze,onnxruntime-nospin,openvino"
@@ -47,35 +45,26 @@ def _busy(n: int) -> list[subprocess.Popen]:
 
 def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float,
             threads: int) -> dict:
-    servers = []
     ms = {(n, i, p): [] for n in names for i in range(len(shapes)) for p, _ in PHASES}
-    with tempfile.TemporaryDirectory(prefix="braze-contention-") as tmp:
-        try:
-            for n in names:  # one at a time: a compile must not share the cores with another
-                print(f"  {model} {n}: preparing", flush=True)
-                servers.append(_Server(model, n, shapes, threads, str(Path(tmp) / n)))
-                servers[-1].ready = servers[-1].read()
-            idle = {s.name: s.idle(0, 1.0)["idle_cpu_pct"] for s in servers}
-            for phase, n_busy in PHASES:
-                procs = _busy(n_busy)
-                try:
-                    time.sleep(0.5)  # the busy processes on the run queue
-                    for i in range(len(shapes)):
-                        for r in range(rounds):
-                            for k in range(len(servers)):
-                                s = servers[(r + k) % len(servers)]
-                                time.sleep(PAUSE_S)
-                                ms[s.name, i, phase].append(s.ask(i, round_time)["ms"])
-                finally:
-                    for p in procs:
-                        p.kill()
-                        p.wait()
-                print(f"  {model} {phase}: " + "; ".join(
-                    f"{n} " + ", ".join(f"{statistics.median(ms[n, i, phase]):.2f}" for i in range(len(shapes)))
-                    + " ms" for n in names), flush=True)
-        finally:
-            for s in servers:
-                s.close()
+    with started_servers(model, names, shapes, threads) as servers:
+        idle = {s.name: s.idle(0, 1.0)["idle_cpu_pct"] for s in servers}
+        for phase, n_busy in PHASES:
+            procs = _busy(n_busy)
+            try:
+                time.sleep(0.5)  # the busy processes on the run queue
+                for i in range(len(shapes)):
+                    for r in range(rounds):
+                        for k in range(len(servers)):
+                            s = servers[(r + k) % len(servers)]
+                            time.sleep(PAUSE_S)
+                            ms[s.name, i, phase].append(s.ask(i, round_time)["ms"])
+            finally:
+                for p in procs:
+                    p.kill()
+                    p.wait()
+            print(f"  {model} {phase}: " + "; ".join(
+                f"{n} " + ", ".join(f"{statistics.median(ms[n, i, phase]):.2f}" for i in range(len(shapes)))
+                + " ms" for n in names), flush=True)
     rows = []
     for i, dims in enumerate(shapes):
         row = {"shape": shape_str(dims), "dims": dims, "backends": {}}
@@ -91,13 +80,10 @@ def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round
 
 def to_markdown(doc: dict) -> str:
     m, names = doc["meta"], doc["backends"]
-    mach = m["machine"]
-    head = (f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
-            f"{m['threads']} threads per backend, braze {m['versions']['braze']}, torch {m['versions']['torch']}. "
-            f"Each backend in its own process, called in turn: {m['rounds']} rounds per shape and phase, about "
-            f"{m['round_time_s']:g} s of calls each. Phases: quiet, beside 1 and 2 busy processes (a Python loop "
-            "each), quiet again; `x1`/`x2` = the median call beside 1/2 busy processes over the median of the "
-            "quiet phases."
+    head = (run_line(m) + f" Each backend in its own process, called in turn: {m['rounds']} rounds per shape "
+            f"and phase, about {m['round_time_s']:g} s of calls each. Phases: quiet, beside 1 and 2 busy "
+            "processes (a Python loop each), quiet again; `x1`/`x2` = the median call beside 1/2 busy processes "
+            "over the median of the quiet phases."
             + ("".join(f" Environment: {k}={v}." for k, v in m.get("env", {}).items())))
     headers = ["model", "shape", *(f"{n} quiet ms" for n in names), *(f"{n} x1" for n in names),
                *(f"{n} x2" for n in names)]
@@ -131,32 +117,17 @@ def main(argv=None) -> int:
                     help=f"comma-separated backends (default {DEFAULT_BACKENDS}; any of {', '.join(B.BACKENDS)})")
     ap.add_argument("--shapes", choices=list(SHAPES), default="quick",
                     help="benchmarks.run's shape list (default quick: a small and a mid shape)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds per shape and phase (default 5)")
-    ap.add_argument("--round-time", type=float, default=0.5,
-                    help="seconds of calls per backend per round, at least 3 calls (default 0.5)")
-    ap.add_argument("--threads", type=int, default=2, help="threads per backend (default 2)")
-    ap.add_argument("--out", default="benchmarks/results", help="directory for STEM.json and STEM.md")
-    ap.add_argument("--stem", default="contention", help="the results' file name, less .json / .md")
+    add_round_args(ap, "contention", 5)
     a = ap.parse_args(argv)
-    names = a.backends.split(",")
-    for n in names:
-        if n not in B.BACKENDS:
-            ap.error(f"unknown backend {n!r}; choose from {', '.join(B.BACKENDS)}")
-        why = B.get(n).unavailable_reason()
-        if why:
-            ap.error(f"backend {n} cannot run here: {why}")
+    names = backend_names(ap, a.backends)
     results = []
     for model in a.models.split(","):
         if model not in SHAPES[a.shapes]:
             ap.error(f"no {a.shapes} shapes for {model!r}; choose from {', '.join(SHAPES[a.shapes])}")
         print(f"{model}:", flush=True)
         results.append(measure(model, names, SHAPES[a.shapes][model], a.rounds, a.round_time, a.threads))
-    env = {k: os.environ[k] for k in ENV if k in os.environ}
-    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "rounds": a.rounds,
-                    "env": env,
-                    "round_time_s": a.round_time, "machine": _machine(a.threads), "versions": _versions(),
-                    "command": "python -m benchmarks.contention " + " ".join(argv if argv is not None else sys.argv[1:])},
-           "backends": names, "results": results}
+    meta = dict(round_meta(a, "contention", argv), env={k: os.environ[k] for k in ENV if k in os.environ})
+    doc = {"meta": meta, "backends": names, "results": results}
     print(write_results(a.out, a.stem, doc, to_markdown))
     return 0
 

@@ -22,6 +22,7 @@ Writes ``STEM.json`` and ``STEM.md`` to ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -117,45 +118,58 @@ class _Server:
         self.proc.wait(timeout=60)
 
 
-def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float, threads: int) -> dict:
-    servers, rows = [], []
-    with tempfile.TemporaryDirectory(prefix="braze-interleaved-") as tmp:
+@contextlib.contextmanager
+def started_servers(model: str, names: list[str], shapes: list[dict], threads: int):
+    """A ready server per backend (``.ready``: its errors against eager), closed on exit."""
+    servers = []
+    with tempfile.TemporaryDirectory(prefix="braze-rounds-") as tmp:
         try:
             for n in names:  # one at a time: a compile must not share the cores with another
                 print(f"  {model} {n}: preparing", flush=True)
                 servers.append(_Server(model, n, shapes, threads, str(Path(tmp) / n)))
                 servers[-1].ready = servers[-1].read()
-            for i, dims in enumerate(shapes):
-                ms = {n: [] for n in names}
-                for r in range(rounds):
-                    for k in range(len(servers)):
-                        s = servers[(r + k) % len(servers)]
-                        time.sleep(PAUSE_S)
-                        ms[s.name].append(s.ask(i, round_time)["ms"])
-                first = names[0]
-                row = {"shape": shape_str(dims), "dims": dims, "rounds": rounds, "backends": {}}
-                for s in servers:
-                    t = ms[s.name]
-                    row["backends"][s.name] = {
-                        "median_ms": statistics.median(t), "min_ms": min(t),
-                        "over_first": statistics.median(a / b for a, b in zip(t, ms[first])),
-                        "rel_err": s.ready["rel_err"][i]}
-                rows.append(row)
-                print(f"  {model} {shape_str(dims)}: " + ", ".join(
-                    f"{n} {v['median_ms']:.2f} ms ({v['over_first']:.3f}x)" for n, v in row["backends"].items()),
-                    flush=True)
+            yield servers
         finally:
             for s in servers:
                 s.close()
+
+
+def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float, threads: int) -> dict:
+    rows = []
+    with started_servers(model, names, shapes, threads) as servers:
+        for i, dims in enumerate(shapes):
+            ms = {n: [] for n in names}
+            for r in range(rounds):
+                for k in range(len(servers)):
+                    s = servers[(r + k) % len(servers)]
+                    time.sleep(PAUSE_S)
+                    ms[s.name].append(s.ask(i, round_time)["ms"])
+            first = names[0]
+            row = {"shape": shape_str(dims), "dims": dims, "rounds": rounds, "backends": {}}
+            for s in servers:
+                t = ms[s.name]
+                row["backends"][s.name] = {
+                    "median_ms": statistics.median(t), "min_ms": min(t),
+                    "over_first": statistics.median(a / b for a, b in zip(t, ms[first])),
+                    "rel_err": s.ready["rel_err"][i]}
+            rows.append(row)
+            print(f"  {model} {shape_str(dims)}: " + ", ".join(
+                f"{n} {v['median_ms']:.2f} ms ({v['over_first']:.3f}x)" for n, v in row["backends"].items()),
+                flush=True)
     return {"model": model, "shapes": rows}
+
+
+def run_line(m: dict) -> str:
+    """A rounds tool's results: the run's date, machine, threads and versions, in one sentence."""
+    mach, v = m["machine"], m["versions"]
+    return (f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
+            f"{m['threads']} threads per backend, braze {v['braze']}, torch {v['torch']}, "
+            f"onnxruntime {v.get('onnxruntime')}, openvino {v.get('openvino')}.")
 
 
 def to_markdown(doc: dict) -> str:
     m, names = doc["meta"], doc["backends"]
-    mach = m["machine"]
-    head = (f"Run {m['date']} on {mach['cpu']} ({mach['cores']} cores, ISA {' '.join(mach['isa'])}), "
-            f"{m['threads']} threads per backend, braze {m['versions']['braze']}, torch {m['versions']['torch']}, "
-            f"openvino {m['versions'].get('openvino')}. Each backend in its own process, all of a model's "
+    head = (run_line(m) + " Each backend in its own process, all of a model's "
             f"prepared at once and called in turn: {m['rounds']} rounds per shape, about {m['round_time_s']:g} s "
             f"of calls per backend per round. `X / {names[0]}` is the median over rounds of each round's ratio "
             f"(below 1.00x: X is faster than {names[0]}); ms are medians over rounds of each round's median call.")
@@ -171,6 +185,35 @@ def to_markdown(doc: dict) -> str:
     return "\n".join([head, "", _md_table(headers, body)]) + "\n"
 
 
+def add_round_args(ap, stem: str, rounds: int) -> None:
+    """The options of a tool that calls backends in turn in rounds (this one, ``benchmarks.contention``)."""
+    ap.add_argument("--rounds", type=int, default=rounds, help=f"rounds per shape (default {rounds})")
+    ap.add_argument("--round-time", type=float, default=0.5,
+                    help="seconds of calls per backend per round, at least 3 calls (default 0.5)")
+    ap.add_argument("--threads", type=int, default=2, help="threads per backend (default 2)")
+    ap.add_argument("--out", default="benchmarks/results", help="directory for STEM.json and STEM.md")
+    ap.add_argument("--stem", default=stem, help=f"the results' file name, less .json / .md (default {stem})")
+
+
+def backend_names(ap, text: str) -> list[str]:
+    """The comma-separated backends, each known and able to run here (else ``ap.error``)."""
+    names = text.split(",")
+    for n in names:
+        if n not in B.BACKENDS:
+            ap.error(f"unknown backend {n!r}; choose from {', '.join(B.BACKENDS)}")
+        why = B.get(n).unavailable_reason()
+        if why:
+            ap.error(f"backend {n} cannot run here: {why}")
+    return names
+
+
+def round_meta(a, tool: str, argv) -> dict:
+    """The results' meta of a rounds tool: when, where, with what, and the command."""
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "rounds": a.rounds,
+            "round_time_s": a.round_time, "machine": _machine(a.threads), "versions": _versions(),
+            "command": f"python -m benchmarks.{tool} " + " ".join(argv if argv is not None else sys.argv[1:])}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[2].strip(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -178,12 +221,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backends", default="braze,openvino",
                     help=f"comma-separated backends; ratios are to the first ({', '.join(B.BACKENDS)})")
     ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
-    ap.add_argument("--rounds", type=int, default=15, help="rounds per shape (default 15)")
-    ap.add_argument("--round-time", type=float, default=0.5,
-                    help="seconds of calls per backend per round, at least 3 calls (default 0.5)")
-    ap.add_argument("--threads", type=int, default=2, help="threads per backend (default 2)")
-    ap.add_argument("--out", default="benchmarks/results", help="directory for STEM.json and STEM.md")
-    ap.add_argument("--stem", default="interleaved", help="the results' file name, less .json / .md")
+    add_round_args(ap, "interleaved", 15)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
@@ -192,21 +230,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.serve:
         return serve(a.model, a.backend, json.loads(a.shapes_json), a.cache_dir, a.threads)
-    names = a.backends.split(",")
-    for n in names:
-        if n not in B.BACKENDS:
-            ap.error(f"unknown backend {n!r}; choose from {', '.join(B.BACKENDS)}")
-        why = B.get(n).unavailable_reason()
-        if why:
-            ap.error(f"backend {n} cannot run here: {why}")
+    names = backend_names(ap, a.backends)
     results = []
     for model in a.models.split(","):
         print(f"{model}:", flush=True)
         results.append(measure(model, names, SHAPES[a.shapes][model], a.rounds, a.round_time, a.threads))
-    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "rounds": a.rounds,
-                    "round_time_s": a.round_time, "machine": _machine(a.threads), "versions": _versions(),
-                    "command": "python -m benchmarks.interleaved " + " ".join(argv if argv is not None else sys.argv[1:])},
-           "backends": names, "results": results}
+    doc = {"meta": round_meta(a, "interleaved", argv), "backends": names, "results": results}
     print(write_results(a.out, a.stem, doc, to_markdown))
     return 0
 

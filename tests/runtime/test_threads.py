@@ -27,30 +27,41 @@ def _write(root, files: dict):
     return root
 
 
-@pytest.mark.parametrize("files, quota", [
-    ({"cpu.max": "max 100000\n"}, None),
-    ({"cpu.max": "150000 100000\n"}, 1.5),
-    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
-    ({"cpu,cpuacct/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 0.5),
-    ({}, None),
+V2_NESTED = "0::/user.slice/app.scope\n"
+V1_NESTED = "4:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n"
+
+
+@pytest.mark.parametrize("files, proc, quota", [
+    ({"cpu.max": "max 100000\n"}, "0::/\n", None),
+    ({"cpu.max": "150000 100000\n"}, "0::/\n", 1.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, "", None),
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, "", 0.5),
+    ({}, "", None),
+    # the process's own cgroup and its ancestors: the least quota on the path
+    ({"user.slice/app.scope/cpu.max": "max 100000\n", "user.slice/cpu.max": "250000 100000\n"}, V2_NESTED, 2.5),
+    ({"user.slice/app.scope/cpu.max": "300000 100000\n", "user.slice/cpu.max": "250000 100000\n"}, V2_NESTED,
+     2.5),
+    ({"other.slice/cpu.max": "100000 100000\n"}, V2_NESTED, None),  # not on the path
+    ({"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "200000\n", "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n"},
+     V1_NESTED, 2.0),
 ])
-def test_cgroup_quota_v1_and_v2(tmp_path, files, quota):
-    assert cgroup_cpu_quota(_write(tmp_path, files)) == quota
+def test_cgroup_quota_v1_and_v2(tmp_path, files, proc, quota):
+    assert cgroup_cpu_quota(_write(tmp_path, files), proc) == quota
 
 
 def test_a_quota_below_the_affinity_mask_caps_the_threads(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     root = _write(tmp_path, {"cpu.max": "50000 100000\n"})
-    n, why = usable_cpus(root)
+    n, why = usable_cpus(root, "0::/\n")
     assert n == 1 and "quota of 0.5" in why
     if CPUS > 1:
-        assert default_threads(root) == (1, why)
-    assert usable_cpus(_write(tmp_path / "none", {"cpu.max": "max 100000\n"}))[0] == CPUS
+        assert default_threads(root, "0::/\n") == (1, why)
+    assert usable_cpus(_write(tmp_path / "none", {"cpu.max": "max 100000\n"}), "0::/\n")[0] == CPUS
 
 
 def test_omp_num_threads_keeps_openmp_s_default(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert default_threads(_write(tmp_path, {"cpu.max": "50000 100000\n"})) == (0, "OMP_NUM_THREADS")
+    assert default_threads(_write(tmp_path, {"cpu.max": "50000 100000\n"}), "0::/\n") == (0, "OMP_NUM_THREADS")
 
 
 @needs_cc
