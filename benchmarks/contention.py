@@ -39,8 +39,12 @@ DEFAULT_BACKENDS = "braze,onnxruntime-nospin,openvino"
 ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")  # what moves OpenMP's threads, recorded
 
 
+# a CPU-bound loop that ends with its parent: a benchmark killed before its cleanup leaves no spinner
+BUSY = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+
+
 def _busy(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    return [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
 
 
 def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float,

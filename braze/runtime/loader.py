@@ -159,6 +159,7 @@ class NativeModel:
     def __init__(self, lib: NativeLibrary, constants=(), threads: int | None = None):
         self.lib = lib
         self.handle = None
+        self.threads = 0  # OpenMP's default; braze_create's count below
         keep, ptrs = [], []
         for c in constants:
             if T.is_torch_tensor(c):
@@ -181,7 +182,7 @@ class NativeModel:
         if not threads:
             threads, why = default_threads()
             _log.info("%s threads: %s", threads or "OpenMP's default number of", why)
-        self.threads = threads  # 0: OpenMP's default
+        self.threads = threads
         fn = lib._symbol("braze_create", CREATE_FN)
         arr = (c_void_p * max(1, len(ptrs)))(*ptrs)
         err = ctypes.create_string_buffer(ERRLEN)
