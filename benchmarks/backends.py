@@ -37,6 +37,8 @@ class Prepared:
     convert: Callable[[tuple], Any] = lambda inputs: inputs
     first_output: Callable[[Any], Any] = None  # out -> np.ndarray
     info: dict = field(default_factory=dict)  # extra facts for the results (e.g. TVM target)
+    # () -> {name: running count}: what the backend counts of its own calls (braze: its teams)
+    counters: Callable[[], dict] | None = None
 
 
 def _torch_first_output(out):
@@ -395,13 +397,16 @@ class Braze(Backend):
         return {"native_compiles": int(braze.stats().get("native_compiles", 0))}
 
 
-def _braze_prepared(zm, module, convert, example_inputs=None, dtype=None, precision=None) -> Prepared:
+def _braze_prepared(zm, module, convert, example_inputs=None, dtype=None, precision=None,
+                    adapt_threads=True) -> Prepared:
     """braze.compile(module) with the zoo model's dynamic shapes (and ``precision``), as a Prepared."""
     import torch
 
     import braze
+    from braze.options import Options
+    opts = Options.from_env().replace(adapt_threads=adapt_threads)
     m = braze.compile(module, example_inputs=example_inputs or zm.example_inputs(),
-                      dynamic_shapes=zm.dynamic_shapes, precision=precision)
+                      dynamic_shapes=zm.dynamic_shapes, precision=precision, options=opts)
 
     def run(args):
         with torch.no_grad():
@@ -413,7 +418,11 @@ def _braze_prepared(zm, module, convert, example_inputs=None, dtype=None, precis
         o = fo(out)
         return o.detach().float().numpy() if hasattr(o, "detach") else np.asarray(o, np.float32)
     info = {"precision": m.module.precision.get("policy", "fp32")} if precision else {}
-    return Prepared(run=run, convert=convert, first_output=first_output, info=info)
+
+    def counters():
+        full, fewer = m.library.team_calls() or (0, 0)
+        return {"full team": full, "fewer threads": fewer}
+    return Prepared(run=run, convert=convert, first_output=first_output, info=info, counters=counters)
 
 
 class BrazePlugin(Backend):
@@ -555,6 +564,17 @@ class OpenVINODefault(OpenVINO):
     precision = "plugin default"
 
 
+class BrazeFixedThreads(Braze):
+    name = "braze-fixed-threads"
+    label = "braze adapt_threads=False"
+    description = ("as 'braze', with adapt_threads=False: every call runs the full team, even while other "
+                   "processes take the cores (the A side of the contention benchmark's A/B; docs/threads.md)")
+    default = False
+
+    def prepare(self, zm, cache_dir, threads):
+        return _braze_prepared(zm, zm.module, lambda x: x, adapt_threads=False)
+
+
 class BrazeBf16(Braze):
     name = "braze-bf16"
     label = "braze precision=bf16"
@@ -583,9 +603,9 @@ class BrazeBf16Model(Braze):
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in
-                                (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OnnxRuntimeNoSpin(), OpenVINO(), TVM(),
-                                 Braze(), BrazePlugin(), BrazeReference(), EagerBf16(), InductorBf16(),
-                                 OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
+                                (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OnnxRuntimeNoSpin(),
+                                 OpenVINO(), TVM(), Braze(), BrazeFixedThreads(), BrazePlugin(), BrazeReference(),
+                                 EagerBf16(), InductorBf16(), OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]
 PEERS = [n for n, b in BACKENDS.items() if not n.startswith("braze") and b.precision == "fp32"]
 # the 16-bit rows: braze-bf16 is compared with these (and with braze's float32)

@@ -50,6 +50,7 @@ def _busy(n: int) -> list[subprocess.Popen]:
 def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float,
             threads: int) -> dict:
     ms = {(n, i, p): [] for n in names for i in range(len(shapes)) for p, _ in PHASES}
+    counted = {(n, i, p): {} for n in names for i in range(len(shapes)) for p, _ in PHASES}
     with started_servers(model, names, shapes, threads) as servers:
         idle = {s.name: s.idle(0, 1.0)["idle_cpu_pct"] for s in servers}
         for phase, n_busy in PHASES:
@@ -61,7 +62,11 @@ def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round
                         for k in range(len(servers)):
                             s = servers[(r + k) % len(servers)]
                             time.sleep(PAUSE_S)
-                            ms[s.name, i, phase].append(s.ask(i, round_time)["ms"])
+                            got = s.ask(i, round_time)
+                            ms[s.name, i, phase].append(got["ms"])
+                            c = counted[s.name, i, phase]
+                            for k, v in got.get("counted", {}).items():
+                                c[k] = c.get(k, 0) + v
             finally:
                 for p in procs:
                     p.kill()
@@ -78,8 +83,30 @@ def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round
             row["backends"][s.name] = {"ms": med, "quiet_ms": quiet,
                                        "slowdown": {p: med[p] / quiet for p, n in PHASES if n},
                                        "rel_err": s.ready["rel_err"][i]}
+            if any(counted[s.name, i, p] for p, _ in PHASES):  # braze: calls per team, per phase
+                row["backends"][s.name]["counted"] = {p: counted[s.name, i, p] for p, _ in PHASES}
         rows.append(row)
     return {"model": model, "shapes": rows, "idle_cpu_pct": idle}
+
+
+def _team_table(doc: dict) -> list[str]:
+    """The share of each braze backend's calls that ran with fewer threads than asked, per phase
+    (braze_team.h), as markdown lines; none without counts."""
+    cols = [(n, p) for n in doc["backends"] for p, _ in PHASES
+            if any("counted" in s["backends"][n] for r in doc["results"] for s in r["shapes"])]
+    if not cols:
+        return []
+    body = []
+    for r in doc["results"]:
+        for s in r["shapes"]:
+            cells = [r["model"], s["shape"]]
+            for n, p in cols:
+                c = s["backends"][n].get("counted", {}).get(p, {})
+                total = sum(c.values())
+                cells.append(f"{100 * c.get('fewer threads', 0) / total:.0f}%" if total else "-")
+            body.append(cells)
+    return ["Share of calls run with fewer threads than asked (braze_team.h; docs/threads.md):", "",
+            _md_table(["model", "shape", *(f"{n} {p}" for n, p in cols)], body), ""]
 
 
 def to_markdown(doc: dict) -> str:
@@ -104,11 +131,12 @@ def to_markdown(doc: dict) -> str:
             if "braze" in names:
                 cells += [f"{b['braze']['slowdown']['1 busy'] / b[n]['slowdown']['1 busy']:.2f}" for n in others]
             body.append(cells)
+    teams = _team_table(doc)
     idle = ["| model | " + " | ".join(f"{n} idle CPU %" for n in names) + " |",
             "|---|" + "---|" * len(names)]
     idle += [f"| {r['model']} | " + " | ".join(f"{r['idle_cpu_pct'][n]:.2f}" for n in names) + " |"
              for r in doc["results"]]
-    return "\n".join([head, "", _md_table(headers, body), "",
+    return "\n".join([head, "", _md_table(headers, body), "", *teams,
                       "CPU time each process took in the second after a call, as % of one core:", "",
                       *idle]) + "\n"
 

@@ -40,8 +40,8 @@ PAUSE_S = 0.1  # between two backends' turns: longer than OpenMP's and TBB's spi
 
 def serve(model: str, backend: str, shapes: list[dict], cache_dir: str, threads: int) -> int:
     """A server on stdin/stdout: prepares the backend, warms it up at every shape, then answers
-    each request line {"shape": i, "time": s} with the median call in ms over >= 3 calls and >= s,
-    and {"shape": i, "idle": s} with the process's CPU time over s seconds after one call, in % of
+    each request line {"shape": i, "time": s} with the median call in ms over >= 3 calls and >= s
+    (and what the backend's counters counted meanwhile), and {"shape": i, "idle": s} with the process's CPU time over s seconds after one call, in % of
     a core (threads that spin after a call)."""
     import numpy as np
     import torch
@@ -78,11 +78,14 @@ def serve(model: str, backend: str, shapes: list[dict], cache_dir: str, threads:
             out.write(json.dumps({"idle_cpu_pct": 100 * (time.process_time() - c0) / req["idle"]}) + "\n")
             out.flush()
             continue
+        before = prep.counters() if prep.counters else {}
         while len(times) < 3 or time.perf_counter() - t0 < req["time"]:
             t = time.perf_counter()
             prep.run(a)
             times.append(time.perf_counter() - t)
-        out.write(json.dumps({"ms": statistics.median(times) * 1e3, "calls": len(times)}) + "\n")
+        counted = {k: v - before[k] for k, v in prep.counters().items()} if prep.counters else {}
+        out.write(json.dumps({"ms": statistics.median(times) * 1e3, "calls": len(times), "counted": counted})
+                  + "\n")
         out.flush()
     return 0
 

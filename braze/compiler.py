@@ -230,7 +230,8 @@ def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> C
     else:  # no GEMM or convolution: no oneDNN in the library (half the C compile time)
         lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units)
     t4 = time.perf_counter()
-    instance = lib.create([module.constants[n] for n in native.constants], threads=opts.threads)
+    instance = lib.create([module.constants[n] for n in native.constants], threads=opts.threads,
+                          adapt=opts.adapt_threads)
     t5 = time.perf_counter()
     timings.update(c_compile=t4 - t3, init=t5 - t4)
     _log.info("compiled @%s in %.2f s (%s); library %s", module.main.name, t5 - t0,

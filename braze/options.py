@@ -13,6 +13,8 @@
   default). braze.compile hands ``cache_dir`` to the C compiler driver
   explicitly; nothing sets the environment.
 * ``BRAZE_THREADS``: threads for native code (None: runtime/threads.py's default_threads decides).
+* ``BRAZE_ADAPT_THREADS``: 1 (default): a call runs with fewer threads while other processes take
+  the process's cores (codegen/include/braze_team.h, docs/threads.md); 0: always ``threads``.
 * ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
   matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
 * ``BRAZE_PRECISION_KEEP``: comma-separated op names (``matmul``) or module paths (``lm_head``,
@@ -46,6 +48,8 @@ def _int_env(env, key, default):
 @dataclass(frozen=True)
 class Options:
     threads: int | None = None
+    # fewer threads per call while other processes take the cores (braze_team.h)
+    adapt_threads: bool = True
     debug: int = 0
     dump_dir: str | None = None
     cache_dir: str | None = None
@@ -73,6 +77,7 @@ class Options:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "Options":
         env = os.environ if env is None else env
         opts = cls(threads=_int_env(env, "BRAZE_THREADS", None),
+                   adapt_threads=bool(_int_env(env, "BRAZE_ADAPT_THREADS", 1)),
                    debug=_int_env(env, "BRAZE_DEBUG", 0),
                    dump_dir=(env.get("BRAZE_DUMP") or "").strip() or None,
                    cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None,

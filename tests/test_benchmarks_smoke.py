@@ -167,8 +167,10 @@ def test_contention_times_each_phase_and_the_idle_cpu(tmp_path):
     b = row["backends"]["braze"]
     assert set(b["ms"]) == {"quiet", "1 busy", "2 busy", "quiet again"} and set(b["slowdown"]) == {"1 busy", "2 busy"}
     assert all(v > 0 for v in b["slowdown"].values()) and b["rel_err"] < 1e-4
+    assert set(b["counted"]) == set(b["ms"]) and "counted" not in row["backends"]["eager"]  # braze's teams
     assert set(r["idle_cpu_pct"]) == {"braze", "eager"} and all(v >= 0 for v in r["idle_cpu_pct"].values())
     assert "braze x1 / eager x1" in (tmp_path / "c.md").read_text()
+    assert "Share of calls run with fewer threads" in (tmp_path / "c.md").read_text()
     assert "os.getppid() == parent" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 

@@ -129,8 +129,10 @@ class HostGen:
         model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library)
         kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
                    for i, k in enumerate(self.kernels.values())]
-        host = ['#include "braze_abi.h"\n' + ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
-                C_DTYPE_NAMES, _ARENA_C, model, _profile_c(self.profile_labels) if self.profile else "", *bodies]
+        host = ['#include "braze_abi.h"\n#include "braze_team.h"\n' +
+                ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
+                C_DTYPE_NAMES, _ARENA_C, _TEAM_C, model, _profile_c(self.profile_labels) if self.profile else "",
+                *bodies]
         parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),
                  *kernels, _in_unit(0, "", "\n".join(host))]
         names = sorted(self.const_index, key=self.const_index.get)
@@ -153,7 +155,9 @@ def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lin
     return f"""struct braze_instance {{
     void *c[{max(n_const, 1)}];
 {fields}    int32_t threads;
+    int32_t adapt; /* fewer threads while other processes take the cores (braze_team.h) */
 }};
+BRAZE_EXPORT void braze_set_adapt(braze_instance *M, int32_t on) {{ M->adapt = on != 0; }}
 BRAZE_EXPORT void braze_destroy(braze_instance *M) {{
     if (!M) return;
 {frees}    free(M);
@@ -167,6 +171,7 @@ BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, i
     if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, "braze_create: out of memory");
     for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];
     M->threads = threads;
+    M->adapt = 1;
 {init}    *out = M;
     return BRAZE_OK;
 {fail}}}
@@ -183,6 +188,15 @@ def _profile_c(labels: list[str]) -> str:
             "    *names = g_prof_names; *seconds = g_prof_s; *calls = g_prof_n; *bytes = g_prof_b; *flops = g_prof_f;\n"
             f"    return {len(labels)};\n}}\n")
 
+
+_TEAM_C = """
+/* braze_team.h's counters and its override, for tests and measurements */
+BRAZE_EXPORT void braze_team_force(int32_t n) { __atomic_store_n(&bz_team_forced, n, __ATOMIC_RELAXED); }
+BRAZE_EXPORT void braze_team_stats(int64_t *full, int64_t *fewer) {
+    *full = __atomic_load_n(&bz_team_calls[0], __ATOMIC_RELAXED);
+    *fewer = __atomic_load_n(&bz_team_calls[1], __ATOMIC_RELAXED);
+}
+"""
 
 _ARENA_C = """
 /* grow-only scratch memory, one per thread, so concurrent calls never share intermediates */
@@ -265,13 +279,15 @@ class _EntryWriter:
         params = "braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen"
         params = "const braze_instance *M, const " + params
         args = "M, inputs, n_inputs, alloc, alloc_ctx, err, errlen"
-        # the thread count is the model's: set for this call on the calling thread (OpenMP's
-        # nthreads is per thread), restored after, so it holds on every thread and per model
+        # the thread count is the model's, fewer while the cores are shared (braze_team.h): set
+        # for this call on the calling thread (OpenMP's nthreads is per thread), restored after
         return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
                 f"BRAZE_EXPORT int32_t {symbol}({params}) {{\n"
-                f"    if (M->threads <= 0) return {symbol}_body({args});\n"
+                f"    int full = M->threads > 0 ? M->threads : omp_get_max_threads();\n"
+                f"    int team = M->adapt && full > 1 ? bz_team_size(full) : full;\n"
+                f"    if (M->threads <= 0 && team == full) return {symbol}_body({args});\n"
                 f"    int saved = omp_get_max_threads();\n"
-                f"    omp_set_num_threads(M->threads);\n"
+                f"    omp_set_num_threads(team);\n"
                 f"    int32_t rc = {symbol}_body({args});\n"
                 f"    omp_set_num_threads(saved);\n"
                 f"    return rc;\n}}\n")

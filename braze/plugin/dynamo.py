@@ -14,6 +14,8 @@ _log = _logging.get("plugin")
 
 OPTIONS = {
     "threads": "OpenMP threads of the native code (default: BRAZE_THREADS, else the runtime's)",
+    "adapt_threads": "True (default): a call runs with fewer threads while other processes take the cores; "
+                     "False: always 'threads' (BRAZE_ADAPT_THREADS; docs/threads.md)",
     "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 each region's "
              "slowest kernels at exit",
     "dump": "a directory for every stage's text (graph IR, loop IR, C) and the fusion report (BRAZE_DUMP), "
@@ -65,6 +67,10 @@ def plugin_options(options: dict | None) -> PluginOptions:
     for key, field in (("dump", "dump_dir"), ("cache_dir", "cache_dir"), ("precision", "precision")):
         if options.get(key) is not None:
             changes[field] = str(options[key])
+    if "adapt_threads" in options:
+        if not isinstance(options["adapt_threads"], bool):
+            raise BrazeError(f"braze option 'adapt_threads' must be True or False, got {options['adapt_threads']!r}")
+        changes["adapt_threads"] = options["adapt_threads"]
     if options.get("precision_keep") is not None:
         keep = options["precision_keep"]
         changes["precision_keep"] = (keep,) if isinstance(keep, str) else tuple(keep)

@@ -86,6 +86,9 @@ ALLOC_FN = CFUNCTYPE(c_void_p, py_object, c_int32, c_int32, c_int32, POINTER(c_i
 ENTRY_FN = CFUNCTYPE(c_int32, c_void_p, c_void_p, c_int32, ALLOC_FN, py_object, c_void_p, c_int32)
 CREATE_FN = CFUNCTYPE(c_int32, c_void_p, c_int32, c_int32, c_void_p, c_void_p, c_int32)
 DESTROY_FN = CFUNCTYPE(None, c_void_p)
+SET_ADAPT_FN = CFUNCTYPE(None, c_void_p, c_int32)
+TEAM_STATS_FN = CFUNCTYPE(None, c_void_p, c_void_p)
+TEAM_FORCE_FN = CFUNCTYPE(None, c_int32)
 
 _LITTLE = sys.byteorder == "little"
 _from_buffer = ctypes.c_char.from_buffer
@@ -137,13 +140,28 @@ class NativeLibrary:
         except AttributeError:
             raise BrazeError(f"the native library {self.path} has no symbol {symbol!r}") from None
 
-    def create(self, constants=(), threads: int | None = None) -> "NativeModel":
+    def create(self, constants=(), threads: int | None = None, adapt: bool = True) -> "NativeModel":
         """One model instance (``braze_create``) holding ``constants`` and the thread count.
 
         Each constant is a numpy array or torch tensor; non-contiguous ones are
         copied. A library without ``braze_create`` accepts only an empty list.
         """
-        return NativeModel(self, constants, threads)
+        return NativeModel(self, constants, threads, adapt)
+
+    def team_calls(self) -> tuple[int, int] | None:
+        """(calls run with the full team, calls run with fewer threads while the cores were
+        shared) by this library's adaptive instances (braze_team.h); None for a library built
+        without the counters."""
+        if not self.has_symbol("braze_team_stats"):
+            return None
+        full, fewer = c_int64(), c_int64()
+        self._symbol("braze_team_stats", TEAM_STATS_FN)(addressof(full), addressof(fewer))
+        return full.value, fewer.value
+
+    def force_team(self, n: int) -> None:
+        """Run every adaptive call of this library with ``n`` threads (0: decide again), for
+        tests and measurements."""
+        self._symbol("braze_team_force", TEAM_FORCE_FN)(int(n))
 
     def function(self, symbol: str, param_specs, result_specs) -> "NativeFunction":
         """An entry of a library without model state (its entries get model == NULL)."""
@@ -156,7 +174,7 @@ class NativeLibrary:
 class NativeModel:
     """One instance of a compiled model: ``braze_create``'s handle, destroyed with the object."""
 
-    def __init__(self, lib: NativeLibrary, constants=(), threads: int | None = None):
+    def __init__(self, lib: NativeLibrary, constants=(), threads: int | None = None, adapt: bool = True):
         self.lib = lib
         self.handle = None
         self.threads = 0  # OpenMP's default; braze_create's count below
@@ -194,6 +212,8 @@ class NativeModel:
         self.handle = out.value
         destroy = lib._symbol("braze_destroy", DESTROY_FN)
         weakref.finalize(self, destroy, self.handle).atexit = False
+        if not adapt and lib.has_symbol("braze_set_adapt"):  # a library built before it: never adapts
+            lib._symbol("braze_set_adapt", SET_ADAPT_FN)(self.handle, 0)
 
     def function(self, symbol: str, param_specs, result_specs, reuse_outputs: bool = True) -> "NativeFunction":
         return NativeFunction(self, symbol, param_specs, result_specs, reuse_outputs=reuse_outputs)

@@ -2,7 +2,8 @@
  *
  * It follows the model's own C and a block braze.deploy writes for this artifact, which
  * defines: BZA_ENTRY, BZA_CREATE, BZA_DESTROY (the model's symbols), BZA_THREADS (the
- * compiled model's thread count, 0: OpenMP's default), BZA_N_CONST,
+ * compiled model's thread count, 0: OpenMP's default), BZA_ADAPT (1: fewer threads while the
+ * cores are shared, braze_team.h), BZA_N_CONST,
  * bza_const_offset[] / bza_const_nbytes[] (each constant's bytes in the safetensors data
  * section), bza_files[][2] (file, SHA-256), bza_weights_sha256, BZA_ABI_VERSION,
  * BZA_BRAZE_VERSION, BZA_ISA, bza_cpu_missing() and the signature tables (bza_in_* /
@@ -235,6 +236,7 @@ BRAZE_EXPORT braze_model *braze_model_load(const char *artifact_dir, char *err, 
         braze_model_free(m);
         return NULL;
     }
+    braze_set_adapt(m->inst, BZA_ADAPT);
     return m;
 }
 

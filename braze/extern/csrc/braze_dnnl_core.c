@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -167,7 +168,7 @@ static dnnl_stream_t get_stream(char *err, int errlen) {
  * matmul and run-time-weight matmul, which hold no weights: their primitives are shared by
  * every model), then the shapes, transposes, alpha, epilogue flags with the dtypes
  * (BRAZE_TYPES, in `act`) and mode. Dense row-major, or the weight's own layout (fixed by its
- * owner). */
+ * owner). The last word is left to get_entry (the thread count). */
 #define KEYLEN 16
 typedef struct {
     int64_t key[KEYLEN];
@@ -510,9 +511,15 @@ static int prepared(const cache_entry *e, cache_entry *tmp, const int *is_tmp) {
     return e == NULL;
 }
 
-static cache_entry *get_entry(const int64_t *k, make_fn make, void *arg, cache_entry *tmp,
+static cache_entry *get_entry(const int64_t *key, make_fn make, void *arg, cache_entry *tmp,
                               int *is_tmp, char *err, int errlen) {
     *is_tmp = 0;
+    /* a primitive runs with the team it was created for (oneDNN fixes its thread count at
+     * creation), and a call's team shrinks while the cores are shared (braze_team.h): the last
+     * word of every key is the calling thread's team */
+    int64_t k[KEYLEN];
+    memcpy(k, key, sizeof k);
+    k[KEYLEN - 1] = omp_get_max_threads();
     pthread_mutex_lock(&g_cache_mu);
     cache_entry *e = cache_find(k);
     if (e) {
