@@ -168,6 +168,7 @@ def save(model, path) -> Path:
         "format": "braze-artifact", "abi_version": ARTIFACT_ABI, "braze_version": _version(),
         "onednn_version": ".".join(map(str, onednn.locate().version or ())) or None if native.uses_library else None,
         "threads": model.options.threads,
+        "adapt_threads": model.options.adapt_threads,
         "isa": {"name": isa.name, "features": sorted(isa.features), "cflags": list(isa.cflags)},
         # the precision policy and the dtypes oneDNN ran natively where it was compiled (a bf16 GEMM on a
         # CPU without AVX512_BF16 still runs, on oneDNN's slower kernels)
