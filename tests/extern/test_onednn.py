@@ -538,6 +538,39 @@ def test_threads_creating_the_same_new_primitives_at_once_agree(lib, onednn_only
         lib.braze_free_packed_conv(pc)
 
 
+def test_a_primitive_is_kept_per_thread_count(lib, onednn_only):
+    """oneDNN fixes a primitive's thread count when it creates it, and a call's team shrinks while
+    the cores are shared (braze_team.h): a thread asking with another OpenMP count gets its own
+    primitive, created once, with the same result."""
+    from braze.testing import run_threads
+    gomp = C.CDLL("libgomp.so.1")  # the runtime already loaded (torch's or the system's): same soname
+    rng = np.random.default_rng(29)
+    W, pb, Wc, pc = _packed_linear_and_conv(lib, rng, (48, 40), (16, 8, 1, 1), pad=0)
+    A = rng.standard_normal((40, 40), dtype=np.float32)
+    outs = []
+
+    def call(n):
+        def work(t):
+            gomp.omp_set_num_threads(n)
+            out = np.empty((40, 48), np.float32)
+            e = _err()
+            assert lib.braze_matmul(40, 48, 40, _p(A), pb, None, None, 0, _p(out), e, ERRLEN) == 0, e.value
+            outs.append(out)
+        assert run_threads(work, 1) == []
+        return _stats(lib)[0]
+    try:
+        c2 = call(2)
+        assert call(2) == c2
+        c1 = call(1)
+        assert c1 == c2 + 1 and call(1) == c1 and call(2) == c1
+        _close(outs[0], A.astype(np.float64) @ W.T.astype(np.float64))
+        for o in outs[1:]:
+            assert np.array_equal(o, outs[0])
+    finally:
+        lib.braze_free_packed_b(pb)
+        lib.braze_free_packed_conv(pc)
+
+
 def test_errors_are_reported_not_fatal(lib):
     err = _err()
     W = np.ones((4, 4), np.float32)
