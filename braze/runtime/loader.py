@@ -199,7 +199,10 @@ class NativeModel:
             return
         if not threads:
             threads, why = default_threads()
-            _log.info("%s threads: %s", threads or "OpenMP's default number of", why)
+        else:
+            why = "threads= set"
+        _log.info("%s threads: %s; %s", threads or "OpenMP's default number of", why,
+                  "fewer while other processes take the cores (adapt_threads)" if adapt else "adapt_threads off")
         self.threads = threads
         fn = lib._symbol("braze_create", CREATE_FN)
         arr = (c_void_p * max(1, len(ptrs)))(*ptrs)
