@@ -65,8 +65,8 @@ def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round
                             got = s.ask(i, round_time)
                             ms[s.name, i, phase].append(got["ms"])
                             c = counted[s.name, i, phase]
-                            for k, v in got.get("counted", {}).items():
-                                c[k] = c.get(k, 0) + v
+                            for what, v in got.get("counted", {}).items():
+                                c[what] = c.get(what, 0) + v
             finally:
                 for p in procs:
                     p.kill()

@@ -41,8 +41,9 @@ PAUSE_S = 0.1  # between two backends' turns: longer than OpenMP's and TBB's spi
 def serve(model: str, backend: str, shapes: list[dict], cache_dir: str, threads: int) -> int:
     """A server on stdin/stdout: prepares the backend, warms it up at every shape, then answers
     each request line {"shape": i, "time": s} with the median call in ms over >= 3 calls and >= s
-    (and what the backend's counters counted meanwhile), and {"shape": i, "idle": s} with the process's CPU time over s seconds after one call, in % of
-    a core (threads that spin after a call)."""
+    (and what the backend's counters counted meanwhile), and {"shape": i, "idle": s} with the
+    process's CPU time over s seconds after one call, in % of a core (threads that spin after a
+    call)."""
     import numpy as np
     import torch
 

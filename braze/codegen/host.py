@@ -131,7 +131,7 @@ class HostGen:
                    for i, k in enumerate(self.kernels.values())]
         host = ['#include "braze_abi.h"\n#include "braze_team.h"\n' +
                 ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
-                C_DTYPE_NAMES, _ARENA_C, _TEAM_C, model, _profile_c(self.profile_labels) if self.profile else "",
+                C_DTYPE_NAMES, _ARENA_C, model, _profile_c(self.profile_labels) if self.profile else "",
                 *bodies]
         parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),
                  *kernels, _in_unit(0, "", "\n".join(host))]
@@ -188,15 +188,6 @@ def _profile_c(labels: list[str]) -> str:
             "    *names = g_prof_names; *seconds = g_prof_s; *calls = g_prof_n; *bytes = g_prof_b; *flops = g_prof_f;\n"
             f"    return {len(labels)};\n}}\n")
 
-
-_TEAM_C = """
-/* braze_team.h's counters and its override, for tests and measurements */
-BRAZE_EXPORT void braze_team_force(int32_t n) { __atomic_store_n(&bz_team_forced, n, __ATOMIC_RELAXED); }
-BRAZE_EXPORT void braze_team_stats(int64_t *full, int64_t *fewer) {
-    *full = __atomic_load_n(&bz_team_calls[0], __ATOMIC_RELAXED);
-    *fewer = __atomic_load_n(&bz_team_calls[1], __ATOMIC_RELAXED);
-}
-"""
 
 _ARENA_C = """
 /* grow-only scratch memory, one per thread, so concurrent calls never share intermediates */
@@ -283,10 +274,10 @@ class _EntryWriter:
         # for this call on the calling thread (OpenMP's nthreads is per thread), restored after
         return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
                 f"BRAZE_EXPORT int32_t {symbol}({params}) {{\n"
-                f"    int full = M->threads > 0 ? M->threads : omp_get_max_threads();\n"
-                f"    int team = M->adapt && full > 1 ? bz_team_size(full) : full;\n"
-                f"    if (M->threads <= 0 && team == full) return {symbol}_body({args});\n"
                 f"    int saved = omp_get_max_threads();\n"
+                f"    int full = M->threads > 0 ? M->threads : saved;\n"
+                f"    int team = M->adapt && full > 1 ? bz_team_size(full) : full;\n"
+                f"    if (team == saved) return {symbol}_body({args});\n"
                 f"    omp_set_num_threads(team);\n"
                 f"    int32_t rc = {symbol}_body({args});\n"
                 f"    omp_set_num_threads(saved);\n"

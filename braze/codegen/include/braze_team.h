@@ -20,11 +20,14 @@
  * Reading the file costs about 5 us, once per window. Without the file (no schedstats, not
  * Linux) the team is always full.
  *
- * State is per calling thread (its own run delay) and per library; the counters are for the
- * profile and tests. Results do not depend on the team size: kernels split independent
- * iterations, and oneDNN's primitives are cached per thread count (braze_dnnl_core.c). */
+ * State is per calling thread (its own run delay) and per library; the counters are for
+ * tests and benchmarks. Results do not depend on the team size: kernels split independent
+ * iterations, and oneDNN's primitives are cached per thread count (braze_dnnl_core.c); the one
+ * known exception, oneDNN's matrix-vector kernel without AVX-512, is in docs/threads.md. */
 #ifndef BRAZE_TEAM_H
 #define BRAZE_TEAM_H
+
+#include "braze_abi.h"
 
 #include <fcntl.h>
 #include <stdint.h>
@@ -136,6 +139,13 @@ static int bz_team_size(int full) {
     if (n > full) n = full;
     __atomic_fetch_add(&bz_team_calls[n < full], 1, __ATOMIC_RELAXED);
     return n;
+}
+
+/* the counters and the override, for tests and measurements (NativeLibrary.team_calls, force_team) */
+BRAZE_EXPORT void braze_team_force(int32_t n) { __atomic_store_n(&bz_team_forced, n, __ATOMIC_RELAXED); }
+BRAZE_EXPORT void braze_team_stats(int64_t *full, int64_t *fewer) {
+    *full = __atomic_load_n(&bz_team_calls[0], __ATOMIC_RELAXED);
+    *fewer = __atomic_load_n(&bz_team_calls[1], __ATOMIC_RELAXED);
 }
 
 #endif
