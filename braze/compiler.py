@@ -163,7 +163,8 @@ class CompiledModel:
 
 
 def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | None = None,
-            precision: str | None = None, options: Options | None = None) -> CompiledModel:
+            precision: str | None = None, target: str | None = None,
+            options: Options | None = None) -> CompiledModel:
     """Compile ``model`` once for every shape its symbolic dims allow.
 
     ``model``: a ``torch.nn.Module`` (exported with torch.export; ``dynamic_shapes``
@@ -175,6 +176,8 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     ``precision``: "fp32", "bf16" or "fp16": the dtype a float32 model's GEMMs, batched matmuls
     and convolutions compute in (default: the options', else ``BRAZE_PRECISION``, else fp32;
     docs/precision.md). A 16-bit model computes in its own dtype whatever this says.
+    ``target``: "cpu" (default) or "cuda:sm_XX" (cross-compiles on any machine; the GPU is first
+    needed at the first call), "cuda" for this machine's GPU (docs/cuda.md).
     ``options``: settings (default: ``Options.from_env()``); its ``cache_dir`` is
     where the library is cached, passed down explicitly (the environment is
     never changed, so threads compiling at once keep their own settings).
@@ -188,6 +191,9 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
         opts = opts.replace(threads=threads)
     if precision is not None:
         opts = opts.replace(precision=precision)
+    if target is not None:
+        opts = opts.replace(target=target)
+    device = _target(opts)
     _logging.enable_debug_output(opts.debug)
     _log.info("compiling %s", _describe(model))
     timings: dict[str, float] = {}
@@ -197,10 +203,55 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     t1 = time.perf_counter()
     timings["import"] = t1 - t0 - timings.get("export", 0.0)
     timer = PassTimer()
-    native, module = compile_to_c(module, detect_isa(), options=opts, copy=False, instruments=[timer])
+    native, module = compile_to_c(module, device or detect_isa(), options=opts, copy=False, instruments=[timer])
     _log.info("stages: %s", timer.report_text())
     timings["stages"] = time.perf_counter() - t1
     return _build(module, native, opts, timings, t0)
+
+
+class _LazyInstance:
+    """A CUDA model's instance (weights uploaded to the GPU), made at the first call, once."""
+
+    def __init__(self, make):
+        import threading
+        self._make = make
+        self._real = None
+        self._lock = threading.Lock()
+
+    def get(self):
+        with self._lock:
+            if self._real is None:
+                self._real = self._make()
+            return self._real
+
+    def function(self, *args, **kw):
+        fn = None
+
+        def call(*inputs):
+            nonlocal fn
+            if fn is None:
+                fn = self.get().function(*args, **kw)
+            return fn(*inputs)
+        return call
+
+
+def _target(opts: Options):
+    """The options' CUDA target (braze/target.py), or None for the CPU."""
+    from .target import parse_target
+    return parse_target(opts.target)
+
+
+def _build_cuda(module: Module, native, opts: Options):
+    """NVRTC compiles the kernels; the host C, with their cubin and PTX in it, is built for
+    baseline x86-64 (it runs on the GPU machine's CPU)."""
+    from .codegen.cuda_host import cuda_blob
+    from .codegen.isa import level_isa
+    from .codegen.nvrtc import compile_cuda
+    from .runtime import load_library
+    binary = compile_cuda(native.cuda_source, native.isa.split(":")[1], cache_dir=opts.cache_dir)
+    native.cuda_binary = binary
+    return load_library(cuda_blob(binary) + native.source, name=module.main.name, cache_dir=opts.cache_dir,
+                        isa=level_isa("scalar"))
 
 
 def resume(path, *, threads: int | None = None, options: Options | None = None) -> CompiledModel:
@@ -220,18 +271,23 @@ def resume(path, *, threads: int | None = None, options: Options | None = None) 
 
 def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> CompiledModel:
     """Compile the C (or find it in the cache), load it and make the model instance."""
-    from .extern import onednn
     from .runtime import load_library
 
     t3 = time.perf_counter()
-    if native.uses_library:  # links the oneDNN helper, built once per cache (rebuilt here if deleted)
+    if native.cuda_source:
+        lib = _build_cuda(module, native, opts)
+    elif native.uses_library:
+        from .extern import onednn  # links the oneDNN helper, built once per cache (rebuilt here if deleted)
         lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units,
                            **onednn.model_build_args(opts.cache_dir))
     else:  # no GEMM or convolution: no oneDNN in the library (half the C compile time)
         lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units)
     t4 = time.perf_counter()
-    instance = lib.create([module.constants[n] for n in native.constants], threads=opts.threads,
-                          adapt=opts.adapt_threads)
+    constants = [module.constants[n] for n in native.constants]
+    if native.cuda_source:  # the GPU is first needed at the first call: compiling needs none
+        instance = _LazyInstance(lambda: lib.create(constants, threads=opts.threads))
+    else:
+        instance = lib.create(constants, threads=opts.threads, adapt=opts.adapt_threads)
     t5 = time.perf_counter()
     timings.update(c_compile=t4 - t3, init=t5 - t4)
     _log.info("compiled @%s in %.2f s (%s); library %s", module.main.name, t5 - t0,

@@ -15,6 +15,7 @@
 * ``BRAZE_THREADS``: threads for native code (None: runtime/threads.py's default_threads decides).
 * ``BRAZE_ADAPT_THREADS``: 1 (default): a call runs with fewer threads while other processes take
   the process's cores (codegen/include/braze_team.h, docs/threads.md); 0: always ``threads``.
+* ``BRAZE_TARGET``: ``cpu`` (default) or ``cuda:sm_XX`` (braze/target.py; ``cuda``: this machine's GPU).
 * ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
   matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
 * ``BRAZE_PRECISION_KEEP``: comma-separated op names (``matmul``) or module paths (``lm_head``,
@@ -60,6 +61,8 @@ class Options:
     # fresh memory), so that memory stays held between calls; the plug-in turns it off in
     # training, where a graph's dropped outputs would stay held through the other graph
     reuse_outputs: bool = True
+    # "cpu" (this host, its ISA detected) or "cuda:sm_XX" (braze/target.py); BRAZE_TARGET
+    target: str = "cpu"
 
     def __post_init__(self):
         from .errors import BrazeError
@@ -82,7 +85,8 @@ class Options:
                    dump_dir=(env.get("BRAZE_DUMP") or "").strip() or None,
                    cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None,
                    precision=(env.get("BRAZE_PRECISION") or "").strip().lower() or "fp32",
-                   precision_keep=tuple(k for k in (env.get("BRAZE_PRECISION_KEEP") or "").split(",") if k.strip()))
+                   precision_keep=tuple(k for k in (env.get("BRAZE_PRECISION_KEEP") or "").split(",") if k.strip()),
+                   target=(env.get("BRAZE_TARGET") or "").strip().lower() or "cpu")
         return opts.replace(**overrides) if overrides else opts
 
     def replace(self, **changes) -> "Options":

@@ -49,10 +49,18 @@ GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_pat
 CPU_PASSES = GRAPH_PASSES  # the name the graph-pass list had before kernel stages joined it
 
 
-def kernel_stages() -> list:
-    """The schedule stages, run on every kernel after ``lower`` (``lower_kernels``)."""
+def kernel_stages(target=None) -> list:
+    """The schedule stages, run on every kernel after ``lower`` (``lower_kernels``): the CPU's,
+    or a CUDA target's (schedule/gpu.py)."""
+    if is_cuda(target):
+        from .schedule.gpu import GPU_STAGES
+        return list(GPU_STAGES)
     from .schedule import KERNEL_STAGES
     return list(KERNEL_STAGES)
+
+
+def is_cuda(target) -> bool:
+    return getattr(target, "name", "").startswith("cuda:")
 
 
 def emit(module, kernels, isa, profile: bool = False):
@@ -60,9 +68,9 @@ def emit(module, kernels, isa, profile: bool = False):
     return HostGen(module, kernels, isa, profile=profile).generate()
 
 
-def stage_names() -> list[str]:
-    """Every stage of the CPU pipeline, in order (the ``NN_`` numbers of a dump count from 1)."""
-    return [pass_name(p) for p in GRAPH_PASSES] + ["lower"] + [pass_name(s) for s in kernel_stages()] + ["emit"]
+def stage_names(target=None) -> list[str]:
+    """Every stage of the target's pipeline, in order (the ``NN_`` numbers of a dump count from 1)."""
+    return [pass_name(p) for p in GRAPH_PASSES] + ["lower"] + [pass_name(s) for s in kernel_stages(target)] + ["emit"]
 
 
 def pass_name(p) -> str:
@@ -192,7 +200,7 @@ def target_precision(policy: str, isa, keep: tuple[str, ...] = ()) -> dict:
 def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, hooks):
     """From stage ``index`` (1-based, over the whole pipeline) to the C."""
     n_graph = len(GRAPH_PASSES)
-    stages = kernel_stages()
+    stages = kernel_stages(isa)
     if index <= n_graph:
         m = _graph_passes(m, GRAPH_PASSES[index - 1:], hooks, index)
         index = n_graph + 1

@@ -48,6 +48,8 @@ class NativeSource:
     isa: str = ""  # what the C was generated for, with ``profile`` (a dump records both)
     profile: bool = False
     units: int = 1  # the source compiles as this many translation units at most (c_kernel.UNITS_C)
+    cuda_source: str = ""  # a CUDA target's kernels (codegen/cuda_kernel.py), compiled by NVRTC at build
+    cuda_binary: object = None  # their nvrtc.CudaBinary, once built
 
 
 # the host code and each kernel in their translation unit (c_kernel.py's UNITS_C)
@@ -70,6 +72,7 @@ class HostGen:
         self.packed_b: list[str] = []
         self.packed_conv: list[str] = []
         self.uses_library = False
+        self.cuda = getattr(isa, "name", "").startswith("cuda:")  # the per-target parts: codegen/cuda_host.py
 
     # --- constants (fields of the model instance) ----------------------------------------
     def const(self, name: str) -> str:
@@ -126,6 +129,12 @@ class HostGen:
             sym = f"braze_{f.name}"
             bodies.append(_EntryWriter(self, f).write(sym))
             entries.append(Entry(sym, f))
+        names = sorted(self.const_index, key=self.const_index.get)
+        if self.cuda:
+            from .cuda_host import generate_cuda
+            source, cu = generate_cuda(self, bodies)
+            return NativeSource(source, entries, names, {k.name: str(k) for k in self.kernels.values()}, False,
+                                self.isa.name, self.profile, units=1, cuda_source=cu)
         model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library)
         kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
                    for i, k in enumerate(self.kernels.values())]
@@ -135,7 +144,6 @@ class HostGen:
                 *bodies]
         parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),
                  *kernels, _in_unit(0, "", "\n".join(host))]
-        names = sorted(self.const_index, key=self.const_index.get)
         return NativeSource("\n".join(parts), entries, names, {k.name: str(k) for k in self.kernels.values()},
                             self.uses_library, getattr(self.isa, "name", str(self.isa)), self.profile,
                             units=len(kernels) + 1)
@@ -222,8 +230,9 @@ class _EntryWriter:
         checks, _ = validation_c(f, self.module.constraints, self.module.input_notes)
         if f.name not in self.module.arena_sizes:
             raise BrazeError(f"@{f.name} has no memory plan", hint="run the assign_memory pass before generating C")
+        cuda = self.gen.cuda
         for i, p in enumerate(f.params):
-            self.ptr[id(p)] = f"((char *)inputs[{i}].data)"
+            self.ptr[id(p)] = f"in_{i}" if cuda else f"((char *)inputs[{i}].data)"
         for n in f.nodes:
             if n.op == "constant":
                 self.ptr[id(n.outputs[0])] = f"((char *){self.gen.const(n.attrs['name'])})"
@@ -234,6 +243,8 @@ class _EntryWriter:
             out_lines.append(f"{{ int64_t shp[{max(r.rank, 1)}] = {{{shp}}}; "
                              f"out_{k} = (char *)alloc(alloc_ctx, {k}, {DTYPE_CODE[r.dtype]}, {r.rank}, shp); "
                              f"if (!out_{k}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate output {k} of @{f.name}\"); }}")
+            if cuda:  # computed on the GPU, copied into the caller's buffer at the end
+                out_lines.append(f"out_{k} = bzc_output({k}, out_{k}, {_nbytes(r)});")
         copies = []
         for k, r in enumerate(f.results):
             if id(r) in self.ptr or any(r is q for q in f.results[:k]):
@@ -258,18 +269,25 @@ class _EntryWriter:
                 self._time(start, f"@{f.name}: {label}", *_traffic(self.module, n))
         for k, r in copies:
             src = self.ptr[id(r)] if not any(r is q for q in f.results[:k]) else f"out_{[q is r for q in f.results].index(True)}"
-            self.emit(f"memcpy(out_{k}, {src}, (size_t)({int_expr(S.mul(r.type.numel(), r.dtype.itemsize))}));")
-        head = [*checks,
+            self.emit(f"{'bzc_copy' if cuda else 'memcpy'}(out_{k}, {src}, {_nbytes(r)});")
+        begin = ["if (bzc_begin(err, errlen)) return BRAZE_ERR_INTERNAL;",
+                 *(f"char *in_{i} = bzc_input({i}, inputs[{i}].data, {_nbytes(p)});" for i, p in enumerate(f.params))] \
+            if cuda else []
+        head = [*checks, *begin,
                 *(f"char *out_{k} = NULL;" for k in range(len(f.results))),
                 *out_lines,
                 f"size_t arena_bytes = (size_t)({int_expr(self.module.arena_sizes[f.name])});",
                 "char *arena = braze_arena(arena_bytes);",
                 "if (!arena && arena_bytes) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate %zu bytes of scratch memory\", arena_bytes);",
-                "(void)arena;", *self._prepare()]
-        body = "\n    ".join(head + self.lines + ["return BRAZE_OK;"])
+                "(void)arena;", *([] if cuda else self._prepare())]
+        end = ["if (bzc_finish(err, errlen)) return BRAZE_ERR_INTERNAL;"] if cuda else []
+        body = "\n    ".join(head + self.lines + end + ["return BRAZE_OK;"])
         params = "braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen"
         params = "const braze_instance *M, const " + params
         args = "M, inputs, n_inputs, alloc, alloc_ctx, err, errlen"
+        if cuda:  # the GPU runs the work: no CPU team
+            return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
+                    f"BRAZE_EXPORT int32_t {symbol}({params}) {{ return {symbol}_body({args}); }}\n")
         # the thread count is the model's, fewer while the cores are shared (braze_team.h): set
         # for this call on the calling thread (OpenMP's nthreads is per thread), restored after
         return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
@@ -517,6 +535,10 @@ class _EntryWriter:
             args = f"(const float *){cptr[id(x)]}, (const float *){cptr[id(grad)]}, {h}"
             fn = "braze_conv2d_bwd_weights"
         self.emit(f"if ({fn}({n}, {hw}, {args}, {ohw}, (float *){dst}, err, errlen)) return BRAZE_ERR_INTERNAL;")
+
+
+def _nbytes(v) -> str:
+    return f"(size_t)({int_expr(S.mul(v.type.numel(), v.dtype.itemsize))})"
 
 
 # the helper's BRAZE_DT_* codes (braze_dnnl.h)

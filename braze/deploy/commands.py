@@ -30,7 +30,12 @@ def cmd_compile(args) -> int:
     from ..cmdline import check_model_arg, one_line
     from ..errors import BrazeError
     from ..frontend.files import load_model_file
+    from ..target import TargetError, parse_target
     from .artifact import check_save_path
+    try:
+        parse_target(args.target)
+    except TargetError as e:
+        raise UsageError(f"--target: {one_line(e)}") from None
     check_model_arg(args.model)
     out = Path(args.output)
     try:  # before the compile, not after it
@@ -44,7 +49,7 @@ def cmd_compile(args) -> int:
     opts = Options.from_env()
     if args.precision_keep:
         opts = opts.replace(precision_keep=tuple(k for k in args.precision_keep.split(",") if k.strip()))
-    cm = braze.compile(module, threads=args.threads, precision=args.precision, options=opts)
+    cm = braze.compile(module, threads=args.threads, precision=args.precision, target=args.target, options=opts)
     _progress(f"saving to {out} ({time.perf_counter() - t0:.1f} s so far) ...")
     cm.save(out)
     print(f"wrote {out} in {time.perf_counter() - t0:.1f} s: ({', '.join(map(str, cm.inputs))}) -> "
@@ -207,6 +212,10 @@ def add_parsers(sub, add_dim) -> None:
                    help="the dtype GEMMs, batched matmuls and convolutions of a float32 model compute in: fp32, "
                         "or bf16 / fp16 (about twice as fast where the CPU has AVX512_BF16 / AVX512_FP16 or AMX; "
                         "the weights are saved in it; docs/precision.md). Default: BRAZE_PRECISION, else fp32")
+    p.add_argument("--target", default=None, metavar="TARGET",
+                   help="cpu (this machine, the default) or cuda:sm_XX, e.g. cuda:sm_90 for an H100 or H200: "
+                        "compiles anywhere, runs where that GPU and its driver are (docs/cuda.md). Default: "
+                        "BRAZE_TARGET, else cpu")
     p.add_argument("--precision-keep", metavar="NAMES", default=None,
                    help="comma-separated op names (matmul, linear, conv2d) or module paths (lm_head, "
                         "encoder.layer.0) whose products stay float32 under --precision bf16/fp16 "

@@ -359,7 +359,7 @@ class Stmt:
         return "\n".join(stmt_lines(self, 0))
 
 
-FOR_KINDS = ("serial", "parallel", "vector", "unroll")
+FOR_KINDS = ("serial", "parallel", "vector", "unroll", "grid", "block", "thread")  # the last three: schedule/gpu.py
 
 
 @dataclass(eq=False)

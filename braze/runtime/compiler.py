@@ -190,7 +190,8 @@ def compile_flags(extra_cflags=()) -> list[str]:
 def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
                    library_dirs=(), libraries=(), rpaths=(), link_inputs=(), force: bool = False,
                    cache_dir: str | os.PathLike | None = None, filename: str = "lib.so",
-                   counters: dict | None = None, log_channel: str = "cache", units: int = 1) -> Path:
+                   counters: dict | None = None, log_channel: str = "cache", units: int = 1,
+                   isa=None) -> Path:
     """Compile C ``source`` to a shared library (cached by content) and return its path.
 
     ``name`` labels the library in messages and meta.json. ``braze/codegen/include``
@@ -208,6 +209,8 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
     ``units``: how many translation units the source can be compiled as
     (``BRAZE_UNIT``/``BRAZE_UNITS``, codegen/c_kernel.py's UNITS_C); a large source is
     compiled as up to that many, in parallel on the CPUs this process may use.
+    ``isa``: the ISA to compile for instead of the host's (a CUDA target's host code is
+    ``level_isa("scalar")``: it runs on another machine's CPU).
     Raises MissingDependencyError without a C compiler, BrazeError on a compile
     error (naming the kept source file).
     """
@@ -216,7 +219,7 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
 
     cc = find_compiler()
     version = compiler_version(tuple(cc))
-    isa = detect_isa(cc)
+    isa = detect_isa(cc) if isa is None else isa
     inc = [str(_include_dir()), *(str(p) for p in include_dirs)]
     cflags = [*BASE_CFLAGS, *isa.cflags, *extra_cflags]
     link = ([str(p) for p in link_inputs] + [f"-L{d}" for d in library_dirs] + [f"-l{lib}" for lib in libraries]

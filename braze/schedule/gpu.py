@@ -1,0 +1,104 @@
+"""The CUDA schedule: ``GPU_STAGES``, the CPU stages that only reshape loops, then ``grid``.
+
+``grid`` marks a kernel's outer perfect nest (each loop's body is the next loop alone) as
+``grid`` loops: their iterations are spread over every GPU thread of the launch, one
+flattened index, grid-stride (codegen/cuda_kernel.py). What is inside the innermost
+grid loop runs on its thread, serially.
+
+    for _i1 in 0..b:                 grid for _i1 in 0..b:
+      for _i2 in 0..64:         ->     grid for _i2 in 0..64:
+        v3[..] = ...                     v3[..] = ...
+
+A stitch or reduction kernel, whose rows reduce (a Let or Store of a long reduction at the
+row's level), gets a ``block`` nest instead: each row is one block of threads; its reductions
+are shared by the block's threads (a strided partial each, then a tree in shared memory) and
+its loops become ``thread`` loops, strided over them:
+
+    grid for _i1 in 0..b:            block for _i1 in 0..b:
+      let r1 = sum(_r2 < n: ..)  ->    let r1 = sum(_r2 < n: ..)     # the block's threads
+      for _i3 in 0..n: ...             thread for _i3 in 0..n: ...
+
+Not run for the GPU: ``keep`` (a row buffer per thread would be device-heap memory),
+``widen`` (float32 only for now), ``vectorize`` and ``parallelize`` (CPU layouts). A kernel
+whose body is not one loop nest (after loop-invariant Lets) keeps serial loops and runs on one thread: correct, slow,
+and counted in the compile log, so it shows where a block-level schedule is needed next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import sym as S
+from ..ir.loop import For, Kernel, Let, Reduce, Store, stmt_exprs, walk
+from .collapse import collapse
+from .flatten import flatten
+from .hoist import hoist
+from .materialize import materialize
+
+
+def _mark(f: For, kind: str) -> For:
+    body = f.body
+    if len(body) == 1 and isinstance(body[0], For) and body[0].kind == "serial":
+        body = [_mark(body[0], kind)]
+    elif kind == "block":  # the row's loops: their iterations spread over the block's threads
+        body = [replace(s, kind="thread") if isinstance(s, For) else s for s in body]
+    return replace(f, kind=kind, body=body, work=None)
+
+
+def _innermost(f: For) -> list:
+    while len(f.body) == 1 and isinstance(f.body[0], For):
+        f = f.body[0]
+    return f.body
+
+
+# a row reduction at least this long (or of symbolic length) is worth a block of threads
+BLOCK_MIN = 64
+
+
+def _row_reductions(body) -> bool:
+    """Whether statements at the row's level (not inside its loops) reduce over a long row."""
+    for s in body:
+        if isinstance(s, (Let, Store)):
+            for e in stmt_exprs(s):
+                for x in walk(e):
+                    if isinstance(x, Reduce) and x.op not in ("argmax", "argmin"):
+                        n = 1
+                        for _, ext in x.loops:
+                            n = S.mul(n, ext)
+                        if S.is_symbolic(n) or n >= BLOCK_MIN:
+                            return True
+    return False
+
+
+def _lets(body) -> int:
+    """How many Lets the body starts with (loop-invariant scalars that ``hoist`` put first: each
+    thread computes them again, which costs less than a launch of their own)."""
+    n = 0
+    while n < len(body) and isinstance(body[n], Let):
+        n += 1
+    return n
+
+
+def grid(kernel: Kernel) -> Kernel:
+    """The outer perfect nest of a single-nest kernel (after its Lets) becomes ``grid`` loops."""
+    body = list(kernel.body)
+    n = _lets(body)
+    if len(body) == n + 1 and isinstance(body[n], For) and body[n].kind == "serial":
+        body[n] = _mark(body[n], "block" if _row_reductions(_innermost(body[n])) else "grid")
+    return replace(kernel, body=body)
+
+
+GPU_STAGES: tuple = (flatten, collapse, materialize, hoist, grid)
+
+
+def grid_loops(kernel: Kernel) -> list:
+    """The kernel's grid loops, outer first (empty: it runs on one thread)."""
+    out = []
+    body = kernel.body[_lets(kernel.body):]
+    while len(body) == 1 and isinstance(body[0], For) and body[0].kind in ("grid", "block"):
+        out.append(body[0])
+        body = body[0].body
+    return out
+
+
+__all__ = ["GPU_STAGES", "grid", "grid_loops"]

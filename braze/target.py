@@ -1,0 +1,72 @@
+"""Compile targets: ``cpu`` (the host, its ISA detected) or ``cuda:sm_XX`` (an NVIDIA GPU).
+
+    parse_target("cuda:sm_90") -> CudaTarget("sm_90")
+    parse_target("cuda")       -> the local GPU's arch (needs a driver)
+    parse_target(None | "cpu") -> None: the CPU, as before
+
+A CUDA target cross-compiles anywhere: the kernels go through NVRTC (no GPU needed), the host
+code through the C compiler with baseline x86-64 flags, since it runs on the GPU machine's CPU.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import BrazeError
+
+# NVRTC 13.0's archs (nvrtcGetSupportedArchs); checked against the installed NVRTC when it is there
+KNOWN_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110",
+               "sm_120", "sm_121")
+
+
+class TargetError(BrazeError):
+    """A target string braze cannot compile for (a usage error: the CLI exits 2)."""
+
+
+@dataclass(frozen=True)
+class CudaTarget:
+    arch: str  # "sm_90"
+
+    @property
+    def name(self) -> str:
+        return f"cuda:{self.arch}"
+
+    # what the CPU-side code reads of a target: no SIMD, no 16-bit library (float32 only for now)
+    vector_bytes = 0
+    host_features: frozenset = frozenset()
+
+    def __str__(self):
+        return self.name
+
+
+def _archs() -> tuple[str, ...]:
+    try:
+        from .codegen.nvrtc import supported_archs
+        return tuple(supported_archs())
+    except BrazeError:
+        return KNOWN_ARCHS
+
+
+def parse_target(spec) -> CudaTarget | None:
+    if spec is None or isinstance(spec, CudaTarget):
+        return spec
+    s = str(spec).strip().lower()
+    if s in ("", "cpu") or s.startswith("cpu-x86") or s.startswith("cpu:"):
+        return None
+    if s == "cuda":
+        from .runtime.cuda import local_arch
+        return CudaTarget(local_arch())
+    m = re.fullmatch(r"cuda:(sm_\d+[a-z]?)", s)
+    if not m:
+        raise TargetError(f"unknown target {spec!r}", hint="use 'cpu', 'cuda' (this machine's GPU) or 'cuda:sm_XX', "
+                                                           "e.g. cuda:sm_90 for an H100 or H200")
+    arch = m.group(1)
+    archs = _archs()
+    if arch not in archs:
+        raise TargetError(f"target {spec!r}: NVRTC cannot compile for {arch}",
+                          hint=f"it compiles for {', '.join(archs)}")
+    return CudaTarget(arch)
+
+
+__all__ = ["CudaTarget", "KNOWN_ARCHS", "TargetError", "parse_target"]
