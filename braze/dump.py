@@ -2,7 +2,7 @@
 
 The directory holds ``00_input.braze``, then one file per stage, numbered in
 pipeline order: ``NN_<pass>.braze`` (graph IR), ``NN_<stage>.loop`` (every
-kernel's loop IR), ``NN_emit.c`` (the C source, also as ``model.c``), plus
+kernel's loop IR), ``NN_emit.c`` (the C source, also as ``model.c``; a CUDA target's kernels as ``model.cu``), plus
 ``fusion.txt`` (the fusion log), ``constants/<sha256>.npy`` (each constant the
 IR names by hash, once) and ``target.json`` (the ISA and whether per-kernel
 counters were compiled in: the C depends on both). A stage file with the constants is a repro:
@@ -52,6 +52,8 @@ class Dump(Instrument):
         elif name == "emit":
             _write(self.dir / f"{index:02d}_{name}.c", ir.source)
             _write(self.dir / "model.c", ir.source)
+            if ir.cuda_source:  # a CUDA target's kernels (NVRTC compiles them at build)
+                _write(self.dir / "model.cu", ir.cuda_source)
             _write(self.dir / "target.json", json.dumps({"isa": ir.isa, "profile": ir.profile}) + "\n")
         else:
             _write(self.dir / f"{index:02d}_{name}.loop", str(ir))

@@ -229,7 +229,12 @@ def resume_c(path, isa, options: Options | None = None, instruments: Sequence[In
     or ``.loop``): the same ``NativeSource`` as the compile that wrote it, and the module."""
     from .dump import last_graph_stage, read_kernels, read_module, read_target, stage_of
     index, name, kind = stage_of(path)
-    names = stage_names()
+    directory = Path(path).parent
+    target = read_target(directory)
+    if str(target.get("isa", "")).startswith("cuda:"):  # resumed for the target it was dumped for
+        from .target import parse_target
+        isa = parse_target(target["isa"])
+    names = stage_names(isa)
     n_graph = len(GRAPH_PASSES)
     want_kind = "braze" if index <= n_graph else "loop" if index < len(names) else "c"
     if not index <= len(names) or (index and names[index - 1] != name) or kind != want_kind:
@@ -237,11 +242,9 @@ def resume_c(path, isa, options: Options | None = None, instruments: Sequence[In
             f"{index:02d}_{names[index - 1]}.{want_kind}" if index <= len(names) else "past the last stage"
         raise BrazeError(f"{path} is not a stage this braze can resume from (stage {index} is {here!r} here)",
                          hint="resume from a .braze or .loop file dumped by this version of braze")
-    directory = Path(path).parent
     opts = options if options is not None else Options.from_env()
     if opts.dump_dir and Path(opts.dump_dir).resolve() == directory.resolve():
         opts = opts.replace(dump_dir=None)  # never overwrite the dump being resumed
-    target = read_target(directory)
     if target.get("isa") not in (None, isa.name):
         warnings.warn(BrazeWarning(f"{directory} was compiled for the {target['isa']} ISA and is resumed for "
                                    f"{isa.name}: the C will differ (set BRAZE_ISA={target['isa']} to match)"))

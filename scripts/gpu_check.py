@@ -7,8 +7,8 @@ For each zoo model: export it, compile it with braze for this machine's GPU (``t
 with ``--compile-only``, for cuda:sm_90, which needs no GPU), run it at three shapes against
 torch CUDA eager in float32 (TF32 off), count braze's native compiles across the shapes (one
 compile must serve them all), and time braze, eager and inductor (``torch.compile``) at the
-middle shape. braze's time includes copying the inputs to the GPU and the outputs back (it is
-called with NumPy arrays); eager's and inductor's start and end on the GPU.
+middle shape, all with CUDA tensors in and out (``braze_numpy_ms``: braze called with NumPy
+arrays, so its inputs are copied to the GPU and its outputs back).
 
 Every result is one JSON line in OUT/gpu_check.jsonl, written as it comes, so a run cut short
 still reports what it did; OUT/gpu_check.md is the table. OUT defaults to $OUT, else ".".
@@ -94,9 +94,13 @@ def check_model(name: str, args, report: Report) -> None:
     t0 = time.perf_counter()
     try:
         ep = zoo.export(zm)
-    except Exception as e:  # an older torch may not prove the zoo's ranges: let export choose them
-        report(model=name, event="export_retry", error=f"{type(e).__name__}: {str(e)[:300]}")
-        auto = tuple({i: torch.export.Dim.AUTO for i in d} for d in zm.dynamic_shapes)
+    except Exception as e:  # an older torch may not prove some of the zoo's ranges: let it choose those
+        import re
+        bad = set(re.findall(r"\w+", (re.search(r"Constraints violated \(([^)]*)\)", str(e)) or [None, ""])[1]))
+        report(model=name, event="export_retry", dims_left_to_torch=sorted(bad), error=f"{type(e).__name__}: "
+               f"{str(e)[:300]}")
+        auto = tuple({i: torch.export.Dim.AUTO if getattr(d, "__name__", None) in bad else d for i, d in x.items()}
+                     for x in zm.dynamic_shapes)
         with torch.no_grad():
             ep = torch.export.export(zm.module, zm.example_inputs(), dynamic_shapes=auto, strict=False)
     t1 = time.perf_counter()
@@ -124,15 +128,25 @@ def check_model(name: str, args, report: Report) -> None:
         err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30)) if ref.size else 0.0
         report(model=name, event="correct", dims=dims, shape=list(ref.shape), max_rel_err=err, ok=err <= 1e-4,
                finite=bool(np.isfinite(got).all()))
-    report(model=name, event="recompiles", native_compiles=stats()["native_compiles"] - compiles0,
-           shapes=len(shapes))
+    blas = ctypes.CDLL(str(cm.library.path)).braze_cuda_blas
+    blas.restype = ctypes.c_char_p
+    report(model=name, event="gemm_library", library=blas().decode())
     dims = shapes[1]
     inputs = zm.make_inputs(**dims)
     host = [x.numpy() for x in inputs]
     dev = [x.cuda() for x in inputs]
+    with torch.no_grad():  # CUDA tensors in: the outputs are CUDA tensors, nothing crosses the bus
+        on_gpu = first(cm(*dev))
+        ref = first(gpu(*dev)).float()
+    err = float((on_gpu - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    report(model=name, event="correct_cuda_tensors", dims=dims, device=str(on_gpu.device), max_rel_err=err,
+           ok=err <= 1e-4 and on_gpu.is_cuda)
+    report(model=name, event="recompiles", native_compiles=stats()["native_compiles"] - compiles0,
+           shapes=len(shapes))
     sync = torch.cuda.synchronize
     with torch.no_grad():
-        t_braze = median_ms(lambda: cm(*host), args.reps, sync)
+        t_host = median_ms(lambda: cm(*host), args.reps, sync)
+        t_braze = median_ms(lambda: cm(*dev), args.reps, sync)
         t_eager = median_ms(lambda: gpu(*dev), args.reps, sync)
         t_ind = None
         if name in args.inductor:
@@ -142,10 +156,89 @@ def check_model(name: str, args, report: Report) -> None:
             sync()
             report(model=name, event="inductor_compiled", seconds=round(time.perf_counter() - t, 1))
             t_ind = median_ms(lambda: ind(*dev), args.reps, sync)
-    report(model=name, event="latency", dims=dims, braze_ms=round(t_braze, 3), eager_ms=round(t_eager, 3),
+    report(model=name, event="latency", dims=dims, braze_ms=round(t_braze, 3), braze_numpy_ms=round(t_host, 3),
+           eager_ms=round(t_eager, 3),
            inductor_ms=None if t_ind is None else round(t_ind, 3),
            braze_over_eager=round(t_braze / t_eager, 2),
            braze_over_inductor=None if t_ind is None else round(t_braze / t_ind, 2))
+
+
+def _small_models():
+    """A small transformer block and a small conv net (random weights, seeded), with dims."""
+    import torch
+    nn, F, Dim = torch.nn, torch.nn.functional, torch.export.Dim
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, c=64, heads=4):
+            super().__init__()
+            self.heads, self.emb, self.ln1, self.ln2 = heads, nn.Embedding(100, c), nn.LayerNorm(c), nn.LayerNorm(c)
+            self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+            self.mlp = nn.Sequential(nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c))
+
+        def forward(self, ids):
+            x = self.emb(ids)
+            b, s, c = x.shape
+            q, k, v = (t.reshape(b, s, self.heads, -1).transpose(1, 2) for t in self.qkv(self.ln1(x)).chunk(3, -1))
+            att = torch.softmax((q @ k.transpose(-1, -2)) * (c // self.heads) ** -0.5, -1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, c))
+            return x + self.mlp(self.ln2(x))
+
+    class Conv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+            self.c2, self.c3 = nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.Conv2d(32, 32, 1)
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            y = F.relu(self.c2(F.relu(self.b1(self.c1(x)))))
+            return self.fc((y + self.c3(y)).mean((2, 3)))
+
+    b = Dim("batch", min=1, max=64)
+    return {"block": (Block().eval(), (torch.randint(0, 100, (2, 16)),), ({0: b, 1: Dim("seq", min=1, max=512)},),
+                      [(1, 1), (2, 16), (3, 37)], lambda n, s: (torch.randint(0, 100, (n, s)),)),
+            "conv": (Conv().eval(), (torch.randn(2, 3, 32, 32),), ({0: b, 2: Dim("h", min=8, max=256),
+                                                                    3: Dim("w", min=8, max=256)},),
+                     [(1, 9, 9), (2, 32, 32), (3, 45, 23)], lambda n, h, w: (torch.randn(n, 3, h, w),))}
+
+
+def prepare_artifacts(out: Path) -> None:
+    """Cross-compile the small models for cuda:sm_90 here (no GPU) into artifacts, each with the
+    inputs and torch CPU's outputs at three shapes (check.npz), for --artifacts on the GPU machine."""
+    import numpy as np
+    import torch
+
+    import braze
+    for name, (m, ex, dyn, shapes, make) in _small_models().items():
+        cm = braze.compile(m, ex, dyn, target="cuda:sm_90")
+        d = out / name
+        cm.save(d)
+        arrays = {}
+        for i, dims in enumerate(shapes):
+            x = make(*dims)
+            with torch.no_grad():
+                arrays[f"in{i}"], arrays[f"out{i}"] = x[0].numpy(), m(*x).numpy()
+        np.savez(d / "check.npz", **arrays)
+        print(f"wrote {d}")
+
+
+def check_artifacts(root: Path, report: Report) -> None:
+    """Load each artifact of --prepare-artifacts with braze.load and compare it with torch CPU's outputs."""
+    import numpy as np
+
+    import braze
+    for d in sorted(p for p in root.iterdir() if (p / "check.npz").is_file()):
+        try:
+            model = braze.load(d)
+            data = np.load(d / "check.npz")
+            for i in range(len(data.files) // 2):
+                got, ref = np.asarray(model(data[f"in{i}"])), data[f"out{i}"]
+                err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+                report(model=f"artifact:{d.name}", event="correct", dims=list(data[f"in{i}"].shape),
+                       max_rel_err=err, ok=err <= 1e-4)
+        except Exception as e:
+            report(model=f"artifact:{d.name}", event="error", error=f"{type(e).__name__}: {e}")
 
 
 def table(rows: list[dict]) -> str:
@@ -172,7 +265,13 @@ def main(argv=None) -> int:
     p.add_argument("--inductor", default="bert,gpt2", help="models also timed with torch.compile (inductor)")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--out", default=os.environ.get("OUT") or ".")
+    p.add_argument("--prepare-artifacts", metavar="DIR", help="cross-compile small models for cuda:sm_90 into "
+                   "artifacts under DIR, with their inputs and torch CPU's outputs, and stop (no GPU needed)")
+    p.add_argument("--artifacts", metavar="DIR", help="also load and check the artifacts of --prepare-artifacts")
     args = p.parse_args(argv)
+    if args.prepare_artifacts:
+        prepare_artifacts(Path(args.prepare_artifacts))
+        return 0
     args.inductor = set(filter(None, args.inductor.split(",")))
     report = Report(Path(args.out))
     import torch
@@ -181,6 +280,8 @@ def main(argv=None) -> int:
     from braze.codegen.nvrtc import nvrtc_version
     report(event="env", driver=driver_version(), nvrtc="%d.%d" % nvrtc_version(), torch=torch.__version__,
            gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, python=sys.version.split()[0])
+    if args.artifacts:
+        check_artifacts(Path(args.artifacts), report)
     for name in filter(None, args.models.split(",")):
         try:
             check_model(name, args, report)

@@ -13,7 +13,7 @@ from .c_expr import int_expr
 from .c_kernel import kernel_signature, sym_cname
 from .cuda_kernel import cuda_source, launch_total, per_block
 
-LIB_KERNELS = ("bz_gemm", "bz_conv2d")  # braze_cuda_lib.cuh, in BZC_GEMM / BZC_CONV order
+LIB_KERNELS = ("bz_gemm", "bz_conv2d", "bz_epilogue")  # braze_cuda_lib.cuh, in BZC_GEMM / _CONV / _EPI order
 
 
 def _stub(k, index: int) -> str:
@@ -83,7 +83,10 @@ def generate_cuda(gen, bodies) -> tuple[str, str]:
             f"#define BZC_TARGET \"{target}\"\n#define BZC_ARCH \"{target.split(':')[1]}\"\n"
             f"#define BZC_N_KERNELS {len(names)}\n"
             f"static const char *const bzc_names[{len(names)}] = {{{', '.join(chr(34) + n + chr(34) for n in names)}}};\n"
-            "#include \"braze_cuda_rt.h\"\n")
+            "#include \"braze_cuda_rt.h\"\n"
+            "BRAZE_EXPORT const char *braze_target(void) { return BZC_TARGET; }\n"
+            "/* the GEMM library the first call found: a cuBLAS path, or why bz_gemm runs */\n"
+            "BRAZE_EXPORT const char *braze_cuda_blas(void) { return bzc_blas.lib; }\n")
     stubs = [_stub(k, len(LIB_KERNELS) + i) for i, k in enumerate(kernels)]
     return "\n".join([head, C_DTYPE_NAMES, *stubs, _model_c(gen), *bodies]), cuda_source(kernels)
 

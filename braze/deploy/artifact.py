@@ -4,7 +4,9 @@ The directory holds ``libbraze_model.so`` (the model's C, compiled again with th
 ``csrc/braze_artifact.c`` and a block of this artifact's facts), ``braze_model.h`` and
 ``braze_abi.h``, ``weights.safetensors``, ``meta.json`` and, for a model that calls oneDNN,
 ``libbraze_dnnl.so`` and ``libdnnl.so.3``: every library it needs beyond the C and C++
-runtimes and OpenMP, found through ``$ORIGIN``, so the directory can move.
+runtimes and OpenMP, found through ``$ORIGIN``, so the directory can move. A CUDA target's
+artifact holds its kernels in the library (and as ``kernels.cubin`` / ``kernels.ptx`` beside it,
+for tools) and needs the GPU's driver alone.
 """
 
 from __future__ import annotations
@@ -124,7 +126,12 @@ def save(model, path) -> Path:
     check_save_path(path)
     path.mkdir(parents=True, exist_ok=True)
     cache = model.options.cache_dir
-    isa = detect_isa()
+    cuda = native.cuda_binary  # a CUDA target's kernels: in the library, and beside it for tools
+    if cuda is not None:
+        from ..codegen.isa import level_isa
+        isa = level_isa("scalar")  # the host code runs on the GPU machine's CPU, whatever it is
+    else:
+        isa = detect_isa()
     t0 = time.perf_counter()
     files: dict[str, str] = {}  # name -> sha256, for the loader (all but the library and meta.json)
 
@@ -151,17 +158,26 @@ def save(model, path) -> Path:
         files[HELPER] = sha256_file(path / HELPER)
         files[dnnl_name] = sha256_file(path / dnnl_name)
         link_inputs = [str(path / HELPER)]
+    if cuda is not None:
+        for name, data in (("kernels.cubin", cuda.cubin), ("kernels.ptx", cuda.ptx)):
+            (path / name).write_bytes(data)
+            files[name] = sha256_file(path / name)
     for h in (HEADER, "braze_abi.h"):
         src = _CSRC / h if h == HEADER else Path(__file__).resolve().parents[1] / "codegen" / "include" / h
         shutil.copyfile(src, path / h)
         files[h] = sha256_file(path / h)
 
-    source = (native.source + "\n/* ---- braze artifact ---- */\n#include \"braze_model.h\"\n" +
+    head = ""
+    if cuda is not None:
+        from ..codegen.cuda_host import cuda_blob
+        head = cuda_blob(cuda)
+    source = (head + native.source + "\n/* ---- braze artifact ---- */\n#include \"braze_model.h\"\n" +
               _c_block(model, entry, spans, files, weights_sha, isa) +
               '#line 1 "braze_artifact.c"\n' + (_CSRC / "braze_artifact.c").read_text())
     include = [str(_CSRC)] + (onednn.model_build_args(cache)["include_dirs"] if native.uses_library else [])
     so = compile_shared(source, name=f"{model.module.main.name} artifact", include_dirs=include,
-                        link_inputs=link_inputs, rpaths=["$ORIGIN"], cache_dir=cache, filename=LIBRARY)
+                        link_inputs=link_inputs, rpaths=["$ORIGIN"], cache_dir=cache, filename=LIBRARY,
+                        isa=isa)
     shutil.copyfile(so, path / LIBRARY)
 
     meta = {
@@ -175,6 +191,8 @@ def save(model, path) -> Path:
         "precision": {"policy": model.module.precision.get("policy", "fp32"),
                       "library": list(model.module.precision.get("library", ("float32",))),
                       "keep": list(model.module.precision.get("keep", ()))},
+        "target": native.isa if cuda is not None else "cpu",
+        **({"cuda": {"arch": cuda.arch, "nvrtc": cuda.nvrtc}} if cuda is not None else {}),
         "entry": entry,
         "inputs": [i.to_json() for i in model.inputs],
         "outputs": [o.to_json() for o in model.outputs],

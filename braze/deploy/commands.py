@@ -62,10 +62,14 @@ def cmd_inspect_artifact(path: Path) -> int:
     print(f"braze artifact {path}")
     print(f"  saved {meta.get('saved')} by braze {meta.get('braze_version')}, ABI {meta.get('abi_version')}, "
           f"oneDNN {meta.get('onednn_version') or 'not used'}")
-    print(f"  ISA {meta['isa']['name']}: {' '.join(meta['isa']['features'])}")
-    threads = meta.get("threads") or "OpenMP's default number of"
-    adapt = ", fewer while other processes take the cores" if meta.get("adapt_threads", False) else ""
-    print(f"  threads: {threads}{adapt} (docs/threads.md)")
+    if meta.get("target", "cpu").startswith("cuda:"):
+        print(f"  target {meta['target']}: kernels compiled by NVRTC {meta['cuda']['nvrtc']} (kernels.cubin, and "
+              f"kernels.ptx for newer GPUs); host code for any x86-64 CPU (docs/cuda.md)")
+    else:
+        print(f"  ISA {meta['isa']['name']}: {' '.join(meta['isa']['features'])}")
+        threads = meta.get("threads") or "OpenMP's default number of"
+        adapt = ", fewer while other processes take the cores" if meta.get("adapt_threads", False) else ""
+        print(f"  threads: {threads}{adapt} (docs/threads.md)")
     if meta.get("precision"):
         prec = meta["precision"]
         keep = f", float32 kept for {', '.join(prec['keep'])}" if prec.get("keep") else ""

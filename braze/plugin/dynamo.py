@@ -126,6 +126,12 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
         warnings.warn(BrazeWarning(f"torch.compile mode={mode!r} has no meaning for braze; it is ignored"),
                       stacklevel=2)
     real = [x if isinstance(x, torch.Tensor) else None for x in example_inputs]
+    device = next((x.device for x in real if x is not None and x.device.type != "cpu"), None)
+    if device is not None:  # the plug-in compiles for the CPU (docs/cuda.md: the GPU through braze.compile)
+        in_torch(gm, BrazeError(f"the graph's tensors are on {device}, and braze's torch.compile backend compiles "
+                                "for the CPU only; compile the model with braze.compile(..., target='cuda') to "
+                                "run it on the GPU"))
+        return gm.forward
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     names = [weight_name(n, i) for i, n in enumerate(places)]
     scalars = {i for i, n in enumerate(places) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 from ..errors import BrazeError
 
@@ -29,4 +30,21 @@ def local_arch() -> str:
     return f"sm_{major.value}{minor.value}"
 
 
-__all__ = ["local_arch"]
+def preload_cublas() -> None:
+    """Load the nvidia-cublas wheel's libcublas (as torch's CUDA build brings it) globally, so a
+    CUDA model's dlopen("libcublas.so.13") finds it without LD_LIBRARY_PATH. Nothing when absent:
+    the model then runs its own GEMM kernel."""
+    try:
+        import nvidia
+    except ImportError:
+        return
+    for root in nvidia.__path__:
+        for lib in [*Path(root).glob("cu13/lib/libcublas.so.13"), *Path(root).glob("cublas/lib/libcublas.so.1[23]")]:
+            try:
+                ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+                return
+            except OSError:
+                continue
+
+
+__all__ = ["local_arch", "preload_cublas"]

@@ -130,6 +130,11 @@ class NativeLibrary:
             raise BrazeError(f"cannot load the native library {self.path}: {e}",
                              hint="a corrupt cache entry is rebuilt by compiling again; "
                                   "deleting BRAZE_CACHE_DIR is always safe") from None
+        # a CUDA-target model (codegen/cuda_host.py) takes and gives CUDA tensors where they are
+        self.cuda = hasattr(self._cdll, "braze_target")
+        if self.cuda and os.environ.get("BRAZE_CUBLAS", "1") != "0":
+            from .cuda import preload_cublas
+            preload_cublas()
 
     def has_symbol(self, symbol: str) -> bool:
         return hasattr(self._cdll, symbol)
@@ -225,13 +230,14 @@ class NativeModel:
 class _Call:
     """Per-call state reached from the alloc callback through alloc_ctx."""
 
-    __slots__ = ("fn", "outputs", "torch", "error")
+    __slots__ = ("fn", "outputs", "torch", "error", "device")
 
-    def __init__(self, fn, n_out, torch):
+    def __init__(self, fn, n_out, torch, device=None):
         self.fn = fn
         self.outputs = [None] * n_out
         self.torch = torch
         self.error = None
+        self.device = device  # a CUDA input's torch device: the outputs are made there
 
 
 def _alloc(ctx, index, dtype, ndim, shape_p):
@@ -297,9 +303,15 @@ class NativeFunction:
 
     def _convert_one(self, i, x):
         if T.is_torch_tensor(x):
-            if x.device.type != "cpu":
-                raise InputError(f"input {self._label(i)} is on device {x.device}; braze runs on the CPU",
-                                 hint="move it with .cpu()")
+            if x.device.type == "cuda" and self.lib.cuda:
+                if x.device.index not in (None, 0):  # braze_cuda_rt.h opens GPU 0
+                    raise InputError(f"input {self._label(i)} is on {x.device}; braze runs on cuda:0 for now",
+                                     hint="move it with .to('cuda:0'), or make the GPU the first visible one "
+                                          "(CUDA_VISIBLE_DEVICES)")
+            elif x.device.type != "cpu":
+                where = "this model was compiled for a CUDA GPU" if self.lib.cuda else "braze runs on the CPU"
+                raise InputError(f"input {self._label(i)} is on device {x.device}; {where}",
+                                 hint="move it with .cpu()" + (" or .cuda()" if self.lib.cuda else ""))
             if x.requires_grad:
                 import torch
                 if torch.is_grad_enabled():  # the result would be silently cut off from autograd
@@ -330,6 +342,7 @@ class NativeFunction:
         dims = []
         np_code = T._NP_CODE
         tensor, torch_code, grad = _torch_fast_path()
+        device = None
         for i, x in enumerate(inputs):
             if type(x) is np.ndarray and x.flags.c_contiguous and (code := np_code.get(x.dtype, -1)) >= 0:
                 shape = x.shape
@@ -344,6 +357,8 @@ class NativeFunction:
             else:
                 x, ptr, code, shape, is_t = self._convert(i, x)
                 use_torch |= is_t
+                if is_t and x.device.type == "cuda":
+                    device = x.device
             keep.append(x)
             heads.append((ptr, code, len(shape)))
             dims.extend(shape)
@@ -357,7 +372,10 @@ class NativeFunction:
         words += dims
         buf[:] = words
 
-        state = _Call(self, self._n_out, use_torch)
+        state = _Call(self, self._n_out, use_torch, device)
+        if device is not None:  # braze's stream reads what torch's stream may still be writing
+            import torch
+            torch.cuda.current_stream(device).synchronize()
         try:
             err = _tls.err
         except AttributeError:
@@ -400,6 +418,11 @@ class NativeFunction:
         for d in shape:
             if d < 0:
                 raise BrazeError(f"{self.symbol} output {index}: negative dim in shape {shape}")
+        if state.device is not None:
+            import torch
+            t = torch.empty(shape, dtype=T.code_torch_dtype(dtype), device=state.device)
+            state.outputs[index] = t
+            return t.data_ptr() or _EMPTY_ADDR
         if state.torch:
             import torch
             np_dt = T.code_np_dtype(dtype)

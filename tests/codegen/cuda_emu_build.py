@@ -1,6 +1,7 @@
 """Run a CUDA-target model without a GPU: its kernels compiled by g++ over cuda_emu.h, the driver faked.
 
-    env = build_emulated(cm, tmp_path)   # {"BRAZE_LIBCUDA": fake driver .so, "BRAZE_EMU_KERNELS": kernels .so}
+    env = build_emulated(cm, tmp_path)   # {"BRAZE_LIBCUDA": fake driver .so, "BRAZE_EMU_KERNELS": kernels .so,
+                                         #  "BRAZE_LIBCUBLAS": fake cuBLAS .so}
 
 The model's host library (cm.library.path) is the real one: it dlopens BRAZE_LIBCUDA at its first call
 and runs everything through the driver API. fake_libcuda.cpp serves that API from host memory, and its
@@ -8,7 +9,9 @@ cuModuleGetFunction(name) is the kernels library's `bzemu_<name>`, a trampoline 
 `extern "C" __global__` kernel (bz_gemm, bz_conv2d, the model's) that unpacks cuLaunchKernel's
 `void **` arguments with the kernel's own parameter types and runs it through bz_emu_launch, and a
 `bzemu_sig_<name>` string ('p' per pointer parameter, 'v' per value) by which the fake driver checks that
-every pointer a launch passes is device memory.
+every pointer a launch passes is device memory. fake_libcublas.cpp stands in for cuBLAS (a naive sgemm
+over the same host memory), so float32 GEMMs go through cuBLAS as on a GPU that has it; set
+BRAZE_CUBLAS=0 besides to run them with bz_gemm.
 A test helper, not part of the package.
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE.parents[1] / "braze" / "codegen" / "include"
 FAKE_SRC = HERE / "fake_libcuda.cpp"
+FAKE_CUBLAS_SRC = HERE / "fake_libcublas.cpp"
 
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{', re.S)
 
@@ -66,16 +70,25 @@ def _compile(args: list[str], what: str):
         raise RuntimeError(f"compiling {what} failed:\n{' '.join(args)}\n{r.stderr[-6000:]}")
 
 
-def build_fake_driver(out_dir: Path) -> Path:
-    """fake_libcuda.so, built once per content in out_dir"""
-    src = FAKE_SRC.read_bytes()
-    so = Path(out_dir) / f"fake_libcuda_{hashlib.sha256(src).hexdigest()[:12]}.so"
+def _build_fake(src_path: Path, stem: str, out_dir: Path, what: str) -> Path:
+    src = src_path.read_bytes()
+    so = Path(out_dir) / f"{stem}_{hashlib.sha256(src).hexdigest()[:12]}.so"
     if not so.exists():
         tmp = so.with_suffix(".tmp.so")
-        _compile([gxx(), "-std=c++17", "-O1", "-shared", "-fPIC", "-o", str(tmp), str(FAKE_SRC), "-ldl", "-pthread"],
-                 "the fake CUDA driver")
+        _compile([gxx(), "-std=c++17", "-O1", "-shared", "-fPIC", "-o", str(tmp), str(src_path), "-ldl", "-pthread"],
+                 what)
         tmp.rename(so)
     return so
+
+
+def build_fake_driver(out_dir: Path) -> Path:
+    """fake_libcuda.so, built once per content in out_dir"""
+    return _build_fake(FAKE_SRC, "fake_libcuda", out_dir, "the fake CUDA driver")
+
+
+def build_fake_cublas(out_dir: Path) -> Path:
+    """fake_libcublas.so, built once per content in out_dir"""
+    return _build_fake(FAKE_CUBLAS_SRC, "fake_libcublas", out_dir, "the fake cuBLAS")
 
 
 def emulated_source(cuda_source: str) -> str:
@@ -111,7 +124,9 @@ def build_emulated(cm, tmp_path) -> dict[str, str]:
     assert cuda_source, "not a CUDA-target model"
     out = Path(tmp_path)
     out.mkdir(parents=True, exist_ok=True)
-    return {"BRAZE_LIBCUDA": str(build_fake_driver(out)), "BRAZE_EMU_KERNELS": str(build_kernels(cuda_source, out))}
+    return {"BRAZE_LIBCUDA": str(build_fake_driver(out)), "BRAZE_EMU_KERNELS": str(build_kernels(cuda_source, out)),
+            "BRAZE_LIBCUBLAS": str(build_fake_cublas(out))}
 
 
-__all__ = ["build_emulated", "build_fake_driver", "build_kernels", "emulated_source", "kernel_params", "trampolines"]
+__all__ = ["build_emulated", "build_fake_cublas", "build_fake_driver", "build_kernels", "emulated_source",
+           "kernel_params", "trampolines"]

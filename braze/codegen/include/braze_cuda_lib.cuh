@@ -6,9 +6,10 @@
  * Plain float accumulation, no TF32, and nothing fused that the code does not write (NVRTC runs with
  * --fmad=false), so results depend only on the summation order written here.
  *
- * Epilogue, both kernels: y = act(alpha * acc + bias[n]) + res, or act(alpha * acc + bias[n] + res) when
- * act & BZ_ACT_AFTER_RESIDUAL; bias and res may be NULL; res has the output's layout and may alias it
- * (each thread reads its element's residual before writing the element).
+ * Epilogue, all three kernels (bz_epilogue applies it to a result cuBLAS computed):
+ * y = act(alpha * acc + bias[n]) + res, or act(alpha * acc + bias[n] + res) when act & BZ_ACT_AFTER_RESIDUAL;
+ * bias and res may be NULL; res has the output's layout and may alias it (each thread reads its element's
+ * residual before writing the element).
  */
 #ifndef BRAZE_CUDA_LIB_CUH
 #define BRAZE_CUDA_LIB_CUH
@@ -119,6 +120,23 @@ extern "C" __global__ void bz_gemm(int64_t M, int64_t N, int64_t K,
             const int64_t n = n0 + tx + 16 * j;
             if (n < N) C[m * N + n] = bz_cuda_epilogue(alpha * acc[i][j], bias, n, res, m * N + n, act);
         }
+    }
+}
+
+/* ------------------------------------------------------------------------------------- epilogue --
+ * In place on a GEMM's result (cuBLAS's, which has no epilogue of its own): C(b,m,n) =
+ * bz_cuda_epilogue(C(b,m,n), bias, n, res, ..., act) for C(b,m,n) = C[b*c_bs + m*N + n], res in C's
+ * layout (NULL, or a buffer apart from C: the value C held before the GEMM was copied there).
+ *
+ * Launch contract: block = 256 (1-D), grid = min(ceil(total / 256), 2^20) with total = batch * M * N
+ * (bzc_launch's); the grid-stride loop covers whatever the grid does not.
+ */
+extern "C" __global__ void bz_epilogue(int64_t batch, int64_t M, int64_t N, float *C, int64_t c_bs,
+                                       const float *bias, const float *res, int act) {
+    const int64_t mn = M * N, total = batch * mn;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = (i / mn) * c_bs + i % mn;
+        C[o] = bz_cuda_epilogue(C[o], bias, i % N, res, o, act);
     }
 }
 

@@ -12,7 +12,8 @@
  *   per-thread staging buffer, device pointers (CUDA torch tensors) are used where they are;
  *   outputs are computed on the device and copied to the caller's host buffers at the end;
  * - GEMM and convolution: braze_dnnl.h's float32 calls, implemented with the bz_gemm and
- *   bz_conv2d kernels of braze_cuda_lib.cuh (their launch contracts are there);
+ *   bz_conv2d kernels of braze_cuda_lib.cuh (their launch contracts are there); GEMMs go to cuBLAS
+ *   (dlopened at driver load, optional: BRAZE_LIBCUBLAS, BRAZE_CUBLAS=0) plus bz_epilogue where it is there;
  * - a stream per calling thread, so calls from several threads never share scratch memory.
  *
  * Errors never abort: a failed driver call records its message (the first one per call), later
@@ -74,6 +75,55 @@ static const char *bzc_errstr(CUresult r) {
         snprintf(bzc.error, sizeof bzc.error, "the CUDA driver %s lacks %s: it is older than braze needs " \
                  "(CUDA 12 or newer)", lib, name); return; }
 
+/* --- cuBLAS (optional): float32 GEMMs, when the machine has it ------------------------------
+ * Opened at driver load: BRAZE_LIBCUBLAS, else libcublas.so.13, else libcublas.so.12; BRAZE_CUBLAS=0 turns
+ * it off. Missing (or lacking a symbol) is no error: bzc_gemm then launches bz_gemm. Only what braze calls
+ * is declared here (no CUDA headers at build time): the types are cuBLAS's, the values its enums'. */
+typedef void *cublasHandle_t;
+typedef int cublasStatus_t;
+#define BZC_CUBLAS_OP_N 0
+#define BZC_CUBLAS_OP_T 1
+#define BZC_CUBLAS_DEFAULT_MATH 0 /* float32 stays float32: never CUBLAS_TF32_TENSOR_OP_MATH (3) */
+static struct {
+    cublasStatus_t (*Create)(cublasHandle_t *);
+    cublasStatus_t (*SetStream)(cublasHandle_t, CUstream);
+    cublasStatus_t (*SetMathMode)(cublasHandle_t, int);
+    cublasStatus_t (*SgemmStridedBatched)(cublasHandle_t, int, int, int, int, int, const float *, const float *, int,
+                                          long long, const float *, int, long long, const float *, float *, int,
+                                          long long, int);
+    const char *(*GetStatusString)(cublasStatus_t); /* optional */
+    int on;                                          /* all of the above but the optional one were found */
+    char lib[256];                                   /* the library opened, or why none was ("" when off) */
+} bzc_blas;
+
+static void bzc_blas_load(void) {
+    const char *off = getenv("BRAZE_CUBLAS");
+    if (off && strcmp(off, "0") == 0) {
+        snprintf(bzc_blas.lib, sizeof bzc_blas.lib, "off (BRAZE_CUBLAS=0)");
+        return;
+    }
+    const char *env = getenv("BRAZE_LIBCUBLAS");
+    const char *names[] = {env && *env ? env : "libcublas.so.13", env && *env ? NULL : "libcublas.so.12"};
+    void *h = NULL;
+    const char *lib = NULL;
+    for (int i = 0; i < 2 && !h && names[i]; i++) h = dlopen(lib = names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(bzc_blas.lib, sizeof bzc_blas.lib, "not found (%s)", dlerror());
+        return;
+    }
+    const char *syms[] = {"cublasCreate_v2", "cublasSetStream_v2", "cublasSetMathMode", "cublasSgemmStridedBatched"};
+    void **fields[] = {(void **)&bzc_blas.Create, (void **)&bzc_blas.SetStream, (void **)&bzc_blas.SetMathMode,
+                       (void **)&bzc_blas.SgemmStridedBatched};
+    for (int i = 0; i < 4; i++)
+        if (!(*fields[i] = dlsym(h, syms[i]))) {
+            snprintf(bzc_blas.lib, sizeof bzc_blas.lib, "%s lacks %s", lib, syms[i]);
+            return;
+        }
+    *(void **)&bzc_blas.GetStatusString = dlsym(h, "cublasGetStatusString");
+    snprintf(bzc_blas.lib, sizeof bzc_blas.lib, "%s", lib);
+    bzc_blas.on = 1;
+}
+
 static void bzc_load(void) {
     const char *lib = getenv("BRAZE_LIBCUDA");
     if (!lib || !*lib) lib = "libcuda.so.1";
@@ -129,6 +179,7 @@ static void bzc_load(void) {
                      bzc_errstr(r));
             return;
         }
+    bzc_blas_load();
 }
 
 static int bzc_init(char *err, int errlen) {
@@ -201,7 +252,7 @@ static int bzc_is_device(const void *p) {
 
 static char *bzc_input(int i, void *data, size_t n) {
     if (bzc_is_device(data)) return (char *)data;
-    if (i >= BZC_SLOTS) { bzc_fail("too many host inputs", 1); return NULL; }
+    if (i >= BZC_SLOTS) { if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host inputs", BZC_SLOTS); return NULL; }
     char *d = bzc_grow(&bzc_t.in[i], n);
     CUresult r;
     if (d && n && (r = bzc.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)d, data, n, bzc_t.stream)))
@@ -211,7 +262,7 @@ static char *bzc_input(int i, void *data, size_t n) {
 
 static char *bzc_output(int k, void *host, size_t n) {
     if (bzc_is_device(host)) return (char *)host;
-    if (k >= BZC_SLOTS) { bzc_fail("too many host outputs", 1); return NULL; }
+    if (k >= BZC_SLOTS) { if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host outputs", BZC_SLOTS); return NULL; }
     char *d = bzc_grow(&bzc_t.out[k], n);
     bzc_t.host_out[k] = host;
     bzc_t.out_bytes[k] = n;
@@ -285,10 +336,12 @@ static int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int t, int ha
 
 #define BZC_GEMM 0 /* bzc_names[0] */
 #define BZC_CONV 1
+#define BZC_EPI 2
 
-static void bzc_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const void *A, int64_t a_rs, int64_t a_cs,
-                     int64_t a_bs, const void *B, int64_t b_rs, int64_t b_cs, int64_t b_bs, void *C, int64_t c_bs,
-                     float alpha, const void *bias, const void *res, int act) {
+/* the generated GEMM: any strides, the epilogue fused */
+static void bzc_gemm_kernel(int64_t batch, int64_t M, int64_t N, int64_t K, const void *A, int64_t a_rs,
+                            int64_t a_cs, int64_t a_bs, const void *B, int64_t b_rs, int64_t b_cs, int64_t b_bs,
+                            void *C, int64_t c_bs, float alpha, const void *bias, const void *res, int act) {
     /* the grid's y (row tiles) and z (batch) stop at 65535: larger ones go in pieces */
     const int64_t rows = 65535 * 64, zmax = 65535;
     for (int64_t b0 = 0; b0 < batch; b0 += zmax)
@@ -302,6 +355,121 @@ static void bzc_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const void 
             if (N > 0)
                 bzc_launch3(BZC_GEMM, (unsigned)((N + 63) / 64), (unsigned)((m + 63) / 64), (unsigned)nb, 256, args);
         }
+}
+
+/* per calling thread: its cuBLAS handle (bound to bzc_t.stream) and a scratch copy of a residual */
+static _Thread_local struct {
+    cublasHandle_t handle;
+    CUstream stream; /* the stream the handle is bound to */
+    int failed;      /* cublasCreate failed on this thread: bz_gemm from then on */
+    bzc_buf res;
+} bzc_bt;
+
+static void bzc_blas_fail(const char *what, cublasStatus_t st) {
+    static const char *const names[] = {
+        "CUBLAS_STATUS_SUCCESS", "CUBLAS_STATUS_NOT_INITIALIZED", "", "CUBLAS_STATUS_ALLOC_FAILED", "", "", "",
+        "CUBLAS_STATUS_INVALID_VALUE", "CUBLAS_STATUS_ARCH_MISMATCH", "", "", "CUBLAS_STATUS_MAPPING_ERROR", "",
+        "CUBLAS_STATUS_EXECUTION_FAILED", "CUBLAS_STATUS_INTERNAL_ERROR", "CUBLAS_STATUS_NOT_SUPPORTED",
+        "CUBLAS_STATUS_LICENSE_ERROR"};
+    const char *s = bzc_blas.GetStatusString ? bzc_blas.GetStatusString(st) : NULL;
+    if (!s || !*s) s = st >= 0 && st < (int)(sizeof names / sizeof *names) && *names[st] ? names[st] : "unknown status";
+    if (!bzc_t.error[0])
+        snprintf(bzc_t.error, sizeof bzc_t.error, "cuBLAS (%s): %s failed: %s (%d)", bzc_blas.lib, what, s, st);
+}
+
+/* this thread's handle on its stream; NULL: use bz_gemm (no cuBLAS, or it would not start here) */
+static cublasHandle_t bzc_blas_handle(void) {
+    if (!bzc_blas.on || bzc_bt.failed) return NULL;
+    cublasStatus_t st;
+    if (!bzc_bt.handle) {
+        if (bzc_blas.Create(&bzc_bt.handle) || !bzc_bt.handle) {
+            bzc_bt.handle = NULL;
+            bzc_bt.failed = 1; /* e.g. a cuBLAS newer than the driver: the generated GEMM still runs */
+            return NULL;
+        }
+        if ((st = bzc_blas.SetMathMode(bzc_bt.handle, BZC_CUBLAS_DEFAULT_MATH))) {
+            bzc_blas_fail("cublasSetMathMode", st); /* this call fails; later ones run bz_gemm */
+            bzc_bt.failed = 1;
+            return NULL;
+        }
+        bzc_bt.stream = NULL;
+    }
+    if (bzc_bt.stream != bzc_t.stream) {
+        if ((st = bzc_blas.SetStream(bzc_bt.handle, bzc_t.stream))) {
+            bzc_blas_fail("cublasSetStream", st);
+            return NULL;
+        }
+        bzc_bt.stream = bzc_t.stream;
+    }
+    return bzc_bt.handle;
+}
+
+/* an r x c operand X(i, j) = X[i*rs + j*cs] as cuBLAS's column-major op(X^T): X^T stored column-major is X
+ * row-major (op N, ld = rs: needs cs == 1), X stored column-major is X transposed (op T, ld = cs: needs
+ * rs == 1). A dim of 1 (or 0) makes its stride irrelevant, so either layout may fit; ld then is the
+ * least cuBLAS takes. 0: neither fits (or ld overflows an int). */
+static int bzc_blas_op(int64_t r, int64_t c, int64_t rs, int64_t cs, int *op, int *ld) {
+    int64_t l;
+    if ((cs == 1 || c <= 1) && (l = r <= 1 ? (c > 1 ? c : 1) : rs) >= (c > 1 ? c : 1)) *op = BZC_CUBLAS_OP_N;
+    else if ((rs == 1 || r <= 1) && (l = c <= 1 ? (r > 1 ? r : 1) : cs) >= (r > 1 ? r : 1)) *op = BZC_CUBLAS_OP_T;
+    else return 0;
+    if (l > 0x7fffffff) return 0;
+    *ld = (int)l;
+    return 1;
+}
+
+/* C(b) = epilogue(alpha * A(b) @ B(b)), bz_gemm's contract (braze_cuda_lib.cuh): by cuBLAS where it is loaded
+ * and the strides fit, else by bz_gemm.
+ *
+ * cuBLAS is column-major, and row-major C [M, N] (ld N) is column-major C^T [N, M], so it computes
+ * C^T = B^T A^T: cublasSgemmStridedBatched(m = N, n = M, k = K, "A" = B with op/ld from bzc_blas_op(K, N, b_rs,
+ * b_cs), "B" = A with op/ld from bzc_blas_op(M, K, a_rs, a_cs), ldc = N, strides b_bs / a_bs / c_bs).
+ * The epilogue: res apart from C: beta 0, then bz_epilogue(bias, act, res). res == C (it holds the
+ * residual): beta 1 gives AB + res, exact when the activation comes after the residual or there is
+ * none (bz_epilogue then adds the bias and applies the activation: act(AB + res + bias), bz_gemm's
+ * sum in another order); an activation before the residual needs res kept apart, so C is first copied
+ * to a scratch buffer and read from there. bz_epilogue is skipped when there is nothing to apply. */
+static void bzc_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const void *A, int64_t a_rs, int64_t a_cs,
+                     int64_t a_bs, const void *B, int64_t b_rs, int64_t b_cs, int64_t b_bs, void *C, int64_t c_bs,
+                     float alpha, const void *bias, const void *res, int act) {
+    if (bzc_t.error[0] || batch <= 0 || M <= 0 || N <= 0) return;
+    int opa, opb, lda, ldb;
+    const int64_t imax = 0x7fffffff;
+    cublasHandle_t h = NULL;
+    if (K <= 0 || M > imax || N > imax || K > imax || (batch > 1 && (c_bs < M * N || a_bs < 0 || b_bs < 0)) ||
+        !bzc_blas_op(K, N, b_rs, b_cs, &opb, &ldb) || !bzc_blas_op(M, K, a_rs, a_cs, &opa, &lda) ||
+        !(h = bzc_blas_handle())) {
+        if (!bzc_t.error[0]) bzc_gemm_kernel(batch, M, N, K, A, a_rs, a_cs, a_bs, B, b_rs, b_cs, b_bs, C, c_bs, alpha,
+                                             bias, res, act);
+        return;
+    }
+    const int act_fn = act & 0xff, after = (act & 0x100) != 0; /* BZ_ACT_AFTER_RESIDUAL */
+    const int64_t span = (batch - 1) * c_bs + M * N;             /* C's floats */
+    float beta = 0.0f;
+    const void *eres = res;
+    if (res && res == C) {
+        if (!act_fn || after) {
+            beta = 1.0f;
+            eres = NULL;
+        } else {
+            char *s = bzc_grow(&bzc_bt.res, (size_t)span * sizeof(float));
+            if (!s) return;
+            bzc_copy(s, C, (size_t)span * sizeof(float));
+            eres = s;
+        }
+    }
+    const int64_t zmax = 65535; /* batches in pieces, as bz_gemm's grid */
+    for (int64_t b0 = 0; b0 < batch && !bzc_t.error[0]; b0 += zmax) {
+        int nb = (int)(batch - b0 < zmax ? batch - b0 : zmax);
+        cublasStatus_t st = bzc_blas.SgemmStridedBatched(
+            h, opb, opa, (int)N, (int)M, (int)K, &alpha, (const float *)B + b0 * b_bs, ldb, b_bs,
+            (const float *)A + b0 * a_bs, lda, a_bs, &beta, (float *)C + b0 * c_bs, (int)N, c_bs, nb);
+        if (st) bzc_blas_fail("cublasSgemmStridedBatched", st);
+    }
+    if (bias || eres || act_fn) {
+        void *args[] = {&batch, &M, &N, &C, &c_bs, &bias, &eres, &act};
+        bzc_launch(BZC_EPI, batch * M * N, 0, args);
+    }
 }
 
 static int braze_matmul_w(int64_t M, int64_t N, int64_t K, const void *A, const void *W, int transposed,
