@@ -242,7 +242,10 @@ def check_artifacts(root: Path, report: Report) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | shapes correct (max rel err) | recompiles | braze ms | eager ms | inductor ms | "
+    env = next((r for r in rows if r.get("event") == "env"), {})
+    lines = [f"{env.get('gpu')}, driver CUDA {env.get('driver')}, NVRTC {env.get('nvrtc')}, torch {env.get('torch')}; "
+             "medians of the timed calls, one run; torch eager and inductor in float32 with TF32 off", "",
+             "| model | shapes correct (max rel err) | recompiles | braze ms | eager ms | inductor ms | "
              "braze/eager | braze/inductor |", "|---|---|---|---|---|---|---|---|"]
     for m in dict.fromkeys(r["model"] for r in rows if "model" in r):
         mine = [r for r in rows if r.get("model") == m]
@@ -268,7 +271,13 @@ def main(argv=None) -> int:
     p.add_argument("--prepare-artifacts", metavar="DIR", help="cross-compile small models for cuda:sm_90 into "
                    "artifacts under DIR, with their inputs and torch CPU's outputs, and stop (no GPU needed)")
     p.add_argument("--artifacts", metavar="DIR", help="also load and check the artifacts of --prepare-artifacts")
+    p.add_argument("--table", metavar="JSONL", nargs="+", help="print the markdown table of earlier runs' "
+                   "gpu_check.jsonl files, and stop")
     args = p.parse_args(argv)
+    if args.table:
+        for f in args.table:
+            print(f"### {Path(f).name}\n\n" + table([json.loads(x) for x in Path(f).read_text().splitlines() if x]))
+        return 0
     if args.prepare_artifacts:
         prepare_artifacts(Path(args.prepare_artifacts))
         return 0

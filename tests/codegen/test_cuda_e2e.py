@@ -142,8 +142,8 @@ MODELS = {"mlp": _mlp, "block": _block, "convnet": _convnet, "attention": _atten
 # biases and residuals
 LIB_LAUNCHES = {
     "cublas": {"mlp": {"cublas", "bz_epilogue"}, "block": {"cublas", "bz_epilogue"},
-               "convnet": {"bz_conv2d", "cublas", "bz_epilogue"}, "attention": {"cublas"}},
-    "bz_gemm": {"mlp": {"bz_gemm"}, "block": {"bz_gemm"}, "convnet": {"bz_conv2d", "bz_gemm"},
+               "convnet": {"bz_im2col", "cublas", "bz_epilogue"}, "attention": {"cublas"}},
+    "bz_gemm": {"mlp": {"bz_gemm"}, "block": {"bz_gemm"}, "convnet": {"bz_im2col", "bz_gemm"},
                 "attention": {"bz_gemm"}},
 }
 
@@ -275,8 +275,8 @@ HARNESS = r"""
 #define BZC_TARGET "cuda:sm_90"
 #define BZC_ARCH "sm_90"
 #define BZC_NVRTC "none"
-#define BZC_N_KERNELS 3
-static const char *const bzc_names[3] = {"bz_gemm", "bz_conv2d", "bz_epilogue"};
+#define BZC_N_KERNELS 4
+static const char *const bzc_names[4] = {"bz_gemm", "bz_conv2d", "bz_epilogue", "bz_im2col"};
 static const unsigned char bzc_cubin[1] = {0};
 static const unsigned char bzc_ptx[2] = {'x', 0};
 #include "braze_cuda_rt.h"

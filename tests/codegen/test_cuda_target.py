@@ -60,9 +60,22 @@ def test_grid_stage_ir_round_trips():
 @pytest.mark.parametrize("name", ["gpt", "cnn"])
 def test_models_cross_compile_within_limits(tiny_models, name, arch, tmp_path):
     import braze
-    ptxas = _nvrtc()
     model, example, dyn = tiny_models[name]
-    cm = braze.compile(model, example, dyn, target=f"cuda:{arch}")
+    _check_binary(braze.compile(model, example, dyn, target=f"cuda:{arch}"), arch, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "resnet50"])
+def test_zoo_models_cross_compile_within_limits(name, arch, tmp_path):
+    import braze
+    from braze import zoo
+    _check_binary(braze.compile(zoo.export(zoo.get(name)), target=f"cuda:{arch}"), arch, tmp_path)
+
+
+def _check_binary(cm, arch, tmp_path):
+    """Every kernel is in the PTX; ptxas -v: 0 spill bytes, static shared memory within 48 KiB."""
+    ptxas = _nvrtc()
     binary = cm._native.cuda_binary
     assert binary.cubin[:4] == b"\x7fELF" and binary.ptx.startswith(b"//") and b"\0" not in binary.ptx
     kernels = re.findall(r'extern "C" __global__ void (\w+)\(', cm._native.cuda_source)

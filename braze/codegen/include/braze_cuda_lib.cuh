@@ -216,4 +216,22 @@ template <class T> static __device__ T bz_block_reduce(int op, T v) {
     return buf[0];
 }
 
+
+/* ---- im2col for a convolution as a GEMM (braze_cuda_rt.h, NHWC, groups 1) ------------------
+ * col[m - m0, k] for output rows m in [m0, m0 + mc) (m = (n, oh, ow)) and k = (c, kh, kw), the
+ * order of a [OC, C, KH, KW] weight's rows; outside the image, 0. Grid-stride over mc * C*KH*KW. */
+extern "C" __global__ void bz_im2col(int64_t N, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,
+                                     int64_t OH, int64_t OW, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                                     int64_t dh, int64_t dw, int64_t m0, int64_t mc, const float *X, float *col) {
+    (void)N;
+    const int64_t K = C * KH * KW, total = mc * K;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t k = i % K, m = m0 + i / K;
+        const int64_t kw = k % KW, kh = (k / KW) % KH, c = k / (KW * KH);
+        const int64_t ow = m % OW, oh = (m / OW) % OH, n = m / (OW * OH);
+        const int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+        col[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? X[((n * H + ih) * W + iw) * C + c] : 0.0f;
+    }
+}
+
 #endif /* BRAZE_CUDA_LIB_CUH */

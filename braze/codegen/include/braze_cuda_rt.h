@@ -209,7 +209,7 @@ static void bzc_free(void *d) {
 typedef struct { CUdeviceptr p; size_t n; } bzc_buf;
 static _Thread_local struct {
     CUstream stream;
-    bzc_buf arena, in[BZC_SLOTS], out[BZC_SLOTS];
+    bzc_buf arena, in[BZC_SLOTS], out[BZC_SLOTS], col; /* col: a convolution's im2col matrix */
     void *host_out[BZC_SLOTS];
     size_t out_bytes[BZC_SLOTS];
     int n_out;
@@ -337,6 +337,7 @@ static int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int t, int ha
 #define BZC_GEMM 0 /* bzc_names[0] */
 #define BZC_CONV 1
 #define BZC_EPI 2
+#define BZC_IM2COL 3
 
 /* the generated GEMM: any strides, the epilogue fused */
 static void bzc_gemm_kernel(int64_t batch, int64_t M, int64_t N, int64_t K, const void *A, int64_t a_rs,
@@ -549,6 +550,28 @@ static int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const 
     int64_t C = P->IC, OC = P->OC, KH = P->KH, KW = P->KW, sh = P->sh, sw = P->sw, ph = P->ph, pw = P->pw;
     int64_t dh = P->dh, dw = P->dw, groups = P->groups;
     int nhwc = P->layout;
+    if (nhwc && groups == 1 && N * OH * OW > 0 && OC > 0) {
+        /* NHWC output rows [N*OH*OW, OC] = im2col(X) [rows, C*KH*KW] @ W^T, W's [OC, C, KH, KW] read as it is;
+         * a 1x1 stride-1 unpadded conv needs no im2col (X is already that matrix) */
+        int64_t K = C * KH * KW, rows = N * OH * OW;
+        if (KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && OH == H && OW == W) {
+            bzc_gemm(1, rows, OC, C, X, C, 1, 0, Wt, 1, C, 0, Y, 0, 1.0f, bias, res, act);
+            return 0;
+        }
+        /* in pieces of at most 64 MiB of im2col matrix */
+        int64_t chunk = ((int64_t)16 << 20) / (K > 0 ? K : 1);
+        chunk = chunk < 1 ? 1 : chunk > rows ? rows : chunk;
+        float *col = (float *)bzc_grow(&bzc_t.col, (size_t)(chunk * (K > 0 ? K : 1)) * sizeof(float));
+        if (!col) return 0; /* recorded; the call reports it */
+        for (int64_t m0 = 0; m0 < rows; m0 += chunk) {
+            int64_t mc = rows - m0 < chunk ? rows - m0 : chunk;
+            void *cargs[] = {&N, &C, &H, &W, &KH, &KW, &OH, &OW, &sh, &sw, &ph, &pw, &dh, &dw, &m0, &mc, &X, &col};
+            bzc_launch(BZC_IM2COL, mc * K, 0, cargs);
+            bzc_gemm(1, mc, OC, K, col, K, 1, 0, Wt, 1, K, 0, (float *)Y + m0 * OC, 0, 1.0f, bias,
+                     res ? (const float *)res + m0 * OC : NULL, act);
+        }
+        return 0;
+    }
     void *args[] = {&N, &C, &H, &W, &OC, &KH, &KW, &OH, &OW, &sh, &sw, &ph, &pw, &dh, &dw, &groups, &nhwc,
                     &X, &Wt, &bias, &res, &act, &Y};
     int64_t total = N * OC * OH * OW, blocks = (total + 255) / 256;
