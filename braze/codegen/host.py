@@ -65,14 +65,14 @@ class HostGen:
         self.module = module
         self.kernels = kernels
         self.isa = isa
-        self.profile = profile
+        self.cuda = getattr(isa, "name", "").startswith("cuda:")  # the per-target parts: codegen/cuda_host.py
+        self.profile = profile and not self.cuda  # CPU timers; a GPU's kernels would need CUDA events
         self.profile_labels: list[str] = []
         self.const_index: dict[str, int] = {}
         self.init_lines: list[str] = []
         self.packed_b: list[str] = []
         self.packed_conv: list[str] = []
         self.uses_library = False
-        self.cuda = getattr(isa, "name", "").startswith("cuda:")  # the per-target parts: codegen/cuda_host.py
 
     # --- constants (fields of the model instance) ----------------------------------------
     def const(self, name: str) -> str:

@@ -86,7 +86,9 @@ def validation_c(func: Function, constraints: ConstraintStore,
     env_args = [f"(long long){c_sym_name(bound[k])}" for k in sorted(bound)]
     prefix = f"inputs of @{func.name} break the model's shape constraints: "
     tail = f"\n  where: @{func.name} with {env_fmt}"
-    for s in constraints.symbols.values():
+    # in name order: the order symbols and facts were recorded in can follow string hashing (it
+    # differed between processes), and the C, the cache key with it, must not
+    for s in sorted(constraints.symbols.values(), key=lambda s: s.name):
         if s.name not in bound:
             continue
         conds = [f"{c_sym_name(s)} < {s.lo}"] + ([f"{c_sym_name(s)} > {s.hi}"] if s.hi is not None else [])
@@ -94,7 +96,7 @@ def validation_c(func: Function, constraints: ConstraintStore,
         out.append(f"if ({' || '.join(conds)}) " + _fail(
             "BRAZE_ERR_RANGE", prefix + f"{s.name} = %PLD is outside its range {s.range_str()}" + tail
             + (f"\n  hint: {note}" if note else ""), f"(long long){c_sym_name(s)}", *env_args))
-    for f in constraints.facts:
+    for f in sorted(constraints.facts, key=lambda f: (f[0], *map(str, f[1:]))):
         if f[0] == "range" or any(x.name not in bound for x in S.free_syms(f[1]) | S.free_syms(f[2] if f[0] == "eq" else 0)):
             continue
         if f[0] == "eq":
