@@ -60,9 +60,16 @@ API CUresult cuDriverGetVersion(int *v) {
     return FAKE_SUCCESS;
 }
 
+/* the error cases' knobs: FAKE_CUDA_DEVICES (how many GPUs; default 1), FAKE_CUDA_CC (compute capability as
+ * "80"; default 90), FAKE_CUDA_LOAD_ERROR (what cuModuleLoadData returns, e.g. 209: no binary for this GPU) */
+static int fake_env(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
 API CUresult cuDeviceGetCount(int *n) {
     if (!n) return FAKE_INVALID_VALUE;
-    *n = 1;
+    *n = fake_env("FAKE_CUDA_DEVICES", 1);
     return FAKE_SUCCESS;
 }
 
@@ -75,8 +82,8 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     if (!v || d != 0) return FAKE_INVALID_VALUE;
     switch (attr) {
-    case 75: *v = 9; return FAKE_SUCCESS; /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
-    case 76: *v = 0; return FAKE_SUCCESS; /* ..._MINOR */
+    case 75: *v = fake_env("FAKE_CUDA_CC", 90) / 10; return FAKE_SUCCESS; /* ..._COMPUTE_CAPABILITY_MAJOR */
+    case 76: *v = fake_env("FAKE_CUDA_CC", 90) % 10; return FAKE_SUCCESS; /* ..._MINOR */
     default: *v = 0; return FAKE_SUCCESS;
     }
 }
@@ -93,6 +100,7 @@ API CUresult cuCtxSynchronize(void) { return FAKE_SUCCESS; }
 
 API CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     if (!m || !image) return FAKE_INVALID_VALUE;
+    if (int e = fake_env("FAKE_CUDA_LOAD_ERROR", 0)) return (CUresult)e;
     const char *path = getenv("BRAZE_EMU_KERNELS");
     if (!path || !*path) {
         fprintf(stderr, "fake_libcuda: BRAZE_EMU_KERNELS is not set\n");

@@ -488,6 +488,23 @@ def test_missing_driver_raises(toolchain, tmp_path):
     assert path in res["message"] and TARGET in res["message"], res["message"]
 
 
+@pytest.mark.parametrize("knobs,words", [
+    ({"FAKE_CUDA_DEVICES": "0"}, ["no CUDA GPU is visible", TARGET]),
+    ({"FAKE_CUDA_DEVICES": "0", "CUDA_VISIBLE_DEVICES": ""}, ["no CUDA GPU is visible", "CUDA_VISIBLE_DEVICES"]),
+    ({"FAKE_CUDA_CC": "80", "FAKE_CUDA_LOAD_ERROR": "209"}, [TARGET, "sm_80", "CUDA 13.0", "target cuda:sm_80"]),
+])
+def test_driver_errors_name_the_problem(toolchain, emu_dir, knobs, words):
+    """No visible GPU, or a GPU whose arch the cubin is not for and whose driver cannot take the PTX:
+    one BrazeError naming it and what to do, never a crash."""
+    from cuda_emu_build import build_fake_driver
+    env = {**os.environ, "BRAZE_LIBCUDA": str(build_fake_driver(emu_dir)), **knobs}
+    r = _run_child("t._missing_driver_child()", env)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and lines, f"child failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    res = json.loads(lines[-1][len("RESULT "):])
+    assert res["type"] is not None and all(w in res["message"] for w in words), res
+
+
 def test_fake_driver_rejects_host_pointers(toolchain, emu_dir, monkeypatch):
     """the fake driver's guard: a kernel given a pointer that is not device memory fails its launch (700),
     as it would fault on a GPU; the same launch with device memory runs"""

@@ -162,3 +162,16 @@ def test_dump_resumes_from_every_gpu_stage(tiny_models, tmp_path, monkeypatch):
     for p in stages:
         native, _ = resume_c(p, CudaTarget("sm_90"), options=Options())
         assert native.cuda_source == cm._native.cuda_source and native.source == cm._native.source, p.name
+
+
+def test_missing_nvrtc_says_what_to_install(monkeypatch):
+    from braze.codegen import nvrtc
+    monkeypatch.setattr(nvrtc, "_lib_dirs", lambda: [])
+    nvrtc._nvrtc.cache_clear()
+    try:
+        with pytest.raises(MissingDependencyError) as e:
+            nvrtc.compile_cuda("extern \"C\" __global__ void k() {}", "sm_90")
+        assert "braze[cuda]" in str(e.value) and "NVRTC" in str(e.value)
+        assert parse_target("cuda:sm_90") == CudaTarget("sm_90")  # the archs NVRTC 13.0 knows, without it
+    finally:
+        nvrtc._nvrtc.cache_clear()
