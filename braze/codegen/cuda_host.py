@@ -79,10 +79,11 @@ def generate_cuda(gen, bodies) -> tuple[str, str]:
     kernels = list(gen.kernels.values())
     names = [*LIB_KERNELS, *(k.name for k in kernels)]
     target = gen.isa.name
+    quoted = ", ".join(f'"{n}"' for n in names)
     head = (f"#define BZ_VB 0\n#include \"braze_vec.h\"\n#include \"braze_abi.h\"\n"
             f"#define BZC_TARGET \"{target}\"\n#define BZC_ARCH \"{target.split(':')[1]}\"\n"
             f"#define BZC_N_KERNELS {len(names)}\n"
-            f"static const char *const bzc_names[{len(names)}] = {{{', '.join(chr(34) + n + chr(34) for n in names)}}};\n"
+            f"static const char *const bzc_names[{len(names)}] = {{{quoted}}};\n"
             "#include \"braze_cuda_rt.h\"\n"
             "BRAZE_EXPORT const char *braze_target(void) { return BZC_TARGET; }\n"
             "/* the GEMM library the first call found: a cuBLAS path, or why bz_gemm runs */\n"
@@ -97,7 +98,8 @@ def cuda_blob(binary) -> str:
     def arr(data: bytes) -> str:
         return ",".join(str(b) for b in data)
     return (f"#define BZC_NVRTC \"{binary.nvrtc}\"\n"
-            f"static const unsigned char __attribute__((aligned(64))) bzc_cubin[{len(binary.cubin) or 1}] = {{{arr(binary.cubin) or '0'}}};\n"
+            f"static const unsigned char __attribute__((aligned(64))) bzc_cubin[{len(binary.cubin) or 1}] = "
+            f"{{{arr(binary.cubin) or '0'}}};\n"
             f"static const unsigned char bzc_ptx[{len(binary.ptx) + 1}] = {{{arr(binary.ptx + bytes(1))}}};\n")
 
 

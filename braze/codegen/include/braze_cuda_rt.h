@@ -252,7 +252,10 @@ static int bzc_is_device(const void *p) {
 
 static char *bzc_input(int i, void *data, size_t n) {
     if (bzc_is_device(data)) return (char *)data;
-    if (i >= BZC_SLOTS) { if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host inputs", BZC_SLOTS); return NULL; }
+    if (i >= BZC_SLOTS) {
+        if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host inputs", BZC_SLOTS);
+        return NULL;
+    }
     char *d = bzc_grow(&bzc_t.in[i], n);
     CUresult r;
     if (d && n && (r = bzc.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)d, data, n, bzc_t.stream)))
@@ -262,7 +265,10 @@ static char *bzc_input(int i, void *data, size_t n) {
 
 static char *bzc_output(int k, void *host, size_t n) {
     if (bzc_is_device(host)) return (char *)host;
-    if (k >= BZC_SLOTS) { if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host outputs", BZC_SLOTS); return NULL; }
+    if (k >= BZC_SLOTS) {
+        if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host outputs", BZC_SLOTS);
+        return NULL;
+    }
     char *d = bzc_grow(&bzc_t.out[k], n);
     bzc_t.host_out[k] = host;
     bzc_t.out_bytes[k] = n;
