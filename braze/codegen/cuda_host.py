@@ -73,8 +73,32 @@ fail:
 """
 
 
+def _check_library_calls(module) -> None:
+    """braze_cuda_rt.h's GEMM and convolution take float32 only (no BRAZE_TYPES yet), and it has no
+    convolution gradients."""
+    from ..errors import UnsupportedOpError
+    from ..ir.types import DType
+    from ..passes.common import top_functions
+    from ..passes.fusion import CONV_GRADS
+    for f in top_functions(module):
+        for n in f.nodes:
+            if n.op == "fused" and n.attrs.get("kind") in ("gemm", "conv"):
+                grads = sorted({m.op for m in module.functions[n.attrs["callee"]].nodes} & set(CONV_GRADS))
+                if grads:
+                    raise UnsupportedOpError(f"the CUDA target has no {grads[0]} yet (@{n.attrs['callee']})",
+                                             where=str(n.loc) if n.loc else None,
+                                             hint="compile the training graph for the CPU")
+                odd = {v.dtype.name for v in (*n.inputs, *n.outputs) if v.dtype != DType.float32}
+                if odd:
+                    raise UnsupportedOpError(
+                        f"the CUDA target runs float32 GEMMs and convolutions only; @{n.attrs['callee']} "
+                        f"computes in {', '.join(sorted(odd))}", where=str(n.loc) if n.loc else None,
+                        hint="compile a float32 model (model.float()), or compile for the CPU")
+
+
 def generate_cuda(gen, bodies) -> tuple[str, str]:
     """(host C, .cu) of a CUDA-target model, from HostGen ``gen`` and its entries' C ``bodies``."""
+    _check_library_calls(gen.module)
     from .host_checks import C_DTYPE_NAMES
     kernels = list(gen.kernels.values())
     names = [*LIB_KERNELS, *(k.name for k in kernels)]

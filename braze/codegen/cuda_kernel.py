@@ -18,7 +18,7 @@ from ..ir import loop as L
 from ..ir import sym as S
 from ..ir.loop import For, Kernel, Load
 from ..schedule.gpu import grid_loops
-from .c_kernel import _Gen, buffer_cname, kernel_signature
+from .c_kernel import _Gen, kernel_signature
 
 # NVRTC compiles C++: `restrict` is `__restrict__`; a failed row-buffer allocation (device heap)
 # stops the kernel with a trap, which the host reports as a launch error
@@ -112,11 +112,10 @@ class _CudaGen(_Gen):
         return ctype(dt)
 
     def store(self, s):
-        if not self.coop:
-            return super().store(s)
-        # a row-level store: the block computes its value together, one thread writes it
-        code = self.sx(s.value)
-        self.line(f"if (threadIdx.x == 0) {buffer_cname(s.buffer)}[{self.offset(s.index)}] = {code};")
+        super().store(s)
+        if self.coop:  # a row-level store: the block computed its value together, one thread writes it
+            line = self.lines[-1]
+            self.lines[-1] = line[:len(line) - len(line.lstrip())] + "if (threadIdx.x == 0) " + line.lstrip()
 
 
 def per_block(kernel: Kernel) -> bool:

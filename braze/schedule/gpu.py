@@ -19,7 +19,8 @@ its loops become ``thread`` loops, strided over them:
       for _i3 in 0..n: ...             thread for _i3 in 0..n: ...
 
 Not run for the GPU: ``keep`` (a row buffer per thread would be device-heap memory),
-``widen`` (float32 only for now), ``vectorize`` and ``parallelize`` (CPU layouts). A kernel
+``vectorize`` and ``parallelize`` (CPU layouts). ``widen`` runs: 16-bit tensors are stored in
+16 bits and computed in float32, as on the CPU. A kernel
 whose body is not one loop nest (after loop-invariant Lets) keeps serial loops and runs on one thread: correct, slow,
 and counted in the compile log, so it shows where a block-level schedule is needed next.
 """
@@ -34,6 +35,7 @@ from .collapse import collapse
 from .flatten import flatten
 from .hoist import hoist
 from .materialize import materialize
+from .widen import widen
 
 
 def _mark(f: For, kind: str) -> For:
@@ -88,7 +90,7 @@ def grid(kernel: Kernel) -> Kernel:
     return replace(kernel, body=body)
 
 
-GPU_STAGES: tuple = (flatten, collapse, materialize, hoist, grid)
+GPU_STAGES: tuple = (flatten, collapse, materialize, hoist, widen, grid)
 
 
 def grid_loops(kernel: Kernel) -> list:

@@ -156,7 +156,7 @@ def test_dump_resumes_from_every_gpu_stage(tiny_models, tmp_path, monkeypatch):
     assert (dump / "model.cu").read_text() == cm._native.cuda_source
     stages = sorted(dump.glob("*.loop"))
     assert [p.stem.split("_", 1)[1] for p in stages] == ["lower", "flatten", "collapse", "materialize", "hoist",
-                                                         "grid"]
+                                                         "widen", "grid"]
     text = stages[-1].read_text()
     assert "block for" in text and "thread for" in text and "grid for" in text
     for p in stages:

@@ -9,3 +9,5 @@ typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; t
 #define INT8_MAX 127
 #define UINT8_MAX 255
 #define SIZE_MAX 18446744073709551615ULL
+#define INT64_C(c) c##LL
+#define UINT64_C(c) c##ULL
