@@ -417,8 +417,9 @@ def max_pool2d_indices_numpy(x, kernel, stride, padding, dilation, ceil_mode):
     win = _windows(np.pad(x, pads, constant_values=np.nan), *kernel, *stride, *dilation, oh, ow)
     pos = _windows(np.pad(np.arange(h * w).reshape(h, w), pads[-2:], constant_values=-1), *kernel, *stride,
                    *dilation, oh, ow)  # [oh, ow, kh, kw]: -1 in the padding
-    win = win.reshape(win.shape[:-2] + (-1,))
-    pos = np.broadcast_to(pos.reshape(pos.shape[:-2] + (-1,)), win.shape)
+    taps = kernel[0] * kernel[1]  # not -1: a reshape cannot infer it when another dim is 0
+    win = win.reshape(win.shape[:-2] + (taps,))
+    pos = np.broadcast_to(pos.reshape(pos.shape[:-2] + (taps,)), win.shape)
     valid = pos >= 0
     nan = np.isnan(win) & valid
     top = np.where(valid & ~nan, win, -np.inf).max(axis=-1, keepdims=True)
