@@ -250,13 +250,16 @@ static int bzc_is_device(const void *p) {
     return p && bzc.PointerGetAttribute(&type, 2, (CUdeviceptr)(uintptr_t)p) == 0 && type == 2;
 }
 
+/* staging slot i of bufs (the device copy of a host input or output), grown to n bytes */
+static char *bzc_stage(bzc_buf *bufs, int i, size_t n, const char *what) {
+    if (i < BZC_SLOTS) return bzc_grow(&bufs[i], n);
+    if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host %s", BZC_SLOTS, what);
+    return NULL;
+}
+
 static char *bzc_input(int i, void *data, size_t n) {
     if (bzc_is_device(data)) return (char *)data;
-    if (i >= BZC_SLOTS) {
-        if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host inputs", BZC_SLOTS);
-        return NULL;
-    }
-    char *d = bzc_grow(&bzc_t.in[i], n);
+    char *d = bzc_stage(bzc_t.in, i, n, "inputs");
     CUresult r;
     if (d && n && (r = bzc.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)d, data, n, bzc_t.stream)))
         bzc_fail("could not copy an input to the GPU", r);
@@ -265,11 +268,8 @@ static char *bzc_input(int i, void *data, size_t n) {
 
 static char *bzc_output(int k, void *host, size_t n) {
     if (bzc_is_device(host)) return (char *)host;
-    if (k >= BZC_SLOTS) {
-        if (!bzc_t.error[0]) snprintf(bzc_t.error, sizeof bzc_t.error, "more than %d host outputs", BZC_SLOTS);
-        return NULL;
-    }
-    char *d = bzc_grow(&bzc_t.out[k], n);
+    char *d = bzc_stage(bzc_t.out, k, n, "outputs");
+    if (k >= BZC_SLOTS) return NULL;
     bzc_t.host_out[k] = host;
     bzc_t.out_bytes[k] = n;
     if (k + 1 > bzc_t.n_out) bzc_t.n_out = k + 1;
