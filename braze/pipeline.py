@@ -31,6 +31,7 @@ from .passes import (assign_memory, canonicalize, channels_last, constant_fold, 
                      fuse, hoist_casts, precision, recognize_patterns)
 from .passes.offload import offload
 from .passes.common import top_functions
+from .target import is_cuda
 
 Pass = Callable[[Module], Module]
 
@@ -57,10 +58,6 @@ def kernel_stages(target=None) -> list:
         return list(GPU_STAGES)
     from .schedule import KERNEL_STAGES
     return list(KERNEL_STAGES)
-
-
-def is_cuda(target) -> bool:
-    return getattr(target, "name", "").startswith("cuda:")
 
 
 def emit(module, kernels, isa, profile: bool = False):

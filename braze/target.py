@@ -40,6 +40,11 @@ class CudaTarget:
         return self.name
 
 
+def is_cuda(target) -> bool:
+    """Whether what the pipeline compiles for (a CudaTarget, or a CPU's ISA) is a GPU."""
+    return isinstance(target, CudaTarget)
+
+
 def _archs() -> tuple[str, ...]:
     try:
         from .codegen.nvrtc import supported_archs
@@ -69,4 +74,4 @@ def parse_target(spec) -> CudaTarget | None:
     return CudaTarget(arch)
 
 
-__all__ = ["CudaTarget", "KNOWN_ARCHS", "TargetError", "parse_target"]
+__all__ = ["CudaTarget", "KNOWN_ARCHS", "TargetError", "is_cuda", "parse_target"]

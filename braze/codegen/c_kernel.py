@@ -750,14 +750,18 @@ class _Gen:
             self.line("}")
 
 
-def kernel_to_c(kernel: Kernel, isa=None) -> str:
-    """C source of one kernel: ``static void <name>(buffers..., int64_t syms...)``, emitted as
-    given: schedule it first (``braze.schedule.schedule``, or the pipeline's kernel stages)."""
+def require_flat(kernel: Kernel, run: str) -> None:
+    """An emitter emits what it is given: a kernel still read through per-dim indices was not scheduled."""
     if any(isinstance(x, Load) and not x.flat for s in L.walk_stmts(kernel.body) for e in L.stmt_exprs(s)
            for x in L.walk(e)):
         raise BrazeError(f"kernel {kernel.name} reads through per-dim indices: it has not been scheduled",
-                         hint="this is a braze bug: run braze.schedule.schedule (at least its flatten stage) "
-                              "before kernel_to_c, which emits what it is given")
+                         hint=f"this is a braze bug: run {run}, which emits what it is given")
+
+
+def kernel_to_c(kernel: Kernel, isa=None) -> str:
+    """C source of one kernel: ``static void <name>(buffers..., int64_t syms...)``, emitted as
+    given: schedule it first (``braze.schedule.schedule``, or the pipeline's kernel stages)."""
+    require_flat(kernel, "braze.schedule.schedule (at least its flatten stage) before kernel_to_c")
     vb = vector_bytes_of(isa)
     g = _Gen(kernel, vb)
     streamed = _streamed_outputs(kernel) if vb else []
@@ -792,4 +796,5 @@ def _streamed_outputs(kernel: Kernel) -> list:
     return [b for b in kernel.outputs() if b.dtype == F32 and b.name in stored]
 
 
-__all__ = ["c_prelude", "kernel_entry", "kernel_prototype", "kernel_signature", "kernel_to_c", "vector_bytes_of"]
+__all__ = ["c_prelude", "kernel_entry", "kernel_prototype", "kernel_signature", "kernel_to_c", "require_flat",
+           "vector_bytes_of"]

@@ -1,5 +1,6 @@
-"""The host C of a CUDA-target model: HostGen's entries (shared with the CPU), plus what the GPU
-changes: a launch stub per kernel, constants uploaded at braze_create, braze_cuda_rt.h.
+"""The host C of a CUDA-target model: HostGen's entries and model instance (shared with the CPU,
+constants uploaded at braze_create), plus what the GPU changes: a launch stub per kernel and
+braze_cuda_rt.h.
 
 The kernels themselves are ``NativeSource.cuda_source`` (codegen/cuda_kernel.py), compiled by
 NVRTC at build time; ``cuda_blob`` turns that binary into the C that the host source starts with.
@@ -7,8 +8,6 @@ NVRTC at build time; ``cuda_blob`` turns that binary into the C that the host so
 
 from __future__ import annotations
 
-from ..ir import sym as S
-from ..ir.constant import ConstantRef
 from .c_expr import int_expr
 from .c_kernel import kernel_signature, sym_cname
 from .cuda_kernel import cuda_source, launch_total, per_block
@@ -23,54 +22,6 @@ def _stub(k, index: int) -> str:
     return (f"static int {k.name}({params}) {{\n"
             f"    void *args[] = {{{args or 'NULL'}}};\n"
             f"    return bzc_launch({index}, (int64_t)({total}), {int(per_block(k))}, args);\n}}\n")
-
-
-def _const_bytes(module, name: str) -> int:
-    c = module.constants[name]
-    if isinstance(c, ConstantRef):
-        return int(S.mul(c.type.numel(), c.type.dtype.itemsize))
-    return int(c.nbytes)
-
-
-def _model_c(gen) -> str:
-    n = len(gen.const_index)
-    names = sorted(gen.const_index, key=gen.const_index.get)
-    sizes = ", ".join(str(_const_bytes(gen.module, x)) for x in names) or "0"
-    init = "".join(f"    {ln}\n" for ln in gen.init_lines)
-    frees = "".join(f"    braze_free_packed_b({h});\n" for h in gen.packed_b) + \
-        "".join(f"    braze_free_packed_conv({h});\n" for h in gen.packed_conv)
-    return f"""static const size_t bzc_const_bytes[{max(n, 1)}] = {{{sizes}}};
-struct braze_instance {{
-    void *c[{max(n, 1)}];
-    braze_packed_b *pb[{max(len(gen.packed_b), 1)}];
-    braze_packed_conv *pc[{max(len(gen.packed_conv), 1)}];
-    int32_t threads;
-    int32_t adapt;
-}};
-BRAZE_EXPORT void braze_set_adapt(braze_instance *M, int32_t on) {{ M->adapt = on != 0; }}
-BRAZE_EXPORT void braze_destroy(braze_instance *M) {{
-    if (!M) return;
-{frees}    for (int i = 0; i < {n}; i++) bzc_free(M->c[i]);
-    free(M);
-}}
-BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, int32_t threads,
-                                  braze_instance **out, char *err, int32_t errlen) {{
-    *out = NULL;
-    if (n_constants != {n})
-        BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected {n} constants, got %d", (int)n_constants);
-    if (bzc_init(err, errlen)) return BRAZE_ERR_INTERNAL;
-    braze_instance *M = (braze_instance *)calloc(1, sizeof *M);
-    if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, "braze_create: out of memory");
-    M->threads = threads;
-    for (int i = 0; i < {n}; i++)
-        if (!(M->c[i] = bzc_upload(constants[i], bzc_const_bytes[i], err, errlen))) goto fail;
-{init}    *out = M;
-    return BRAZE_OK;
-fail:
-    braze_destroy(M);
-    return BRAZE_ERR_ALLOC;
-}}
-"""
 
 
 def _check_library_calls(module) -> None:
@@ -96,8 +47,9 @@ def _check_library_calls(module) -> None:
                         hint="compile a float32 model (model.float()), or compile for the CPU")
 
 
-def generate_cuda(gen, bodies) -> tuple[str, str]:
-    """(host C, .cu) of a CUDA-target model, from HostGen ``gen`` and its entries' C ``bodies``."""
+def generate_cuda(gen, model: str, bodies) -> tuple[str, str]:
+    """(host C, .cu) of a CUDA-target model, from HostGen ``gen``, its instance's C ``model`` (host.py's
+    _model_c, with the constants' sizes) and its entries' C ``bodies``."""
     _check_library_calls(gen.module)
     from .host_checks import C_DTYPE_NAMES
     kernels = list(gen.kernels.values())
@@ -113,7 +65,7 @@ def generate_cuda(gen, bodies) -> tuple[str, str]:
             "/* the GEMM library the first call found: a cuBLAS path, or why bz_gemm runs */\n"
             "BRAZE_EXPORT const char *braze_cuda_blas(void) { return bzc_blas.lib; }\n")
     stubs = [_stub(k, len(LIB_KERNELS) + i) for i, k in enumerate(kernels)]
-    return "\n".join([head, C_DTYPE_NAMES, *stubs, _model_c(gen), *bodies]), cuda_source(kernels)
+    return "\n".join([head, C_DTYPE_NAMES, *stubs, model, *bodies]), cuda_source(kernels)
 
 
 def cuda_blob(binary) -> str:

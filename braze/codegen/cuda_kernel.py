@@ -13,12 +13,10 @@ math of braze_vmath.h compiled as device code, so a GPU value rounds as the CPU'
 
 from __future__ import annotations
 
-from ..errors import BrazeError
-from ..ir import loop as L
 from ..ir import sym as S
-from ..ir.loop import For, Kernel, Load
+from ..ir.loop import For, Kernel
 from ..schedule.gpu import grid_loops
-from .c_kernel import _Gen, kernel_signature
+from .c_kernel import _Gen, ctype, kernel_signature, require_flat
 
 # NVRTC compiles C++: `restrict` is `__restrict__`; a failed row-buffer allocation (device heap)
 # stops the kernel with a trap, which the host reports as a launch error
@@ -86,7 +84,7 @@ class _CudaGen(_Gen):
         # a strided partial per thread over the outer reduction loop, then the block's tree
         dt = e.dtype
         wide = e.op == "sum" and dt.name == "float32"
-        t = "double" if wide else self.ctype_of(dt)
+        t = "double" if wide else ctype(dt)
         acc = self.tmp("acc")
         self.line(f"{t} {acc} = {self._init(e.op, dt)};")
         (v0, ext0), rest = e.loops[0], e.loops[1:]
@@ -106,11 +104,6 @@ class _CudaGen(_Gen):
         self.line(f"{acc} = bz_block_reduce({_REDUCE_CODE[e.op]}, {acc});")
         return self._narrow(acc, wide)
 
-    @staticmethod
-    def ctype_of(dt):
-        from .c_kernel import ctype
-        return ctype(dt)
-
     def store(self, s):
         super().store(s)
         if self.coop:  # a row-level store: the block computed its value together, one thread writes it
@@ -126,17 +119,11 @@ def per_block(kernel: Kernel) -> bool:
 
 def launch_total(kernel: Kernel):
     """How many grid iterations the kernel has (an IntLike of its symbols); 1 without grid loops."""
-    total = 1
-    for f in grid_loops(kernel):
-        total = S.mul(total, f.extent)
-    return total
+    return S.prod(f.extent for f in grid_loops(kernel))
 
 
 def kernel_to_cuda(kernel: Kernel) -> str:
-    if any(isinstance(x, Load) and not x.flat for s in L.walk_stmts(kernel.body) for e in L.stmt_exprs(s)
-           for x in L.walk(e)):
-        raise BrazeError(f"kernel {kernel.name} reads through per-dim indices: it has not been scheduled",
-                         hint="this is a braze bug: run the GPU kernel stages before kernel_to_cuda")
+    require_flat(kernel, "the GPU kernel stages (GPU_STAGES) before kernel_to_cuda")
     g = _CudaGen(kernel, 0)
     single = not grid_loops(kernel)
     if single:  # one thread runs it all (see schedule/gpu.py)

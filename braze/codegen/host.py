@@ -25,6 +25,7 @@ from ..ops.conv import pads4
 from ..passes.common import top_functions
 from ..passes.fusion import CONV_GRADS
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
+from ..target import is_cuda
 from .c_expr import c_sym_name, int_expr
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
 
@@ -65,7 +66,7 @@ class HostGen:
         self.module = module
         self.kernels = kernels
         self.isa = isa
-        self.cuda = getattr(isa, "name", "").startswith("cuda:")  # the per-target parts: codegen/cuda_host.py
+        self.cuda = is_cuda(isa)  # the per-target parts: codegen/cuda_host.py
         self.profile = profile and not self.cuda  # CPU timers; a GPU's kernels would need CUDA events
         self.profile_labels: list[str] = []
         self.const_index: dict[str, int] = {}
@@ -99,6 +100,10 @@ class HostGen:
         dt = c.type.dtype if isinstance(c, ConstantRef) else DType.from_numpy(c.dtype)
         return _DT_CODES[dt]
 
+    def _const_nbytes(self, name: str) -> int:
+        c = self.module.constants[name]
+        return int(S.mul(c.type.numel(), c.type.dtype.itemsize)) if isinstance(c, ConstantRef) else int(c.nbytes)
+
     def pack_conv(self, wname: str | None, w_shape, groups, stride, pad, dil, layout: int = 0, dt: int = 0) -> str:
         """A conv handle made once per instance: the constant ``wname`` prepacked, or (None) the
         geometry alone, for weights read at each call. pad: (top, left, bottom, right)."""
@@ -130,12 +135,13 @@ class HostGen:
             bodies.append(_EntryWriter(self, f).write(sym))
             entries.append(Entry(sym, f))
         names = sorted(self.const_index, key=self.const_index.get)
+        model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library,
+                         [self._const_nbytes(n) for n in names] if self.cuda else None)
         if self.cuda:
             from .cuda_host import generate_cuda
-            source, cu = generate_cuda(self, bodies)
+            source, cu = generate_cuda(self, model, bodies)
             return NativeSource(source, entries, names, {k.name: str(k) for k in self.kernels.values()}, False,
                                 self.isa.name, self.profile, units=1, cuda_source=cu)
-        model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library)
         kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
                    for i, k in enumerate(self.kernels.values())]
         host = ['#include "braze_abi.h"\n#include "braze_team.h"\n' +
@@ -150,17 +156,30 @@ class HostGen:
 
 
 def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
-             library: bool) -> str:
+             library: bool, const_bytes: list[int] | None = None) -> str:
     """The model instance: its struct, braze_create (constants, prepacked weights, threads)
-    and braze_destroy. Without library calls, no oneDNN at all (a faster C compile)."""
+    and braze_destroy. Without library calls, no oneDNN at all (a faster C compile).
+    ``const_bytes``: a CUDA target's (braze_cuda_rt.h): each constant's size; braze_create
+    uploads them to the GPU, braze_destroy frees them there."""
+    gpu = const_bytes is not None
     init = "".join(f"    {ln}\n" for ln in init_lines)
     fields = (f"    braze_packed_b *pb[{max(len(packed_b), 1)}];\n"
-              f"    braze_packed_conv *pc[{max(len(packed_conv), 1)}];\n") if library else ""
+              f"    braze_packed_conv *pc[{max(len(packed_conv), 1)}];\n") if library or gpu else ""
     frees = "".join(f"    braze_free_packed_b({h});\n" for h in packed_b) + \
         "".join(f"    braze_free_packed_conv({h});\n" for h in packed_conv)
-    dnnl_init = "    if (braze_dnnl_init(err, errlen)) return BRAZE_ERR_INTERNAL;\n" if library else ""
-    fail = "fail:\n    braze_destroy(M);\n    return BRAZE_ERR_INTERNAL;\n" if init_lines else ""
-    return f"""struct braze_instance {{
+    runtime = "bzc_init" if gpu else "braze_dnnl_init" if library else None
+    runtime_init = f"    if ({runtime}(err, errlen)) return BRAZE_ERR_INTERNAL;\n" if runtime else ""
+    take = f"    for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];\n"
+    head = ""
+    if gpu:
+        sizes = ", ".join(map(str, const_bytes)) or "0"
+        head = f"static const size_t bzc_const_bytes[{max(n_const, 1)}] = {{{sizes}}};\n"
+        take = (f"    for (int i = 0; i < {n_const}; i++)\n"
+                "        if (!(M->c[i] = bzc_upload(constants[i], bzc_const_bytes[i], err, errlen))) goto fail;\n")
+        frees += f"    for (int i = 0; i < {n_const}; i++) bzc_free(M->c[i]);\n"
+    fail = f"fail:\n    braze_destroy(M);\n    return {'BRAZE_ERR_ALLOC' if gpu else 'BRAZE_ERR_INTERNAL'};\n" \
+        if init_lines or gpu else ""
+    return head + f"""struct braze_instance {{
     void *c[{max(n_const, 1)}];
 {fields}    int32_t threads;
     int32_t adapt; /* fewer threads while other processes take the cores (braze_team.h) */
@@ -175,10 +194,9 @@ BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, i
     *out = NULL;
     if (n_constants != {n_const})
         BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected {n_const} constants, got %d", (int)n_constants);
-{dnnl_init}    braze_instance *M = (braze_instance *)calloc(1, sizeof *M);
+{runtime_init}    braze_instance *M = (braze_instance *)calloc(1, sizeof *M);
     if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, "braze_create: out of memory");
-    for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];
-    M->threads = threads;
+{take}    M->threads = threads;
     M->adapt = 1;
 {init}    *out = M;
     return BRAZE_OK;

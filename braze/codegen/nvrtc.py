@@ -96,6 +96,8 @@ def _get(lib, prog, size_fn, get_fn) -> bytes:
 
 
 def _compile(source: str, opts: list[str]) -> tuple[int, str, bytes, bytes]:
+    """(status, log, PTX, cubin). Compiled for sm_XX, NVRTC gives both: the PTX is the one it
+    would give for compute_XX (checked with NVRTC 13.0), so one compile serves both."""
     lib = _nvrtc()
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"braze_model.cu", 0, None, None)
@@ -108,27 +110,21 @@ def _compile(source: str, opts: list[str]) -> tuple[int, str, bytes, bytes]:
         if rc:
             return rc, log, b"", b""
         ptx = _get(lib, prog, "nvrtcGetPTXSize", "nvrtcGetPTX").rstrip(b"\0")
-        cubin = _get(lib, prog, "nvrtcGetCUBINSize", "nvrtcGetCUBIN") if opts[0].startswith("--gpu-architecture=sm") \
-            else b""
-        return 0, log, ptx, cubin
+        return 0, log, ptx, _get(lib, prog, "nvrtcGetCUBINSize", "nvrtcGetCUBIN")
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 def compile_cuda(source: str, arch: str, cache_dir=None) -> CudaBinary:
     """PTX for ``compute_XX`` (JIT-compiled by a newer GPU's driver) and a cubin for ``arch``."""
-    from ..runtime.compiler import resolve_cache_dir
-    from ..runtime.compiler import _headers_digest
+    from ..runtime.compiler import _headers_digest, resolve_cache_dir
     version = "%d.%d" % nvrtc_version()
     key = hashlib.sha256("\0".join((source, arch, version, *FLAGS, _headers_digest(INCLUDE))).encode()).hexdigest()
     entry = resolve_cache_dir(cache_dir) / "cuda" / key[:2] / key
     if (entry / "kernels.cubin").is_file() and (entry / "kernels.ptx").is_file():
         return CudaBinary((entry / "kernels.ptx").read_bytes(), (entry / "kernels.cubin").read_bytes(), "",
                           arch, version)
-    rc, log, cubin_ptx, cubin = _compile(source, [f"--gpu-architecture={arch}", *FLAGS])
-    if rc == 0:
-        rc, log2, ptx, _ = _compile(source, [f"--gpu-architecture={arch.replace('sm_', 'compute_')}", *FLAGS])
-        log = log or log2
+    rc, log, ptx, cubin = _compile(source, [f"--gpu-architecture={arch}", *FLAGS])
     if rc:
         raise BrazeError(f"NVRTC {version} failed to compile the model's CUDA kernels for {arch}:\n{log[:4000]}",
                          hint="this is a braze bug; please report it with BRAZE_DUMP=DIR's files")

@@ -64,9 +64,7 @@ def _row_reductions(body) -> bool:
             for e in stmt_exprs(s):
                 for x in walk(e):
                     if isinstance(x, Reduce) and x.op not in ("argmax", "argmin"):
-                        n = 1
-                        for _, ext in x.loops:
-                            n = S.mul(n, ext)
+                        n = S.prod(ext for _, ext in x.loops)
                         if S.is_symbolic(n) or n >= BLOCK_MIN:
                             return True
     return False
