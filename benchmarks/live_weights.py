@@ -10,10 +10,11 @@ warmed up at every shape (so both hold every library and oneDNN primitive), then
 two called in turn (interleaved, so machine noise hits both) until ``--min-time`` seconds and >= 8
 rounds; medians, and each output against eager.
 
-Where the time goes (README, "Inside PyTorch"; docs/gemm.md): a GEMM reads the plain weight at every call (oneDNN's
-plain-layout matmul, braze's own kernel at small M: docs/gemm.md); a convolution keeps its re-laid-out copy and
-checks a fingerprint of the weight's bytes at every call; and every weight is one more argument
-of the native call.
+Where the time goes (README, "Inside PyTorch"; docs/gemm.md): each call asks the kernel's page tables
+which weights were written (``BRAZE_WRITE_TRACKING``; about 2 ns per 4 KB page of weights), GEMMs run on
+packed copies of the unwritten ones, a convolution on its kept re-laid-out copy, and every weight is one
+more argument of the native call. Run it with ``BRAZE_WRITE_TRACKING=0`` for the fallback (GEMMs read
+the plain weight, convolutions hash theirs) and ``--stem`` to keep that run apart.
 
 Writes ``live_weights.json`` and ``live_weights.md`` to ``--out``.
 """
@@ -64,14 +65,19 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
                          "rel_error_frozen": errs[1]})
             print(f"  {name} {shape_str(dims)}: live {ml * 1e3:.2f} ms, frozen {mf * 1e3:.2f} ms "
                   f"({ratio:.3f}x), rel error {errs[0]:.1e} / {errs[1]:.1e}", flush=True)
-    return {"model": name, "shapes": rows}
+    from braze.extern import onednn
+    return {"model": name, "shapes": rows, "write_tracking": onednn.write_tracking()}
 
 
 def to_markdown(doc: dict) -> str:
+    tracked = {r["model"]: r.get("write_tracking", {}).get("on") for r in doc["results"]}  # older runs: None
+    how = ("live weights checked by write tracking (docs/gemm.md): "
+           + ", ".join(f"{m} {'on' if on else 'off' if on is False else 'not recorded'}" for m, on in tracked.items())
+           + (f"; THP_MEM_ALLOC_ENABLE={doc['meta']['thp']}" if doc["meta"].get("thp") else ""))
     return per_model_markdown(
         doc, "`torch.compile(model, backend='braze', dynamic=True)` with live weights (the default) and with "
         "`options={'freeze': True}`, called in turn; median times, and the median over rounds of each round's "
-        "live / frozen ratio.",
+        f"live / frozen ratio; {how}.",
         ["live ms", "frozen ms", "live / frozen", "rel err live", "rel err frozen"],
         lambda s: [f"{s['live_ms']:.2f}", f"{s['frozen_ms']:.2f}", f"{s['live_over_frozen']:.3f}x",
                    f"{s['rel_error_live']:.1e}", f"{s['rel_error_frozen']:.1e}"])

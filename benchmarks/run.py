@@ -575,6 +575,8 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
         results.append(measure(name, SHAPES[a.shapes][name.partition("+")[0]], a.min_time))  # bert+dropout: bert's
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "braze": braze.__version__,
             "torch": torch.__version__, "machine": _machine(a.threads)}
+    if os.environ.get("THP_MEM_ALLOC_ENABLE"):  # torch's allocator puts large tensors on huge pages
+        meta["thp"] = os.environ["THP_MEM_ALLOC_ENABLE"]
     result = {"meta": meta, "results": results}
     md = write_results(a.out, stem, result, to_markdown)
     print(md)

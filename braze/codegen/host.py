@@ -73,6 +73,7 @@ class HostGen:
         self.init_lines: list[str] = []
         self.packed_b: list[str] = []
         self.packed_conv: list[str] = []
+        self.live_sites: list[str] = []
         self.uses_library = False
 
     # --- constants (fields of the model instance) ----------------------------------------
@@ -93,6 +94,15 @@ class HostGen:
                 if dt or w_dt else
                 f"braze_pack_b_err((const float *){self.const(wname)}, {n}, {k}, {transposed}, err, errlen)")
         self.init_lines.append(f"{h} = {call}; if (!{h}) goto fail;")
+        return h
+
+    def live_site(self, n, k, transposed: int, dt: int) -> str:
+        """A GEMM site whose weight, an input, is read at each call (braze_dnnl_live.c: it keeps
+        packed copies while the kernel sees the weight's pages unwritten). Made in braze_create."""
+        h = f"M->lb[{len(self.live_sites)}]"
+        self.live_sites.append(h)
+        self.init_lines.append(f"{h} = braze_live_b_new({n}, {k}, {transposed}, {dt}, err, errlen); "
+                               f"if (!{h}) goto fail;")
         return h
 
     def _const_dt(self, wname: str) -> int:
@@ -136,7 +146,7 @@ class HostGen:
             entries.append(Entry(sym, f))
         names = sorted(self.const_index, key=self.const_index.get)
         model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library,
-                         [self._const_nbytes(n) for n in names] if self.cuda else None)
+                         [self._const_nbytes(n) for n in names] if self.cuda else None, self.live_sites)
         if self.cuda:
             from .cuda_host import generate_cuda
             source, cu = generate_cuda(self, model, bodies)
@@ -156,7 +166,7 @@ class HostGen:
 
 
 def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
-             library: bool, const_bytes: list[int] | None = None) -> str:
+             library: bool, const_bytes: list[int] | None = None, live_sites: list[str] = ()) -> str:
     """The model instance: its struct, braze_create (constants, prepacked weights, threads)
     and braze_destroy. Without library calls, no oneDNN at all (a faster C compile).
     ``const_bytes``: a CUDA target's (braze_cuda_rt.h): each constant's size; braze_create
@@ -165,8 +175,10 @@ def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lin
     init = "".join(f"    {ln}\n" for ln in init_lines)
     fields = (f"    braze_packed_b *pb[{max(len(packed_b), 1)}];\n"
               f"    braze_packed_conv *pc[{max(len(packed_conv), 1)}];\n") if library or gpu else ""
+    fields += f"    braze_live_b *lb[{len(live_sites)}];\n" if live_sites else ""
     frees = "".join(f"    braze_free_packed_b({h});\n" for h in packed_b) + \
-        "".join(f"    braze_free_packed_conv({h});\n" for h in packed_conv)
+        "".join(f"    braze_free_packed_conv({h});\n" for h in packed_conv) + \
+        "".join(f"    braze_live_b_free({h});\n" for h in live_sites)
     runtime = "bzc_init" if gpu else "braze_dnnl_init" if library else None
     runtime_init = f"    if ({runtime}(err, errlen)) return BRAZE_ERR_INTERNAL;\n" if runtime else ""
     take = f"    for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];\n"
@@ -237,6 +249,8 @@ class _EntryWriter:
         self.module = gen.module
         self.lines: list[str] = []
         self.ptr: dict[int, str] = {}
+        self.input_ptrs: set[str] = set()  # the C pointers of the function's inputs
+        self.live: dict[str, tuple[int, int]] = {}  # a live weight's pointer: (its index in lw_gen, bytes)
         # (C call, its symbols): the oneDNN primitives this function runs, for _prepare
         self.prepares: list[tuple[str, frozenset]] = []
 
@@ -251,6 +265,7 @@ class _EntryWriter:
         cuda = self.gen.cuda
         for i, p in enumerate(f.params):
             self.ptr[id(p)] = f"in_{i}" if cuda else f"((char *)inputs[{i}].data)"
+        self.input_ptrs = {self.ptr[id(p)] for p in f.params}
         for n in f.nodes:
             if n.op == "constant":
                 self.ptr[id(n.outputs[0])] = f"((char *){self.gen.const(n.attrs['name'])})"
@@ -297,7 +312,7 @@ class _EntryWriter:
                 f"size_t arena_bytes = (size_t)({int_expr(self.module.arena_sizes[f.name])});",
                 "char *arena = braze_arena(arena_bytes);",
                 "if (!arena && arena_bytes) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate %zu bytes of scratch memory\", arena_bytes);",
-                "(void)arena;", *([] if cuda else self._prepare())]
+                "(void)arena;", *([] if cuda else self._prepare()), *self._live_check()]
         end = ["if (bzc_finish(err, errlen)) return BRAZE_ERR_INTERNAL;"] if cuda else []
         body = "\n    ".join(head + self.lines + end + ["return BRAZE_OK;"])
         params = "braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen"
@@ -395,6 +410,18 @@ class _EntryWriter:
                       f"allocate its row buffers (out of memory)\");")
         else:
             self.emit(f"{k.name}({', '.join(args)});")
+
+    def _live_check(self) -> list[str]:
+        """The live weights' generations for this call (braze_dnnl_wtrack.c), checked at once."""
+        if not self.live:
+            return []
+        k = len(self.live)
+        ptrs = ", ".join(self.live)
+        sizes = ", ".join(str(b) for _, b in self.live.values())
+        return [f"const void *lw_ptr[{k}] = {{{ptrs}}};",
+                f"static const size_t lw_bytes[{k}] = {{{sizes}}};",
+                f"uint64_t lw_gen[{k}];",
+                f"braze_live_check({k}, lw_ptr, lw_bytes, lw_gen);"]
 
     def ptr_of(self, v) -> str:
         try:
@@ -504,6 +531,16 @@ class _EntryWriter:
                 self.prepares.append((f"braze_matmul_prepare({int_expr(M)}, {h}, {flags})", S.free_syms(M)))
                 self.emit(f"if (braze_matmul({int_expr(M)}, {int_expr(N)}, {int_expr(K)}, (const float *){cptr[id(x)]}, "
                           f"{h}, {epi}")
+                return
+            wp = cptr[id(w)]
+            if wp in self.input_ptrs and not (S.is_symbolic(N) or S.is_symbolic(K)) and not self.gen.cuda:
+                # a weight the caller passes in (a live parameter): a site that keeps it packed while
+                # the entry's braze_live_check finds it unwritten
+                h = self.gen.live_site(N, K, transposed, wdt)
+                j, _ = self.live.setdefault(wp, (len(self.live), int(N) * int(K) * w.dtype.itemsize))
+                self.prepares.append((f"braze_matmul_lw_prepare({h}, {int_expr(M)}, {flags})", S.free_syms(M)))
+                self.emit(f"if (braze_matmul_lw({h}, lw_gen[{j}], {int_expr(M)}, (const float *){cptr[id(x)]}, "
+                          f"(const float *){wp}, {epi}")
                 return
             mnk = f"{int_expr(M)}, {int_expr(N)}, {int_expr(K)}"
             self.prepares.append((f"braze_matmul_w_prepare({mnk}, {transposed}, {flags})",

@@ -224,8 +224,9 @@ def extra_link_flags() -> list[str]:
             f"-DBRAZE_DNNL_BUILD=\"{ident}-{lib_stat.st_size}\""]
 
 
-HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_wcache.c", "braze_dnnl_matmul.c", "braze_dnnl_smallm.c",
-                "braze_dnnl_smallm_avx2.c", "braze_dnnl_conv.c", "braze_dnnl_conv_bwd.c")
+HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_wtrack.c", "braze_dnnl_wcache.c", "braze_dnnl_matmul.c",
+                "braze_dnnl_smallm.c", "braze_dnnl_smallm_avx2.c", "braze_dnnl_live.c", "braze_dnnl_conv.c",
+                "braze_dnnl_conv_bwd.c")
 
 
 def helper_text() -> str:
@@ -287,6 +288,20 @@ def helper_stats() -> dict:
     return dict(_HELPER_STATS)
 
 
+def write_tracking(cache_dir: str | os.PathLike | None = None) -> dict:
+    """How live weights are checked in this process (``braze_dnnl_wtrack.c``): ``on`` when from the
+    kernel's page tables (Linux >= 6.7, userfaultfd allowed, ``BRAZE_WRITE_TRACKING`` not 0), else
+    by a fingerprint of their bytes; ``checks``, ``written`` and ``arms``: the weight ranges looked
+    at so far, those found written, and (re)registrations. Loads the helper library."""
+    import ctypes as C
+    lib = C.CDLL(str(helper_library(cache_dir)))
+    f = lib.braze_dnnl_write_tracking
+    f.restype, f.argtypes = C.c_int, [C.POINTER(C.c_int64)] * 3
+    n = [C.c_int64() for _ in range(3)]
+    on = f(*(C.byref(v) for v in n))
+    return {"on": bool(on), "checks": n[0].value, "written": n[1].value, "arms": n[2].value}
+
+
 def model_build_args(cache_dir: str | os.PathLike | None = None) -> dict:
     """``compile_shared`` keywords for a model library that calls the helper: builds the
     helper first (``helper_library``) and links the model against that exact file.
@@ -340,6 +355,14 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_matmul": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, vp, cp, i32]),
         "braze_matmul_w": (i32, [i64, i64, i64, vp, vp, i32, vp, vp, i32, vp, cp, i32]),
         "braze_matmul_w_prepare": (i32, [i64, i64, i64, i32, i32, i32, i32]),
+        "braze_live_b_new": (vp, [i64, i64, i32, i32, cp, i32]),
+        "braze_live_b_free": (None, [vp]),
+        "braze_matmul_lw": (i32, [vp, C.c_uint64, i64, vp, vp, vp, vp, i32, vp, cp, i32]),
+        "braze_live_check": (i32, [i32, vp, vp, vp]),
+        "braze_matmul_lw_prepare": (i32, [vp, i64, i32, i32, i32]),
+        "braze_live_b_packs": (i64, [vp]),
+        "braze_dnnl_write_tracking": (i32, [C.POINTER(i64), C.POINTER(i64), C.POINTER(i64)]),
+        "braze_dnnl_set_write_tracking": (None, [i32]),
         "braze_batch_matmul": (i32, [i64, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
         "braze_batch_matmul_bcast": (i32, [i32, vp, vp, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp, i32]),
         "braze_pack_conv_weights": (vp, [vp, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,

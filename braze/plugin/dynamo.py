@@ -36,6 +36,20 @@ OPTIONS = {
 }
 
 
+@functools.cache
+def _log_weight_checks() -> None:
+    """Once: how this process finds live weights unchanged between calls (docs/gemm.md)."""
+    from ..extern import onednn
+    try:
+        on = onednn.available() and onednn.write_tracking()["on"]
+    except Exception as e:  # noqa: BLE001 -- a debug line must not fail the compile
+        _log.info("braze plugin: live weights: could not ask the oneDNN helper (%s)", e)
+        return
+    _log.info("braze plugin: live weights: %s", "checked from the kernel's page tables (write tracking); GEMMs run "
+              "on packed copies while unwritten" if on else "write tracking is off or unavailable (Linux >= 6.7 "
+              "with userfaultfd, BRAZE_WRITE_TRACKING); GEMMs read the plain weight, convolutions hash theirs")
+
+
 class PluginOptions(NamedTuple):
     opts: Options
     freeze: bool = False  # weights baked in as constants
@@ -159,6 +173,8 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
             return in_torch(g, e)
 
     def inference(g, fake_args):
+        if not freeze and opts.debug >= 1:
+            _log_weight_checks()
         return lower(g, weights=freeze, label="inference")
 
     def forward(g, fake_args):  # training: weights stay inputs, for the optimizer to change

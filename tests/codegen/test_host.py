@@ -142,5 +142,12 @@ def test_a_transposed_operand_is_read_in_place():
     body = HostGen(m, {}, detect_isa()).generate().source
     assert ("braze_batch_matmul(1, 3, 2, sym_n, (const float *)((char *)inputs[0].data), 1, "
             "(const float *)((char *)inputs[1].data), 0, 1.0f, (float *)out_0, err, errlen)") in body
-    assert ("braze_matmul_w(sym_n, 5, 2, (const float *)((char *)inputs[1].data), "
-            "(const float *)((char *)inputs[2].data), 1, NULL, NULL, 6, (float *)out_1, err, errlen)") in body
+    # %y is an input, a live weight: a GEMM site that keeps it packed while the call's check at
+    # entry finds its pages unwritten (braze_dnnl_live.c)
+    assert "M->lb[0] = braze_live_b_new(5, 2, 1, 0, err, errlen); if (!M->lb[0]) goto fail;" in body
+    assert "const void *lw_ptr[1] = {((char *)inputs[2].data)};" in body
+    assert "static const size_t lw_bytes[1] = {40};" in body
+    assert body.index("braze_live_check(1, lw_ptr, lw_bytes, lw_gen);") < body.index("braze_matmul_lw(")
+    assert ("braze_matmul_lw(M->lb[0], lw_gen[0], sym_n, (const float *)((char *)inputs[1].data), "
+            "(const float *)((char *)inputs[2].data), NULL, NULL, 6, (float *)out_1, err, errlen)") in body
+    assert "braze_live_b_free(M->lb[0]);" in body

@@ -1,7 +1,7 @@
 /* braze_dnnl.h: braze's float32 GEMM / convolution calls on oneDNN's C API.
  *
- * Built once into a shared library of its own (braze_dnnl_{core,wcache,matmul,smallm,conv,conv_bwd}.c in
- * that order, one translation unit; braze/extern/onednn.py helper_library) that model libraries
+ * Built once into a shared library of its own (braze_dnnl_{core,wtrack,wcache,matmul,live,smallm,...}.c in
+ * onednn.HELPER_PARTS's order, one translation unit; braze/extern/onednn.py helper_library) that model libraries
  * link, so all models in a process share one instance of its state: the engine, the
  * per-thread streams and scratchpads, the primitive cache (keyed per packed weight, see
  * braze_dnnl_core.c) and the runtime-M setting. Every function returns 0 on success and nonzero
@@ -53,6 +53,7 @@ enum { BRAZE_DT_F32 = 0, BRAZE_DT_BF16 = 1, BRAZE_DT_F16 = 2 };
 
 typedef struct braze_packed_b braze_packed_b;       /* opaque: a prepacked GEMM weight */
 typedef struct braze_packed_conv braze_packed_conv; /* opaque: a prepacked conv weight */
+typedef struct braze_live_b braze_live_b;           /* opaque: a GEMM site with run-time weights */
 
 /* Creates the engine (idempotent, thread-safe). Called by every other entry;
  * call it from braze_init to pay the start-up cost there. */
@@ -122,6 +123,39 @@ int braze_matmul_w(int64_t M, int64_t N, int64_t K, const void *A, const void *W
 int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int transposed_layout, int has_bias, int has_res,
                            int act);
 
+/* Live weights: whether a weight read at each call (plug-in mode) changed since the last call,
+ * from the kernel's page tables (Linux >= 6.7: userfaultfd's async write-protection and
+ * PAGEMAP_SCAN; braze_dnnl_wtrack.c). braze_live_check looks at the weights ptrs[i] (bytes[i]
+ * bytes each) at once and gives each a generation, gens[i]: the same number at two calls means
+ * no whole page of the weight was written in between (the bytes on its partial end pages are the
+ * caller's to check, as braze_matmul_lw does); 0 means not tracked (no kernel support, a file's
+ * or shared memory's pages, a weight under 64 KB, or one written at every call), and 1 not yet (a
+ * weight seen for the first time: tracked from its next call). Returns how many are not 0.
+ * Thread-safe. */
+int braze_live_check(int n, const void *const *ptrs, const size_t *bytes, uint64_t *gens);
+
+/* A GEMM site whose weight ([N,K] or [K,N] as in braze_matmul_w, dtype dt) is read at each call:
+ * braze_matmul_lw runs braze_matmul on a packed copy of the weight while its generation (gen, from
+ * braze_live_check in this call) stays the one the copy was made at. It keeps a copy for each of a
+ * few weights (model instances sharing a library), made at the second call that finds the weight
+ * unwritten; without one, a tracked weight (gen not 0) gets the bits the copy would give, and an
+ * untracked one (gen 0) runs braze_matmul_w. Thread-safe; free it with braze_live_b_free. */
+braze_live_b *braze_live_b_new(int64_t N, int64_t K, int transposed_layout, int dt, char *err, int errlen);
+void braze_live_b_free(braze_live_b *L);
+int braze_matmul_lw(braze_live_b *L, uint64_t gen, int64_t M, const void *A, const void *W, const void *bias,
+                    const void *residual, int act, void *C, char *err, int errlen);
+int braze_matmul_lw_prepare(braze_live_b *L, int64_t M, int has_bias, int has_res, int act);
+/* Copies of weights L has made so far (for tests). */
+int64_t braze_live_b_packs(braze_live_b *L);
+
+/* Whether live weights are checked from the kernel's page tables (braze_live_check) rather than
+ * by a fingerprint of their bytes: 1 when on and available. checks / written / arms (may be
+ * NULL): ranges looked at so far, those that had been written, and times a range was
+ * (re)registered. BRAZE_WRITE_TRACKING=0 in the environment, or braze_dnnl_set_write_tracking(0),
+ * turns it off (process-wide); turning it off also forgets every range. */
+int braze_dnnl_write_tracking(int64_t *checks, int64_t *written, int64_t *arms);
+void braze_dnnl_set_write_tracking(int on);
+
 /* Batched, both operands activations: for b in [0,batch):
  * C[b] = alpha * op(A[b]) @ op(Bm[b]), op(A) is [M,K], op(Bm) is [K,N].
  * transA=0: A[b] is [M,K]; transA=1: A[b] is [K,M]. transB=0: Bm[b] is [K,N];
@@ -190,7 +224,8 @@ int braze_conv2d(int64_t N, int64_t H, int64_t W, const void *X,
 
 /* braze_conv2d for a geometry from braze_conv_geometry, with the plain weights Wt[OC, IC/groups,
  * KH, KW] of this call. The copy re-laid out for the primitive is kept (a few weight sets per
- * geometry) and reused while a fingerprint of Wt's bytes (braze_fingerprint) matches. */
+ * geometry) and reused while Wt's pages are unwritten (braze_dnnl_write_tracking) or, where that
+ * is not known, while a fingerprint of Wt's bytes (braze_fingerprint) matches. */
 int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
                    const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
                    char *err, int errlen);

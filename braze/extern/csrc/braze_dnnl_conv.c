@@ -430,6 +430,7 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
                 ctx);
         return 1;
     }
+    /* by M alone, never by whether the weight is tracked: the two ways give different bits */
     if (Wt && conv_gemm_applies(P, N, OH, OW, act))
         return conv_gemm(N, H, W, (const float *)X, P, (const float *)Wt, (const float *)bias, (const float *)residual,
                          act, OH, OW, (float *)Y, ctx, err, errlen);
@@ -450,8 +451,8 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
         if (Wt) {
             wdata = Wt;
             if (e->reorder) {
-                size_t nbytes = (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * dt_size(P->w_dt);
-                if (wcache_get((wcache *)&P->wc, P->plain_md, Wt, nbytes, e->wei_md, e->reorder,
+                size_t wbytes = (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * dt_size(P->w_dt);
+                if (wcache_get((wcache *)&P->wc, P->plain_md, Wt, wbytes, wtrack_gen(Wt, wbytes), e->wei_md, e->reorder,
                                e->reorder_scratch_md, s, &use, ctx, err, errlen))
                     goto fail;
                 wdata = use.data;

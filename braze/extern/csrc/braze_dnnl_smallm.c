@@ -387,33 +387,104 @@ static void smallw_block(int64_t M, int64_t N, int64_t K, const float *A, int64_
 #define SMALLKN_PFD 16
 #endif
 
-static void smallw_kn_rows(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int64_t p0,
-                           int64_t npt, const float *bias, const float *res, int act, float *C, float *acc,
-                           float *buf) {
-    int64_t c0 = p0 * 64, c1 = (p0 + npt) * 64 < N ? (p0 + npt) * 64 : N;
-    for (int64_t k0 = 0; k0 < K; k0 += SMALLKN_KC) {
-        int64_t k1 = k0 + SMALLKN_KC < K ? k0 + SMALLKN_KC : K;
-        for (int64_t k = k0; k < k1; k++) { /* row k's segment, left to right, into the panels' row k */
-            for (int64_t p = 0; p < npt; p++) {
-                const float *src = W + k * N + c0 + p * 64;
-                float *dst = buf + p * SMALLKN_KC * 64 + (k - k0) * 64;
-                for (int j = 0; j < 4; j++) {
-                    int64_t left = c1 - (c0 + p * 64 + 16 * j);
-                    __mmask16 mk = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-                    _mm512_store_ps(dst + 16 * j, _mm512_maskz_loadu_ps(mk, src + 16 * j));
-                }
+/* Rows k0 .. k1 of the thread's panels (columns c0 .. c1) from a [K,N] weight: row k's segment,
+ * left to right, into the panels' row k */
+static void smallw_kn_chunk(int64_t N, const float *W, int64_t c0, int64_t c1, int64_t npt, int64_t k0,
+                            int64_t k1, float *buf) {
+    for (int64_t k = k0; k < k1; k++) {
+        for (int64_t p = 0; p < npt; p++) {
+            const float *src = W + k * N + c0 + p * 64;
+            float *dst = buf + p * SMALLKN_KC * 64 + (k - k0) * 64;
+            for (int j = 0; j < 4; j++) {
+                int64_t left = c1 - (c0 + p * 64 + 16 * j);
+                __mmask16 mk = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+                _mm512_store_ps(dst + 16 * j, _mm512_maskz_loadu_ps(mk, src + 16 * j));
             }
         }
-        for (int64_t p = 0; p < npt; p++) /* the first tile asks L2 for the panel's next chunk */
-            smallm_row_tiles(M, k0, k1, W + SMALLKN_KC * N + c0 + p * 64, N, K - SMALLKN_KC, A, K,
-                             buf + p * SMALLKN_KC * 64 - k0 * 64, acc + p * M * 64, 0);
+    }
+}
+
+/* r[k] = (r[0][k], ..., r[15][k]): a 16 x 16 block of floats transposed in registers */
+BZ_INLINE void smallw_t16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* An [N,K] weight's product in the packed kernel's arithmetic: as a [K,N] one's, but each chunk
+ * of SMALLNK_KC k's of the thread's 64-row panels is transposed into the panel layout (16 x 16
+ * blocks in registers). Every output is then one FMA chain along k, as braze_matmul
+ * computes it on a packed weight, so a live GEMM site gives the same bits before and after it
+ * has made its packed copy (braze_dnnl_live.c). Each row's next chunk is asked of L2 meanwhile.
+ * 1.0-1.3x the dot-product kernel's time at M = 16-48, 2.3x at M = 1: braze_matmul_w keeps that. */
+#ifndef SMALLNK_KC
+#define SMALLNK_KC 64
+#endif
+
+/* The same from an [N,K] weight: 16 x 16 blocks transposed, each row's next chunk asked of L2 */
+static void smallw_nk_chunk(int64_t K, const float *W, int64_t c0, int64_t c1, int64_t npt, int64_t k0,
+                            int64_t k1, float *buf) {
+    for (int64_t p = 0; p < npt; p++)
+        for (int64_t n = c0 + p * 64; n < c0 + p * 64 + 64 && n < c1; n += 16)
+            for (int64_t kb = k0; kb < k1; kb += 16) {
+                int64_t kn = k1 - kb < 16 ? k1 - kb : 16;
+                __mmask16 mk = kn == 16 ? (__mmask16)0xffff : (__mmask16)((1u << kn) - 1);
+                __m512 r[16];
+                for (int i = 0; i < 16; i++) {
+                    const float *row = W + (n + i) * K;
+                    r[i] = n + i < c1 ? _mm512_maskz_loadu_ps(mk, row + kb) : _mm512_setzero_ps();
+                    if (n + i < c1 && k1 < K) _mm_prefetch((const char *)(row + kb + SMALLNK_KC), _MM_HINT_T1);
+                }
+                smallw_t16(r);
+                float *dst = buf + p * SMALLNK_KC * 64 + (kb - k0) * 64 + (n - c0 - p * 64);
+                for (int64_t kk = 0; kk < kn; kk++) _mm512_store_ps(dst + kk * 64, r[kk]);
+            }
+}
+
+/* The thread's panels p0 .. p0 + npt of C, chunk by chunk of k: the chunk copied into the packed
+ * kernel's panel layout (buf, in L2), then every row tile of every panel runs on it, with partial
+ * sums for all the thread's panels in acc. */
+static void smallw_rows(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed, int64_t p0,
+                        int64_t npt, const float *bias, const float *res, int act, float *C, float *acc, float *buf) {
+    int64_t c0 = p0 * 64, c1 = (p0 + npt) * 64 < N ? (p0 + npt) * 64 : N, kc = transposed ? SMALLNK_KC : SMALLKN_KC;
+    for (int64_t k0 = 0; k0 < K; k0 += kc) {
+        int64_t k1 = k0 + kc < K ? k0 + kc : K;
+        if (transposed) smallw_nk_chunk(K, W, c0, c1, npt, k0, k1, buf);
+        else smallw_kn_chunk(N, W, c0, c1, npt, k0, k1, buf);
+        for (int64_t p = 0; p < npt; p++) /* [K,N]: the first tile asks L2 for the panel's next chunk */
+            smallm_row_tiles(M, k0, k1, transposed ? NULL : W + kc * N + c0 + p * 64, N, K - kc, A, K,
+                             buf + p * kc * 64 - k0 * 64, acc + p * M * 64, 0);
     }
     for (int64_t p = 0; p < npt; p++) smallm_store(0, M, N, (p0 + p) * 64, acc + p * M * 64, bias, res, act, C);
 }
 
-static int smallw_kn_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, const float *bias,
-                            const float *res, int act, float *C) {
-    int64_t np = (N + 63) / 64;
+/* braze_matmul_w's small-M product for a [K,N] weight, or (transposed) an [N,K] one in the packed
+ * kernel's arithmetic: each thread owns a contiguous range of 64-column panels */
+static int smallw_panel_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
+                               const float *bias, const float *res, int act, float *C) {
+    int64_t np = (N + 63) / 64, kc = transposed ? SMALLNK_KC : SMALLKN_KC;
     int ok = 1;
 #pragma omp parallel if (np > 1)
     {
@@ -421,16 +492,17 @@ static int smallw_kn_matmul(int64_t M, int64_t N, int64_t K, const float *A, con
         int64_t p0 = np * t / nt, npt = np * (t + 1) / nt - p0;
         /* this thread's scratchpad (no primitive runs on it during this call), taken before any
          * thread writes C: a failed call must leave C as it was (it may be the residual) */
-        float *acc = npt ? (float *)thread_scratch((size_t)(npt * 64 * (M + SMALLKN_KC)) * sizeof(float)) : NULL;
+        float *acc = npt ? (float *)thread_scratch((size_t)(npt * 64 * (M + kc)) * sizeof(float)) : NULL;
         if (npt && !acc) {
 #pragma omp atomic write
             ok = 0;
         }
 #pragma omp barrier
-        if (ok && npt) smallw_kn_rows(M, N, K, A, W, p0, npt, bias, res, act, C, acc, acc + npt * M * 64);
+        if (ok && npt) smallw_rows(M, N, K, A, W, transposed, p0, npt, bias, res, act, C, acc, acc + npt * M * 64);
     }
     return ok;
 }
+#define BRAZE_SMALLW_NK 1 /* braze_dnnl_live.c runs it */
 
 static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act) {
     (void)transposed; /* both layouts: [N,K] smallw_*, [K,N] smallw_kn_* */
@@ -441,7 +513,7 @@ static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int
 static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
                            const float *bias, const float *res, int act, float *C) {
     if (!smallm_w_applies(M, N, K, transposed, act)) return 0;
-    if (!transposed) return smallw_kn_matmul(M, N, K, A, W, bias, res, act, C);
+    if (!transposed) return smallw_panel_matmul(M, N, K, A, W, 0, bias, res, act, C);
     int64_t nb = N / SMALLW_NR, tail = N % SMALLW_NR;
     /* Rows of A a multiple of 4 KB apart share one L1 set (K = 1024, 2048, 3072, ...): every tile
      * evicted its own rows (BERT's FFN down-projection, K = 3072, ran 1.35x the packed kernel's

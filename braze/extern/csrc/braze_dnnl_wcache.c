@@ -1,14 +1,14 @@
 /* braze_dnnl_wcache.c: derived forms of run-time weights, cached and revalidated by content.
- * Follows braze_dnnl_core.c in one translation unit (see onednn.helper_text).
+ * Follows braze_dnnl_wtrack.c in one translation unit (see onednn.helper_text).
  *
  * A convolution reads its weights in a blocked layout that only a reorder makes, and oneDNN's
  * reorder from the plain torch layout runs at 3-5 GB/s here: redone at every call, it made a
  * live-weight ResNet-50 1.4-1.8x slower than with frozen weights. So the re-laid-out copy is
- * kept, and each call checks it against the weight it was made from by a 64-bit fingerprint of
- * the weight's bytes (about 23-25 GB/s on 2 threads, AVX-512 or AVX2: one read of the weight).
- * Nothing cheaper is sound: torch's version counter misses writes through `.data`, NumPy views
- * and DLPack, and a data pointer says nothing about the bytes behind it. A GEMM needs no copy at all: it reads the
- * plain weight (braze_matmul_w). */
+ * kept. Each call finds it unchanged from the kernel's page tables where it can (wtrack_gen: the
+ * weight's pages unwritten since the copy was checked), else from a 64-bit fingerprint of the
+ * weight's bytes (about 23-25 GB/s on 2 threads, AVX-512 or AVX2: one read of the weight). No
+ * cheaper check in user space is sound: torch's version counter misses writes through `.data`,
+ * NumPy views and DLPack, and a data pointer says nothing about the bytes behind it. */
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -153,6 +153,8 @@ uint64_t braze_fingerprint(const void *data, size_t n) {
 
 typedef struct {
     uint64_t fp;           /* fingerprint of the plain weight this copy was made from */
+    const void *w;         /* where those bytes were when last checked, */
+    uint64_t gen, edges;   /* and their write generation then (0: untracked), wtrack_edges */
     dnnl_memory_desc_t md; /* the copy's layout (owned); NULL: an empty slot */
     void *data;
     int pins;       /* calls using it now: never evicted while pinned */
@@ -172,6 +174,16 @@ static void wcache_free(wcache *c) {
     }
 }
 
+/* the slot last checked against the bytes at w, unwritten since (gen from wtrack_gen) */
+static wslot *wcache_find_tracked(wcache *c, const void *w, uint64_t gen, uint64_t edges,
+                                  const_dnnl_memory_desc_t md) {
+    for (int i = 0; gen && i < WCACHE_SLOTS; i++)
+        if (c->s[i].md && c->s[i].w == w && c->s[i].gen == gen && c->s[i].edges == edges &&
+            dnnl_memory_desc_equal(c->s[i].md, md))
+            return &c->s[i];
+    return NULL;
+}
+
 static wslot *wcache_find(wcache *c, uint64_t fp, const_dnnl_memory_desc_t md) {
     for (int i = 0; i < WCACHE_SLOTS; i++)
         if (c->s[i].md && c->s[i].fp == fp && dnnl_memory_desc_equal(c->s[i].md, md)) return &c->s[i];
@@ -185,16 +197,29 @@ typedef struct {
     wslot *slot;
 } wuse;
 
-/* The plain weight W (plain_md, nbytes) as md: from c when a copy of these bytes is there, else
- * made with `reorder` (plain_md -> md) and kept. 0, or 1 with err set. */
-static int wcache_get(wcache *c, const_dnnl_memory_desc_t plain_md, const void *W, size_t nbytes,
+/* The plain weight W (plain_md, nbytes; gen = wtrack_gen(W, nbytes)) as md: from c when a copy of
+ * these bytes is there, else made with `reorder` (plain_md -> md) and kept. 0, or 1 with err set. */
+static int wcache_get(wcache *c, const_dnnl_memory_desc_t plain_md, const void *W, size_t nbytes, uint64_t gen,
                       const_dnnl_memory_desc_t md, const_dnnl_primitive_t reorder,
                       const_dnnl_memory_desc_t reorder_scratch_md, dnnl_stream_t st, wuse *out, const char *ctx,
                       char *err, int errlen) {
+    if (gen == WT_PENDING) gen = 0;
+    uint64_t edges = gen ? wtrack_edges(W, nbytes) : 0;
+    pthread_mutex_lock(&g_cache_mu);
+    wslot *hit = wcache_find_tracked(c, W, gen, edges, md);
+    if (hit) {
+        hit->pins++;
+        hit->used = ++c->clock;
+        pthread_mutex_unlock(&g_cache_mu);
+        *out = (wuse){hit->data, hit};
+        return 0;
+    }
+    pthread_mutex_unlock(&g_cache_mu);
     uint64_t fp = braze_fingerprint(W, nbytes);
     pthread_mutex_lock(&g_cache_mu);
-    wslot *hit = wcache_find(c, fp, md);
+    hit = wcache_find(c, fp, md);
     if (hit) {
+        hit->w = W, hit->gen = gen, hit->edges = edges;
         hit->pins++;
         hit->used = ++c->clock;
         pthread_mutex_unlock(&g_cache_mu);
@@ -223,7 +248,7 @@ static int wcache_get(wcache *c, const_dnnl_memory_desc_t plain_md, const void *
         if (victim) {
             if (victim->md) dnnl_memory_desc_destroy(victim->md);
             free(victim->data);
-            *victim = (wslot){fp, kept, data, 0, 0};
+            *victim = (wslot){fp, W, gen, edges, kept, data, 0, 0};
             kept = NULL, data = NULL;
             hit = victim;
         }
