@@ -15,7 +15,8 @@
  * arithmetic: on its copy, or before it has one, in the small-M [N,K] kernel that transposes the
  * weight as it goes (smallw_nk_chunk); braze_matmul_w's other kernels give the packed weight's bits
  * already (tests/extern/test_onednn_live.py). An untracked one (generation 0: no kernel support,
- * a file's pages, under 64 KB, written at every call) runs braze_matmul_w. */
+ * a file's pages, under 64 KB, written at every call) runs braze_matmul_w, and so does every
+ * weight in AVX2 builds, whose kernels' bits differ from a packed weight's (measured). */
 
 #define LIVE_SLOTS 4
 
@@ -131,6 +132,11 @@ int braze_matmul_lw(braze_live_b *L, uint64_t gen, int64_t M, const void *A, con
     }
     int64_t N = L->N, K = L->K;
     int tracked = gen && M > 0 && N > 0 && K > 0 && W && SRC_DT(act) == L->dt;
+#if !defined(BRAZE_SMALLW_NK)
+    /* AVX2 builds: their [N,K] small-M kernel has no form in the packed kernel's arithmetic, and
+     * from M = 48 their plain-weight products differ from a packed weight's in the last bits */
+    tracked = 0;
+#endif
     braze_packed_b *B = tracked && gen != WT_PENDING ? live_packed(L, W, gen) : NULL;
     if (B) {
         int rc = braze_matmul(M, N, K, A, B, bias, residual, act, C, err, errlen);
