@@ -257,8 +257,9 @@ def test_matmul_lw_equals_numpy_across_writes(tracking, transposed, M):
 @pytest.mark.parametrize("transposed", [1, 0])
 @pytest.mark.parametrize("N,K", [(200, 333), (768, 768), (130, 1024), (77, 3072)])
 def test_matmul_lw_gives_the_same_bits_before_and_after_its_copy(tracking, transposed, N, K):
-    """A call's result never depends on whether an earlier call made a copy: the copy runs the
-    kernel braze_matmul_w would (bit for bit), at every M and epilogue."""
+    """A call's result never depends on whether an earlier call made a copy, nor on whether the
+    weight is tracked now (a range let go and armed again): at every M and epilogue, a site
+    computes in the packed kernel's arithmetic in a process that tracks writes."""
     rng = np.random.default_rng(N + K + transposed)
     W = rng.standard_normal((N, K) if transposed else (K, N), dtype=np.float32)
     cases = [(M, act, rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal(N, dtype=np.float32),
@@ -275,6 +276,7 @@ def test_matmul_lw_gives_the_same_bits_before_and_after_its_copy(tracking, trans
         return outs
     L = _site(tracking, N, K, transposed)
     try:
+        untracked = run(L, 0)
         assert _gens(tracking, W) == [1]  # WT_PENDING: armed at the next check
         pending = run(L, 1)
         g = _gens(tracking, W)[0]
@@ -283,11 +285,9 @@ def test_matmul_lw_gives_the_same_bits_before_and_after_its_copy(tracking, trans
         run(L, g)
         copied = run(L, g)
         assert _packs(tracking, L) == COPIES
-        bad = [(M, act) for (M, act, *_), a, b, c in zip(cases, pending, before, copied)
-               if not (np.array_equal(a, c) and np.array_equal(b, c))]
+        bad = [(M, act) for (M, act, *_), *outs in zip(cases, untracked, pending, before, copied)
+               if not all(np.array_equal(o, outs[-1]) for o in outs)]
         assert bad == [], f"a copy changed the bits at (M, act) = {bad}"
-        for (M, act, *_), a, b, c in zip(cases, pending, before, copied):
-            assert np.array_equal(a, c) and np.array_equal(b, c), f"M={M} act={act:#x}: a copy changed the bits"
     finally:
         tracking.braze_live_b_free(L)
 

@@ -144,10 +144,12 @@ int braze_matmul_lw(braze_live_b *L, uint64_t gen, int64_t M, const void *A, con
         return rc;
     }
 #if defined(BRAZE_SMALLW_NK)
-    /* braze_matmul_w's [N,K] small-M kernel sums in another order than the packed kernel: a weight
-     * that has or will have a copy runs the packed kernel's arithmetic without one */
-    if (tracked && L->transposed && smallm_w_applies(M, N, K, 1, act)) {
-        int go = matmul_args(M, N, K, A, 1, bias, residual, act, C, "braze_matmul_lw", err, errlen);
+    /* braze_matmul_w's [N,K] small-M kernel sums in another order than the packed kernel. Where
+     * this process tracks writes, any weight may have a copy at some call (an untracked one too,
+     * once its memory changes kind), so every call runs the packed kernel's arithmetic */
+    if (wtrack_on() && L->transposed && M > 0 && N > 0 && K > 0 && SRC_DT(act) == L->dt &&
+        smallm_w_applies(M, N, K, 1, act)) {
+        int go = matmul_args(M, N, K, A, W != NULL, bias, residual, act, C, "braze_matmul_lw", err, errlen);
         if (go) return go == 1;
         if (smallw_panel_matmul(M, N, K, (const float *)A, (const float *)W, 1, (const float *)bias,
                                 (const float *)residual, act, (float *)C))

@@ -438,10 +438,21 @@ BZ_INLINE void smallw_t16(__m512 r[16]) {
  * blocks in registers). Every output is then one FMA chain along k, as braze_matmul
  * computes it on a packed weight, so a live GEMM site gives the same bits before and after it
  * has made its packed copy (braze_dnnl_live.c). Each row's next chunk is asked of L2 meanwhile.
- * 1.0-1.3x the dot-product kernel's time at M = 16-48, 2.3x at M = 1: braze_matmul_w keeps that. */
+ * 0.8-1.4x the dot-product kernel's time at M = 1-48 (six BERT weights cycled, Zen 5): live GEMM
+ * sites run it where the process tracks writes, braze_matmul_w keeps the dot products. */
 #ifndef SMALLNK_KC
 #define SMALLNK_KC 64
 #endif
+
+/* r[k] = W[n + i, kb + k] for the 16 rows from n (zero from row end on) and the kn <= 16 k's
+ * from kb (zero after) of an [N,K] weight */
+BZ_INLINE void smallw_nk_block(const float *W, int64_t K, int64_t n, int64_t end, int64_t kb, int64_t kn,
+                               __m512 r[16]) {
+    __mmask16 mk = kn == 16 ? (__mmask16)0xffff : (__mmask16)((1u << kn) - 1);
+    for (int i = 0; i < 16; i++)
+        r[i] = n + i < end ? _mm512_maskz_loadu_ps(mk, W + (n + i) * K + kb) : _mm512_setzero_ps();
+    smallw_t16(r);
+}
 
 /* The same from an [N,K] weight: 16 x 16 blocks transposed, each row's next chunk asked of L2 */
 static void smallw_nk_chunk(int64_t K, const float *W, int64_t c0, int64_t c1, int64_t npt, int64_t k0,
@@ -450,17 +461,37 @@ static void smallw_nk_chunk(int64_t K, const float *W, int64_t c0, int64_t c1, i
         for (int64_t n = c0 + p * 64; n < c0 + p * 64 + 64 && n < c1; n += 16)
             for (int64_t kb = k0; kb < k1; kb += 16) {
                 int64_t kn = k1 - kb < 16 ? k1 - kb : 16;
-                __mmask16 mk = kn == 16 ? (__mmask16)0xffff : (__mmask16)((1u << kn) - 1);
+                for (int64_t i = 0; k1 < K && i < 16 && n + i < c1; i++)
+                    _mm_prefetch((const char *)(W + (n + i) * K + kb + SMALLNK_KC), _MM_HINT_T1);
                 __m512 r[16];
-                for (int i = 0; i < 16; i++) {
-                    const float *row = W + (n + i) * K;
-                    r[i] = n + i < c1 ? _mm512_maskz_loadu_ps(mk, row + kb) : _mm512_setzero_ps();
-                    if (n + i < c1 && k1 < K) _mm_prefetch((const char *)(row + kb + SMALLNK_KC), _MM_HINT_T1);
-                }
-                smallw_t16(r);
+                smallw_nk_block(W, K, n, c1, kb, kn, r);
                 float *dst = buf + p * SMALLNK_KC * 64 + (kb - k0) * 64 + (n - c0 - p * 64);
                 for (int64_t kk = 0; kk < kn; kk++) _mm512_store_ps(dst + kk * 64, r[kk]);
             }
+}
+
+/* M = 1 from an [N,K] weight: each 16 x 16 block FMA'd as it is transposed, no panel copy (2.3x
+ * the dot-product kernel's time through the panels; 0.8-1.4x this way) */
+static void smallw_nk_one(int64_t N, int64_t K, const float *A, const float *W, int64_t p0, int64_t npt,
+                          const float *bias, const float *res, int act, float *C, float *acc) {
+    for (int64_t p = p0; p < p0 + npt; p++) {
+        for (int j = 0; j < 4; j++) {
+            int64_t n = p * 64 + 16 * j;
+            __m512 c = _mm512_setzero_ps();
+            for (int64_t kb = 0; n < N && kb < K; kb += 16) {
+                int64_t kn = K - kb < 16 ? K - kb : 16;
+                /* the rows' later lines, and at their ends the next group's first ones, on their way */
+                int64_t ahead = kb + 128 < K ? kb + 128 : 16 * K + kb + 128 - K;
+                for (int64_t i = 0; i < 16 && n + i < N; i++)
+                    _mm_prefetch((const char *)(W + (n + i) * K + ahead), _MM_HINT_T0);
+                __m512 r[16];
+                smallw_nk_block(W, K, n, N, kb, kn, r);
+                for (int64_t kk = 0; kk < kn; kk++) c = _mm512_fmadd_ps(_mm512_set1_ps(A[kb + kk]), r[kk], c);
+            }
+            _mm512_store_ps(acc + 16 * j, c);
+        }
+        smallm_store(0, 1, N, p * 64, acc, bias, res, act, C);
+    }
 }
 
 /* The thread's panels p0 .. p0 + npt of C, chunk by chunk of k: the chunk copied into the packed
@@ -498,7 +529,8 @@ static int smallw_panel_matmul(int64_t M, int64_t N, int64_t K, const float *A, 
             ok = 0;
         }
 #pragma omp barrier
-        if (ok && npt) smallw_rows(M, N, K, A, W, transposed, p0, npt, bias, res, act, C, acc, acc + npt * M * 64);
+        if (ok && npt && transposed && M == 1) smallw_nk_one(N, K, A, W, p0, npt, bias, res, act, C, acc);
+        else if (ok && npt) smallw_rows(M, N, K, A, W, transposed, p0, npt, bias, res, act, C, acc, acc + npt * M * 64);
     }
     return ok;
 }

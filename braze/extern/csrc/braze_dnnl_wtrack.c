@@ -258,6 +258,11 @@ void braze_dnnl_set_write_tracking(int on) {
     pthread_mutex_unlock(&g_wt.mu);
 }
 
+/* Whether this process tracks writes now (read without the lock: set once a check has probed) */
+static int wtrack_on(void) {
+    return __atomic_load_n(&g_wt_on, __ATOMIC_RELAXED) > 0 && __atomic_load_n(&g_wt.state, __ATOMIC_RELAXED) > 0;
+}
+
 static int64_t g_wt_stats[3]; /* checks, checks that found writes, arms; under g_wt.mu */
 
 /* The range holding [a, b) (wt_range_for keeps them so), or -1. */
