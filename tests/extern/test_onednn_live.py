@@ -244,12 +244,12 @@ def test_matmul_lw_equals_numpy_across_writes(tracking, transposed, M):
         for step in range(9):
             _close(_lw(tracking, L, W, A, transposed), _want(A, W, transposed))
             if step == 2:
-                assert _packs(tracking, L) == COPIES  # armed at the second call, packed at the third
+                assert _packs(tracking, L) == COPIES  # armed and packed at the second call
             if step in (3, 6):
                 W.reshape(-1)[W.size // 2] = 4.0  # a whole page inside
             if step == 5:
                 W.reshape(-1)[0] = -4.0  # the first bytes: a partial page, checked by the site
-        assert _packs(tracking, L) == 3 * COPIES
+        assert _packs(tracking, L) == 4 * COPIES  # and again after each of 3 writes
     finally:
         tracking.braze_live_b_free(L)
 
@@ -281,8 +281,7 @@ def test_matmul_lw_gives_the_same_bits_before_and_after_its_copy(tracking, trans
         pending = run(L, 1)
         g = _gens(tracking, W)[0]
         assert g > 1
-        before = run(L, g)  # no copy yet: made at the next call
-        run(L, g)
+        before = run(L, g)  # the copy is made at its first call
         copied = run(L, g)
         assert _packs(tracking, L) == COPIES
         bad = [(M, act) for (M, act, *_), *outs in zip(cases, untracked, pending, before, copied)

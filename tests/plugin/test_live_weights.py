@@ -141,7 +141,7 @@ def test_a_changed_weight_is_read_at_the_next_call(cls, change, native_calls):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error", BrazeWarning)  # no fallback, no "call reset()"
         for b in (3, 1, 5):  # dynamo's graphs, and the one it specialises to batch 1, all compiled
-            c(_input(cls, b)), c(_input(cls, b)), c(_input(cls, b))  # the third runs on packed copies
+            c(_input(cls, b)), c(_input(cls, b)), c(_input(cls, b))  # the second makes packed copies
         _check(c, m, cls, native_calls)
         libraries = _libraries()
         before = onednn.write_tracking()
@@ -184,7 +184,7 @@ def test_two_instances_share_one_library_each_with_its_weights(cls, native_calls
 
 @pytest.mark.parametrize("cls", [Wide, WideConv], ids=["wide linear", "wide conv"])
 def test_a_copy_never_changes_the_bits(cls):
-    """The first calls run without packed copies and later ones on them (made at the third call,
+    """The first call runs without packed copies and later ones on them (made at the second call,
     and again after a write): every call of the same input gives the same bits."""
     m = _made(cls, 3)
     c = torch.compile(m, backend="braze", dynamic=True)

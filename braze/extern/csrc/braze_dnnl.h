@@ -137,9 +137,9 @@ int braze_live_check(int n, const void *const *ptrs, const size_t *bytes, uint64
 /* A GEMM site whose weight ([N,K] or [K,N] as in braze_matmul_w, dtype dt) is read at each call:
  * braze_matmul_lw runs braze_matmul on a packed copy of the weight while its generation (gen, from
  * braze_live_check in this call) stays the one the copy was made at. It keeps a copy for each of a
- * few weights (model instances sharing a library), made at the second call that finds the weight
- * unwritten; without one, a tracked weight (gen not 0) gets the bits the copy would give, and an
- * untracked one (gen 0) runs braze_matmul_w. Thread-safe; free it with braze_live_b_free. */
+ * few weights (model instances sharing a library), made at the call that arms the weight's range
+ * and after each write. Without one, in a process that tracks writes, a call gets the bits a copy
+ * would give; elsewhere it runs braze_matmul_w. Thread-safe; free it with braze_live_b_free. */
 braze_live_b *braze_live_b_new(int64_t N, int64_t K, int transposed_layout, int dt, char *err, int errlen);
 void braze_live_b_free(braze_live_b *L);
 int braze_matmul_lw(braze_live_b *L, uint64_t gen, int64_t M, const void *A, const void *W, const void *bias,

@@ -7,16 +7,17 @@
  * packed copy is sound only while the weight is known unwritten, and a fingerprint costs a full
  * read of the weight, about what the GEMM itself costs at small M. The kernel's page tables know
  * for far less (braze_live_check, braze_dnnl_wtrack.c). So each GEMM site keeps a packed copy per
- * weight it is called with (model instances sharing the library), made at the second call that
- * finds the weight unwritten, and used while its generation stays.
+ * weight it is called with (model instances sharing the library), made at the call that arms the
+ * weight's range (its second) and again after a write, and used while its generation stays. A
+ * weight that trains pays a few packs, until the tracker lets it go (3 writes in 8 checks).
  *
- * A copy must not change a call's bits: the same inputs give the same result at every call. So a
- * tracked weight (generation not 0, WT_PENDING included) always computes in the packed kernel's
- * arithmetic: on its copy, or before it has one, in the small-M [N,K] kernel that transposes the
- * weight as it goes (smallw_nk_chunk); braze_matmul_w's other kernels give the packed weight's bits
- * already (tests/extern/test_onednn_live.py). An untracked one (generation 0: no kernel support,
- * a file's pages, under 64 KB, written at every call) runs braze_matmul_w, and so does every
- * weight in AVX2 builds, whose kernels' bits differ from a packed weight's (measured). */
+ * A copy must not change a call's bits: the same inputs give the same result at every call. So in
+ * a process that tracks writes every call computes in the packed kernel's arithmetic, on a copy
+ * or without one (a weight not tracked yet, or not at all): braze_matmul_w's kernels give the
+ * packed weight's bits already (tests/extern/test_onednn_live.py) except its small-M [N,K] one,
+ * which the kernel that transposes the weight as it goes replaces here (smallw_nk_chunk). In a
+ * process that does not (no kernel support, BRAZE_WRITE_TRACKING=0) there are no copies, and in
+ * AVX2 builds neither, whose kernels' bits differ from a packed weight's (measured). */
 
 #define LIVE_SLOTS 4
 
@@ -80,8 +81,8 @@ static live_slot *live_slot_for(braze_live_b *L, const void *w) {
     return victim;
 }
 
-/* W's packed copy, pinned, when W is unwritten since the call before (gen: braze_live_check's);
- * NULL to run without. The copy is made here, at the second call that finds W unwritten. */
+/* W's packed copy as of gen (braze_live_check's), pinned; made here when there is none (the
+ * call that arms W's range, and the first after each write); NULL to run without one. */
 static braze_packed_b *live_packed(braze_live_b *L, const void *W, uint64_t gen) {
     uint64_t edges = wtrack_edges(W, (size_t)(L->N * L->K) * dt_size(L->dt));
     pthread_mutex_lock(&L->mu);
@@ -94,11 +95,12 @@ static braze_packed_b *live_packed(braze_live_b *L, const void *W, uint64_t gen)
     } else if (s && !same && !s->pins) {
         braze_free_packed_b(s->B);
         *s = (live_slot){W, gen, edges};
+        same = 1;
     }
     if (s) s->used = ++L->clock;
     pthread_mutex_unlock(&L->mu);
-    if (B || !same) return B;
-    /* unwritten since the last call: pack it (outside the lock; a failure just means no copy) */
+    if (B || !same) return B; /* a copy, or a slot another call is running on */
+    /* pack it (outside the lock; a failure just means no copy) */
     B = braze_pack_b_typed(W, L->dt, L->dt, L->N, L->K, L->transposed, NULL, 0);
     if (!B) return NULL;
     int kept = 0;
