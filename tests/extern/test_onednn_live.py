@@ -134,6 +134,19 @@ def test_a_weight_on_memory_mapped_again_is_armed_again(tracking):
     _libc.munmap(W.ctypes.data, n)
 
 
+def test_overlapping_views_share_one_range(tracking):
+    """Two weights that are views of one buffer, overlapping (a fused weight split two ways): one
+    range holds both, and a write to either moves both generations."""
+    W = _weight((900, 300))
+    v1, v2 = W[:600], W[300:]
+    assert _gens(tracking, v1, v2) == [1, 1]
+    g1, g2 = _gens(tracking, v1, v2)
+    assert g1 == g2 != 0 and _gens(tracking, v1, v2) == [g1, g2]
+    W[800, 3] = 7.0  # only v2's rows
+    h1, h2 = _gens(tracking, v1, v2)
+    assert h1 == h2 and h1 not in (0, g1)
+
+
 def test_shared_memory_is_not_tracked(tracking):
     """Another process could write it: those pages are checked by their bytes, never by tracking."""
     m = mmap.mmap(-1, 1 << 20)

@@ -207,14 +207,14 @@ static int wt_find(uintptr_t a) {
 }
 
 /* The range holding [a, b): an existing one, or a new one in place of every range it overlaps.
- * Overlapping ranges still registered are views of one weight: the new one is their union.
- * Those no longer registered held weights since freed, and are dropped. NULL: out of memory. */
+ * Overlapping ranges still registered, or new, are views of one weight: the new one is their
+ * union. The others held weights since freed, and are dropped. NULL: out of memory. */
 static wt_range *wt_range_for(uintptr_t a, uintptr_t b) {
     int i = wt_find(a);
     if (i < g_wt.n && g_wt.r[i].a <= a && b <= g_wt.r[i].b) return &g_wt.r[i];
     int j = i;
     for (; j < g_wt.n && g_wt.r[j].a < b; j++) /* [i, j) overlap [a, b) */
-        if (g_wt.r[j].gen && wt_scan(g_wt.r[j].a, g_wt.r[j].b, PAGE_IS_WRITTEN, 0) >= 0) {
+        if (g_wt.r[j].fresh || (g_wt.r[j].gen && wt_scan(g_wt.r[j].a, g_wt.r[j].b, PAGE_IS_WRITTEN, 0) >= 0)) {
             a = a < g_wt.r[j].a ? a : g_wt.r[j].a;
             b = b > g_wt.r[j].b ? b : g_wt.r[j].b;
         }
@@ -295,10 +295,11 @@ static void wt_update(wt_range *r, int w, uintptr_t a, uintptr_t b) {
         /* unmapped or remapped since: arm what the weight holds now (the rest may be gone) */
         r->a = a, r->b = b, r->gen = 0;
     } else if (r->rest > 0) {
-        if (r->fresh && wt_scan(r->a, r->b, PAGE_IS_FILE, -1) != 0) {
-            /* a file's or shared memory's: never pending, so its weight computes as an untracked
-             * one from its first call on */
-            r->fresh = 0, r->rest = WT_REST;
+        if (r->fresh) {
+            /* a file's or shared memory's pages: never pending, so its weight computes as an
+             * untracked one from its first call on */
+            if (wt_scan(r->a, r->b, PAGE_IS_FILE, -1) != 0) r->fresh = 0, r->rest = WT_REST;
+            else r->rest--;
             return;
         }
         if (r->a == a && r->b == b) { /* the same weight, most likely: it waits its turn */
@@ -336,10 +337,14 @@ int braze_live_check(int n, const void *const *ptrs, const size_t *bytes, uint64
         if (!ptrs[i] || b[i] <= a[i] || b[i] - a[i] < WT_MIN_PAGES * g_wt.page) a[i] = b[i] = 0;
         else if (!wt_range_for(a[i], b[i])) goto out;
     }
-    /* a later weight's range may have merged an earlier one's: look them all up again */
-    for (int i = 0; i < n; i++) {
-        idx[i] = b[i] ? wt_index(a[i], b[i]) : -1;
-        if (b[i] && idx[i] < 0 && wt_range_for(a[i], b[i])) idx[i] = wt_index(a[i], b[i]);
+    /* a later weight's range may have merged an earlier one's (and making one again may move
+     * the others): look them all up again until none is missing; one still missing is untracked */
+    for (int round = 0; round < 3; round++) {
+        int missing = 0;
+        for (int i = 0; i < n; i++) missing |= (idx[i] = b[i] ? wt_index(a[i], b[i]) : -1) < 0 && b[i];
+        if (!missing || round == 2) break;
+        for (int i = 0; i < n; i++)
+            if (b[i] && idx[i] < 0) wt_range_for(a[i], b[i]);
     }
     uint64_t scanned = ++g_wt.marks;
     for (int i = 0; i < n; i++) { /* each armed range once; ranges are disjoint, so are their pages */
