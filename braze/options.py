@@ -61,6 +61,9 @@ class Options:
     # fresh memory), so that memory stays held between calls; the plug-in turns it off in
     # training, where a graph's dropped outputs would stay held through the other graph
     reuse_outputs: bool = True
+    # a GEMM whose weight is an input keeps packed copies while the kernel sees the weight unwritten
+    # (braze_dnnl_live.c); the plug-in turns it off in training, where every step writes the weights
+    weight_copies: bool = True
     # "cpu" (this host, its ISA detected) or "cuda:sm_XX" (braze/target.py); BRAZE_TARGET
     target: str = "cpu"
 

@@ -60,9 +60,9 @@ def kernel_stages(target=None) -> list:
     return list(KERNEL_STAGES)
 
 
-def emit(module, kernels, isa, profile: bool = False):
+def emit(module, kernels, isa, profile: bool = False, weight_copies: bool = True):
     from .codegen.host import HostGen
-    return HostGen(module, kernels, isa, profile=profile).generate()
+    return HostGen(module, kernels, isa, profile=profile, weight_copies=weight_copies).generate()
 
 
 def stage_names(target=None) -> list[str]:
@@ -213,7 +213,7 @@ def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, 
     index = n_graph + len(stages) + 2
     for h in hooks:
         h.before(index, "emit", kernels)
-    native = emit(m, kernels, isa, profile=opts.debug >= 3)
+    native = emit(m, kernels, isa, profile=opts.debug >= 3, weight_copies=opts.weight_copies)
     for h in hooks:
         h.after(index, "emit", native)
     for h in hooks:

@@ -62,8 +62,9 @@ class HostGen:
     """C for a module after the graph pipeline (fused, offloaded, memory assigned) and its
     kernels (callee name -> scheduled loop-IR Kernel). It translates; it decides nothing."""
 
-    def __init__(self, module: Module, kernels: dict, isa, profile: bool = False):
+    def __init__(self, module: Module, kernels: dict, isa, profile: bool = False, weight_copies: bool = True):
         self.module = module
+        self.weight_copies = weight_copies  # GEMM sites for input weights (Options.weight_copies)
         self.kernels = kernels
         self.isa = isa
         self.cuda = is_cuda(isa)  # the per-target parts: codegen/cuda_host.py
@@ -533,7 +534,8 @@ class _EntryWriter:
                           f"{h}, {epi}")
                 return
             wp = cptr[id(w)]
-            if wp in self.input_ptrs and not (S.is_symbolic(N) or S.is_symbolic(K)) and not self.gen.cuda:
+            if (wp in self.input_ptrs and self.gen.weight_copies and not (S.is_symbolic(N) or S.is_symbolic(K))
+                    and not self.gen.cuda):
                 # a weight the caller passes in (a live parameter): a site that keeps it packed while
                 # the entry's braze_live_check finds it unwritten
                 h = self.gen.live_site(N, K, transposed, wdt)

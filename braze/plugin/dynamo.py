@@ -153,7 +153,8 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     speculative = [False]  # the forward's, for its backward
     # a training step's graphs hand their large outputs to torch and drop them in the other graph
     # (activations in the backward, gradients at zero_grad): a pool would hold them through it
-    train_opts = opts.replace(reuse_outputs=False)
+    # (and no packed copies of weights that every step writes)
+    train_opts = opts.replace(reuse_outputs=False, weight_copies=False)
 
     def lower(g, weights: bool, label: str):
         try:

@@ -8,8 +8,8 @@
  * read of the weight, about what the GEMM itself costs at small M. The kernel's page tables know
  * for far less (braze_live_check, braze_dnnl_wtrack.c). So each GEMM site keeps a packed copy per
  * weight it is called with (model instances sharing the library), made at the call that arms the
- * weight's range (its second) and again after a write, and used while its generation stays. A
- * weight that trains pays a few packs, until the tracker lets it go (3 writes in 8 checks).
+ * weight's range (its second) and again after a write, and used while its generation stays.
+ * Training graphs have no sites (Options.weight_copies): every step writes the weights.
  *
  * A copy must not change a call's bits: the same inputs give the same result at every call. So in
  * a process that tracks writes every call computes in the packed kernel's arithmetic, on a copy
