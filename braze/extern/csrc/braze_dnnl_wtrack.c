@@ -83,27 +83,31 @@ static struct {
 } g_wt = {PTHREAD_MUTEX_INITIALIZER, 0, -1, -1, 4096, NULL, 0, 0, WT_PENDING, 0};
 static int g_wt_on = -1; /* atomic; -1: BRAZE_WRITE_TRACKING decides at the first check */
 
-static int wt_register(uintptr_t a, uintptr_t b, int on) {
-    if (on) {
-        struct uffdio_register reg = {.range = {a, b - a}, .mode = UFFDIO_REGISTER_MODE_WP};
-        struct uffdio_writeprotect wp = {.range = {a, b - a}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-        if (ioctl(g_wt.uffd, UFFDIO_REGISTER, &reg)) return -1;
-        if (!ioctl(g_wt.uffd, UFFDIO_WRITEPROTECT, &wp)) return 0;
-    }
+static void wt_unregister(uintptr_t a, uintptr_t b) {
     struct uffdio_range r = {a, b - a};
     ioctl(g_wt.uffd, UFFDIO_UNREGISTER, &r); /* fails harmlessly where nothing is registered */
+}
+
+/* Registers [a, b) and write-protects it: 0, or -1 with nothing left registered. */
+static int wt_register(uintptr_t a, uintptr_t b) {
+    struct uffdio_register reg = {.range = {a, b - a}, .mode = UFFDIO_REGISTER_MODE_WP};
+    struct uffdio_writeprotect wp = {.range = {a, b - a}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (ioctl(g_wt.uffd, UFFDIO_REGISTER, &reg)) return -1;
+    if (!ioctl(g_wt.uffd, UFFDIO_WRITEPROTECT, &wp)) return 0;
+    wt_unregister(a, b);
     return -1;
 }
 
-/* 1 when a page of [a, b) matching `any` was found (with rearm, written pages are protected again
- * as they are read), 0 when none, -1 when the range is not (all) registered any more: unmapped,
- * remapped. rearm < 0: a range not registered, only looked at. */
-static int wt_scan(uintptr_t a, uintptr_t b, uint64_t any, int rearm) {
+/* wt_scan's flags: a registered range, its written pages protected again as they are read */
+#define WT_REARM (PM_SCAN_CHECK_WPASYNC | PM_SCAN_WP_MATCHING)
+
+/* 1 when a page of [a, b) matching `any` was found, 0 when none; with PM_SCAN_CHECK_WPASYNC in
+ * flags, -1 when the range is not (all) registered any more: unmapped, remapped. */
+static int wt_scan(uintptr_t a, uintptr_t b, uint64_t any, uint64_t flags) {
     struct page_region v[16];
     int found = 0;
     while (a < b) {
-        struct pm_scan_arg arg = {.size = sizeof arg,
-                                  .flags = rearm < 0 ? 0 : PM_SCAN_CHECK_WPASYNC | (rearm ? PM_SCAN_WP_MATCHING : 0),
+        struct pm_scan_arg arg = {.size = sizeof arg, .flags = flags,
                                   .start = a, .end = b, .vec = (uintptr_t)v, .vec_len = 16,
                                   .category_anyof_mask = any, .return_mask = any};
         long got = ioctl(g_wt.pagemap, PAGEMAP_SCAN, &arg);
@@ -131,9 +135,9 @@ static void wt_huge(uintptr_t a, uintptr_t b) {
 /* Registers [a, b) and protects it: 0, or -1 (the range stays unregistered) when some page is one
  * that others can write (a file's or shared memory's) or the kernel refuses. */
 static int wt_arm(uintptr_t a, uintptr_t b) {
-    if (wt_scan(a, b, PAGE_IS_FILE, -1) != 0) return -1;
+    if (wt_scan(a, b, PAGE_IS_FILE, 0) != 0) return -1;
     wt_huge(a, b); /* before registering: the kernel collapses no write-protected range */
-    return wt_register(a, b, 1);
+    return wt_register(a, b);
 }
 
 /* A child of fork() has no registrations (no UFFD_FEATURE_EVENT_FORK), and the parent's
@@ -169,10 +173,10 @@ static int wt_probe(void) {
     if (m == MAP_FAILED) return -1;
     memset(m, 1, len);
     uintptr_t a = (uintptr_t)m, b = a + len;
-    int ok = !wt_arm(a, b) && wt_scan(a, b, PAGE_IS_WRITTEN, 1) == 0;
+    int ok = !wt_arm(a, b) && wt_scan(a, b, PAGE_IS_WRITTEN, WT_REARM) == 0;
     if (ok) {
         ((volatile char *)m)[g_wt.page + 5] = 2;
-        ok = wt_scan(a, b, PAGE_IS_WRITTEN, 1) == 1 && wt_scan(a, b, PAGE_IS_WRITTEN, 1) == 0;
+        ok = wt_scan(a, b, PAGE_IS_WRITTEN, WT_REARM) == 1 && wt_scan(a, b, PAGE_IS_WRITTEN, WT_REARM) == 0;
     }
     munmap(m, len);
     return ok ? 0 : -1;
@@ -206,6 +210,12 @@ static int wt_find(uintptr_t a) {
     return lo;
 }
 
+/* An armed range still registered (its memory not unmapped or mapped anew since); its written
+ * pages are left as they are. */
+static int wt_alive(const wt_range *r) {
+    return r->gen && wt_scan(r->a, r->b, PAGE_IS_WRITTEN, PM_SCAN_CHECK_WPASYNC) >= 0;
+}
+
 /* The range holding [a, b): an existing one, or a new one in place of every range it overlaps.
  * Overlapping ranges still registered, or new, are views of one weight: the new one is their
  * union. The others held weights since freed, and are dropped. NULL: out of memory. */
@@ -214,7 +224,7 @@ static wt_range *wt_range_for(uintptr_t a, uintptr_t b) {
     if (i < g_wt.n && g_wt.r[i].a <= a && b <= g_wt.r[i].b) return &g_wt.r[i];
     int j = i;
     for (; j < g_wt.n && g_wt.r[j].a < b; j++) /* [i, j) overlap [a, b) */
-        if (g_wt.r[j].fresh || (g_wt.r[j].gen && wt_scan(g_wt.r[j].a, g_wt.r[j].b, PAGE_IS_WRITTEN, 0) >= 0)) {
+        if (g_wt.r[j].fresh || wt_alive(&g_wt.r[j])) {
             a = a < g_wt.r[j].a ? a : g_wt.r[j].a;
             b = b > g_wt.r[j].b ? b : g_wt.r[j].b;
         }
@@ -222,8 +232,7 @@ static wt_range *wt_range_for(uintptr_t a, uintptr_t b) {
         if (g_wt.n >= WT_MAX_RANGES) { /* keep the armed ranges still registered */
             int k = 0;
             for (int m = 0; m < g_wt.n; m++)
-                if (g_wt.r[m].gen && wt_scan(g_wt.r[m].a, g_wt.r[m].b, PAGE_IS_WRITTEN, 0) >= 0)
-                    g_wt.r[k++] = g_wt.r[m];
+                if (wt_alive(&g_wt.r[m])) g_wt.r[k++] = g_wt.r[m];
             g_wt.n = k;
             if (k >= WT_MAX_RANGES) return NULL;
             i = wt_find(a);
@@ -252,7 +261,7 @@ void braze_dnnl_set_write_tracking(int on) {
     if (on && g_wt.state < 0) g_wt.state = 0; /* probe again */
     if (!on) { /* forget every range: no more faults; turned on again, it starts afresh */
         for (int i = 0; i < g_wt.n; i++)
-            if (g_wt.r[i].gen) wt_register(g_wt.r[i].a, g_wt.r[i].b, 0);
+            if (g_wt.r[i].gen) wt_unregister(g_wt.r[i].a, g_wt.r[i].b);
         g_wt.n = 0;
     }
     pthread_mutex_unlock(&g_wt.mu);
@@ -284,7 +293,7 @@ static void wt_update(wt_range *r, int w, uintptr_t a, uintptr_t b) {
         r->hist = r->hist << 1 | 1;
         if (w > 0 && __builtin_popcount(r->hist & 0xff) >= WT_VOLATILE) {
             /* it trains: stop taking a fault per page per step */
-            wt_register(r->a, r->b, 0);
+            wt_unregister(r->a, r->b);
             r->gen = 0, r->hist = 0, r->rest = WT_REST;
             return;
         }
@@ -298,7 +307,7 @@ static void wt_update(wt_range *r, int w, uintptr_t a, uintptr_t b) {
         if (r->fresh) {
             /* a file's or shared memory's pages: never pending, so its weight computes as an
              * untracked one from its first call on */
-            if (wt_scan(r->a, r->b, PAGE_IS_FILE, -1) != 0) r->fresh = 0, r->rest = WT_REST;
+            if (wt_scan(r->a, r->b, PAGE_IS_FILE, 0) != 0) r->fresh = 0, r->rest = WT_REST;
             else r->rest--;
             return;
         }
@@ -354,7 +363,7 @@ int braze_live_check(int n, const void *const *ptrs, const size_t *bytes, uint64
 #pragma omp parallel for schedule(dynamic) if (ns > 8)
     for (int j = 0; j < ns; j++) {
         wt_range *r = &g_wt.r[scan[j]];
-        r->res = wt_scan(r->a, r->b, PAGE_IS_WRITTEN, 1);
+        r->res = wt_scan(r->a, r->b, PAGE_IS_WRITTEN, WT_REARM);
     }
     uint64_t updated = ++g_wt.marks;
     for (int i = 0; i < n; i++) {
