@@ -133,6 +133,25 @@ def test_live_weights_writes_its_table(tmp_path):
     assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
 
 
+def test_live_weights_merges_runs_into_medians(tmp_path):
+    """``--merge``: runs made apart become one table of per-point medians, each run's ratio kept."""
+    row = _per_model("live_weights", "live_weights", tmp_path)
+    doc = json.loads((tmp_path / "live_weights.json").read_text())
+    paths = []
+    for k, ratio in enumerate((1.2, 0.9, 1.0)):
+        doc["results"][0]["shapes"][0] = {**row, "live_over_frozen": ratio, "live_ms": 10.0 + k}
+        paths.append(tmp_path / f"run{k}.json")
+        paths[-1].write_text(json.dumps(doc))
+    p = subprocess.run([sys.executable, "-m", "benchmarks.live_weights", "--merge", *map(str, paths),
+                        "--out", str(tmp_path), "--stem", "merged"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    (m,) = merged["results"][0]["shapes"]
+    assert (m["live_over_frozen"], m["live_ms"], m["runs_live_over_frozen"]) == (1.0, 11.0, [1.2, 0.9, 1.0])
+    assert "median of 3 runs" in (tmp_path / "merged.md").read_text()
+
+
 def test_torch_ops_counts_what_torch_still_runs(tmp_path):
     """The MLP's training step: eager's ATen ops counted in both graphs, none left to PyTorch."""
     row = _per_model("torch_ops", "torch_ops", tmp_path)

@@ -370,6 +370,7 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_free_packed_conv": (None, [vp]),
         "braze_fingerprint": (C.c_uint64, [vp, C.c_size_t]),
         "braze_packed_conv_layouts": (i32, [vp]),
+        "braze_conv_live_packs": (i64, [vp]),
         "braze_conv2d": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_conv_geometry": (vp, [i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i32, cp, i32]),
         "braze_conv2d_w": (i32, [i64, i64, i64, vp, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),

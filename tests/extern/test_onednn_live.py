@@ -363,3 +363,40 @@ def test_matmul_lw_from_many_threads_between_writes(tracking):
         assert failures == []
     finally:
         tracking.braze_live_b_free(L)
+
+
+@pytest.mark.parametrize("k,s,pad", [(1, 1, 0), (3, 2, 1)], ids=["1x1", "3x3-stride2"])
+def test_small_conv_keeps_a_copy_and_its_bits(tracking, k, s, pad):
+    """An NHWC conv of few output pixels runs as a GEMM site (braze_dnnl_conv.c, conv_gemm): on a
+    tracked weight it keeps a packed copy, with the bits of the calls before the copy, and sees
+    every write (ResNet-50's last stage at 5x5 pixels: 1.4x the frozen convolutions without it)."""
+    torch = pytest.importorskip("torch")
+    from test_onednn import _conv_ref, _epilogue
+    from test_onednn_runtime_weights import _geometry
+    IC, OC, H = 96, 128, 6  # a weight of 48 KB (1x1) or 432 KB (3x3): untracked, tracked
+    case = (1, IC, OC, H, H, k, s, pad, 1, 1)
+    rng = np.random.default_rng(k)
+    X = rng.standard_normal((1, IC, H, H), dtype=np.float32)
+    Xl = np.ascontiguousarray(X.transpose(0, 2, 3, 1))
+    Wt = rng.standard_normal((OC, IC, k, k), dtype=np.float32)
+    b = rng.standard_normal(OC, dtype=np.float32)
+    OH = (H + 2 * pad - k) // s + 1
+    P = _geometry(tracking, case, 1)
+
+    def call():
+        out = np.empty((1, OH, OH, OC), np.float32)
+        err = _err()
+        assert tracking.braze_conv2d_w(1, H, H, _p(Xl), P, _p(Wt), _p(b), None, 2, OH, OH, _p(out), err,
+                                       ERRLEN) == 0, err.value
+        return out
+    try:
+        assert OH * OH <= tracking.braze_dnnl_conv_gemm_m()
+        for _ in range(2):
+            first = [call() for _ in range(4)]  # pending, armed + copied, on the copy
+            assert all(np.array_equal(o, first[0]) for o in first), "a copy changed the bits"
+            want = _epilogue(_conv_ref(torch, X, Wt, b, s, pad, 1, 1), 2, None).transpose(0, 2, 3, 1)
+            _close(first[0], want)
+            Wt[OC // 2] *= -1.5  # a write: the copy is stale
+        assert tracking.braze_conv_live_packs(P) == (2 * COPIES if Wt.nbytes >= 65536 else 0)
+    finally:
+        tracking.braze_free_packed_conv(P)

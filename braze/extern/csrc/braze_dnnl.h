@@ -212,6 +212,8 @@ braze_packed_conv *braze_conv_geometry_typed(int dt, int64_t OC, int64_t IC, int
                                              int64_t dil_w, int layout, char *err, int errlen);
 /* How many weight layouts P holds (1 + those later shapes asked for); for tests. */
 int braze_packed_conv_layouts(const braze_packed_conv *P);
+/* Packed copies its GEMM site (run-time weights, few output pixels) has made so far; for tests. */
+int64_t braze_conv_live_packs(const braze_packed_conv *P);
 
 /* Y = act(conv2d(X, W) + bias) + residual (or, with BRAZE_ACT_AFTER_RESIDUAL,
  * act(conv2d(X, W) + bias + residual)). X is [N,IC,H,W] (layout 0) or

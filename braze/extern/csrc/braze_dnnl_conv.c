@@ -24,6 +24,7 @@ struct braze_packed_conv {
     dnnl_memory_desc_t alt_md[CONV_MAX_ALT];
     void *alt_data[CONV_MAX_ALT];
     wcache wc; /* run-time weights (a geometry from braze_conv_geometry): their re-laid-out copies */
+    braze_live_b *lb; /* and conv_gemm's GEMM site, where it applies (NULL elsewhere) */
 };
 
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t p_end, int64_t d) {
@@ -118,8 +119,14 @@ braze_packed_conv *braze_conv_geometry_typed(int dt, int64_t OC, int64_t IC, int
                                              int64_t pad_w, int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h,
                                              int64_t dil_w, int layout, char *err, int errlen) {
     char ctx[320];
-    return conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end, dil_h, dil_w,
-                    layout, dt, dt, ctx, sizeof ctx, err, errlen);
+    braze_packed_conv *P = conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end,
+                                    dil_h, dil_w, layout, dt, dt, ctx, sizeof ctx, err, errlen);
+    if (P && P->layout == 1 && P->G == 1 && P->KH * P->KW <= 64 && P->dt == BRAZE_DT_F32 &&
+        !(P->lb = braze_live_b_new(OC, IC * KH * KW, 1, dt, err, errlen))) {
+        braze_free_packed_conv(P);
+        return NULL;
+    }
+    return P;
 }
 
 braze_packed_conv *braze_conv_geometry(int64_t OC, int64_t IC, int64_t KH, int64_t KW, int64_t groups,
@@ -166,7 +173,7 @@ braze_packed_conv *braze_pack_conv_typed(const void *W, int w_dt, int dt, int64_
         }
         DN(conv_pd(&pd, P, src, wany, NULL, dst, NULL));
         DN(dnnl_memory_desc_clone(&P->md, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)));
-        P->data = aligned_alloc64(dnnl_memory_desc_get_size(P->md));
+        P->data = weight_alloc(dnnl_memory_desc_get_size(P->md));
         if (!P->data) {
             set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
             goto fail;
@@ -197,6 +204,7 @@ void braze_free_packed_conv(braze_packed_conv *P) {
         free(P->alt_data[i]);
     }
     wcache_free(&P->wc);
+    braze_live_b_free(P->lb);
     free(P->data);
     free(P);
 }
@@ -207,6 +215,8 @@ typedef struct {
     int has_bias, has_res, act;
     const char *ctx;
 } conv_arg;
+
+int64_t braze_conv_live_packs(const braze_packed_conv *P) { return P && P->lb ? braze_live_b_packs(P->lb) : 0; }
 
 int braze_packed_conv_layouts(const braze_packed_conv *P) {
     pthread_mutex_lock(&g_cache_mu);
@@ -256,7 +266,7 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
         e->wei = dnnl_memory_desc_equal(want, P->md) ? P->data : conv_find_alt(P, want);
         pthread_mutex_unlock(&g_cache_mu);
         if (!e->wei) {
-            void *data = aligned_alloc64(dnnl_memory_desc_get_size(want));
+            void *data = weight_alloc(dnnl_memory_desc_get_size(want));
             if (!data) {
                 set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
                 goto fail;
@@ -304,20 +314,20 @@ static cache_entry *conv_entry(int64_t N, int64_t H, int64_t W, const braze_pack
 /* ------------------------------------------------------------------ run-time weights as a GEMM
  * A convolution with run-time weights and few output pixels is weight-bound: checking its cached
  * re-laid-out copy (one read of the weight for the fingerprint, braze_dnnl_wcache.c) costs about
- * 10 / M of its time at M = N x OH x OW pixels. Up to 48 pixels, where braze's own plain-weight
- * kernel runs the GEMM, it runs as a GEMM on the plain weight instead, read once and in place
- * (beyond, oneDNN's plain matmul is slower than the checked copy: docs/gemm.md): torch's OIHW
- * weight is an [OC, IC x KH x KW] matrix in braze_matmul_w's [N,K] layout, against columns of the
- * NHWC input gathered in the same (ic, kh, kw) order (a 1x1, stride-1, unpadded conv needs no
- * columns: the input is A). */
+ * 10 / M of its time at M = N x OH x OW pixels. Up to 48 pixels, where braze's own small-M
+ * kernels run the GEMM, it runs as a GEMM site instead (braze_matmul_lw: a packed copy while the
+ * page tables find the weight unwritten, else the plain weight read in place; beyond 48, oneDNN's
+ * plain matmul is slower than the checked copy: docs/gemm.md): torch's OIHW weight is an
+ * [OC, IC x KH x KW] matrix in the [N,K] layout, against columns of the NHWC input gathered in
+ * the same (ic, kh, kw) order (a 1x1, stride-1, unpadded conv needs no columns: the input is A).
+ * On ResNet-50's last stage at 5x5 pixels the plain weight ran 1.4x the frozen convolutions. */
 static int g_conv_gemm_max = 48; /* atomic: the small-M plain-weight kernel's rows (docs/gemm.md) */
 
 void braze_dnnl_set_conv_gemm_m(int max_m) { __atomic_store_n(&g_conv_gemm_max, max_m, __ATOMIC_RELAXED); }
 int braze_dnnl_conv_gemm_m(void) { return __atomic_load_n(&g_conv_gemm_max, __ATOMIC_RELAXED); }
 
 static int conv_gemm_applies(const braze_packed_conv *P, int64_t N, int64_t OH, int64_t OW, int act) {
-    return !P->data && !(act & BRAZE_TYPES_MASK) && P->layout == 1 && P->G == 1 && P->KH * P->KW <= 64 &&
-           N * OH * OW <= braze_dnnl_conv_gemm_m();
+    return P->lb && !(act & BRAZE_TYPES_MASK) && N * OH * OW <= braze_dnnl_conv_gemm_m();
 }
 
 static int conv_gemm_plain(const braze_packed_conv *P) {
@@ -358,7 +368,8 @@ static int conv_gemm(int64_t N, int64_t H, int64_t W, const float *X, const braz
         conv_gemm_columns(P, N, H, W, X, OH, OW, cols);
         A = cols;
     }
-    return braze_matmul_w(M, P->OC, K, A, Wt, 1, bias, residual, act, Y, err, errlen);
+    uint64_t gen = wtrack_gen(Wt, (size_t)(P->OC * K) * sizeof(float));
+    return braze_matmul_lw(P->lb, gen, M, A, Wt, bias, residual, act, Y, err, errlen);
 }
 
 int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
@@ -370,8 +381,7 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
         act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err))
         return 1;
     if (conv_gemm_applies(P, N, CONV_OH(P, H), CONV_OW(P, W), act))
-        return braze_matmul_w_prepare(N * CONV_OH(P, H) * CONV_OW(P, W), P->OC, P->IC * P->KH * P->KW, 1, has_bias,
-                                      has_res, act);
+        return braze_matmul_lw_prepare(P->lb, N * CONV_OH(P, H) * CONV_OW(P, W), has_bias, has_res, act);
     cache_entry tmp;
     int is_tmp = 0;
     cache_entry *e = conv_entry(N, H, W, P, has_bias, has_res, act, ctx, &tmp, &is_tmp, err, sizeof err);

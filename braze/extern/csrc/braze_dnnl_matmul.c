@@ -126,7 +126,7 @@ braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, i
         else
             DN(dnnl_memory_desc_clone(&B->md, want));
         size_t sz = dnnl_memory_desc_get_size(B->md);
-        B->data = aligned_alloc64(sz);
+        B->data = weight_alloc(sz);
         if (!B->data) goto oom;
         if (do_reorder(plain, W, B->md, B->data, ctx, err, errlen)) goto fail;
         B->smallm_kp = smallm_layout(B->md, K, dt);
@@ -196,7 +196,7 @@ static int create_matmul_entry(cache_entry *e, int64_t M, const braze_packed_b *
         DN(dnnl_matmul_primitive_desc_create(&pd, g_engine, src, any, bias, dst, attr));
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DN(dnnl_memory_desc_clone(&e->wei_md, want));
-        e->wei_alt = aligned_alloc64(dnnl_memory_desc_get_size(want));
+        e->wei_alt = weight_alloc(dnnl_memory_desc_get_size(want));
         if (!e->wei_alt) {
             set_err(err, errlen, "braze_dnnl: out of memory (%s)", ctx);
             goto fail;

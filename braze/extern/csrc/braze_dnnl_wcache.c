@@ -229,7 +229,7 @@ static int wcache_get(wcache *c, const_dnnl_memory_desc_t plain_md, const void *
     pthread_mutex_unlock(&g_cache_mu);
     int rc = 1;
     dnnl_memory_desc_t kept = NULL;
-    void *data = aligned_alloc64(dnnl_memory_desc_get_size(md));
+    void *data = weight_alloc(dnnl_memory_desc_get_size(md));
     if (!data) {
         set_err(err, errlen, "braze_dnnl: out of memory (the weights' layout for %s)", ctx);
         return 1;
