@@ -580,7 +580,8 @@ class _Gen:
         self.line(f"for (int {lane} = 0; {lane} < {self.vl}; {lane}++) {{")
         self.ind += 1
         saved = self.vvar, dict(self.rename), self.vec_vars
-        self.rename[v.name] = f"({v.name} + {lane})"
+        # on top of any rename already there: a reduction's unrolled copies read v as (v + k * VL)
+        self.rename[v.name] = f"({self.rename.get(v.name, v.name)} + {lane})"
         self.vvar, self.vec_vars = None, set()
         self.push(barrier=v)
         self.line(f"{name}[{lane}] = " + conv.format(self.sexpr(e)) + ";")

@@ -144,20 +144,25 @@ def _plane_position(h, w, W):
     return _ie(iadd(imul(h, W), w))
 
 
+def _hw_axes(rank: int, layout: str) -> tuple[int, int]:
+    return (1, 2) if layout == "nhwc" else (rank - 2, rank - 1)
+
+
 @lowering("max_pool2d_indices")
-def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_mode):
+def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_mode, layout="nchw"):
     """PyTorch's winner of each window (max_pool2d_indices_numpy): the smallest position holding
     the maximum of the window's numbers, unless the window holds a NaN: then its largest NaN
     position. Positions grow in window order, so smallest is first and largest is last."""
     kernel, stride = _pool_hw(kernel, stride)
     dt = x.dtype
-    W = x.shape[-1]
+    ah, aw = _hw_axes(x.rank, layout)
+    W = x.shape[aw]
     none, never = Const(-1, I64), Const(np.iinfo(np.int64).max, I64)
     inside = _inside(padding, ceil_mode)
 
     def at(idx, vs):
-        e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, inside=inside)
-        return e, c, _plane_position(*_tap(idx[-2], idx[-1], stride, padding, dilation, vs), W)
+        e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout, inside)
+        return e, c, _plane_position(*_tap(idx[ah], idx[aw], stride, padding, dilation, vs), W)
 
     def isnan(e):
         return Compare("ne", e, e)
@@ -183,7 +188,7 @@ def _lower_max_pool_indices(ctx, x, *, kernel, stride, padding, dilation, ceil_m
 
 
 @lowering("max_pool2d_backward")
-def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, dilation, ceil_mode):
+def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, dilation, ceil_mode, layout="nchw"):
     """Each input element gathers the gradients of the windows that chose it: over the kernel's
     taps, the output position whose window puts that tap on this element (when the stride lands
     on it), where the window's winner is this element. Along a dim whose windows tile it (the
@@ -192,13 +197,14 @@ def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, 
     kernel, stride = _pool_hw(kernel, stride)
     dt = grad.dtype
     acc = DType.float32 if dt.itemsize == 2 else dt  # a 16-bit gradient sums in float32, as torch's does
-    W = x.shape[-1]
-    OH, OW = grad.shape[-2], grad.shape[-1]
+    ah, aw = _hw_axes(grad.rank, layout)
+    W = x.shape[-1]  # x: only its shape, NCHW in both layouts
+    OH, OW = grad.shape[ah], grad.shape[aw]
     tiles = [s == k and d == 1 for k, s, d in zip(kernel, stride, dilation)]
     taps = tuple(1 if t else k for t, k in zip(tiles, kernel))
 
     def fn(idx):
-        *lead, h, w = idx
+        h, w = idx[ah], idx[aw]
         here = _plane_position(h, w, W)
 
         def body(vs):
@@ -218,7 +224,9 @@ def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, 
             c = conds[0]
             for c2 in conds[1:]:
                 c = Binary("and", c, c2, BOOL)
-            src = (*lead, *at)
+            src = list(idx)
+            src[ah], src[aw] = at
+            src = tuple(src)
             chosen = Binary("and", c, Compare("eq", indices(src), here), BOOL)
             return select(chosen, cast(grad(src), acc), Const(0.0, acc))
         if all(tiles):

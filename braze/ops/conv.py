@@ -185,23 +185,26 @@ def conv2d_numpy(x, w, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=
     return y[0] if unbatched else y
 
 
-def _channels_last(infer, ref):
-    """infer/reference taking a ``layout`` attribute: "nhwc" runs the NCHW rule on a permuted view."""
+def _channels_last(infer, ref, acts: tuple[int, ...] = (0,)):
+    """infer/reference taking a ``layout`` attribute: "nhwc" runs the NCHW rule on permuted views
+    of the inputs at positions ``acts`` (the activations; a conv's weight stays OIHW)."""
 
-    def infer2(ctx, x, *rest, layout="nchw", **attrs):
+    def infer2(ctx, *ins, layout="nchw", **attrs):
         if layout == "nchw":
-            return infer(ctx, x, *rest, **attrs)
-        if layout != "nhwc" or x.rank != 4:
-            raise ctx.error(f"layout must be 'nchw' or 'nhwc' (rank 4), got {layout!r} on {x}")
-        n, h, w, c = x.shape
-        out = infer(ctx, x.with_shape((n, c, h, w)), *rest, **attrs)
+            return infer(ctx, *ins, **attrs)
+        if layout != "nhwc" or any(ins[i].rank != 4 for i in acts):
+            raise ctx.error(f"layout must be 'nchw' or 'nhwc' (rank 4), got {layout!r} on "
+                            f"{[ins[i] for i in acts]}")
+        out = infer(ctx, *[t.with_shape(tuple(t.shape[i] for i in (0, 3, 1, 2))) if k in acts else t
+                           for k, t in enumerate(ins)], **attrs)
         on, oc, oh, ow = out.shape
         return out.with_shape((on, oh, ow, oc))
 
-    def ref2(ctx, x, *rest, layout="nchw", **attrs):
+    def ref2(ctx, *ins, layout="nchw", **attrs):
         if layout == "nchw":
-            return ref(ctx, x, *rest, **attrs)
-        y = ref(ctx, np.ascontiguousarray(x.transpose(0, 3, 1, 2)), *rest, **attrs)
+            return ref(ctx, *ins, **attrs)
+        y = ref(ctx, *[np.ascontiguousarray(a.transpose(0, 3, 1, 2)) if k in acts else a
+                       for k, a in enumerate(ins)], **attrs)
         return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
 
     return infer2, ref2
@@ -428,10 +431,11 @@ def max_pool2d_indices_numpy(x, kernel, stride, padding, dilation, ceil_mode):
     return np.ascontiguousarray(np.where(last_nan >= 0, last_nan, first_max).astype(np.int64))
 
 
-defop("max_pool2d_indices", inputs=("x",), attrs=_POOL_ATTRS, infer=_max_pool_indices_infer,
-      reference=lambda ctx, x, **a: max_pool2d_indices_numpy(x, **a), kind="pool",
-      doc="max_pool2d's indices output (NCHW, as PyTorch's): each window's winner as a flat position h * W + w "
-          "in the input's plane; in a window with a NaN, its last NaN.")
+_INDICES = _channels_last(_max_pool_indices_infer, lambda ctx, x, **a: max_pool2d_indices_numpy(x, **a))
+defop("max_pool2d_indices", inputs=("x",), attrs={**_POOL_ATTRS, "layout": _LAYOUT}, infer=_INDICES[0],
+      reference=_INDICES[1], kind="pool",
+      doc="max_pool2d's indices output (NCHW, as PyTorch's, or NHWC with layout nhwc): each window's winner as a "
+          "flat position h * W + w in the input's plane; in a window with a NaN, its last NaN.")
 
 
 def _max_pool_backward_infer(ctx, grad, x, indices, **attrs):
@@ -455,10 +459,13 @@ def max_pool2d_backward_numpy(grad, x, indices, kernel, stride, padding, dilatio
     return out.reshape(x.shape).astype(x.dtype)
 
 
-defop("max_pool2d_backward", inputs=("grad", "x", "indices"), attrs=_POOL_ATTRS, infer=_max_pool_backward_infer,
-      reference=lambda ctx, grad, x, indices, **a: max_pool2d_backward_numpy(grad, x, indices, **a), kind="pool",
-      doc="max_pool2d's input gradient (NCHW): grad added at each window's winner (indices from "
-          "max_pool2d_indices); x gives the shape.")
+_POOL_BACKWARD = _channels_last(_max_pool_backward_infer, lambda ctx, grad, x, indices, **a:
+                                max_pool2d_backward_numpy(grad, x, indices, **a), acts=(0, 2))
+defop("max_pool2d_backward", inputs=("grad", "x", "indices"), attrs={**_POOL_ATTRS, "layout": _LAYOUT},
+      infer=_POOL_BACKWARD[0], reference=_POOL_BACKWARD[1], kind="pool",
+      doc="max_pool2d's input gradient (NCHW; with layout nhwc, grad, indices and the result NHWC): grad added at "
+          "each window's winner (indices from max_pool2d_indices); x gives the shape, NCHW in both layouts (its "
+          "values are never read, so the layout pass leaves it as it is).")
 
 
 def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):

@@ -1,7 +1,7 @@
-"""Channels-last layout: NCHW convolutions and max pools run in NHWC.
+"""Channels-last layout: NCHW convolutions and max pools (forward, indices, backward) run in NHWC.
 
 oneDNN's fast convolutions want NHWC (docs/gemm.md: plain NCHW 1x1 convs run
-at under 1 GFLOP/s). Each float32 ``conv2d`` / ``max_pool2d`` becomes
+at under 1 GFLOP/s). Each float ``conv2d`` / ``max_pool2d`` (and its indices and backward) becomes
 ``permute(op(permute(x, to_nhwc), layout="nhwc"), to_nchw)`` (rule ``to_nhwc``); then each
 ``to_nchw`` permute sinks (rule ``sink_permute``) through the elementwise ops after it (relu,
 residual add) until it meets a ``to_nhwc`` permute, and the pair cancels (the
@@ -20,7 +20,9 @@ from .rules import Rule
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
-CHANNELS_LAST_OPS = ("conv2d", "max_pool2d")
+# each op run in NHWC, and the positions of its inputs it reads in NHWC (a conv's weight stays OIHW; a
+# pool's backward reads only the shape of its input x)
+CHANNELS_LAST_OPS = {"conv2d": (0,), "max_pool2d": (0,), "max_pool2d_indices": (0,), "max_pool2d_backward": (0, 2)}
 _TO_NHWC = Rule("channels_last", "to_nhwc")
 _SINK = Rule("channels_last", "sink_permute")
 _POOL = Rule("channels_last", "pool_in_nhwc")
@@ -42,12 +44,15 @@ def _convert(module: Module, f: Function, namer: Namer) -> int:
     out, changed = [], 0
     for n in f.nodes:
         x = n.inputs[0] if n.inputs else None
-        if n.op in CHANNELS_LAST_OPS and n.attrs.get("layout") == "nchw" and x is not None and x.rank == 4 \
+        acts = CHANNELS_LAST_OPS.get(n.op, ())
+        if acts and n.attrs.get("layout", "nchw") == "nchw" and x is not None and \
+                all(n.inputs[i] is not None and n.inputs[i].rank == 4 for i in acts) \
                 and x.dtype in (DType.float32, DType.bfloat16, DType.float16):
-            p = make_node(module, "permute", [x], {"perm": TO_NHWC}, loc=n.loc, namer=namer, name="nhwc")
-            m = make_node(module, n.op, [p.outputs[0], *n.inputs[1:]], {**n.attrs, "layout": "nhwc"}, loc=n.loc,
-                          namer=namer, name=n.op)
-            out.append(p)
+            ps = {i: make_node(module, "permute", [n.inputs[i]], {"perm": TO_NHWC}, loc=n.loc, namer=namer,
+                               name="nhwc") for i in acts}
+            ins = [ps[i].outputs[0] if i in ps else v for i, v in enumerate(n.inputs)]
+            m = make_node(module, n.op, ins, {**n.attrs, "layout": "nhwc"}, loc=n.loc, namer=namer, name=n.op)
+            out += ps.values()
             _replace(module, f, namer, n, m, out)
             changed += 1
             _TO_NHWC.hit()

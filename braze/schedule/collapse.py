@@ -2,9 +2,16 @@
 affine in both with ``stride(outer) == stride(inner) * extent(inner)`` (contiguous
 dims), and loops of extent 1 go. Fewer, longer loops: one parallel split, one long
 vector loop. Needs flat accesses (``flatten``); other nests are left as they are.
+
+A reduction's own loops merge by the same rule (``collapse_reduce``): batch norm's
+statistics of an NCHW activation sum over (n, h, w), and h and w are one contiguous
+run of H x W elements. Left apart, the innermost loop was W long (12 in a convnet's
+third stage), shorter than a vector, and the sum ran scalar at 9 GB/s.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from ..ir import loop as L
 from ..ir import sym as S
@@ -70,9 +77,41 @@ def collapse_loops(vars_, exts, stores):
     return vars_, exts, stores
 
 
+def _mergeable(body, u, w, ext_w) -> bool:
+    """Whether every load in ``body`` is affine in loop vars u and w with u's stride w's times w's
+    extent, and neither is used any other way (a gathered index, an IndexValue, an extent)."""
+    polys, other = _accesses([Store(None, (0, None), body, True)])
+    return u not in other and w not in other and all(
+        (cu := coeff(p, u)) is not None and (cw := coeff(p, w)) is not None
+        and S.add(cu, S.mul(-1, S.mul(cw, ext_w))) == 0 for p in polys)
+
+
+def collapse_reduce(r: Reduce) -> Reduce:
+    """``r`` with its contiguous neighbouring loops merged, inner first (the order of the terms it
+    combines is unchanged); argmax/argmin keep theirs, as they count positions along one loop."""
+    if r.op in ("argmax", "argmin") or len(r.loops) < 2:
+        return r
+    loops, body = list(r.loops), r.body
+    i = len(loops) - 2
+    while i >= 0:
+        (u, eu), (w, ew) = loops[i], loops[i + 1]
+        if _mergeable(body, u, w, ew):
+            ext = S.mul(eu, ew)
+            # named after w, not fresh: equal reductions (one mean read in several places) must stay
+            # equal, for materialize and hoist compute each once; no loop_var name ends in a letter
+            f = L.LoopVar(f"{w.name}c", ext)
+            m = {u: 0, w: f}
+            body = L.map_expr(body, lambda y: y, index_fn=lambda p: S.subs(p, m))
+            loops[i:i + 2] = [(f, ext)]
+        i -= 1
+    return r if len(loops) == len(r.loops) else dataclasses.replace(r, body=body, loops=tuple(loops))
+
+
 def collapse_nest(vars_, exts, stores) -> list:
     if not is_flat(stores):
         return build_nest(vars_, exts, stores)
+    merge = (lambda y: collapse_reduce(y) if isinstance(y, Reduce) else y)
+    stores = [Store(s.buffer, s.index, L.map_expr(s.value, merge), True) for s in stores]
     return build_nest(*collapse_loops(vars_, exts, stores))
 
 

@@ -229,6 +229,31 @@ def test_max_pool2d_indices_and_backward(kernel, stride, pad, dil, ceil_mode):
             assert_close(got, want_g.numpy())
 
 
+@pytest.mark.parametrize("kernel,stride,pad,dil,ceil_mode", POOL_CASES[:3])
+def test_max_pool2d_indices_and_backward_in_nhwc(kernel, stride, pad, dil, ceil_mode):
+    """layout nhwc (the layout pass's): the activations channels-last, the same plane positions; the
+    backward's x, whose shape alone it reads, stays NCHW."""
+    attrs = {"kernel": kernel, "stride": stride, "padding": pad, "dilation": dil, "ceil_mode": ceil_mode,
+             "layout": "nhwc"}
+    m, out = build([tensor("f32", N, H, W, C)], lambda b, x: b.max_pool2d_indices(x, **attrs))
+    oh, ow = out.type.shape[1:3]
+    mb, _ = build([tensor("f32", N, oh, ow, C), tensor("f32", N, C, H, W), tensor("i64", N, oh, ow, C)],
+                  lambda b, g, x, i: b.max_pool2d_backward(g, x, i, **attrs))  # x: the shape, NCHW
+    native, native_b = braze.compile(m), braze.compile(mb)
+    nhwc = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1)))
+    for n, c, h, w in ((1, 1, 7, 7), (2, 17, 8, 9), (3, 5, 15, 6)):
+        x = _pool_input((n, c, h, w), h * w)
+        _, want = torch.ops.aten.max_pool2d_with_indices(torch.from_numpy(x), kernel, stride, pad[:2], dil, ceil_mode)
+        for got in (R.run(m, nhwc(x)), native(nhwc(x))):
+            np.testing.assert_array_equal(got, nhwc(want.numpy()))
+        g = torch.from_numpy(rand(RNG, tuple(want.shape)))
+        want_g = torch.ops.aten.max_pool2d_with_indices_backward(g, torch.from_numpy(x), kernel, stride, pad[:2], dil,
+                                                                ceil_mode, want)
+        args = (nhwc(g.numpy()), x, nhwc(want.numpy()))
+        for got in (R.run(mb, *args), native_b(*args)):
+            assert_close(got, nhwc(want_g.numpy()))
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_max_pool2d_backward_in_16_bits(dtype):
     """A 16-bit gradient sums the windows that chose one element in float32 and rounds once, as

@@ -123,7 +123,17 @@ def f_log_softmax_axis0():
     return b
 
 
-FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax_axis0]
+def f_batch_norm_grad():
+    """Batch norm's backward statistics of an NCHW activation: sums over (n, h, w) per channel, one
+    mean read twice."""
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), 8, b.sym("H"), b.sym("W")))
+    mean = b.reduce_mean(x, axes=(0, 2, 3), keepdims=True)
+    b.ret(b.mul(b.sub(x, mean), b.reduce_sum(b.sub(x, mean), axes=(0, 2, 3), keepdims=True)))
+    return b
+
+
+FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax_axis0, f_batch_norm_grad]
 
 
 # --- the stage list -----------------------------------------------------------------------
@@ -157,6 +167,39 @@ def test_collapse_merges_contiguous_loops_only():
     # a transpose reads x across rows: its two loops stay
     t = flatten(lowered(f_transpose()))
     assert len(chain(fors(collapse(t))[0])) == 2
+
+
+def test_collapse_merges_a_reductions_contiguous_loops():
+    """A sum over (n, h, w) of NCHW reads h and w as one run of H x W: its loops become (n, h*w), so the
+    innermost loop is long enough for a vector (W alone was 12 in a convnet). Equal reductions stay
+    equal (the merged loop is named after the inner one), so the mean is still computed once."""
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), 8, b.sym("H"), b.sym("W")))
+    b.ret(b.reduce_sum(x, axes=(0, 2, 3)))
+    (r,) = [e for s in accesses(collapse(flatten(lowered(b)))) if isinstance(s, L.Store)
+            for e in L.walk(s.value) if isinstance(e, L.Reduce)]
+    assert [ext for _, ext in r.loops] == [S.Sym("N"), S.mul(S.Sym("H"), S.Sym("W"))]
+    k = collapse(flatten(lowered(f_batch_norm_grad())))
+    (store,) = [s for s in L.walk_stmts(k.body) if isinstance(s, L.Store)]
+    text = str(store.value)
+    reduces = {str(e) for e in L.walk(store.value) if isinstance(e, L.Reduce)}
+    assert len(reduces) == 2 and all(len(e.split(" < ")) >= 3 for e in reduces)  # the mean's sum and the other
+    mean = min(reduces, key=len)
+    assert text.count(mean) == 2  # the mean, read in two places, is one expression
+    # NHWC: (n, h, w) are strided by C but contiguous with each other: one loop of N*H*W
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), b.sym("H"), b.sym("W"), 8))
+    b.ret(b.reduce_sum(x, axes=(0, 1, 2)))
+    (r,) = [e for s in accesses(collapse(flatten(lowered(b)))) if isinstance(s, L.Store)
+            for e in L.walk(s.value) if isinstance(e, L.Reduce)]
+    assert len(r.loops) == 1
+    # a transposed read ([W, H] summed over both, read as x[h, w] with w outer) keeps its loops
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("H"), b.sym("W")))
+    b.ret(b.reduce_sum(b.permute(x, perm=(1, 0)), axes=(0, 1)))
+    (r,) = [e for s in accesses(collapse(flatten(lowered(b)))) if isinstance(s, L.Store)
+            for e in L.walk(s.value) if isinstance(e, L.Reduce)]
+    assert len(r.loops) == 2
 
 
 def test_collapse_drops_unit_loops():
