@@ -12,8 +12,9 @@ from .keep import keep
 from .materialize import materialize
 from .nest import next_loop_index
 from .parallelize import parallelize
+from .tile import tile
 from .vectorize import vectorize
 from .widen import widen
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "keep", "materialize",
-           "next_loop_index", "parallelize", "schedule", "vectorize", "widen"]
+           "next_loop_index", "parallelize", "schedule", "tile", "vectorize", "widen"]

@@ -5,13 +5,14 @@ nest by nest (braze/schedule/nest.py); its output is a complete loop-IR kernel, 
 text between any two stages can be printed, dumped and read back:
 
 1. ``flatten``      loads and stores address one flat element offset
-2. ``collapse``     contiguous adjacent loops merge; unit loops go
-3. ``materialize``  reductions that skip an outer loop go to a temp buffer, computed first
-4. ``hoist``        loop-invariant reductions and sub-expressions become Lets (stitch kernels)
-5. ``keep``         a value several passes over a row need goes to a row buffer, computed once
-6. ``widen``        bfloat16 / float16 values computed in float32: widened at loads, rounded at stores
-7. ``vectorize``    contiguous float32 innermost loops and reductions marked vector
-8. ``parallelize``  outer loops parallel above a grain; a lone vector loop split into chunks
+2. ``collapse``     contiguous adjacent loops merge (a reduction's own too); unit loops go
+3. ``tile``         a nest that transposes (NHWC -> NCHW) runs in blocks of pixels, channels inside
+4. ``materialize``  reductions that skip an outer loop go to a temp buffer, computed first
+5. ``hoist``        loop-invariant reductions and sub-expressions become Lets (stitch kernels)
+6. ``keep``         a value several passes over a row need goes to a row buffer, computed once
+7. ``widen``        bfloat16 / float16 values computed in float32: widened at loads, rounded at stores
+8. ``vectorize``    contiguous float32 innermost loops and reductions marked vector
+9. ``parallelize``  outer loops parallel above a grain; a lone vector loop split into chunks
 
 A stage's output depends on its input only: new Let and temp names are numbered past
 the kernel's (``used_names``), new loop variables past its largest (``next_loop_index``).
@@ -35,12 +36,13 @@ from .keep import keep
 from .materialize import materialize
 from .nest import coeff, flat_offset, next_loop_index
 from .parallelize import CHUNK, GRAIN, parallelize
+from .tile import tile
 from .vectorize import vector_ok, vectorize
 from .widen import widen
 
 Stage = Callable[[Kernel], Kernel]
 
-KERNEL_STAGES: tuple = (flatten, collapse, materialize, hoist, keep, widen, vectorize, parallelize)
+KERNEL_STAGES: tuple = (flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize)
 
 
 def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
@@ -56,4 +58,5 @@ def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
 
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "coeff", "collapse", "flat_offset", "flatten", "hoist",
-           "keep", "materialize", "next_loop_index", "parallelize", "schedule", "vector_ok", "vectorize", "widen"]
+           "keep", "materialize", "next_loop_index", "parallelize", "schedule", "tile", "vector_ok", "vectorize",
+           "widen"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "3976cee6b3f0bbcd27666c442e985796b4009264dd9280dca96e2ee493785055",
+PINNED = {"gpt": "d24c70730262bfef21ebd0c75345b686bb700b9364f310913a96f58bf0336650",
           "cnn": "723cf27becdb7f14b187bb075d9bb3e2ab0b05439107db8378fdc9b141410227"}
 
 SCRIPT = """

@@ -26,11 +26,12 @@ from braze.schedule import (
     materialize,
     parallelize,
     schedule,
+    tile,
     vectorize,
     widen,
 )
 
-NAMES = ["flatten", "collapse", "materialize", "hoist", "keep", "widen", "vectorize", "parallelize"]
+NAMES = ["flatten", "collapse", "tile", "materialize", "hoist", "keep", "widen", "vectorize", "parallelize"]
 
 
 def lowered(b: Builder) -> L.Kernel:
@@ -133,7 +134,17 @@ def f_batch_norm_grad():
     return b
 
 
-FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax_axis0, f_batch_norm_grad]
+def f_nhwc_to_nchw():
+    """A batch-norm-like affine map and relu, NHWC in, NCHW out (a convnet's saved activation)."""
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), b.sym("H"), b.sym("W"), 32))
+    s = b.param("s", tensor("f32", 32))
+    b.ret(b.relu(b.mul(b.permute(x, perm=(0, 3, 1, 2)), b.reshape(s, shape=(1, 32, 1, 1)))))
+    return b
+
+
+FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax_axis0, f_batch_norm_grad,
+         f_nhwc_to_nchw]
 
 
 # --- the stage list -----------------------------------------------------------------------
@@ -141,7 +152,7 @@ FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax
 
 def test_the_stages_are_named_and_ordered():
     assert [s.__name__ for s in KERNEL_STAGES] == NAMES
-    assert list(KERNEL_STAGES) == [flatten, collapse, materialize, hoist, keep, widen, vectorize, parallelize]
+    assert list(KERNEL_STAGES) == [flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize]
 
 
 # --- each stage ---------------------------------------------------------------------------
@@ -200,6 +211,18 @@ def test_collapse_merges_a_reductions_contiguous_loops():
     (r,) = [e for s in accesses(collapse(flatten(lowered(b)))) if isinstance(s, L.Store)
             for e in L.walk(s.value) if isinstance(e, L.Reduce)]
     assert len(r.loops) == 2
+
+
+def test_tile_blocks_a_transposing_nest():
+    """(n, c, hw) reading NHWC: blocks of 64 pixels with the channels inside, then the rest."""
+    k = upto(lowered(f_nhwc_to_nchw()), collapse)
+    main, rest = fors(tile(k))
+    assert [str(f.extent) for f in chain(main)] == ["N", "((H*W) // 64)", "32", "64"]
+    assert [str(f.extent) for f in chain(rest)] == ["N", "32", "((H*W) % 64)"]
+    # a nest that reads and writes in one order is left as it is, and so is a tiled one
+    plain = upto(lowered(f_exp()), collapse)
+    assert str(tile(plain)) == str(plain)
+    assert str(tile(tile(k))) == str(tile(k))
 
 
 def test_collapse_drops_unit_loops():

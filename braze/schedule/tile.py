@@ -1,0 +1,77 @@
+"""Stage ``tile``: a nest that transposes runs in blocks, so that what it reads stays in cache.
+
+The pattern is a copy from NHWC to NCHW with pointwise work on the way (a convnet's activation
+saved for the backward; the relu after a batch norm): its innermost loop ``v`` (the pixels) is
+contiguous in the stores but strided in a load, and the loop ``u`` just outside it (the
+channels) is contiguous in that load. In that order each value of ``u`` reads a line of every
+pixel, so the load's whole tensor passes through the caches once per channel: a convnet's
+32-channel activation of 4.7 MB was read 32 times, 0.2-0.95 ms a call as the L3 allowed.
+
+Tiled, ``(..., u, v)`` becomes ``(..., vb, u, vi)`` over blocks of ``TILE`` pixels, and a second
+nest takes the last ``v mod TILE``: a block's ``TILE x ext(u)`` elements are read from memory once
+and stay in L1/L2 while ``u`` runs. Only a ``u`` of a static extent of at most ``MAX_INNER`` (a
+channel count) is tiled, and only nests without reductions. Runs after ``collapse`` (it needs the
+merged pixel loop) and before ``materialize``.
+"""
+
+from __future__ import annotations
+
+from ..ir import loop as L
+from ..ir import sym as S
+from ..ir.loop import Kernel, Load, Reduce
+from .nest import build_nest, coeff, is_flat, map_nests, next_loop_index, subs_store
+
+TILE = 64  # pixels a block: 4 vectors of 16
+MAX_INNER = 2048  # channels: a block of TILE x 2048 floats is 512 KB, about an L2
+
+
+def _transposes(vars_, exts, stores) -> bool:
+    if len(vars_) < 2 or not is_flat(stores):
+        return False
+    u, v = vars_[-2], vars_[-1]
+    eu, ev = exts[-2], exts[-1]
+    if not isinstance(eu, int) or not 1 < eu <= MAX_INNER or (isinstance(ev, int) and ev <= TILE):
+        return False
+    loads = []
+    for s in stores:
+        if coeff(s.index[0], v) != 1 or s.index[1] is not None:
+            return False
+        for x in L.walk(s.value):
+            if isinstance(x, Reduce) or (isinstance(x, L.IndexValue) and S.free_syms(x.value) & {u, v}):
+                return False
+            if isinstance(x, Load):
+                if x.index[1] is not None and L.free_loop_vars(x.index[1]) & {u, v}:
+                    return False
+                loads.append(x.index[0])
+    strided = False
+    for p in loads:
+        cu, cv = coeff(p, u), coeff(p, v)
+        if cu is None or cv is None:
+            return False
+        strided |= cv not in (0, 1) and cu == 1
+    return strided
+
+
+def tile_nest(vars_, exts, stores) -> list:
+    """The nest as it is, or tiled (module docstring) when it transposes."""
+    if not _transposes(vars_, exts, stores):
+        return build_nest(vars_, exts, stores)
+    u, v = vars_[-2], vars_[-1]
+    eu, ev = exts[-2], exts[-1]
+    blocks = S.floordiv(ev, TILE)
+    if blocks == 0:  # the rest of a tiled nest: fewer than TILE pixels
+        return build_nest(vars_, exts, stores)
+    vb, vi = L.loop_var(blocks, "b"), L.loop_var(TILE, "t")
+    main = build_nest([*vars_[:-2], vb, u, vi], [*exts[:-2], blocks, eu, TILE],
+                      [subs_store(s, {v: S.add(S.mul(vb, TILE), vi)}) for s in stores])
+    rest_ext = S.mod(ev, TILE)
+    vt = L.loop_var(rest_ext, "t")
+    rest = build_nest([*vars_[:-1], vt], [*exts[:-1], rest_ext],
+                      [subs_store(s, {v: S.add(S.mul(blocks, TILE), vt)}) for s in stores])
+    return main + rest
+
+
+def tile(kernel: Kernel) -> Kernel:
+    """Every flat perfect nest that transposes, tiled."""
+    with L.kernel_names(next_loop_index(kernel)):
+        return map_nests(kernel, tile_nest)
