@@ -233,9 +233,11 @@ _ARENA_C = """
 static _Thread_local char *tls_arena;
 static _Thread_local size_t tls_arena_size;
 static char *braze_arena(size_t need) {
-    if (need <= tls_arena_size) return tls_arena;
+    if (need <= tls_arena_size && tls_arena) return tls_arena;
     free(tls_arena);
-    size_t n = (need + 4095) & ~(size_t)4095;
+    /* never NULL, and a line past the end: a kernel may read element 0 of an empty intermediate
+       before a loop that runs no times (a hoisted load), so an empty arena is still memory */
+    size_t n = (need + 64 + 4095) & ~(size_t)4095;
     tls_arena = (char *)aligned_alloc(64, n);
     tls_arena_size = tls_arena ? n : 0;
     return tls_arena;

@@ -130,6 +130,8 @@ def _decompose_group_norm(module: Module, n: Node, namer: Namer):
         y = emit("mul", y, emit("reshape", w, shape=per_channel), name="scaled")
     if b is not None:
         y = emit("add", y, emit("reshape", b, shape=per_channel), name="shifted")
+    if y.dtype != x.dtype:  # float32 parameters on a 16-bit input: the result keeps the input's dtype
+        y = emit("cast", y, dtype=x.dtype, name="cast")
     return emit.nodes, y
 
 

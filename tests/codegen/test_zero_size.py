@@ -117,3 +117,14 @@ def test_conv_of_an_empty_batch():
                  lambda b, x: b.relu(b.conv2d(x, b.constant(w, "w"), padding=(1, 1, 1, 1))))
     xs = [[rng.standard_normal((k, 3, 6, 6)).astype(np.float32)] for k in (0, 2)]
     _check(m, xs, lambda x: torch.relu(torch.nn.functional.conv2d(x, torch.from_numpy(w), padding=1)))
+
+
+def test_a_graph_whose_intermediates_are_all_empty_runs():
+    """Found by the fuzzer: a group_norm of no channels has only empty intermediates, so its
+    scratch memory was NULL, and a load hoisted before a loop that runs no times read it (a
+    segfault); its float32 parameters also made the result float32."""
+    m, _ = build([tensor("f16", 1, Sym("n", 0), 3)],
+                 lambda b, x: b.group_norm(x, b.constant(np.zeros(0, np.float32)),
+                                           b.constant(np.zeros(0, np.float32)), groups=1))
+    out = braze.compile(m)(np.zeros((1, 0, 3), np.float16))
+    assert out.shape == (1, 0, 3) and out.dtype == np.float16

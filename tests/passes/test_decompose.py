@@ -138,6 +138,18 @@ def test_group_norm_with_a_symbolic_channel_count_decomposes(P, groups):
     P.check_equiv(before, after, [{"b": 1, "s": 2}, {"b": 3, "s": 6}, {"b": 2, "s": 10}], rtol=1e-5, atol=1e-5)
 
 
+def test_group_norm_with_float32_parameters_keeps_a_16_bit_dtype():
+    """Found by the fuzzer: float32 weight and bias on a float16 input made the epilogue's mul and
+    add float32, and the graph's result with them (the op's type is the input's)."""
+    b = Builder()
+    x = b.param("x", tensor("f16", b.sym("b", 1, 8), 4, 5))
+    w = b.param("w", tensor("f32", 4))
+    b.ret(b.group_norm(x, w, w, groups=2))
+    after = decompose(copy_module(b.module))
+    assert after.main.results[0].dtype == b.module.main.results[0].dtype == ir.DType.float16
+    assert after.main.nodes[-1].op == "cast"
+
+
 @pytest.mark.parametrize("dtype", ["f32", "i64"])
 @pytest.mark.parametrize("axis,largest", [(-1, True), (1, False), (0, True)])
 def test_topk_decomposes_to_compares_and_sums(P, dtype, axis, largest):
