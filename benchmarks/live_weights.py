@@ -111,20 +111,7 @@ def merge(docs: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    import argparse
-    import json
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--merge", nargs="+", metavar="JSON")
-    known, rest = ap.parse_known_args(argv)
-    if not known.merge:
-        return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "live_weights", 2.0)
-    from .run import write_results
-    out = argparse.ArgumentParser(description="merge runs of benchmarks.live_weights")
-    out.add_argument("--out", default="benchmarks/results")
-    out.add_argument("--stem", default="live_weights")
-    a = out.parse_args(rest)
-    print(write_results(a.out, a.stem, merge([json.loads(open(f).read()) for f in known.merge]), to_markdown))
-    return 0
+    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "live_weights", 2.0, merge=merge)
 
 
 if __name__ == "__main__":

@@ -551,9 +551,10 @@ def time_once(fn, inputs) -> float:
 
 
 def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdown, stem: str,
-                   default_min_time: float) -> int:
+                   default_min_time: float, merge=None) -> int:
     """The command line of a benchmark that measures each model in this process (dynamic_price,
-    live_weights): ``measure(name, shapes, min_time)`` per model, then ``stem``.json and .md."""
+    live_weights): ``measure(name, shapes, min_time)`` per model, then ``stem``.json and .md.
+    With ``merge(docs) -> doc``, ``--merge A.json B.json ...`` writes earlier runs as one instead."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(default_models), help="comma-separated zoo models")
     ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
@@ -562,8 +563,14 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
     ap.add_argument("--out", default="benchmarks/results", help=f"directory for {stem}.json and {stem}.md")
     ap.add_argument("--stem", default=stem, help=f"the results' file name, less .json / .md (default {stem}; "
                                                  f"another keeps a run of other models apart)")
+    if merge is not None:
+        ap.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="write these runs (each its own process) as one, per point their median; measure nothing")
     a = ap.parse_args(argv)
     stem = a.stem
+    if getattr(a, "merge", None):
+        print(write_results(a.out, stem, merge([json.loads(Path(f).read_text()) for f in a.merge]), to_markdown))
+        return 0
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
     import torch
 

@@ -580,8 +580,7 @@ class _Gen:
         self.line(f"for (int {lane} = 0; {lane} < {self.vl}; {lane}++) {{")
         self.ind += 1
         saved = self.vvar, dict(self.rename), self.vec_vars
-        # on top of any rename already there: a reduction's unrolled copies read v as (v + k * VL)
-        self.rename[v.name] = f"({self.rename.get(v.name, v.name)} + {lane})"
+        self.rename[v.name] = f"({self.rename.get(v.name, v.name)} + {lane})"  # atop a reduction copy's v + k*VL
         self.vvar, self.vec_vars = None, set()
         self.push(barrier=v)
         self.line(f"{name}[{lane}] = " + conv.format(self.sexpr(e)) + ";")

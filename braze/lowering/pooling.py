@@ -28,10 +28,14 @@ def _inside(padding, ceil_mode) -> bool:
     return not any(padding) and not ceil_mode
 
 
+def _hw_axes(rank: int, layout: str) -> tuple[int, int]:
+    return (1, 2) if layout == "nhwc" else (rank - 2, rank - 1)
+
+
 def _window(ctx, x, idx, kernel, stride, padding, dilation, vs, layout="nchw", inside=False):
     """(element, in-bounds condition) at window offset ``vs``; spatial dims by ``layout``. With
     ``inside`` (``_inside``) the condition is true and the position needs no clamp."""
-    ax = (1, 2) if layout == "nhwc" else (x.rank - 2, x.rank - 1)
+    ax = _hw_axes(x.rank, layout)
     H, W = x.shape[ax[0]], x.shape[ax[1]]
     h, w = _tap(idx[ax[0]], idx[ax[1]], stride, padding, dilation, vs)
     if inside:
@@ -142,10 +146,6 @@ def _pool_hw(kernel, stride):
 def _plane_position(h, w, W):
     """h * W + w as an int64 expression."""
     return _ie(iadd(imul(h, W), w))
-
-
-def _hw_axes(rank: int, layout: str) -> tuple[int, int]:
-    return (1, 2) if layout == "nhwc" else (rank - 2, rank - 1)
 
 
 @lowering("max_pool2d_indices")

@@ -15,33 +15,8 @@ import dataclasses
 
 from ..ir import loop as L
 from ..ir import sym as S
-from ..ir.loop import IndexValue, Kernel, Load, Reduce, Store
-from .nest import build_nest, coeff, is_flat, map_nests, next_loop_index, subs_store
-
-
-def _accesses(stores):
-    """Flat polys of every access, and the syms used outside access polys."""
-    polys = []
-    other = set()
-
-    def visit(e):
-        for x in L.walk(e):
-            if isinstance(x, Load):
-                polys.append(x.index[0])
-                if x.index[1] is not None:
-                    other.update(L.free_loop_vars(x.index[1]))
-            elif isinstance(x, IndexValue):
-                other.update(S.free_syms(x.value))
-            elif isinstance(x, Reduce):
-                for _, ext in x.loops:
-                    other.update(S.free_syms(ext))
-    for s in stores:
-        polys.append(s.index[0])
-        if s.index[1] is not None:
-            visit(s.index[1])
-            other.update(L.free_loop_vars(s.index[1]))
-        visit(s.value)
-    return polys, other
+from ..ir.loop import Kernel, Reduce, Store
+from .nest import accesses, build_nest, coeff, is_flat, map_nests, next_loop_index, subs_store
 
 
 def collapse_loops(vars_, exts, stores):
@@ -57,7 +32,7 @@ def collapse_loops(vars_, exts, stores):
     i = len(vars_) - 2
     while i >= 0:
         u, w = vars_[i], vars_[i + 1]
-        polys, other = _accesses(stores)
+        polys, other = accesses(stores)
         ok = u not in other and w not in other
         if ok:
             for p in polys:
@@ -80,7 +55,7 @@ def collapse_loops(vars_, exts, stores):
 def _mergeable(body, u, w, ext_w) -> bool:
     """Whether every load in ``body`` is affine in loop vars u and w with u's stride w's times w's
     extent, and neither is used any other way (a gathered index, an IndexValue, an extent)."""
-    polys, other = _accesses([Store(None, (0, None), body, True)])
+    polys, other = accesses([], [body])
     return u not in other and w not in other and all(
         (cu := coeff(p, u)) is not None and (cw := coeff(p, w)) is not None
         and S.add(cu, S.mul(-1, S.mul(cw, ext_w))) == 0 for p in polys)

@@ -159,6 +159,34 @@ def coeff(poly, v):
     return c
 
 
+def accesses(stores, exprs=()) -> tuple[list, set]:
+    """The flat offset polynomials of the stores and of every load in them and in ``exprs``, and
+    the symbols used other than in those polynomials (gathered indices, IndexValues, reduction
+    extents): a loop variable among them is not affine in every use."""
+    polys, other = [], set()
+
+    def visit(e):
+        for x in L.walk(e):
+            if isinstance(x, L.Load):
+                polys.append(x.index[0])
+                if x.index[1] is not None:
+                    other.update(L.free_loop_vars(x.index[1]))
+            elif isinstance(x, IndexValue):
+                other.update(S.free_syms(x.value))
+            elif isinstance(x, L.Reduce):
+                for _, ext in x.loops:
+                    other.update(S.free_syms(ext))
+    for s in stores:
+        polys.append(s.index[0])
+        if s.index[1] is not None:
+            visit(s.index[1])
+            other.update(L.free_loop_vars(s.index[1]))
+        visit(s.value)
+    for e in exprs:
+        visit(e)
+    return polys, other
+
+
 def subs_store(s: Store, m: dict) -> Store:
     """A flat Store with loop vars substituted in its offset polynomial and value."""
     return Store(s.buffer, (S.subs(s.index[0], m), s.index[1]), L.subs_expr(s.value, m), True)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from ..ir import loop as L
 from ..ir import sym as S
-from ..ir.loop import Kernel, Load, Reduce
-from .nest import build_nest, coeff, is_flat, map_nests, next_loop_index, subs_store
+from ..ir.loop import Kernel, Reduce
+from .nest import accesses, build_nest, coeff, is_flat, map_nests, next_loop_index, subs_store
 
 TILE = 64  # pixels a block: 4 vectors of 16
 MAX_INNER = 2048  # channels: a block of TILE x 2048 floats is 512 KB, about an L2
@@ -32,17 +32,12 @@ def _transposes(vars_, exts, stores) -> bool:
     eu, ev = exts[-2], exts[-1]
     if not isinstance(eu, int) or not 1 < eu <= MAX_INNER or (isinstance(ev, int) and ev <= TILE):
         return False
-    loads = []
-    for s in stores:
-        if coeff(s.index[0], v) != 1 or s.index[1] is not None:
-            return False
-        for x in L.walk(s.value):
-            if isinstance(x, Reduce) or (isinstance(x, L.IndexValue) and S.free_syms(x.value) & {u, v}):
-                return False
-            if isinstance(x, Load):
-                if x.index[1] is not None and L.free_loop_vars(x.index[1]) & {u, v}:
-                    return False
-                loads.append(x.index[0])
+    if any(coeff(s.index[0], v) != 1 or s.index[1] is not None for s in stores) or \
+            any(isinstance(x, Reduce) for s in stores for x in L.walk(s.value)):
+        return False
+    loads, other = accesses([], [s.value for s in stores])
+    if u in other or v in other:
+        return False
     strided = False
     for p in loads:
         cu, cv = coeff(p, u), coeff(p, v)
