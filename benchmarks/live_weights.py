@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .run import per_model_main, per_model_markdown, shape_str, time_once
+from .run import merge_runs, per_model_main, per_model_markdown, runs_sentence, shape_str, time_once
 
 DEFAULT_MODELS = ["bert", "gpt2", "resnet50"]
 
@@ -76,42 +76,19 @@ def to_markdown(doc: dict) -> str:
            + ", ".join(f"{m} {'on' if on else 'off' if on is False else 'not recorded'}" for m, on in tracked.items())
            + (f"; THP_MEM_ALLOC_ENABLE={doc['meta']['thp']}" if doc["meta"].get("thp") else ""))
     runs = doc["meta"].get("runs")
-    dates = ", ".join(doc["meta"].get("run_dates", []))
-    merged = (f" Each figure is the median of {runs} runs, each its own process ({dates}); the last column has "
-              "each run's ratio." if runs else "")
     return per_model_markdown(
         doc, "`torch.compile(model, backend='braze', dynamic=True)` with live weights (the default) and with "
         "`options={'freeze': True}`, called in turn; median times, and the median over rounds of each round's "
-        f"live / frozen ratio; {how}.{merged}",
+        f"live / frozen ratio; {how}.{runs_sentence(doc)}",
         ["live ms", "frozen ms", "live / frozen", "rel err live", "rel err frozen"] + (["runs"] if runs else []),
         lambda s: [f"{s['live_ms']:.2f}", f"{s['frozen_ms']:.2f}", f"{s['live_over_frozen']:.3f}x",
                    f"{s['rel_error_live']:.1e}", f"{s['rel_error_frozen']:.1e}"]
         + ([" ".join(f"{x:.3f}" for x in s["runs_live_over_frozen"])] if runs else []))
 
 
-def merge(docs: list[dict]) -> dict:
-    """Runs of the same models and shapes (each its own process: this machine's speed moves by a few
-    percent between processes) as one: per point the median of the runs' times and ratios, and the
-    runs' ratios as they were."""
-    first = docs[0]
-    results = []
-    for k, r in enumerate(first["results"]):
-        shapes = []
-        for j, s in enumerate(r["shapes"]):
-            runs = [d["results"][k]["shapes"][j] for d in docs]
-            if any(x["shape"] != s["shape"] for x in runs) or any(d["results"][k]["model"] != r["model"] for d in docs):
-                raise SystemExit("--merge: the runs measured different models or shapes")
-            row = {key: statistics.median(x[key] for x in runs) if isinstance(s[key], float) else s[key]
-                   for key in s}
-            row["runs_live_over_frozen"] = [x["live_over_frozen"] for x in runs]
-            shapes.append(row)
-        results.append({**r, "shapes": shapes})
-    meta = {**first["meta"], "runs": len(docs), "run_dates": [d["meta"]["date"] for d in docs]}
-    return {"meta": meta, "results": results}
-
-
 def main(argv=None) -> int:
-    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "live_weights", 2.0, merge=merge)
+    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "live_weights", 2.0,
+                          merge=lambda docs: merge_runs(docs, "live_over_frozen"))
 
 
 if __name__ == "__main__":

@@ -550,6 +550,37 @@ def time_once(fn, inputs) -> float:
     return time.perf_counter() - t
 
 
+def merge_runs(docs: list[dict], *ratios: str) -> dict:
+    """Runs of the same models and shapes (each its own process: this machine's speed moves by a few
+    percent between processes) as one: per point the median of the runs' times and ratios, and each
+    of the ``ratios`` keys' values in the runs as they were (``runs_<key>``). The rest of a model's
+    record (first steps, memory) is the first run's."""
+    first = docs[0]
+    results = []
+    for k, r in enumerate(first["results"]):
+        shapes = []
+        for j, s in enumerate(r["shapes"]):
+            runs = [d["results"][k]["shapes"][j] for d in docs]
+            if any(x["shape"] != s["shape"] for x in runs) or any(d["results"][k]["model"] != r["model"] for d in docs):
+                raise SystemExit("--merge: the runs measured different models or shapes")
+            row = {key: statistics.median(x[key] for x in runs) if isinstance(s[key], float) else s[key]
+                   for key in s}
+            row.update({f"runs_{key}": [x[key] for x in runs] for key in ratios})
+            shapes.append(row)
+        results.append({**r, "shapes": shapes})
+    meta = {**first["meta"], "runs": len(docs), "run_dates": [d["meta"]["date"] for d in docs]}
+    return {"meta": meta, "results": results}
+
+
+def runs_sentence(doc: dict) -> str:
+    """How a merged document (``merge_runs``) was made, for its markdown; "" for a single run."""
+    runs = doc["meta"].get("runs")
+    if not runs:
+        return ""
+    return (f" Each figure is the median of {runs} runs, each its own process "
+            f"({', '.join(doc['meta'].get('run_dates', []))}); the last column has each run's ratio.")
+
+
 def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdown, stem: str,
                    default_min_time: float, merge=None) -> int:
     """The command line of a benchmark that measures each model in this process (dynamic_price,

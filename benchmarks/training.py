@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .run import per_model_main, per_model_markdown, shape_str
+from .run import merge_runs, per_model_main, per_model_markdown, runs_sentence, shape_str
 
 DEFAULT_MODELS = ["mlp", "llama", "bert", "bert+dropout"]
 BACKENDS = ("eager", "braze", "inductor")
@@ -257,25 +257,29 @@ def _dynamo_graphs() -> int:
 
 
 def to_markdown(doc: dict) -> str:
+    runs = doc["meta"].get("runs")
     text = per_model_markdown(
         doc, "training steps (zero_grad, forward, the loss (a task model's own; a zoo model's a weighted mean "
         "square), backward, SGD step) in eager, "
         "`torch.compile(backend='braze', dynamic=True)` and `torch.compile(backend='inductor', dynamic=True)`, "
-        "called in turn; median step times; x = the other's time over braze's (above 1: braze is faster).",
-        ["eager ms", "braze ms", "inductor ms", "eager / braze", "inductor / braze", "loss err braze"],
+        "called in turn; median step times; x = the other's time over braze's (above 1: braze is faster)."
+        + runs_sentence(doc) + (" First steps and memory: the first run's." if runs else ""),
+        ["eager ms", "braze ms", "inductor ms", "eager / braze", "inductor / braze", "loss err braze"]
+        + (["inductor / braze per run"] if runs else []),
         lambda s: [f"{s['eager_ms']:.2f}", f"{s['braze_ms']:.2f}", f"{s['inductor_ms']:.2f}",
                    f"{s['eager_over_braze']:.2f}x", f"{s['inductor_over_braze']:.2f}x",
-                   "-" if s["loss_rel_error_braze"] is None else f"{s['loss_rel_error_braze']:.1e}"])
+                   "-" if s["loss_rel_error_braze"] is None else f"{s['loss_rel_error_braze']:.1e}"]
+        + ([" ".join(f"{x:.2f}" for x in s["runs_inductor_over_braze"])] if runs else []))
     firsts = [f"{r['model']}: " + ", ".join(f"{b} {r['first_step_s'][b]:.1f} s" for b in BACKENDS)
               for r in doc["results"]]
     text += ("\nFirst step (compiles included; this process's caches cold, the disk caches as "
              "BRAZE_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR held them): " + "; ".join(firsts) + ".\n")
-    runs = [r for r in doc["results"] if "alone" in r]  # runs before 2026-11-28 did not measure these
-    if runs:
+    alone = [r for r in doc["results"] if "alone" in r]  # runs before 2026-11-28 did not measure these
+    if alone:
         text += ("\nAfter every shape was stepped twice, the timed rounds compiled: "
                  + "; ".join(f"{r['model']}: {r['after_warm_up']['braze_native_compiles']} braze libraries, "
-                             f"{r['after_warm_up']['dynamo_graphs']} dynamo graphs" for r in runs) + ".\n")
-        later = [r for r in runs if "libraries_after_two_shapes" in r["alone"]["braze"]]  # since 2026-11-28
+                             f"{r['after_warm_up']['dynamo_graphs']} dynamo graphs" for r in alone) + ".\n")
+        later = [r for r in alone if "libraries_after_two_shapes" in r["alone"]["braze"]]  # since 2026-11-28
         if later:
             text += ("\nbraze alone in its process, after its first step at each of the first two shapes, then every "
                      "shape in turn, twice: libraries built or loaded after those first two steps: "
@@ -287,7 +291,7 @@ def to_markdown(doc: dict) -> str:
                  "baseline: Python, torch, the model and its step.\n\n"
                  "| model | first step s braze | inductor | peak MB with compiles eager | braze | inductor | "
                  "step peak MB eager | braze | inductor |\n|---|---|---|---|---|---|---|---|---|\n")
-        for r in runs:
+        for r in alone:
             a = r["alone"]
             steps = [f"{a[b]['step_peak_rss_mb']:.0f}" if "step_peak_rss_mb" in a[b] else "-" for b in BACKENDS]
             text += (f"| {r['model']} | {a['braze']['first_step_warm_s']:.1f} | {a['inductor']['first_step_warm_s']:.1f} | "
@@ -296,7 +300,8 @@ def to_markdown(doc: dict) -> str:
 
 
 def main(argv=None) -> int:
-    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "training", 2.0)
+    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "training", 2.0,
+                          merge=lambda docs: merge_runs(docs, "inductor_over_braze"))
 
 
 if __name__ == "__main__":

@@ -581,12 +581,15 @@ class _EntryWriter:
                       + args)
 
     def _conv_gradient(self, a: Node, cptr, dst: str) -> None:
-        """A convolution's input or weight gradient: one oneDNN backward call (NCHW, float32)."""
+        """A convolution's input or weight gradient: one oneDNN backward call (float32; NCHW, or NHWC
+        activations with layout nhwc)."""
         grad, x, w = a.inputs
+        nhwc = a.attrs.get("layout") == "nhwc"
         h = self.gen.pack_conv(None, w.shape, a.attrs["groups"], a.attrs["stride"], pads4(a.attrs["padding"]),
-                               a.attrs["dilation"])
-        n, hw, ohw = int_expr(x.shape[0]), ", ".join(int_expr(d) for d in x.shape[2:]), \
-            ", ".join(int_expr(d) for d in grad.shape[2:])
+                               a.attrs["dilation"], layout=1 if nhwc else 0)
+        hw_of = (lambda t: t.shape[1:3]) if nhwc else (lambda t: t.shape[2:])
+        n, hw, ohw = int_expr(x.shape[0]), ", ".join(int_expr(d) for d in hw_of(x)), \
+            ", ".join(int_expr(d) for d in hw_of(grad))
         if a.op == "conv2d_backward_input":
             args = f"(const float *){cptr[id(grad)]}, {h}, (const float *){cptr[id(w)]}"
             fn = "braze_conv2d_bwd_data"

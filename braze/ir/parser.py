@@ -667,6 +667,10 @@ class _Parser:
                     if not self.accept(","):
                         break
             self.expect("}", "to close the attributes")
+        if opdef is not None:  # the printer leaves out an attribute whose value is its default None
+            for key, a in opdef.attrs.items():
+                if a.default is None:
+                    attrs.setdefault(key, None)
         types = []
         if out_toks:
             self.expect(":", f"before the output types of '{op}'")

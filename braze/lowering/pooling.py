@@ -198,7 +198,7 @@ def _lower_max_pool_backward(ctx, grad, x, indices, *, kernel, stride, padding, 
     dt = grad.dtype
     acc = DType.float32 if dt.itemsize == 2 else dt  # a 16-bit gradient sums in float32, as torch's does
     ah, aw = _hw_axes(grad.rank, layout)
-    W = x.shape[-1]  # x: only its shape, NCHW in both layouts
+    W = x.shape[aw]  # x: only its shape
     OH, OW = grad.shape[ah], grad.shape[aw]
     tiles = [s == k and d == 1 for k, s, d in zip(kernel, stride, dilation)]
     taps = tuple(1 if t else k for t, k in zip(tiles, kernel))

@@ -185,9 +185,10 @@ def conv2d_numpy(x, w, bias=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=
     return y[0] if unbatched else y
 
 
-def _channels_last(infer, ref, acts: tuple[int, ...] = (0,)):
+def _channels_last(infer, ref, acts: tuple[int, ...] = (0,), act_result: bool = True):
     """infer/reference taking a ``layout`` attribute: "nhwc" runs the NCHW rule on permuted views
-    of the inputs at positions ``acts`` (the activations; a conv's weight stays OIHW)."""
+    of the inputs at positions ``acts`` (the activations; a conv's weight stays OIHW), and of the
+    result when it is an activation (``act_result``; a weight's gradient stays OIHW)."""
 
     def infer2(ctx, *ins, layout="nchw", **attrs):
         if layout == "nchw":
@@ -197,6 +198,8 @@ def _channels_last(infer, ref, acts: tuple[int, ...] = (0,)):
                             f"{[ins[i] for i in acts]}")
         out = infer(ctx, *[t.with_shape(tuple(t.shape[i] for i in (0, 3, 1, 2))) if k in acts else t
                            for k, t in enumerate(ins)], **attrs)
+        if not act_result:
+            return out
         on, oc, oh, ow = out.shape
         return out.with_shape((on, oh, ow, oc))
 
@@ -205,7 +208,7 @@ def _channels_last(infer, ref, acts: tuple[int, ...] = (0,)):
             return ref(ctx, *ins, **attrs)
         y = ref(ctx, *[np.ascontiguousarray(a.transpose(0, 3, 1, 2)) if k in acts else a
                        for k, a in enumerate(ins)], **attrs)
-        return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
+        return np.ascontiguousarray(y.transpose(0, 2, 3, 1)) if act_result else y
 
     return infer2, ref2
 
@@ -306,13 +309,19 @@ _CONV_ATTRS = {"stride": Attr("ints", (1, 1), "(sh, sw)"),
                "groups": Attr("int", 1, "channel groups")}
 
 _CONV_GRAD_DOC = ("The {}'s gradient of conv2d(x, weight) {{stride, padding, dilation, groups}}, from grad, the "
-                  "gradient of its output (NCHW, float32; the bias's gradient is grad's sum over N, H, W).")
-defop("conv2d_backward_input", inputs=("grad", "x", "weight"), attrs=_CONV_ATTRS, infer=_conv_grad_infer("input"),
-      reference=lambda ctx, grad, x, w, **a: conv2d_backward_input_numpy(grad, x, w, **a), kind="conv",
-      doc=_CONV_GRAD_DOC.format("input"))
-defop("conv2d_backward_weight", inputs=("grad", "x", "weight"), attrs=_CONV_ATTRS, infer=_conv_grad_infer("weight"),
-      reference=lambda ctx, grad, x, w, **a: conv2d_backward_weight_numpy(grad, x, w, **a), kind="conv",
-      doc=_CONV_GRAD_DOC.format("weight"))
+                  "gradient of its output (float32; the bias's gradient is grad's sum over N, H, W). NCHW, or with "
+                  "layout nhwc {}.")
+_BWD_INPUT = _channels_last(_conv_grad_infer("input"),
+                            lambda ctx, grad, x, w, **a: conv2d_backward_input_numpy(grad, x, w, **a), acts=(0, 1))
+_BWD_WEIGHT = _channels_last(_conv_grad_infer("weight"),
+                             lambda ctx, grad, x, w, **a: conv2d_backward_weight_numpy(grad, x, w, **a), acts=(0, 1),
+                             act_result=False)
+defop("conv2d_backward_input", inputs=("grad", "x", "weight"), attrs={**_CONV_ATTRS, "layout": _LAYOUT},
+      infer=_BWD_INPUT[0], reference=_BWD_INPUT[1], kind="conv",
+      doc=_CONV_GRAD_DOC.format("input", "grad, x (read for its shape only) and the result NHWC"))
+defop("conv2d_backward_weight", inputs=("grad", "x", "weight"), attrs={**_CONV_ATTRS, "layout": _LAYOUT},
+      infer=_BWD_WEIGHT[0], reference=_BWD_WEIGHT[1], kind="conv",
+      doc=_CONV_GRAD_DOC.format("weight", "grad and x NHWC (the weight and its gradient stay OIHW)"))
 
 # ---------------------------------------------------------------------------
 # pools
@@ -460,12 +469,12 @@ def max_pool2d_backward_numpy(grad, x, indices, kernel, stride, padding, dilatio
 
 
 _POOL_BACKWARD = _channels_last(_max_pool_backward_infer, lambda ctx, grad, x, indices, **a:
-                                max_pool2d_backward_numpy(grad, x, indices, **a), acts=(0, 2))
+                                max_pool2d_backward_numpy(grad, x, indices, **a), acts=(0, 1, 2))
 defop("max_pool2d_backward", inputs=("grad", "x", "indices"), attrs={**_POOL_ATTRS, "layout": _LAYOUT},
       infer=_POOL_BACKWARD[0], reference=_POOL_BACKWARD[1], kind="pool",
       doc="max_pool2d's input gradient (NCHW; with layout nhwc, grad, indices and the result NHWC): grad added at "
-          "each window's winner (indices from max_pool2d_indices); x gives the shape, NCHW in both layouts (its "
-          "values are never read, so the layout pass leaves it as it is).")
+          "each window's winner (indices from max_pool2d_indices); x gives the shape (its values are never "
+          "read; NHWC too with layout nhwc).")
 
 
 def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):

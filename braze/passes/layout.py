@@ -1,4 +1,5 @@
-"""Channels-last layout: NCHW convolutions and max pools (forward, indices, backward) run in NHWC.
+"""Channels-last layout: NCHW convolutions (forward and gradients) and max pools (forward, indices,
+backward) run in NHWC.
 
 oneDNN's fast convolutions want NHWC (docs/gemm.md: plain NCHW 1x1 convs run
 at under 1 GFLOP/s). Each float ``conv2d`` / ``max_pool2d`` (and its indices and backward) becomes
@@ -20,9 +21,14 @@ from .rules import Rule
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
-# each op run in NHWC, and the positions of its inputs it reads in NHWC (a conv's weight stays OIHW; a
-# pool's backward reads only the shape of its input x)
-CHANNELS_LAST_OPS = {"conv2d": (0,), "max_pool2d": (0,), "max_pool2d_indices": (0,), "max_pool2d_backward": (0, 2)}
+# each op run in NHWC, and the positions of its inputs it reads in NHWC (a conv's weight stays OIHW). A
+# pool's and a conv's input gradient read only the shape of their input x, NHWC too: a training step's
+# backward gets its saved activations channels-last (plugin/saved_layout.py), so that costs no transpose
+CHANNELS_LAST_OPS = {"conv2d": (0,), "max_pool2d": (0,), "max_pool2d_indices": (0,),
+                     "max_pool2d_backward": (0, 1, 2), "conv2d_backward_input": (0, 1),
+                     "conv2d_backward_weight": (0, 1)}
+# ops whose result is not an activation: it keeps its layout (a weight's gradient, OIHW)
+_WEIGHT_RESULTS = {"conv2d_backward_weight"}
 _TO_NHWC = Rule("channels_last", "to_nhwc")
 _SINK = Rule("channels_last", "sink_permute")
 _POOL = Rule("channels_last", "pool_in_nhwc")
@@ -53,7 +59,11 @@ def _convert(module: Module, f: Function, namer: Namer) -> int:
             ins = [ps[i].outputs[0] if i in ps else v for i, v in enumerate(n.inputs)]
             m = make_node(module, n.op, ins, {**n.attrs, "layout": "nhwc"}, loc=n.loc, namer=namer, name=n.op)
             out += ps.values()
-            _replace(module, f, namer, n, m, out)
+            if n.op in _WEIGHT_RESULTS:
+                out.append(m)
+                replace_all_uses(f, n.outputs[0], m.outputs[0])
+            else:
+                _replace(module, f, namer, n, m, out)
             changed += 1
             _TO_NHWC.hit()
         else:
@@ -72,9 +82,15 @@ def _sink(module: Module, f: Function, namer: Namer) -> int:
         acts = [v for v in n.inputs if v is not None and v.rank == 4]
         others = [v for v in n.inputs if v is not None and v.rank != 4]
         if kind == "elementwise" and len(n.outputs) == 1 and any(_is_to_nchw(v) for v in acts) \
-                and all(all(d == 1 for d in v.shape) for v in others) and n.outputs[0].rank == 4:
+                and all(_scalar_or_per_channel(v) for v in others) and n.outputs[0].rank == 4:
             ins = []
             for v in n.inputs:
+                if v is not None and v.rank < 4 and not all(d == 1 for d in v.shape):
+                    # a per-channel operand ([C, 1, 1]: batch norm's affine): [1, 1, 1, C]
+                    r = make_node(module, "reshape", [v], {"shape": [1] * (4 - v.rank) + list(v.shape)}, loc=n.loc,
+                                  namer=namer, name="bc")
+                    out.append(r)
+                    v = r.outputs[0]
                 if v is None or v.rank != 4:
                     ins.append(v)
                 elif _is_to_nchw(v):
@@ -88,9 +104,14 @@ def _sink(module: Module, f: Function, namer: Namer) -> int:
             changed += 1
             _SINK.hit()
         elif _global_pool_of_nchw(n):
-            m = make_node(module, "reduce_mean", [n.inputs[0].producer.inputs[0]], {"axes": [1, 2], "keepdims": True},
+            keep = n.op == "adaptive_avg_pool2d" or n.attrs.get("keepdims", False)
+            m = make_node(module, "reduce_mean", [n.inputs[0].producer.inputs[0]], {"axes": [1, 2], "keepdims": keep},
                           loc=n.loc, namer=namer, name="mean")
-            _replace(module, f, namer, n, m, out)
+            if keep:
+                _replace(module, f, namer, n, m, out)
+            else:  # [N, C] either way
+                out.append(m)
+                replace_all_uses(f, n.outputs[0], m.outputs[0])
             changed += 1
             _POOL.hit()
         else:
@@ -99,13 +120,25 @@ def _sink(module: Module, f: Function, namer: Namer) -> int:
     return changed
 
 
+def _scalar_or_per_channel(v) -> bool:
+    """A lower-rank operand of an elementwise op on an NCHW activation that broadcasts over all of
+    it but the channels: [], [1], [C, 1, 1] or [1, C, 1, 1] without the leading ones."""
+    dims = [1] * (4 - v.rank) + list(v.shape)
+    return all(d == 1 for i, d in enumerate(dims) if i != 1)
+
+
 def _global_pool_of_nchw(n) -> bool:
-    """adaptive_avg_pool2d(permute(a, to_nchw)) to 1x1: the sink rule makes it
-    permute(reduce_mean(a over H, W), to_nchw), the mean of each channel read where it is, not after
-    a transpose of the whole activation (ResNet's head: 2048 channels of 7x7, a 2.7 GB/s kernel)."""
+    """adaptive_avg_pool2d(permute(a, to_nchw)) to 1x1, or a reduce_mean of it over H and W (a
+    training graph's pool, decomposed): the sink rule makes it permute(reduce_mean(a over H, W),
+    to_nchw), the mean of each channel read where it is, not after a transpose of the whole
+    activation (ResNet's head: 2048 channels of 7x7, a 2.7 GB/s kernel; a small convnet's last
+    block in training, 0.25 ms of a 12 ms step)."""
     x = n.inputs[0] if n.inputs else None
-    return n.op == "adaptive_avg_pool2d" and list(n.attrs["output_size"]) == [1, 1] and x is not None \
-        and x.rank == 4 and _is_to_nchw(x) and x.dtype.is_float
+    if x is None or x.rank != 4 or not _is_to_nchw(x) or not x.dtype.is_float:
+        return False
+    if n.op == "adaptive_avg_pool2d":
+        return list(n.attrs["output_size"]) == [1, 1]
+    return n.op == "reduce_mean" and sorted(a % 4 for a in (n.attrs.get("axes") or ())) == [2, 3]
 
 
 def channels_last(module: Module) -> Module:

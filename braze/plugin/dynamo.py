@@ -130,6 +130,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    from . import saved_layout
     from .embedding import fold_embedding_grads
     from .partition import compile_graph, in_torch
     from .rng import braze_dropout
@@ -151,6 +152,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     scalars = {i for i, n in enumerate(places) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)}
 
     speculative = [False]  # the forward's, for its backward
+    saved_nhwc: set[str] = set()  # the saved activations the forward returns channels-last, for the backward
     # a training step's graphs hand their large outputs to torch and drop them in the other graph
     # (activations in the backward, gradients at zero_grad): a pool would hold them through it
     # (and no packed copies of weights that every step writes)
@@ -166,6 +168,8 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
                 speculative[0] = (label == "inference" and maybe_specialised(g)) or retraced_frame()
                 if rng == "braze":
                     braze_dropout(g)
+                if label == "forward":
+                    saved_nhwc.update(saved_layout.forward(g))
                 return compile_graph(g, frozen, opts if label == "inference" else train_opts,
                                      speculative=speculative[0], checks=checks, label=label)
         except Exception as e:  # noqa: BLE001 -- the user's program must not fail for braze's sake
@@ -189,6 +193,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
             return make_boxed_func(g.forward)
         try:
             fold_embedding_grads(g)
+            saved_layout.backward(g, saved_nhwc)
             entry = compile_graph(g, {}, train_opts, speculative=speculative[0], label="backward")
         except Exception as e:  # noqa: BLE001 -- as the forward: PyTorch runs what braze cannot
             if dynamo_control(e):

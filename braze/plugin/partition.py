@@ -19,11 +19,14 @@ from ..errors import BrazeError
 from . import report
 from .region import Refused, compile_region
 from .rng import SEED_META
+from .saved_layout import LAYOUT_META
 
 _log = _logging.get("plugin")
 
 SIZE = "size"  # a node that computes sizes, not tensors
 SEED = "seed"  # the graph's random seed (``rng``): drawn by PyTorch before any region runs, no warning
+VIEW = "layout view"  # a saved activation's channels-last view (``saved_layout``): PyTorch's, no warning
+QUIET = (SEED, VIEW)  # nodes PyTorch runs on purpose, which split no region
 TORCH_META = "braze_torch"  # FX node meta: why PyTorch runs a node the plug-in put there
 MAX_REFUSALS = 64
 # a region of nothing but these is not worth a library: torch does them without copying
@@ -64,6 +67,8 @@ def support(node, refused: dict) -> str | None:
         return refused[node.name]
     if node.meta.get(SEED_META):
         return SEED
+    if node.meta.get(LAYOUT_META):
+        return VIEW
     if node.meta.get(TORCH_META):
         return node.meta[TORCH_META]
     if node.target is operator.getitem:
@@ -116,7 +121,7 @@ def stages(g, reasons: dict) -> list[list]:
             d = 0
             for a in n.all_input_nodes:
                 r = reasons.get(a.name, SIZE) if a.op == "call_function" else SIZE
-                in_torch = r not in (None, SEED) and a not in inside and (r != SIZE or a in computed)
+                in_torch = r is not None and r not in QUIET and a not in inside and (r != SIZE or a in computed)
                 d = max(d, depth[a] + in_torch)
             depth[n] = d
             if n.op == "call_function" and (reasons.get(n.name) is None or n in inside):
@@ -229,7 +234,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
     calls = [n for n in g.graph.nodes if n.op == "call_function"]
     parts = [Partition(nodes=p) for p in stages(g, reasons)
              if any(_packet(n.target) not in VIEW_OPS for n in p if n.target is not operator.getitem)]
-    torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE, SEED) and n.target is not operator.getitem]
+    torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE, *QUIET) and n.target is not operator.getitem]
     fused = fuse_by_partitions(g, [p.nodes for p in parts], prefix="fused_") if parts else g
     shape_env = _shape_env(gm)
     regions = []

@@ -77,6 +77,21 @@ def test_mlp_round_trip_and_text():
     assert n.loc == SourceLoc("m.py", 12, "fc1")
 
 
+def test_an_attribute_left_out_as_its_default_none_reads_back_and_compiles():
+    """A sum over every axis prints no ``axes`` (its default, None); read back, the node has
+    axes=None again, so a dump with a loss's sum resumes through lowering (it raised a TypeError)."""
+    import braze
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("n"), 3))
+    b.ret(b.op("reduce_sum", [x], axes=None, keepdims=False))
+    text = str(b.module)
+    assert "axes" not in text
+    back = parse(text)
+    assert back.main.nodes[0].attrs["axes"] is None and str(back) == text
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(braze.compile(back)(a), a.sum())
+
+
 @needs("split", "slice", "reshape", "concat")
 def test_symbolic_attributes_round_trip():
     b = Builder()

@@ -60,21 +60,28 @@ def test_conv2d(cin, cout, k, stride, pad, dil, groups, bias):
         assert_close_scaled(R.run(m, x), ref.numpy())
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("cin,cout,k,stride,pad,dil,groups,bias", CONV_CASES)
-def test_conv2d_gradients(cin, cout, k, stride, pad, dil, groups, bias):
+def test_conv2d_gradients(cin, cout, k, stride, pad, dil, groups, bias, layout):
     """conv2d_backward_input / _weight against torch autograd: the NumPy reference, and the native
-    build (oneDNN's backward convolutions) with the batch and the image size symbolic."""
+    build (oneDNN's backward convolutions) with the batch and the image size symbolic. Layout nhwc
+    (the layout pass's): grad, x and the input's gradient channels-last, which oneDNN reads as they
+    are (the input gradient reads x for its shape alone)."""
     kh, kw = _pair(k)
-    sh, sw = _pair(stride)
-    dh, dw = _pair(dil)
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dil)
     pt, pl, pb, pr = pad
     if (pt, pl) != (pb, pr):
         pytest.skip("torch's convolution_backward pads symmetrically")
-    attrs = {"stride": (sh, sw), "padding": pad, "dilation": (dh, dw), "groups": groups}
+    attrs = {"stride": (sh, sw), "padding": pad, "dilation": (dh, dw), "groups": groups, "layout": layout}
     oh = (H + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (W + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    m, _ = build([tensor("f32", N, cout, oh, ow), tensor("f32", N, cin, H, W), tensor("f32", cout, cin // groups, kh, kw)],
-                 lambda b, g, x, w: (b.conv2d_backward_input(g, x, w, **attrs), b.conv2d_backward_weight(g, x, w, **attrs)))
+    act = (lambda n, c, h, w: (n, h, w, c)) if layout == "nhwc" else (lambda n, c, h, w: (n, c, h, w))
+    to = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))) if layout == "nhwc" else (lambda a: a)
+    wt = tensor("f32", cout, cin // groups, kh, kw)
+    m, (dx, dw_) = build([tensor("f32", *act(N, cout, oh, ow)), tensor("f32", *act(N, cin, H, W)), wt],
+                         lambda b, g, x, w: (b.conv2d_backward_input(g, x, w, **attrs),
+                                             b.conv2d_backward_weight(g, x, w, **attrs)))
+    assert dx.type.shape == act(N, cin, H, W) and dw_.type.shape == wt.shape
     native = braze.compile(m) if onednn.available() else None
     for n, h, wd in ((1, 9, 9), (2, 16, 11), (3, 13, 20)):
         x = torch.from_numpy(rand(RNG, (n, cin, h, wd))).requires_grad_()
@@ -82,9 +89,9 @@ def test_conv2d_gradients(cin, cout, k, stride, pad, dil, groups, bias):
         y = F.conv2d(x, w, None, (sh, sw), (pt, pl), (dh, dw), groups)
         g = torch.from_numpy(rand(RNG, tuple(y.shape)))
         y.backward(g)
-        args = (g.numpy(), x.detach().numpy(), w.detach().numpy())
+        args = (to(g.numpy()), to(x.detach().numpy()), w.detach().numpy())
         for got in [R.run(m, *args)] + ([native(*args)] if native else []):
-            assert_close_scaled(got[0], x.grad.numpy(), what="input gradient")
+            assert_close_scaled(got[0], to(x.grad.numpy()), what="input gradient")
             assert_close_scaled(got[1], w.grad.numpy(), what="weight gradient")
 
 
@@ -231,14 +238,14 @@ def test_max_pool2d_indices_and_backward(kernel, stride, pad, dil, ceil_mode):
 
 @pytest.mark.parametrize("kernel,stride,pad,dil,ceil_mode", POOL_CASES[:3])
 def test_max_pool2d_indices_and_backward_in_nhwc(kernel, stride, pad, dil, ceil_mode):
-    """layout nhwc (the layout pass's): the activations channels-last, the same plane positions; the
-    backward's x, whose shape alone it reads, stays NCHW."""
+    """layout nhwc (the layout pass's): the activations channels-last (the backward's x too, whose
+    shape alone it reads), the same plane positions."""
     attrs = {"kernel": kernel, "stride": stride, "padding": pad, "dilation": dil, "ceil_mode": ceil_mode,
              "layout": "nhwc"}
     m, out = build([tensor("f32", N, H, W, C)], lambda b, x: b.max_pool2d_indices(x, **attrs))
     oh, ow = out.type.shape[1:3]
-    mb, _ = build([tensor("f32", N, oh, ow, C), tensor("f32", N, C, H, W), tensor("i64", N, oh, ow, C)],
-                  lambda b, g, x, i: b.max_pool2d_backward(g, x, i, **attrs))  # x: the shape, NCHW
+    mb, _ = build([tensor("f32", N, oh, ow, C), tensor("f32", N, H, W, C), tensor("i64", N, oh, ow, C)],
+                  lambda b, g, x, i: b.max_pool2d_backward(g, x, i, **attrs))
     native, native_b = braze.compile(m), braze.compile(mb)
     nhwc = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1)))
     for n, c, h, w in ((1, 1, 7, 7), (2, 17, 8, 9), (3, 5, 15, 6)):
@@ -249,7 +256,7 @@ def test_max_pool2d_indices_and_backward_in_nhwc(kernel, stride, pad, dil, ceil_
         g = torch.from_numpy(rand(RNG, tuple(want.shape)))
         want_g = torch.ops.aten.max_pool2d_with_indices_backward(g, torch.from_numpy(x), kernel, stride, pad[:2], dil,
                                                                 ceil_mode, want)
-        args = (nhwc(g.numpy()), x, nhwc(want.numpy()))
+        args = (nhwc(g.numpy()), nhwc(x), nhwc(want.numpy()))
         for got in (R.run(mb, *args), native_b(*args)):
             assert_close(got, nhwc(want_g.numpy()))
 

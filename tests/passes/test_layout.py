@@ -57,9 +57,9 @@ def test_a_global_average_pool_reads_nhwc_where_it_is():
 
 def test_a_max_pools_indices_and_backward_run_in_nhwc():
     """A training step's pool: in the forward graph the indices run channels-last beside the pool;
-    in the backward graph (its inputs saved by the forward, NCHW) the input's gradient does too,
-    its NCHW loops having gathered across planes (0.5 and 0.9 ms of a 16 ms convnet step), and the
-    saved activation x, whose shape alone it reads, is not transposed."""
+    in the backward graph the input's gradient does too (its NCHW loops had gathered across planes:
+    0.5 and 0.9 ms of a 16 ms convnet step), and the saved activation x and indices, which the
+    plug-in hands over channels-last (permuted to NCHW in the graph), are read as they are."""
     b = Builder()
     n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
     x = b.param("x", tensor("f32", n, 8, h, w))
@@ -69,20 +69,22 @@ def test_a_max_pools_indices_and_backward_run_in_nhwc():
     b = Builder()
     n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
     oh, ow = (h - 2) // 2 + 1, (w - 2) // 2 + 1
-    g, x, idx = b.param("g", tensor("f32", n, 8, oh, ow)), b.param("x", tensor("f32", n, 8, h, w)), \
-        b.param("idx", tensor("i64", n, 8, oh, ow))
-    b.ret(b.op("max_pool2d_backward", [b.relu(g), x, idx], kernel=(2, 2)))
+    g, x, idx = b.param("g", tensor("f32", n, 8, oh, ow)), b.param("x", tensor("f32", n, h, w, 8)), \
+        b.param("idx", tensor("i64", n, oh, ow, 8))
+    to_nchw = (lambda v: b.op("permute", [v], perm=(0, 3, 1, 2)))
+    b.ret(b.op("max_pool2d_backward", [b.relu(g), to_nchw(x), to_nchw(idx)], kernel=(2, 2)))
     bwd = b.module
     rng = np.random.default_rng(1)
+    nhwc = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1)))
     xs = [rng.standard_normal((k, 8, hh, ww)).astype(np.float32) for k, hh, ww in ((1, 4, 4), (2, 7, 9))]
-    cases = [(rng.standard_normal((a.shape[0], 8, a.shape[2] // 2, a.shape[3] // 2)).astype(np.float32), a,
-              reference.run(fwd, a)) for a in xs]
+    cases = [(rng.standard_normal((a.shape[0], 8, a.shape[2] // 2, a.shape[3] // 2)).astype(np.float32), nhwc(a),
+              nhwc(reference.run(fwd, a))) for a in xs]
     want = [reference.run(bwd, *c) for c in cases]
     fwd, bwd = (dce(cse(canonicalize(channels_last(m)))) for m in (fwd, bwd))
     (ind,) = [nd for nd in fwd.main.nodes if nd.op == "max_pool2d_indices"]
     (back,) = [nd for nd in bwd.main.nodes if nd.op == "max_pool2d_backward"]
     assert ind.attrs["layout"] == back.attrs["layout"] == "nhwc"
-    assert back.inputs[1].producer is None  # the graph's NCHW input itself, not a transpose of it
+    assert back.inputs[1].producer is None and back.inputs[2].producer is None  # the inputs themselves
     for a, c, wnt in zip(xs, cases, want):
-        np.testing.assert_array_equal(reference.run(fwd, a), c[2])
+        np.testing.assert_array_equal(nhwc(reference.run(fwd, a)), c[2])
         np.testing.assert_allclose(reference.run(bwd, *c), wnt, rtol=1e-5, atol=1e-5)

@@ -172,7 +172,7 @@ def _batch(model, b, seed):
         return torch.randn(b, 2 + b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
     if isinstance(model, Conv1dNet):
         return torch.randn(b, 3, 5 + b, generator=g), torch.randint(0, 5, (b,), generator=g)
-    if isinstance(model, (SmallCNN, BNNet, ConvNet)):
+    if isinstance(model, (SmallCNN, BNNet, BNPoolNet, ConvNet)):
         hw = 6 + 2 * (b % 3)
         return torch.randn(b, 3, hw, hw, generator=g), torch.randint(0, 5, (b,), generator=g)
     return torch.randn(b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
@@ -316,6 +316,48 @@ def test_batch_norm_trains_with_batch_statistics(fresh_warnings):
     assert int(mb.bn.num_batches_tracked) == int(m.bn.num_batches_tracked) == len(batches)
     assert not any("batch_norm" in t and "_backward" not in t for t in texts), texts  # the forward's is braze's
     assert run[1] > 0 and run[2] > 0
+
+
+class BNPoolNet(nn.Module):
+    """convolution, batch norm, relu and a max pool, then another convolution: every activation the
+    backward reads is made channels-last."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.bn = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.b, self.fc = nn.Conv2d(8, 8, 3, padding=1), nn.Linear(8, 5)
+
+    def forward(self, x, y):
+        h = F.max_pool2d(torch.relu(self.bn(self.a(x))), 2)
+        return F.cross_entropy(self.fc(torch.relu(self.b(h)).mean((2, 3))), y)
+
+
+def test_saved_activations_cross_channels_last(fresh_warnings):
+    """The forward returns the activations it computes in NHWC with channels-last strides, and the
+    backward's library reads them as they are: every 4-D tensor it is handed is contiguous (a
+    transposed one would have been copied first), some of them NHWC (8 channels last, images of
+    6x6 and 10x10); losses and weights as eager's."""
+    from braze.runtime.loader import NativeFunction
+    handed = []
+    call = NativeFunction.__call__
+
+    def record(fn, *args):
+        handed.extend((tuple(a.shape), a.is_contiguous()) for a in args if isinstance(a, torch.Tensor) and a.dim() == 4)
+        return call(fn, *args)
+    mb, run, texts = _train_both(BNPoolNet(), (3, 5, 2))  # compiles both graphs
+    m = mb.train()
+    c = torch.compile(copy.deepcopy(m), backend="braze", dynamic=True)
+    x, y = _batch(BNNet(), 5, 1)
+    loss = c(x, y)
+    NativeFunction.__call__ = record
+    try:
+        loss.backward()
+    finally:
+        NativeFunction.__call__ = call
+    assert not texts, texts
+    assert handed and all(ok for _, ok in handed), handed
+    assert any(shape[-1] == 8 and shape[1] != 8 for shape, _ in handed), handed
 
 
 @pytest.mark.parametrize("kv_heads, mode", [(4, "causal"), (2, "causal"), (4, "padding")])

@@ -2,9 +2,14 @@
  * Follows braze_dnnl_conv.c in one translation unit (see onednn.helper_text).
  *
  * Both take a geometry from braze_conv_geometry (its layout: the activations' NCHW or NHWC) and
- * the plain weight [OC, IC/groups, KH, KW]. oneDNN picks each primitive's own layouts (`any`); the
- * plain tensors are reordered into and out of them around the call, which is what the fast
- * (JIT, blocked) backward kernels need: on plain layouts oneDNN falls back to im2col + GEMM. */
+ * the plain weight [OC, IC/groups, KH, KW]. oneDNN picks the weights' layout (`any`), and the
+ * activations' too when they are NCHW: on plain NCHW oneDNN falls back to im2col + GEMM, so those
+ * are reordered into its blocked layout and back around the call. NHWC activations are used as
+ * they are: oneDNN's backward kernels read channels-last directly. Measured on a small convnet's
+ * training step (Zen 5, 2 threads): the NCHW activations' reorders took 1.1 ms of the step's 6.7 ms
+ * in oneDNN. Some weight gradients run slower on NHWC than on the blocked layout (16x32x48x48 into
+ * 64 3x3 filters, stride 2: 1.27 against 0.76 ms), but reordering NHWC into it costs more still
+ * (the step's four weight gradients: 2.8 ms a step with the reorders, 2.7 ms without). */
 
 /* ------------------------------------------------------------------ backward */
 
@@ -65,8 +70,9 @@ static int make_conv_bwd(cache_entry *e, void *p, char *err, int errlen) {
     {
         int64_t OH = CONV_OH(P, c->H), OW = CONV_OW(P, c->W);
         dnnl_dims_t sd = {c->N, P->IC, c->H, c->W}, dd = {c->N, P->OC, OH, OW};
-        DN(dnnl_memory_desc_create_with_tag(&src_any, 4, sd, dnnl_f32, dnnl_format_tag_any));
-        DN(dnnl_memory_desc_create_with_tag(&dst_any, 4, dd, dnnl_f32, dnnl_format_tag_any));
+        dnnl_format_tag_t act = P->layout ? dnnl_nhwc : dnnl_format_tag_any;
+        DN(dnnl_memory_desc_create_with_tag(&src_any, 4, sd, dnnl_f32, act));
+        DN(dnnl_memory_desc_create_with_tag(&dst_any, 4, dd, dnnl_f32, act));
         if (P->G == 1) {
             dnnl_dims_t wd = {P->OC, P->IC, P->KH, P->KW};
             DN(dnnl_memory_desc_create_with_tag(&wei_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
