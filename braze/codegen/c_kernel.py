@@ -20,32 +20,21 @@ from __future__ import annotations
 
 import math
 
-from ..errors import BrazeError, UnsupportedOpError
+from ..errors import BrazeError
 from ..ir import loop as L
 from ..ir import sym as S
 from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kernel, Let, Load, Reduce, Select,
                        Store, Unary, Var)
 from ..ir.types import DType
 from .c_expr import c_int_lit, int_expr
+from .c_reduce import ReductionsC
+from .c_types import HALF_SFX, UNSIGNED, ctype
 
-F32, F64, BOOL, I64 = DType.float32, DType.float64, DType.bool, DType.int64
+F32, BOOL, I64 = DType.float32, DType.bool, DType.int64
 
 # float32 functions of braze_vmath.h: bz_v<fn> (vector) and bz_s<fn> (scalar), bit-identical
 _VMATH = ("exp", "expm1", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh", "sin", "cos", "log1p")
 
-CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
-         DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t",
-         DType.bfloat16: "uint16_t", DType.float16: "uint16_t"}  # 16-bit floats: their bits (braze_half.h)
-
-# 16-bit float storage: braze_half.h's bz_<sfx>_to_f32, bz_f32_to_<sfx>, bz_ld_<sfx>, bz_st_<sfx>
-HALF_SFX = {DType.bfloat16: "bf16", DType.float16: "f16"}
-
-# int32/int64 arithmetic is done in the unsigned type of the same width (defined wrap-around);
-# narrower ints are promoted to int, which cannot overflow, and converted back
-_UNSIGNED = {DType.int64: "uint64_t", DType.int32: "uint32_t"}
-
-_INT_LIMITS = {DType.int64: ("INT64_MIN", "INT64_MAX"), DType.int32: ("INT32_MIN", "INT32_MAX"),
-               DType.int8: ("INT8_MIN", "INT8_MAX"), DType.uint8: ("0", "UINT8_MAX"), DType.bool: ("0", "1")}
 
 
 def vector_bytes_of(isa) -> int:
@@ -75,14 +64,6 @@ def c_prelude(isa=None) -> str:
     vb = vector_bytes_of(isa)
     return (f"#ifndef BZ_VB\n#define BZ_VB {vb}\n#endif\n#include \"braze_vec.h\"\n"
             "#include <stdint.h>\n#include <math.h>\n" + UNITS_C)
-
-
-def ctype(dt: DType) -> str:
-    try:
-        return CTYPE[dt]
-    except KeyError:
-        raise UnsupportedOpError(f"generated kernels do not support dtype {dt.name} yet",
-                                 hint="cast to float32 around the kernel") from None
 
 
 def buffer_cname(b) -> str:
@@ -117,8 +98,6 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
             f"    (void)bufs; (void)syms;\n    return {k.name}({', '.join(args)});\n}}\n")
 
 
-NACC = 4  # independent vector accumulators of a contiguous float32 reduction
-
 # Output bytes from which a kernel's vector stores bypass the caches (non-temporal): no read
 # for ownership, no eviction of what the kernel still reads. Measured here (2 threads,
 # x + 1 over float32 arrays; 480 MiB L3 shared with other tenants): streaming costs 5% at
@@ -129,7 +108,7 @@ STREAM_BYTES = 48 << 20
 _FAIL = "__atomic_store_n(&bz_fail, 1, __ATOMIC_RELAXED);"
 
 
-class _Gen:
+class _Gen(ReductionsC):
     def __init__(self, k: Kernel, vb: int):
         self.k = k
         self.vb = vb
@@ -311,7 +290,7 @@ class _Gen:
                 return f"bz_s{fn}({x})"
             return m[fn]
         t = ctype(dt)
-        u = _UNSIGNED.get(dt)
+        u = UNSIGNED.get(dt)
         neg = f"({t})(0 - ({u})({x}))" if u else f"({t})(-{x})"  # wraps at the minimum, as numpy and torch
         m = {"neg": neg, "abs": f"({x} < 0 ? {neg} : {x})", "not": f"(uint8_t)(!{x})",
              "floor": x, "ceil": x, "round": x}
@@ -334,7 +313,7 @@ class _Gen:
             return f"({t})({a} {dict(**{'and': '&', 'or': '|', 'xor': '^'})[op]} {b})"
         if op in ("add", "sub", "mul"):
             sym = dict(add='+', sub='-', mul='*')[op]
-            u = _UNSIGNED.get(dt)
+            u = UNSIGNED.get(dt)
             if u:  # wrap on overflow (signed overflow is undefined in C; the compiler may exploit it)
                 return f"({t})(({u})({a}) {sym} ({u})({b}))"
             return f"({t})({a} {sym} {b})"
@@ -342,153 +321,6 @@ class _Gen:
             return f"({a} {'>' if op == 'max' else '<'} {b} ? {a} : {b})"
         fn = {"div": "bz_idiv", "mod": "bz_imod", "fmod": "bz_ifmod", "pow": "bz_ipow"}[op]
         return f"({t}){fn}({a}, {b})"
-
-    def _init(self, op, dt) -> str:
-        if op == "sum":
-            return self.const(Const(0, dt))
-        if op == "prod":
-            return self.const(Const(1, dt))
-        if dt.is_float:
-            return self.const(Const(-math.inf if op == "max" else math.inf, dt))
-        lo, hi = _INT_LIMITS[dt]
-        return lo if op == "max" else hi
-
-    def _combine(self, op, acc, v, dt) -> str:
-        if op in ("sum", "prod"):
-            sym = "+" if op == "sum" else "*"
-            u = _UNSIGNED.get(dt)
-            if u:  # wrap on overflow
-                return f"{acc} = ({ctype(dt)})(({u}){acc} {sym} ({u})({v}));"
-            return f"{acc} {sym}= {v};"
-        if dt.is_float:
-            f = "f" if dt == F32 else "d"
-            return f"{acc} = bz_{op}{f}({acc}, {v});"
-        return f"{acc} = ({v} {'>' if op == 'max' else '<'} {acc}) ? {v} : {acc};"
-
-    def _open_loops(self, loops):
-        for v, ext in loops:
-            n = self.tmp("n")
-            self.line(f"const int64_t {n} = {self.ic(ext)};")
-            self.line(f"for (int64_t {v.name} = 0; {v.name} < {n}; {v.name}++) {{")
-            self.ind += 1
-            self.push()
-
-    def _close_loops(self, loops):
-        for _ in loops:
-            self.pop()
-            self.ind -= 1
-            self.line("}")
-
-    def sreduce(self, e: Reduce) -> str:
-        dt = e.dtype
-        if e.vector and self.vl and dt == F32 and not (self.tail_of is not None and self.tail_of in self.flv(e)):
-            return self.sreduce_vector(e)
-        acc = self.tmp("acc")
-        if e.op in ("argmax", "argmin"):
-            bt = ctype(e.body.dtype)
-            best = self.tmp("best")
-            self.line(f"int64_t {acc} = -1;")
-            self.line(f"{bt} {best} = 0;")
-            self._open_loops(e.loops)
-            v = self.sx(e.body)
-            cmpop = ">" if e.op == "argmax" else "<"
-            pos = e.loops[-1][0].name
-            self.line(f"if ({acc} < 0 || {v} {cmpop} {best} || ({v} != {v} && {best} == {best})) "
-                      f"{{ {best} = {v}; {acc} = {pos}; }}")
-            self._close_loops(e.loops)
-            self.line(f"if ({acc} < 0) {acc} = 0;")
-            return acc
-        wide = e.op == "sum" and dt == F32  # float32 sums accumulate in double
-        self.line(f"{'double' if wide else ctype(dt)} {acc} = {self._init(e.op, dt)};")
-        saved = self.vvar
-        self.vvar = None
-        self._open_loops(e.loops)
-        self.line(self._combine(e.op, acc, self.sx(e.body), dt))
-        self._close_loops(e.loops)
-        self.vvar = saved
-        return self._narrow(acc, wide)
-
-    def _vbody(self, e: Reduce, r, lane0: str):
-        """The reduction's body as a vector at ``r + lane0`` (a fresh scope: nothing that depends
-        on ``r`` is shared with another copy)."""
-        saved = self.vvar, self.vec_vars, dict(self.rename)
-        self.vvar, self.vec_vars = r, set()
-        if lane0 != "0":
-            self.rename[r.name] = f"({r.name} + {lane0})"
-        self.push(barrier=r)
-        v, isv = self.emit(e.body)
-        self.pop()
-        self.vvar, self.vec_vars, self.rename = saved
-        return v if isv else f"bz_splat({v})"
-
-    def sreduce_vector(self, e: Reduce) -> str:
-        """A float32 reduction over a contiguous innermost loop, in float32 vectors: ``NACC``
-        independent accumulators (the adds overlap instead of waiting on each other), then
-        one, then a scalar tail of fewer than VL elements (a sum's in double, so a short row
-        sums as vreduce's lanes do); combined pairwise at the end. A sum's error is at most
-        (n/(NACC*VL) + NACC + log2(VL) + 2) * 2^-24 * sum|x| (docs/semantics.md)."""
-        op, vl = e.op, self.vl
-        init = self._init(op, F32)
-        step = {"sum": "{a} += {v};", "prod": "{a} *= {v};", "max": "{a} = bz_vmax({a}, {v});",
-                "min": "{a} = bz_vmin({a}, {v});"}[op]
-        join = {"sum": "({a} + {b})", "prod": "({a} * {b})", "max": "bz_vmax({a}, {b})",
-                "min": "bz_vmin({a}, {b})"}[op]
-        wide = op == "sum"
-        acc = self.tmp("acc")
-        self.line(f"{'double' if wide else 'float'} {acc} = {init};")
-        vaccs = [self.tmp("vacc") for _ in range(NACC)]
-        for a in vaccs:
-            self.line(f"bz_vf {a} = bz_splat({init});")
-        self._open_loops(e.loops[:-1])
-        r, ext = e.loops[-1]
-        n = self.tmp("n")
-        self.line(f"const int64_t {n} = {self.ic(ext)};")
-        self.line(f"int64_t {r.name} = 0;")
-        self.line(f"for (; {r.name} + {NACC * vl} <= {n}; {r.name} += {NACC * vl}) {{")
-        self.ind += 1
-        for k, a in enumerate(vaccs):
-            self.line("{")  # a block per copy: each declares what its body computes
-            self.ind += 1
-            self.line(step.format(a=a, v=self._vbody(e, r, str(k * vl))))
-            self.ind -= 1
-            self.line("}")
-        self.ind -= 1
-        self.line("}")
-        self.line(f"for (; {r.name} + {vl} <= {n}; {r.name} += {vl}) {{")
-        self.ind += 1
-        self.line(step.format(a=vaccs[0], v=self._vbody(e, r, "0")))
-        self.ind -= 1
-        self.line("}")
-        self.line(f"for (; {r.name} < {n}; {r.name}++) {{")
-        self.ind += 1
-        self.push(barrier=r)
-        saved = self.vvar
-        self.vvar = None
-        self.line(self._combine(op, acc, self.sx(e.body), F32))
-        self.vvar = saved
-        self.pop()
-        self.ind -= 1
-        self.line("}")
-        self._close_loops(e.loops[:-1])
-        while len(vaccs) > 1:
-            half = len(vaccs) // 2
-            for a, b in zip(vaccs[:half], vaccs[half:]):
-                self.line(f"{a} = {join.format(a=a, b=b)};")
-            vaccs = vaccs[:half]
-        h = {"sum": "bz_hsum", "prod": "bz_hprod", "max": "bz_hmax", "min": "bz_hmin"}[op]
-        if not wide:
-            self.line(self._combine(op, acc, f"{h}({vaccs[0]})", F32))
-            return acc
-        name = self.tmp("sum")
-        self.line(f"const float {name} = bz_hsum({vaccs[0]}) + (float){acc};")
-        return name
-
-    def _narrow(self, acc, wide):
-        if not wide:
-            return acc
-        name = self.tmp("sum")
-        self.line(f"const float {name} = (float){acc};")
-        return name
 
     # vector ----------------------------------------------------------------
     def vx(self, e) -> str:
@@ -590,25 +422,6 @@ class _Gen:
         self.line("}")
         return name
 
-    def vreduce(self, e: Reduce) -> str:
-        """One output per lane. A sum accumulates in double as sreduce's does: the same value
-        computed by both (a tail, or a second output of the kernel) has the same bits."""
-        acc = self.tmp("vacc")
-        if e.op == "sum":
-            self.line(f"bz_vd2 {acc} = (bz_vd2){{0}};")
-        else:
-            self.line(f"bz_vf {acc} = bz_splat({self._init(e.op, F32)});")
-        self._open_loops(e.loops)
-        v = self.vx(e.body)
-        self.line({"sum": f"{acc} += __builtin_convertvector({v}, bz_vd2);", "prod": f"{acc} *= {v};",
-                   "max": f"{acc} = bz_vmax({acc}, {v});", "min": f"{acc} = bz_vmin({acc}, {v});"}[e.op])
-        self._close_loops(e.loops)
-        if e.op != "sum":
-            return acc
-        name = self.tmp("vsum")
-        self.line(f"const bz_vf {name} = __builtin_convertvector({acc}, bz_vf);")
-        return name
-
     # --- statements -----------------------------------------------------------
     def stmt(self, s):
         if isinstance(s, For):
@@ -649,6 +462,9 @@ class _Gen:
             code, vec = self.emit(s.value)
             if not vec:
                 code = self.vx(s.value)
+            if s.buffer.dtype == BOOL:
+                self.line(f"bz_st_mask(&{buffer_cname(s.buffer)}[{self.offset(s.index)}], {code});")
+                return
             flag = self.stream.get(s.buffer.name)
             if flag:
                 self.line(f"bz_st_nt(&{buffer_cname(s.buffer)}[{self.offset(s.index)}], {code}, {flag});")
@@ -664,6 +480,7 @@ class _Gen:
     def body(self, stmts):
         """``stmts`` as a C block's statements; the buffers they allocate are freed at its end."""
         self.frees.append([])
+        self.jam_sums(stmts)
         for s in stmts:
             self.stmt(s)
         for b in reversed(self.frees.pop()):  # each closes the "if allocated" brace opened after it

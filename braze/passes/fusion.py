@@ -28,7 +28,9 @@ dims known to be equal fuse whatever their values):
      consumer's index (through views and broadcasts); otherwise the two merge
      only when every output of the merged group has one shape (multi-output).
    * reduction: producers into a reduction, and elementwise consumers over the
-     reduction's output shape.
+     reduction's output shape. A cheap pointwise producer that other groups read too
+     stays out (merged, the reduction would write its full-size values for them); rule 3
+     computes it again in each reader instead.
    * stitch: reductions and ``softmax``/``log_softmax``/``layer_norm``/``rms_norm``
      over the same trailing axes of the same shape ``F = rows + reduced``, with
      the elementwise nodes between and after them, when every node after a
@@ -49,7 +51,11 @@ consumer would evaluate it once per element of the broadcast. A RoPE table
 (``cos``/``sin`` of ``arange * inv_freq``, [seq, 64]) read by every attention
 head of every layer is computed once per call, in a group of its own, not in each
 of the 2 x layers consumers at batch x heads times its size.
-4. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
+4. reduction groups that read a value in common and reduce the same shape over the same
+   axes to one result shape, neither reading the other's result, merge (``merge_siblings``:
+   batch norm's backward sums dy and dy * (x - mean)); then rule 2 again. The kernel computes
+   them in one nest, and the C code in one loop over the rows (``codegen/c_reduce.jam_sums``).
+5. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
 
 No merge may create a cycle: two groups never merge when one reaches the
 other through a third. ``fuse(module)`` mutates the module and returns it with its
@@ -324,18 +330,33 @@ class _Fuser:
     def _row_shapes(self, rows, k):
         return (tuple(rows) + (1,) * k, tuple(rows))
 
+    def _siblings(self, nodes, reds, infos) -> bool:
+        """Reductions (not norms) over one shape and the same axes to one result shape, none reading
+        another's result: one nest computes them all (``merge_siblings``)."""
+        st = self.store
+        (full, axes), o = infos[0], reds[0].outputs[0].type.shape
+        if any(node_class(r) != "red" for r in reds):
+            return False
+        if len(reds) == 1:
+            return True
+        if any(ax != axes or not same_shape(st, fs, full) or not same_shape(st, r.outputs[0].type.shape, o)
+               for r, (fs, ax) in zip(reds, infos)):
+            return False
+        red_ids = {id(r) for r in reds}
+        return not any(id(n) in red_ids and n is not r for r in reds for n in self._downstream(nodes, [r]))
+
     def _validate_reduction(self, nodes, reds, esc):
         st = self.store
         infos = [_reduced_axes(r) for r in reds]
         down = self._downstream(nodes, reds)
         red_ids = {id(r) for r in reds}
-        if len(reds) == 1 and node_class(reds[0]) == "red":
+        if self._siblings(nodes, reds, infos):
             r = reds[0]
             full, _ = infos[0]
             o = r.outputs[0].type.shape
             down_ids = {id(n) for n in down}
             ok = all(_is_elementwise(n) and same_shape(st, n.outputs[0].type.shape, o)
-                     for n in down if n is not r)
+                     for n in down if id(n) not in red_ids)
             ok = ok and all(same_shape(st, v.type.shape, o) if id(v.producer) in down_ids
                             else (same_shape(st, v.type.shape, full) or same_shape(st, v.type.shape, o))
                             for v in esc)
@@ -470,13 +491,48 @@ class _Fuser:
                         if c.kind in ("gemm", "conv", "opaque"):
                             continue
                         kind = self.validate(g.nodes + c.nodes)
-                        if kind is None or self.would_cycle([g, c]) or self.amplifies(g, c):
+                        if kind is None or self.would_cycle([g, c]) or self.amplifies(g, c) or \
+                                self._recomputable(g, c, kind):
                             continue
                         # keep the producer-first order of the members for a stable gid
                         self.merge([g, c], kind)
                         merges += 1
                         changed = again = True
                         break
+        return merges
+
+    def _recomputable(self, g: Group, c: Group, kind: str) -> bool:
+        """Whether pointwise ``g``, read by reduction ``c`` and by other groups as well, should stay
+        out of ``c``: merged, ``c`` would write ``g``'s full-size values for the others to read
+        (batch norm's backward wrote dy and x - mean); apart, ``duplicate`` computes it again in
+        each reader from its inputs."""
+        if g.kind != "pointwise" or kind != "reduction" or len(g.nodes) > MAX_DUP_NODES:
+            return False
+        return any(h is not c for h in self.succs(g))
+
+    def merge_siblings(self) -> int:
+        """Reduction groups that read a value in common and reduce alike (``_siblings``: batch norm's
+        backward sums dy and dy * (x - mean) over N, H and W) become one group: one nest reads the
+        inputs once for all of them."""
+        merges = 0
+        readers: dict[int, list[Group]] = {}
+        for g in self.groups:
+            if g.alive and g.kind == "reduction":
+                ids = {id(n) for n in g.nodes}
+                for v in {id(v): v for n in g.nodes for v in n.inputs
+                          if v is not None and (v.producer is None or id(v.producer) not in ids)
+                          and (v.producer is None or v.producer.op != "constant")}.values():
+                    readers.setdefault(id(v), []).append(g)
+        for gs in readers.values():
+            for i, g in enumerate(gs):
+                for h in gs[i + 1:]:
+                    if g is h or not g.alive or not h.alive:
+                        continue
+                    if self.validate(g.nodes + h.nodes) == "reduction" and not self.would_cycle([g, h]):
+                        first, second = sorted((g, h), key=self.lo)
+                        self.merge([first, second], "reduction")
+                        merges += 1
+                        self.log.append(f"siblings: {self._describe(first)}")
         return merges
 
     def duplicate(self) -> int:
@@ -668,6 +724,8 @@ class _Fuser:
             if not self.duplicate():
                 break
         self.merge_loop()
+        if self.merge_siblings():
+            self.merge_loop()
         records = self.emit(used_names, counter)
         kinds = Counter(r["kind"] for r in records)
         self.log.insert(0, f"@{self.f.name}: {n0} nodes -> {len(records)} groups (" +

@@ -15,6 +15,9 @@ and joining a parallel region costs 0.7 us with the threads spinning, 1.25 us af
 store, 0.445 ns per element; GELU: 26 units, 1.02 ns; ``benchmarks/math_ulp.py``). Two
 threads pay when the work takes more than twice the region's cost, 2.5 us: 65536 units.
 
+Long float32 sums over few vector lanes (a batch norm's statistics over NHWC rows) run in
+parts of rows first (``part_sums``), the parts in parallel where no loop is outside them.
+
 Runs after ``vectorize`` (it splits the loops that stage marked, and reads their kinds).
 """
 
@@ -25,9 +28,12 @@ from dataclasses import replace
 from ..ir import loop as L
 from ..ir import sym as S
 from ..ir.loop import For, Kernel, Let, Store
+from ..ir.types import DType
 from .cost import STORE_COST, split_cost
-from .nest import loop_chain, next_loop_index, subs_store, with_body
+from .nest import fresh_name, loop_chain, next_loop_index, subs_store, used_names, with_body
+from .part_sums import sums_in_parts
 
+F32 = DType.float32
 GRAIN = 65536  # work units (about 2.6 us of vector code) below which threads cost more than they give
 CHUNK = 4096  # elements per parallel chunk of a one-loop nest
 # elements per parallel chunk of a one-loop nest whose elements each reduce many (a batch norm's
@@ -91,26 +97,40 @@ def _chunked(f: For, work, chunk: int) -> For:
     return For(c, n, [inner], "parallel", work=_one_is_none(work, n), grain=GRAIN)
 
 
-def _parallel_nest(f: For) -> For:
-    """``f`` laid out for threads."""
+def _parallel_nest(f: For, new_buffer) -> list:
+    """``f`` laid out for threads: one nest, or the statements of its sums in parts
+    (``part_sums``), whose parts then run in parallel where no loop is outside them."""
+    if (parts := sums_in_parts(f, new_buffer)) is not None:
+        if len(parts) == 1:
+            f = parts[0]  # an outer loop: it runs in parallel below, its parts one after the other
+        else:
+            nest = parts[-2]
+            return parts[:-2] + [replace(nest, kind="parallel", work=_one_is_none(_work([f]), nest.extent),
+                                         grain=GRAIN), parts[-1]]
     chain = loop_chain(f)
     work = _work([f])
     if len(chain) == 1 and f.kind == "vector":
         if not all(isinstance(s, Store) and s.flat for s in f.body):
-            return f
+            return [f]
         reduces = any(isinstance(y, L.Reduce) for s in f.body for y in L.walk(s.value))
         chunk = REDUCE_CHUNK if reduces else CHUNK
         if isinstance(f.extent, int) and f.extent <= chunk:
-            return f
-        return _chunked(f, work, chunk)
-    return replace(f, body=list(f.body), kind="parallel", work=_one_is_none(work, f.extent), grain=GRAIN)
+            return [f]
+        return [_chunked(f, work, chunk)]
+    return [replace(f, body=list(f.body), kind="parallel", work=_one_is_none(work, f.extent), grain=GRAIN)]
 
 
 def parallelize(kernel: Kernel) -> Kernel:
     """Every nest's outer loop, parallel above a grain of work."""
+    names = used_names(kernel)
+    taken = frozenset(b.name for b in kernel.buffers)
+
+    def new_buffer(shape):
+        return L.Buffer(fresh_name(names, "part", taken), F32, shape, "temp")
     with L.kernel_names(next_loop_index(kernel)):
-        body = [_parallel_nest(s) if isinstance(s, For) and s.kind in ("serial", "vector") else s
-                for s in kernel.body]
+        body = [t for s in kernel.body
+                for t in (_parallel_nest(s, new_buffer) if isinstance(s, For) and s.kind in ("serial", "vector")
+                          else [s])]
     return with_body(kernel, body)
 
 

@@ -54,7 +54,7 @@ def vector_ok(e: Expr, v, memo=None) -> bool:
     elif isinstance(e, IndexValue) or e.dtype not in (F32, BOOL):
         r = False
     elif isinstance(e, Reduce):
-        r = (e.op in _VECTOR_REDUCE and vector_ok(e.body, v, memo)
+        r = (e.op in _VECTOR_REDUCE and e.dtype == F32 and vector_ok(e.body, v, memo)
              and not any(v in S.free_syms(ext) for _, ext in e.loops))
     elif isinstance(e, Compare):
         r = e.a.dtype == F32 and vector_ok(e.a, v, memo) and vector_ok(e.b, v, memo)
@@ -101,7 +101,9 @@ def _stored(s: Store) -> Expr:
 
 
 def _store_vector_ok(s: Store, v) -> bool:
-    return (s.buffer.dtype == F32 or s.buffer.dtype in HALF and _stored(s) is not s.value) and _unit_stride(s, v)
+    """float32, a 16-bit float rounded from float32, or a bool (a mask's lanes as bytes)."""
+    return (s.buffer.dtype in (F32, BOOL) or s.buffer.dtype in HALF and _stored(s) is not s.value) and \
+        _unit_stride(s, v)
 
 
 def _contiguous(e: Expr, v) -> bool:

@@ -342,6 +342,25 @@ def test_row_sums_of_values_read_lane_by_lane(vb):
     check(b, inputs, ODD + [(3, 64), (1, 100)], vbs=(vb,), tol="sum")
 
 
+def test_masks_store_in_vector_lanes():
+    """A bool result (a relu's mask saved for its backward, a compare of two values) is stored a
+    vector of lanes at a time, as bytes 0 and 1, with the scalar tail; NaN compares false."""
+    b = Builder()
+    x, y = b.param("x", tensor("f32", b.sym("B"), b.sym("N"))), b.param("y", tensor("f32", b.sym("B"), b.sym("N")))
+    zero = b.constant(np.float32(0))
+    b.ret(b.less_equal(b.relu(x), zero), b.logical_and(b.greater(x, y), b.less_equal(y, zero)))
+
+    def vector_stores(k):
+        assert any(isinstance(s, L.For) and s.kind == "vector" for s in L.walk_stmts(k.body)), str(k)
+
+    def inputs(rng, n, k):
+        a = f32(rng, n, k)
+        a.flat[::7] = np.nan
+        return [a, f32(rng, n, k)]
+    check(b, inputs, ODD, kernel_check=vector_stores)
+    assert "bz_st_mask" in compile_kernel(build_kernel(b.func, b.module), 64)[1]
+
+
 # ---------------------------------------------------------------------------
 # stitch kernels
 # ---------------------------------------------------------------------------

@@ -115,6 +115,39 @@ def test_reduction_with_producers_and_consumers(P):
     P.check_equiv(before, after, ENVS)
 
 
+def test_sibling_reductions_that_read_alike_are_one_group(P):
+    """Batch norm's backward statistics: sum(dy) and sum(dy * (x - mean)) over the rows, each
+    reading dy = where(relu <= 0, 0, g): one reduction group computes both (one pass over g,
+    relu and x), and the normalized gradient is another group; a sum over other axes, or one that
+    reads a sibling's result, stays apart."""
+    text = HEAD + """  constants {
+    @zero : f32[] = [0.0]
+  }
+  func @main(%g: f32[n, 8], %r: f32[n, 8], %x: f32[n, 8], %m: f32[8]) -> (f32[8], f32[8], f32[n, 8], f32[n], f32[8]) {
+    %zero = constant() {name="zero"} : f32[]
+    %0 = less_equal(%r, %zero) : bool[n, 8]
+    %1 = where(%0, %zero, %g) : f32[n, 8]
+    %2 = reduce_sum(%1) {axes=[0], keepdims=false} : f32[8]
+    %3 = sub(%x, %m) : f32[n, 8]
+    %4 = mul(%1, %3) : f32[n, 8]
+    %5 = reduce_sum(%4) {axes=[0], keepdims=false} : f32[8]
+    %6 = mul(%3, %5) : f32[n, 8]
+    %7 = sub(%1, %6) : f32[n, 8]
+    %8 = reduce_sum(%1) {axes=[1], keepdims=false} : f32[n]
+    %9 = mul(%x, %2) : f32[n, 8]
+    %10 = reduce_sum(%9) {axes=[0], keepdims=false} : f32[8]
+    return %2, %5, %7, %8, %10
+  }
+}
+"""
+    before, after = P.run_pass(fuse, text)
+    kinds = [(nd.attrs["kind"], sorted(v.name for v in nd.outputs)) for nd in fused_nodes(after)]
+    assert ("reduction", ["2", "5"]) in kinds, kinds
+    assert not any(set(outs) & {"2", "5"} and set(outs) & {"8", "10"} for _, outs in kinds), kinds
+    assert_ir_round_trips(after)
+    P.check_equiv(before, after, ENVS)
+
+
 def test_gemm_epilogue_bias_gelu_residual(P):
     rng = np.random.default_rng(0)
     consts = {"w": rng.standard_normal((16, 8)).astype(np.float32),

@@ -149,7 +149,7 @@ def test_float32_sums_stay_within_their_stated_bound(vb):
     """A row sum in float32 (NACC accumulators of VL lanes, a scalar tail in double, pairwise
     combine) against float64: |err| <= (n/(NACC*VL) + NACC + log2(VL) + 2) * 2^-24 * sum|x|
     (docs/semantics.md), at lengths up to 64k, with cancellation (mixed signs, 6 decades)."""
-    from braze.codegen.c_kernel import NACC
+    from braze.codegen.c_reduce import NACC
     from braze.lowering import build_kernel
 
     b = Builder()

@@ -356,23 +356,79 @@ def f_channel_sums(layout: str):
 def test_per_channel_sums_run_in_vector_lanes_and_threads(layout, _cache):
     """NCHW: the sum's own innermost loop (a row of W) runs in vector lanes, never the channels
     (that would gather eight strided elements at every step), and the channels run in parallel.
-    NHWC: the channels are the lanes, in parallel chunks of REDUCE_CHUNK, not one serial loop.
-    Both compute NumPy's sums."""
-    from braze.schedule.parallelize import REDUCE_CHUNK
+    NHWC: the channels are the lanes, and the rows run in parts, in parallel (``part_sums``), not
+    one serial loop. Both compute NumPy's sums."""
     b = f_channel_sums(layout)
     k = schedule(lowered(b))
-    (f,) = fors(k)
-    red = next(y for st in L.walk_stmts([f]) if isinstance(st, L.Store) for y in L.walk(st.value)
-               if isinstance(y, L.Reduce))
     if layout == "nchw":
+        (f,) = fors(k)
+        red = next(y for st in L.walk_stmts([f]) if isinstance(st, L.Store) for y in L.walk(st.value)
+                   if isinstance(y, L.Reduce))
         assert f.kind == "parallel" and not any(x.kind == "vector" for x in chain(f)) and red.vector
     else:
-        assert [x.kind for x in chain(f)] == ["parallel", "vector"] and not red.vector
-        assert S.evaluate(chain(f)[1].extent, {chain(f)[0].var.name: 0}) == REDUCE_CHUNK
+        parts, final = fors(k)
+        assert parts.kind == "parallel" and final.kind == "vector"
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 64, 5, 7) if layout == "nchw" else (3, 5, 7, 64)).astype(np.float32)
     (got,) = _run(k, b.module, b.func, [x], 32)
     np.testing.assert_allclose(got, x.sum(axis=(0, 2, 3) if layout == "nchw" else (0, 1, 2)), rtol=1e-5, atol=1e-5)
+
+
+def test_few_long_channel_sums_run_in_parts_of_rows(_cache):
+    """32 channels of NHWC rows, two sums (of x and of x * x): too few channels to share out
+    (each thread would read every other half of each row), so the rows are cut into parts of
+    PART_ROWS, each part's sums made in parallel, a whole row at a time, then the parts summed.
+    NumPy's sums at 0 rows and at row counts around a part; the same bits on one thread or two."""
+    from braze.schedule.part_sums import PART_ROWS
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N", 0), 32))
+    b.ret(b.reduce_sum(x, axes=(0,)), b.reduce_sum(b.mul(x, x), axes=(0,)))
+    k = schedule(lowered(b))
+    allocs = [st for st in k.body if isinstance(st, L.Alloc)]
+    parts, final = fors(k)
+    assert len(allocs) == 2 and parts.kind == "parallel" and final.kind == "vector"
+    rng = np.random.default_rng(0)
+    for n in (0, 1, PART_ROWS - 1, PART_ROWS + 1, 9 * PART_ROWS + 7):
+        a = rng.standard_normal((n, 32)).astype(np.float32) + 3
+        got = _run(k, b.module, b.func, [a], 64)
+        a64 = a.astype(np.float64)
+        np.testing.assert_allclose(got[0], a64.sum(0), rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(got[1], (a64 * a64).sum(0), rtol=1e-5, atol=1e-3)
+    gomp = ctypes.CDLL("libgomp.so.1")
+    two = _run(k, b.module, b.func, [a], 64)
+    gomp.omp_set_num_threads(1)
+    try:
+        one = _run(k, b.module, b.func, [a], 64)
+    finally:
+        gomp.omp_set_num_threads(2)
+    for p, q in zip(one, two):
+        np.testing.assert_array_equal(p, q)
+
+
+def test_sums_in_parts_under_an_outer_loop_have_the_bits_of_a_batch_of_one(_cache):
+    """A mean per image over H * W rows of 16 channels (``for n: vector for c``) sums in the same
+    parts as the graph specialised to one image (no n loop): whichever library serves an image,
+    it gets the same bits (two instances of a model called from many threads met both)."""
+    from braze.schedule.part_sums import PART_ROWS
+
+    def mean(batched: bool):
+        b = Builder()
+        rows = b.sym("R")
+        x = b.param("x", tensor("f32", *((b.sym("N"),) if batched else ()), rows, 16))
+        b.ret(b.reduce_mean(x, axes=(1,) if batched else (0,)))
+        return b
+    general, one = mean(True), mean(False)
+    kg, k1 = schedule(lowered(general)), schedule(lowered(one))
+    (outer,) = fors(kg)
+    assert outer.kind == "parallel" and any(isinstance(st, L.Alloc) for st in outer.body)
+    a = np.random.default_rng(1).standard_normal((3, 20 * PART_ROWS + 5, 16)).astype(np.float32) * 10 + 1
+    (got,) = _run(kg, general.module, general.func, [a], 64)
+    for i in range(3):
+        (alone,) = _run(k1, one.module, one.func, [a[i]], 64)
+        np.testing.assert_array_equal(got[i], alone)
+        # a part's chain of float32 adds: at most PART_ROWS * 2^-24 of the terms' magnitude
+        bound = (PART_ROWS + 2) * 2.0 ** -24 * np.abs(a[i]).astype(np.float64).mean(0)
+        assert np.all(np.abs(alone - a[i].astype(np.float64).mean(0)) <= bound)
 
 
 @pytest.mark.parametrize("n", [37, 3])

@@ -164,6 +164,12 @@ BZ_INLINE bz_vf bz_vmax(bz_vf a, bz_vf b) { return bz_sel((a > b) | (a != a), a,
 BZ_INLINE bz_vf bz_vmin(bz_vf a, bz_vf b) { return bz_sel((a < b) | (a != a), a, b); }
 BZ_INLINE bz_vf bz_vabs(bz_vf x) { return (bz_vf)((bz_vi)x & 0x7fffffff); }
 BZ_INLINE bz_vf bz_vm2f(bz_vi m) { return bz_sel(m, bz_splat(1.0f), bz_splat(0.0f)); }
+/* a mask's lanes (-1 or 0) stored as BZ_VL bools (bytes 1 or 0) */
+typedef uint8_t bz_vu8 __attribute__((vector_size(BZ_VL)));
+BZ_INLINE void bz_st_mask(uint8_t *p, bz_vi m) {
+    bz_vu8 b = __builtin_convertvector(m & 1, bz_vu8);
+    __builtin_memcpy(p, &b, sizeof b);
+}
 
 /* a store past the caches (large outputs: no read for ownership, no eviction of what the
  * kernel still reads) where nt is set and p is aligned, else a plain store; the kernel ends
