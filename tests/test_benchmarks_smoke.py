@@ -152,6 +152,25 @@ def test_live_weights_merges_runs_into_medians(tmp_path):
     assert "median of 3 runs" in (tmp_path / "merged.md").read_text()
 
 
+def test_training_merges_runs_into_medians(tmp_path):
+    """``--merge`` of training runs (the committed convnet file's, with other ratios): per point the
+    median, each run's inductor / braze ratio in a column of its own."""
+    doc = json.loads((ROOT / "benchmarks" / "results" / "training_convnet_bn_zen5.json").read_text())
+    paths = []
+    for k, ratio in enumerate((1.2, 0.9, 1.0)):
+        doc["results"][0]["shapes"][0]["inductor_over_braze"] = ratio
+        paths.append(tmp_path / f"run{k}.json")
+        paths[-1].write_text(json.dumps(doc))
+    p = subprocess.run([sys.executable, "-m", "benchmarks.training", "--merge", *map(str, paths),
+                        "--out", str(tmp_path), "--stem", "merged"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = json.loads((tmp_path / "merged.json").read_text())["results"][0]["shapes"][0]
+    assert (m["inductor_over_braze"], m["runs_inductor_over_braze"]) == (1.0, [1.2, 0.9, 1.0])
+    md = (tmp_path / "merged.md").read_text()
+    assert "median of 3 runs" in md and "| 1.20 0.90 1.00 |" in md
+
+
 def test_torch_ops_counts_what_torch_still_runs(tmp_path):
     """The MLP's training step: eager's ATen ops counted in both graphs, none left to PyTorch."""
     row = _per_model("torch_ops", "torch_ops", tmp_path)
