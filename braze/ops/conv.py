@@ -472,9 +472,9 @@ _POOL_BACKWARD = _channels_last(_max_pool_backward_infer, lambda ctx, grad, x, i
                                 max_pool2d_backward_numpy(grad, x, indices, **a), acts=(0, 1, 2))
 defop("max_pool2d_backward", inputs=("grad", "x", "indices"), attrs={**_POOL_ATTRS, "layout": _LAYOUT},
       infer=_POOL_BACKWARD[0], reference=_POOL_BACKWARD[1], kind="pool",
-      doc="max_pool2d's input gradient (NCHW; with layout nhwc, grad, indices and the result NHWC): grad added at "
-          "each window's winner (indices from max_pool2d_indices); x gives the shape (its values are never "
-          "read; NHWC too with layout nhwc).")
+      doc="max_pool2d's input gradient (NCHW; with layout nhwc, grad, x, indices and the result NHWC): grad added "
+          "at each window's winner (indices from max_pool2d_indices); x gives the shape (its values are never "
+          "read).")
 
 
 def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
