@@ -133,41 +133,39 @@ def test_live_weights_writes_its_table(tmp_path):
     assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
 
 
-def test_live_weights_merges_runs_into_medians(tmp_path):
-    """``--merge``: runs made apart become one table of per-point medians, each run's ratio kept."""
-    row = _per_model("live_weights", "live_weights", tmp_path)
-    doc = json.loads((tmp_path / "live_weights.json").read_text())
+def _merged(module: str, doc: dict, runs: list[dict], tmp_path) -> tuple[dict, str]:
+    """``--merge`` of ``doc`` with its first point's record replaced by each of ``runs``: the merged
+    first point and the markdown."""
     paths = []
-    for k, ratio in enumerate((1.2, 0.9, 1.0)):
-        doc["results"][0]["shapes"][0] = {**row, "live_over_frozen": ratio, "live_ms": 10.0 + k}
+    for k, row in enumerate(runs):
+        doc["results"][0]["shapes"][0] = row
         paths.append(tmp_path / f"run{k}.json")
         paths[-1].write_text(json.dumps(doc))
-    p = subprocess.run([sys.executable, "-m", "benchmarks.live_weights", "--merge", *map(str, paths),
+    p = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--merge", *map(str, paths),
                         "--out", str(tmp_path), "--stem", "merged"], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     merged = json.loads((tmp_path / "merged.json").read_text())
-    (m,) = merged["results"][0]["shapes"]
+    return merged["results"][0]["shapes"][0], (tmp_path / "merged.md").read_text()
+
+
+def test_live_weights_merges_runs_into_medians(tmp_path):
+    """``--merge``: runs made apart become one table of per-point medians, each run's ratio kept."""
+    row = _per_model("live_weights", "live_weights", tmp_path)
+    doc = json.loads((tmp_path / "live_weights.json").read_text())
+    m, md = _merged("live_weights", doc, [{**row, "live_over_frozen": ratio, "live_ms": 10.0 + k}
+                                          for k, ratio in enumerate((1.2, 0.9, 1.0))], tmp_path)
     assert (m["live_over_frozen"], m["live_ms"], m["runs_live_over_frozen"]) == (1.0, 11.0, [1.2, 0.9, 1.0])
-    assert "median of 3 runs" in (tmp_path / "merged.md").read_text()
+    assert "median of 3 runs" in md
 
 
 def test_training_merges_runs_into_medians(tmp_path):
     """``--merge`` of training runs (the committed convnet file's, with other ratios): per point the
     median, each run's inductor / braze ratio in a column of its own."""
     doc = json.loads((ROOT / "benchmarks" / "results" / "training_convnet_bn_zen5.json").read_text())
-    paths = []
-    for k, ratio in enumerate((1.2, 0.9, 1.0)):
-        doc["results"][0]["shapes"][0]["inductor_over_braze"] = ratio
-        paths.append(tmp_path / f"run{k}.json")
-        paths[-1].write_text(json.dumps(doc))
-    p = subprocess.run([sys.executable, "-m", "benchmarks.training", "--merge", *map(str, paths),
-                        "--out", str(tmp_path), "--stem", "merged"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    m = json.loads((tmp_path / "merged.json").read_text())["results"][0]["shapes"][0]
+    row = doc["results"][0]["shapes"][0]
+    m, md = _merged("training", doc, [{**row, "inductor_over_braze": r} for r in (1.2, 0.9, 1.0)], tmp_path)
     assert (m["inductor_over_braze"], m["runs_inductor_over_braze"]) == (1.0, [1.2, 0.9, 1.0])
-    md = (tmp_path / "merged.md").read_text()
     assert "median of 3 runs" in md and "| 1.20 0.90 1.00 |" in md
 
 
