@@ -199,7 +199,7 @@ class ReductionsC:
             return  # (a Let's value must be defined before the nest reads it)
         groups: dict[tuple, list] = {}
         for s in stmts:
-            for e in _outer_reduces(s.value):
+            for e in L.outer_reduces(s.value):
                 if e.op == "sum" and e.dtype == F32 and self.varying(e) and self.lookup(e) is None:
                     same = groups.setdefault(tuple(self.ic(ext) for _, ext in e.loops), [])
                     if e not in same:
@@ -226,11 +226,3 @@ class ReductionsC:
                 self.line(f"const bz_vf {name} = __builtin_convertvector({a}, bz_vf);")
                 self.scopes[-1][e] = (name, True)
 
-
-def _outer_reduces(e):
-    """The reductions in ``e`` that no other reduction of it holds."""
-    if isinstance(e, Reduce):
-        yield e
-        return
-    for c in L.children(e):
-        yield from _outer_reduces(c)

@@ -320,6 +320,15 @@ def walk(e: Expr):
         stack.extend(children(x))
 
 
+def outer_reduces(e: Expr):
+    """The reductions in ``e`` that no other reduction of it holds."""
+    if isinstance(e, Reduce):
+        yield e
+        return
+    for c in children(e):
+        yield from outer_reduces(c)
+
+
 # ---------------------------------------------------------------------------
 # buffers, statements, kernels
 # ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ which nothing else reads, needs none of it (``embedding_dense_backward_add``).
 
 from __future__ import annotations
 
-from .partition import FREE_VIEWS, TORCH_META, _packet
+from ..frontend.torch.aten import packet_name
+from .partition import FREE_VIEWS, TORCH_META
 
 REASON = ("braze has no scatter-add; torch adds the embedding's gradient rows into the weight's other "
           "gradient in place")
@@ -33,7 +34,7 @@ def _owned(n) -> bool:
     while True:
         if n.op != "call_function" or len(n.users) != 1 or not hasattr(n.target, "_schema"):
             return False
-        if _packet(n.target) not in FREE_VIEWS:
+        if packet_name(n.target) not in FREE_VIEWS:
             return not n.target._schema.is_mutable and not any(r.alias_info for r in n.target._schema.returns)
         n = n.args[0]
 

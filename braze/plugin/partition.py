@@ -17,6 +17,7 @@ import os
 from .. import log as _logging
 from ..errors import BrazeError
 from . import report
+from ..frontend.torch.aten import packet_name
 from .region import Refused, compile_region
 from .rng import SEED_META
 from .saved_layout import LAYOUT_META
@@ -50,11 +51,6 @@ def _tensors(val):
     elif isinstance(val, (list, tuple)):
         for v in val:
             yield from _tensors(v)
-
-
-def _packet(target) -> str:
-    from ..frontend.torch.aten import _names
-    return _names(target)[1] or ""
 
 
 def support(node, refused: dict) -> str | None:
@@ -141,7 +137,7 @@ def _is_input_view(n, reasons: dict) -> bool:
     """Whether ``n`` is a view (``FREE_VIEWS``) of the graph's inputs, through views only: torch
     makes it without touching the data, and a region that wrote it would copy it (GPT-2's
     ``t(wte)``, 154 MB, written by one region for the next region's LM head)."""
-    if n.op != "call_function" or reasons.get(n.name) is not None or _packet(n.target) not in FREE_VIEWS:
+    if n.op != "call_function" or reasons.get(n.name) is not None or packet_name(n.target) not in FREE_VIEWS:
         return False
     tensors = [a for a in n.all_input_nodes if reasons.get(a.name) != SIZE or a.op != "call_function"]
     return all(a.op == "placeholder" or _is_input_view(a, reasons) for a in tensors)
@@ -233,7 +229,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
     split_input_views(g, reasons)
     calls = [n for n in g.graph.nodes if n.op == "call_function"]
     parts = [Partition(nodes=p) for p in stages(g, reasons)
-             if any(_packet(n.target) not in VIEW_OPS for n in p if n.target is not operator.getitem)]
+             if any(packet_name(n.target) not in VIEW_OPS for n in p if n.target is not operator.getitem)]
     torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE, *QUIET) and n.target is not operator.getitem]
     fused = fuse_by_partitions(g, [p.nodes for p in parts], prefix="fused_") if parts else g
     shape_env = _shape_env(gm)

@@ -27,17 +27,14 @@ from __future__ import annotations
 
 import operator
 
+from ..frontend.torch.aten import packet_name
+
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 LAYOUT_META = "braze_layout_view"  # FX node meta: a permute PyTorch makes on purpose (a view, no warning)
 _MADE_IN_NHWC = {"aten.convolution", "aten.max_pool2d_with_indices"}
 _SAME_LAYOUT = {"aten.detach", "aten.alias", "aten.clone"}  # their result is laid out as their input
 _BATCH_NORMS = {"aten._native_batch_norm_legit_functional", "aten._native_batch_norm_legit",
                 "aten.native_batch_norm", "aten._native_batch_norm_legit_no_training"}
-
-
-def _packet(target) -> str:
-    from ..frontend.torch.aten import _names
-    return _names(target)[1] or ""
 
 
 def _rank4(node) -> bool:
@@ -59,12 +56,12 @@ def nhwc_made(node, memo: dict | None = None) -> bool:
     if getattr(node, "op", None) == "call_function" and _rank4(node):
         if node.target is operator.getitem:
             src, index = node.args[0], node.args[1]
-            kind = _packet(src.target) if getattr(src, "op", None) == "call_function" else ""
+            kind = packet_name(src.target) if getattr(src, "op", None) == "call_function" else ""
             made = kind == "aten.max_pool2d_with_indices" or \
                 (kind in _BATCH_NORMS and index == 0 and nhwc_made(src.args[0], memo))
-        elif _packet(node.target) in _MADE_IN_NHWC:
+        elif packet_name(node.target) in _MADE_IN_NHWC:
             made = True
-        elif _packet(node.target) in _SAME_LAYOUT:
+        elif packet_name(node.target) in _SAME_LAYOUT:
             made = nhwc_made(node.args[0], memo)
         elif torch.Tag.pointwise in getattr(node.target, "tags", ()):
             made = any(nhwc_made(a, memo) for a in node.all_input_nodes)

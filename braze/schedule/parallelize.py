@@ -28,12 +28,10 @@ from dataclasses import replace
 from ..ir import loop as L
 from ..ir import sym as S
 from ..ir.loop import For, Kernel, Let, Store
-from ..ir.types import DType
 from .cost import STORE_COST, split_cost
 from .nest import fresh_name, loop_chain, next_loop_index, subs_store, used_names, with_body
 from .part_sums import sums_in_parts
 
-F32 = DType.float32
 GRAIN = 65536  # work units (about 2.6 us of vector code) below which threads cost more than they give
 CHUNK = 4096  # elements per parallel chunk of a one-loop nest
 # elements per parallel chunk of a one-loop nest whose elements each reduce many (a batch norm's
@@ -97,10 +95,10 @@ def _chunked(f: For, work, chunk: int) -> For:
     return For(c, n, [inner], "parallel", work=_one_is_none(work, n), grain=GRAIN)
 
 
-def _parallel_nest(f: For, new_buffer) -> list:
+def _parallel_nest(f: For, fresh) -> list:
     """``f`` laid out for threads: one nest, or the statements of its sums in parts
     (``part_sums``), whose parts then run in parallel where no loop is outside them."""
-    if (parts := sums_in_parts(f, new_buffer)) is not None:
+    if (parts := sums_in_parts(f, fresh)) is not None:
         if len(parts) == 1:
             f = parts[0]  # an outer loop: it runs in parallel below, its parts one after the other
         else:
@@ -124,13 +122,10 @@ def parallelize(kernel: Kernel) -> Kernel:
     """Every nest's outer loop, parallel above a grain of work."""
     names = used_names(kernel)
     taken = frozenset(b.name for b in kernel.buffers)
-
-    def new_buffer(shape):
-        return L.Buffer(fresh_name(names, "part", taken), F32, shape, "temp")
     with L.kernel_names(next_loop_index(kernel)):
         body = [t for s in kernel.body
-                for t in (_parallel_nest(s, new_buffer) if isinstance(s, For) and s.kind in ("serial", "vector")
-                          else [s])]
+                for t in (_parallel_nest(s, lambda: fresh_name(names, "part", taken))
+                          if isinstance(s, For) and s.kind in ("serial", "vector") else [s])]
     return with_body(kernel, body)
 
 

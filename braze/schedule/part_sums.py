@@ -37,18 +37,11 @@ FEW_LANES = 64  # the most vector lanes (float32 channels) whose sums run in par
 PART_ROWS = 64
 
 
-def _outer_reduces(e):
-    if isinstance(e, L.Reduce):
-        yield e
-        return
-    for c in L.children(e):
-        yield from _outer_reduces(c)
 
-
-def sums_in_parts(f: For, new_buffer) -> list | None:
+def sums_in_parts(f: For, fresh) -> list | None:
     """The statements that replace nest ``f`` (see the module doc), or None where it is not a chain
     of loops down to one vector loop of at most FEW_LANES constant lanes whose stores' reductions
-    are all float32 sums over one loop of one extent. ``new_buffer(shape)`` names a temp buffer.
+    are all float32 sums over one loop of one extent. ``fresh()`` names a temp buffer.
     For a nest with outer loops, the one nest with its innermost loop replaced; else the
     allocations, the nest of parts (serial: the caller lays it out) and the final nest."""
     chain = loop_chain(f)
@@ -56,13 +49,13 @@ def sums_in_parts(f: For, new_buffer) -> list | None:
     if v.kind != "vector" or not isinstance(v.extent, int) or v.extent > FEW_LANES or \
             not v.body or not all(isinstance(s, Store) and s.flat for s in v.body):
         return None
-    sums = list(dict.fromkeys(r for s in v.body for r in _outer_reduces(s.value)))
+    sums = list(dict.fromkeys(r for s in v.body for r in L.outer_reduces(s.value)))
     if not sums or any(r.op != "sum" or r.dtype != F32 or len(r.loops) != 1 for r in sums):
         return None
     total = sums[0].loops[0][1]
     if any(S.add(r.loops[0][1], S.mul(-1, total)) != 0 for r in sums):
         return None
-    stmts = _parts(v, sums, total, new_buffer)
+    stmts = _parts(v, sums, total, fresh)
     if len(chain) == 1:
         return stmts
     inner = stmts
@@ -71,7 +64,7 @@ def sums_in_parts(f: For, new_buffer) -> list | None:
     return inner
 
 
-def _parts(v: For, sums: list, total, new_buffer) -> list:
+def _parts(v: For, sums: list, total, fresh) -> list:
     n_parts = S.floordiv(S.add(total, PART_ROWS - 1), PART_ROWS)
     k = L.loop_var(n_parts, "k")
     r = L.loop_var(S.smin(PART_ROWS, S.add(total, S.mul(-PART_ROWS, k))), "r")
@@ -79,7 +72,7 @@ def _parts(v: For, sums: list, total, new_buffer) -> list:
     allocs, zeros, adds, whole = [], [], [], {}
     for red in sums:
         (rv, _), = red.loops
-        buf = new_buffer((n_parts, v.extent))
+        buf = L.Buffer(fresh(), F32, (n_parts, v.extent), "temp")
         allocs.append(L.Alloc(buf))
         zeros.append(Store(buf, flat_offset(buf, (k, c0)), L.Const(0.0, F32), True))
         at = flat_offset(buf, (k, c1))

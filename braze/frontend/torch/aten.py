@@ -52,6 +52,11 @@ def _names(target):
     return f"{ns}.{base}.{ovl}", f"{ns}.{base}", inplace
 
 
+def packet_name(target) -> str:
+    """``aten.relu`` of ``aten.relu.default``; "" for a target that is not an ATen op."""
+    return _names(target)[1] or ""
+
+
 def lookup(target):
     full, packet, inplace = _names(target)
     if full is None:
