@@ -139,14 +139,14 @@ def run_pipeline(module: Module, passes: Sequence[Pass] | None = None, debug: in
 
 
 def lower_kernels(module: Module) -> Kernels:
-    """One loop-IR kernel per generated group (every fused node but gemm/conv), in call order."""
+    """One loop-IR kernel per generated group (every fused node but gemm/conv/scatter), in call order."""
     from .ir.loop import kernel_names
     from .lowering import lower_function
     out = Kernels()
     for f in top_functions(module):
         for n in f.nodes:
             callee = n.attrs.get("callee") if n.op == "fused" else None
-            if callee is None or n.attrs.get("kind") in ("gemm", "conv") or callee in out:
+            if callee is None or n.attrs.get("kind") in ("gemm", "conv", "scatter") or callee in out:
                 continue
             with kernel_names():
                 out[callee] = lower_function(module.functions[callee], module, f"k_{callee}")

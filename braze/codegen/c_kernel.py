@@ -28,7 +28,7 @@ from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kern
 from ..ir.types import DType
 from .c_expr import c_int_lit, int_expr
 from .c_reduce import ReductionsC
-from .c_types import HALF_SFX, UNSIGNED, ctype
+from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype
 
 F32, BOOL, I64 = DType.float32, DType.bool, DType.int64
 
@@ -210,21 +210,7 @@ class _Gen(ReductionsC):
         return res
 
     def const(self, e: Const) -> str:
-        v = e.value
-        if e.dtype.is_float:
-            v = float(v)
-            if math.isnan(v):
-                return "NAN" if e.dtype == F32 else "((double)NAN)"
-            if math.isinf(v):
-                s = "INFINITY" if v > 0 else "(-INFINITY)"
-                return s if e.dtype == F32 else f"((double){s})"
-            r = repr(v)
-            if "e" not in r and "." not in r:
-                r += ".0"
-            return (r + "f" if e.dtype == F32 else r) if v >= 0 else f"({r}{'f' if e.dtype == F32 else ''})"
-        if e.dtype == BOOL:
-            return "1" if v else "0"
-        return f"(({ctype(e.dtype)}){c_int_lit(int(v))})"
+        return c_literal(e.value, e.dtype)
 
     def sx(self, e) -> str:
         code, vec = self.emit(e)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 from ..errors import UnsupportedOpError
 from ..ir.types import DType
+from .c_expr import c_int_lit
 
 CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
          DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t",
@@ -26,3 +29,21 @@ def ctype(dt: DType) -> str:
     except KeyError:
         raise UnsupportedOpError(f"generated kernels do not support dtype {dt.name} yet",
                                  hint="cast to float32 around the kernel") from None
+
+
+def c_literal(v, dt: DType) -> str:
+    """A C literal of value ``v`` in ``dt`` (a float32's with its ``f``)."""
+    if dt.is_float:
+        v = float(v)
+        if math.isnan(v):
+            return "NAN" if dt == DType.float32 else "((double)NAN)"
+        if math.isinf(v):
+            s = "INFINITY" if v > 0 else "(-INFINITY)"
+            return s if dt == DType.float32 else f"((double){s})"
+        r = repr(v)
+        if "e" not in r and "." not in r:
+            r += ".0"
+        return (r + "f" if dt == DType.float32 else r) if v >= 0 else f"({r}{'f' if dt == DType.float32 else ''})"
+    if dt == DType.bool:
+        return "1" if v else "0"
+    return f"(({ctype(dt)}){c_int_lit(int(v))})"

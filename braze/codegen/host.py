@@ -24,9 +24,11 @@ from ..ir.types import DType
 from ..ops.conv import pads4
 from ..passes.common import top_functions
 from ..passes.fusion import CONV_GRADS
+from ..passes.memory import in_place_inputs
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from ..target import is_cuda
 from .c_expr import c_sym_name, int_expr
+from .c_types import UNSIGNED, c_literal, ctype
 from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
 
 # the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py)
@@ -76,6 +78,7 @@ class HostGen:
         self.packed_conv: list[str] = []
         self.live_sites: list[str] = []
         self.uses_library = False
+        self.scatters: dict[str, tuple[str, str, str]] = {}  # braze_scatter.h helper -> (T, U, I)
 
     # --- constants (fields of the model instance) ----------------------------------------
     def const(self, name: str) -> str:
@@ -122,7 +125,9 @@ class HostGen:
         self.packed_conv.append(h)
         oc, icg, kh, kw = w_shape
         if any(S.is_symbolic(d) for d in w_shape):
-            raise BrazeError(f"a conv weight has a symbolic shape {list(w_shape)}; conv weights must be static")
+            raise UnsupportedOpError(f"a conv weight has a symbolic shape {list(w_shape)}; conv weights must be "
+                                     "static", hint="give the kernel a fixed size (oneDNN makes a convolution per "
+                                                    "kernel size)")
         geometry = (f"{oc}, {icg * groups}, {kh}, {kw}, {groups}, {stride[0]}, {stride[1]}, {pad[0]}, {pad[1]}, "
                     f"{pad[2]}, {pad[3]}, {dil[0]}, {dil[1]}, {layout}, err, errlen")
         w_dt = self._const_dt(wname) if wname is not None else dt
@@ -156,7 +161,9 @@ class HostGen:
         kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
                    for i, k in enumerate(self.kernels.values())]
         host = ['#include "braze_abi.h"\n#include "braze_team.h"\n' +
-                ('#include "braze_dnnl.h"\n' if self.uses_library else ""),
+                ('#include "braze_dnnl.h"\n' if self.uses_library else "") +
+                ('#include "braze_scatter.h"\n' if self.scatters else "") +
+                "".join(f"BZ_INDEX_ADD({k}, {', '.join(v)})\n" for k, v in self.scatters.items()),
                 C_DTYPE_NAMES, _ARENA_C, model, _profile_c(self.profile_labels) if self.profile else "",
                 *bodies]
         parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),
@@ -287,6 +294,8 @@ class _EntryWriter:
                 copies.append((k, r))  # a param, constant or repeated result: copied at the end
             else:
                 self.ptr[id(r)] = f"out_{k}"
+        for x, r in in_place_inputs(self.module, f).items():  # made in the result it is added into
+            self.ptr[x] = self.ptr[id(r)]
         for n in f.nodes:
             if n.op == "constant":
                 continue
@@ -299,6 +308,8 @@ class _EntryWriter:
             start = len(self.lines)
             if n.attrs["kind"] in ("gemm", "conv"):
                 self._library(n)
+            elif n.attrs["kind"] == "scatter":
+                self._scatter(n)
             else:
                 self._kernel(n)
             if self.gen.profile:
@@ -413,6 +424,38 @@ class _EntryWriter:
                       f"allocate its row buffers (out of memory)\");")
         else:
             self.emit(f"{k.name}({', '.join(args)});")
+
+    def _scatter(self, n: Node) -> None:
+        """An ``index_add`` group: braze_scatter.h's helper for its types, on the group's x (NULL
+        when the group's ``full`` makes it), indices and source."""
+        callee = self.module.functions[n.attrs["callee"]]
+        add = next(m for m in callee.nodes if m.op == "index_add")
+        fill = next((m for m in callee.nodes if m.op == "full"), None)
+        x, idx, src = add.inputs
+        dt, it = x.dtype, idx.dtype
+        if dt.itemsize == 2 or dt == DType.bool or it == DType.bool:
+            raise UnsupportedOpError(f"index_add of {dt.name} with {it.name} indices has no kernel yet",
+                                     where=str(add.loc) if add.loc else None, hint="compute it in float32")
+
+        def at(v) -> str:
+            p = v.producer
+            if p is not None and p.op == "constant":
+                return f"((char *){self.gen.const(p.attrs['name'])})"
+            return self.ptr_of(n.inputs[next(i for i, q in enumerate(callee.params) if q is v)])
+        t, i_t = ctype(dt), ctype(it)
+        name = f"bz_index_add_{dt.name}_{it.name}"
+        self.gen.scatters[name] = (t, UNSIGNED.get(dt, t), i_t)
+        shape = add.outputs[0].type.shape
+        ax = add.attrs.get("axis", 0) % len(shape)
+        outer, inner = (int_expr(S.prod(shape[:ax])), int_expr(S.prod(shape[ax + 1:])))
+        out = self.ptr_of(n.outputs[0])
+        ip = at(idx)
+        self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {'NULL' if fill else f'(const {t} *){at(x)}'}, "
+                  f"{c_literal(fill.attrs['value'] if fill else 0, dt)}, (const {i_t} *){ip}, "
+                  f"(const {t} *){at(src)}, {outer}, {int_expr(shape[ax])}, {int_expr(idx.type.shape[0])}, {inner});")
+        self.emit(f"  if (bad >= 0) BRAZE_FAIL(BRAZE_ERR_RANGE, \"index_add @{callee.name}: index %lld (position %lld) "
+                  f"is outside [-%lld, %lld), the size of dim {ax}\", (long long)((const {i_t} *){ip})[bad], "
+                  f"(long long)bad, (long long)({int_expr(shape[ax])}), (long long)({int_expr(shape[ax])})); }}")
 
     def _live_check(self) -> list[str]:
         """The live weights' generations for this call (braze_dnnl_wtrack.c), checked at once."""

@@ -565,6 +565,16 @@ def p_gather(gen, op):
     gen.emit(op, [x, idx], {"axis": ax - len(sx) if gen.rng.random() < 0.3 else ax})
 
 
+def p_index_add(gen, op):
+    x, sx, ax = _with_axis(gen, gen.pick(lambda g: g.t.rank >= 1 and g.dtype in (F32, I64, I32)))
+    if not gen.always_pos(sx[ax]):
+        raise Reject("empty axis")
+    n = gen.dim()
+    idx = gen.new(TensorType(gen.choice([I64, I64, I32]), (n,)), index_dim=sx[ax])
+    src = gen.new(TensorType(dtype_of(x), tuple(sx[:ax]) + (n,) + tuple(sx[ax + 1:])))
+    gen.emit(op, [x, idx, src], {"axis": ax - len(sx) if gen.rng.random() < 0.3 else ax})
+
+
 def p_tri(gen, op):
     x = gen.pick(lambda g: g.t.rank >= 2)
     gen.emit(op, [x], {"k": int(gen.choice([0, 0, 1, -1, 2, -3]))})
@@ -729,7 +739,8 @@ PROPOSERS = {
                            "max_pool2d_backward")},
     "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,
     "slice": p_slice, "squeeze": p_squeeze, "unsqueeze": p_unsqueeze, "flatten": p_flatten, "pad": p_pad,
-    "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "tril": p_tri, "triu": p_tri,
+    "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "index_add": p_index_add,
+    "tril": p_tri, "triu": p_tri,
     "resize": p_resize, "topk": p_topk,
     "arange": p_arange, "full": p_full, "full_like": p_full, "uniform": p_uniform,
     "scaled_dot_product_attention": p_sdpa,

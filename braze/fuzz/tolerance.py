@@ -394,6 +394,19 @@ def _cumsum(ctx, opdef, ins, es, outs, attrs):
     return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
 
 
+def _index_add(ctx, opdef, ins, es, outs, attrs):
+    """A running sum per row, as cumsum's: each row's errors added up, and a rounding per add
+    of at most the row's sum of magnitudes (n the most adds any row takes, plus one)."""
+    x, idx, src = ins
+    out = outs[0]
+    if out.dtype.kind in "iub":
+        return unbounded_if([es[0], es[2]], out.shape)
+    pe = opdef.reference(ctx, _f64(es[0]), idx, _f64(es[2]), **attrs)
+    cx = opdef.reference(ctx, mag(x), idx, mag(src), **attrs)
+    n = np.bincount(np.asarray(idx, np.int64) % max(np.shape(x)[attrs["axis"] % np.ndim(x)], 1)).max(initial=0)
+    return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
+
+
 def _softmax(ctx, opdef, ins, es, outs, attrs):
     x, e, out = _f64(ins[0]), es[0], outs[0]
     if x.ndim == 0:
@@ -616,7 +629,7 @@ RULES = {
     **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},
-    "cumsum": _cumsum,
+    "cumsum": _cumsum, "index_add": _index_add,
     "softmax": _softmax, "log_softmax": _softmax,
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
     "resize": _resize, "topk": _topk,

@@ -1,4 +1,5 @@
-"""Indexing ops: gather (numpy.take), gather_elements (torch.gather), tril, triu."""
+"""Indexing ops: gather (numpy.take), gather_elements (torch.gather), index_add (scatter-add of
+rows: torch.index_add, embedding gradients), tril, triu."""
 
 from __future__ import annotations
 
@@ -57,6 +58,44 @@ def _gather_elements_ref(ctx, x, idx, *, axis):
 defop("gather_elements", inputs=("x", "indices"), attrs={"axis": Attr("int")},
       infer=_gather_elements_infer, reference=_gather_elements_ref, kind="injective",
       doc="torch.gather: out[i][j] = x[idx[i][j]][j] along axis.")
+
+
+def _index_add_infer(ctx, x, idx, src, *, axis):
+    _int_indices(ctx, idx)
+    if idx.rank != 1:
+        raise ctx.error(f"index must be 1-D, got {idx}", hint="flatten the index and the source rows first")
+    if src.dtype != x.dtype:
+        raise ctx.error(f"source {src} and input {x} must have one dtype")
+    if x.rank == 0 or src.rank != x.rank:
+        raise ctx.error(f"source {src} must have the rank of input {x} (at least 1)")
+    ax = norm_axis(ctx, axis, x.rank)
+    for i, (a, b) in enumerate(zip(src.shape, x.shape[:ax] + idx.shape + x.shape[ax + 1:])):
+        eq = ctx.equal(a, b)
+        if eq is False:
+            raise ctx.error(f"source {src} dim {i} is {a}, but input {x} and index {idx} need {b}")
+        if eq is None:
+            ctx.assume_equal(a, b, "index_add source dims")
+    return x
+
+
+def index_add_numpy(x, idx, src, axis: int):
+    """out = x, then out[..., idx[i], ...] += src[..., i, ...] along ``axis`` for i in order;
+    negative indices wrap, and an index out of [-n, n) is an error."""
+    ax = axis % x.ndim
+    n = x.shape[ax]
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"index_add: an index is out of range [-{n}, {n}) for axis {axis}")
+    out = x.copy()
+    np.add.at(out, (slice(None),) * ax + (np.where(idx < 0, idx + n, idx),), src)
+    return out
+
+
+defop("index_add", inputs=("x", "indices", "src"), attrs={"axis": Attr("int", 0)},
+      infer=_index_add_infer, reference=lambda ctx, x, idx, src, *, axis: index_add_numpy(x, idx, src, axis),
+      kind="opaque",
+      doc="torch.index_add: x with src's slices added along axis at the 1-D indices, in index order "
+          "(repeats add up); negative indices wrap.")
 
 
 def _tri_infer(ctx, x, *, k):

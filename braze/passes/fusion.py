@@ -2,7 +2,7 @@
 calling a new sub-function ``@fused_N`` of the same module.
 
 The caller's node is ``fused(%a, %b, ...) {callee="fused_N", kind="<kind>"}`` with
-kind one of ``pointwise | reduction | stitch | gemm | conv | opaque``. Its inputs
+kind one of ``pointwise | reduction | stitch | gemm | conv | scatter | opaque``. Its inputs
 are the values the group reads from outside (parameters and other groups'
 outputs), its outputs the group's values that are used outside it (the
 original Value objects, so later nodes keep their inputs). Weights do not
@@ -55,7 +55,10 @@ of the 2 x layers consumers at batch x heads times its size.
    axes to one result shape, neither reading the other's result, merge (``merge_siblings``:
    batch norm's backward sums dy and dy * (x - mean)); then rule 2 again. The kernel computes
    them in one nest, and the C code in one loop over the rows (``codegen/c_reduce.jam_sums``).
-5. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
+5. an ``index_add`` is a ``scatter`` group, with the ``full`` that makes its ``x`` when nothing
+   else reads it (an embedding's gradient starts as zeros): the host calls braze_scatter.h,
+   which writes the fill and adds the rows in one pass per thread.
+6. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
 
 No merge may create a cycle: two groups never merge when one reaches the
 other through a third. ``fuse(module)`` mutates the module and returns it with its
@@ -69,16 +72,19 @@ from dataclasses import dataclass, field
 
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
+from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
 
-FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "opaque")
+# groups rule 2 and 3 neither grow nor merge into
+CLOSED_KINDS = ("gemm", "conv", "scatter", "opaque")
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
 RELAYOUTS = VIEWS + ("permute",)
 NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
 GEMMS = ("linear", "matmul")
 CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
 CONVS = ("conv2d",) + CONV_GRADS
+SCATTERS = ("index_add",)
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
 # ten or more simple ops per element (braze/schedule/cost.py): not recomputed per element
@@ -88,13 +94,15 @@ EXPENSIVE = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "erf", "sigmo
 
 
 def node_class(n: Node) -> str:
-    """const | pw | red | norm | gemm | conv | opaque"""
+    """const | pw | red | norm | gemm | conv | scatter | opaque"""
     if n.op == "constant":
         return "const"
     if n.op in GEMMS:
         return "gemm"
     if n.op in CONVS:
         return "conv"
+    if n.op in SCATTERS:
+        return "scatter"
     if n.op in NORMS:
         return "norm"
     if n.op == "batch_norm":
@@ -265,6 +273,8 @@ class _Fuser:
         classes = [node_class(n) for n in nodes]
         if "opaque" in classes:
             return "opaque" if len(nodes) == 1 else None
+        if "scatter" in classes:
+            return "scatter" if [n.op for n in self._sorted(nodes)] in (["index_add"], ["full", "index_add"]) else None
         if "gemm" in classes or "conv" in classes:
             return self._validate_anchor(nodes, classes, esc)
         reds = [n for n, c in zip(nodes, classes) if c in ("red", "norm")]
@@ -396,13 +406,20 @@ class _Fuser:
 
     # --- phases ------------------------------------------------------------------------------
     def seed(self):
+        fills = {}  # id(full) -> the index_add it starts, the full's only reader
+        for n in self.f.nodes:
+            x = n.inputs[0].producer if node_class(n) == "scatter" else None
+            if x is not None and x.op == "full" and len(self.cons.get(id(x.outputs[0]), ())) == 1 and \
+                    id(x.outputs[0]) not in self.results:
+                fills[id(x)] = n
         for n in self.f.nodes:
             c = node_class(n)
-            if c == "const":
+            if c == "const" or id(n) in fills:
                 continue
             kind = {"pw": "pointwise", "red": "reduction", "norm": "stitch", "gemm": "gemm",
-                    "conv": "conv"}.get(c, "opaque")
-            self.new_group([n], kind)
+                    "conv": "conv", "scatter": "scatter"}.get(c, "opaque")
+            x = n.inputs[0].producer if c == "scatter" else None
+            self.new_group([x, n] if x is not None and id(x) in fills else [n], kind)
 
     def _epilogue_ok(self, n, kind):
         if n.op in VIEWS:
@@ -482,13 +499,13 @@ class _Fuser:
         while changed:
             changed = False
             for g in sorted([g for g in self.groups if g.alive], key=self.lo):
-                if not g.alive or g.kind in ("gemm", "conv", "opaque"):
+                if not g.alive or g.kind in CLOSED_KINDS:
                     continue
                 again = True
                 while again:
                     again = False
                     for c in self.succs(g):
-                        if c.kind in ("gemm", "conv", "opaque"):
+                        if c.kind in CLOSED_KINDS:
                             continue
                         kind = self.validate(g.nodes + c.nodes)
                         if kind is None or self.would_cycle([g, c]) or self.amplifies(g, c) or \
@@ -555,7 +572,7 @@ class _Fuser:
                 continue
             done = []
             for c in cons:
-                if c.kind in ("gemm", "conv", "opaque") or self.amplifies(g, c):
+                if c.kind in CLOSED_KINDS or self.amplifies(g, c):
                     continue
                 kind = self.validate(c.nodes + g.nodes, esc=self.escaping(c.nodes))
                 if kind is None:

@@ -17,6 +17,13 @@ the printed module carries it and a parsed one compiles the same: each node's
 ``arena`` attr holds its outputs' byte offsets (-1 for a function result,
 which lives in the caller's memory), and ``module.arena_sizes`` each entry
 function's arena size (the ``memory { @main arena <bytes> }`` block).
+
+A ``scatter`` group whose result is a function result adds in place into its
+``x`` (``in_place_inputs``) when nothing else reads ``x`` and a group of this
+function makes it: ``x`` is then made straight in the result's memory, offset -1
+too. A tied LM head's weight gradient, ``t(dLogits) @ h``, is so written into the
+caller's tensor, and the embedding's rows are added to it there: no copy of the
+vocabulary-sized matrix.
 """
 
 from __future__ import annotations
@@ -138,10 +145,36 @@ def _provably_le(store, a: IntLike, b: IntLike) -> bool:
     return S.bounds(store._with_ranges(d))[0] >= 0
 
 
+def in_place_inputs(module: Module, f: Function) -> dict[int, Value]:
+    """id(x) -> the result of the ``scatter`` group that adds into ``x`` in place (the module
+    docstring)."""
+    results = {id(v) for v in f.results}
+    uses: dict[int, int] = {}
+    for n in f.nodes:
+        for v in n.inputs:
+            if v is not None:
+                uses[id(v)] = uses.get(id(v), 0) + 1
+    out = {}
+    for n in f.nodes:
+        if n.op != "fused" or n.attrs.get("kind") != "scatter" or id(n.outputs[0]) not in results:
+            continue
+        callee = module.functions[n.attrs["callee"]]
+        add = next(m for m in callee.nodes if m.op == "index_add")
+        k = next((i for i, p in enumerate(callee.params) if p is add.inputs[0]), None)
+        if k is None or sum(v is add.inputs[0] for m in callee.nodes for v in m.inputs) != 1:
+            continue  # x is the group's own fill, or the group reads it twice
+        x = n.inputs[k]
+        p = x.producer
+        if p is not None and p.op == "fused" and uses.get(id(x)) == 1 and id(x) not in results and \
+                sum(r is n.outputs[0] for r in f.results) == 1:
+            out[id(x)] = n.outputs[0]
+    return out
+
+
 def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
     f: Function = module.functions[func] if func else module.main
     store = module.constraints
-    results = {id(v) for v in f.results}
+    results = {id(v) for v in f.results} | set(in_place_inputs(module, f))
     params = {id(p) for p in f.params}
     last_use: dict[int, int] = {}
     for i, n in enumerate(f.nodes):
@@ -214,4 +247,4 @@ def assign_memory(module: Module) -> Module:
     return module
 
 
-__all__ = ["MemoryPlan", "Buffer", "plan_memory", "assign_memory", "byte_size", "align", "ALIGN"]
+__all__ = ["MemoryPlan", "Buffer", "plan_memory", "assign_memory", "in_place_inputs", "byte_size", "align", "ALIGN"]

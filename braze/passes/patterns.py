@@ -4,6 +4,13 @@ GPT-2 (and other "NewGELU" models) spell the tanh GELU out as
 ``0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3)))``: eight nodes, one of them
 a ``pow``. As one ``gelu(approximate="tanh")`` it becomes a oneDNN post-op of
 the GEMM before it instead of a separate pass over memory (rule ``gelu_tanh``).
+
+A weight that is both an embedding and the LM head (GPT-2's ``wte``) gets two gradients that the
+backward adds: ``t(dLogits) @ h + embedding_dense_backward(...)``, the second an ``index_add``
+into zeros. ``add(a, index_add(full(0), i, s))`` becomes ``index_add(a, i, s)`` (rule
+``add_into_rows``): the rows are added into ``a`` itself, in place when nothing else reads it
+(``memory.in_place_inputs``), with no zeros and no third table-sized tensor. The sums differ
+in order (``a + s1 + s2`` for ``a + (0 + s1 + s2)``), within a rounding per repeated index.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import math
 
 from ..ir.graph import Function, Module, Node, Value
-from .common import Namer, make_node, replace_all_uses, scalar_value, top_functions
+from .common import Namer, constant_value, make_node, replace_all_uses, same_shape, scalar_value, top_functions
 from .rules import rule
 
 
@@ -81,12 +88,45 @@ def _gelu_tanh(module: Module, n: Node, namer: Namer) -> Node | None:
     return make_node(module, "gelu", [x], {"approximate": "tanh"}, loc=n.loc, namer=namer, name="gelu")
 
 
+def _zeros(module: Module, v: Value) -> bool:
+    """Whether ``v`` is zeros: a ``full`` of 0, or one that constant folding made a constant."""
+    p = v.producer
+    if p is not None and p.op == "full":
+        return float(p.attrs["value"]) == 0
+    c = constant_value(module, v)
+    return c is not None and not c.any()
+
+
+@rule("recognize_patterns", "add_into_rows")
+def _add_into_rows(module: Module, n: Node, namer: Namer, uses: dict) -> Node | None:
+    """``index_add(a, i, s)`` for ``n = add(a, index_add(full(0), i, s))`` (either order) with
+    ``a`` of the sum's type and the index_add read by ``n`` alone (``uses``: id(value) -> its
+    readers, a function result counted as one), else None."""
+    if n.op != "add" or len(n.inputs) != 2:
+        return None
+    out = n.outputs[0]
+    for a, r in (n.inputs, n.inputs[::-1]):
+        p = r.producer
+        if p is None or p.op != "index_add" or not _zeros(module, p.inputs[0]) or uses.get(id(r)) != 1 or \
+                a.dtype != out.dtype or r.dtype != out.dtype or \
+                not all(same_shape(module.constraints, v.shape, out.shape) for v in (a, r)):
+            continue
+        return make_node(module, "index_add", [a, p.inputs[1], p.inputs[2]], dict(p.attrs), loc=n.loc,
+                         namer=namer, name="rows_added")
+    return None
+
+
 def _rewrite(module: Module, f: Function) -> int:
     namer = Namer(f)
+    uses: dict = {}
+    for v in [v for m in f.nodes for v in m.inputs] + list(f.results):
+        if v is not None:
+            uses[id(v)] = uses.get(id(v), 0) + 1
     out, count = [], 0
     for n in f.nodes:
         out.append(n)
         g = _gelu_tanh(module, n, namer)
+        g = g if g is not None else _add_into_rows(module, n, namer, uses)
         if g is not None:
             out.append(g)
             replace_all_uses(f, n.outputs[0], g.outputs[0])

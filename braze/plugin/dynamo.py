@@ -99,26 +99,14 @@ def plugin_options(options: dict | None) -> PluginOptions:
     return PluginOptions(opts.replace(**changes), rng=rng, **flags)
 
 
-def _kept_whole():
-    """Ops whose decomposition has a piece braze lacks as well, which torch runs better whole.
-    embedding_dense_backward becomes zeros of the table's size and an ``index_put`` with
-    accumulate: braze has no scatter-add, and the V x D zeros braze then wrote (94 MB for BERT's
-    table: 190 ms a step, page faults of a fresh output) torch copied again before scattering.
-    Whole, torch zeroes its own buffer and adds the rows in place."""
-    import torch
-    return {torch.ops.aten.embedding_dense_backward.default}
-
-
 @functools.cache
 def decompositions() -> dict:
     """torch's core-ATen decompositions of the ops braze has no converter for (as ``braze.compile``
-    decomposes an exported program): ops braze supports whole stay whole, and so do the ops in
-    ``_kept_whole``."""
+    decomposes an exported program): ops braze supports whole stay whole."""
     import torch
     from ..frontend.torch.aten import is_supported
     table = torch.export.default_decompositions()
-    keep = _kept_whole()
-    return {op: fn for op, fn in table.items() if not is_supported(op) and op not in keep}
+    return {op: fn for op, fn in table.items() if not is_supported(op)}
 
 
 def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | None = None):
@@ -131,7 +119,6 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from . import saved_layout
-    from .embedding import fold_embedding_grads
     from .partition import compile_graph, in_torch
     from .rng import braze_dropout
 
@@ -192,7 +179,6 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
         if not compile_backward:
             return make_boxed_func(g.forward)
         try:
-            fold_embedding_grads(g)
             saved_layout.backward(g, saved_nhwc)
             entry = compile_graph(g, {}, train_opts, speculative=speculative[0], label="backward")
         except Exception as e:  # noqa: BLE001 -- as the forward: PyTorch runs what braze cannot

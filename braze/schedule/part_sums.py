@@ -37,7 +37,6 @@ FEW_LANES = 64  # the most vector lanes (float32 channels) whose sums run in par
 PART_ROWS = 64
 
 
-
 def sums_in_parts(f: For, fresh) -> list | None:
     """The statements that replace nest ``f`` (see the module doc), or None where it is not a chain
     of loops down to one vector loop of at most FEW_LANES constant lanes whose stores' reductions
@@ -59,8 +58,8 @@ def sums_in_parts(f: For, fresh) -> list | None:
     if len(chain) == 1:
         return stmts
     inner = stmts
-    for outer in reversed(chain[:-1]):
-        inner = [replace(outer, body=inner)]
+    for outer, loop in zip(reversed(chain[:-1]), reversed(chain[1:])):  # keeping the lets beside each loop
+        inner = [replace(outer, body=[y for x in outer.body for y in (inner if x is loop else [x])])]
     return inner
 
 

@@ -175,3 +175,17 @@ def test_missing_nvrtc_says_what_to_install(monkeypatch):
         assert parse_target("cuda:sm_90") == CudaTarget("sm_90")  # the archs NVRTC 13.0 knows, without it
     finally:
         nvrtc._nvrtc.cache_clear()
+
+
+def test_a_scatter_add_is_refused_for_cuda_by_name():
+    """braze_scatter.h runs on the CPU: a CUDA compile with an index_add says so, not a crash at
+    the call."""
+    import braze
+    from braze.errors import UnsupportedOpError
+    from braze.ops import Builder, tensor
+    b = Builder()
+    n = b.sym("N")
+    b.ret(b.index_add(b.param("x", tensor("f32", 5, 3)), b.param("i", tensor("i64", n)),
+                      b.param("s", tensor("f32", n, 3))))
+    with pytest.raises(UnsupportedOpError, match="CUDA target has no index_add"):
+        braze.compile(b.module, target="cuda:sm_90")

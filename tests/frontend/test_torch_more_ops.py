@@ -202,3 +202,27 @@ def test_diff_is_converted_without_decomposing_the_program(monkeypatch):
     check(Fn(f), inputs, ({1: s}, {1: s}, {1: s}), exact=True)
     s = Dim("s", min=5, max=64)
     check(Fn(g), [(torch.randn(2, n),) for n in (5, 6, 9)], ({1: s},), exact=True)
+
+
+def test_index_add_index_put_accumulate_and_the_embedding_gradient():
+    """Rows added at indices (braze's index_add): torch.index_add with alpha, index_put with
+    accumulate (negative and repeated indices, values broadcast, a 2-D index), and an embedding's
+    gradient with a padding index, at symbolic row and index counts."""
+    aten = torch.ops.aten
+
+    def f(self, x, i, src, j):
+        neg = j - 6  # negative indices, which index_put wraps
+        return (torch.index_add(x, 0, i, src, alpha=0.5),
+                torch.index_put(x, (neg,), torch.ones(3), accumulate=True),
+                torch.index_put(x, (i.reshape(1, -1),), src.unsqueeze(0), accumulate=True),
+                aten.embedding_dense_backward(src, i, 6, 2, False))
+
+    n = Dim("n", min=1, max=64)
+    rng = np.random.default_rng(4)
+
+    def inputs(k):
+        f32 = lambda *s: torch.from_numpy(rng.standard_normal(s).astype(np.float32))  # noqa: E731
+        return f32(6, 3), torch.from_numpy(rng.integers(0, 6, k)), f32(k, 3), torch.from_numpy(rng.integers(0, 6, k))
+    ins = [inputs(k) for k in (1, 7, 20)]
+    m = check(Fn(f), ins, ({}, {0: n}, {0: n}, {0: n}))
+    assert sum(n.op == "index_add" for n in m.main.nodes) == 4

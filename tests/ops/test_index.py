@@ -1,11 +1,11 @@
-"""gather, gather_elements, tril, triu against torch/numpy with symbolic dims."""
+"""gather, gather_elements, index_add, tril, triu against torch/numpy with symbolic dims."""
 
 import numpy as np
 import pytest
 import torch
 
 import braze.reference as R
-from braze.errors import ShapeError
+from braze.errors import BrazeError, ShapeError
 from braze.ir.sym import Sym
 from braze.ops import tensor
 from braze.testing import assert_close, build, rand
@@ -97,3 +97,37 @@ def test_tri_symbolic_k_and_errors():
     np.testing.assert_array_equal(R.run(m, x), torch.tril(torch.from_numpy(x)).numpy())
     with pytest.raises(ShapeError, match="rank"):
         build([tensor("f32", s_)], lambda b, x: b.tril(x))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_index_add_reference_is_torch_s(axis):
+    """Repeated indices add up, in index order; symbolic dims at 1 and odd sizes."""
+    m, out = build([tensor("f32", b_, v_, 3), tensor("i64", s_), tensor("f32", b_, s_, 3) if axis == 1 else
+                    tensor("f32", s_, v_, 3) if axis == 0 else tensor("f32", b_, v_, s_)],
+                   lambda b, x, i, s: b.index_add(x, i, s, axis=axis))
+    assert out.type.shape == (b_, v_, 3)
+    for bb, vv, ss in ((1, 1, 1), (2, 5, 9), (3, 7, 4)):
+        x = rand(RNG, (bb, vv, 3))
+        ax = axis % 3
+        n = x.shape[ax]
+        src_shape = [bb, vv, 3]
+        src_shape[ax] = ss
+        src = rand(RNG, tuple(src_shape))
+        idx = RNG.integers(0, n, ss)
+        want = torch.from_numpy(x).index_add(ax, torch.from_numpy(idx), torch.from_numpy(src))
+        assert_close(R.run(m, x, idx, src), want.numpy())
+
+
+def test_index_add_errors():
+    with pytest.raises(ShapeError, match="1-D"):
+        build([tensor("f32", v_, 3), tensor("i64", 2, 2), tensor("f32", 4, 3)], lambda b, x, i, s: b.index_add(x, i, s))
+    with pytest.raises(ShapeError, match="integer"):
+        build([tensor("f32", v_, 3), tensor("f32", s_), tensor("f32", s_, 3)], lambda b, x, i, s: b.index_add(x, i, s))
+    with pytest.raises(ShapeError, match="dim 1 is 4"):
+        build([tensor("f32", v_, 3), tensor("i64", s_), tensor("f32", s_, 4)], lambda b, x, i, s: b.index_add(x, i, s))
+    with pytest.raises(ShapeError, match="one dtype"):
+        build([tensor("f32", v_, 3), tensor("i64", s_), tensor("f64", s_, 3)], lambda b, x, i, s: b.index_add(x, i, s))
+    m, _ = build([tensor("f32", v_, 3), tensor("i64", s_), tensor("f32", s_, 3)],
+                 lambda b, x, i, s: b.index_add(x, i, s))
+    with pytest.raises(BrazeError, match="out of range"):
+        R.run(m, rand(RNG, (2, 3)), np.array([2]), rand(RNG, (1, 3)))

@@ -372,24 +372,30 @@ def test_attention_trains_in_braze(kv_heads, mode, fresh_warnings):
         "backward calls"
 
 
-def test_an_embedding_gradient_is_torch_s_whole_op(fresh_warnings):
-    """embedding_dense_backward stays whole (braze has no scatter-add, and its decomposition made
-    braze write the table-sized zeros that torch then copied): it runs in torch with one warning
-    that names it, the weights follow eager's (a padding index included), and braze computes the rest."""
+def test_an_embedding_gradient_is_computed_by_braze(fresh_warnings):
+    """embedding_dense_backward is braze's index_add into zeros: no op left to torch, the weights
+    follow eager's (a padding index among the tokens)."""
     batches = (3, 5, 2, 4)
     _, run, texts = _train_both(Embed(), batches)
-    assert len(texts) == 1 and "embedding_dense_backward" in texts[0], texts
+    assert texts == []
     assert run[1] >= len(batches) and run[2] >= len(batches)
 
 
-def test_a_tied_embedding_s_gradient_is_added_in_place(fresh_warnings):
-    """A weight that is both the embedding and the LM head: torch adds the embedding's gradient rows
-    into the head's gradient in place (no table-sized zeros, no third table), one warning; the
-    weights follow eager's, a padding index included."""
+def test_a_tied_embedding_s_gradient_is_added_in_place(fresh_warnings, tmp_path, monkeypatch):
+    """A weight that is both the embedding and the LM head: braze adds the embedding's gradient rows
+    into the head's gradient, which the head's GEMM writes straight into the caller's tensor (no
+    table-sized zeros, no copy); no warning, the weights follow eager's, a padding index included."""
+    monkeypatch.setenv("BRAZE_DUMP", str(tmp_path))
     batches = (3, 5, 2, 4)
     _, run, texts = _train_both(TiedLM(), batches)
-    assert len(texts) == 1 and "embedding_dense_backward_add" in texts[0], texts
+    assert texts == []
     assert run[1] >= len(batches) and run[2] >= len(batches)
+    memory = [p.read_text() for p in tmp_path.glob("backward*/*assign_memory*")]
+    scatters = [ln for text in memory for ln in text.splitlines() if 'kind="scatter"' in ln]
+    assert scatters and all("index_add" not in ln for ln in scatters), scatters
+    # the GEMM's gradient, the index_add's x, lives in the caller's tensor: offset -1, as a result
+    gemm = [ln for text in memory for ln in text.splitlines() if 'kind="gemm"' in ln and "arena=[-1]" in ln]
+    assert gemm, memory
 
 
 def test_16_bit_attention_is_left_to_torch_alone(fresh_warnings):

@@ -431,6 +431,24 @@ def test_sums_in_parts_under_an_outer_loop_have_the_bits_of_a_batch_of_one(_cach
         assert np.all(np.abs(alone - a[i].astype(np.float64).mean(0)) <= bound)
 
 
+def test_sums_in_parts_keep_the_lets_beside_their_loop(_cache):
+    """A per-row scale hoisted into a let of the outer loop (``for i: let t = w[i]; vector for c:
+    sum(r: x[r, i, c] * t)``) stays beside the nest that replaces the vector loop (fuzz seed 5264:
+    the let was dropped, and the C read an undeclared name)."""
+    b = Builder()
+    i_, r_ = b.sym("I"), b.sym("R")
+    x = b.param("x", tensor("f32", r_, i_, 16))
+    w = b.param("w", tensor("f32", i_))
+    b.ret(b.reduce_sum(b.mul(x, b.unsqueeze(w, axes=(1,))), axes=(0,)))
+    k = schedule(lowered(b))
+    (outer,) = fors(k)
+    assert any(isinstance(st, L.Let) for st in outer.body) and any(isinstance(st, L.Alloc) for st in outer.body)
+    rng = np.random.default_rng(2)
+    a, ws = rng.standard_normal((5, 3, 16)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    (got,) = _run(k, b.module, b.func, [a, ws], 64)
+    np.testing.assert_allclose(got, (a * ws[:, None]).sum(0), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("n", [37, 3])
 def test_a_zero_d_result_is_a_lone_store(n):
     # in vector lanes unless shorter than the narrowest vector (a 2x2 pool's window row)

@@ -27,7 +27,7 @@ SKIP = {"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constra
 
 def table() -> dict:
     """CONVERTERS with every converter module registered."""
-    from . import aten_math, aten_nn, aten_shape  # noqa: F401
+    from . import aten_math, aten_nn, aten_scatter, aten_shape  # noqa: F401
     return CONVERTERS
 
 

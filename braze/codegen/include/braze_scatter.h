@@ -1,0 +1,68 @@
+/* braze_scatter.h: index_add, a scatter-add of slices (torch.index_add, index_put with
+ * accumulate, embedding gradients), called by the host code of a `scatter` group.
+ *
+ * out[o, idx[i], r] += src[o, i, r] for i in index order, after out = x; x == NULL means out
+ * starts as `fill` (the group's `full`), x == out adds in place. Shapes: x and out
+ * [outer, n, inner], src [outer, count, inner], idx [count].
+ *
+ * First out = x (or the fill), threads splitting the rows: each writes whole pages, so two
+ * threads do not fault on one page of a fresh output (a 94 MB embedding gradient's first
+ * touch). Then threads split (o, column range) pieces, and each runs every index over its
+ * pieces: repeated indices add in index order on any thread count (the same bits every call,
+ * and as numpy.add.at), with no atomics. Columns are split only when `outer` is too small to
+ * feed the team, in multiples of 16 elements (a 64-byte line of float32: two threads never
+ * share one).
+ *
+ * Returns -1, or the position of the first index outside [-n, n) (nothing is written then).
+ * BZ_INDEX_ADD(name, T, U, I): T the element type, U the type its adds are done in (the unsigned
+ * type of a signed integer, for defined wrap-around), I the index type. */
+#ifndef BRAZE_SCATTER_H
+#define BRAZE_SCATTER_H
+
+#include <stdint.h>
+#include <string.h>
+#include <omp.h>
+
+#define BZ_INDEX_ADD(NAME, T, U, I)                                                                  \
+static int64_t NAME(T *out, const T *x, T fill, const I *idx, const T *src, int64_t outer, int64_t n, \
+                    int64_t count, int64_t inner) {                                                  \
+    for (int64_t i = 0; i < count; i++)                                                             \
+        if ((int64_t)idx[i] < -n || (int64_t)idx[i] >= n) return i;                                 \
+    int nt = omp_get_max_threads();                                                                  \
+    int64_t chunk = inner;                                                                           \
+    if (outer < nt && inner >= 32) {                                                                 \
+        int64_t per = (inner + nt - 1) / nt;                                                         \
+        chunk = (per + 15) / 16 * 16;                                                                \
+    }                                                                                                \
+    int64_t pieces = chunk ? (inner + chunk - 1) / chunk : 1;                                        \
+    int64_t units = outer * pieces;                                                                  \
+    int par = (double)outer * (double)(n + count) * (double)inner >= 65536.0;                         \
+    _Pragma("omp parallel if(par)")                                                                  \
+    {                                                                                                \
+        if (x != out) {                                                                              \
+            _Pragma("omp for schedule(static)")                                                      \
+            for (int64_t v = 0; v < outer * n; v++) {                                                \
+                T *d = out + v * inner;                                                              \
+                if (x) memcpy(d, x + v * inner, (size_t)inner * sizeof(T));                          \
+                else for (int64_t c = 0; c < inner; c++) d[c] = fill;                                \
+            }                                                                                        \
+        }                                                                                            \
+        _Pragma("omp for schedule(static)")                                                          \
+        for (int64_t u = 0; u < units; u++) {                                                        \
+            int64_t o = u / pieces, c0 = (u % pieces) * chunk;                                       \
+            int64_t c1 = c0 + chunk < inner ? c0 + chunk : inner;                                    \
+            T *ob = out + o * n * inner;                                                             \
+            const T *sb = src + o * count * inner;                                                   \
+            for (int64_t i = 0; i < count; i++) {                                                    \
+                int64_t j = (int64_t)idx[i] < 0 ? (int64_t)idx[i] + n : (int64_t)idx[i];             \
+                T *d = ob + j * inner;                                                               \
+                const T *s = sb + i * inner;                                                         \
+                _Pragma("omp simd")                                                                  \
+                for (int64_t c = c0; c < c1; c++) d[c] = (T)((U)d[c] + (U)s[c]);                     \
+            }                                                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    return -1;                                                                                       \
+}
+
+#endif
