@@ -18,7 +18,7 @@ from .. import log as _logging
 from ..errors import BrazeError
 from . import report
 from ..frontend.torch.aten import packet_name
-from .region import Refused, compile_region
+from .region import UNREADABLE_SIZE, Refused, compile_region
 from .rng import SEED_META
 from .saved_layout import LAYOUT_META
 
@@ -28,6 +28,9 @@ SIZE = "size"  # a node that computes sizes, not tensors
 SEED = "seed"  # the graph's random seed (``rng``): drawn by PyTorch before any region runs, no warning
 VIEW = "layout view"  # a saved activation's channels-last view (``saved_layout``): PyTorch's, no warning
 QUIET = (SEED, VIEW)  # nodes PyTorch runs on purpose, which split no region
+# a view to sizes the region cannot read (a loss's gradient viewed back to [batch, seq, vocab] with
+# the forward's saved sizes): PyTorch makes it without a copy, with no warning
+SIZED_VIEW = "a view to sizes from another graph, which PyTorch makes without a copy"
 TORCH_META = "braze_torch"  # FX node meta: why PyTorch runs a node the plug-in put there
 MAX_REFUSALS = 64
 # a region of nothing but these is not worth a library: torch does them without copying
@@ -194,7 +197,9 @@ def _compile_graph(gm, frozen, opts, speculative, label):
                 _log.info("braze plugin: %s refused (%s); partitioning again", r.node_name, r.reason)
                 if r.node_name in refused or r.node_name not in names:
                     raise BrazeError(f"the partition did not converge at {r.node_name}: {r.reason}") from None
-                refused[r.node_name] = r.reason
+                view = r.reason == UNREADABLE_SIZE and \
+                    packet_name(next(n for n in gm.graph.nodes if n.name == r.node_name).target) in FREE_VIEWS
+                refused[r.node_name] = SIZED_VIEW if view else r.reason
         raise BrazeError(f"{MAX_REFUSALS} ops refused in one graph")
     except Exception as e:  # noqa: BLE001 -- whatever braze cannot do, PyTorch still runs the graph
         return in_torch(gm, e)
@@ -260,7 +265,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
         delattr(fused, node.target)
         regions.append(region)
     for n in torch_nodes:
-        if n.op == "call_function" and reasons.get(n.name) not in (None, SIZE):
+        if n.op == "call_function" and reasons.get(n.name) not in (None, SIZE, SIZED_VIEW):
             report.warn_torch_op(n, reasons[n.name])
     fused.graph.eliminate_dead_code()
     fused.recompile()

@@ -13,6 +13,11 @@ from . import pins, reuse
 _log = _logging.get("plugin")
 
 
+# why a node that needs a size the region cannot read is refused (``_check_sizes``)
+UNREADABLE_SIZE = "it uses a size braze cannot read from its inputs' shapes: one that comes from tensor data or " \
+    "from another graph"
+
+
 class Refused(Exception):
     """A converter refused one node (its attributes, its dtypes): rerun the partition without it."""
 
@@ -278,8 +283,7 @@ def _check_sizes(places, arg_index, sub, pinned: dict) -> None:
         if n.op == "placeholder" and not readable(n.meta.get("val")):
             users = [u for u in n.users if u.op == "call_function"]
             if users:
-                raise Refused(users[0].name, "it uses a size braze cannot read from its inputs' shapes: one "
-                                             "that comes from tensor data or from another graph")
+                raise Refused(users[0].name, UNREADABLE_SIZE)
         elif n.op == "call_function" and not readable(n.meta.get("val")):
             raise Refused(n.name, "its shape needs a size braze cannot read from the region's inputs: one that "
                                   "comes from tensor data or from another graph")
