@@ -29,6 +29,7 @@ from .ir.graph import Module
 from .options import Options
 from .passes import (assign_memory, canonicalize, channels_last, constant_fold, copy_module, cse, dce, decompose,
                      fuse, hoist_casts, precision, recognize_patterns)
+from .passes.fusion import CALL_KINDS
 from .passes.offload import offload
 from .passes.common import top_functions
 from .target import is_cuda
@@ -139,14 +140,15 @@ def run_pipeline(module: Module, passes: Sequence[Pass] | None = None, debug: in
 
 
 def lower_kernels(module: Module) -> Kernels:
-    """One loop-IR kernel per generated group (every fused node but gemm/conv/scatter), in call order."""
+    """One loop-IR kernel per generated group (every fused node a library or a header does not
+    run: ``fusion.CALL_KINDS``), in call order."""
     from .ir.loop import kernel_names
     from .lowering import lower_function
     out = Kernels()
     for f in top_functions(module):
         for n in f.nodes:
             callee = n.attrs.get("callee") if n.op == "fused" else None
-            if callee is None or n.attrs.get("kind") in ("gemm", "conv", "scatter") or callee in out:
+            if callee is None or n.attrs.get("kind") in CALL_KINDS or callee in out:
                 continue
             with kernel_names():
                 out[callee] = lower_function(module.functions[callee], module, f"k_{callee}")

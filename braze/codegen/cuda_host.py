@@ -26,15 +26,17 @@ def _stub(k, index: int) -> str:
 
 def _check_library_calls(module) -> None:
     """braze_cuda_rt.h's GEMM and convolution take float32 only (no BRAZE_TYPES yet), and it has no
-    convolution gradients and no scatter-add (braze_scatter.h is CPU code)."""
+    convolution gradients, no scatter-add and no fused attention backward (braze_scatter.h and
+    braze_attention.h are CPU code)."""
     from ..errors import UnsupportedOpError
     from ..ir.types import DType
     from ..passes.common import top_functions
     from ..passes.fusion import CONV_GRADS
     for f in top_functions(module):
         for n in f.nodes:
-            if n.op == "fused" and n.attrs.get("kind") == "scatter":
-                raise UnsupportedOpError(f"the CUDA target has no index_add yet (@{n.attrs['callee']})",
+            cpu_only = {"scatter": "index_add", "attention": "attention_backward"}.get(n.attrs.get("kind"))
+            if n.op == "fused" and cpu_only:
+                raise UnsupportedOpError(f"the CUDA target has no {cpu_only} yet (@{n.attrs['callee']})",
                                          where=str(n.loc) if n.loc else None,
                                          hint="compile the graph for the CPU")
             if n.op == "fused" and n.attrs.get("kind") in ("gemm", "conv"):

@@ -79,6 +79,7 @@ class HostGen:
         self.live_sites: list[str] = []
         self.uses_library = False
         self.scatters: dict[str, tuple[str, str, str]] = {}  # braze_scatter.h helper -> (T, U, I)
+        self.attention = False  # calls braze_attention.h
 
     # --- constants (fields of the model instance) ----------------------------------------
     def const(self, name: str) -> str:
@@ -163,6 +164,7 @@ class HostGen:
         host = ['#include "braze_abi.h"\n#include "braze_team.h"\n' +
                 ('#include "braze_dnnl.h"\n' if self.uses_library else "") +
                 ('#include "braze_scatter.h"\n' if self.scatters else "") +
+                ('#include "braze_attention.h"\n' if self.attention else "") +
                 "".join(f"BZ_INDEX_ADD({k}, {', '.join(v)})\n" for k, v in self.scatters.items()),
                 C_DTYPE_NAMES, _ARENA_C, model, _profile_c(self.profile_labels) if self.profile else "",
                 *bodies]
@@ -310,6 +312,8 @@ class _EntryWriter:
                 self._library(n)
             elif n.attrs["kind"] == "scatter":
                 self._scatter(n)
+            elif n.attrs["kind"] == "attention":
+                self._attention(n)
             else:
                 self._kernel(n)
             if self.gen.profile:
@@ -425,6 +429,42 @@ class _EntryWriter:
         else:
             self.emit(f"{k.name}({', '.join(args)});")
 
+    def _operand(self, n: Node, callee: Function, v) -> str:
+        """The C pointer of value ``v`` of ``n``'s callee: a constant of the model, or the caller's
+        operand that its parameter stands for."""
+        p = v.producer
+        if p is not None and p.op == "constant":
+            return f"((char *){self.gen.const(p.attrs['name'])})"
+        return self.ptr_of(n.inputs[next(i for i, q in enumerate(callee.params) if q is v)])
+
+    def _attention(self, n: Node) -> None:
+        """An ``attention_backward`` group: braze_attention.h on its operands, the mask read at
+        the strides of its broadcast to [B, H, L, S]."""
+        callee = self.module.functions[n.attrs["callee"]]
+        a = next(m for m in callee.nodes if m.op == "attention_backward")
+        q, k, v = a.inputs[:3]
+        mask = a.inputs[6] if len(a.inputs) > 6 else None
+        self.gen.attention = True
+        B, H, L, E = q.shape
+        Hk, Sk, Ev = k.shape[1], k.shape[2], v.shape[3]
+        strides = ["0"] * 4
+        kind = 0
+        if mask is not None:
+            kind = 1 if mask.dtype == DType.bool else 2
+            ms = (1,) * (4 - mask.rank) + tuple(mask.shape)
+            step = 1
+            for d in range(3, -1, -1):
+                strides[d] = "0" if ms[d] == 1 else int_expr(step)
+                step = S.mul(step, ms[d])
+        ptrs = [self.ptr_of(o) for o in n.outputs] + [self._operand(n, callee, x) for x in a.inputs[:6]]
+        args = ", ".join([f"(float *){p}" for p in ptrs[:3]] + [f"(const float *){p}" for p in ptrs[3:]])
+        dims = ", ".join(int_expr(d) for d in (B, H, Hk, L, Sk, E, Ev))
+        m = self._operand(n, callee, mask) if mask is not None else "NULL"
+        self.emit(f"if (bz_attention_backward({args}, {m}, {kind}, {', '.join(strides)}, {dims}, "
+                  f"{c_literal(a.attrs['scale'], DType.float32)}, {int(bool(a.attrs.get('is_causal')))})) "
+                  f"BRAZE_FAIL(BRAZE_ERR_ALLOC, \"attention's backward @{callee.name} could not allocate its tiles "
+                  "(out of memory)\");")
+
     def _scatter(self, n: Node) -> None:
         """An ``index_add`` group: braze_scatter.h's helper for its types, on the group's x (NULL
         when the group's ``full`` makes it), indices and source."""
@@ -438,10 +478,7 @@ class _EntryWriter:
                                      where=str(add.loc) if add.loc else None, hint="compute it in float32")
 
         def at(v) -> str:
-            p = v.producer
-            if p is not None and p.op == "constant":
-                return f"((char *){self.gen.const(p.attrs['name'])})"
-            return self.ptr_of(n.inputs[next(i for i, q in enumerate(callee.params) if q is v)])
+            return self._operand(n, callee, v)
         t, i_t = ctype(dt), ctype(it)
         name = f"bz_index_add_{dt.name}_{it.name}"
         self.gen.scatters[name] = (t, UNSIGNED.get(dt, t), i_t)

@@ -693,6 +693,22 @@ def p_sdpa(gen, op):
     gen.emit(op, ins, attrs, exact=False)
 
 
+def p_attention_backward(gen, op):
+    """Fresh operands (a logsumexp need not be q and k's: the formula holds for any)."""
+    b, hk, g, lq, sk = gen.dim(), int(gen.choice([1, 2])), int(gen.choice([1, 2])), gen.dim(), gen.dim()
+    e, ev = int(gen.choice([2, 4, 8])), int(gen.choice([2, 4]))
+    f = lambda *s: gen.new(TensorType(F32, s), const=False)  # noqa: E731
+    ins = [f(b, hk * g, lq, e), f(b, hk, sk, e), f(b, hk, sk, ev), f(b, hk * g, lq, ev), f(b, hk * g, lq, ev),
+           f(b, hk * g, lq)]
+    r = gen.rng.random()
+    if r < 0.3:
+        ins.append(gen.new(TensorType(BOOL, (b, 1, 1, sk)), const=False))
+    elif r < 0.5:
+        ins.append(f(lq, sk))
+    gen.emit(op, ins, {"is_causal": bool(gen.rng.random() < 0.4), "scale": float(gen.choice([0.1, 0.5]))},
+             exact=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # ops with no proposer of their own: by kind and arity
 # ---------------------------------------------------------------------------------------------
@@ -743,5 +759,5 @@ PROPOSERS = {
     "tril": p_tri, "triu": p_tri,
     "resize": p_resize, "topk": p_topk,
     "arange": p_arange, "full": p_full, "full_like": p_full, "uniform": p_uniform,
-    "scaled_dot_product_attention": p_sdpa,
+    "scaled_dot_product_attention": p_sdpa, "attention_backward": p_attention_backward,
 }

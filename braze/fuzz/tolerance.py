@@ -394,6 +394,39 @@ def _cumsum(ctx, opdef, ins, es, outs, attrs):
     return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
 
 
+def _attention_backward(ctx, opdef, ins, es, outs, attrs):
+    """A running error analysis of the backward's formula (braze_attention.h's doc) on the
+    reference's values in float64: the scores, p = exp(s - lse), then each product's sums."""
+    q, k, v, o, do, lse = (_f64(x) for x in ins[:6])
+    mask = ins[6] if len(ins) > 6 else None
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, 1), np.repeat(v, g, 1)
+    u, sc, (E, Ev), (L, S) = unit(outs[0]), attrs["scale"], (q.shape[-1], v.shape[-1]), (q.shape[2], k.shape[2])
+    t = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+    s = q @ t(k) * sc
+    keep = np.ones(s.shape, bool)
+    if attrs.get("is_causal"):
+        keep &= np.tril(np.ones((L, S), bool))
+    if mask is not None:
+        keep &= mask if mask.dtype == np.bool_ else np.isfinite(mask)
+        s = s if mask.dtype == np.bool_ else s + np.where(np.isfinite(mask), mask, 0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.where(keep, np.exp(np.minimum(s - lse[..., None], 700)), 0.0)
+    es = (E + 2) * u * (mag(q) @ t(mag(k))) * sc + 2 * u * np.abs(s)
+    ep = np.where(keep, p * (es + u * np.abs(s - lse[..., None]) + 8 * u), 0.0)
+    dp, d = do @ t(v), np.sum(do * o, -1, keepdims=True)
+    e_dpd = (Ev + 2) * u * (mag(do) @ t(mag(v)) + np.sum(mag(do * o), -1, keepdims=True))
+    ds = p * (dp - d) * sc
+    e_ds = (ep * np.abs(dp - d) + p * e_dpd + 4 * u * np.abs(ds / sc)) * sc
+    e_dq = e_ds @ mag(k) + (S + 2) * u * (np.abs(ds) @ mag(k))
+    e_dk = t(e_ds) @ mag(q) + (L + 2) * u * (t(np.abs(ds)) @ mag(q))
+    e_dv = t(ep) @ mag(do) + (L + 2) * u * (t(p) @ mag(do))
+    fold = lambda a: a.reshape(a.shape[0], a.shape[1] // g, g, *a.shape[2:]).sum(2) * (1 + g * u)  # noqa: E731
+    if any(e is not None and np.any(np.asarray(e) != 0) for e in es):  # the proposer gives exact operands
+        return [np.full(x.shape, np.inf) for x in outs]
+    return [np.where(np.isfinite(x), x, np.inf) for x in (e_dq, fold(e_dk), fold(e_dv))]
+
+
 def _index_add(ctx, opdef, ins, es, outs, attrs):
     """A running sum per row, as cumsum's: each row's errors added up, and a rounding per add
     of at most the row's sum of magnitudes (n the most adds any row takes, plus one)."""
@@ -629,7 +662,7 @@ RULES = {
     **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},
-    "cumsum": _cumsum, "index_add": _index_add,
+    "cumsum": _cumsum, "index_add": _index_add, "attention_backward": _attention_backward,
     "softmax": _softmax, "log_softmax": _softmax,
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
     "resize": _resize, "topk": _topk,

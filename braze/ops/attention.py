@@ -161,6 +161,56 @@ def sdpa_backward_numpy(q, k, v, out, dout, lse, mask=None, is_causal=False, sca
     return np.matmul(ds, k) * sc, np.matmul(np.swapaxes(ds, -1, -2), q) * sc, dv
 
 
+def _attention_backward_infer(ctx, q, k, v, out, dout, lse, mask=None, *, is_causal, scale):
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
+        if t.dtype is not DType.float32:
+            raise ctx.error(f"{name} must be float32, got {t}")
+    if q.rank != 4 or k.rank != 4 or v.rank != 4:
+        raise ctx.error(f"q, k, v must be [batch, heads, len, dim], got {q}, {k}, {v}")
+    hq, hk = q.shape[1], k.shape[1]
+    if not isinstance(hq, int) or not isinstance(hk, int) or hk < 1 or hq % hk:
+        raise ctx.error(f"the query heads {hq} must be a static multiple of the key heads {hk}")
+    want = [(k, (q.shape[0], hk, k.shape[2], q.shape[3])), (v, (q.shape[0], hk, k.shape[2], v.shape[3])),
+            (out, tuple(q.shape[:3]) + (v.shape[3],)), (dout, tuple(q.shape[:3]) + (v.shape[3],)),
+            (lse, tuple(q.shape[:3]))]
+    for t, shape in want:
+        if t.rank != len(shape):
+            raise ctx.error(f"{t} should be {list(shape)}")
+        for a, b in zip(t.shape, shape):
+            eq = ctx.equal(a, b)
+            if eq is False:
+                raise ctx.error(f"{t} should be {list(shape)}")
+            if eq is None:
+                ctx.assume_equal(a, b, "attention_backward dims")
+    if mask is not None:
+        if mask.dtype not in (DType.bool, DType.float32) or mask.rank > 4:
+            raise ctx.error(f"mask must be bool or float32 of rank <= 4, got {mask}")
+        broadcast_shapes(ctx, mask.shape, tuple(q.shape[:3]) + (k.shape[2],))
+    return q, k, v
+
+
+def attention_backward_numpy(q, k, v, out, dout, lse, mask=None, is_causal=False, scale=None):
+    """(dq, dk, dv) of ``attention_backward``: key/value heads shared by groups of query heads
+    get their group's gradients summed."""
+    g = q.shape[1] // k.shape[1]
+    kr, vr = (np.repeat(t, g, axis=1) for t in (k, v))
+    dq, dk, dv = sdpa_backward_numpy(q, kr, vr, out, dout, lse, mask, is_causal, scale)
+    fold = lambda d: d.reshape(d.shape[0], d.shape[1] // g, g, *d.shape[2:]).sum(2)  # noqa: E731
+    return tuple(np.ascontiguousarray(a, dtype=np.float32) for a in (dq, fold(dk), fold(dv)))
+
+
+def _attention_backward_ref(ctx, q, k, v, out, dout, lse, mask=None, *, is_causal, scale):
+    return attention_backward_numpy(q, k, v, out, dout, lse, mask, is_causal, scale)
+
+
+defop("attention_backward", inputs=("q", "k", "v", "out", "dout", "lse", "mask?"),
+      attrs={"is_causal": Attr("bool", False, "torch's top-left lower-triangular mask"),
+             "scale": Attr("float", doc="the scores' scale")},
+      infer=_attention_backward_infer, reference=_attention_backward_ref, kind="opaque",
+      doc="(dq, dk, dv) of out = softmax(q @ k^T * scale + mask) @ v from the saved logsumexp lse "
+          "[B, H, L]; k, v may have fewer heads, each shared by a group of query heads (GQA).")
+
+
 def _sdpa_ref(ctx, q, k, v, mask=None, *, is_causal, scale):
     return sdpa_numpy(q, k, v, mask, is_causal, scale)
 

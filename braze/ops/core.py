@@ -34,7 +34,7 @@ defop("constant", inputs=(), attrs={"name": Attr("str", doc="key in Module.const
 # fused: a call of a fusion group's sub-function (made by braze.passes.fusion)
 # ---------------------------------------------------------------------------
 
-FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "scatter", "opaque")
+FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "scatter", "attention", "opaque")
 
 
 def _callee(ctx, callee):
@@ -84,7 +84,7 @@ def _fused_ref(ctx, *xs, callee, kind, post_ops=None, arena=None):
 
 defop("fused", inputs=("xs*",),
       attrs={"callee": Attr("str", doc="the group's sub-function, e.g. fused_3"),
-             "kind": Attr("str", "opaque", "pointwise | reduction | stitch | gemm | conv | scatter | opaque"),
+             "kind": Attr("str", "opaque", " | ".join(FUSED_KINDS)),
              "post_ops": Attr("any", None, "gemm/conv: the ops after the anchor that the library call applies, "
                                            "in order (bias, residual, gelu, gelu_tanh, silu, tanh); set by offload"),
              "arena": Attr("intlikes", None, "each output's byte offset in the function's arena, -1 for a "

@@ -2,7 +2,7 @@
 calling a new sub-function ``@fused_N`` of the same module.
 
 The caller's node is ``fused(%a, %b, ...) {callee="fused_N", kind="<kind>"}`` with
-kind one of ``pointwise | reduction | stitch | gemm | conv | scatter | opaque``. Its inputs
+kind one of ``pointwise | reduction | stitch | gemm | conv | scatter | attention | opaque``. Its inputs
 are the values the group reads from outside (parameters and other groups'
 outputs), its outputs the group's values that are used outside it (the
 original Value objects, so later nodes keep their inputs). Weights do not
@@ -58,7 +58,8 @@ of the 2 x layers consumers at batch x heads times its size.
 5. an ``index_add`` is a ``scatter`` group, with the ``full`` that makes its ``x`` when nothing
    else reads it (an embedding's gradient starts as zeros): the host calls braze_scatter.h,
    which writes the fill and adds the rows in one pass per thread.
-6. every other node (pools, sdpa, cumsum...) is its own ``opaque`` group.
+6. an ``attention_backward`` is an ``attention`` group of its own (braze_attention.h).
+7. every other node (pools, cumsum...) is its own ``opaque`` group.
 
 No merge may create a cycle: two groups never merge when one reaches the
 other through a third. ``fuse(module)`` mutates the module and returns it with its
@@ -76,8 +77,10 @@ from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
 
+# groups the host runs as a call (oneDNN, braze_scatter.h, braze_attention.h), with no generated kernel
+CALL_KINDS = ("gemm", "conv", "scatter", "attention")
 # groups rule 2 and 3 neither grow nor merge into
-CLOSED_KINDS = ("gemm", "conv", "scatter", "opaque")
+CLOSED_KINDS = ("gemm", "conv", "scatter", "attention", "opaque")
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
 RELAYOUTS = VIEWS + ("permute",)
 NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
@@ -85,6 +88,7 @@ GEMMS = ("linear", "matmul")
 CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
 CONVS = ("conv2d",) + CONV_GRADS
 SCATTERS = ("index_add",)
+ATTENTIONS = ("attention_backward",)
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
 # ten or more simple ops per element (braze/schedule/cost.py): not recomputed per element
@@ -94,7 +98,7 @@ EXPENSIVE = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "erf", "sigmo
 
 
 def node_class(n: Node) -> str:
-    """const | pw | red | norm | gemm | conv | scatter | opaque"""
+    """const | pw | red | norm | gemm | conv | scatter | attention | opaque"""
     if n.op == "constant":
         return "const"
     if n.op in GEMMS:
@@ -103,6 +107,8 @@ def node_class(n: Node) -> str:
         return "conv"
     if n.op in SCATTERS:
         return "scatter"
+    if n.op in ATTENTIONS:
+        return "attention"
     if n.op in NORMS:
         return "norm"
     if n.op == "batch_norm":
@@ -271,8 +277,9 @@ class _Fuser:
         if esc is None:
             esc = self.escaping(nodes)
         classes = [node_class(n) for n in nodes]
-        if "opaque" in classes:
-            return "opaque" if len(nodes) == 1 else None
+        for kind in ("opaque", "attention"):
+            if kind in classes:
+                return kind if len(nodes) == 1 else None
         if "scatter" in classes:
             return "scatter" if [n.op for n in self._sorted(nodes)] in (["index_add"], ["full", "index_add"]) else None
         if "gemm" in classes or "conv" in classes:
@@ -417,7 +424,7 @@ class _Fuser:
             if c == "const" or id(n) in fills:
                 continue
             kind = {"pw": "pointwise", "red": "reduction", "norm": "stitch", "gemm": "gemm",
-                    "conv": "conv", "scatter": "scatter"}.get(c, "opaque")
+                    "conv": "conv", "scatter": "scatter", "attention": "attention"}.get(c, "opaque")
             x = n.inputs[0].producer if c == "scatter" else None
             self.new_group([x, n] if x is not None and id(x) in fills else [n], kind)
 

@@ -190,3 +190,95 @@ def test_backward_matches_torch_flash_backward(is_causal, scale, mask):
         for g, w, r in zip(got, want, ref):
             assert_close(r, w.numpy(), rtol=1e-4, atol=1e-5)  # the oracle agrees with torch
             assert_close(g, w.numpy(), rtol=1e-4, atol=1e-5)
+
+
+GQA_CASES = [(4, 4, False, None), (4, 2, True, None), (2, 1, False, "bool"), (2, 2, True, "float"),
+             (4, 1, False, "bool")]
+BIG_SIZES = SIZES + ((1, 70, 130), (2, 64, 64), (1, 129, 65))
+
+
+def _gqa_inputs(bb, hq, hk, ll, ss, mask, ev=16):
+    q, k, v = rand(RNG, (bb, hq, ll, 16)), rand(RNG, (bb, hk, ss, 16)), rand(RNG, (bb, hk, ss, ev))
+    if mask == "bool":  # padding: the last key of the second sequence dropped, every other key kept
+        mk = np.ones((bb, 1, 1, ss), bool)
+        mk[1:, ..., -1] = ss == 1
+    else:
+        mk = _float_mask(ll, ss) if mask else None
+    return q, k, v, mk
+
+
+def _math_forward(q, k, v, tmk, is_causal):
+    """torch's attention output and its logsumexp (0 for a row that attends to nothing) by its
+    math path, with shared key/value heads repeated."""
+    g = q.shape[1] // k.shape[1]
+    sc = torch.einsum("bhle,bhse->bhls", T(q), T(k).repeat_interleave(g, 1)) * 0.3
+    ll, ss = sc.shape[-2:]
+    sc = sc.masked_fill(~torch.ones(ll, ss, dtype=torch.bool).tril(), -torch.inf) if is_causal else sc
+    sc = sc if tmk is None else sc.masked_fill(~tmk, -torch.inf) if tmk.dtype == torch.bool else sc + tmk
+    lse = torch.logsumexp(sc, -1).nan_to_num(posinf=0.0, neginf=0.0)
+    return torch.softmax(sc, -1).nan_to_num() @ T(v).repeat_interleave(g, 1), lse
+
+
+@pytest.mark.parametrize("hq, hk, is_causal, mask", GQA_CASES)
+@pytest.mark.parametrize("ev", [16, 72])
+def test_attention_backward_is_torch_flash_backward(hq, hk, is_causal, mask, ev, module_cache):
+    """The fused op (tile by tile, key/value heads shared by groups of query heads) against torch's
+    CPU flash backward, for the reference and the native code: the sizes cross its 64-key and
+    64-query blocks, and include 1 and odd sizes. torch's kernel needs v's head size to be q's
+    and a float mask: another head size (72, more than one block of 64 columns) and a bool
+    padding mask check the native code against the reference, which the others check against
+    torch."""
+    import braze
+    types = [tensor("f32", B, hq, L, 16), tensor("f32", B, hk, S_, 16), tensor("f32", B, hk, S_, ev),
+             tensor("f32", B, hq, L, ev), tensor("f32", B, hq, L, ev), tensor("f32", B, hq, L)]
+    types += [tensor("bool", B, 1, 1, S_)] if mask == "bool" else [tensor("f32", L, S_)] if mask else []
+    m, grads = build(types, lambda b, *xs: b.attention_backward(*xs, is_causal=is_causal, scale=0.3))
+    assert [g.type.shape for g in grads] == [tuple(t.shape) for t in types[:3]]
+    lib = braze.compile(m)
+    for bb, ll, ss in BIG_SIZES:
+        q, k, v, mk = _gqa_inputs(max(bb, 2) if mask == "bool" else bb, hq, hk, ll, ss, mask, ev)
+        tmk = None if mk is None else T(mk)
+        flash = ev == 16 and mask != "bool"  # torch's CPU flash kernel: one head size, float masks
+        if flash:
+            out, lse = FLASH(T(q), T(k), T(v), is_causal=is_causal, attn_mask=tmk, scale=0.3)
+        else:
+            out, lse = _math_forward(q, k, v, tmk, is_causal)
+        dout = rand(RNG, out.shape)
+        args = (q, k, v, out.numpy(), dout, lse.numpy()) + ((mk,) if mask else ())
+        ref = R.run(m, *args)
+        if flash:
+            want = FLASH_BACKWARD(T(dout), T(q), T(k), T(v), out, lse, 0.0, is_causal, attn_mask=tmk, scale=0.3)
+            for r, w in zip(ref, want):
+                assert_close(r, w.numpy(), rtol=1e-4, atol=1e-5, what=f"reference at {(bb, ll, ss)}")
+        for g, r in zip(lib(*args), ref):
+            assert_close(g, r, rtol=1e-4, atol=1e-5, what=f"native at {(bb, ll, ss)}")
+
+
+def test_attention_backward_errors():
+    f32 = lambda *s: tensor("f32", *s)  # noqa: E731
+    ok = [f32(B, 4, L, 8), f32(B, 2, S_, 8), f32(B, 2, S_, 8), f32(B, 4, L, 8), f32(B, 4, L, 8), f32(B, 4, L)]
+    with pytest.raises(ShapeError, match="static multiple"):
+        build([f32(B, 3, L, 8)] + ok[1:3] + [f32(B, 3, L, 8)] * 2 + [f32(B, 3, L)],
+              lambda b, *xs: b.attention_backward(*xs, scale=0.3))
+    with pytest.raises(ShapeError, match="should be"):
+        build(ok[:5] + [f32(B, 4)], lambda b, *xs: b.attention_backward(*xs, scale=0.3))
+    with pytest.raises(ShapeError, match="bool or float32"):
+        build(ok + [tensor("i64", L, S_)], lambda b, *xs: b.attention_backward(*xs, scale=0.3))
+
+
+@pytest.mark.parametrize("isa", ["sse", "scalar"])
+def test_attention_backward_at_every_vector_width(isa, module_cache, monkeypatch):
+    """braze_attention.h's kernels for 4-float vectors (16 of them a row of 64) and for plain
+    floats give what the host's widest do (the test above), across the 64-column blocks."""
+    import braze
+    monkeypatch.setenv("BRAZE_ISA", isa)
+    types = [tensor("f32", B, 4, L, 16), tensor("f32", B, 2, S_, 16), tensor("f32", B, 2, S_, 72),
+             tensor("f32", B, 4, L, 72), tensor("f32", B, 4, L, 72), tensor("f32", B, 4, L), tensor("f32", L, S_)]
+    m, _ = build(types, lambda b, *xs: b.attention_backward(*xs, is_causal=True, scale=0.3))
+    lib = braze.compile(m)
+    for bb, ll, ss in ((1, 1, 1), (2, 70, 130)):
+        q, k, v, mk = _gqa_inputs(bb, 4, 2, ll, ss, "float", 72)
+        out, lse = _math_forward(q, k, v, T(mk), True)
+        args = (q, k, v, out.numpy(), rand(RNG, (bb, 4, ll, 72)), lse.numpy(), mk)
+        for g, r in zip(lib(*args), R.run(m, *args)):
+            assert_close(g, r, rtol=1e-4, atol=1e-5, what=f"{isa} at {(bb, ll, ss)}")

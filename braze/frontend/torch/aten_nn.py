@@ -485,12 +485,20 @@ def _sdpa_flash_cpu(cx, n, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=No
 
 @conv("_scaled_dot_product_flash_attention_for_cpu_backward")
 def _sdpa_flash_cpu_backward(cx, n, dout, q, k, v, out, lse, dropout_p, is_causal, attn_mask=None, scale=None):
-    """(dq, dk, dv), recomputing the probabilities from the saved logsumexp (the L x S scores are
-    materialized, as eager's math path does; torch's CPU kernel works tile by tile)."""
+    """(dq, dk, dv), recomputing the probabilities from the saved logsumexp: [B, H, L, E] heads
+    (GQA too) by ``attention_backward``, tile by tile (no L x S matrix); other ranks through the
+    scores' graph, which materializes L x S as eager's math path does."""
     _no_dropout(cx, dropout_p)
     emit, sc, acc = _attention_training_form(cx, "backward", q, scale)
     hk = k.shape[-3] if k.rank >= 3 else None
     grouped = _grouped(q, k)
+    if q.rank == 4 and k.rank == 4 and v.rank == 4 and isinstance(q.shape[1], int) and isinstance(hk, int) and \
+            q.shape[1] % hk == 0 and (attn_mask is None or (attn_mask.rank <= 4 and (
+                attn_mask.dtype is DType.bool or attn_mask.dtype.is_float))):
+        mask = [] if attn_mask is None else [attn_mask if attn_mask.dtype in (DType.bool, DType.float32)
+                                             else cast(cx, attn_mask, DType.float32)]
+        res = op(cx, "attention_backward", [q, k, v, out, dout, lse] + mask, is_causal=bool(is_causal), scale=sc)
+        return tuple(res)
     if grouped:
         k, v = _repeat_kv(cx, k, q.shape[-3]), _repeat_kv(cx, v, q.shape[-3])
     if not all(cx.module.constraints.equal(a, b) is True for t in (k, v) for a, b in zip(q.shape[:-2], t.shape[:-2])):
