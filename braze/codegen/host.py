@@ -29,7 +29,7 @@ from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from ..target import is_cuda
 from .c_expr import c_sym_name, int_expr
 from .c_types import UNSIGNED, c_literal, ctype
-from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, validation_c
+from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, fail_c, validation_c
 
 # the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py)
 ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6}
@@ -490,9 +490,11 @@ class _EntryWriter:
         self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {'NULL' if fill else f'(const {t} *){at(x)}'}, "
                   f"{c_literal(fill.attrs['value'] if fill else 0, dt)}, (const {i_t} *){ip}, "
                   f"(const {t} *){at(src)}, {outer}, {int_expr(shape[ax])}, {int_expr(idx.type.shape[0])}, {inner});")
-        self.emit(f"  if (bad >= 0) BRAZE_FAIL(BRAZE_ERR_RANGE, \"index_add @{callee.name}: index %lld (position %lld) "
-                  f"is outside [-%lld, %lld), the size of dim {ax}\", (long long)((const {i_t} *){ip})[bad], "
-                  f"(long long)bad, (long long)({int_expr(shape[ax])}), (long long)({int_expr(shape[ax])})); }}")
+        where = f" ({add.loc})" if add.loc else ""
+        n_ = f"(long long)({int_expr(shape[ax])})"
+        self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"index_add{where}: index %PLD (position %PLD) is "
+                                           f"outside [-%PLD, %PLD), the size of dim {ax}",
+                                           f"(long long)((const {i_t} *){ip})[bad]", "(long long)bad", n_, n_) + " }")
 
     def _live_check(self) -> list[str]:
         """The live weights' generations for this call (braze_dnnl_wtrack.c), checked at once."""

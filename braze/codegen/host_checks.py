@@ -27,7 +27,7 @@ def _c_str(s: str) -> str:
     return '"' + s + '"'
 
 
-def _fail(code: str, fmt: str, *args: str) -> str:
+def fail_c(code: str, fmt: str, *args: str) -> str:
     """``BRAZE_FAIL`` with a message; in ``fmt``, ``%PLD`` is a long long and ``%PS`` a string."""
     c_fmt = _c_str(fmt).replace("%%PLD", "%lld").replace("%%PS", "%s")
     return f"BRAZE_FAIL({code}, {c_fmt}{''.join(f', {x}' for x in args)});"
@@ -42,23 +42,23 @@ def validation_c(func: Function, constraints: ConstraintStore,
     n = len(func.params)
     notes = notes or {}
     out = [f"if (n_inputs != {n}) "
-           + _fail("BRAZE_ERR_SHAPE", f"{input_count_message(func)}; got %PLD", "(long long)n_inputs")]
+           + fail_c("BRAZE_ERR_SHAPE", f"{input_count_message(func)}; got %PLD", "(long long)n_inputs")]
     bound: dict[str, S.Sym] = {}
     bound_at: dict[str, tuple[str, int]] = {}
     pending = []
     for i, p in enumerate(func.params):
         where = f"\n  where: input %{p.name} of @{func.name}, declared {p.type}"
         t = f"inputs[{i}]"
-        out.append(f"if ({t}.ndim != {p.rank}) " + _fail(
+        out.append(f"if ({t}.ndim != {p.rank}) " + fail_c(
             "BRAZE_ERR_RANK", f"input %{p.name} has rank %PLD, expected rank {p.rank}{where}", f"(long long){t}.ndim"))
-        out.append(f"if ({t}.dtype != {DTYPE_CODE[p.dtype]}) " + _fail(
+        out.append(f"if ({t}.dtype != {DTYPE_CODE[p.dtype]}) " + fail_c(
             "BRAZE_ERR_DTYPE", f"input %{p.name} has dtype %PS, expected {p.dtype.name}{where}\n  hint: convert it to {p.dtype.name}",
             f"braze_dtype_long_name({t}.dtype)"))
         for axis, d in enumerate(p.shape):
             dim = f"{t}.shape[{axis}]"
             if isinstance(d, int):
                 note = notes.get((func.name, p.name, axis))
-                out.append(f"if ({dim} != {d}) " + _fail(
+                out.append(f"if ({dim} != {d}) " + fail_c(
                     "BRAZE_ERR_SHAPE", f"input %{p.name} dim {axis} is %PLD, expected {d}{where}"
                     + (f"\n  hint: {note}" if note else ""), f"(long long){dim}"))
             elif isinstance(d, S.Sym) and d.name not in bound:
@@ -66,7 +66,7 @@ def validation_c(func: Function, constraints: ConstraintStore,
                 bound_at[d.name] = (p.name, axis)
                 out.append(f"int64_t {c_sym_name(d)} = {dim};")
             elif isinstance(d, S.Sym):
-                out.append(f"if ({dim} != {c_sym_name(d)}) " + _fail(
+                out.append(f"if ({dim} != {c_sym_name(d)}) " + fail_c(
                     "BRAZE_ERR_SHAPE",
                     f"input %{p.name} dim {axis} is %PLD, but symbol '{d.name}' was already bound to %PLD by an "
                     f"earlier dim{where}\n  hint: every dim named '{d.name}' must have the same size",
@@ -79,7 +79,7 @@ def validation_c(func: Function, constraints: ConstraintStore,
             raise BrazeError(f"input %{p.name} dim {axis} is the expression {d}, but its symbols "
                              f"{', '.join(missing)} are not the plain size of any input dim",
                              where=f"@{func.name}", hint="give each symbol a dim of its own in some input")
-        out.append(f"if ({dim} != {int_expr(d)}) " + _fail(
+        out.append(f"if ({dim} != {int_expr(d)}) " + fail_c(
             "BRAZE_ERR_SHAPE", f"input %{p.name} dim {axis} is %PLD, but must equal {d} = %PLD{where}",
             f"(long long){dim}", f"(long long){int_expr(d)}"))
     env_fmt = ", ".join(f"{k}=%PLD" for k in sorted(bound))
@@ -93,7 +93,7 @@ def validation_c(func: Function, constraints: ConstraintStore,
             continue
         conds = [f"{c_sym_name(s)} < {s.lo}"] + ([f"{c_sym_name(s)} > {s.hi}"] if s.hi is not None else [])
         note = notes.get((func.name, *bound_at[s.name]))
-        out.append(f"if ({' || '.join(conds)}) " + _fail(
+        out.append(f"if ({' || '.join(conds)}) " + fail_c(
             "BRAZE_ERR_RANGE", prefix + f"{s.name} = %PLD is outside its range {s.range_str()}" + tail
             + (f"\n  hint: {note}" if note else ""), f"(long long){c_sym_name(s)}", *env_args))
     for f in sorted(constraints.facts, key=lambda f: (f[0], *map(str, f[1:]))):
@@ -101,13 +101,13 @@ def validation_c(func: Function, constraints: ConstraintStore,
             continue
         if f[0] == "eq":
             a, b = int_expr(f[1]), int_expr(f[2])
-            out.append(f"if ({a} != {b}) " + _fail(
+            out.append(f"if ({a} != {b}) " + fail_c(
                 "BRAZE_ERR_CONSTRAINT",
                 prefix + f"{f[1]} == {f[2]} must hold, but {f[1]} = %PLD and {f[2]} = %PLD" + tail,
                 f"(long long)({a})", f"(long long)({b})", *env_args))
         elif f[0] == "div":
             a = int_expr(f[1])
-            out.append(f"if (bz_floormod({a}, {f[2]}) != 0) " + _fail(
+            out.append(f"if (bz_floormod({a}, {f[2]}) != 0) " + fail_c(
                 "BRAZE_ERR_CONSTRAINT", prefix + f"{f[1]} must be divisible by {f[2]}, but it is %PLD" + tail,
                 f"(long long)({a})", *env_args))
     return out, list(bound.values())

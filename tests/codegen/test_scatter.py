@@ -63,7 +63,7 @@ def test_index_add_matches_torch():
 def test_an_index_out_of_range_is_an_input_error_that_names_it():
     m = braze.compile(_index_add_module("f32", "i64", 0))
     x, src = np.zeros((3, 2, 3), np.float32), np.ones((2, 2, 3), np.float32)
-    with pytest.raises(InputError, match=r"index_add .*index 3 \(position 1\) is outside \[-3, 3\)"):
+    with pytest.raises(InputError, match=r"index_add.*: index 3 \(position 1\) is outside \[-3, 3\)"):
         m(x, np.array([0, 3]), src)
     with pytest.raises(InputError, match=r"index -4 \(position 0\)"):
         m(x, np.array([-4, 0]), src)
