@@ -268,7 +268,7 @@ def test_matmul_lw_equals_numpy_across_writes(tracking, transposed, M):
 
 
 @pytest.mark.parametrize("transposed", [1, 0])
-@pytest.mark.parametrize("N,K", [(200, 333), (768, 768), (130, 1024), (77, 3072)])
+@pytest.mark.parametrize("N,K", [(200, 333), (768, 768), (130, 1024), (77, 3072), (70, 5000)])
 def test_matmul_lw_gives_the_same_bits_before_and_after_its_copy(tracking, transposed, N, K):
     """A call's result never depends on whether an earlier call made a copy, nor on whether the
     weight is tracked now (a range let go and armed again): at every M and epilogue, a site

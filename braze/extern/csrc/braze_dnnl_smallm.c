@@ -26,6 +26,12 @@
 
 #define SMALLM_MR 6     /* rows per register tile: 6 x 4 accumulators + 4 weight vectors */
 #define SMALLM_KC 64    /* weight rows per chunk (256 B each: 16 KB, in L1) */
+/* a K above this sums each chunk from zero and then adds it (smallm_tile): chains of float32 adds
+ * KC + K / KC long, not K. GPT-2's input gradient through its LM head (K = 50257 words) was 8x
+ * further from float64 than eager's in one chain. Below it, the one chain: chunked, a training
+ * step of BERT-base at M = 48 took 7% longer (the in-place weights' chunks must then be the
+ * packed kernel's 64 rows, not 32, for the same bits). */
+#define SMALLM_LONG_K 4096
 #define SMALLM_PFD 64   /* weight rows prefetched ahead (prefetcht1; T0 measured slower) */
 #define SMALLM_MB 48    /* rows of A per block: acc is SMALLM_MB x 64 floats (12 KB) */
 
@@ -73,10 +79,11 @@ BZ_INLINE __m512 smallm_dp(__m512 c, __m512 a, __m512 w) { (void)a, (void)w; ret
 BZ_INLINE void smallm_tile(const int MR, const int PF, const int BF, int64_t k0, int64_t k1, const float *pf,
                            int64_t pf_ld, int64_t pf_end, const float *A, int64_t K, const float *P, int64_t m0,
                            float *acc) {
+    const int fresh = K > SMALLM_LONG_K; /* the chunk sums from zero, then is added to acc */
     __m512 c[SMALLM_MR][4];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < 4; j++)
-            c[i][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + (m0 + i) * 64 + 16 * j);
+            c[i][j] = k0 == 0 || fresh ? _mm512_setzero_ps() : _mm512_load_ps(acc + (m0 + i) * 64 + 16 * j);
     const float *a = A + m0 * K;
     for (int64_t k = k0; k < k1; k++) {
         const float *w = P + k * 64;
@@ -105,7 +112,10 @@ BZ_INLINE void smallm_tile(const int MR, const int PF, const int BF, int64_t k0,
         }
     }
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < 4; j++) _mm512_store_ps(acc + (m0 + i) * 64 + 16 * j, c[i][j]);
+        for (int j = 0; j < 4; j++) {
+            float *at = acc + (m0 + i) * 64 + 16 * j;
+            _mm512_store_ps(at, k0 == 0 || !fresh ? c[i][j] : _mm512_add_ps(_mm512_load_ps(at), c[i][j]));
+        }
 }
 
 /* Every row tile of mb rows of A (Ab, rows K apart) against weight rows k0 .. k1 of panel P; with
@@ -266,9 +276,10 @@ BZ_INLINE __m128 smallw_sum4(const __m512 *v) {
  * the first tile left memory idle under the others). */
 BZ_INLINE void smallw_tile(const int MR, int64_t K, int64_t lda, int64_t k0, int64_t k1, const float *A,
                            const float *W, const float *pf, int64_t *q, int64_t T, int first, __m512 *acc) {
+    const int fresh = K > SMALLM_LONG_K; /* from zero, then added to acc: as smallm_tile's chunks */
     __m512 c[SMALLW_MR][SMALLW_NR];
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < SMALLW_NR; j++) c[i][j] = first ? _mm512_setzero_ps() : acc[i * SMALLW_NR + j];
+        for (int j = 0; j < SMALLW_NR; j++) c[i][j] = first || fresh ? _mm512_setzero_ps() : acc[i * SMALLW_NR + j];
     int64_t k = k0, qq = *q;
     for (; k + 16 <= k1; k += 16, qq++) {
         if (pf && qq % T == 0) {
@@ -293,7 +304,8 @@ BZ_INLINE void smallw_tile(const int MR, int64_t K, int64_t lda, int64_t k0, int
     }
     *q = qq;
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < SMALLW_NR; j++) acc[i * SMALLW_NR + j] = c[i][j];
+        for (int j = 0; j < SMALLW_NR; j++)
+            acc[i * SMALLW_NR + j] = first || !fresh ? c[i][j] : _mm512_add_ps(acc[i * SMALLW_NR + j], c[i][j]);
 }
 
 /* sums[i * NR + j] = the lanes of acc[i * NR + j] added: a row's 4 sums in one vector, 13 ops */
@@ -390,11 +402,11 @@ static void smallw_block(int64_t M, int64_t N, int64_t K, const float *A, int64_
 /* Rows k0 .. k1 of the thread's panels (columns c0 .. c1) from a [K,N] weight: row k's segment,
  * left to right, into the panels' row k */
 static void smallw_kn_chunk(int64_t N, const float *W, int64_t c0, int64_t c1, int64_t npt, int64_t k0,
-                            int64_t k1, float *buf) {
+                            int64_t k1, int64_t kc, float *buf) {
     for (int64_t k = k0; k < k1; k++) {
         for (int64_t p = 0; p < npt; p++) {
             const float *src = W + k * N + c0 + p * 64;
-            float *dst = buf + p * SMALLKN_KC * 64 + (k - k0) * 64;
+            float *dst = buf + p * kc * 64 + (k - k0) * 64;
             for (int j = 0; j < 4; j++) {
                 int64_t left = c1 - (c0 + p * 64 + 16 * j);
                 __mmask16 mk = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
@@ -443,6 +455,15 @@ BZ_INLINE void smallw_t16(__m512 r[16]) {
 #ifndef SMALLNK_KC
 #define SMALLNK_KC 64
 #endif
+#if SMALLNK_KC != SMALLM_KC
+#error "a weight read in place must sum in the packed kernel's chunks (the same bits before and after its copy)"
+#endif
+
+/* k rows per chunk of a weight read in place; over a long K the packed kernel's, whose chunks'
+ * sums (smallm_tile) are then the same bits */
+static int64_t smallw_kc(int64_t K, int transposed) {
+    return transposed || K > SMALLM_LONG_K ? SMALLNK_KC : SMALLKN_KC;
+}
 
 /* r[k] = W[n + i, kb + k] for the 16 rows from n (zero from row end on) and the kn <= 16 k's
  * from kb (zero after) of an [N,K] weight */
@@ -477,8 +498,13 @@ static void smallw_nk_one(int64_t N, int64_t K, const float *A, const float *W, 
     for (int64_t p = p0; p < p0 + npt; p++) {
         for (int j = 0; j < 4; j++) {
             int64_t n = p * 64 + 16 * j;
-            __m512 c = _mm512_setzero_ps();
+            /* the packed kernel's sums: over a long K each SMALLM_KC of k from zero, then added */
+            __m512 c = _mm512_setzero_ps(), part = _mm512_setzero_ps();
             for (int64_t kb = 0; n < N && kb < K; kb += 16) {
+                if (K > SMALLM_LONG_K && kb % SMALLM_KC == 0 && kb) {
+                    c = kb == SMALLM_KC ? part : _mm512_add_ps(c, part);
+                    part = _mm512_setzero_ps();
+                }
                 int64_t kn = K - kb < 16 ? K - kb : 16;
                 /* the rows' later lines, and at their ends the next group's first ones, on their way */
                 int64_t ahead = kb + 128 < K ? kb + 128 : 16 * K + kb + 128 - K;
@@ -486,9 +512,9 @@ static void smallw_nk_one(int64_t N, int64_t K, const float *A, const float *W, 
                     _mm_prefetch((const char *)(W + (n + i) * K + ahead), _MM_HINT_T0);
                 __m512 r[16];
                 smallw_nk_block(W, K, n, N, kb, kn, r);
-                for (int64_t kk = 0; kk < kn; kk++) c = _mm512_fmadd_ps(_mm512_set1_ps(A[kb + kk]), r[kk], c);
+                for (int64_t kk = 0; kk < kn; kk++) part = _mm512_fmadd_ps(_mm512_set1_ps(A[kb + kk]), r[kk], part);
             }
-            _mm512_store_ps(acc + 16 * j, c);
+            _mm512_store_ps(acc + 16 * j, K <= SMALLM_LONG_K ? part : _mm512_add_ps(c, part));
         }
         smallm_store(0, 1, N, p * 64, acc, bias, res, act, C);
     }
@@ -499,11 +525,11 @@ static void smallw_nk_one(int64_t N, int64_t K, const float *A, const float *W, 
  * sums for all the thread's panels in acc. */
 static void smallw_rows(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed, int64_t p0,
                         int64_t npt, const float *bias, const float *res, int act, float *C, float *acc, float *buf) {
-    int64_t c0 = p0 * 64, c1 = (p0 + npt) * 64 < N ? (p0 + npt) * 64 : N, kc = transposed ? SMALLNK_KC : SMALLKN_KC;
+    int64_t c0 = p0 * 64, c1 = (p0 + npt) * 64 < N ? (p0 + npt) * 64 : N, kc = smallw_kc(K, transposed);
     for (int64_t k0 = 0; k0 < K; k0 += kc) {
         int64_t k1 = k0 + kc < K ? k0 + kc : K;
         if (transposed) smallw_nk_chunk(K, W, c0, c1, npt, k0, k1, buf);
-        else smallw_kn_chunk(N, W, c0, c1, npt, k0, k1, buf);
+        else smallw_kn_chunk(N, W, c0, c1, npt, k0, k1, kc, buf);
         for (int64_t p = 0; p < npt; p++) /* [K,N]: the first tile asks L2 for the panel's next chunk */
             smallm_row_tiles(M, k0, k1, transposed ? NULL : W + kc * N + c0 + p * 64, N, K - kc, A, K,
                              buf + p * kc * 64 - k0 * 64, acc + p * M * 64, 0);
@@ -515,7 +541,7 @@ static void smallw_rows(int64_t M, int64_t N, int64_t K, const float *A, const f
  * kernel's arithmetic: each thread owns a contiguous range of 64-column panels */
 static int smallw_panel_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
                                const float *bias, const float *res, int act, float *C) {
-    int64_t np = (N + 63) / 64, kc = transposed ? SMALLNK_KC : SMALLKN_KC;
+    int64_t np = (N + 63) / 64, kc = smallw_kc(K, transposed);
     int ok = 1;
 #pragma omp parallel if (np > 1)
     {

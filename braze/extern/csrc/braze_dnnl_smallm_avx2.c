@@ -96,7 +96,8 @@ BZ_INLINE void sw2_tile(const int MR, int64_t lda, int64_t ldw, int64_t k0, int6
                         const float *W, sw2_pf *pf, int first, __m256 *acc) {
     __m256 c[SW2_MR][SW2_NR];
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < SW2_NR; j++) c[i][j] = first ? _mm256_setzero_ps() : acc[i * SW2_NR + j];
+        for (int j = 0; j < SW2_NR; j++) /* over a long K from zero, then added: smallm_tile's why */
+            c[i][j] = first || lda > 4096 ? _mm256_setzero_ps() : acc[i * SW2_NR + j];
     int64_t k = k0;
     for (; k + 8 <= k1; k += 8) {
         if (pf->pf && --pf->left == 0) {
@@ -120,7 +121,8 @@ BZ_INLINE void sw2_tile(const int MR, int64_t lda, int64_t ldw, int64_t k0, int6
         }
     }
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < SW2_NR; j++) acc[i * SW2_NR + j] = c[i][j];
+        for (int j = 0; j < SW2_NR; j++)
+            acc[i * SW2_NR + j] = first || lda <= 4096 ? c[i][j] : _mm256_add_ps(acc[i * SW2_NR + j], c[i][j]);
 }
 
 /* (sum of v[0]'s lanes, ..., sum of v[3]'s) */
