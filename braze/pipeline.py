@@ -29,7 +29,7 @@ from .ir.graph import Module
 from .options import Options
 from .passes import (assign_memory, canonicalize, channels_last, constant_fold, copy_module, cse, dce, decompose,
                      fuse, hoist_casts, precision, recognize_patterns)
-from .passes.fusion import CALL_KINDS
+from .passes.node_classes import CALL_KINDS
 from .passes.offload import offload
 from .passes.common import top_functions
 from .target import is_cuda
@@ -141,7 +141,7 @@ def run_pipeline(module: Module, passes: Sequence[Pass] | None = None, debug: in
 
 def lower_kernels(module: Module) -> Kernels:
     """One loop-IR kernel per generated group (every fused node a library or a header does not
-    run: ``fusion.CALL_KINDS``), in call order."""
+    run: ``node_classes.CALL_KINDS``), in call order."""
     from .ir.loop import kernel_names
     from .lowering import lower_function
     out = Kernels()

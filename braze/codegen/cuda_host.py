@@ -31,7 +31,7 @@ def _check_library_calls(module) -> None:
     from ..errors import UnsupportedOpError
     from ..ir.types import DType
     from ..passes.common import top_functions
-    from ..passes.fusion import CONV_GRADS
+    from ..passes.node_classes import CONV_GRADS
     for f in top_functions(module):
         for n in f.nodes:
             cpu_only = {"scatter": "index_add", "attention": "attention_backward"}.get(n.attrs.get("kind"))

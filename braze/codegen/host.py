@@ -23,7 +23,7 @@ from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
 from ..ops.conv import pads4
 from ..passes.common import top_functions
-from ..passes.fusion import CONV_GRADS
+from ..passes.node_classes import CONV_GRADS
 from ..passes.memory import in_place_inputs
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from ..target import is_cuda
@@ -476,9 +476,6 @@ class _EntryWriter:
         if dt.itemsize == 2 or dt == DType.bool or it == DType.bool:
             raise UnsupportedOpError(f"index_add of {dt.name} with {it.name} indices has no kernel yet",
                                      where=str(add.loc) if add.loc else None, hint="compute it in float32")
-
-        def at(v) -> str:
-            return self._operand(n, callee, v)
         t, i_t = ctype(dt), ctype(it)
         name = f"bz_index_add_{dt.name}_{it.name}"
         self.gen.scatters[name] = (t, UNSIGNED.get(dt, t), i_t)
@@ -486,10 +483,10 @@ class _EntryWriter:
         ax = add.attrs.get("axis", 0) % len(shape)
         outer, inner = (int_expr(S.prod(shape[:ax])), int_expr(S.prod(shape[ax + 1:])))
         out = self.ptr_of(n.outputs[0])
-        ip = at(idx)
-        self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {'NULL' if fill else f'(const {t} *){at(x)}'}, "
+        ip = self._operand(n, callee, idx)
+        self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {'NULL' if fill else f'(const {t} *){self._operand(n, callee, x)}'}, "
                   f"{c_literal(fill.attrs['value'] if fill else 0, dt)}, (const {i_t} *){ip}, "
-                  f"(const {t} *){at(src)}, {outer}, {int_expr(shape[ax])}, {int_expr(idx.type.shape[0])}, {inner});")
+                  f"(const {t} *){self._operand(n, callee, src)}, {outer}, {int_expr(shape[ax])}, {int_expr(idx.type.shape[0])}, {inner});")
         where = f" ({add.loc})" if add.loc else ""
         n_ = f"(long long)({int_expr(shape[ax])})"
         self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"index_add{where}: index %PLD (position %PLD) is "

@@ -76,59 +76,14 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
+from .node_classes import CLOSED_KINDS, CONV_GRADS, GEMMS, RELAYOUTS, VIEWS, node_class, swaps_last_two
 
-# groups the host runs as a call (oneDNN, braze_scatter.h, braze_attention.h), with no generated kernel
-CALL_KINDS = ("gemm", "conv", "scatter", "attention")
-# groups rule 2 and 3 neither grow nor merge into
-CLOSED_KINDS = ("gemm", "conv", "scatter", "attention", "opaque")
-VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
-RELAYOUTS = VIEWS + ("permute",)
-NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
-GEMMS = ("linear", "matmul")
-CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
-CONVS = ("conv2d",) + CONV_GRADS
-SCATTERS = ("index_add",)
-ATTENTIONS = ("attention_backward",)
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
 # ten or more simple ops per element (braze/schedule/cost.py): not recomputed per element
 # of a broadcast
 EXPENSIVE = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "erf", "sigmoid", "silu", "gelu", "softplus",
              "elu", "pow", "mish", "softmax", "log_softmax")
-
-
-def node_class(n: Node) -> str:
-    """const | pw | red | norm | gemm | conv | scatter | attention | opaque"""
-    if n.op == "constant":
-        return "const"
-    if n.op in GEMMS:
-        return "gemm"
-    if n.op in CONVS:
-        return "conv"
-    if n.op in SCATTERS:
-        return "scatter"
-    if n.op in ATTENTIONS:
-        return "attention"
-    if n.op in NORMS:
-        return "norm"
-    if n.op == "batch_norm":
-        return "pw"  # inference batch norm is per-channel elementwise
-    if n.op == "fused":
-        return "opaque"
-    kind = get_op(n.op).kind
-    if kind in ("elementwise", "broadcast", "injective", "creation"):
-        return "pw"
-    if kind == "reduction" and n.op != "cumsum":
-        return "red"
-    return "opaque"
-
-
-def swaps_last_two(n: Node) -> bool:
-    """A ``permute`` that swaps the last two axes and keeps the rest: a matmul reads its input
-    transposed in place (oneDNN's strides), so it needs no kernel of its own."""
-    perm = list(n.attrs.get("perm", ())) if n.op == "permute" else []
-    r = len(perm)
-    return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
 
 
 def _prologue(anchor: Node, n: Node) -> bool:

@@ -23,7 +23,7 @@ from ..errors import BrazeError, UnsupportedOpError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import result_ids, top_functions, users
-from .fusion import CONV_GRADS, CONVS, GEMMS, swaps_last_two
+from .node_classes import CONV_GRADS, CONVS, GEMMS, swaps_last_two
 from .precision import HALF
 
 ANCHORS = {"gemm": GEMMS, "conv": CONVS}

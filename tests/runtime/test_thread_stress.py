@@ -1,5 +1,6 @@
 """One compiled model called from many threads at once, at mixed shapes: every result is
-bit-identical to a single-threaded call (GEMM and convolution through oneDNN, fused chains)."""
+bit-identical to a single-threaded call (GEMM and convolution through oneDNN, fused chains, and
+the calls into braze_scatter.h and braze_attention.h)."""
 
 import numpy as np
 import pytest
@@ -58,7 +59,27 @@ def _fused_chain():
     return b.module, [(rng.standard_normal(s).astype(np.float32),) for s in shapes]
 
 
-@pytest.mark.parametrize("make", [_mlp, _convnet, _fused_chain], ids=["gemm", "conv", "fused"])
+def _scatter_and_attention():
+    """An embedding's gradient (index_add into zeros) and attention's backward with shared
+    key/value heads, a causal and a float mask (each thread its own scratch)."""
+    rng = np.random.default_rng(3)
+    b = Builder()
+    n, s = b.sym("batch", 1, 4), b.sym("seq", 1, 80)
+    ids, rows = b.param("ids", tensor("i64", s)), b.param("rows", tensor("f32", s, 16))
+    q, k = b.param("q", tensor("f32", n, 4, s, 16)), b.param("k", tensor("f32", n, 2, s, 16))
+    do, lse = b.param("do", tensor("f32", n, 4, s, 16)), b.param("lse", tensor("f32", n, 4, s))
+    grads = b.attention_backward(q, k, k, q, do, lse, b.param("m", tensor("f32", s, s)), is_causal=True, scale=0.25)
+    b.ret(b.index_add(b.full(shape=(50, 16), value=0.0, dtype="f32"), ids, rows), *grads)
+
+    def case(bb, ss):
+        f = lambda *sh: rng.standard_normal(sh).astype(np.float32)  # noqa: E731
+        return (rng.integers(0, 50, ss), f(ss, 16), f(bb, 4, ss, 16), f(bb, 2, ss, 16), f(bb, 4, ss, 16),
+                np.abs(f(bb, 4, ss)) + 3, f(ss, ss))
+    return b.module, [case(1, 1), case(2, 7), case(3, 65), case(4, 80)]
+
+
+@pytest.mark.parametrize("make", [_mlp, _convnet, _fused_chain, _scatter_and_attention],
+                         ids=["gemm", "conv", "fused", "scatter_attention"])
 def test_concurrent_calls_are_bit_identical(make):
     module, cases = make()
     m = braze.compile(module)

@@ -5,9 +5,9 @@
  * starts as `fill` (the group's `full`), x == out adds in place. Shapes: x and out
  * [outer, n, inner], src [outer, count, inner], idx [count].
  *
- * First out = x (or the fill), threads splitting the rows: each writes whole pages, so two
- * threads do not fault on one page of a fresh output (a 94 MB embedding gradient's first
- * touch). Then threads split (o, column range) pieces, and each runs every index over its
+ * First out = x (or the fill), threads splitting the rows: each writes whole pages of a fresh
+ * output (a 94 MB embedding gradient from 16 rows took 1.0 ms so, 2.9 ms with each thread
+ * filling its columns of every row). Then threads split (o, column range) pieces, and each runs every index over its
  * pieces: repeated indices add in index order on any thread count (the same bits every call,
  * and as numpy.add.at), with no atomics. Columns are split only when `outer` is too small to
  * feed the team, in multiples of 16 elements (a 64-byte line of float32: two threads never

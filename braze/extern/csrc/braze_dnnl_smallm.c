@@ -16,6 +16,14 @@
  * 64 columns' pairs (k, k + 1), so the tiles below run unchanged on 32-bit "floats" that are
  * pairs, with VDPBF16PS in place of the FMA (A bfloat16, the result float32 or bfloat16). */
 
+/* a K above this sums each chunk of K from zero and then adds it (smallm_tile, smallw_tile and
+ * braze_dnnl_smallm_avx2.c's sw2_tile): chains of float32 adds KC + K / KC long, not K. GPT-2's
+ * input gradient through its LM head (K = 50257 words) was 6.5x further from float64 than
+ * eager's in one chain. Below it, the one chain: chunked everywhere, a training step of BERT-base
+ * at M = 48 took 155 ms against 142 (the in-place weights' chunks must then be the packed
+ * kernel's 64 rows, not 32, for the same bits). */
+#define SMALLM_LONG_K 4096
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #include <omp.h>
@@ -26,12 +34,6 @@
 
 #define SMALLM_MR 6     /* rows per register tile: 6 x 4 accumulators + 4 weight vectors */
 #define SMALLM_KC 64    /* weight rows per chunk (256 B each: 16 KB, in L1) */
-/* a K above this sums each chunk from zero and then adds it (smallm_tile): chains of float32 adds
- * KC + K / KC long, not K. GPT-2's input gradient through its LM head (K = 50257 words) was 8x
- * further from float64 than eager's in one chain. Below it, the one chain: chunked, a training
- * step of BERT-base at M = 48 took 7% longer (the in-place weights' chunks must then be the
- * packed kernel's 64 rows, not 32, for the same bits). */
-#define SMALLM_LONG_K 4096
 #define SMALLM_PFD 64   /* weight rows prefetched ahead (prefetcht1; T0 measured slower) */
 #define SMALLM_MB 48    /* rows of A per block: acc is SMALLM_MB x 64 floats (12 KB) */
 

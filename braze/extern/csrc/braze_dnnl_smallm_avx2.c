@@ -91,13 +91,13 @@ typedef struct {
 } sw2_pf;
 
 /* acc (MR x NR vectors) += A[i, k0:k1] * W[j, k0:k1] (rows lda and ldw apart), from zero when
- * first, asking L2 for the next block's lines as pf says. */
+ * first, asking L2 for the next block's lines as pf says. With fresh (a K over SMALLM_LONG_K) the
+ * chunk sums from zero and is then added to acc. */
 BZ_INLINE void sw2_tile(const int MR, int64_t lda, int64_t ldw, int64_t k0, int64_t k1, const float *A,
-                        const float *W, sw2_pf *pf, int first, __m256 *acc) {
+                        const float *W, sw2_pf *pf, int first, int fresh, __m256 *acc) {
     __m256 c[SW2_MR][SW2_NR];
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < SW2_NR; j++) /* over a long K from zero, then added: smallm_tile's why */
-            c[i][j] = first || lda > 4096 ? _mm256_setzero_ps() : acc[i * SW2_NR + j];
+        for (int j = 0; j < SW2_NR; j++) c[i][j] = first || fresh ? _mm256_setzero_ps() : acc[i * SW2_NR + j];
     int64_t k = k0;
     for (; k + 8 <= k1; k += 8) {
         if (pf->pf && --pf->left == 0) {
@@ -122,7 +122,7 @@ BZ_INLINE void sw2_tile(const int MR, int64_t lda, int64_t ldw, int64_t k0, int6
     }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < SW2_NR; j++)
-            acc[i * SW2_NR + j] = first || lda <= 4096 ? c[i][j] : _mm256_add_ps(acc[i * SW2_NR + j], c[i][j]);
+            acc[i * SW2_NR + j] = first || !fresh ? c[i][j] : _mm256_add_ps(acc[i * SW2_NR + j], c[i][j]);
 }
 
 /* (sum of v[0]'s lanes, ..., sum of v[3]'s) */
@@ -144,9 +144,9 @@ static void sw2_block(int64_t M, int64_t N, int64_t K, const float *A, int64_t l
         for (int64_t t = 0; t < T; t++) {
             const float *At = A + t * SW2_MR * lda;
             switch (M - t * SW2_MR < SW2_MR ? M - t * SW2_MR : SW2_MR) { /* constant row counts: the loops unroll */
-            case 3: sw2_tile(3, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, acc[t]); break;
-            case 2: sw2_tile(2, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, acc[t]); break;
-            default: sw2_tile(1, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, acc[t]); break;
+            case 3: sw2_tile(3, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, K > SMALLM_LONG_K, acc[t]); break;
+            case 2: sw2_tile(2, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, K > SMALLM_LONG_K, acc[t]); break;
+            default: sw2_tile(1, lda, ldw, k0, k1, At, Wb, &q, k0 == 0, K > SMALLM_LONG_K, acc[t]); break;
             }
         }
     }

@@ -491,7 +491,6 @@ def _sdpa_flash_cpu_backward(cx, n, dout, q, k, v, out, lse, dropout_p, is_causa
     _no_dropout(cx, dropout_p)
     emit, sc, acc = _attention_training_form(cx, "backward", q, scale)
     hk = k.shape[-3] if k.rank >= 3 else None
-    grouped = _grouped(q, k)
     if q.rank == 4 and k.rank == 4 and v.rank == 4 and isinstance(q.shape[1], int) and isinstance(hk, int) and \
             q.shape[1] % hk == 0 and (attn_mask is None or (attn_mask.rank <= 4 and (
                 attn_mask.dtype is DType.bool or attn_mask.dtype.is_float))):
@@ -499,6 +498,7 @@ def _sdpa_flash_cpu_backward(cx, n, dout, q, k, v, out, lse, dropout_p, is_causa
                                              else cast(cx, attn_mask, DType.float32)]
         res = op(cx, "attention_backward", [q, k, v, out, dout, lse] + mask, is_causal=bool(is_causal), scale=sc)
         return tuple(res)
+    grouped = _grouped(q, k)
     if grouped:
         k, v = _repeat_kv(cx, k, q.shape[-3]), _repeat_kv(cx, v, q.shape[-3])
     if not all(cx.module.constraints.equal(a, b) is True for t in (k, v) for a, b in zip(q.shape[:-2], t.shape[:-2])):

@@ -1,0 +1,56 @@
+"""What fusion calls each node, and the group kinds: which ops anchor a library call (``GEMMS``,
+``CONVS``), which run as a call into a header (``SCATTERS``, ``ATTENTIONS``), and which group
+kinds the host runs as calls (``CALL_KINDS``) rather than as generated kernels. Fusion
+(``passes/fusion.py``), the library offload, the pipeline and the host code read these."""
+
+from __future__ import annotations
+
+from ..ir.graph import Node
+from ..ops.registry import get_op
+
+# groups the host runs as a call (oneDNN, braze_scatter.h, braze_attention.h), with no generated kernel
+CALL_KINDS = ("gemm", "conv", "scatter", "attention")
+# groups that fusion's merge rules (2 and 3 of passes/fusion.py) neither grow nor merge into
+CLOSED_KINDS = ("gemm", "conv", "scatter", "attention", "opaque")
+VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
+RELAYOUTS = VIEWS + ("permute",)
+NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
+GEMMS = ("linear", "matmul")
+CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
+CONVS = ("conv2d",) + CONV_GRADS
+SCATTERS = ("index_add",)
+ATTENTIONS = ("attention_backward",)
+
+
+def node_class(n: Node) -> str:
+    """const | pw | red | norm | gemm | conv | scatter | attention | opaque"""
+    if n.op == "constant":
+        return "const"
+    if n.op in GEMMS:
+        return "gemm"
+    if n.op in CONVS:
+        return "conv"
+    if n.op in SCATTERS:
+        return "scatter"
+    if n.op in ATTENTIONS:
+        return "attention"
+    if n.op in NORMS:
+        return "norm"
+    if n.op == "batch_norm":
+        return "pw"  # inference batch norm is per-channel elementwise
+    if n.op == "fused":
+        return "opaque"
+    kind = get_op(n.op).kind
+    if kind in ("elementwise", "broadcast", "injective", "creation"):
+        return "pw"
+    if kind == "reduction" and n.op != "cumsum":
+        return "red"
+    return "opaque"
+
+
+def swaps_last_two(n: Node) -> bool:
+    """A ``permute`` that swaps the last two axes and keeps the rest: a matmul reads its input
+    transposed in place (oneDNN's strides), so it needs no kernel of its own."""
+    perm = list(n.attrs.get("perm", ())) if n.op == "permute" else []
+    r = len(perm)
+    return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
