@@ -483,10 +483,11 @@ class _EntryWriter:
         ax = add.attrs.get("axis", 0) % len(shape)
         outer, inner = (int_expr(S.prod(shape[:ax])), int_expr(S.prod(shape[ax + 1:])))
         out = self.ptr_of(n.outputs[0])
-        ip = self._operand(n, callee, idx)
-        self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {'NULL' if fill else f'(const {t} *){self._operand(n, callee, x)}'}, "
-                  f"{c_literal(fill.attrs['value'] if fill else 0, dt)}, (const {i_t} *){ip}, "
-                  f"(const {t} *){self._operand(n, callee, src)}, {outer}, {int_expr(shape[ax])}, {int_expr(idx.type.shape[0])}, {inner});")
+        ip, sp = self._operand(n, callee, idx), self._operand(n, callee, src)
+        xp = "NULL" if fill else f"(const {t} *){self._operand(n, callee, x)}"
+        self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {xp}, {c_literal(fill.attrs['value'] if fill else 0, dt)}, "
+                  f"(const {i_t} *){ip}, (const {t} *){sp}, {outer}, {int_expr(shape[ax])}, "
+                  f"{int_expr(idx.type.shape[0])}, {inner});")
         where = f" ({add.loc})" if add.loc else ""
         n_ = f"(long long)({int_expr(shape[ax])})"
         self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"index_add{where}: index %PLD (position %PLD) is "
