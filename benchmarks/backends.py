@@ -54,6 +54,7 @@ class Backend:
     min_warmups: int = 1  # untimed calls per shape before the timed runs (the first call counts)
     default: bool = True  # part of the default --backends list
     precision: str = "fp32"  # what the row computes in: "fp32", "bf16 policy", "bf16 model", ...
+    env: dict = {}  # set in the environment its process starts with (benchmarks.interleaved's servers)
 
     def unavailable_reason(self) -> str | None:
         return None
@@ -398,13 +399,15 @@ class Braze(Backend):
 
 
 def _braze_prepared(zm, module, convert, example_inputs=None, dtype=None, precision=None,
-                    adapt_threads=True) -> Prepared:
+                    adapt_threads=None) -> Prepared:
     """braze.compile(module) with the zoo model's dynamic shapes (and ``precision``), as a Prepared."""
     import torch
 
     import braze
     from braze.options import Options
-    opts = Options.from_env().replace(adapt_threads=adapt_threads)
+    opts = Options.from_env()
+    if adapt_threads is not None:
+        opts = opts.replace(adapt_threads=adapt_threads)
     m = braze.compile(module, example_inputs=example_inputs or zm.example_inputs(),
                       dynamic_shapes=zm.dynamic_shapes, precision=precision, options=opts)
 
@@ -564,15 +567,25 @@ class OpenVINODefault(OpenVINO):
     precision = "plugin default"
 
 
-class BrazeFixedThreads(Braze):
-    name = "braze-fixed-threads"
-    label = "braze adapt_threads=False"
-    description = ("as 'braze', with adapt_threads=False: every call runs the full team, even while other "
-                   "processes take the cores (the A side of the contention benchmark's A/B; docs/threads.md)")
+class BrazeAdaptThreads(Braze):
+    name = "braze-adapt-threads"
+    label = "braze adapt_threads=True"
+    description = ("as 'braze', with adapt_threads=True: a call runs fewer threads while the calling thread "
+                   "waits for a CPU (braze_team.h; off by default since braze runs its own teams; docs/threads.md)")
     default = False
 
     def prepare(self, zm, cache_dir, threads):
-        return _braze_prepared(zm, zm.module, lambda x: x, adapt_threads=False)
+        return _braze_prepared(zm, zm.module, lambda x: x, adapt_threads=True)
+
+
+class BrazeOpenMP(Braze):
+    name = "braze-openmp"
+    label = "braze BRAZE_OMP=openmp"
+    description = ("braze as it ran before its own teams (braze_omp.h): its OpenMP calls run by libgomp "
+                   "(BRAZE_OMP=openmp), whose threads spin for milliseconds whenever they wait, and "
+                   "adapt_threads=True (the A side of an A/B with 'braze'; docs/threads.md)")
+    default = False
+    env = {"BRAZE_OMP": "openmp", "BRAZE_ADAPT_THREADS": "1"}
 
 
 class BrazeBf16(Braze):
@@ -604,7 +617,8 @@ class BrazeBf16Model(Braze):
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in
                                 (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OnnxRuntimeNoSpin(),
-                                 OpenVINO(), TVM(), Braze(), BrazeFixedThreads(), BrazePlugin(), BrazeReference(),
+                                 OpenVINO(), TVM(), Braze(), BrazeAdaptThreads(), BrazeOpenMP(), BrazePlugin(),
+                                 BrazeReference(),
                                  EagerBf16(), InductorBf16(), OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]
 PEERS = [n for n, b in BACKENDS.items() if not n.startswith("braze") and b.precision == "fp32"]

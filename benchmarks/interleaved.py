@@ -93,7 +93,7 @@ def serve(model: str, backend: str, shapes: list[dict], cache_dir: str, threads:
 
 class _Server:
     def __init__(self, model, backend, shapes, threads, cache_dir):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **B.BACKENDS[backend].env)
         self.name = backend
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.interleaved", "--serve", "--model", model, "--backend", backend,

@@ -12,9 +12,16 @@
 * ``BRAZE_CACHE_DIR``: where compiled libraries are cached (None: the runtime's
   default). braze.compile hands ``cache_dir`` to the C compiler driver
   explicitly; nothing sets the environment.
+
+Not an option: ``BRAZE_OMP=openmp`` is read by the native code itself, once per process (as
+libgomp reads ``OMP_*``): libgomp runs its parallel regions instead of braze's own teams
+(codegen/include/braze_omp.h, docs/threads.md). A compiled library serves every process, so the
+choice cannot live in its options.
 * ``BRAZE_THREADS``: threads for native code (None: runtime/threads.py's default_threads decides).
-* ``BRAZE_ADAPT_THREADS``: 1 (default): a call runs with fewer threads while other processes take
-  the process's cores (codegen/include/braze_team.h, docs/threads.md); 0: always ``threads``.
+* ``BRAZE_ADAPT_THREADS``: 1: a call runs with fewer threads while other processes take the
+  process's cores (codegen/include/braze_team.h); 0 (default): always ``threads``. Off since
+  braze's own teams (braze_omp.h) measured as well without it, and its signal counts their wake-ups
+  (docs/threads.md).
 * ``BRAZE_TARGET``: ``cpu`` (default) or ``cuda:sm_XX`` (braze/target.py; ``cuda``: this machine's GPU).
 * ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
   matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
@@ -49,8 +56,8 @@ def _int_env(env, key, default):
 @dataclass(frozen=True)
 class Options:
     threads: int | None = None
-    # fewer threads per call while other processes take the cores (braze_team.h)
-    adapt_threads: bool = True
+    # fewer threads per call while other processes take the cores (braze_team.h); off by default
+    adapt_threads: bool = False
     debug: int = 0
     dump_dir: str | None = None
     cache_dir: str | None = None
@@ -83,7 +90,7 @@ class Options:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "Options":
         env = os.environ if env is None else env
         opts = cls(threads=_int_env(env, "BRAZE_THREADS", None),
-                   adapt_threads=bool(_int_env(env, "BRAZE_ADAPT_THREADS", 1)),
+                   adapt_threads=bool(_int_env(env, "BRAZE_ADAPT_THREADS", 0)),
                    debug=_int_env(env, "BRAZE_DEBUG", 0),
                    dump_dir=(env.get("BRAZE_DUMP") or "").strip() or None,
                    cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None,

@@ -161,8 +161,8 @@ class HostGen:
                                 self.isa.name, self.profile, units=1, cuda_source=cu)
         kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
                    for i, k in enumerate(self.kernels.values())]
-        host = ['#include "braze_abi.h"\n#include "braze_team.h"\n' +
-                ('#include "braze_dnnl.h"\n' if self.uses_library else "") +
+        host = ['#include "braze_abi.h"\n#include "braze_team.h"\n#include "braze_omp.h"\n' +
+                ('#include "braze_dnnl.h"\n' + _ADOPT_HELPER_TEAMS if self.uses_library else "") +
                 ('#include "braze_scatter.h"\n' if self.scatters else "") +
                 ('#include "braze_attention.h"\n' if self.attention else "") +
                 "".join(f"BZ_INDEX_ADD({k}, {', '.join(v)})\n" for k, v in self.scatters.items()),
@@ -173,6 +173,11 @@ class HostGen:
         return NativeSource("\n".join(parts), entries, names, {k.name: str(k) for k in self.kernels.values()},
                             self.uses_library, getattr(self.isa, "name", str(self.isa)), self.profile,
                             units=len(kernels) + 1)
+
+
+# a library that links the oneDNN helper runs its OpenMP calls on the helper's runtime, which
+# libdnnl's also run on (braze_omp.h, braze_dnnl_threads.c): one thread count, one team
+_ADOPT_HELPER_TEAMS = "__attribute__((constructor)) static void bz_omp_adopt_helper(void) { bz_omp_adopt(braze_dnnl_omp_ops()); }\n"
 
 
 def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
@@ -218,8 +223,7 @@ BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, i
         BRAZE_FAIL(BRAZE_ERR_INTERNAL, "braze_create: expected {n_const} constants, got %d", (int)n_constants);
 {runtime_init}    braze_instance *M = (braze_instance *)calloc(1, sizeof *M);
     if (!M) BRAZE_FAIL(BRAZE_ERR_ALLOC, "braze_create: out of memory");
-{take}    M->threads = threads;
-    M->adapt = 1;
+{take}    M->threads = threads; /* adapt stays 0 (calloc): braze_set_adapt turns it on */
 {init}    *out = M;
     return BRAZE_OK;
 {fail}}}

@@ -69,7 +69,8 @@ def cmd_inspect_artifact(path: Path) -> int:
         print(f"  ISA {meta['isa']['name']}: {' '.join(meta['isa']['features'])}")
         threads = meta.get("threads") or "OpenMP's default number of"
         adapt = ", fewer while other processes take the cores" if meta.get("adapt_threads", False) else ""
-        print(f"  threads: {threads}{adapt} (docs/threads.md)")
+        print(f"  threads: {threads}{adapt}, on braze's own teams, libgomp's under BRAZE_OMP=openmp "
+              "(docs/threads.md)")
     if meta.get("precision"):
         prec = meta["precision"]
         keep = f", float32 kept for {', '.join(prec['keep'])}" if prec.get("keep") else ""

@@ -14,8 +14,8 @@ _log = _logging.get("plugin")
 
 OPTIONS = {
     "threads": "OpenMP threads of the native code (default: BRAZE_THREADS, else the runtime's)",
-    "adapt_threads": "True (default): a call runs with fewer threads while other processes take the cores; "
-                     "False: always 'threads' (BRAZE_ADAPT_THREADS; docs/threads.md)",
+    "adapt_threads": "True: a call runs with fewer threads while other processes take the cores; "
+                     "False (default): always 'threads' (BRAZE_ADAPT_THREADS; docs/threads.md)",
     "debug": "BRAZE_DEBUG level: 1 prints the partition and its time shares, 2 the fusion report, 3 each region's "
              "slowest kernels at exit",
     "dump": "a directory for every stage's text (graph IR, loop IR, C) and the fusion report (BRAZE_DUMP), "

@@ -116,6 +116,84 @@ def _error_message(err, rc: int) -> str:
     return msg or f"native entry failed with error code {rc} ({ERROR_NAMES.get(rc, 'unknown')})"
 
 
+class OmpOps(ctypes.Structure):
+    """braze_omp.h's bz_omp_ops: a runtime's entry points (tests call the thread-count ones)."""
+    _fields_ = [("abi", c_int32), ("size", c_int32), ("name", ctypes.c_char_p),
+                *((f, c_void_p) for f in ("parallel", "parallel_start", "parallel_end", "parallel_loop_dynamic",
+                                          "barrier", "loop_static_start", "loop_static_next", "loop_dynamic_start",
+                                          "loop_dynamic_next", "loop_end", "loop_end_nowait", "critical_start",
+                                          "critical_end", "get_thread_num", "get_num_threads")),
+                ("get_max_threads", CFUNCTYPE(c_int32)), ("set_num_threads", CFUNCTYPE(None, c_int32)),
+                ("in_parallel", c_void_p), ("counter", CFUNCTYPE(c_int64, c_int32))]
+
+    @classmethod
+    def at(cls, table) -> "OmpOps":
+        return cls.from_address(table)
+
+
+class _ProcessTeams:
+    """One OpenMP runtime for every braze library in the process (braze_omp.h): each library
+    carries one, and all but the first run their OpenMP calls on the first's, so a thread count
+    set by one call reaches every kernel and oneDNN primitive it runs, and the process keeps one
+    pool of workers per calling thread. A library that links the oneDNN helper brings the
+    helper's runtime, which libdnnl's calls run on; where the helper could not bind libdnnl
+    (braze_dnnl_omp_status), that runtime is libgomp's, and it becomes everyone's."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.table = None  # the runtime every library uses (a bz_omp_ops pointer)
+        self.bound = None  # the helper's libdnnl binding is settled (bound or not)
+        self.users = []    # each library's braze_omp_use, to move them all at once
+
+    def join(self, cdll) -> None:
+        if not hasattr(cdll, "braze_omp_use"):
+            return  # a CUDA target's library: no CPU teams
+        use = cdll.braze_omp_use
+        use.argtypes, use.restype = [c_void_p], c_int32
+        with self.lock:
+            helper = getattr(cdll, "braze_dnnl_omp_use", None) if hasattr(cdll, "braze_dnnl_omp_status") else None
+            if helper is not None and self.bound is None:
+                cdll.braze_dnnl_omp_status.restype = c_int32
+                self.bound = cdll.braze_dnnl_omp_status() == 1
+                if not self.bound:  # libdnnl runs on libgomp: so must everything else
+                    ops = cdll.braze_dnnl_omp_ops
+                    ops.restype = c_void_p
+                    self._move(ops())
+                    _log.info("OpenMP runtime: libgomp, since the oneDNN helper could not bind libdnnl's "
+                              "calls to braze's teams (status %d)", cdll.braze_dnnl_omp_status())
+            if self.table is None:
+                ops = cdll.braze_omp_ops
+                ops.restype = c_void_p
+                self.table = ops()
+                _log.info("OpenMP runtime: %s", self.describe())
+            elif use(self.table):
+                _log.warning("%s: its OpenMP runtime is another version; it keeps its own threads", cdll._name)
+            self.users.append(use)
+            if helper is not None and self.bound:
+                helper.argtypes, helper.restype = [c_void_p], c_int32
+                helper(self.table)
+
+    def _move(self, table) -> None:
+        self.table = table
+        for use in self.users:
+            use(table)
+
+    def ops(self) -> OmpOps | None:
+        """The process's runtime, once a library is loaded: ``ops().set_num_threads(n)`` is
+        ``omp_set_num_threads(n)`` for the calling thread's braze calls."""
+        return None if self.table is None else OmpOps.at(self.table)
+
+    def describe(self) -> str:
+        if self.table is None:
+            return "none loaded"
+        name = OmpOps.at(self.table).name.decode()
+        return ("braze's teams (a waiting thread spins 5 us, then sleeps; braze_omp.h)" if name == "braze"
+                else "libgomp's (BRAZE_OMP=openmp, or libdnnl unbound)")
+
+
+PROCESS_TEAMS = _ProcessTeams()
+
+
 class NativeLibrary:
     """A shared library following the braze ABI, loaded with ctypes (RTLD_LOCAL).
 
@@ -130,6 +208,7 @@ class NativeLibrary:
             raise BrazeError(f"cannot load the native library {self.path}: {e}",
                              hint="a corrupt cache entry is rebuilt by compiling again; "
                                   "deleting BRAZE_CACHE_DIR is always safe") from None
+        PROCESS_TEAMS.join(self._cdll)
         # a CUDA-target model (codegen/cuda_host.py) takes and gives CUDA tensors where they are
         self.cuda = hasattr(self._cdll, "braze_target")
         if self.cuda and os.environ.get("BRAZE_CUBLAS", "1") != "0":
@@ -145,7 +224,7 @@ class NativeLibrary:
         except AttributeError:
             raise BrazeError(f"the native library {self.path} has no symbol {symbol!r}") from None
 
-    def create(self, constants=(), threads: int | None = None, adapt: bool = True) -> "NativeModel":
+    def create(self, constants=(), threads: int | None = None, adapt: bool = False) -> "NativeModel":
         """One model instance (``braze_create``) holding ``constants`` and the thread count.
 
         Each constant is a numpy array or torch tensor; non-contiguous ones are
@@ -179,7 +258,7 @@ class NativeLibrary:
 class NativeModel:
     """One instance of a compiled model: ``braze_create``'s handle, destroyed with the object."""
 
-    def __init__(self, lib: NativeLibrary, constants=(), threads: int | None = None, adapt: bool = True):
+    def __init__(self, lib: NativeLibrary, constants=(), threads: int | None = None, adapt: bool = False):
         self.lib = lib
         self.handle = None
         self.threads = 0  # OpenMP's default; braze_create's count below
@@ -206,8 +285,9 @@ class NativeModel:
             threads, why = default_threads()
         else:
             why = "threads= set"
-        _log.info("%s threads: %s; %s", threads or "OpenMP's default number of", why,
-                  "fewer while other processes take the cores (adapt_threads)" if adapt else "adapt_threads off")
+        _log.info("%s threads: %s; %s; run by %s", threads or "OpenMP's default number of", why,
+                  "fewer while other processes take the cores (adapt_threads)" if adapt else "adapt_threads off",
+                  PROCESS_TEAMS.describe())
         self.threads = threads
         fn = lib._symbol("braze_create", CREATE_FN)
         arr = (c_void_p * max(1, len(ptrs)))(*ptrs)
@@ -220,8 +300,8 @@ class NativeModel:
         self.handle = out.value
         destroy = lib._symbol("braze_destroy", DESTROY_FN)
         weakref.finalize(self, destroy, self.handle).atexit = False
-        if not adapt and lib.has_symbol("braze_set_adapt"):  # a library built before it: never adapts
-            lib._symbol("braze_set_adapt", SET_ADAPT_FN)(self.handle, 0)
+        if lib.has_symbol("braze_set_adapt"):  # a library built before it: never adapts
+            lib._symbol("braze_set_adapt", SET_ADAPT_FN)(self.handle, int(adapt))
 
     def function(self, symbol: str, param_specs, result_specs, reuse_outputs: bool = True) -> "NativeFunction":
         return NativeFunction(self, symbol, param_specs, result_specs, reuse_outputs=reuse_outputs)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "3170574cf8cf29f63941f3715623049c52c30e99ec753c3f98dddad02503ac79",
-          "cnn": "1f48217b57191d05e5af35175ca9e47a477b3a3e44c94fa983705fcb2512a0e4"}
+PINNED = {"gpt": "52eba91134b75f2dcd87b7a1c105d3150d279736a6f902522a45eb82c413fa1c",
+          "cnn": "e95bc4535fa319b66c4a581cade2626a7d7143ca1e0bbc9c9d0dbba9b44fc434"}
 
 SCRIPT = """
 import hashlib, sys, warnings

@@ -87,7 +87,7 @@ def test_compile_run_bench_inspect(two_outputs, tmp_path):
     ins = braze_cli("inspect", out)
     assert ins.returncode == 0, ins.stderr
     for words in ("x: float32[batch, 16]", "probs: float32[batch, 4]", "batch in [1, 32]", "fusion:", "ISA",
-                  "fewer while other processes take the cores"):
+                  "threads: OpenMP's default number of, on braze's own teams"):
         assert words in ins.stdout, (words, ins.stdout)
 
     x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)

@@ -566,7 +566,9 @@ def test_a_primitive_is_kept_per_thread_count(lib, onednn_only):
     the cores are shared (braze_team.h): a thread asking with another OpenMP count gets its own
     primitive, created once, with the same result."""
     from braze.testing import run_threads
-    gomp = C.CDLL("libgomp.so.1")  # the runtime already loaded (torch's or the system's): same soname
+    from braze.runtime.loader import OmpOps
+    lib.braze_dnnl_omp_ops.restype = C.c_void_p
+    teams = OmpOps.at(lib.braze_dnnl_omp_ops())  # the helper's OpenMP runtime (braze_omp.h)
     rng = np.random.default_rng(29)
     W, pb, Wc, pc = _packed_linear_and_conv(lib, rng, (48, 40), (16, 8, 1, 1), pad=0)
     A = rng.standard_normal((40, 40), dtype=np.float32)
@@ -574,7 +576,7 @@ def test_a_primitive_is_kept_per_thread_count(lib, onednn_only):
 
     def call(n):
         def work(t):
-            gomp.omp_set_num_threads(n)
+            teams.set_num_threads(n)
             out = np.empty((40, 48), np.float32)
             e = _err()
             assert lib.braze_matmul(40, 48, 40, _p(A), pb, None, None, 0, _p(out), e, ERRLEN) == 0, e.value

@@ -54,7 +54,7 @@ def test_thread_count_belongs_to_the_model_and_holds_on_every_calling_thread(thr
     def call():
         before = _os_threads()
         m(x)
-        seen["new"] = _os_threads() - before  # libgomp keeps a worker pool per calling thread
+        seen["new"] = _os_threads() - before  # a worker pool per calling thread (braze_omp.h, as libgomp)
 
     t = threading.Thread(target=call)
     t.start()

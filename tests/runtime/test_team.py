@@ -151,7 +151,7 @@ def test_every_team_gives_the_same_bits_and_is_counted():
     (docs/threads.md), so there those rows agree to float32 rounding only."""
     from braze.codegen.isa import detect_isa
     wide = detect_isa().name == "avx512"
-    m = braze.compile(_model(), threads=2)
+    m = braze.compile(_model(), threads=2, options=Options.from_env().replace(adapt_threads=True))
     lib: NativeLibrary = m.library
     rng = np.random.default_rng(1)
     try:
@@ -177,8 +177,8 @@ def test_every_team_gives_the_same_bits_and_is_counted():
 
 
 def test_the_option_from_the_environment_and_the_plugin():
-    assert Options.from_env({}).adapt_threads is True
-    assert Options.from_env({"BRAZE_ADAPT_THREADS": "0"}).adapt_threads is False
+    assert Options.from_env({}).adapt_threads is False
+    assert Options.from_env({"BRAZE_ADAPT_THREADS": "1"}).adapt_threads is True
     from braze.plugin.dynamo import plugin_options
     assert plugin_options({"adapt_threads": False}).opts.adapt_threads is False
     with pytest.raises(braze.BrazeError, match="adapt_threads"):

@@ -106,8 +106,9 @@ def test_a_mask_shrunk_after_start_gives_one_thread_unless_threads_is_set(tmp_pa
 @needs_cc
 def test_no_cpu_is_taken_after_a_call():
     """After a call, the model's threads wait without spinning for long: the process takes under
-    5% of a core over the next half second (libgomp spins a few ms before it blocks; a runtime
-    that kept spinning would take about 100% per idle worker)."""
+    1% of a core over the next second (issue 29's bound; braze's teams spin 5 us before they
+    sleep, libgomp's spun a few ms and took about 1%; a runtime that kept spinning would take
+    about 100% per idle worker)."""
     b = Builder()
     batch = b.sym("batch", 1, 4096)
     x = b.param("x", tensor("f32", batch, 256))
@@ -119,6 +120,6 @@ def test_no_cpu_is_taken_after_a_call():
         m(a)
     m(a)
     c0 = time.process_time()
-    time.sleep(0.5)
-    idle = (time.process_time() - c0) / 0.5
-    assert idle < 0.05, f"{100 * idle:.1f}% of a core while idle"
+    time.sleep(1.0)
+    idle = time.process_time() - c0
+    assert idle < 0.01, f"{100 * idle:.2f}% of a core while idle"

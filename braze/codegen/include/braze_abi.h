@@ -9,9 +9,9 @@
  *                            braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen);
  *
  * A model instance holds everything one compiled model owns: its constants,
- * prepacked weights and thread count (threads <= 0: the OpenMP default). A call
- * runs with fewer threads while other processes take the cores (braze_team.h);
- * braze_set_adapt(model, 0), exported beside braze_create, turns that off. The
+ * prepacked weights and thread count (threads <= 0: the OpenMP default). With
+ * braze_set_adapt(model, 1), exported beside braze_create, a call runs with fewer
+ * threads while other processes take the cores (braze_team.h). The
  * library itself keeps no model state, so instances never share weights, and
  * one instance may be called from many threads at once. A library without
  * constants may omit braze_create; its entries then get model == NULL.

@@ -1,12 +1,13 @@
 /* braze_team.h: how many threads a call runs with, fewer while other processes take the
  * process's cores (issue 29; docs/threads.md).
  *
- * Every kernel is an OpenMP parallel loop that ends at a barrier, and OpenMP's threads spin
- * while they wait. With one more runnable thread than cores (a busy neighbour beside a 2-thread
- * model on 2 cores), the thread that reaches a barrier first spins on its core while the other
- * waits for a time slice, at each of a call's hundreds of barriers: BERT-base ran 2.5-3.3x its
- * quiet time where ONNX Runtime, whose threads block, ran 1.6x. libgomp's spin count cannot be
- * changed once it has loaded (torch loads it first), so braze changes the team instead.
+ * Every kernel is a parallel region that ends when all its threads' shares are done. With one
+ * more runnable thread than cores (a busy neighbour beside a 2-thread model on 2 cores), a worker
+ * the scheduler stops in the middle of its share holds the region's end for a time slice, at
+ * each of a call's hundreds of regions. With libgomp's spinning threads BERT-base ran 2.5-3.3x
+ * its quiet time where ONNX Runtime ran 1.6x; braze's own teams (braze_omp.h) stop spinning
+ * after 50 us and take the shares no worker has started, and a fixed team of 2 still ran
+ * 2.1-2.4x beside one busy process where one thread ran 1.8-1.9x. So braze changes the team.
  *
  * The signal is the calling thread's run delay: the time it was runnable but waiting for a CPU
  * (/proc/thread-self/schedstat, second field). Over each window of at least BZ_TEAM_WINDOW_NS of

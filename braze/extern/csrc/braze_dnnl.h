@@ -59,6 +59,12 @@ typedef struct braze_live_b braze_live_b;           /* opaque: a GEMM site with 
  * call it from braze_init to pay the start-up cost there. */
 int braze_dnnl_init(char *err, int errlen);
 
+/* The helper's OpenMP runtime (braze_omp.h, braze_dnnl_threads.c): a model library that links
+ * the helper runs its own OpenMP calls through this table, as libdnnl does. */
+struct bz_omp_ops;
+const struct bz_omp_ops *braze_dnnl_omp_ops(void);
+int32_t braze_dnnl_omp_status(void);
+
 /* "omp", "tbb", "seq", "threadpool" or "sycl+tbb" etc.: the library's runtime. */
 const char *braze_dnnl_runtime(void);
 

@@ -1,0 +1,229 @@
+"""braze's own thread teams behind GCC's OpenMP calls (braze_omp.h): the constructs braze's C
+and libdnnl use give the answers a serial loop gives, on any team and from many threads at once;
+every share runs exactly once; nothing is left spinning or running after a call; libdnnl
+runs on the same teams; BRAZE_OMP=openmp hands everything to libgomp."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import braze
+from braze.ops import Builder, tensor
+from braze.runtime import compile_shared
+
+needs_cc = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler")
+pytestmark = needs_cc
+
+HARNESS = r"""
+#include <omp.h>
+#include <stdint.h>
+#include "braze_omp.h"
+
+/* every construct braze's C and libdnnl use; returns 0 or which check failed */
+BRAZE_EXPORT int32_t constructs(int32_t nt, int64_t n, double *sum) {
+    omp_set_num_threads(nt);
+    if (omp_get_max_threads() != nt || omp_get_num_threads() != 1 || omp_in_parallel()) return 1;
+    double s = 0;
+    #pragma omp parallel for schedule(static) reduction(+:s)
+    for (int64_t i = 0; i < n; i++) s += (double)i;
+    *sum = s;
+    int hits[97] = {0};
+    #pragma omp parallel for schedule(dynamic, 3)
+    for (int i = 0; i < 97; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_RELAXED);
+    int bad = 0, seen = 0;
+    #pragma omp parallel if (n > 10)
+    {
+        int t = omp_get_thread_num(), k = omp_get_num_threads();
+        if (k != nt || omp_in_parallel() != (nt > 1)) __atomic_store_n(&bad, 2, __ATOMIC_RELAXED);
+        #pragma omp for schedule(dynamic) nowait
+        for (int i = 0; i < 97; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_RELAXED);
+        #pragma omp barrier
+        #pragma omp for schedule(static, 5)
+        for (int i = 0; i < 97; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_RELAXED);
+        #pragma omp for schedule(static)
+        for (int i = 0; i < 97; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_RELAXED);
+        #pragma omp critical
+        { seen |= 1 << t; }
+        #pragma omp parallel
+        { if (omp_get_num_threads() != 1 || omp_get_thread_num() != 0) __atomic_store_n(&bad, 3, __ATOMIC_RELAXED); }
+    }
+    if (bad) return bad;
+    if (seen != (1 << nt) - 1) return 4;
+    for (int i = 0; i < 97; i++) if (hits[i] != 4) return 5;
+    if (omp_get_num_threads() != 1 || omp_in_parallel()) return 6;
+    return 0;
+}
+
+/* regions of tiny shares: each thread number's share runs exactly once per region */
+BRAZE_EXPORT int32_t shares(int32_t nt, int32_t regions, int64_t *count) {
+    omp_set_num_threads(nt);
+    for (int r = 0; r < regions; r++) {
+        #pragma omp parallel
+        { __atomic_fetch_add(&count[omp_get_thread_num()], 1, __ATOMIC_RELAXED); }
+    }
+    return 0;
+}
+
+"""
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    path = compile_shared(HARNESS, name="omp_harness", cache_dir=tmp_path_factory.mktemp("omp_cache"))
+    lib = ctypes.CDLL(str(path))
+    lib.constructs.argtypes = [ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_double)]
+    lib.shares.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
+    lib.braze_omp_counter.restype = ctypes.c_int64
+    lib.braze_omp_ops.restype = ctypes.c_void_p
+    return path, lib
+
+
+def _constructs(lib, nt, n=100_001):
+    s = ctypes.c_double()
+    rc = lib.constructs(nt, n, ctypes.byref(s))
+    assert rc == 0, f"check {rc} failed with {nt} threads"
+    assert s.value == n * (n - 1) / 2
+
+
+@pytest.mark.parametrize("nt", [1, 2, 3, 5])
+def test_constructs_give_the_serial_answer(harness, nt):
+    _, lib = harness
+    for _ in range(50):
+        _constructs(lib, nt)
+
+
+@pytest.mark.parametrize("nt", [2, 3])
+def test_every_share_runs_once(harness, nt):
+    _, lib = harness
+    count = np.zeros(8, np.int64)
+    lib.shares(nt, 3000, count.ctypes.data)
+    assert count.tolist() == [3000] * nt + [0] * (8 - nt)
+
+
+def test_regions_from_many_threads_at_once(harness):
+    """Each calling thread is the master of its own team: 6 threads, each running regions of 3."""
+    from braze.testing import run_threads
+    _, lib = harness
+
+    def run(_):
+        for _ in range(30):
+            _constructs(lib, 3)
+
+    assert run_threads(run, 6, timeout=120) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+def test_a_finished_calling_thread_takes_its_workers_with_it(harness):
+    _, lib = harness
+    before = len(os.listdir("/proc/self/task"))
+    t = threading.Thread(target=_constructs, args=(lib, 4))
+    t.start()
+    t.join(60)
+    deadline = time.time() + 10
+    while len(os.listdir("/proc/self/task")) > before and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(os.listdir("/proc/self/task")) <= before  # its 3 workers joined (earlier tests' may end too)
+
+
+def test_no_cpu_after_the_last_region(harness):
+    """Workers spin 5 us after a region and then sleep: under 1% of a core over the next second
+    (libgomp's took about 1%, torch's process aside)."""
+    _, lib = harness
+    _constructs(lib, 2)
+    c0 = time.process_time()
+    time.sleep(1.0)
+    assert time.process_time() - c0 < 0.01
+
+
+def _run(script: str, **env) -> str:
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, **env})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+def test_braze_omp_openmp_hands_every_call_to_libgomp(harness):
+    path, _ = harness
+    out = _run(f"""
+        import ctypes
+        lib = ctypes.CDLL({str(path)!r})
+        lib.braze_omp_counter.restype = ctypes.c_int64
+        s = ctypes.c_double()
+        for nt in (1, 2, 3):
+            assert lib.constructs(nt, 100001, ctypes.byref(s)) == 0 and s.value == 100001 * 100000 / 2
+        print(lib.braze_omp_counter(0))
+    """, BRAZE_OMP="openmp")
+    assert out.split() == ["-1"]  # libgomp's table has no counters
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_starts_its_own_workers(harness):
+    """A child forked after regions ran has none of the parent's workers: it starts its own."""
+    path, _ = harness
+    out = _run(f"""
+        import ctypes, os
+        lib = ctypes.CDLL({str(path)!r})
+        s = ctypes.c_double()
+        assert lib.constructs(2, 100001, ctypes.byref(s)) == 0
+        pid = os.fork()
+        if pid == 0:
+            os._exit(lib.constructs(2, 100001, ctypes.byref(s)))
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    assert out.split() == ["0"]
+
+
+def _nm_undefined(path) -> list[str]:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils)")
+    out = subprocess.run([nm, "-D", "--undefined-only", str(path)], capture_output=True, text=True).stdout
+    return [ln.split()[-1] for ln in out.splitlines() if ln.strip()]
+
+
+W = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+
+
+def _gemm_model():
+    b = Builder()
+    m = b.sym("m", 1, 4096)
+    x = b.param("x", tensor("f32", m, 256))
+    b.ret(b.op("linear", [x, b.constant(W, "w")]))
+    return b.module
+
+
+def test_compiled_libraries_import_nothing_from_libgomp(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    m = braze.compile(_gemm_model())
+    libs = [m.library.path] + list(tmp_path.rglob("libbraze_dnnl.so"))
+    for lib in libs:
+        omp = [s for s in _nm_undefined(lib) if s.startswith(("GOMP_", "omp_"))]
+        assert omp == [], f"{lib.name} imports {omp}"
+
+
+def test_onednn_runs_on_braze_teams():
+    """A model that is one oneDNN GEMM (M = 256: oneDNN's primitive, not the small-M kernel)
+    opens braze's regions: libdnnl's OpenMP imports were bound to the helper's runtime."""
+    from braze.extern import onednn
+    if not onednn.available():
+        pytest.skip("no oneDNN")
+    m = braze.compile(_gemm_model(), threads=2)
+    lib = ctypes.CDLL(str(m.library.path))
+    lib.braze_dnnl_omp_status.restype = ctypes.c_int32
+    lib.braze_omp_counter.restype = ctypes.c_int64
+    assert lib.braze_dnnl_omp_status() == 1
+    x = np.ones((256, 256), np.float32)
+    m(x)
+    r0 = lib.braze_omp_counter(0)
+    m(x)
+    assert lib.braze_omp_counter(0) > r0
+    np.testing.assert_allclose(m(x), x @ W.T, rtol=1e-5, atol=1e-4)
