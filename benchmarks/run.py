@@ -64,6 +64,8 @@ SHAPES = {
         "llama": [{"batch": 1, "seq": 16}, {"batch": 4, "seq": 64}, {"batch": 1, "seq": 128}, {"batch": 8, "seq": 128}],
         "chain_ln": [{"rows": 64}, {"rows": 1024}, {"rows": 8192}, {"rows": 32768}],
         "chain_rms": [{"rows": 64}, {"rows": 1024}, {"rows": 8192}, {"rows": 32768}],
+        "depthwise": [{"batch": 1, "height": 64, "width": 64}, {"batch": 2, "height": 96, "width": 96},
+                      {"batch": 8, "height": 224, "width": 224}],
         "convnet_bn": [{"batch": 8, "height": 32, "width": 32}, {"batch": 16, "height": 48, "width": 48},
                        {"batch": 32, "height": 64, "width": 64}],
     },
@@ -77,6 +79,7 @@ SHAPES = {
         "llama": [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 48}],
         "chain_ln": [{"rows": 64}, {"rows": 8192}],
         "chain_rms": [{"rows": 64}, {"rows": 8192}],
+        "depthwise": [{"batch": 1, "height": 64, "width": 64}, {"batch": 2, "height": 96, "width": 96}],
         "convnet_bn": [{"batch": 8, "height": 32, "width": 32}, {"batch": 16, "height": 48, "width": 48}],
     },
     "tiny": {
@@ -89,10 +92,11 @@ SHAPES = {
         "llama": [{"batch": 1, "seq": 8}],
         "chain_ln": [{"rows": 64}],
         "chain_rms": [{"rows": 64}],
+        "depthwise": [{"batch": 1, "height": 32, "width": 32}],
         "convnet_bn": [{"batch": 2, "height": 16, "width": 16}],
     },
 }
-MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama", "chain_ln", "chain_rms", "block"]
+MODELS = ["mlp", "bert", "gpt2", "resnet50", "vit", "llama", "depthwise", "chain_ln", "chain_rms", "block"]
 DEFAULT_MODELS = ["mlp", "bert", "gpt2", "resnet50"]
 
 

@@ -1,5 +1,5 @@
 """A small model zoo for tests and benchmarks: MLP, BERT-base, GPT-2, ResNet-50 (``MODELS``), and
-ViT-base and a LLaMA-style decoder (``EXTRA``: by name, for benchmarks).
+ViT-base, a LLaMA-style decoder and a depthwise convnet (``EXTRA``: by name, for benchmarks).
 
 Every model is built from code or a config object with seeded random weights
 (nothing is downloaded). torch and transformers are imported only inside the
@@ -365,6 +365,35 @@ def vit() -> ZooModel:
                     example_dims={"batch": 2})
 
 
+def depthwise() -> ZooModel:
+    """A MobileNetV2-like convnet (zoo_archs: a stride-2 stem, then expand 1x1, depthwise 3x3,
+    project 1x1 with a residual, pooled to a linear head), batch norms with non-trivial
+    statistics: the depthwise convnet of issue 29's shared-machine benchmark."""
+    torch = _seeded()
+    from .zoo_archs import _depthwise
+    module = _depthwise()
+    g = torch.Generator().manual_seed(SEED + 6)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+    module = module.eval().float()
+
+    def make_inputs(batch: int = 2, height: int = 96, width: int = 96):
+        gi = _generator({"batch": batch, "height": height, "width": width}, salt=6)
+        return (torch.randn(batch, 3, height, width, generator=gi),)
+
+    dims = {"batch": (1, 64), "height": (8, 512), "width": (8, 512)}
+    b, h, w = (_dim(k, *v) for k, v in dims.items())
+    return ZooModel("depthwise", module, make_inputs, dims,
+                    test_shapes=[{"batch": 1, "height": 9, "width": 13}, {"batch": 3, "height": 64, "width": 47}],
+                    dynamic_shapes=({0: b, 2: h, 3: w},), input_names=["x"],
+                    example_dims={"batch": 2, "height": 96, "width": 96},
+                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
+
+
 def llama() -> ZooModel:
     torch = _seeded()
     transformers = require("transformers", "examples")
@@ -466,7 +495,7 @@ def block() -> ZooModel:
 
 
 MODELS = {"mlp": mlp, "bert": bert, "gpt2": gpt2, "resnet50": resnet50}
-EXTRA = {"vit": vit, "llama": llama, "chain_ln": chain_ln, "chain_rms": chain_rms, "block": block}
+EXTRA = {"vit": vit, "llama": llama, "depthwise": depthwise, "chain_ln": chain_ln, "chain_rms": chain_rms, "block": block}
 
 
 def get(name: str) -> ZooModel:

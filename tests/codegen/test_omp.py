@@ -134,7 +134,7 @@ def test_a_finished_calling_thread_takes_its_workers_with_it(harness):
 
 
 def test_no_cpu_after_the_last_region(harness):
-    """Workers spin 5 us after a region and then sleep: under 1% of a core over the next second
+    """Workers spin at most 50 us after a region and then sleep: under 1% of a core over the next second
     (libgomp's took about 1%, torch's process aside)."""
     _, lib = harness
     _constructs(lib, 2)

@@ -16,7 +16,7 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "braze_cache"))
 
 
-@pytest.mark.parametrize("name", list(zoo.MODELS))
+@pytest.mark.parametrize("name", [*zoo.MODELS, "depthwise"])  # depthwise: small, and in no other test
 def test_compile_once_run_every_shape(zoo_cache, name):
     zm = zoo_cache.model(name)
     before = braze.stats()["native_compiles"]

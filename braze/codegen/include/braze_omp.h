@@ -12,8 +12,8 @@
  * What: each library defines the GOMP_* and omp_* entry points that GCC's OpenMP code calls,
  * hidden, so the library's own regions bind to them and never to libgomp (the helper also
  * points libdnnl's imports at them: braze_dnnl_threads.c). They run a team of braze's threads
- * that spin for BZ_OMP_SPIN_NS (5 us) and then sleep on a futex, so a thread whose partner was
- * descheduled gives its core away at once, and nothing spins after a call.
+ * that spin for at most 50 us and then sleep on a futex; 5 us once the workers are being
+ * descheduled (bz_omp_pace), so a thread whose partner lost its core gives its own away.
  *
  * Only what GCC emits for braze's C and what libdnnl imports: parallel regions (GOMP_parallel
  * and the old start/end pair), barriers, static and dynamic loops, critical and atomic
@@ -42,10 +42,12 @@
 #include "braze_abi.h"
 
 #define BZ_OMP_ABI 1
-/* a waiting thread spins this long, then sleeps. Beside one busy process on 2 cores a fixed team
- * of 2 ran BERT-base (2x48) in 77 ms at 5 us, 83 ms at 50 us and 92 ms at 300 us (one thread: 75
- * ms); quiet it ran 39.1-39.5 ms at each, and slower at 1 us (1x16: 9.8 ms against 9.0) */
+/* a waiting thread spins this long, then sleeps, while its pool's workers are being descheduled.
+ * Beside one busy process on 2 cores a fixed team of 2 ran BERT-base (2x48) in 77 ms at 5 us, 83
+ * ms at 50 us and 92 ms at 300 us (one thread: 75 ms); quiet it ran 39.1-39.5 ms at each, and
+ * slower at 1 us (1x16: 9.8 ms against 9.0) */
 #define BZ_OMP_SPIN_NS 5000L
+#define BZ_OMP_SPIN_QUIET_NS 50000L /* while the workers keep up (bz_omp_pace) */
 #define BZ_OMP_MAX_THREADS 1024
 #define BZ_OMP_WS_SLOTS 8     /* dynamic loops in flight at once in one region (nowait) */
 
@@ -97,7 +99,7 @@ static int64_t bz_omp_count[BZ_OMP_COUNTERS];
 /* Waits until *word != val: spins BZ_OMP_SPIN_NS, then sleeps on the futex with *sleepers
  * counting it. Wakers store the word and then wake if *sleepers is nonzero; both sides use
  * sequentially consistent accesses, so one of them always sees the other. */
-static uint32_t bz_omp_wait(uint32_t *word, uint32_t val, int *sleepers) {
+static uint32_t bz_omp_wait(uint32_t *word, uint32_t val, int *sleepers, int64_t spin) {
     uint32_t now;
     int64_t t0 = 0;
     for (int i = 0;; i++) {
@@ -106,7 +108,7 @@ static uint32_t bz_omp_wait(uint32_t *word, uint32_t val, int *sleepers) {
         if ((i & 63) == 63) {
             int64_t t = bz_omp_ns();
             if (!t0) t0 = t;
-            else if (t - t0 > BZ_OMP_SPIN_NS) break;
+            else if (t - t0 > spin) break;
         }
     }
     __atomic_fetch_add(sleepers, 1, __ATOMIC_SEQ_CST);
@@ -150,6 +152,8 @@ typedef struct bz_omp_pool {
     int n;
     long ws0; /* 1: a combined parallel loop, its work-share 1 already set up */
     uint32_t gen;
+    int64_t spin;                   /* how long its threads spin before they sleep (bz_omp_pace) */
+    int window, window_taken;       /* regions since the last pace, worker shares the master ran */
     int pending __attribute__((aligned(64)));   /* shares of the job (1 .. n-1) not yet done */
     uint32_t done;                              /* bumped when pending reaches 0 */
     uint32_t *claims; /* claims[k] == gen: share k of job gen is free; 0: taken (bz_omp_help) */
@@ -218,7 +222,7 @@ static void *bz_omp_worker_main(void *arg) {
     bz_omp_pool *p = w->pool;
     uint32_t seen = 0; /* never posted yet: a worker starts before its first job is posted */
     for (;;) {
-        seen = bz_omp_wait(&w->go, seen, &w->sleepers);
+        seen = bz_omp_wait(&w->go, seen, &w->sleepers, __atomic_load_n(&p->spin, __ATOMIC_RELAXED));
         if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) break;
         bz_omp_help(p, seen, w->tid);
     }
@@ -291,6 +295,7 @@ static bz_omp_pool *bz_omp_pool_for(int workers) {
             return NULL;
         }
         pthread_mutex_init(&p->ws_mu, NULL);
+        p->spin = BZ_OMP_SPIN_NS;
         p->fork_epoch = __atomic_load_n(&bz_omp_epoch, __ATOMIC_ACQUIRE);
         bz_omp_mine = p;
         pthread_setspecific(bz_omp_key, p);
@@ -344,12 +349,27 @@ static bz_omp_pool *bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, long
     return p;
 }
 
+/* How long a pool's threads spin, from how often its workers kept up. Each 64 regions, if the
+ * master ran a worker's share in more than 15% of them, the workers are being descheduled (here
+ * 21-32% of them beside one busy process, 2-7% on a quiet machine): spin 5 us, so a waiting thread
+ * gives its core away. Otherwise spin 50 us, so a worker is still awake for the next region: with
+ * 5 us always, ResNet-50 at 1x64x64 (about a hundred regions in 3 ms) paid a wake-up in many of
+ * them and took 1.028x libgomp's time; paced, 0.977x. Set by the master alone. */
+static void bz_omp_pace(bz_omp_pool *p, int taken) {
+    p->window_taken += taken > 0;
+    if (++p->window < 64) return;
+    int64_t spin = p->window_taken * 100 > 15 * p->window ? BZ_OMP_SPIN_NS : BZ_OMP_SPIN_QUIET_NS;
+    __atomic_store_n(&p->spin, spin, __ATOMIC_RELAXED);
+    p->window = p->window_taken = 0;
+}
+
 static void bz_omp_join(bz_omp_pool *p, bz_omp_ctx saved) {
     if (bz_omp_cur.pool) {
         int taken = bz_omp_help(p, p->gen, 1);
         if (taken) __atomic_fetch_add(&bz_omp_count[BZ_OMP_TAKEN], taken, __ATOMIC_RELAXED);
+        bz_omp_pace(p, taken);
         uint32_t d = __atomic_load_n(&p->done, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&p->pending, __ATOMIC_SEQ_CST) != 0) d = bz_omp_wait(&p->done, d, &p->done_sleepers);
+        while (__atomic_load_n(&p->pending, __ATOMIC_SEQ_CST) != 0) d = bz_omp_wait(&p->done, d, &p->done_sleepers, p->spin);
     }
     bz_omp_cur = saved;
 }
@@ -386,7 +406,7 @@ static void bz_omp_barrier(void) {
         __atomic_store_n(&p->bar_arrived, 0, __ATOMIC_SEQ_CST);
         bz_omp_post(&p->bar_gen, g + 1, &p->bar_sleepers);
     } else {
-        bz_omp_wait(&p->bar_gen, g, &p->bar_sleepers);
+        bz_omp_wait(&p->bar_gen, g, &p->bar_sleepers, p->spin);
     }
 }
 

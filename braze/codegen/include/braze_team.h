@@ -5,9 +5,11 @@
  * more runnable thread than cores (a busy neighbour beside a 2-thread model on 2 cores), a worker
  * the scheduler stops in the middle of its share holds the region's end for a time slice, at
  * each of a call's hundreds of regions. With libgomp's spinning threads BERT-base ran 2.5-3.3x
- * its quiet time where ONNX Runtime ran 1.6x; braze's own teams (braze_omp.h) stop spinning
- * after 50 us and take the shares no worker has started, and a fixed team of 2 still ran
- * 2.1-2.4x beside one busy process where one thread ran 1.8-1.9x. So braze changes the team.
+ * its quiet time where ONNX Runtime ran 1.6x, and a team of 1 about 1.8x: so braze changed the
+ * team. On braze's own teams (braze_omp.h: short spins, and the shares no worker has started
+ * run by the master) a fixed team of 2 does about as well, and this is off by default: the
+ * signal below also counts the wait of a thread woken from a futex, and a quiet BERT-base ran
+ * half its calls on one thread (docs/threads.md).
  *
  * The signal is the calling thread's run delay: the time it was runnable but waiting for a CPU
  * (/proc/thread-self/schedstat, second field). Over each window of at least BZ_TEAM_WINDOW_NS of
