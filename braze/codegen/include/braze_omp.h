@@ -96,7 +96,7 @@ static int64_t bz_omp_ns(void) {
 
 static int64_t bz_omp_count[BZ_OMP_COUNTERS];
 
-/* Waits until *word != val: spins BZ_OMP_SPIN_NS, then sleeps on the futex with *sleepers
+/* Waits until *word != val: spins `spin` ns, then sleeps on the futex with *sleepers
  * counting it. Wakers store the word and then wake if *sleepers is nonzero; both sides use
  * sequentially consistent accesses, so one of them always sees the other. */
 static uint32_t bz_omp_wait(uint32_t *word, uint32_t val, int *sleepers, int64_t spin) {
