@@ -291,21 +291,27 @@ def _resnet_classes():
     return ResNet
 
 
-def resnet50() -> ZooModel:
-    torch = _seeded()
-    ResNet = _resnet_classes()
-    module = ResNet()
-    # non-trivial BN statistics so inference-mode batch norm is really exercised
-    g = torch.Generator().manual_seed(SEED + 5)
+def _batch_norms_drawn(module, seed: int, affine: bool):
+    """``module`` in eval mode with non-trivial batch-norm statistics (and scales and shifts when
+    ``affine``), drawn from ``seed``, so inference-mode batch norm is really exercised."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for m in module.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
                 n = m.num_features
                 m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
                 m.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
-                m.weight.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
-                m.bias.copy_(torch.randn(n, generator=g) * 0.1)
-    module = module.eval().float()
+                if affine:
+                    m.weight.copy_(torch.rand(n, generator=g) * 0.5 + 0.5)
+                    m.bias.copy_(torch.randn(n, generator=g) * 0.1)
+    return module.eval().float()
+
+
+def resnet50() -> ZooModel:
+    torch = _seeded()
+    ResNet = _resnet_classes()
+    module = _batch_norms_drawn(ResNet(), SEED + 5, affine=True)
 
     def make_inputs(batch: int = 2, height: int = 64, width: int = 64):
         gi = _generator({"batch": batch, "height": height, "width": width}, salt=2)
@@ -371,15 +377,7 @@ def depthwise() -> ZooModel:
     statistics: the depthwise convnet of issue 29's shared-machine benchmark."""
     torch = _seeded()
     from .zoo_archs import _depthwise
-    module = _depthwise()
-    g = torch.Generator().manual_seed(SEED + 6)
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                n = m.num_features
-                m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
-                m.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
-    module = module.eval().float()
+    module = _batch_norms_drawn(_depthwise(), SEED + 6, affine=False)
 
     def make_inputs(batch: int = 2, height: int = 96, width: int = 96):
         gi = _generator({"batch": batch, "height": height, "width": width}, salt=6)
@@ -495,7 +493,8 @@ def block() -> ZooModel:
 
 
 MODELS = {"mlp": mlp, "bert": bert, "gpt2": gpt2, "resnet50": resnet50}
-EXTRA = {"vit": vit, "llama": llama, "depthwise": depthwise, "chain_ln": chain_ln, "chain_rms": chain_rms, "block": block}
+EXTRA = {"vit": vit, "llama": llama, "depthwise": depthwise, "chain_ln": chain_ln, "chain_rms": chain_rms,
+         "block": block}
 
 
 def get(name: str) -> ZooModel:

@@ -177,7 +177,8 @@ class HostGen:
 
 # a library that links the oneDNN helper runs its OpenMP calls on the helper's runtime, which
 # libdnnl's also run on (braze_omp.h, braze_dnnl_threads.c): one thread count, one team
-_ADOPT_HELPER_TEAMS = "__attribute__((constructor)) static void bz_omp_adopt_helper(void) { bz_omp_adopt(braze_dnnl_omp_ops()); }\n"
+_ADOPT_HELPER_TEAMS = ("__attribute__((constructor)) static void bz_omp_adopt_helper(void) "
+                      "{ bz_omp_adopt(braze_dnnl_omp_ops()); }\n")
 
 
 def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],

@@ -224,9 +224,9 @@ def extra_link_flags() -> list[str]:
             f"-DBRAZE_DNNL_BUILD=\"{ident}-{lib_stat.st_size}\""]
 
 
-HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_threads.c", "braze_dnnl_wtrack.c", "braze_dnnl_wcache.c", "braze_dnnl_matmul.c",
-                "braze_dnnl_smallm.c", "braze_dnnl_smallm_avx2.c", "braze_dnnl_live.c", "braze_dnnl_conv.c",
-                "braze_dnnl_conv_bwd.c")
+HELPER_PARTS = ("braze_dnnl_core.c", "braze_dnnl_threads.c", "braze_dnnl_wtrack.c", "braze_dnnl_wcache.c",
+                "braze_dnnl_matmul.c", "braze_dnnl_smallm.c", "braze_dnnl_smallm_avx2.c", "braze_dnnl_live.c",
+                "braze_dnnl_conv.c", "braze_dnnl_conv_bwd.c")
 
 
 def helper_text() -> str:

@@ -151,7 +151,7 @@ class _ProcessTeams:
         use = cdll.braze_omp_use
         use.argtypes, use.restype = [c_void_p], c_int32
         with self.lock:
-            helper = getattr(cdll, "braze_dnnl_omp_use", None) if hasattr(cdll, "braze_dnnl_omp_status") else None
+            helper = getattr(cdll, "braze_dnnl_omp_use", None)  # found through the helper it links
             if helper is not None and self.bound is None:
                 cdll.braze_dnnl_omp_status.restype = c_int32
                 self.bound = cdll.braze_dnnl_omp_status() == 1
@@ -167,7 +167,8 @@ class _ProcessTeams:
                 self.table = ops()
                 _log.info("OpenMP runtime: %s", self.describe())
             elif use(self.table):
-                _log.warning("%s: its OpenMP runtime is another version; it keeps its own threads", cdll._name)
+                _log.warning("%s was built with another version of braze's thread runtime, so it keeps its own "
+                             "threads; delete its BRAZE_CACHE_DIR entry to rebuild it", cdll._name)
             self.users.append(use)
             if helper is not None and self.bound:
                 helper.argtypes, helper.restype = [c_void_p], c_int32

@@ -136,6 +136,10 @@ typedef struct {
     long start, incr;
 } bz_omp_ws;
 
+typedef struct {
+    long start, end, incr, chunk; /* a combined parallel loop's iterations (GOMP_parallel_loop_*) */
+} bz_omp_loop;
+
 struct bz_omp_pool;
 
 typedef struct __attribute__((aligned(64))) {
@@ -178,7 +182,7 @@ typedef struct {
     bz_omp_ws solo;               /* a dynamic loop in a region of one */
 } bz_omp_ctx;
 
-static __thread bz_omp_ctx bz_omp_cur = {NULL, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}};
+static __thread bz_omp_ctx bz_omp_cur = {.n = 1};
 static __thread int bz_omp_nthreads_var; /* omp_set_num_threads; 0: the default */
 static __thread bz_omp_pool *bz_omp_mine;  /* this thread's pool, as a master */
 static int bz_omp_default_n;
@@ -190,7 +194,8 @@ static pthread_mutex_t bz_omp_big = PTHREAD_MUTEX_INITIALIZER; /* critical and a
 
 static void bz_omp_run(bz_omp_pool *p, int tid) {
     bz_omp_ctx saved = bz_omp_cur;
-    bz_omp_cur = (bz_omp_ctx){p, tid, p->n, saved.level + 1, 1, p->ws0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}};
+    bz_omp_cur = (bz_omp_ctx){.pool = p, .tid = tid, .n = p->n, .level = saved.level + 1, .active = 1,
+                              .ws_seq = p->ws0};
     p->fn(p->data);
     bz_omp_cur = saved;
 }
@@ -246,7 +251,7 @@ static void bz_omp_pool_free(void *arg) {
 static void bz_omp_after_fork(void) {
     __atomic_add_fetch(&bz_omp_epoch, 1, __ATOMIC_RELEASE);
     bz_omp_mine = NULL; /* leaked on purpose: its workers belong to the parent */
-    bz_omp_cur = (bz_omp_ctx){NULL, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}};
+    bz_omp_cur = (bz_omp_ctx){.n = 1};
 }
 
 static int bz_omp_cpus(void) { /* the affinity mask's CPUs, as libgomp counts them */
@@ -318,35 +323,35 @@ static int bz_omp_team_size(unsigned n) {
     return want < 1 ? 1 : want > BZ_OMP_MAX_THREADS ? BZ_OMP_MAX_THREADS : want;
 }
 
-static bz_omp_pool bz_omp_solo_pool; /* a region of one needs no workers: only fn and data */
+static void bz_omp_ws_set(bz_omp_ws *w, long seq, long s, long e, long incr, long chunk);
 
-/* starts fn on the team's workers and returns the pool (the caller runs thread 0's share) */
-static bz_omp_pool *bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, long ws0) {
+/* Starts fn on the team's workers, the caller being thread 0 (it runs its share next).
+ * `loop`: a combined parallel loop's iterations, set up as the region's first work-share. */
+static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp_loop *loop) {
     int n = bz_omp_team_size(asked);
     bz_omp_pool *p = n > 1 ? bz_omp_pool_for(n - 1) : NULL;
     if (p && p->nworkers + 1 < n) n = p->nworkers + 1; /* fewer threads than asked could start */
-    if (!p || n <= 1) {
-        p = &bz_omp_solo_pool; /* per-thread state is in bz_omp_cur; this pool is only read */
-        n = 1;
-    }
+    if (!p) n = 1;
     __atomic_fetch_add(&bz_omp_count[BZ_OMP_REGIONS], 1, __ATOMIC_RELAXED);
-    bz_omp_ctx ctx = {n > 1 ? p : NULL, 0, n, bz_omp_cur.level + 1, bz_omp_cur.active || n > 1, ws0, 0, 0, 0, 0, 0,
-                      {0, 0, 0, 0, 0, 0}};
+    bz_omp_ctx ctx = {.pool = n > 1 ? p : NULL, .n = n, .level = bz_omp_cur.level + 1,
+                      .active = bz_omp_cur.active || n > 1, .ws_seq = loop != NULL};
     if (n > 1) {
         /* every share of the last job is done, so no thread reads these until the claims below */
         p->fn = fn;
         p->data = data;
-        p->ws0 = ws0;
+        p->ws0 = loop != NULL;
         p->bar_arrived = 0;
-        for (int i = 0; i < BZ_OMP_WS_SLOTS; i++) if (i != 1 || !ws0) p->ws[i].seq = 0;
+        for (int i = 0; i < BZ_OMP_WS_SLOTS; i++) p->ws[i].seq = 0;
+        if (loop) bz_omp_ws_set(&p->ws[1], 1, loop->start, loop->end, loop->incr, loop->chunk);
         __atomic_store_n(&p->n, n, __ATOMIC_RELEASE);
         __atomic_store_n(&p->pending, n - 1, __ATOMIC_SEQ_CST);
         if (++p->gen == 0) p->gen = 1; /* 0 marks a taken share */
         for (int i = 1; i < n; i++) __atomic_store_n(&p->claims[i], p->gen, __ATOMIC_SEQ_CST);
         for (int i = 1; i < n; i++) bz_omp_post(&p->workers[i].go, p->gen, &p->workers[i].sleepers);
+    } else if (loop) {
+        bz_omp_ws_set(&ctx.solo, 1, loop->start, loop->end, loop->incr, loop->chunk);
     }
     bz_omp_cur = ctx;
-    return p;
 }
 
 /* How long a pool's threads spin, from how often its workers kept up. Each 64 regions, if the
@@ -363,13 +368,16 @@ static void bz_omp_pace(bz_omp_pool *p, int taken) {
     p->window = p->window_taken = 0;
 }
 
-static void bz_omp_join(bz_omp_pool *p, bz_omp_ctx saved) {
-    if (bz_omp_cur.pool) {
+/* thread 0's share is done: run the shares no worker has started, wait for the rest */
+static void bz_omp_join(bz_omp_ctx saved) {
+    bz_omp_pool *p = bz_omp_cur.pool;
+    if (p) {
         int taken = bz_omp_help(p, p->gen, 1);
         if (taken) __atomic_fetch_add(&bz_omp_count[BZ_OMP_TAKEN], taken, __ATOMIC_RELAXED);
         bz_omp_pace(p, taken);
         uint32_t d = __atomic_load_n(&p->done, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&p->pending, __ATOMIC_SEQ_CST) != 0) d = bz_omp_wait(&p->done, d, &p->done_sleepers, p->spin);
+        while (__atomic_load_n(&p->pending, __ATOMIC_SEQ_CST) != 0)
+            d = bz_omp_wait(&p->done, d, &p->done_sleepers, p->spin);
     }
     bz_omp_cur = saved;
 }
@@ -377,9 +385,9 @@ static void bz_omp_join(bz_omp_pool *p, bz_omp_ctx saved) {
 static void bz_omp_parallel(bz_omp_fn fn, void *data, unsigned n, unsigned flags) {
     (void)flags;
     bz_omp_ctx saved = bz_omp_cur;
-    bz_omp_pool *p = bz_omp_launch(fn, data, n, 0);
+    bz_omp_launch(fn, data, n, NULL);
     fn(data);
-    bz_omp_join(p, saved);
+    bz_omp_join(saved);
 }
 
 /* GOMP_parallel_start / _end: the caller runs fn itself between them (libdnnl's form) */
@@ -390,12 +398,12 @@ static void bz_omp_parallel_start(bz_omp_fn fn, void *data, unsigned n) {
     int d = bz_omp_depth < 8 ? bz_omp_depth : 7;
     bz_omp_outer[d] = bz_omp_cur;
     bz_omp_depth++;
-    bz_omp_launch(fn, data, n, 0);
+    bz_omp_launch(fn, data, n, NULL);
 }
 
 static void bz_omp_parallel_end(void) {
     int d = --bz_omp_depth < 8 ? bz_omp_depth : 7;
-    bz_omp_join(bz_omp_cur.pool, bz_omp_outer[d]);
+    bz_omp_join(bz_omp_outer[d]);
 }
 
 static void bz_omp_barrier(void) {
@@ -493,13 +501,10 @@ static void bz_omp_parallel_loop_dynamic(bz_omp_fn fn, void *data, unsigned n, l
                                          long chunk, unsigned flags) {
     (void)flags;
     bz_omp_ctx saved = bz_omp_cur;
-    int size = bz_omp_team_size(n);
-    bz_omp_pool *p = size > 1 ? bz_omp_pool_for(size - 1) : NULL;
-    if (p && p->nworkers > 0) bz_omp_ws_set(&p->ws[1], 1, s, e, incr, chunk);
-    p = bz_omp_launch(fn, data, n, 1);
-    if (!bz_omp_cur.pool) bz_omp_ws_set(&bz_omp_cur.solo, 1, s, e, incr, chunk);
+    const bz_omp_loop loop = {s, e, incr, chunk};
+    bz_omp_launch(fn, data, n, &loop);
     fn(data);
-    bz_omp_join(p, saved);
+    bz_omp_join(saved);
 }
 
 static void bz_omp_loop_end(void) { bz_omp_barrier(); }
@@ -642,6 +647,17 @@ BZ_OMP_HIDDEN int omp_get_max_threads(void) { return bz_omp()->get_max_threads()
 BZ_OMP_HIDDEN void omp_set_num_threads(int n) { bz_omp()->set_num_threads(n); }
 BZ_OMP_HIDDEN int omp_in_parallel(void) { return bz_omp()->in_parallel(); }
 BZ_OMP_HIDDEN double omp_get_wtime(void) { return (double)bz_omp_ns() * 1e-9; }
+
+/* every entry point above by name, for a library that points another's imports at them
+ * (braze_dnnl_threads.c): add one here when adding one above */
+#define BZ_OMP_ENTRY_POINTS(X)                                                                       \
+    X(GOMP_parallel) X(GOMP_parallel_start) X(GOMP_parallel_end) X(GOMP_parallel_loop_nonmonotonic_dynamic) \
+    X(GOMP_parallel_loop_dynamic) X(GOMP_barrier) X(GOMP_loop_static_start) X(GOMP_loop_static_next)   \
+    X(GOMP_loop_nonmonotonic_dynamic_start) X(GOMP_loop_nonmonotonic_dynamic_next)                     \
+    X(GOMP_loop_dynamic_start) X(GOMP_loop_dynamic_next) X(GOMP_loop_end) X(GOMP_loop_end_nowait)       \
+    X(GOMP_critical_start) X(GOMP_critical_end) X(GOMP_atomic_start) X(GOMP_atomic_end)                \
+    X(omp_get_thread_num) X(omp_get_num_threads) X(omp_get_max_threads) X(omp_set_num_threads)         \
+    X(omp_in_parallel) X(omp_get_wtime)
 
 /* the runtime's counters (regions run, workers started, sleeps), for tests and measurements */
 BRAZE_EXPORT int64_t BZ_OMP_CAT(BZ_OMP_EXPORT_PREFIX, _counter)(int32_t which) { return bz_omp()->counter(which); }

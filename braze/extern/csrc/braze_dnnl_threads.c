@@ -18,35 +18,11 @@
 #include <elf.h>
 #include <link.h>
 
+#define BZ_DNNL_IMPORT(f) {#f, (void *)f},
 static const struct {
     const char *name;
     void *fn;
-} bz_dnnl_imports[] = {
-    {"GOMP_parallel", (void *)GOMP_parallel},
-    {"GOMP_parallel_start", (void *)GOMP_parallel_start},
-    {"GOMP_parallel_end", (void *)GOMP_parallel_end},
-    {"GOMP_parallel_loop_nonmonotonic_dynamic", (void *)GOMP_parallel_loop_nonmonotonic_dynamic},
-    {"GOMP_parallel_loop_dynamic", (void *)GOMP_parallel_loop_dynamic},
-    {"GOMP_barrier", (void *)GOMP_barrier},
-    {"GOMP_loop_static_start", (void *)GOMP_loop_static_start},
-    {"GOMP_loop_static_next", (void *)GOMP_loop_static_next},
-    {"GOMP_loop_nonmonotonic_dynamic_start", (void *)GOMP_loop_nonmonotonic_dynamic_start},
-    {"GOMP_loop_nonmonotonic_dynamic_next", (void *)GOMP_loop_nonmonotonic_dynamic_next},
-    {"GOMP_loop_dynamic_start", (void *)GOMP_loop_dynamic_start},
-    {"GOMP_loop_dynamic_next", (void *)GOMP_loop_dynamic_next},
-    {"GOMP_loop_end", (void *)GOMP_loop_end},
-    {"GOMP_loop_end_nowait", (void *)GOMP_loop_end_nowait},
-    {"GOMP_critical_start", (void *)GOMP_critical_start},
-    {"GOMP_critical_end", (void *)GOMP_critical_end},
-    {"GOMP_atomic_start", (void *)GOMP_atomic_start},
-    {"GOMP_atomic_end", (void *)GOMP_atomic_end},
-    {"omp_get_thread_num", (void *)omp_get_thread_num},
-    {"omp_get_num_threads", (void *)omp_get_num_threads},
-    {"omp_get_max_threads", (void *)omp_get_max_threads},
-    {"omp_set_num_threads", (void *)omp_set_num_threads},
-    {"omp_in_parallel", (void *)omp_in_parallel},
-    {"omp_get_wtime", (void *)omp_get_wtime},
-};
+} bz_dnnl_imports[] = {BZ_OMP_ENTRY_POINTS(BZ_DNNL_IMPORT)};
 #define BZ_DNNL_NIMPORTS (int)(sizeof bz_dnnl_imports / sizeof bz_dnnl_imports[0])
 
 /* 1: libdnnl runs on braze's entry points; 0: not yet looked; negative: why not */
