@@ -461,8 +461,11 @@ class _EntryWriter:
             for d in range(3, -1, -1):
                 strides[d] = "0" if ms[d] == 1 else int_expr(step)
                 step = S.mul(step, ms[d])
-        ptrs = [self.ptr_of(o) for o in n.outputs] + [self._operand(n, callee, x) for x in a.inputs[:6]]
-        args = ", ".join([f"(float *){p}" for p in ptrs[:3]] + [f"(const float *){p}" for p in ptrs[3:]])
+        # a gradient nothing reads is not a result of the group: NULL, and the helper skips it
+        grads = [self.ptr_of(n.outputs[callee.results.index(g)]) if g in callee.results else "NULL"
+                 for g in a.outputs]
+        ins = [self._operand(n, callee, x) for x in a.inputs[:6]]
+        args = ", ".join([f"(float *){p}" for p in grads] + [f"(const float *){p}" for p in ins])
         dims = ", ".join(int_expr(d) for d in (B, H, Hk, L, Sk, E, Ev))
         m = self._operand(n, callee, mask) if mask is not None else "NULL"
         self.emit(f"if (bz_attention_backward({args}, {m}, {kind}, {', '.join(strides)}, {dims}, "

@@ -26,8 +26,11 @@ Several axes combine as the tensor product of their taps. ``torch_shortcuts`` ad
 torch's exact cases (they only matter when ``scales`` is given): an axis with
 ``m == n`` is copied, and with nearest, one with ``m == 2 n`` reads ``d // 2``.
 Output sizes are the ``sizes`` attribute (symbolic dims allowed): frontends compute
-them from scale factors. The reference computes coordinates and weights in the
-coordinate dtype, and the weighted sums in float64, rounded once.
+them from scale factors. The reference computes coordinates, weights and the weighted sums
+in the coordinate dtype, the last axis first, as torch and the lowering do: a float32 sum
+along the last axis that overflows to inf then meets the other axes' taps, zero weights
+included, so 0 * inf gives NaN here as in torch and ONNX Runtime (a float64 sum would have
+stayed finite).
 """
 
 from __future__ import annotations
@@ -135,9 +138,9 @@ def axis_taps(n: int, m: int, scale, *, mode, coord, nearest, cubic_a, exclude_o
 def _reference(ctx, x, *, sizes, mode, coord, nearest, scales, cubic_a, exclude_outside, torch_shortcuts):
     cd = coord_dtype(DType.from_numpy(x.dtype)).numpy
     k = len(sizes)
-    y = x if mode == "nearest" else x.astype(np.float64)
-    for j, m in enumerate(sizes):
-        ax = x.ndim - k + j
+    y = x if mode == "nearest" else x.astype(cd)
+    for j in reversed(range(k)):
+        m, ax = sizes[j], x.ndim - k + j
         idx, w = axis_taps(x.shape[ax], int(m), None if scales is None else scales[j], mode=mode, coord=coord,
                            nearest=nearest, cubic_a=cubic_a, exclude_outside=exclude_outside,
                            torch_shortcuts=torch_shortcuts, cd=cd)
@@ -145,7 +148,8 @@ def _reference(ctx, x, *, sizes, mode, coord, nearest, scales, cubic_a, exclude_
             y = np.take(y, idx[0], axis=ax)
             continue
         shape = (m,) + (1,) * (x.ndim - ax - 1)
-        y = sum(np.take(y, i, axis=ax) * c.astype(np.float64).reshape(shape) for i, c in zip(idx, w))
+        with np.errstate(over="ignore", invalid="ignore"):  # float32 overflow is torch's too (above)
+            y = sum(np.take(y, i, axis=ax) * c.reshape(shape) for i, c in zip(idx, w))
     return np.asarray(y).astype(x.dtype, copy=False)
 
 

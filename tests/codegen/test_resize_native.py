@@ -8,6 +8,7 @@ import braze
 from braze import reference
 from braze.ir import sym as S
 from braze.ops import Builder, tensor
+from braze.testing import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +56,33 @@ def test_resize_modes_match_reference():
             else:
                 np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5, err_msg=what)
     assert braze.stats()["native_compiles"] + braze.stats()["cache_hits"] == before + 1
+
+
+@pytest.mark.parametrize("tm", ["bicubic", "bicubic-ac", "bilinear"])
+def test_float32_overflow_along_the_last_axis_is_torchs_nan(tm):
+    """Finite inputs near the float32 maximum: torch sums the last axis's taps first, in float32,
+    and a sum that overflows meets the other axis's taps, zero weights included, as 0 * inf =
+    NaN. The reference and the native code do the same (fuzz seed 29164 had the reference's
+    float64 sums finite there)."""
+    import torch
+    import torch.nn.functional as F
+    mode = tm.removesuffix("-ac")
+    attrs = dict(mode="cubic" if mode == "bicubic" else "linear",
+                 coord="align_corners" if tm.endswith("-ac") else "half_pixel",
+                 torch_shortcuts=mode == "bilinear")
+    b = Builder()
+    h = b.sym("h")
+    x = b.param("x", tensor("f32", 1, 2, h, 7))
+    b.ret(b.resize(x, sizes=(h, 14), **attrs))
+    lib = braze.compile(b.module)
+    for hh in (1, 5, 6):
+        a = np.random.default_rng(hh).uniform(-1e-3, 1e-3, (1, 2, hh, 7)).astype(np.float32)
+        a[0, 0, hh // 2, 2:5] = 3e38
+        a[0, 1, hh - 1, 3] = -3e38
+        want = F.interpolate(torch.from_numpy(a), size=(hh, 14), mode=mode,
+                             align_corners=tm.endswith("-ac")).numpy()
+        if mode == "bicubic":
+            assert np.isnan(want).any()  # the case this test is about
+        for who, got in (("reference", reference.run(b.module, a)), ("native", lib(a))):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{who} {tm} h={hh}")
+            assert_close(got, want, rtol=1e-5, atol=2e-6, what=f"{who} {tm} h={hh}")

@@ -123,6 +123,7 @@ static void bz_att_pad(float *dst, int64_t np, int64_t rows_p, const float *src,
         for (int64_t e = 0; e < np; e++) dst[r * np + e] = r < rows && e < n ? src[r * n + e] : 0.0f;
 }
 
+/* dq, dk or dv NULL: a gradient the model does not read, neither accumulated nor stored */
 static int bz_attention_backward(float *dq, float *dk, float *dv, const float *q, const float *k,
                                  const float *v, const float *o, const float *dout, const float *lse,
                                  const void *mask, int mask_kind, int64_t mb, int64_t mh, int64_t ml,
@@ -194,18 +195,16 @@ static int bz_attention_backward(float *dq, float *dk, float *dv, const float *q
                         for (int64_t c = 0; c < nw; c++) dr[c] = pr[c] * (dr[c] - dl) * scale;
                     }
                     /* dv += p^T dout, dk += ds^T q: rows are keys, a read down the tile's columns */
-                    bz_att_mm(dvp + j0 * Evp, Evp, pt, 1, BZ_AK, dop + i0 * Evp, Evp, nq, nk, Evp, 1);
-                    bz_att_mm(dkp + j0 * Ep, Ep, dst, 1, BZ_AK, qp + i0 * Ep, Ep, nq, nk, Ep, 1);
-                    bz_att_mm(dqp + i0 * Ep, Ep, dst, BZ_AK, 1, kr + j0 * Ep, Ep, nk, nq, Ep, 1); /* ds k */
+                    if (dv) bz_att_mm(dvp + j0 * Evp, Evp, pt, 1, BZ_AK, dop + i0 * Evp, Evp, nq, nk, Evp, 1);
+                    if (dk) bz_att_mm(dkp + j0 * Ep, Ep, dst, 1, BZ_AK, qp + i0 * Ep, Ep, nq, nk, Ep, 1);
+                    if (dq) bz_att_mm(dqp + i0 * Ep, Ep, dst, BZ_AK, 1, kr + j0 * Ep, Ep, nk, nq, Ep, 1); /* ds k */
                 }
             }
-            float *dqb = dq + bh * L * E;
-            for (int64_t l = 0; l < L; l++) memcpy(dqb + l * E, dqp + l * Ep, sizeof(float) * (size_t)E);
+            for (int64_t l = 0; dq && l < L; l++) memcpy(dq + (bh * L + l) * E, dqp + l * Ep, sizeof(float) * (size_t)E);
         }
-        float *dkb = dk + u * S * E, *dvb = dv + u * S * Ev;
         for (int64_t c = 0; c < S; c++) {
-            memcpy(dkb + c * E, dkp + c * Ep, sizeof(float) * (size_t)E);
-            memcpy(dvb + c * Ev, dvp + c * Evp, sizeof(float) * (size_t)Ev);
+            if (dk) memcpy(dk + (u * S + c) * E, dkp + c * Ep, sizeof(float) * (size_t)E);
+            if (dv) memcpy(dv + (u * S + c) * Ev, dvp + c * Evp, sizeof(float) * (size_t)Ev);
         }
         free(buf);
     }
