@@ -122,6 +122,8 @@ class ReductionsC:
         r, ext = e.loops[-1]
         n = self.tmp("n")
         self.line(f"const int64_t {n} = {self.ic(ext)};")
+        self.line("{")  # r's scope: a kernel may reduce over the same loop twice (var's two passes)
+        self.ind += 1
         self.line(f"int64_t {r.name} = 0;")
         self.line(f"for (; {r.name} + {NACC * vl} <= {n}; {r.name} += {NACC * vl}) {{")
         self.ind += 1
@@ -146,6 +148,8 @@ class ReductionsC:
         self.line(self._combine(op, acc, self.sx(e.body), F32))
         self.vvar = saved
         self.pop()
+        self.ind -= 1
+        self.line("}")
         self.ind -= 1
         self.line("}")
         self._close_loops(e.loops[:-1])

@@ -10,6 +10,8 @@ graph so far or ``New`` parameters/constants.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import sym as S
@@ -164,7 +166,9 @@ def p_reduce(gen, op):
         if op == "reduce_sum":
             bound = ib * max(counts)
         elif op == "reduce_prod":
-            bound = 1.0 if ib <= 1 else ib ** min(max(counts), 64)  # (past 64 factors it is over anyway)
+            # past 64 factors it is over anyway; a float power past 1e308 raises, not inf (seed 50923)
+            bound = 1.0 if ib <= 1 else math.inf if math.log(ib) * min(max(counts), 64) > 700 else \
+                ib ** min(max(counts), 64)
         elif op in ("argmax", "argmin"):
             bound = float(max(counts))
         check_int_bound(bound)

@@ -459,12 +459,15 @@ def _max_pool_backward_infer(ctx, grad, x, indices, **attrs):
 
 
 def max_pool2d_backward_numpy(grad, x, indices, kernel, stride, padding, dilation, ceil_mode):
-    """The input's gradient: each output position's gradient added at its window's winner."""
+    """The input's gradient: each output position's gradient added at its window's winner (a
+    window with no element, over an empty plane, has none: max_pool2d_indices_numpy's int64 max)."""
     h, w = x.shape[-2:]
     planes = int(np.prod(x.shape[:-2], dtype=np.int64))
     out = np.zeros((planes, h * w), np.float32)
     rows = np.repeat(np.arange(planes), int(np.prod(grad.shape[-2:], dtype=np.int64)))
-    np.add.at(out, (rows, indices.reshape(-1)), grad.astype(np.float32).reshape(-1))
+    at = indices.reshape(-1)
+    some = (at >= 0) & (at < h * w)
+    np.add.at(out, (rows[some], at[some]), grad.astype(np.float32).reshape(-1)[some])
     return out.reshape(x.shape).astype(x.dtype)
 
 

@@ -212,6 +212,17 @@ def test_random_graphs_match_the_reference(seeds, cache):
     _check(results, list(seeds))
 
 
+# seeds outside CI_SEEDS that once failed, each for a bug since fixed: 29014 (an attention
+# backward with an unread gradient), 29164 (resize's reference summed in float64), 40267 (the
+# max-pool backward's reference indexed an empty plane), 40438 (two reductions over one loop
+# counter in one C scope), 50923 (the generator's bound of an integer product overflowed)
+ONCE_FAILED = [29014, 29164, 40267, 40438, 50923]
+
+
+def test_seeds_that_once_failed(cache):
+    _check(check_batch(ONCE_FAILED, cache_dir=cache), ONCE_FAILED)
+
+
 def test_a_failure_names_its_seed_the_rerun_and_the_graph():
     r = GraphResult(12, "mismatch", "run 0 {...}: result 0: 1 of 4 elements out of bounds")
     text = report_failure(r)
