@@ -87,3 +87,41 @@ def test_zoo_plan_has_no_overlap_and_reuses(zoo_modules, name, envs):
     # offsets and sizes are symbolic over the model's dims only
     for b in plan.buffers:
         assert {s.name for s in S.free_syms(b.offset) | S.free_syms(b.size)} <= set(m.symbols)
+
+
+def test_a_conv_writes_over_the_residual_it_reads_last(tmp_path, monkeypatch):
+    """oneDNN's sum post-op adds into the destination: a residual read last by its conv is
+    written over (no copy); one read again later keeps its memory. Same values as torch, at
+    several shapes."""
+    import numpy as np
+    import torch
+
+    import braze
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c, self.d, self.e = (torch.nn.Conv2d(8, 8, 3, padding=1) for _ in range(5))
+
+        def forward(self, x):
+            y = self.a(x)
+            z = torch.relu(self.c(self.b(y)) + y)  # y is read last here: written over
+            w = torch.relu(self.e(self.d(z)) + z)  # z is read again after this conv
+            return w + z + torch.relu(self.a(w) + w)  # w is the conv's input too: never written over
+
+    net = Net().eval()
+    h = torch.export.Dim("h", min=1, max=64)
+    cm = braze.compile(net, example_inputs=(torch.randn(2, 8, 9, 9),), dynamic_shapes=({2: h, 3: h},))
+    plan = plan_memory(cm.module)
+    over = [b for b in plan.buffers if b.over is not None]
+    assert len(over) == 1, str(plan)
+    under = plan.buffer(over[0].over)
+    assert under.end == over[0].start and under.slot == over[0].slot
+    for n in (1, 5, 16):
+        plan.check({"h": n})
+        x = torch.randn(2, 8, n, n)
+        with torch.no_grad():
+            want = net(x).numpy()
+        np.testing.assert_allclose(cm(x).numpy(), want, rtol=1e-5, atol=1e-5)
