@@ -200,7 +200,8 @@ static int bz_attention_backward(float *dq, float *dk, float *dv, const float *q
                     if (dq) bz_att_mm(dqp + i0 * Ep, Ep, dst, BZ_AK, 1, kr + j0 * Ep, Ep, nk, nq, Ep, 1); /* ds k */
                 }
             }
-            for (int64_t l = 0; dq && l < L; l++) memcpy(dq + (bh * L + l) * E, dqp + l * Ep, sizeof(float) * (size_t)E);
+            for (int64_t l = 0; dq && l < L; l++)
+                memcpy(dq + (bh * L + l) * E, dqp + l * Ep, sizeof(float) * (size_t)E);
         }
         for (int64_t c = 0; c < S; c++) {
             if (dk) memcpy(dk + (u * S + c) * E, dkp + c * Ep, sizeof(float) * (size_t)E);
