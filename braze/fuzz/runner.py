@@ -12,9 +12,9 @@ together again, and bisected if they still fail, so every failure names one seed
 new shape never recompiles.
 
 Outcomes per graph: ``ok``; ``mismatch`` (a result out of bounds, or a wrong
-shape/dtype); ``crash`` (an exception from compile or call that is not a
-BrazeError saying "not supported"; a dead worker process); ``unsupported`` (a
-BrazeError that says the native backend does not support something);
+shape/dtype); ``crash`` (an exception from compile or call that is not an
+UnsupportedOpError or a BrazeError saying "not supported"; a dead worker process);
+``unsupported`` (one that is: the native backend does not support something);
 ``recompile``; ``invalid`` (the reference refused the graph: a generator bug).
 """
 
@@ -56,8 +56,9 @@ def repro_command(seed: int, batch: list[int] | None = None) -> str:
 
 
 def _is_unsupported(e: BaseException) -> bool:
-    from ..errors import BrazeError
-    return isinstance(e, BrazeError) and "not supported" in str(e) and "bug" not in str(e)
+    from ..errors import BrazeError, UnsupportedOpError
+    return isinstance(e, UnsupportedOpError) or \
+        isinstance(e, BrazeError) and "not supported" in str(e) and "bug" not in str(e)
 
 
 def _describe(e: BaseException) -> str:

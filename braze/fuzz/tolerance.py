@@ -53,6 +53,8 @@ import warnings
 
 import numpy as np
 
+from ..ir import sym as S
+
 from ..ops import get_op
 from ..ops.registry import RefCtx
 from ..reference import _eval_attr
@@ -169,6 +171,8 @@ def propagate(module, func, arrays, env):
             out = opdef.reference(ctx, *ins, **attrs)
             outs = [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else (out,))]
             eo = bound(ctx, node.op, opdef, ins, es, outs, attrs)
+            if node.op == "add":
+                eo = [eo[0] + _fused_residual(node, ins, outs[0], env)]
         for v, a, e in zip(node.outputs, outs, eo):
             vals[id(v)] = a
             e = np.broadcast_to(np.asarray(e, dtype=np.float64), a.shape)
@@ -177,6 +181,24 @@ def propagate(module, func, arrays, env):
                 e = np.where(_overflowed(opdef, ins, a), np.inf, e)
             errs[id(v)] = e
     return vals, errs
+
+
+def _fused_residual(node, ins, out, env):
+    """An add of a product's result (conv2d, linear, matmul) may run inside the library call as
+    its residual post-op, which oneDNN accumulates with the partial sums (across blocks of K):
+    up to k + 2 roundings at the residual's magnitude (seed 63626: 3 ulp of a 0.25 residual on
+    a conv whose terms were 1e-9)."""
+    extra = 0.0
+    for i, v in enumerate(node.inputs):
+        p = v.producer if v is not None else None
+        if p is None or p.op not in ("conv2d", "linear", "matmul") or v is not p.outputs[0]:
+            continue
+        w = p.inputs[1].type.shape
+        k = S.evaluate(S.prod(w[1:]) if p.op == "conv2d" else w[-1] if p.op == "linear"
+                       else p.inputs[0].type.shape[-1], env)
+        other = ins[1 - i]
+        extra = extra + (k + 2) * unit(out) * np.broadcast_to(mag(other), np.shape(out))
+    return extra
 
 
 def _overflowed(opdef, ins, out):
@@ -440,6 +462,19 @@ def _index_add(ctx, opdef, ins, es, outs, attrs):
     return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
 
 
+def _max_pool_backward(ctx, opdef, ins, es, outs, attrs):
+    """grad added at each window's winner: a sum per input position, as index_add's (n the most
+    windows one position wins, plus one roundings of its sum of magnitudes; seed 60658 summed
+    +-3e38 with 0.23 in another order); unbounded where the winners may differ."""
+    grad, x, idx = ins
+    out = outs[0]
+    add = lambda g: _f64(opdef.reference(ctx, np.asarray(g, np.float64), x, idx, **attrs))  # noqa: E731
+    pe = add(np.zeros(np.shape(grad)) if es[0] is None else es[0])
+    cx = add(mag(grad))
+    n = add(np.ones(np.shape(grad))).max(initial=0)
+    return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out) + unbounded_if([es[2]], out.shape)
+
+
 def _softmax(ctx, opdef, ins, es, outs, attrs):
     x, e, out = _f64(ins[0]), es[0], outs[0]
     if x.ndim == 0:
@@ -663,6 +698,7 @@ RULES = {
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},
     "cumsum": _cumsum, "index_add": _index_add, "attention_backward": _attention_backward,
+    "max_pool2d_backward": _max_pool_backward,
     "softmax": _softmax, "log_softmax": _softmax,
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
     "resize": _resize, "topk": _topk,
