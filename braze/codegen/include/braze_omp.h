@@ -12,8 +12,9 @@
  * What: each library defines the GOMP_* and omp_* entry points that GCC's OpenMP code calls,
  * hidden, so the library's own regions bind to them and never to libgomp (the helper also
  * points libdnnl's imports at them: braze_dnnl_threads.c). They run a team of braze's threads
- * that spin for at most 50 us and then sleep on a futex; 5 us once the workers are being
- * descheduled (bz_omp_pace), so a thread whose partner lost its core gives its own away.
+ * that spin for at most 50 us and then sleep on a futex. Once the workers are being
+ * descheduled (bz_omp_pace), a worker sleeps at once and the master spins up to 1 ms, so the
+ * master keeps its core and a worker takes turns on the other (BZ_OMP_SPIN_NS).
  *
  * Only what GCC emits for braze's C and what libdnnl imports: parallel regions (GOMP_parallel
  * and the old start/end pair), barriers, static and dynamic loops, critical and atomic
@@ -42,12 +43,20 @@
 #include "braze_abi.h"
 
 #define BZ_OMP_ABI 1
-/* a waiting thread spins this long, then sleeps, while its pool's workers are being descheduled.
- * Beside one busy process on 2 cores a fixed team of 2 ran BERT-base (2x48) in 77 ms at 5 us, 83
- * ms at 50 us and 92 ms at 300 us (one thread: 75 ms); quiet it ran 39.1-39.5 ms at each, and
- * slower at 1 us (1x16: 9.8 ms against 9.0) */
-#define BZ_OMP_SPIN_NS 5000L
-#define BZ_OMP_SPIN_QUIET_NS 50000L /* while the workers keep up (bz_omp_pace) */
+/* While a pool's workers are being descheduled (bz_omp_pace), a worker sleeps as soon as it has
+ * no share, and the master spins up to 1 ms for a region's end before it sleeps (ONNX Runtime's
+ * discipline); at a barrier inside a region both spin 5 us. A worker that spins stays runnable,
+ * and Linux then balances it onto the master's core, where the two share one core while the
+ * busy neighbour has the other to itself (perf sched: the neighbour's slices averaged 13 ms,
+ * up to 244); a master that sleeps gives its core away. Beside one busy process on 2 cores a
+ * team of 2 ran BERT-base (2x48) in 55.4-70.0 ms so (median 56.6 of 9 runs), against 76.9-77.7
+ * with every wait at 5 us; 53.8-72.6 with the master at 5 ms, 57.8-73.7 at 200 us; a master's
+ * 1 ms at barriers too: 59.6-77.2 (ONNX Runtime: 66.5-67.4; one thread: 75). Quiet, all spin 50
+ * us: a worker that slept at once paid a wake-up per region (1x16: 9.8 ms against 9.0 at 1 us) */
+#define BZ_OMP_SPIN_NS 0L
+#define BZ_OMP_MASTER_SPIN_NS 1000000L
+#define BZ_OMP_BARRIER_SPIN_NS 5000L
+#define BZ_OMP_SPIN_QUIET_NS 50000L /* while the workers keep up */
 #define BZ_OMP_MAX_THREADS 1024
 #define BZ_OMP_WS_SLOTS 8     /* dynamic loops in flight at once in one region (nowait) */
 
@@ -156,7 +165,7 @@ typedef struct bz_omp_pool {
     int n;
     long ws0; /* 1: a combined parallel loop, its work-share 1 already set up */
     uint32_t gen;
-    int64_t spin;                   /* how long its threads spin before they sleep (bz_omp_pace) */
+    int64_t spin, master_spin, bar_spin; /* how long its workers, its master and a barrier spin */
     int window, window_taken;       /* regions since the last pace, worker shares the master ran */
     int pending __attribute__((aligned(64)));   /* shares of the job (1 .. n-1) not yet done */
     uint32_t done;                              /* bumped when pending reaches 0 */
@@ -301,6 +310,8 @@ static bz_omp_pool *bz_omp_pool_for(int workers) {
         }
         pthread_mutex_init(&p->ws_mu, NULL);
         p->spin = BZ_OMP_SPIN_NS;
+        p->master_spin = BZ_OMP_MASTER_SPIN_NS;
+        p->bar_spin = BZ_OMP_BARRIER_SPIN_NS;
         p->fork_epoch = __atomic_load_n(&bz_omp_epoch, __ATOMIC_ACQUIRE);
         bz_omp_mine = p;
         pthread_setspecific(bz_omp_key, p);
@@ -356,15 +367,19 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
 
 /* How long a pool's threads spin, from how often its workers kept up. Each 64 regions, if the
  * master ran a worker's share in more than 15% of them, the workers are being descheduled (here
- * 21-32% of them beside one busy process, 2-7% on a quiet machine): spin 5 us, so a waiting thread
- * gives its core away. Otherwise spin 50 us, so a worker is still awake for the next region: with
- * 5 us always, ResNet-50 at 1x64x64 (about a hundred regions in 3 ms) paid a wake-up in many of
- * them and took 1.028x libgomp's time; paced, 0.977x. Set by the master alone. */
+ * 21-32% of them beside one busy process, 2-7% on a quiet machine): the workers sleep at once
+ * and the master spins long (BZ_OMP_SPIN_NS), until a window has 5% or fewer (so a window of
+ * a few kept-up regions does not bring the spinning workers back). Otherwise all spin 50 us, so a worker is still
+ * awake for the next region: with 5 us always, ResNet-50 at 1x64x64 (about a hundred regions in
+ * 3 ms) paid a wake-up in many of them and took 1.028x libgomp's time; paced, 0.977x. Set by
+ * the master alone. */
 static void bz_omp_pace(bz_omp_pool *p, int taken) {
     p->window_taken += taken > 0;
     if (++p->window < 64) return;
-    int64_t spin = p->window_taken * 100 > 15 * p->window ? BZ_OMP_SPIN_NS : BZ_OMP_SPIN_QUIET_NS;
-    __atomic_store_n(&p->spin, spin, __ATOMIC_RELAXED);
+    int busy = p->window_taken * 100 > (p->spin == BZ_OMP_SPIN_NS ? 5 : 15) * p->window;
+    __atomic_store_n(&p->spin, busy ? BZ_OMP_SPIN_NS : BZ_OMP_SPIN_QUIET_NS, __ATOMIC_RELAXED);
+    p->master_spin = busy ? BZ_OMP_MASTER_SPIN_NS : BZ_OMP_SPIN_QUIET_NS;
+    __atomic_store_n(&p->bar_spin, busy ? BZ_OMP_BARRIER_SPIN_NS : BZ_OMP_SPIN_QUIET_NS, __ATOMIC_RELAXED);
     p->window = p->window_taken = 0;
 }
 
@@ -377,7 +392,7 @@ static void bz_omp_join(bz_omp_ctx saved) {
         bz_omp_pace(p, taken);
         uint32_t d = __atomic_load_n(&p->done, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(&p->pending, __ATOMIC_SEQ_CST) != 0)
-            d = bz_omp_wait(&p->done, d, &p->done_sleepers, p->spin);
+            d = bz_omp_wait(&p->done, d, &p->done_sleepers, p->master_spin);
     }
     bz_omp_cur = saved;
 }
@@ -414,7 +429,7 @@ static void bz_omp_barrier(void) {
         __atomic_store_n(&p->bar_arrived, 0, __ATOMIC_SEQ_CST);
         bz_omp_post(&p->bar_gen, g + 1, &p->bar_sleepers);
     } else {
-        bz_omp_wait(&p->bar_gen, g, &p->bar_sleepers, p->spin);
+        bz_omp_wait(&p->bar_gen, g, &p->bar_sleepers, __atomic_load_n(&p->bar_spin, __ATOMIC_RELAXED));
     }
 }
 
