@@ -5,10 +5,10 @@ After fusion, the intermediates of a function are the outputs of its nodes
 results. Each has a byte size (an ``IntLike`` over the symbols: numel * itemsize)
 and a live interval ``[def, last use]`` in node indices. Walking the nodes in
 order, buffers whose last use is *before* the current node go back to a free
-list (a node's inputs and outputs never share memory, but for one case below); a new buffer reuses a
-free slot when its size is provably <= the slot's size (``constraints.equal``,
-or interval bounds from the symbol ranges on ``slot - size``), preferring a
-provably equal one, else it gets a new slot. Slots are laid out one after the
+list (a node's inputs and outputs never share memory, but for one case below);
+a new buffer reuses a free slot when its size is provably <= the slot's size
+(``constraints.equal``, or interval bounds from the symbol ranges on
+``slot - size``), preferring a provably equal one, else it gets a new slot. Slots are laid out one after the
 other, each rounded up to ``ALIGN`` bytes; the arena size is their sum.
 
 ``plan_memory(module, func=None) -> MemoryPlan`` (main function by default);

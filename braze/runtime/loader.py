@@ -188,7 +188,8 @@ class _ProcessTeams:
         if self.table is None:
             return "none loaded"
         name = OmpOps.at(self.table).name.decode()
-        return ("braze's teams (a waiting thread spins up to 50 us, then sleeps; while the cores are shared, workers sleep at once and the calling thread spins up to 1 ms: braze_omp.h)" if name == "braze"
+        return ("braze's teams (a waiting thread spins up to 50 us, then sleeps; while the cores are shared, "
+                "workers sleep at once and the calling thread spins up to 1 ms: braze_omp.h)" if name == "braze"
                 else "libgomp's (BRAZE_OMP=openmp, or libdnnl unbound)")
 
 

@@ -49,10 +49,11 @@
  * and Linux then balances it onto the master's core, where the two share one core while the
  * busy neighbour has the other to itself (perf sched: the neighbour's slices averaged 13 ms,
  * up to 244); a master that sleeps gives its core away. Beside one busy process on 2 cores a
- * team of 2 ran BERT-base (2x48) in 55.4-70.0 ms so (median 56.6 of 9 runs), against 76.9-77.7
- * with every wait at 5 us; 53.8-72.6 with the master at 5 ms, 57.8-73.7 at 200 us; a master's
- * 1 ms at barriers too: 59.6-77.2 (ONNX Runtime: 66.5-67.4; one thread: 75). Quiet, all spin 50
- * us: a worker that slept at once paid a wake-up per region (1x16: 9.8 ms against 9.0 at 1 us) */
+ * team of 2 ran BERT-base (2x48) in 55.3-79.1 ms over 35 runs of this and its variants, 15 of
+ * them under 66 (the runs are bimodal, by where the scheduler puts the threads), against
+ * 76.9-78.6 in 7 runs with every wait at 5 us (ONNX Runtime: 66.5-67.4; one thread: 75;
+ * docs/threads.md). Quiet, all spin 50 us: a worker that slept at once paid a wake-up per
+ * region (1x16: 9.8 ms against 9.0 at 1 us) */
 #define BZ_OMP_SPIN_NS 0L
 #define BZ_OMP_MASTER_SPIN_NS 1000000L
 #define BZ_OMP_BARRIER_SPIN_NS 5000L
@@ -369,10 +370,10 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
  * master ran a worker's share in more than 15% of them, the workers are being descheduled (here
  * 21-32% of them beside one busy process, 2-7% on a quiet machine): the workers sleep at once
  * and the master spins long (BZ_OMP_SPIN_NS), until a window has 5% or fewer (so a window of
- * a few kept-up regions does not bring the spinning workers back). Otherwise all spin 50 us, so a worker is still
- * awake for the next region: with 5 us always, ResNet-50 at 1x64x64 (about a hundred regions in
- * 3 ms) paid a wake-up in many of them and took 1.028x libgomp's time; paced, 0.977x. Set by
- * the master alone. */
+ * a few kept-up regions does not bring the spinning workers back). Otherwise all spin 50 us,
+ * so a worker is still awake for the next region: with 5 us always, ResNet-50 at 1x64x64
+ * (about a hundred regions in 3 ms) paid a wake-up in many of them and took 1.028x libgomp's
+ * time; paced, 0.977x. Set by the master alone. */
 static void bz_omp_pace(bz_omp_pool *p, int taken) {
     p->window_taken += taken > 0;
     if (++p->window < 64) return;
