@@ -308,29 +308,33 @@ def _batch_norms_drawn(module, seed: int, affine: bool):
     return module.eval().float()
 
 
-def resnet50() -> ZooModel:
-    torch = _seeded()
-    ResNet = _resnet_classes()
-    module = _batch_norms_drawn(ResNet(), SEED + 5, affine=True)
+def _image_model(name: str, module, salt: int, min_side: int, side: int, test_shapes: list[dict]) -> ZooModel:
+    """A convnet on [batch, 3, height, width] images, every dim dynamic (batch 1-64, sides
+    min_side-512), exported at batch 2, side x side."""
+    import torch
 
-    def make_inputs(batch: int = 2, height: int = 64, width: int = 64):
-        gi = _generator({"batch": batch, "height": height, "width": width}, salt=2)
+    def make_inputs(batch: int = 2, height: int = side, width: int = side):
+        gi = _generator({"batch": batch, "height": height, "width": width}, salt=salt)
         return (torch.randn(batch, 3, height, width, generator=gi),)
 
+    dims = {"batch": (1, 64), "height": (min_side, 512), "width": (min_side, 512)}
+    b, h, w = (_dim(k, *v) for k, v in dims.items())
+    return ZooModel(name, module, make_inputs, dims, test_shapes=test_shapes,
+                    dynamic_shapes=({0: b, 2: h, 3: w},), input_names=["x"],
+                    example_dims={"batch": 2, "height": side, "width": side},
+                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
+
+
+def resnet50() -> ZooModel:
+    _seeded()
+    module = _batch_norms_drawn(_resnet_classes()(), SEED + 5, affine=True)
     # the final feature map must be larger than 1x1: torch.export specializes a
     # size-1 map (a guard ``1 + (h - 1) // 32 != 1``), so images start at 33
-    dims = {"batch": (1, 64), "height": (33, 512), "width": (33, 512)}
-    b = _dim("batch", *dims["batch"])
-    h = _dim("height", *dims["height"])
-    w = _dim("width", *dims["width"])
-    return ZooModel("resnet50", module, make_inputs, dims,
-                    test_shapes=[{"batch": 1, "height": 33, "width": 33},
-                                 {"batch": 2, "height": 35, "width": 47},
-                                 {"batch": 1, "height": 64, "width": 64},
-                                 {"batch": 3, "height": 49, "width": 40}],
-                    dynamic_shapes=({0: b, 2: h, 3: w},), input_names=["x"],
-                    example_dims={"batch": 2, "height": 64, "width": 64},
-                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
+    return _image_model("resnet50", module, salt=2, min_side=33, side=64,
+                        test_shapes=[{"batch": 1, "height": 33, "width": 33},
+                                     {"batch": 2, "height": 35, "width": 47},
+                                     {"batch": 1, "height": 64, "width": 64},
+                                     {"batch": 3, "height": 49, "width": 40}])
 
 
 # ---------------------------------------------------------------------------
@@ -375,21 +379,11 @@ def depthwise() -> ZooModel:
     """A MobileNetV2-like convnet (zoo_archs: a stride-2 stem, then expand 1x1, depthwise 3x3,
     project 1x1 with a residual, pooled to a linear head), batch norms with non-trivial
     statistics: the depthwise convnet of issue 29's shared-machine benchmark."""
-    torch = _seeded()
+    _seeded()
     from .zoo_archs import _depthwise
     module = _batch_norms_drawn(_depthwise(), SEED + 6, affine=False)
-
-    def make_inputs(batch: int = 2, height: int = 96, width: int = 96):
-        gi = _generator({"batch": batch, "height": height, "width": width}, salt=6)
-        return (torch.randn(batch, 3, height, width, generator=gi),)
-
-    dims = {"batch": (1, 64), "height": (8, 512), "width": (8, 512)}
-    b, h, w = (_dim(k, *v) for k, v in dims.items())
-    return ZooModel("depthwise", module, make_inputs, dims,
-                    test_shapes=[{"batch": 1, "height": 9, "width": 13}, {"batch": 3, "height": 64, "width": 47}],
-                    dynamic_shapes=({0: b, 2: h, 3: w},), input_names=["x"],
-                    example_dims={"batch": 2, "height": 96, "width": 96},
-                    flops=_counted_flops(module, make_inputs), bytes_moved=_weight_bytes(module))
+    return _image_model("depthwise", module, salt=6, min_side=8, side=96,
+                        test_shapes=[{"batch": 1, "height": 9, "width": 13}, {"batch": 3, "height": 64, "width": 47}])
 
 
 def llama() -> ZooModel:

@@ -462,8 +462,8 @@ class _EntryWriter:
                 strides[d] = "0" if ms[d] == 1 else int_expr(step)
                 step = S.mul(step, ms[d])
         # a gradient nothing reads is not a result of the group: NULL, and the helper skips it
-        grads = [self.ptr_of(n.outputs[callee.results.index(g)]) if g in callee.results else "NULL"
-                 for g in a.outputs]
+        result = {id(r): i for i, r in enumerate(callee.results)}
+        grads = [self.ptr_of(n.outputs[result[id(g)]]) if id(g) in result else "NULL" for g in a.outputs]
         ins = [self._operand(n, callee, x) for x in a.inputs[:6]]
         args = ", ".join([f"(float *){p}" for p in grads] + [f"(const float *){p}" for p in ins])
         dims = ", ".join(int_expr(d) for d in (B, H, Hk, L, Sk, E, Ev))

@@ -54,7 +54,6 @@ import warnings
 import numpy as np
 
 from ..ir import sym as S
-
 from ..ops import get_op
 from ..ops.registry import RefCtx
 from ..reference import _eval_attr
@@ -464,7 +463,7 @@ def _index_add(ctx, opdef, ins, es, outs, attrs):
 
 def _max_pool_backward(ctx, opdef, ins, es, outs, attrs):
     """grad added at each window's winner: a sum per input position, as index_add's (n the most
-    windows one position wins, plus one roundings of its sum of magnitudes; seed 60658 summed
+    windows one position wins, plus one, roundings of its sum of magnitudes; seed 60658 summed
     +-3e38 with 0.23 in another order); unbounded where the winners may differ."""
     grad, x, idx = ins
     out = outs[0]

@@ -182,15 +182,21 @@ def in_place_inputs(module: Module, f: Function) -> dict[int, Value]:
     return out
 
 
-def in_place_residuals(module: Module, f: Function) -> dict[int, Value]:
-    """id(output) -> the residual it is written over, for each ``conv`` group whose residual is
-    a fused group's result that no later node (nor the group itself, through another operand)
-    reads, of the output's dtype and shape (the module docstring)."""
+def _last_uses(f: Function) -> dict[int, int]:
+    """id(value) -> the index of the last node that reads it."""
     last_use: dict[int, int] = {}
     for i, n in enumerate(f.nodes):
         for v in n.inputs:
             if v is not None:
                 last_use[id(v)] = i
+    return last_use
+
+
+def in_place_residuals(module: Module, f: Function, last_use: dict[int, int] | None = None) -> dict[int, Value]:
+    """id(output) -> the residual it is written over, for each ``conv`` group whose residual is
+    a fused group's result that no later node (nor the group itself, through another operand)
+    reads, of the output's dtype and shape (the module docstring)."""
+    last_use = _last_uses(f) if last_use is None else last_use
     results = {id(v) for v in f.results}
     out = {}
     for i, n in enumerate(f.nodes):
@@ -218,11 +224,7 @@ def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
     store = module.constraints
     results = {id(v) for v in f.results} | set(in_place_inputs(module, f))
     params = {id(p) for p in f.params}
-    last_use: dict[int, int] = {}
-    for i, n in enumerate(f.nodes):
-        for v in n.inputs:
-            if v is not None:
-                last_use[id(v)] = i
+    last_use = _last_uses(f)
     plan = MemoryPlan(f.name)
     memo: dict = {}
 
@@ -234,7 +236,7 @@ def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
                 "smaller" if _provably_le(store, size, slot) else "no"
         return memo[key]
 
-    over = in_place_residuals(module, f)
+    over = in_place_residuals(module, f, last_use)
     free: list[int] = []  # free slot ids
     live: list[Buffer] = []
     for i, n in enumerate(f.nodes):
@@ -252,7 +254,8 @@ def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
             if id(v) in results or id(v) in params:
                 continue
             b = Buffer(v, store.simplify(byte_size(v)), i, last_use.get(id(v), i))
-            under = next((r for r in live if id(v) in over and r.value is over[id(v)]), None)
+            res = over.get(id(v))
+            under = next((r for r in live if r.value is res), None) if res is not None else None
             if under is not None:  # the residual's slot passes to the output, and is freed after it
                 live.remove(under)
                 b.slot, b.over = under.slot, under.value

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 
 import numpy as np
-from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
