@@ -205,9 +205,21 @@ def test_contention_times_each_phase_and_the_idle_cpu(tmp_path):
     assert all(v > 0 for v in b["slowdown"].values()) and b["rel_err"] < 1e-4
     assert set(b["counted"]) == set(b["ms"]) and "counted" not in row["backends"]["eager"]  # braze's teams
     assert set(r["idle_cpu_pct"]) == {"braze", "eager"} and all(v >= 0 for v in r["idle_cpu_pct"].values())
-    assert "braze x1 / eager x1" in (tmp_path / "c.md").read_text()
-    assert "Share of calls run with fewer threads" in (tmp_path / "c.md").read_text()
+    md = (tmp_path / "c.md").read_text()
+    assert "braze x1 / eager x1" in md and "braze / eager ms, 1 busy" in md
+    assert "Share of calls run with fewer threads" not in md  # a fixed team: nothing to share out
     assert "os.getppid() == parent" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+
+def test_contention_shares_out_an_adaptive_teams_calls():
+    from benchmarks.contention import PHASES, _team_table
+    counted = {p: {"full team": 3, "fewer threads": 1} for p, _ in PHASES}
+    doc = {"backends": ["braze", "braze-adapt-threads"], "results": [{"model": "mlp", "shapes": [
+        {"shape": "batch=1", "backends": {"braze": {"counted": {p: {"full team": 0, "fewer threads": 0}
+                                                               for p, _ in PHASES}},  # fixed: uncounted
+                                          "braze-adapt-threads": {"counted": counted}}}]}]}
+    text = "\n".join(_team_table(doc))
+    assert "braze-adapt-threads 1 busy" in text and "25%" in text and "| braze quiet" not in text
 
 
 def test_interleaved_names_an_unknown_backend():

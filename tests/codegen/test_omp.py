@@ -62,6 +62,27 @@ BRAZE_EXPORT int32_t constructs(int32_t nt, int64_t n, double *sum) {
     return 0;
 }
 
+/* bz_omp_part on the calling thread, as a worker of a pool paced from its CPU: it moves off that
+ * CPU, and back to its own mask once the pool is quiet. Returns 0 or which check failed. */
+BRAZE_EXPORT int32_t part(void) {
+    static bz_omp_pool p;
+    static bz_omp_worker w;
+    unsigned long before[sizeof w.mask / sizeof(unsigned long)] = {0}, after[sizeof before / sizeof before[0]] = {0};
+    if (syscall(SYS_sched_getaffinity, 0, sizeof before, before) <= 0) return 1;
+    int cpu = bz_omp_getcpu();
+    p.master_cpu = cpu;
+    bz_omp_part(&w, &p);
+    if (!w.moved) return 2;
+    if (bz_omp_getcpu() == cpu) return 3;
+    syscall(SYS_sched_getaffinity, 0, sizeof after, after);
+    if (after[cpu / 64] >> (cpu % 64) & 1) return 4;
+    p.master_cpu = -1;
+    bz_omp_part(&w, &p);
+    syscall(SYS_sched_getaffinity, 0, sizeof after, after);
+    if (w.moved || memcmp(before, after, sizeof before)) return 5;
+    return 0;
+}
+
 /* regions of tiny shares: each thread number's share runs exactly once per region */
 BRAZE_EXPORT int32_t shares(int32_t nt, int32_t regions, int64_t *count) {
     omp_set_num_threads(nt);
@@ -131,6 +152,18 @@ def test_a_finished_calling_thread_takes_its_workers_with_it(harness):
     while len(os.listdir("/proc/self/task")) > before and time.time() < deadline:
         time.sleep(0.05)
     assert len(os.listdir("/proc/self/task")) <= before  # its 3 workers joined (earlier tests' may end too)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs in the affinity mask")
+def test_a_paced_worker_leaves_its_masters_cpu_and_comes_back(harness):
+    """While the workers are being descheduled, a worker woken on its master's CPU moves off it
+    (else both share one core beside a busy neighbour); when the pool is quiet its mask returns."""
+    _, lib = harness
+    rc = []
+    t = threading.Thread(target=lambda: rc.append(lib.part()))  # its own thread: the mask changes
+    t.start()
+    t.join(60)
+    assert rc == [0], f"check {rc} failed"
 
 
 def test_no_cpu_after_the_last_region(harness):

@@ -14,7 +14,8 @@
  * points libdnnl's imports at them: braze_dnnl_threads.c). They run a team of braze's threads
  * that spin for at most 50 us and then sleep on a futex. Once the workers are being
  * descheduled (bz_omp_pace), a worker sleeps at once and the master spins up to 1 ms, so the
- * master keeps its core and a worker takes turns on the other (BZ_OMP_SPIN_NS).
+ * master keeps its core and a worker takes turns on the other (BZ_OMP_SPIN_NS); a worker woken
+ * on the master's CPU moves off it (bz_omp_part).
  *
  * Only what GCC emits for braze's C and what libdnnl imports: parallel regions (GOMP_parallel
  * and the old start/end pair), barriers, static and dynamic loops, critical and atomic
@@ -52,7 +53,7 @@
  * team of 2 ran BERT-base (2x48) in 55.3-79.1 ms over 35 runs of this and its variants, 15 of
  * them under 66 (the runs are bimodal, by where the scheduler puts the threads), against
  * 76.9-78.6 in 7 runs with every wait at 5 us (ONNX Runtime: 66.5-67.4; one thread: 75;
- * docs/threads.md). Quiet, all spin 50 us: a worker that slept at once paid a wake-up per
+ * docs/threads.md). The slow mode is both threads on one core; bz_omp_part ends it. Quiet, all spin 50 us: a worker that slept at once paid a wake-up per
  * region (1x16: 9.8 ms against 9.0 at 1 us) */
 #define BZ_OMP_SPIN_NS 0L
 #define BZ_OMP_MASTER_SPIN_NS 1000000L
@@ -89,8 +90,9 @@ typedef struct bz_omp_ops {
     int64_t (*counter)(int which); /* BZ_OMP_* counters below */
 } bz_omp_ops;
 
-/* regions run, workers started, waits that slept, workers' shares their master ran */
-enum { BZ_OMP_REGIONS, BZ_OMP_WORKERS, BZ_OMP_SLEEPS, BZ_OMP_TAKEN, BZ_OMP_COUNTERS };
+/* regions run, workers started, waits that slept, workers' shares their master ran, times a
+ * worker moved off its master's CPU */
+enum { BZ_OMP_REGIONS, BZ_OMP_WORKERS, BZ_OMP_SLEEPS, BZ_OMP_TAKEN, BZ_OMP_PARTED, BZ_OMP_COUNTERS };
 
 /* ------------------------------------------------------------------ waiting */
 
@@ -157,6 +159,8 @@ typedef struct __attribute__((aligned(64))) {
     pthread_t thread;
     int tid, sleepers;
     uint32_t go; /* the job generation this worker was last given */
+    int moved; /* 1: its affinity excludes its master's CPU (bz_omp_part); `mask` holds its own */
+    unsigned long mask[BZ_OMP_MAX_THREADS / (8 * sizeof(unsigned long))];
 } bz_omp_worker;
 
 typedef struct bz_omp_pool {
@@ -168,6 +172,7 @@ typedef struct bz_omp_pool {
     uint32_t gen;
     int64_t spin, master_spin, bar_spin; /* how long its workers, its master and a barrier spin */
     int window, window_taken;       /* regions since the last pace, worker shares the master ran */
+    int master_cpu;                 /* the CPU the master launched the job on, while paced; else -1 */
     int pending __attribute__((aligned(64)));   /* shares of the job (1 .. n-1) not yet done */
     uint32_t done;                              /* bumped when pending reaches 0 */
     uint32_t *claims; /* claims[k] == gen: share k of job gen is free; 0: taken (bz_omp_help) */
@@ -232,6 +237,39 @@ static int bz_omp_help(bz_omp_pool *p, uint32_t g, int first) {
     return ran;
 }
 
+static int bz_omp_getcpu(void) {
+    unsigned cpu = 0;
+    return syscall(SYS_getcpu, &cpu, NULL, NULL) == 0 ? (int)cpu : -1;
+}
+
+/* While paced, a worker woken on the CPU its master launched the job from leaves that CPU: its
+ * affinity becomes its own mask without it; once the pool is quiet again the mask is restored.
+ * Linux's wake-up placement often puts a sleeping worker on its waker's CPU, and then the two
+ * threads share one core while the busy neighbour has the other to itself: no balancing moves
+ * them, since each core has one runnable CPU hog. Beside one busy process, BERT-base and GPT-2
+ * at 2x48 ran 52-55 ms in 7 of 7 runs this way, against 61-77 (5 of 7 over 72) without
+ * (docs/threads.md). A mask without another CPU leaves the worker where it is. */
+static void bz_omp_part(bz_omp_worker *w, const bz_omp_pool *p) {
+    enum { BITS = 8 * sizeof(unsigned long) };
+    int mc = __atomic_load_n(&p->master_cpu, __ATOMIC_RELAXED);
+    if (mc < 0) {
+        if (w->moved) syscall(SYS_sched_setaffinity, 0, sizeof w->mask, w->mask);
+        w->moved = 0;
+        return;
+    }
+    if (mc >= (int)(8 * sizeof w->mask) || bz_omp_getcpu() != mc) return;
+    if (!w->moved && syscall(SYS_sched_getaffinity, 0, sizeof w->mask, w->mask) <= 0) return;
+    unsigned long m[sizeof w->mask / sizeof(unsigned long)];
+    unsigned long any = 0;
+    memcpy(m, w->mask, sizeof m);
+    m[mc / BITS] &= ~(1UL << (mc % BITS));
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) any |= m[i];
+    if (any && syscall(SYS_sched_setaffinity, 0, sizeof m, m) == 0) {
+        w->moved = 1;
+        __atomic_fetch_add(&bz_omp_count[BZ_OMP_PARTED], 1, __ATOMIC_RELAXED);
+    }
+}
+
 static void *bz_omp_worker_main(void *arg) {
     bz_omp_worker *w = (bz_omp_worker *)arg;
     bz_omp_pool *p = w->pool;
@@ -239,6 +277,7 @@ static void *bz_omp_worker_main(void *arg) {
     for (;;) {
         seen = bz_omp_wait(&w->go, seen, &w->sleepers, __atomic_load_n(&p->spin, __ATOMIC_RELAXED));
         if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) break;
+        bz_omp_part(w, p);
         bz_omp_help(p, seen, w->tid);
     }
     return NULL;
@@ -314,6 +353,7 @@ static bz_omp_pool *bz_omp_pool_for(int workers) {
         p->master_spin = BZ_OMP_MASTER_SPIN_NS;
         p->bar_spin = BZ_OMP_BARRIER_SPIN_NS;
         p->fork_epoch = __atomic_load_n(&bz_omp_epoch, __ATOMIC_ACQUIRE);
+        p->master_cpu = -1;
         bz_omp_mine = p;
         pthread_setspecific(bz_omp_key, p);
     }
@@ -358,6 +398,7 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
         __atomic_store_n(&p->n, n, __ATOMIC_RELEASE);
         __atomic_store_n(&p->pending, n - 1, __ATOMIC_SEQ_CST);
         if (++p->gen == 0) p->gen = 1; /* 0 marks a taken share */
+        __atomic_store_n(&p->master_cpu, p->spin == BZ_OMP_SPIN_NS ? bz_omp_getcpu() : -1, __ATOMIC_RELAXED);
         for (int i = 1; i < n; i++) __atomic_store_n(&p->claims[i], p->gen, __ATOMIC_SEQ_CST);
         for (int i = 1; i < n; i++) bz_omp_post(&p->workers[i].go, p->gen, &p->workers[i].sleepers);
     } else if (loop) {
