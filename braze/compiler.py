@@ -164,7 +164,7 @@ class CompiledModel:
 
 def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | None = None,
             precision: str | None = None, target: str | None = None,
-            options: Options | None = None) -> CompiledModel:
+            options: Options | dict | None = None) -> CompiledModel:
     """Compile ``model`` once for every shape its symbolic dims allow.
 
     ``model``: a ``torch.nn.Module`` (exported with torch.export; ``dynamic_shapes``
@@ -178,7 +178,8 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     docs/precision.md). A 16-bit model computes in its own dtype whatever this says.
     ``target``: "cpu" (default) or "cuda:sm_XX" (cross-compiles on any machine; the GPU is first
     needed at the first call), "cuda" for this machine's GPU (docs/cuda.md).
-    ``options``: settings (default: ``Options.from_env()``); its ``cache_dir`` is
+    ``options``: settings: an ``Options``, or a dict of changes to ``Options.from_env()``
+    (``{"threads": 2, "cache_dir": "..."}``; default: ``Options.from_env()``); its ``cache_dir`` is
     where the library is cached, passed down explicitly (the environment is
     never changed, so threads compiling at once keep their own settings).
     """
@@ -186,7 +187,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     from .instruments import PassTimer
     from .pipeline import compile_to_c
 
-    opts = options if options is not None else Options.from_env()
+    opts = Options.of(options)
     if threads is not None:
         opts = opts.replace(threads=threads)
     if precision is not None:
@@ -254,13 +255,13 @@ def _build_cuda(module: Module, native, opts: Options):
                         isa=level_isa("scalar"))
 
 
-def resume(path, *, threads: int | None = None, options: Options | None = None) -> CompiledModel:
+def resume(path, *, threads: int | None = None, options: Options | dict | None = None) -> CompiledModel:
     """Compile from a stage file of a ``BRAZE_DUMP`` directory (``NN_<stage>.braze`` or
     ``.loop``), running the stages after it: the same C as the compile that dumped it."""
     from .codegen.isa import detect_isa
     from .pipeline import resume_c
 
-    opts = options if options is not None else Options.from_env()
+    opts = Options.of(options)
     if threads is not None:
         opts = opts.replace(threads=threads)
     _logging.enable_debug_output(opts.debug)

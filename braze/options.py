@@ -38,6 +38,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .errors import BrazeError
+
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -49,7 +51,6 @@ def _int_env(env, key, default):
     try:
         return int(v)
     except ValueError:
-        from .errors import BrazeError
         raise BrazeError(f"{key}={v!r} is not an integer", hint=f"unset {key} or give it a number") from None
 
 
@@ -75,7 +76,6 @@ class Options:
     target: str = "cpu"
 
     def __post_init__(self):
-        from .errors import BrazeError
         if self.precision not in PRECISIONS:
             raise BrazeError(f"precision={self.precision!r} is not one of {', '.join(PRECISIONS)}",
                              hint="fp32 computes everything in float32; bf16 / fp16 run GEMMs, batched matmuls and "
@@ -100,7 +100,25 @@ class Options:
         return opts.replace(**overrides) if overrides else opts
 
     def replace(self, **changes) -> "Options":
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise BrazeError(f"unknown braze option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}",
+                             hint=f"the options are {', '.join(names)}")
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def of(cls, options: "Options | Mapping[str, object] | None") -> "Options":
+        """``options`` as given to ``braze.compile``: an Options, a dict of changes to the
+        environment's settings (``{"threads": 2}``), or None for the environment's."""
+        if options is None:
+            return cls.from_env()
+        if isinstance(options, cls):
+            return options
+        if isinstance(options, Mapping):
+            return cls.from_env().replace(**options)
+        raise BrazeError(f"options must be a dict or braze.options.Options, got {type(options).__name__}",
+                         hint="options={'threads': 2}")
 
 
 __all__ = ["Options"]

@@ -71,6 +71,19 @@ def test_unknown_model_kind_is_a_clear_error():
         braze.compile(42)
 
 
+def test_options_as_a_dict_change_the_environments_and_a_wrong_one_is_named(tmp_path):
+    m = braze.compile(_module(), options={"threads": 1, "cache_dir": str(tmp_path / "mine")})
+    assert m.options.threads == 1 and m.options.cache_dir == str(tmp_path / "mine")
+    assert str(m.library.path).startswith(str(tmp_path / "mine"))
+    x = np.ones((2, 3, 8), np.float32)
+    np.testing.assert_allclose(m(x), braze.reference.run(_module(), x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(BrazeError, match="unknown braze option 'thread'") as e:
+        braze.compile(_module(), options={"thread": 1})
+    assert "threads" in e.value.hint
+    with pytest.raises(BrazeError, match="options must be a dict"):
+        braze.compile(_module(), options=[("threads", 1)])
+
+
 def test_two_processes_compile_one_model_into_one_cache(tmp_path):
     script = textwrap.dedent("""
         import sys, numpy as np, braze
