@@ -398,8 +398,9 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
         r = 2 * (n + 2) * u * np.sum(X * X, axis=ax, keepdims=kd) + _ovf(np.sum(X * X, axis=ax, keepdims=kd), out)
         with np.errstate(all="ignore"):
             p = clean(num / dof if dof > 0 else np.zeros(out.shape), np.sum(e, axis=ax, keepdims=kd))
-            if dof <= 0:  # ss / 0: inf, or NaN where ss underflows to 0 in the output dtype (seed 1007)
-                ss = np.sum(cdev * cdev, axis=ax, keepdims=kd)
+            if dof <= 0:  # ss / 0: inf, or NaN where ss is 0: it underflows in the output dtype
+                # (seed 1007), or the operands' errors may make every deviation 0 (seed 72319)
+                ss = np.sum(np.maximum(cdev - E2, 0.0) ** 2, axis=ax, keepdims=kd)
                 p = np.where(ss < (n + 2) * float(_finfo(out.dtype).tiny), np.inf, p)
             return p + (r / dof if dof > 0 else 0.0) + rnd(out, 2)
     raise AssertionError(op)
@@ -521,7 +522,10 @@ def _layer_norm(ctx, opdef, ins, es, outs, attrs):
     extra = [x_ for x_ in es[1:] if x_ is not None]
     y = mag(c) / np.sqrt(v + eps)
     if w is not None:
-        p = p * mag(w)
+        # the normalized value, if denormal, keeps few bits, and |w| (up to 3e38) scales its
+        # spacing (fuzz seed 71609: 5.5e-45 times 3e38)
+        sub = float(_finfo(np.promote_types(out.dtype, np.float32)).smallest_subnormal)
+        p = p * mag(w) + 2 * sub * mag(w)
         y = y * mag(w)
     r = 8 * u * (y + (mag(bias) if bias is not None else 0.0))
     # p holds the rounding of the mean and variance too: not zero even for exact operands

@@ -5,7 +5,8 @@ schedule turns into one "stitch" kernel."""
 from __future__ import annotations
 
 from ..ir import sym as S
-from .core import I64, TensorFn, add, cast, const, div, fconst, intlike_value, lowering, mul, sub, un
+from ..ir.loop import Compare, Const
+from .core import I64, TensorFn, add, cast, const, div, fconst, intlike_value, lowering, mul, select, sub, un
 
 
 # ---------------------------------------------------------------------------
@@ -73,10 +74,13 @@ def _lower_arg(ctx, x, *, axis, keepdims):
 
 
 def _mean(ctx, x, axes, keepdims, dt, idx, n):
-    """The float mean over ``axes``: the row's first element plus the mean of the differences
-    from it. A constant row's mean is exactly its value whatever order a float32 sum takes
-    (``x - mean(x)`` and layer_norm of a constant row are exactly 0, as in PyTorch). The first
-    element is read directly when every reduced extent is at least 1, else it is a sum over
+    """The float mean over ``axes``: the row's first element plus the sum of x/n - first/n. A
+    constant row's mean is exactly its value whatever order a float32 sum takes (``x - mean(x)``
+    and layer_norm of a constant row are exactly 0, as in PyTorch; the C never contracts the
+    product into an FMA). Each term is scaled before the sum, so neither a difference (up to
+    twice the largest float) nor a partial sum overflows where the mean is finite: with the
+    differences summed first, values near +-3e38 gave inf (fuzz seed 70827). The first element
+    is read directly when every reduced extent is at least 1, else it is a sum over
     min(extent, 1) elements, so an empty row reads nothing."""
     ones = [S.smin(x.shape[a], 1) for a in axes]
     if all(isinstance(o, int) and o == 1 for o in ones):
@@ -88,8 +92,13 @@ def _mean(ctx, x, axes, keepdims, dt, idx, n):
         first = cast(x(tuple(at)), dt)
     else:
         first = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: cast(e, dt), extents=ones)
-    diff = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: sub(cast(e, dt), first))
-    return add(first, div(diff, intlike_value(n, dt)))
+    inv_n = div(const(1, dt), intlike_value(n, dt))
+    first_n = mul(first, inv_n)
+    diff = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: sub(mul(cast(e, dt), inv_n), first_n))
+    mean = add(first, diff)
+    if S.bounds(n)[0] < 1:  # an empty row's mean is NaN, as PyTorch's (its sum is 0, and 0/0)
+        mean = select(Compare("eq", intlike_value(n, I64), Const(0, I64)), Const(float("nan"), dt), mean)
+    return mean
 
 
 def _mean_and_squares(ctx, x, axes, keepdims, dt, idx, n):

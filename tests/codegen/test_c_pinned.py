@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "52eba91134b75f2dcd87b7a1c105d3150d279736a6f902522a45eb82c413fa1c",
+PINNED = {"gpt": "22c66da1d3333100b3995337c6dc22f1f5a048cc89304c7f306ccdd1d5bc57c3",
           "cnn": "e95bc4535fa319b66c4a581cade2626a7d7143ca1e0bbc9c9d0dbba9b44fc434"}
 
 SCRIPT = """

@@ -53,6 +53,28 @@ def test_tile_and_pad_of_an_empty_tensor_compile():
         assert_close(got, want)
 
 
+def test_concat_of_a_tiled_input_with_a_dim_that_may_be_empty_does_not_trap():
+    # the concat's other branch indexes the tiled input modulo its dim, speculatively: by 0 the
+    # process died of SIGFPE (fuzz seed 70587)
+    n = Sym("n", 0, 8)
+    m, _ = build([tensor("f32", 4, 1, n), tensor("f32", 4, 2, 3)],
+                 lambda b, x, c: b.reduce_mean(b.concat(b.tile(x, repeats=(1, 2, 1)), c, axis=2),
+                                               axes=(0, 1, 2), keepdims=True))
+    _check(m, [[np.ones((4, 1, k), np.float32), np.full((4, 2, 3), 2.0, np.float32)] for k in (0, 1, 3)],
+           lambda x, c: torch.cat([x.repeat(1, 2, 1), c], dim=2).mean(dim=(0, 1, 2), keepdim=True))
+
+
+@pytest.mark.parametrize("n_lo", [0, 1])
+def test_mean_of_values_near_the_float_limit_and_of_an_empty_row(n_lo):
+    # the differences from the row's first element overflowed float32 where the mean does not
+    # (fuzz seed 70827: inf for -3.9e37); an empty row's mean is NaN
+    n = Sym("n", n_lo, 8)
+    m, _ = build([tensor("f32", 2, n)], lambda b, x: b.reduce_mean(x, axes=(1,)))
+    big = np.array([[-1.367e38, -1.83e37, -0.148, 1.0], [3e38, -3e38, 3e38, -3e38]], np.float32)
+    cases = [[big], [np.full((2, 3), 7.25, np.float32)]] + ([[np.zeros((2, 0), np.float32)]] if n_lo == 0 else [])
+    _check(m, cases, lambda x: x.mean(dim=1))
+
+
 def test_average_pool_of_an_empty_input_is_zero_not_nan():
     # a window with no input element (count_include_pad=False): the reference gives 0, the
     # generated kernel gave 0/0
