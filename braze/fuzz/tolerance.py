@@ -172,6 +172,8 @@ def propagate(module, func, arrays, env):
             eo = bound(ctx, node.op, opdef, ins, es, outs, attrs)
             if node.op == "add":
                 eo = [eo[0] + _fused_residual(node, ins, outs[0], env)]
+            elif node.op in ("gelu", "silu") and _after_product(node.inputs[0]):
+                eo = [np.where(np.isinf(np.asarray(ins[0], np.float64)), np.inf, eo[0])]
         for v, a, e in zip(node.outputs, outs, eo):
             vals[id(v)] = a
             e = np.broadcast_to(np.asarray(e, dtype=np.float64), a.shape)
@@ -198,6 +200,24 @@ def _fused_residual(node, ins, out, env):
         other = ins[1 - i]
         extra = extra + (k + 2) * unit(out) * np.broadcast_to(mag(other), np.shape(out))
     return extra
+
+
+def _after_product(v) -> bool:
+    """Whether ``v`` is a product's result (conv2d, linear, matmul), perhaps plus a bias or a
+    residual: an activation of it runs as a oneDNN post-op, whose gelu(+-inf) and silu(-inf)
+    are NaN, as eager's, where braze's own kernels give the limits (docs/semantics.md; seed
+    82751: gelu of a matmul plus a -inf bias)."""
+    for _ in range(3):
+        p = v.producer if v is not None else None
+        if p is None:
+            return False
+        if p.op in ("conv2d", "linear", "matmul"):
+            return True
+        if p.op != "add":
+            return False
+        v = next((u for u in p.inputs if u is not None and u.producer is not None
+                  and u.producer.op in ("conv2d", "linear", "matmul", "add")), None)
+    return False
 
 
 def _overflowed(opdef, ins, out):
@@ -543,7 +563,10 @@ def _batch_norm(ctx, opdef, ins, es, outs, attrs):
     d, sc = mag(x) + mag(mean).reshape(shape), mag(scale).reshape(shape)
     sd = np.sqrt(mag(var).reshape(shape) + attrs["eps"])
     ovf = _ovf(np.maximum(np.maximum(d, d * sc), np.maximum(d / sd, np.maximum(sc / sd, d * sc / sd))), out)
-    return clean(es[0] * k, es[0]) + unbounded_if(es[1:], out.shape) + r + ovf
+    # k = scale / sqrt(var + eps) in the denormal range keeps few bits, and x (up to 3e38) scales
+    # its spacing (seed 81497: k = -3e-42, x = 1e30; PyTorch's kernel multiplies by k too)
+    sub = 2 * float(_finfo(np.promote_types(out.dtype, np.float32)).smallest_subnormal) * d
+    return clean(es[0] * k, es[0]) + unbounded_if(es[1:], out.shape) + r + ovf + sub
 
 
 def _group_norm(ctx, opdef, ins, es, outs, attrs):
