@@ -6,6 +6,7 @@ needs them.
 
 from . import ir, reference
 from .errors import BrazeError, InputError, ModelFormatError, ShapeError, UnsupportedOpError
+from .options import Options
 
 __version__ = "0.1.0"
 
@@ -30,7 +31,7 @@ def import_torch(exported_program, dynamic_shapes=None):
     return _imp(exported_program, dynamic_shapes=dynamic_shapes)
 
 
-__all__ = ["BrazeError", "InputError", "ModelFormatError", "ShapeError", "UnsupportedOpError",
+__all__ = ["BrazeError", "InputError", "ModelFormatError", "Options", "ShapeError", "UnsupportedOpError",
            "import_onnx", "import_torch", "ir", "load", "reference", "resume", "stats", "__version__"]
 
 

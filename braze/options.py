@@ -117,7 +117,7 @@ class Options:
             return options
         if isinstance(options, Mapping):
             return cls.from_env().replace(**options)
-        raise BrazeError(f"options must be a dict or braze.options.Options, got {type(options).__name__}",
+        raise BrazeError(f"options must be a dict or a braze.Options, got {type(options).__name__}",
                          hint="options={'threads': 2}")
 
 

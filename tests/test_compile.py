@@ -82,6 +82,7 @@ def test_options_as_a_dict_change_the_environments_and_a_wrong_one_is_named(tmp_
     assert "threads" in e.value.hint
     with pytest.raises(BrazeError, match="options must be a dict"):
         braze.compile(_module(), options=[("threads", 1)])
+    assert braze.compile(_module(), options=braze.Options(threads=1)).options.threads == 1
 
 
 def test_two_processes_compile_one_model_into_one_cache(tmp_path):
