@@ -67,7 +67,7 @@ BRAZE_EXPORT int32_t constructs(int32_t nt, int64_t n, double *sum) {
 BRAZE_EXPORT int32_t part(void) {
     static bz_omp_pool p;
     static bz_omp_worker w;
-    unsigned long before[sizeof w.mask / sizeof(unsigned long)] = {0}, after[sizeof before / sizeof before[0]] = {0};
+    unsigned long before[BZ_OMP_MASK_BYTES / sizeof(unsigned long)] = {0}, after[sizeof before / sizeof before[0]] = {0};
     if (syscall(SYS_sched_getaffinity, 0, sizeof before, before) <= 0) return 1;
     int cpu = bz_omp_getcpu();
     p.master_cpu = cpu;

@@ -53,14 +53,16 @@
  * team of 2 ran BERT-base (2x48) in 55.3-79.1 ms over 35 runs of this and its variants, 15 of
  * them under 66 (the runs are bimodal, by where the scheduler puts the threads), against
  * 76.9-78.6 in 7 runs with every wait at 5 us (ONNX Runtime: 66.5-67.4; one thread: 75;
- * docs/threads.md). The slow mode is both threads on one core; bz_omp_part ends it. Quiet, all spin 50 us: a worker that slept at once paid a wake-up per
- * region (1x16: 9.8 ms against 9.0 at 1 us) */
+ * docs/threads.md). The slow mode is both threads on one core; bz_omp_part ends it. Quiet, all
+ * spin 50 us: a worker that slept at once paid a wake-up per region (1x16: 9.8 ms against 9.0
+ * at 1 us) */
 #define BZ_OMP_SPIN_NS 0L
 #define BZ_OMP_MASTER_SPIN_NS 1000000L
 #define BZ_OMP_BARRIER_SPIN_NS 5000L
 #define BZ_OMP_SPIN_QUIET_NS 50000L /* while the workers keep up */
 #define BZ_OMP_MAX_THREADS 1024
 #define BZ_OMP_WS_SLOTS 8     /* dynamic loops in flight at once in one region (nowait) */
+#define BZ_OMP_MASK_BYTES (BZ_OMP_MAX_THREADS / 8) /* an affinity mask of up to 1024 CPUs */
 
 typedef void (*bz_omp_fn)(void *);
 
@@ -159,8 +161,8 @@ typedef struct __attribute__((aligned(64))) {
     pthread_t thread;
     int tid, sleepers;
     uint32_t go; /* the job generation this worker was last given */
-    int moved; /* 1: its affinity excludes its master's CPU (bz_omp_part); `mask` holds its own */
-    unsigned long mask[BZ_OMP_MAX_THREADS / (8 * sizeof(unsigned long))];
+    int moved;           /* 1: its affinity excludes its master's CPU (bz_omp_part) */
+    unsigned long *mask; /* its own affinity, while moved (BZ_OMP_MASK_BYTES; made at the first move) */
 } bz_omp_worker;
 
 typedef struct bz_omp_pool {
@@ -253,13 +255,14 @@ static void bz_omp_part(bz_omp_worker *w, const bz_omp_pool *p) {
     enum { BITS = 8 * sizeof(unsigned long) };
     int mc = __atomic_load_n(&p->master_cpu, __ATOMIC_RELAXED);
     if (mc < 0) {
-        if (w->moved) syscall(SYS_sched_setaffinity, 0, sizeof w->mask, w->mask);
+        if (w->moved) syscall(SYS_sched_setaffinity, 0, BZ_OMP_MASK_BYTES, w->mask);
         w->moved = 0;
         return;
     }
-    if (mc >= (int)(8 * sizeof w->mask) || bz_omp_getcpu() != mc) return;
-    if (!w->moved && syscall(SYS_sched_getaffinity, 0, sizeof w->mask, w->mask) <= 0) return;
-    unsigned long m[sizeof w->mask / sizeof(unsigned long)];
+    if (mc >= 8 * BZ_OMP_MASK_BYTES || bz_omp_getcpu() != mc) return;
+    if (!w->mask && !(w->mask = (unsigned long *)calloc(1, BZ_OMP_MASK_BYTES))) return;
+    if (!w->moved && syscall(SYS_sched_getaffinity, 0, BZ_OMP_MASK_BYTES, w->mask) <= 0) return;
+    unsigned long m[BZ_OMP_MASK_BYTES / sizeof(unsigned long)];
     unsigned long any = 0;
     memcpy(m, w->mask, sizeof m);
     m[mc / BITS] &= ~(1UL << (mc % BITS));
@@ -291,6 +294,7 @@ static void bz_omp_pool_free(void *arg) {
         for (int i = 1; i <= p->nworkers; i++) bz_omp_bump(&p->workers[i].go, &p->workers[i].sleepers);
         for (int i = 1; i <= p->nworkers; i++) pthread_join(p->workers[i].thread, NULL);
     } /* else a forked child's copy: its workers never existed there */
+    for (int i = 1; i <= p->nworkers; i++) free(p->workers[i].mask);
     pthread_mutex_destroy(&p->ws_mu);
     free(p->claims);
     free(p->workers);
