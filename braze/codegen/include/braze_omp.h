@@ -249,7 +249,7 @@ static int bz_omp_getcpu(void) {
  * Linux's wake-up placement often puts a sleeping worker on its waker's CPU, and then the two
  * threads share one core while the busy neighbour has the other to itself: no balancing moves
  * them, since each core has one runnable CPU hog. Beside one busy process, BERT-base and GPT-2
- * at 2x48 ran 52-55 ms in 7 of 7 runs this way, against 61-77 (5 of 7 over 72) without
+ * at 2x48 ran 52-55 ms in 7 of 7 runs this way, against 61-77 (6 of 7 over 72) without
  * (docs/threads.md). A mask without another CPU leaves the worker where it is. */
 static void bz_omp_part(bz_omp_worker *w, const bz_omp_pool *p) {
     enum { BITS = 8 * sizeof(unsigned long) };
