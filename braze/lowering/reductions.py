@@ -5,8 +5,7 @@ schedule turns into one "stitch" kernel."""
 from __future__ import annotations
 
 from ..ir import sym as S
-from ..ir.loop import Compare, Const
-from .core import I64, TensorFn, add, cast, const, div, fconst, intlike_value, lowering, mul, select, sub, un
+from .core import I64, TensorFn, add, cast, cmp, const, div, fconst, intlike_value, lowering, mul, select, sub, un
 
 
 # ---------------------------------------------------------------------------
@@ -97,7 +96,7 @@ def _mean(ctx, x, axes, keepdims, dt, idx, n):
     diff = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: sub(mul(cast(e, dt), inv_n), first_n))
     mean = add(first, diff)
     if S.bounds(n)[0] < 1:  # an empty row's mean is NaN, as PyTorch's (its sum is 0, and 0/0)
-        mean = select(Compare("eq", intlike_value(n, I64), Const(0, I64)), Const(float("nan"), dt), mean)
+        mean = select(cmp("eq", intlike_value(n, I64), const(0, I64)), const(float("nan"), dt), mean)
     return mean
 
 

@@ -8,8 +8,9 @@ order, buffers whose last use is *before* the current node go back to a free
 list (a node's inputs and outputs never share memory, but for one case below);
 a new buffer reuses a free slot when its size is provably <= the slot's size
 (``constraints.equal``, or interval bounds from the symbol ranges on
-``slot - size``), preferring a provably equal one, else it gets a new slot. Slots are laid out one after the
-other, each rounded up to ``ALIGN`` bytes; the arena size is their sum.
+``slot - size``), preferring a provably equal one, else it gets a new slot.
+Slots are laid out one after the other, each rounded up to ``ALIGN`` bytes; the
+arena size is their sum.
 
 ``plan_memory(module, func=None) -> MemoryPlan`` (main function by default);
 ``assign_memory(module)`` is the pass form: it writes the plan into the IR, so

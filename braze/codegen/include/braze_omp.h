@@ -239,10 +239,11 @@ static int bz_omp_help(bz_omp_pool *p, uint32_t g, int first) {
     return ran;
 }
 
-static int bz_omp_getcpu(void) {
-    unsigned cpu = 0;
-    return syscall(SYS_getcpu, &cpu, NULL, NULL) == 0 ? (int)cpu : -1;
-}
+/* glibc's and musl's, declared by <sched.h> only under _GNU_SOURCE: through the vDSO (or rseq),
+ * no system call, so a paced region's launch pays a few ns for it */
+extern int sched_getcpu(void);
+
+static int bz_omp_getcpu(void) { return sched_getcpu(); }
 
 /* While paced, a worker woken on the CPU its master launched the job from leaves that CPU: its
  * affinity becomes its own mask without it; once the pool is quiet again the mask is restored.
