@@ -588,6 +588,24 @@ class BrazeOpenMP(Braze):
     env = {"BRAZE_OMP": "openmp", "BRAZE_ADAPT_THREADS": "1"}
 
 
+class BrazeUntuned(Braze):
+    name = "braze-untuned"
+    label = "braze tune=off"
+    description = ("as 'braze', with every GEMM on the default rule (BRAZE_TUNE=off: braze's small-M kernel up to "
+                   "M = 48, oneDNN above; braze/tune/gemm.py): the A side of a tuning A/B")
+    default = False
+    env = {"BRAZE_TUNE": "off"}
+
+
+class BrazeTuned(Braze):
+    name = "braze-tuned"
+    label = "braze tune=fast"
+    description = ("as 'braze', compiled with BRAZE_TUNE=fast: the compile measures each GEMM's kernels per bucket "
+                   "of M that the tuning database in its cache dir lacks (docs/tuning.md), then uses the winners")
+    default = False
+    env = {"BRAZE_TUNE": "fast"}
+
+
 class BrazeBf16(Braze):
     name = "braze-bf16"
     label = "braze precision=bf16"
@@ -617,7 +635,8 @@ class BrazeBf16Model(Braze):
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in
                                 (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OnnxRuntimeNoSpin(),
-                                 OpenVINO(), TVM(), Braze(), BrazeAdaptThreads(), BrazeOpenMP(), BrazePlugin(),
+                                 OpenVINO(), TVM(), Braze(), BrazeAdaptThreads(), BrazeOpenMP(), BrazeUntuned(), BrazeTuned(),
+                                 BrazePlugin(),
                                  BrazeReference(),
                                  EagerBf16(), InductorBf16(), OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]

@@ -13,6 +13,8 @@ commands:
                                    ATen ops its two frontends import
   braze resume DUMP/NN_STAGE.braze continue a compile from one stage of a BRAZE_DUMP directory
                                    (a repro: the same C as the compile that dumped it)
+  braze tune MODEL --dim N=LO:HI   measure each GEMM's kernels per bucket of its rows on this
+                                   machine into the tuning database (docs/tuning.md)
 
 `braze COMMAND --help` explains each command. Errors are one line on stderr:
 exit status 2 for a usage error (a bad option, a missing file), 1 for a
@@ -96,6 +98,41 @@ def cmd_resume(args) -> int:
     return 0
 
 
+def _parse_budget(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"bad --budget {text!r}; expected seconds or a duration such as 90s, 10m, 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def cmd_tune(args) -> int:
+    import logging
+    import time
+
+    import braze
+    from .frontend.files import load_model_file
+    from .options import Options
+    from .tune.buckets import summary
+    check_model_arg(args.model)
+    progress = logging.getLogger("braze.tune")
+    if not progress.handlers and not logging.getLogger("braze").handlers:  # its progress lines, on stderr
+        progress.addHandler(logging.StreamHandler(sys.stderr))
+        progress.setLevel(logging.INFO)
+    module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
+    opts = Options.from_env().replace(tune=args.mode, tune_budget_s=args.budget)
+    t0 = time.perf_counter()
+    cm = braze.compile(module, threads=args.threads, options=opts)
+    tables = cm.dispatch_tables()
+    db = cm.module.tuning.get("db")
+    print(f"tuned {args.model} in {time.perf_counter() - t0:.1f} s: {cm.tune_measurements} measurement(s), "
+          f"database {db}")
+    if not tables:
+        print("no GEMM on a constant weight: nothing to tune")
+    for line in summary(tables):
+        print(f"  {line}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     ap = Parser(prog="braze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,6 +180,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help="write the C source to FILE")
     p.add_argument("--check", metavar="FILE", help="compare the C source with FILE (e.g. the dump's model.c); "
                    "exit status 1 if they differ")
+    p = sub.add_parser(
+        "tune", help="measure a model's kernels on this machine into the tuning database",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compile a model file with tune=fast (or full): each GEMM on a constant weight has its "
+                    "kernels (braze's small-M kernel, oneDNN per M, oneDNN with a run-time M) timed per "
+                    "power-of-two bucket of its rows M, inside the ranges the dims allow, in a child process. "
+                    "Buckets the database already holds are not measured again. Later compiles on this machine "
+                    "(tune=cached, the default) use the winners, with no measuring; prints each GEMM's "
+                    "dispatch table (docs/tuning.md).\n\n"
+                    "  braze tune model.onnx --dim batch=1:64 --dim seq=1:512 --budget 10m\n"
+                    "  BRAZE_TUNE_DB=my.jsonl braze tune model.pt2 --mode full")
+    p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text (.braze)")
+    _add_dim(p)
+    p.add_argument("--budget", type=_parse_budget, default=600.0, metavar="TIME",
+                   help="stop measuring after this long, keeping what was found: seconds, or 90s, 10m, 1h "
+                        "(default 10m)")
+    p.add_argument("--mode", choices=["fast", "full"], default="fast",
+                   help="fast: two kernels per GEMM up to M = 1024; full: all three, more rounds, up to 4096 "
+                        "(default fast)")
+    p.add_argument("--threads", type=int, default=None, help="the thread count the model will run with "
+                   "(default: this process's CPUs); measurements are kept per thread count")
     return ap
 
 
@@ -153,13 +211,13 @@ def _run(argv) -> int:
     args = build_parser().parse_args(argv)
     from .deploy import commands as dc
     return {"inspect": cmd_inspect, "ops": cmd_ops, "resume": cmd_resume, "compile": dc.cmd_compile,
-            "run": dc.cmd_run, "bench": dc.cmd_bench}[args.cmd](args)
+            "run": dc.cmd_run, "bench": dc.cmd_bench, "tune": cmd_tune}[args.cmd](args)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     cmd = next((a for a in argv if not a.startswith("-")), None)
-    prog = f"braze {cmd}" if cmd in ("demo", "inspect", "ops", "resume", "compile", "run", "bench") else "braze"
+    prog = f"braze {cmd}" if cmd in ("demo", "inspect", "ops", "resume", "compile", "run", "bench", "tune") else "braze"
     return run_command(prog, lambda: _run(argv))
 
 

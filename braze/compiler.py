@@ -107,6 +107,25 @@ class CompiledModel:
         return self._main(*inputs)
 
     @property
+    def tune_measurements(self) -> int:
+        """Kernel measurements this compile made (``tune="fast"`` or ``"full"`` with buckets the
+        tuning database lacked); 0 when every choice came from the database or the default rules."""
+        return getattr(self.module, "tune_measurements", 0)
+
+    def dispatch_tables(self) -> list[tuple[str, str, tuple]]:
+        """Each library call's dispatch table: (the ``fused`` node's callee, a description of its
+        product, the table ``((hi, kernel), ..., (None, kernel))``), in call order."""
+        from .tune.gemm import gemm_call
+        out = []
+        for f in self.module.functions.values():
+            for n in f.nodes:
+                if n.attrs.get("dispatch") is not None:
+                    site = gemm_call(self.module, n)[0]
+                    out.append((n.attrs["callee"], site.describe() if site else "GEMM",
+                                tuple(tuple(p) for p in n.attrs["dispatch"])))
+        return out
+
+    @property
     def inputs(self) -> list[TensorInfo]:
         """Each input's name, dtype, shape (symbolic dims by name) and symbol ranges."""
         return list(self._inputs)
@@ -163,7 +182,7 @@ class CompiledModel:
 
 
 def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | None = None,
-            precision: str | None = None, target: str | None = None,
+            precision: str | None = None, target: str | None = None, tune: str | None = None,
             options: Options | dict | None = None) -> CompiledModel:
     """Compile ``model`` once for every shape its symbolic dims allow.
 
@@ -178,6 +197,9 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     docs/precision.md). A 16-bit model computes in its own dtype whatever this says.
     ``target``: "cpu" (default) or "cuda:sm_XX" (cross-compiles on any machine; the GPU is first
     needed at the first call), "cuda" for this machine's GPU (docs/cuda.md).
+    ``tune``: where each GEMM's kernel per range of M comes from: "cached" (default: the tuning
+    database's measured choices, never measuring), "fast" or "full" (measure the buckets the
+    database lacks first, at most ``tune_budget_s``), "off" (the default rules); docs/tuning.md.
     ``options``: settings: an ``Options``, or a dict of changes to ``Options.from_env()``
     (``{"threads": 2, "cache_dir": "..."}``; default: ``Options.from_env()``); its ``cache_dir`` is
     where the library is cached, passed down explicitly (the environment is
@@ -194,6 +216,8 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
         opts = opts.replace(precision=precision)
     if target is not None:
         opts = opts.replace(target=target)
+    if tune is not None:
+        opts = opts.replace(tune=tune)
     device = _target(opts)
     _logging.enable_debug_output(opts.debug)
     _log.info("compiling %s", _describe(model))

@@ -25,6 +25,11 @@ choice cannot live in its options.
 * ``BRAZE_TARGET``: ``cpu`` (default) or ``cuda:sm_XX`` (braze/target.py; ``cuda``: this machine's GPU).
 * ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
   matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
+* ``BRAZE_TUNE``: ``cached`` (default), ``off``, ``fast`` or ``full``: where each GEMM's kernel per
+  range of M comes from (braze/tune; docs/tuning.md). ``cached`` reads the tuning database and never
+  measures; ``fast`` / ``full`` measure what it lacks first, within ``tune_budget_s``
+  (``BRAZE_TUNE_BUDGET``, seconds; default 600). ``BRAZE_TUNE_DB``: the tuning database's file
+  (default: ``tune/tune.jsonl`` in the compile cache).
 * ``BRAZE_PRECISION_KEEP``: comma-separated op names (``matmul``) or module paths (``lm_head``,
   ``encoder.layer.0``) whose products stay float32 under a 16-bit policy.
 
@@ -42,6 +47,7 @@ from .errors import BrazeError
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+TUNE_MODES = ("off", "cached", "fast", "full")
 
 
 def _int_env(env, key, default):
@@ -74,8 +80,22 @@ class Options:
     weight_copies: bool = True
     # "cpu" (this host, its ISA detected) or "cuda:sm_XX" (braze/target.py); BRAZE_TARGET
     target: str = "cpu"
+    # each GEMM's kernel per range of M: "off" (the default rule), "cached" (the tuning database's
+    # choices, no measuring), "fast" / "full" (measure what the database lacks first, at most
+    # tune_budget_s seconds); braze/tune
+    tune: str = "cached"
+    tune_budget_s: float = 600.0
+    # the tuning database's file (None: tune/tune.jsonl in the compile cache); BRAZE_TUNE_DB
+    tune_db: str | None = None
 
     def __post_init__(self):
+        if self.tune not in TUNE_MODES:
+            raise BrazeError(f"tune={self.tune!r} is not one of {', '.join(TUNE_MODES)}",
+                             hint="cached (default) uses measured choices without measuring; fast or full measure "
+                                  "what the tuning database lacks; off uses the default rules (docs/tuning.md)")
+        if not (isinstance(self.tune_budget_s, (int, float)) and self.tune_budget_s > 0):
+            raise BrazeError(f"tune_budget_s={self.tune_budget_s!r} must be a positive number of seconds",
+                             hint="for example tune_budget_s=600")
         if self.precision not in PRECISIONS:
             raise BrazeError(f"precision={self.precision!r} is not one of {', '.join(PRECISIONS)}",
                              hint="fp32 computes everything in float32; bf16 / fp16 run GEMMs, batched matmuls and "
@@ -96,7 +116,10 @@ class Options:
                    cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None,
                    precision=(env.get("BRAZE_PRECISION") or "").strip().lower() or "fp32",
                    precision_keep=tuple(k for k in (env.get("BRAZE_PRECISION_KEEP") or "").split(",") if k.strip()),
-                   target=(env.get("BRAZE_TARGET") or "").strip().lower() or "cpu")
+                   target=(env.get("BRAZE_TARGET") or "").strip().lower() or "cpu",
+                   tune=(env.get("BRAZE_TUNE") or "").strip().lower() or "cached",
+                   tune_budget_s=float(_int_env(env, "BRAZE_TUNE_BUDGET", 600)),
+                   tune_db=(env.get("BRAZE_TUNE_DB") or "").strip() or None)
         return opts.replace(**overrides) if overrides else opts
 
     def replace(self, **changes) -> "Options":

@@ -33,6 +33,7 @@ from .passes.node_classes import CALL_KINDS
 from .passes.offload import offload
 from .passes.common import top_functions
 from .target import is_cuda
+from .tune.dispatch import dispatch
 
 Pass = Callable[[Module], Module]
 
@@ -44,10 +45,11 @@ _log = _logging.get("pipeline")
 # per model, not one per layer); precision after decompose (attention's products are matmuls
 # by then), its casts of constant weights folded right after, then its casts to 16 bits moved
 # above relus and pools (hoist_casts: on CSE's one cast per value) so products store 16 bits; fuse, then offload the library
-# calls' post-ops, drop what that made dead, and plan the arena.
+# calls' post-ops, pick each GEMM's kernel per range of M (braze/tune: the default rule, or the tuning
+# database's), drop what offload made dead, and plan the arena.
 GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose,
-                            precision, canonicalize, constant_fold, cse, hoist_casts, dce, fuse, offload, dce,
-                            assign_memory]
+                            precision, canonicalize, constant_fold, cse, hoist_casts, dce, fuse, offload, dispatch,
+                            dce, assign_memory]
 CPU_PASSES = GRAPH_PASSES  # the name the graph-pass list had before kernel stages joined it
 
 
@@ -175,6 +177,7 @@ def compile_to_c(module: Module, isa, options: Options | None = None, copy: bool
     opts, hooks = _hooks(options, None, instruments)
     m = copy_module(module) if copy else module
     m.precision = target_precision(opts.precision, isa, opts.precision_keep)
+    m.tuning = tuning_block(opts, isa)
     for h in hooks:
         h.start(m)
     return _finish(m, None, 1, isa, opts, hooks)
@@ -194,6 +197,18 @@ def target_precision(policy: str, isa, keep: tuple[str, ...] = ()) -> dict:
     if keep and policy != "fp32":
         out["keep"] = tuple(keep)
     return out
+
+
+def tuning_block(opts: Options, isa) -> dict:
+    """The module's ``tuning`` block for these options (braze/tune/dispatch.py): empty (the default
+    rules) with ``tune="off"`` and on a CUDA target."""
+    if opts.tune == "off" or is_cuda(isa):
+        return {}
+    from .runtime.compiler import resolve_cache_dir
+    from .tune.db import db_path, resolved_threads
+    db = Path(opts.tune_db).expanduser().resolve() if opts.tune_db else db_path(opts.cache_dir)
+    return {"mode": opts.tune, "db": str(db), "cache": str(resolve_cache_dir(opts.cache_dir)),
+            "threads": resolved_threads(opts.threads), "budget_s": int(opts.tune_budget_s)}
 
 
 def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, hooks):

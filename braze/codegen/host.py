@@ -25,6 +25,7 @@ from ..ops.conv import pads4
 from ..passes.common import top_functions
 from ..passes.node_classes import CONV_GRADS
 from ..passes.memory import in_place_inputs
+from ..extern.onednn import GEMM_PATHS
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from ..target import is_cuda
 from .c_expr import c_sym_name, int_expr
@@ -573,10 +574,10 @@ class _EntryWriter:
                              hint="this is a braze bug; please report it")
         self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]),
                            _types(anchor.inputs[0].dtype, n.outputs[0].dtype, bias_dt),
-                           transposed_operands(callee, anchor))
+                           transposed_operands(callee, anchor), n.attrs.get("dispatch"))
 
     def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst, types: str,
-                      trans: tuple[int, int]) -> None:
+                      trans: tuple[int, int], dispatch=None) -> None:
         self.gen.uses_library = True
         e = "err, errlen"
         bias = f"(const float *){bias}" if bias else "NULL"
@@ -619,6 +620,11 @@ class _EntryWriter:
             flags = f"{int(bias != 'NULL')}, {has_res}, {act_t}"
             if wconst is not None:
                 h = self.gen.pack_b(wconst, N, K, transposed, dt=wdt)
+                # the table picks among the CPU helper's kernels; the CUDA runtime has one GEMM
+                path = "" if self.gen.cuda else _gemm_path(dispatch, M)
+                if path:
+                    flags += f" | {path}"
+                    epi = f"{bias}, {res}, {act_t} | {path}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
                 self.prepares.append((f"braze_matmul_prepare({int_expr(M)}, {h}, {flags})", S.free_syms(M)))
                 self.emit(f"if (braze_matmul({int_expr(M)}, {int_expr(N)}, {int_expr(K)}, (const float *){cptr[id(x)]}, "
                           f"{h}, {epi}")
@@ -693,6 +699,32 @@ def _nbytes(v) -> str:
 
 # the helper's BRAZE_DT_* codes (braze_dnnl.h)
 _DT_CODES = {DType.float32: 0, DType.bfloat16: 1, DType.float16: 2}
+
+
+def _gemm_path(table, M) -> str:
+    """The ``BRAZE_PATH(...)`` word of a packed-weight GEMM's dispatch table (braze/tune/gemm.py):
+    one constant for a static M, else range tests on M; "" without a table."""
+    if table is None:
+        return ""
+    try:
+        table = tuple((hi, c) for hi, c in table)
+        bounds = [hi for hi, _ in table[:-1]]
+        ok = (table[-1][0] is None and all(c in GEMM_PATHS for _, c in table)
+              and all(isinstance(h, int) and h >= 1 for h in bounds) and bounds == sorted(set(bounds)))
+    except (TypeError, ValueError, IndexError):
+        ok = False
+    if not ok:
+        raise BrazeError(f"dispatch={table!r} is not a GEMM dispatch table",
+                         hint=f'write [[HI, "KERNEL"], ..., [none, "KERNEL"]] with increasing HI and kernels among '
+                              f'{", ".join(GEMM_PATHS)}')
+    word = lambda c: f"BRAZE_PATH({GEMM_PATHS[c]})"  # noqa: E731
+    if isinstance(M, int):
+        return word(next(c for hi, c in table if hi is None or M <= hi))
+    m = int_expr(M)
+    expr = word(table[-1][1])
+    for hi, c in reversed(table[:-1]):
+        expr = f"({m} <= {hi} ? {word(c)} : {expr})"
+    return expr
 
 
 def _types(src: DType, dst: DType, bias: DType = DType.float32) -> str:

@@ -200,6 +200,9 @@ def save(model, path) -> Path:
         "constraints": _constraints(model.module),
         "constants": names,
         "fusion": _fusion(model.module),
+        # each GEMM's kernel per range of M (braze/tune), and whether measurements chose them
+        "dispatch": [{"call": c, "product": p, "table": [list(x) for x in t]} for c, p, t in model.dispatch_tables()],
+        "tuning": {"mode": model.options.tune, "measured": _measured(model)},
         "files": {**files, LIBRARY: sha256_file(path / LIBRARY)},
         "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -207,6 +210,12 @@ def save(model, path) -> Path:
     from .. import log as _logging
     _logging.get("deploy").info("saved @%s to %s in %.2f s", f.name, path, time.perf_counter() - t0)
     return path
+
+
+def _measured(model) -> bool:
+    """Whether any dispatch table differs from its default rule (a measurement chose it)."""
+    from ..tune.gemm import DEFAULT
+    return any(tuple(t) != DEFAULT for _, _, t in model.dispatch_tables())
 
 
 def _fusion(module) -> dict[str, int]:

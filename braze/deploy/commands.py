@@ -92,6 +92,13 @@ def cmd_inspect_artifact(path: Path) -> int:
     fusion = meta.get("fusion") or {}
     if fusion:
         print("fusion: " + ", ".join(f"{k} {v}" for k, v in sorted(fusion.items(), key=lambda kv: -kv[1])))
+    if meta.get("dispatch"):
+        from ..tune.buckets import summary
+        tuning = meta.get("tuning") or {}
+        how = "measured (tuning database)" if tuning.get("measured") else "default rules"
+        print(f"dispatch ({how}; tune={tuning.get('mode', '?')}; braze/tune):")
+        for line in summary((d["call"], d["product"], d["table"]) for d in meta["dispatch"]):
+            print(f"  {line}")
     print(f"files: {', '.join(sorted(meta['files']))}, meta.json")
     return 0
 

@@ -263,6 +263,17 @@ def describe() -> str:
 
 
 HELPER_FILE = "libbraze_dnnl.so"
+# braze_matmul's kernels, OR-ed into its act as BRAZE_PATH(code) (braze_dnnl.h): a model's
+# dispatch table names them (braze/tune/gemm.py)
+GEMM_PATHS = {"auto": 0, "smallm": 1, "dnnl": 2, "dnnl_rt": 3}
+
+
+def helper_build_id() -> str:
+    """What a measurement of the helper's kernels depends on: its source and oneDNN's version."""
+    import hashlib
+    info = locate()
+    v = ".".join(map(str, info.version)) if info.version else "?"
+    return f"{hashlib.sha256(helper_text().encode()).hexdigest()[:16]}-onednn{v}"
 _HELPER_STATS = {"native_compiles": 0, "cache_hits": 0}
 
 
@@ -353,6 +364,7 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_pack_b": (vp, [vp, i64, i64, i32]),
         "braze_free_packed_b": (None, [vp]),
         "braze_matmul": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, vp, cp, i32]),
+        "braze_time_matmul": (i64, [i64, i64, i64, i64, vp, vp, i32, vp, vp, i32, vp, cp, i32]),
         "braze_matmul_w": (i32, [i64, i64, i64, vp, vp, i32, vp, vp, i32, vp, cp, i32]),
         "braze_matmul_w_prepare": (i32, [i64, i64, i64, i32, i32, i32, i32]),
         "braze_live_b_new": (vp, [i64, i64, i32, i32, cp, i32]),

@@ -119,6 +119,11 @@ class Module:
         # precision the user asked for ("fp32", "bf16", "fp16"), and "library", the dtypes the
         # GEMM / convolution library runs natively on this CPU. Empty: fp32, float32 only.
         self.precision: dict[str, Any] = {}
+        # where the library kernels' dispatch tables come from (braze/tune/dispatch.py reads it):
+        # "mode" (off, cached, fast, full), "db" (the tuning database's path), "cache" (the compile
+        # cache the measuring process loads the helper from), "threads" (the thread count measured
+        # for) and "budget_s". Empty: every table is its default rule.
+        self.tuning: dict[str, Any] = {}
 
     @property
     def symbols(self) -> dict[str, Sym]:

@@ -366,6 +366,8 @@ class _Parser:
             self.outputs_block(m)
         if self.accept("precision"):
             self.precision_block(m)
+        if self.accept("tuning"):
+            self.tuning_block(m)
         if self.accept("memory"):
             self.memory_block(m)
         while self.at("func"):
@@ -481,6 +483,16 @@ class _Parser:
                 raise self.error("'keep' needs op names or module paths, as strings", self.tok)
             m.precision["keep"] = tuple(keep)
         self.expect("}", "to end the precision block")
+
+    def tuning_block(self, m: Module):
+        """``<key> <string or integer>`` lines (braze/tune/dispatch.py)."""
+        self.expect("{", "after 'tuning'")
+        while not self.accept("}"):
+            key = self.expect_kind("id", "a tuning setting's name or '}'").text
+            if self.tok.kind == "str":
+                m.tuning[key] = self.next().value
+            else:
+                m.tuning[key] = self.expect_int(f"the tuning setting {key!r} (a string or an integer)")
 
     def memory_block(self, m: Module):
         """``@func arena <bytes>`` lines: each function's scratch size (assign_memory)."""

@@ -259,6 +259,10 @@ class _Printer:
             if self.m.precision.get("keep"):
                 lines.append("    keep " + " ".join(json.dumps(k) for k in self.m.precision["keep"]))
             lines.append("  }")
+        if self.m.tuning:
+            lines.append("  tuning {")
+            lines.extend(f"    {k} {json.dumps(v)}" for k, v in sorted(self.m.tuning.items()))
+            lines.append("  }")
         if self.m.arena_sizes:
             lines.append("  memory {")
             for fn, size in self.m.arena_sizes.items():

@@ -48,7 +48,7 @@ def _callee(ctx, callee):
     return f
 
 
-def _fused_infer(ctx, *xs, callee, kind, post_ops=None, arena=None):
+def _fused_infer(ctx, *xs, callee, kind, post_ops=None, arena=None, dispatch=None):
     from ..ir import sym as S
     if kind not in FUSED_KINDS:
         raise ctx.error(f"kind {kind!r} is not one of {', '.join(FUSED_KINDS)}")
@@ -72,7 +72,7 @@ def _fused_infer(ctx, *xs, callee, kind, post_ops=None, arena=None):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _fused_ref(ctx, *xs, callee, kind, post_ops=None, arena=None):
+def _fused_ref(ctx, *xs, callee, kind, post_ops=None, arena=None, dispatch=None):
     f = _callee(ctx, callee)
     if ctx.run is None:
         from ..errors import BrazeError
@@ -88,6 +88,8 @@ defop("fused", inputs=("xs*",),
              "post_ops": Attr("any", None, "gemm/conv: the ops after the anchor that the library call applies, "
                                            "in order (bias, residual, gelu, gelu_tanh, silu, tanh); set by offload"),
              "arena": Attr("intlikes", None, "each output's byte offset in the function's arena, -1 for a "
-                                             "function result (the caller's memory); set by assign_memory")},
+                                             "function result (the caller's memory); set by assign_memory"),
+             "dispatch": Attr("any", None, "gemm on a constant weight: the kernel per range of M, "
+                                           "[[HI, KERNEL], ..., [none, KERNEL]]; set by dispatch (braze/tune)")},
       infer=_fused_infer, reference=_fused_ref, kind="opaque",
       doc="A fusion group: calls @callee (a function of the same module) on the inputs; its results.")

@@ -175,6 +175,7 @@ def copy_module(m: Module) -> Module:
     out.output_names = {k: list(v) for k, v in m.output_names.items()}
     out.arena_sizes = dict(m.arena_sizes)
     out.precision = dict(m.precision)
+    out.tuning = dict(m.tuning)
     for k, f in m.functions.items():
         out.functions[k] = clone_function(f)
     return out

@@ -25,6 +25,9 @@ OPTIONS = {
                  "compute in (BRAZE_PRECISION; docs/precision.md)",
     "precision_keep": "op names or module paths whose products stay float32 under a 16-bit precision, e.g. "
                       "['lm_head', 'matmul'] (BRAZE_PRECISION_KEEP)",
+    "tune": "'cached' (default), 'off', 'fast' or 'full': where each GEMM's kernel per range of rows comes from "
+            "(BRAZE_TUNE; docs/tuning.md); it applies to constant weights, so to frozen ones (freeze=True)",
+    "tune_budget_s": "seconds a 'fast' or 'full' compile may spend measuring (BRAZE_TUNE_BUDGET; default 600)",
     "freeze": "True bakes parameters and buffers in as constants (as inductor's freezing): faster, but the "
               "model must not change its weights after its first call (default False: weights are read at "
               "every call)",
@@ -78,7 +81,13 @@ def plugin_options(options: dict | None) -> PluginOptions:
                 raise BrazeError(f"braze option {key!r} must be an integer >= {1 if key == 'threads' else 0}, "
                                  f"got {v!r}")
             changes[key] = v
-    for key, field in (("dump", "dump_dir"), ("cache_dir", "cache_dir"), ("precision", "precision")):
+    if "tune_budget_s" in options:
+        v = options["tune_budget_s"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise BrazeError(f"braze option 'tune_budget_s' must be a positive number of seconds, got {v!r}")
+        changes["tune_budget_s"] = float(v)
+    for key, field in (("dump", "dump_dir"), ("cache_dir", "cache_dir"), ("precision", "precision"),
+                       ("tune", "tune")):
         if options.get(key) is not None:
             changes[field] = str(options[key])
     if "adapt_threads" in options:

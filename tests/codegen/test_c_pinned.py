@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "22c66da1d3333100b3995337c6dc22f1f5a048cc89304c7f306ccdd1d5bc57c3",
-          "cnn": "e95bc4535fa319b66c4a581cade2626a7d7143ca1e0bbc9c9d0dbba9b44fc434"}
+PINNED = {"gpt": "ba81441aad3bc245be0d33473b228e96d910446d817760de6e6c6bd4b87b4111",
+          "cnn": "dd1d2eb5ad4ce243d3081ad46fc226a0487e1cd80c0a45d8e995227198c46e6e"}
 
 SCRIPT = """
 import hashlib, sys, warnings
@@ -31,7 +31,7 @@ for name, (m, ex, dyn) in _tiny_models().items():
 @pytest.mark.parametrize("seed", ["1", "2"])
 def test_cpu_c_is_pinned_and_independent_of_hashing(seed):
     pytest.importorskip("torch")
-    env = dict(os.environ, BRAZE_ISA="scalar", PYTHONHASHSEED=seed)
+    env = dict(os.environ, BRAZE_ISA="scalar", BRAZE_TUNE="off", PYTHONHASHSEED=seed)  # no tuning database
     r = subprocess.run([sys.executable, "-c", SCRIPT.format(tests=str(Path(__file__).parent.parent))],
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

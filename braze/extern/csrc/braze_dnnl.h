@@ -75,9 +75,10 @@ const char *braze_dnnl_runtime(void);
 void braze_dnnl_set_runtime_m(int on);
 int braze_dnnl_runtime_m(void);
 
-/* braze_matmul runs its own small-M kernel (straight from the packed weight, no primitive)
- * for M <= max_m where the weight's layout and the activation allow; 0 turns it off.
- * Process-wide, like braze_dnnl_set_runtime_m. */
+/* A call with BRAZE_PATH_AUTO runs braze_matmul's own small-M kernel (straight from the packed
+ * weight, no primitive) for M <= max_m where the weight's layout and the activation allow; 0 turns
+ * the kernel off for every call, BRAZE_PATH_SMALLM too (a diagnostic: models' dispatch tables name
+ * their path). Process-wide, like braze_dnnl_set_runtime_m. */
 void braze_dnnl_set_small_m(int max_m);
 int braze_dnnl_small_m(void);
 /* braze_conv2d_w runs an NHWC, ungrouped conv of at most max_m output pixels (N x OH x OW) as a
@@ -107,9 +108,22 @@ braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, i
                                    char *err, int errlen);
 void braze_free_packed_b(braze_packed_b *B);
 
+/* Kernels of a prepacked weight's product, OR-ed into braze_matmul's `act` as BRAZE_PATH(p): a
+ * model's dispatch table picks one per range of M (braze/tune/gemm.py, in the IR). AUTO keeps the
+ * helper's rule: the small-M kernel at M <= braze_dnnl_small_m() where it applies, oneDNN's
+ * run-time-M primitive at M <= 2, else a primitive per M. SMALLM runs the small-M kernel where
+ * the weight's layout, dtypes and activation allow, unless braze_dnnl_set_small_m(0) turned it off
+ * (else AUTO's oneDNN rule); DNNL a primitive per M; DNNL_RT one primitive with a run-time M (a
+ * primitive per M with a residual, which it does not take). Every path computes the same product,
+ * in its own summation order. */
+enum { BRAZE_PATH_AUTO = 0, BRAZE_PATH_SMALLM = 1, BRAZE_PATH_DNNL = 2, BRAZE_PATH_DNNL_RT = 3 };
+#define BRAZE_PATH(p) ((p) << 20)
+#define BRAZE_PATH_MASK (3 << 20)
+#define BRAZE_PATH_OF(act) (((act) >> 20) & 3)
+
 /* C[M,N] = act(A[M,K] @ W^T + bias[N]) + residual[M,N]   (bias/residual may be NULL;
  * residual may alias C). With act | BRAZE_ACT_AFTER_RESIDUAL:
- * C = act(A @ W^T + bias + residual). */
+ * C = act(A @ W^T + bias + residual). `act` may carry a BRAZE_PATH. */
 int braze_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
                  const void *bias, const void *residual, int act, void *C,
                  char *err, int errlen);
@@ -120,6 +134,12 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_pac
  * entry creates a new shape's primitives in parallel before its first call at that shape.
  * 0 when the primitive is ready; 1 when not (the call itself then reports why). */
 int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int has_res, int act);
+
+/* For a tuner: braze_matmul(M, N, K, A, Bs[i % nB], bias, residual, act, C) for i in [0, reps),
+ * the weights taken in turn (nB copies of one weight, so that each call reads it from as far as
+ * a model's would), timed in this loop. The nanoseconds the calls took, or -1 on an error (err). */
+int64_t braze_time_matmul(int64_t reps, int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *const *Bs,
+                          int nB, const void *bias, const void *residual, int act, void *C, char *err, int errlen);
 
 /* The same with a plain weight read at this call, never prepacked, so the caller may change it
  * between calls (plug-in mode's live weights): W is [N,K] row-major when transposed_layout=1

@@ -17,8 +17,9 @@ static int g_smallm_max = SMALLM_DEFAULT_MAX;
 void braze_dnnl_set_small_m(int max_m) { __atomic_store_n(&g_smallm_max, max_m, __ATOMIC_RELAXED); }
 int braze_dnnl_small_m(void) { return __atomic_load_n(&g_smallm_max, __ATOMIC_RELAXED); }
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) { return B ? B->smallm_kp : 0; }
-/* braze_dnnl_smallm.c: whether it takes this call; the product (1 if it ran, else 0) */
-static int smallm_applies(int64_t M, const braze_packed_b *B, int act);
+/* braze_dnnl_smallm.c: whether it can take a call with this weight and epilogue (at any M); the
+ * product, where it can (1 if it ran, 0 without the scratch memory it needed) */
+static int smallm_fits(const braze_packed_b *B, int act);
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
                          const void *bias, const void *res, int act, void *C);
 /* the same for a plain run-time weight (braze_matmul_w) */
@@ -90,6 +91,24 @@ static void pad_plain_rows(const_dnnl_memory_desc_t md, const_dnnl_memory_desc_t
 
 #define PACK_M_HINT 128 /* representative M for picking the packed layout */
 #define SMALL_M 2       /* at or below: plain weights, runtime M (see braze_matmul) */
+
+/* What a braze_matmul call runs, from its BRAZE_PATH (act's other bits: the epilogue) */
+enum { MM_SMALLM, MM_PER_M, MM_RUNTIME_M };
+/* oneDNN's primitive for a call the small-M kernel does not take: GEMV-like calls (M <= SMALL_M)
+ * run a plain-weight runtime-M primitive, as at M=1 the packed-weight kernel's overhead loses to it
+ * (MLP batch 1: 2.45 -> 2.23 ms); a residual's run-time-M md is unsupported */
+static int runtime_m_forced(void) { return __atomic_load_n(&g_runtime_m, __ATOMIC_RELAXED); }
+static int dnnl_rule(int64_t M, int has_res) {
+    return runtime_m_forced() || (M <= SMALL_M && !has_res) ? MM_RUNTIME_M : MM_PER_M;
+}
+static int mm_kernel(int64_t M, const braze_packed_b *B, int path, int act, int has_res) {
+    switch (path) {
+    case BRAZE_PATH_DNNL: return runtime_m_forced() ? MM_RUNTIME_M : MM_PER_M; /* BRAZE_DNNL_RUNTIME_M */
+    case BRAZE_PATH_DNNL_RT: return has_res ? MM_PER_M : MM_RUNTIME_M;
+    case BRAZE_PATH_SMALLM: return smallm_fits(B, act) && braze_dnnl_small_m() > 0 ? MM_SMALLM : dnnl_rule(M, has_res);
+    default: return smallm_fits(B, act) && M <= braze_dnnl_small_m() ? MM_SMALLM : dnnl_rule(M, has_res);
+    }
+}
 
 braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
                                    char *err, int errlen) {
@@ -255,13 +274,10 @@ static void empty_k_epilogue(int64_t M, int64_t N, const void *bias, const void 
         }
 }
 
-/* The cache entry (the primitive) for this call's shape and epilogue, created if new. */
-static cache_entry *matmul_entry(int64_t M, const braze_packed_b *B, int has_bias, int has_res, int act,
+/* The cache entry (the primitive) for this call's shape and epilogue, created if new: rm, one
+ * primitive for every M (MM_RUNTIME_M). */
+static cache_entry *matmul_entry(int64_t M, const braze_packed_b *B, int has_bias, int has_res, int act, int rm,
                                  const char *ctx, cache_entry *tmp, int *is_tmp, char *err, int errlen) {
-    /* GEMV-like calls (M <= SMALL_M) run a plain-weight runtime-M primitive: at M=1 the
-     * packed-weight kernel's overhead loses to it (MLP batch 1: 2.45 -> 2.23 ms) */
-    int rm = __atomic_load_n(&g_runtime_m, __ATOMIC_RELAXED) ||
-             (M <= SMALL_M && !has_res); /* runtime-dim residual md: unsupported */
     int64_t k[KEYLEN] = {1, B->owner, rm ? -1 : M, B->N, B->K, has_bias, has_res, act, rm};
     mm_arg arg = {M, B, has_bias, has_res, act, rm, ctx};
     return get_entry(k, make_mm, &arg, tmp, is_tmp, err, errlen);
@@ -271,12 +287,16 @@ int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int h
     char err[256], ctx[64] = "braze_matmul_prepare";
     dnnl_alg_kind_t alg;
     float al;
+    int path = BRAZE_PATH_OF(act);
+    act &= ~BRAZE_PATH_MASK;
     if (!B || M <= 0 || B->N <= 0 || B->K <= 0 || act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err))
         return 1;
-    if (smallm_applies(M, B, act)) return 0; /* no primitive to create */
+    int kernel = mm_kernel(M, B, path, act, has_res);
+    if (kernel == MM_SMALLM) return 0; /* no primitive to create */
     cache_entry tmp;
     int is_tmp = 0;
-    cache_entry *e = matmul_entry(M, B, has_bias, has_res, act, ctx, &tmp, &is_tmp, err, sizeof err);
+    cache_entry *e = matmul_entry(M, B, has_bias, has_res, act, kernel == MM_RUNTIME_M, ctx, &tmp, &is_tmp, err,
+                                  sizeof err);
     return prepared(e, &tmp, &is_tmp);
 }
 
@@ -356,6 +376,8 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_pac
     char ctx[200];
     snprintf(ctx, sizeof ctx, "braze_matmul M=%lld N=%lld K=%lld bias=%d residual=%d act=%d",
              (long long)M, (long long)N, (long long)K, bias != NULL, residual != NULL, act);
+    int path = BRAZE_PATH_OF(act);
+    act &= ~BRAZE_PATH_MASK;
     int is_tmp = 0;
     cache_entry tmp, *e = NULL;
     if (!B) {
@@ -375,13 +397,30 @@ int braze_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_pac
     }
     int go = matmul_args(M, N, K, A, 1, bias, residual, act, C, ctx, err, errlen);
     if (go) return go == 1;
-    if (smallm_matmul(M, N, K, A, B, bias, residual, act, C))
-        return 0;
-    e = matmul_entry(M, B, bias != NULL, res_kind(residual, C), act, ctx, &tmp, &is_tmp, err, errlen);
+    int has_res = res_kind(residual, C), kernel = mm_kernel(M, B, path, act, has_res);
+    if (kernel == MM_SMALLM) {
+        if (smallm_matmul(M, N, K, A, B, bias, residual, act, C)) return 0;
+        kernel = dnnl_rule(M, has_res);
+    }
+    e = matmul_entry(M, B, bias != NULL, has_res, act, kernel == MM_RUNTIME_M, ctx, &tmp, &is_tmp, err, errlen);
     if (!e) return 1;
     int rc = run_matmul(e, M, N, K, A, e->wei_alt ? e->wei_alt : B->data, bias, residual, act, C, ctx, err, errlen);
     if (is_tmp) entry_release(&tmp);
     return rc;
+}
+
+int64_t braze_time_matmul(int64_t reps, int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *const *Bs,
+                          int nB, const void *bias, const void *residual, int act, void *C, char *err, int errlen) {
+    if (reps < 0 || nB <= 0 || !Bs) {
+        set_err(err, errlen, "braze_time_matmul: reps=%lld and %d weights", (long long)reps, nB);
+        return -1;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int64_t i = 0; i < reps; i++)
+        if (braze_matmul(M, N, K, A, Bs[i % nB], bias, residual, act, C, err, errlen)) return -1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
 }
 
 /* ------------------------------------------------------------------ run-time weights */

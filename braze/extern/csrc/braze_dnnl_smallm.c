@@ -207,17 +207,16 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
     }
 }
 
-static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
+static int smallm_fits(const braze_packed_b *B, int act) {
     int types_ok = B->dt == BRAZE_DT_F32 ? !(act & BRAZE_TYPES_MASK)
                                          : B->dt == BRAZE_DT_BF16 && SRC_DT(act) == BRAZE_DT_BF16 &&
                                                DST_DT(act) != BRAZE_DT_F16 && BIAS_DT(act) != BRAZE_DT_F16;
-    return B->smallm_kp && types_ok && M <= braze_dnnl_small_m() && smallm_act_ok(act);
+    return B->smallm_kp && types_ok && smallm_act_ok(act);
 }
 
 /* A bfloat16 weight's panels have K / 2 rows (pairs), and A is read two elements at a time */
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
                          const void *bias, const void *res, int act, void *C) {
-    if (!smallm_applies(M, B, act)) return 0;
     int bf = B->dt == BRAZE_DT_BF16;
     int64_t np = (N + 63) / 64, kp = bf ? B->smallm_kp / 2 : B->smallm_kp, kw = bf ? (K + 1) / 2 : K;
     const float *Aw = (const float *)A;
@@ -627,8 +626,8 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
 }
 #endif
 
-static int smallm_applies(int64_t M, const braze_packed_b *B, int act) {
-    (void)M, (void)B, (void)act;
+static int smallm_fits(const braze_packed_b *B, int act) {
+    (void)B, (void)act;
     return 0;
 }
 

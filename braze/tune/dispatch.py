@@ -1,0 +1,86 @@
+"""Stage ``dispatch`` (a graph pass, after ``offload``): every GEMM on a constant weight gets its
+dispatch table, ``dispatch=[[48, "smallm"], [none, "dnnl"]]`` on its ``fused`` node, which the host
+turns into range tests on M (braze_matmul's ``BRAZE_PATH``).
+
+The module's ``tuning`` block says where tables come from: none (or ``mode "off"``) gives every
+call the default rule (gemm.DEFAULT); ``cached`` reads the tuning database (db.py) for this
+machine, threads and helper build, and overrides the default in each bucket a measurement won;
+``fast`` and ``full`` first measure the buckets the database lacks (search.py), within
+``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory.
+The same database gives the same tables, hence the same C.
+
+A database with lines only for other machines gives the default rule, with one warning. The count
+of measurements made is ``module.tune_measurements`` (not part of the IR).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .. import log as _logging
+from ..errors import BrazeError, BrazeWarning
+from ..ir import sym as S
+from ..ir.graph import Module
+from ..passes.common import top_functions
+from .buckets import override
+from .db import Database, env_key, environment
+from .gemm import CHOICES, DEFAULT, gemm_call
+from .search import MODES, PLANS, measure, missing
+
+_log = _logging.get("tune")
+DEFAULT_BUDGET_S = 600
+_WARNED: set[str] = set()  # database files already warned about, once per process
+
+
+def _range(M) -> tuple[int, int]:
+    lo, hi = S.bounds(M)
+    return max(1, int(lo)), int(min(hi, 1 << 62))
+
+
+def dispatch(m: Module) -> Module:
+    calls = []
+    for f in top_functions(m):
+        for n in f.nodes:
+            c = gemm_call(m, n)
+            if c is not None:
+                calls.append((n, *c))
+    m.tune_measurements = 0
+    mode = m.tuning.get("mode", "off") if m.tuning else "off"
+    if mode not in MODES:
+        raise BrazeError(f"tuning mode {mode!r} is not one of {', '.join(MODES)}",
+                         hint="off: default rules; cached: the database's choices, no measuring; fast / full: "
+                              "measure what the database lacks first")
+    tables: dict[str, tuple] = {}
+    sites = {}
+    for _, site, M in calls:
+        if site is not None:
+            lo, hi = _range(M)
+            old = sites.get(site.key)
+            sites[site.key] = (site, lo, hi) if old is None else (site, min(lo, old[1]), max(hi, old[2]))
+    if mode != "off" and sites:
+        db = Database(m.tuning["db"])
+        env = environment(m.tuning.get("threads"))
+        key = env_key(env)
+        if mode in PLANS:
+            todo = [(s, lo, hi, b) for s, lo, hi in sites.values() if (b := missing(db, key, s, lo, hi, mode))]
+            if todo:
+                m.tune_measurements = measure(db, env, todo, mode, float(m.tuning.get("budget_s", DEFAULT_BUDGET_S)),
+                                              cache_dir=m.tuning.get("cache"))
+        foreign = db.foreign(key)
+        if foreign and db.path.as_posix() not in _WARNED:
+            _WARNED.add(db.path.as_posix())
+            there = foreign[0]
+            warnings.warn(BrazeWarning(
+                f"the tuning database {db.path} was measured on another machine or setting ({there.get('cpu')}, "
+                f"{there.get('isa')}, {there.get('threads')} threads; here {env['cpu']}, {env['isa']}, "
+                f"{env['threads']} threads): default dispatch rules (run `braze tune` here to measure this one)"))
+        for s, _, _ in sites.values():
+            t = DEFAULT
+            for bucket, rec in sorted(db.buckets(key, s.key).items()):
+                if rec["winner"] in CHOICES:
+                    t = override(t, bucket[0], bucket[1], rec["winner"])
+            tables[s.key] = t
+    for n, site, _ in calls:
+        t = tables.get(site.key, DEFAULT) if site is not None else DEFAULT
+        n.attrs["dispatch"] = tuple((hi, c) for hi, c in t)
+    return m

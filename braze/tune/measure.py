@@ -1,0 +1,177 @@
+"""The measuring process: ``python -m braze.tune.measure`` reads a job (JSON) on stdin and writes
+one JSON line per site on stdout. The compile runs it as a child, so a kernel that crashes takes
+down the measurement, never the user's program (search.py).
+
+Per site: a random weight, packed as the model packs it; copies of it enough to exceed the
+last-level cache twice when one copy exceeds L2 (a model's weight comes from memory; the
+same weight timed again would come from cache). Per point (an M) and path:
+
+* the result's first rows checked against a float64 NumPy reference; a mismatch or an error
+  rejects the path (recorded, never chosen);
+* 3 warm-up calls (a primitive per M is created here);
+* ``rounds`` interleaved rounds, the paths in a rotated order each round, each timing enough
+  calls in the helper's own C loop (``braze_time_matmul``) to last about ``SAMPLE_NS``.
+
+The result per path and point is the median and the median absolute deviation, in ns per call.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_NS = 2_000_000
+CHECK_ROWS = 16
+TOLERANCE = 1e-4  # |result - float64 reference| / max |reference|, float32 (measured ~1e-6)
+
+
+def _cache_bytes(index: int, default: int) -> int:
+    """The size of cpu0's cache ``index`` (2: L2, 3: the last level), from sysfs."""
+    try:
+        s = Path(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size").read_text().strip()
+        return int(s[:-1]) * {"K": 1 << 10, "M": 1 << 20}[s[-1]] if s[-1] in "KM" else int(s)
+    except (OSError, ValueError, KeyError, IndexError):
+        return default
+
+
+def _activation(code: int, v: np.ndarray) -> np.ndarray:
+    if code == 2:
+        return 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+    if code == 3:
+        return 0.5 * v * (1 + np.tanh(0.7978845608028654 * (v + 0.044715 * v ** 3)))
+    if code == 4:
+        return v / (1 + np.exp(-v))
+    if code == 6:
+        return np.tanh(v)
+    return v
+
+
+class _Site:
+    def __init__(self, lib, site: dict, paths: dict, rng):
+        self.lib, self.s, self.paths = lib, site, paths
+        n, k = site["n"], site["k"]
+        self.err = C.create_string_buffer(512)
+        w = rng.standard_normal((n, k) if site["transposed"] else (k, n), dtype=np.float32) / math.sqrt(k)
+        self.w = w
+        self.wt = w if site["transposed"] else w.T  # [N, K] either way
+        copies = 1
+        if w.nbytes > _cache_bytes(2, 1 << 20):
+            copies = min(64, max(1, math.ceil(2 * _cache_bytes(3, 32 << 20) / w.nbytes)), max(1, (1 << 30) // w.nbytes))
+        self.packed = []
+        for _ in range(copies):
+            pb = lib.braze_pack_b_err(w.ctypes.data, n, k, site["transposed"], self.err, len(self.err))
+            if not pb:
+                raise RuntimeError(self.err.value.decode(errors="replace"))
+            self.packed.append(pb)
+        self.arr = (C.c_void_p * copies)(*self.packed)
+        self.bias = rng.standard_normal(n, dtype=np.float32) if site["bias"] else None
+        self.smallm_fits = lib.braze_packed_b_small_m_rows(self.packed[0]) > 0 and site["act"] in (0, 2, 3, 4, 6)
+
+    def close(self):
+        for pb in self.packed:
+            self.lib.braze_free_packed_b(pb)
+
+    def _run(self, reps: int, m: int, path: str, a, res, c) -> float:
+        act = self.s["act"] | (self.paths[path] << 20)
+        ns = self.lib.braze_time_matmul(reps, m, self.s["n"], self.s["k"], a.ctypes.data, self.arr, len(self.packed),
+                                        None if self.bias is None else self.bias.ctypes.data,
+                                        None if res is None else res.ctypes.data, act, c.ctypes.data, self.err,
+                                        len(self.err))
+        if ns < 0:
+            raise RuntimeError(self.err.value.decode(errors="replace"))
+        return ns / reps
+
+    def check(self, m: int, path: str, rng) -> str | None:
+        """Why ``path``'s result at M=m is wrong, or None."""
+        a = rng.standard_normal((m, self.s["k"]), dtype=np.float32)
+        res = rng.standard_normal((m, self.s["n"]), dtype=np.float32) if self.s["residual"] else None
+        c = np.empty((m, self.s["n"]), np.float32)
+        try:
+            self._run(1, m, path, a, res, c)
+        except RuntimeError as e:
+            return str(e)
+        r = min(m, CHECK_ROWS)
+        ref = a[:r].astype(np.float64) @ self.wt.T.astype(np.float64)
+        if self.bias is not None:
+            ref = ref + self.bias
+        ref = _activation(self.s["act"], ref)
+        if res is not None:
+            ref = ref + res[:r]
+        got = c[:r].astype(np.float64)
+        if not np.isfinite(got).all():
+            return "non-finite results"
+        e = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+        return None if e <= TOLERANCE else f"max relative error {e:.1e} above {TOLERANCE:.0e}"
+
+    def time(self, m: int, paths: list[str], rounds: int, warmup: int, rng) -> dict[str, list[float]]:
+        a = rng.standard_normal((m, self.s["k"]), dtype=np.float32)
+        res = rng.standard_normal((m, self.s["n"]), dtype=np.float32) if self.s["residual"] else None
+        c = np.empty((m, self.s["n"]), np.float32)
+        reps = {}
+        for p in paths:
+            est = self._run(warmup, m, p, a, res, c) if warmup else self._run(1, m, p, a, res, c)
+            reps[p] = max(1, min(10000, int(SAMPLE_NS / max(est, 1.0))))
+        samples: dict[str, list[float]] = {p: [] for p in paths}
+        for r in range(rounds):
+            order = paths[r % len(paths):] + paths[:r % len(paths)]
+            for p in order:
+                samples[p].append(self._run(reps[p], m, p, a, res, c))
+        out = {}
+        for p, xs in samples.items():
+            med = statistics.median(xs)
+            out[p] = [med, statistics.median(abs(x - med) for x in xs)]
+        return out
+
+
+def run_job(job: dict, emit) -> None:
+    from ..extern import onednn
+    lib = onednn.load_standalone(cache_dir=job.get("cache_dir"))
+    paths = onednn.GEMM_PATHS
+    for spec in job["sites"]:
+        out = {"id": spec["id"], "times": {}, "rejected": {}, "skipped": False}
+        if time.time() > job.get("deadline", math.inf):
+            out["skipped"] = True
+            emit(out)
+            continue
+        rng = np.random.default_rng(spec["id"])
+        site = _Site(lib, spec["site"], paths, rng)
+        try:
+            cands = [p for p in spec["paths"] if p != "smallm" or site.smallm_fits]
+            for p in spec["paths"]:
+                if p not in cands:
+                    out["rejected"][p] = "the small-M kernel does not take this weight or activation"
+            for p in list(cands):
+                why = site.check(min(spec["points"]), p, rng) or site.check(max(spec["points"]), p, rng)
+                if why:
+                    out["rejected"][p] = why
+                    cands.remove(p)
+            for m in spec["points"]:
+                if len(cands) < 2:
+                    break
+                for p, t in site.time(m, cands, job["rounds"], job.get("warmup", 3), rng).items():
+                    out["times"].setdefault(p, {})[str(m)] = t
+        finally:
+            site.close()
+        emit(out)
+
+
+def main() -> int:
+    job = json.load(sys.stdin)
+
+    def emit(out):
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+    run_job(job, emit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

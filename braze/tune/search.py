@@ -1,0 +1,179 @@
+"""Measuring a module's missing buckets and choosing each bucket's kernel.
+
+Per site (a GEMM's shape and epilogue) the buckets of M inside its range, up to the mode's cap,
+that the database lacks are measured in one child process (measure.py) at each bucket's lowest
+and highest M. A path replaces the default rule's choice in a bucket only when it is at least
+``MIN_GAIN`` faster than the default at both ends, by at least ``MADS`` times the larger median
+absolute deviation, and a second child process (fresh primitives, fresh rounds) confirms it. Ties
+keep the default. Every measured bucket becomes a database line, its winner "default" where
+nothing won (so it is not measured again), also where the child crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from .. import log as _logging
+from .buckets import buckets, choice_at
+from .db import Database, env_key
+from .gemm import CHOICES, DEFAULT, GemmSite
+
+MODES = ("off", "cached", "fast", "full")
+# fast: the two kernels that differ most, up to M = 1024; full: every path, more rounds, M to 4096
+PLANS = {"fast": {"paths": ("smallm", "dnnl"), "cap": 1024, "rounds": 7},
+         "full": {"paths": CHOICES, "cap": 4096, "rounds": 11}}
+MIN_GAIN = 0.03
+MADS = 3.0
+LOAD_WAIT_S = 30.0
+
+_log = _logging.get("tune")
+
+
+def missing(db: Database, env: str, site: GemmSite, lo: int, hi: int, mode: str) -> list[tuple[int, int]]:
+    have = db.buckets(env, site.key)
+    return [b for b in buckets(lo, min(hi, PLANS[mode]["cap"] - 1)) if b not in have]
+
+
+def _points(bucket, lo, hi) -> list[int]:
+    return sorted({max(bucket[0], lo), min(bucket[1], hi)})
+
+
+def _wins(t: dict, path: str, base: str, m: int) -> bool:
+    """Whether ``path`` beats ``base`` at M=m in these times (ns per call: [median, mad])."""
+    p, b = t.get(path, {}).get(str(m)), t.get(base, {}).get(str(m))
+    if p is None or b is None:
+        return False
+    return p[0] <= (1 - MIN_GAIN) * b[0] and b[0] - p[0] >= MADS * max(p[1], b[1])
+
+
+def winner(times: dict, points: list[int], paths) -> str:
+    """The path that beats the default rule's choice at every point where it is not that choice
+    (and is not it everywhere), the fastest of those by the sum of its medians; "default" where
+    none does."""
+    best, best_t = "default", None
+    for p in paths:
+        defaults = [choice_at(DEFAULT, m) for m in points]
+        if p in (times or {}) and any(d != p for d in defaults) and \
+                all(d == p or _wins(times, p, d, m) for d, m in zip(defaults, points)):
+            t = sum(times[p][str(m)][0] for m in points)
+            if best_t is None or t < best_t:
+                best, best_t = p, t
+    return best
+
+
+def _wait_for_quiet(threads: int, deadline: float) -> float:
+    """Waits (at most LOAD_WAIT_S, and not past the deadline) while the 1-minute load average is
+    above threads + 0.5: another process's work would be timed with ours. The load at the end."""
+    stop = min(time.time() + LOAD_WAIT_S, deadline)
+    load = os.getloadavg()[0]
+    while load > threads + 0.5 and time.time() < stop:
+        time.sleep(1.0)
+        load = os.getloadavg()[0]
+    if load > threads + 0.5:
+        _log.warning("tuning with a load average of %.1f on %d threads: the figures may be noisy", load, threads)
+    return load
+
+
+def _child(job: dict, threads: int, timeout: float) -> tuple[list[dict], str]:
+    """Runs measure.py on ``job``; its result lines and, if it failed, why."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env.pop("BRAZE_DUMP", None)
+    try:
+        r = subprocess.run([sys.executable, "-m", "braze.tune.measure"], input=json.dumps(job), text=True,
+                           capture_output=True, env=env, timeout=max(timeout, 30.0))
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err, rc = f"timed out after {timeout:.0f} s", -1
+    lines = []
+    for line in out.splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:
+            pass
+    return lines, "" if rc == 0 else (err.strip().splitlines() or [f"exit status {rc}"])[-1][:300]
+
+
+def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]], mode: str, budget_s: float,
+            cache_dir=None) -> int:
+    """Measures ``todo`` (site, M's lowest, M's highest, missing buckets) and appends the database
+    lines. The number of measurements made (a path timed at one M)."""
+    plan = PLANS[mode]
+    threads = env["threads"]
+    key = env_key(env)
+    t0 = time.time()
+    deadline = t0 + budget_s
+    load = _wait_for_quiet(threads, deadline)
+    sites = [{"id": i, "site": {"n": s.n, "k": s.k, "transposed": s.transposed, "bias": s.bias,
+                                "residual": s.residual, "act": s.act},
+              "points": sorted({m for b in bs for m in _points(b, lo, hi)}), "paths": list(plan["paths"])}
+             for i, (s, lo, hi, bs) in enumerate(todo)]
+    job = {"rounds": plan["rounds"], "warmup": 3, "deadline": deadline, "cache_dir": cache_dir, "sites": sites}
+    _log.info("tune: measuring %d GEMM site(s), %d bucket(s) of M (budget %.0f s)", len(todo),
+              sum(len(t[3]) for t in todo), budget_s)
+    results, failure = _child(job, threads, deadline - time.time() + 60)
+    by_id = {r["id"]: r for r in results}
+    count = sum(len(ts) for r in results for ts in r["times"].values())
+    # candidates that won somewhere: confirmed in a fresh process
+    first: dict[tuple[int, tuple[int, int]], str] = {}
+    for i, (s, lo, hi, bs) in enumerate(todo):
+        r = by_id.get(i)
+        if r and not r["skipped"]:
+            for b in bs:
+                w = winner(r["times"], _points(b, lo, hi), plan["paths"])
+                if w != "default":
+                    first[(i, b)] = w
+    confirmed: dict[tuple[int, tuple[int, int]], str] = {}
+    if first and time.time() < deadline:
+        csites = []
+        for i, (s, lo, hi, bs) in enumerate(todo):
+            ws = {first[(i, b)] for b in bs if (i, b) in first}
+            if ws:
+                pts = sorted({m for b in bs if (i, b) in first for m in _points(b, lo, hi)})
+                paths = sorted(ws | {choice_at(DEFAULT, m) for m in pts}, key=list(CHOICES).index)
+                csites.append(dict(sites[i], points=pts, paths=paths))
+        again, _ = _child(dict(job, sites=csites), threads, deadline - time.time() + 60)
+        count += sum(len(ts) for r in again for ts in r["times"].values())
+        for r in again:
+            i = r["id"]
+            s, lo, hi, bs = todo[i]
+            for b in bs:
+                if (i, b) in first and winner(r["times"], _points(b, lo, hi), [first[(i, b)]]) == first[(i, b)]:
+                    confirmed[(i, b)] = first[(i, b)]
+    records = []
+    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    for i, (s, lo, hi, bs) in enumerate(todo):
+        r = by_id.get(i)
+        if r is not None and r["skipped"]:
+            continue  # past the budget: measured by a later compile
+        if r is None and not failure:
+            continue
+        for b in bs:
+            rec = {"v": 1, "env": key, "env_info": env, "site": s.key, "bucket": list(b), "mode": mode,
+                   "points": _points(b, lo, hi), "winner": confirmed.get((i, b), "default"), "at": now,
+                   "load": round(load, 2)}
+            if r is None:
+                rec["error"] = f"the measuring process failed: {failure}"
+            else:
+                pts = {str(m) for m in rec["points"]}
+                rec["times_us"] = {p: {m: [round(v[0] / 1e3, 3), round(v[1] / 1e3, 3)] for m, v in ts.items()
+                                       if m in pts} for p, ts in r["times"].items()}
+                if r["rejected"]:
+                    rec["rejected"] = r["rejected"]
+                if (i, b) in first and (i, b) not in confirmed:
+                    rec["unconfirmed"] = first[(i, b)]
+            records.append(rec)
+        if r is not None:
+            won = sorted({rec["winner"] for rec in records if rec["site"] == s.key} - {"default"})
+            _log.info("tune: %s: %d bucket(s) measured, %s", s.describe(), len(bs),
+                      f"won by {', '.join(won)} in some" if won else "the default rule everywhere")
+    db.append(records)
+    if failure:
+        _log.warning("tune: the measuring process failed (%s); the sites it did not finish keep the default rule",
+                     failure)
+    _log.info("tune: %d measurement(s) in %.1f s", count, time.time() - t0)
+    return count

@@ -1,0 +1,121 @@
+"""The dispatch stage: tables from the default rule or the tuning database, into the IR and the C."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from braze.codegen.isa import detect_isa
+from braze.errors import BrazeError, BrazeWarning
+from braze.ir.parser import parse_module
+from braze.options import Options
+from braze.pipeline import compile_to_c
+from braze.tune.db import env_key, environment
+from braze.tune.gemm import DEFAULT, gemm_call
+
+
+def _tables(m):
+    return [n.attrs["dispatch"] for n in m.main.nodes if n.attrs.get("dispatch") is not None]
+
+
+def _site_keys(module):
+    """The GEMM sites' database keys, in call order, of an imported module."""
+    from braze.pipeline import run_pipeline
+    m = run_pipeline(module, options=Options(tune="off"))
+    return [gemm_call(m, n)[0].key for n in m.main.nodes if gemm_call(m, n) is not None]
+
+
+def _record(site, bucket, winner, threads=None, **env_changes):
+    env = dict(environment(threads), **env_changes)
+    return {"v": 1, "env": env_key(env), "env_info": env, "site": site, "bucket": list(bucket), "winner": winner,
+            "points": list(bucket)}
+
+
+def _write(path, records, extra=""):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + extra)
+
+
+def test_every_gemm_gets_the_default_rule_without_tuning(module_of):
+    native, m = compile_to_c(module_of(), detect_isa(), options=Options(tune="off"))
+    assert _tables(m) == [DEFAULT, DEFAULT]
+    assert not m.tuning
+    assert "(sym_batch <= 48 ? BRAZE_PATH(1) : BRAZE_PATH(2))" in native.source
+
+
+def test_a_database_choice_reaches_the_table_and_the_c(module_of, tmp_path):
+    db = tmp_path / "tune.jsonl"
+    first = _site_keys(module_of())[0]
+    _write(db, [_record(first, (64, 127), "smallm"), _record(first, (1, 1), "dnnl_rt"),
+                _record(first, (128, 255), "default")])
+    opts = Options(tune="cached", tune_db=str(db))
+    native, m = compile_to_c(module_of(), detect_isa(), options=opts)
+    assert _tables(m) == [((1, "dnnl_rt"), (48, "smallm"), (63, "dnnl"), (127, "smallm"), (None, "dnnl")), DEFAULT]
+    assert m.tuning["mode"] == "cached" and m.tuning["db"] == str(db)
+    assert m.tune_measurements == 0
+    assert ("(sym_batch <= 1 ? BRAZE_PATH(3) : (sym_batch <= 48 ? BRAZE_PATH(1) : (sym_batch <= 63 ? "
+            "BRAZE_PATH(2) : (sym_batch <= 127 ? BRAZE_PATH(1) : BRAZE_PATH(2)))))") in native.source
+    again, _ = compile_to_c(module_of(), detect_isa(), options=opts)
+    assert again.source == native.source  # the same database, byte for byte the same C
+    text = str(m)
+    assert str(parse_module(text)) == text  # the tables and the tuning block print and parse back
+
+
+def test_a_tuned_model_computes_the_same_at_every_bucket(mlp, tmp_path):
+    import braze
+    import torch
+    model, ex, dyn = mlp
+    db = tmp_path / "tune.jsonl"
+    cm0 = braze.compile(model, ex, dyn, tune="off")
+    first = gemm_call(cm0.module, next(n for n in cm0.module.main.nodes if n.attrs.get("dispatch")))[0].key
+    _write(db, [_record(first, b, w) for b, w in (((1, 1), "dnnl"), ((2, 3), "dnnl_rt"), ((4, 7), "dnnl"),
+                                                 ((64, 127), "smallm"), ((128, 255), "dnnl_rt"))])
+    cm = braze.compile(model, ex, dyn, options={"tune_db": str(db)})
+    assert cm.dispatch_tables()[0][2] != DEFAULT
+    for b in (1, 2, 3, 5, 48, 49, 64, 127, 128, 255, 300):
+        x = torch.randn(b, 64)
+        np.testing.assert_allclose(cm(x).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5, err_msg=str(b))
+
+
+def test_lines_that_are_not_records_are_skipped_with_one_warning(module_of, tmp_path):
+    db = tmp_path / "tune.jsonl"
+    first = _site_keys(module_of())[0]
+    _write(db, [_record(first, (64, 127), "smallm")], extra='{"v": 1, "env": "x"\nnot json at all\n')
+    with pytest.warns(BrazeWarning, match="2 line"):
+        _, m = compile_to_c(module_of(), detect_isa(), options=Options(tune_db=str(db)))
+    assert _tables(m)[0] == ((48, "smallm"), (63, "dnnl"), (127, "smallm"), (None, "dnnl"))
+
+
+def test_another_machines_database_gives_the_default_rule_with_one_warning(module_of, tmp_path):
+    db = tmp_path / "tune.jsonl"
+    first = _site_keys(module_of())[0]
+    _write(db, [_record(first, (64, 127), "smallm", cpu="Some Other CPU")])
+    from braze.tune import dispatch
+    dispatch._WARNED.discard(db.as_posix())
+    with pytest.warns(BrazeWarning, match="another machine"):
+        _, m = compile_to_c(module_of(), detect_isa(), options=Options(tune_db=str(db)))
+    assert _tables(m) == [DEFAULT, DEFAULT]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile_to_c(module_of(), detect_isa(), options=Options(tune_db=str(db)))  # once per file
+
+
+def test_options_name_the_modes():
+    with pytest.raises(BrazeError, match="tune='sometimes' is not one of off, cached, fast, full"):
+        Options(tune="sometimes")
+    with pytest.raises(BrazeError, match="tune_budget_s"):
+        Options(tune_budget_s=0)
+    opts = Options.from_env({"BRAZE_TUNE": "Full", "BRAZE_TUNE_BUDGET": "30", "BRAZE_TUNE_DB": "/x/db.jsonl"})
+    assert (opts.tune, opts.tune_budget_s, opts.tune_db) == ("full", 30.0, "/x/db.jsonl")
+    assert Options.from_env({}).tune == "cached"
+
+
+def test_a_hand_written_table_the_host_cannot_read_is_an_error(module_of):
+    from braze.pipeline import GRAPH_PASSES, emit, lower_kernels, run_pipeline
+    m = run_pipeline(module_of(), options=Options(tune="off"))
+    node = next(n for n in m.main.nodes if n.attrs.get("dispatch"))
+    for bad in (((48, "smallm"),), ((48, "fastest"), (None, "dnnl")), ((48, "smallm"), (8, "dnnl"), (None, "dnnl"))):
+        node.attrs["dispatch"] = bad
+        with pytest.raises(BrazeError, match="not a GEMM dispatch table"):
+            emit(m, lower_kernels(m), detect_isa())
+    assert GRAPH_PASSES  # the module went through every graph pass

@@ -1,0 +1,96 @@
+"""What gets measured, the winner rule, and the measuring process (braze/tune/search.py,
+measure.py)."""
+
+import json
+
+import pytest
+
+from braze.tune import search
+from braze.tune.db import Database, env_key, environment
+from braze.tune.gemm import GemmSite
+
+SITE = GemmSite(128, 64, 1, True, False, 2)
+
+
+def _t(**points):
+    """times: path -> {m: [median ns, mad ns]} from path=((m, median, mad), ...)."""
+    return {p: {str(m): [med, mad] for m, med, mad in pts} for p, pts in points.items()}
+
+
+def test_a_kernel_wins_a_bucket_only_clearly_and_at_both_ends():
+    fast = _t(smallm=((64, 90, 1), (127, 180, 2)), dnnl=((64, 100, 1), (127, 200, 2)))
+    assert search.winner(fast, [64, 127], ["smallm", "dnnl"]) == "smallm"
+    # 2% faster: a tie, the default stays
+    tie = _t(smallm=((64, 98, 0.1), (127, 196, 0.1)), dnnl=((64, 100, 0.1), (127, 200, 0.1)))
+    assert search.winner(tie, [64, 127], ["smallm", "dnnl"]) == "default"
+    # 10% faster but within 3 MADs at one end: noise, the default stays
+    noisy = _t(smallm=((64, 90, 1), (127, 180, 8)), dnnl=((64, 100, 1), (127, 200, 2)))
+    assert search.winner(noisy, [64, 127], ["smallm", "dnnl"]) == "default"
+    # faster at one end only
+    half = _t(smallm=((64, 90, 1), (127, 210, 1)), dnnl=((64, 100, 1), (127, 200, 1)))
+    assert search.winner(half, [64, 127], ["smallm", "dnnl"]) == "default"
+
+
+def test_a_bucket_across_the_default_switch_needs_to_beat_the_default_where_it_is_not_it():
+    # [32, 63]: the default is smallm at 32, dnnl at 63
+    t = _t(smallm=((32, 50, 1), (63, 80, 1)), dnnl=((32, 60, 1), (63, 100, 1)))
+    assert search.winner(t, [32, 63], ["smallm", "dnnl"]) == "smallm"
+    t = _t(smallm=((32, 50, 1), (63, 100, 1)), dnnl=((32, 40, 1), (63, 100, 1)))
+    assert search.winner(t, [32, 63], ["smallm", "dnnl"]) == "dnnl"  # faster at 32, the default at 63
+    t = _t(smallm=((32, 50, 1), (63, 100, 1)), dnnl=((32, 40, 1), (63, 100, 1)))
+    assert search.winner(t, [63], ["smallm"]) == "default"
+
+
+def test_measure_records_every_bucket_and_a_failed_child_keeps_the_default(tmp_path, monkeypatch):
+    db = Database(tmp_path / "db.jsonl")
+    env = environment(None)
+    monkeypatch.setattr(search, "_child", lambda job, threads, timeout: ([], "Segmentation fault"))
+    monkeypatch.setattr(search, "LOAD_WAIT_S", 0.0)
+    assert search.measure(db, env, [(SITE, 1, 100, [(1, 1), (64, 127)])], "fast", 10.0) == 0
+    lines = [json.loads(x) for x in (tmp_path / "db.jsonl").read_text().splitlines()]
+    assert [(r["bucket"], r["winner"]) for r in lines] == [([1, 1], "default"), ([64, 127], "default")]
+    assert all("Segmentation fault" in r["error"] for r in lines)
+    assert lines[1]["points"] == [64, 100]  # the bucket's ends inside the range
+    # recorded: a later compile does not measure them again
+    again = Database(tmp_path / "db.jsonl")
+    assert search.missing(again, env_key(env), SITE, 1, 100, "fast") == [(2, 3), (4, 7), (8, 15), (16, 31), (32, 63)]
+    assert search.missing(again, env_key(env), SITE, 1, 5000, "fast")[-1] == (512, 1023)  # fast stops below 1024
+
+
+def test_the_measuring_process_times_and_checks_every_kernel():
+    job = {"rounds": 3, "warmup": 1, "sites": [
+        {"id": 0, "site": {"n": 128, "k": 64, "transposed": 1, "bias": True, "residual": True, "act": 2},
+         "points": [1, 63], "paths": ["smallm", "dnnl", "dnnl_rt"]}]}
+    lines, failure = search._child(job, 2, 120)
+    assert failure == ""
+    (r,) = lines
+    assert r["rejected"] == {} and not r["skipped"]
+    assert set(r["times"]) == {"smallm", "dnnl", "dnnl_rt"}
+    for per_point in r["times"].values():
+        assert set(per_point) == {"1", "63"}
+        assert all(med > 0 and mad >= 0 for med, mad in per_point.values())
+
+
+def test_a_job_the_measuring_process_cannot_read_is_a_failure_not_a_crash():
+    lines, failure = search._child({"sites": [{"id": 0}]}, 2, 60)
+    assert lines == [] and "KeyError" in failure
+
+
+@pytest.mark.parametrize("mode", ["fast"])
+def test_a_fast_compile_measures_once_then_reads_the_database(mlp, tmp_path, mode):
+    import braze
+    import numpy as np
+    import torch
+    model, ex, dyn = mlp
+    opts = {"tune_db": str(tmp_path / "db.jsonl"), "tune_budget_s": 120}
+    cm = braze.compile(model, ex, dyn, tune=mode, options=opts)
+    assert cm.tune_measurements > 0
+    lines = [json.loads(x) for x in (tmp_path / "db.jsonl").read_text().splitlines()]
+    assert {tuple(r["bucket"]) for r in lines} >= {(1, 1), (256, 511)}  # batch <= 300: 9 buckets per product
+    assert all(r["mode"] == mode and "times_us" in r for r in lines)
+    again = braze.compile(model, ex, dyn, tune=mode, options=opts)
+    assert again.tune_measurements == 0
+    assert again.dispatch_tables() == cm.dispatch_tables()
+    for b in (1, 50, 129, 300):
+        x = torch.randn(b, 64)
+        np.testing.assert_allclose(again(x).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
