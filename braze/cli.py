@@ -174,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "produce the C source. It is byte for byte the C of the compile that wrote the dump, so "
                     "a dump is a repro: edit a stage's text and resume to see what changes.\n\n"
                     "  BRAZE_DUMP=out python app.py\n"
-                    "  braze resume out/14_assign_memory.braze --check out/model.c\n"
-                    "  braze resume out/17_collapse.loop -o model.c")
+                    "  braze resume out/18_assign_memory.braze --check out/model.c\n"
+                    "  braze resume out/21_collapse.loop -o model.c")
     p.add_argument("stage", help="a stage file of a BRAZE_DUMP directory")
     p.add_argument("-o", "--output", metavar="FILE", help="write the C source to FILE")
     p.add_argument("--check", metavar="FILE", help="compare the C source with FILE (e.g. the dump's model.c); "

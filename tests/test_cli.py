@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,8 @@ def test_inspect_a_pt2(tmp_path):
     (["inspect"], ["model"]),
     (["demo", "--model", "nope"], ["invalid choice", "nope"]),
     (["demo", "--repeat", "0"], ["positive integer"]),
+    (["tune", "m.onnx", "--budget", "soon"], ["bad --budget", "10m"]),
+    (["tune", "m.onnx", "--mode", "slow"], ["invalid choice", "slow"]),
 ])
 def test_usage_errors_are_one_line_with_status_2(args, words):
     one_line_error(braze_cli(*args), 2, *words)
@@ -145,3 +148,25 @@ def test_internal_errors_are_one_line_unless_debugging(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
                        env={**os.environ, "BRAZE_DEBUG": "1"})
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_tune_measures_a_model_once_and_prints_its_tables(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [w])
+    model = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(model))
+    env = dict(os.environ, BRAZE_TUNE_DB=str(tmp_path / "db.jsonl"))
+    first = braze_cli("tune", model, "--dim", "batch=1:40", "--budget", "20s", env=env)
+    assert first.returncode == 0, first.stderr
+    count = lambda r: int(re.search(r"s: (\d+) measurement", r.stdout).group(1))  # noqa: E731
+    assert count(first) > 0
+    assert "64x32: M <= " in first.stdout, first.stdout  # the product and its table
+    assert "tune: 64x32" in first.stderr  # progress
+    again = braze_cli("tune", model, "--dim", "batch=1:40", "--budget", "20s", env=env)
+    assert count(again) == 0
+    assert again.stdout.splitlines()[1:] == first.stdout.splitlines()[1:]

@@ -57,8 +57,8 @@ def dispatch(m: Module) -> Module:
             lo, hi = _range(M)
             old = sites.get(site.key)
             sites[site.key] = (site, lo, hi) if old is None else (site, min(lo, old[1]), max(hi, old[2]))
-    if mode != "off" and sites:
-        db = Database(m.tuning["db"])
+    db = Database(m.tuning["db"]) if mode != "off" and sites else None
+    if db is not None and (db.records or mode in PLANS):  # an empty database in cached mode: the defaults
         env = environment(m.tuning.get("threads"))
         key = env_key(env)
         if mode in PLANS:

@@ -65,10 +65,10 @@ def winner(times: dict, points: list[int], paths) -> str:
     return best
 
 
-def _wait_for_quiet(threads: int, deadline: float) -> float:
-    """Waits (at most LOAD_WAIT_S, and not past the deadline) while the 1-minute load average is
+def _wait_for_quiet(threads: int, budget_s: float) -> float:
+    """Waits (at most LOAD_WAIT_S, and a tenth of the budget) while the 1-minute load average is
     above threads + 0.5: another process's work would be timed with ours. The load at the end."""
-    stop = min(time.time() + LOAD_WAIT_S, deadline)
+    stop = time.time() + min(LOAD_WAIT_S, budget_s / 10)
     load = os.getloadavg()[0]
     while load > threads + 0.5 and time.time() < stop:
         time.sleep(1.0)
@@ -107,7 +107,7 @@ def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]]
     key = env_key(env)
     t0 = time.time()
     deadline = t0 + budget_s
-    load = _wait_for_quiet(threads, deadline)
+    load = _wait_for_quiet(threads, budget_s)
     sites = [{"id": i, "site": {"n": s.n, "k": s.k, "transposed": s.transposed, "bias": s.bias,
                                 "residual": s.residual, "act": s.act},
               "points": sorted({m for b in bs for m in _points(b, lo, hi)}), "paths": list(plan["paths"])}

@@ -86,7 +86,7 @@ def test_compile_run_bench_inspect(two_outputs, tmp_path):
 
     ins = braze_cli("inspect", out)
     assert ins.returncode == 0, ins.stderr
-    for words in ("x: float32[batch, 16]", "probs: float32[batch, 4]", "batch in [1, 32]", "fusion:", "ISA",
+    for words in ("x: float32[batch, 16]", "probs: float32[batch, 4]", "batch in [1, 32]", "fusion:", "ISA", "dispatch (",
                   "threads: OpenMP's default number of, on braze's own teams"):
         assert words in ins.stdout, (words, ins.stdout)
 
