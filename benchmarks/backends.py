@@ -635,8 +635,8 @@ class BrazeBf16Model(Braze):
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in
                                 (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OnnxRuntimeNoSpin(),
-                                 OpenVINO(), TVM(), Braze(), BrazeAdaptThreads(), BrazeOpenMP(), BrazeUntuned(), BrazeTuned(),
-                                 BrazePlugin(),
+                                 OpenVINO(), TVM(), Braze(), BrazeAdaptThreads(), BrazeOpenMP(), BrazeUntuned(),
+                                 BrazeTuned(), BrazePlugin(),
                                  BrazeReference(),
                                  EagerBf16(), InductorBf16(), OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]

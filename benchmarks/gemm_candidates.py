@@ -242,8 +242,9 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
+    from braze.codegen.isa import cpu_model
     load0 = os.getloadavg()[0]
-    res = {"machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+    res = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
                        "numpy": np.__version__, "torch": torch.__version__},
            "threads": args.threads, "gemm": [], "conv": [], "dynamic_m": []}
     res["peak"] = fma_peak(args.threads)
@@ -339,16 +340,6 @@ def main(argv=None):
     (out / "gemm_candidates.json").write_text(json.dumps(res, indent=1))
     (out / "gemm_candidates.md").write_text(to_markdown(res))
     print(f"\nwrote {out / 'gemm_candidates.json'} and .md; load average {load0:.2f} -> {res['load']['end']:.2f}")
-
-
-def _cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def to_markdown(res) -> str:

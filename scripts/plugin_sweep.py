@@ -95,17 +95,6 @@ def markdown(records: list[dict], machine: str, command: str = "python scripts/p
     return "\n".join(out) + "\n"
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or "an unknown CPU"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
@@ -135,9 +124,9 @@ def main(argv=None) -> int:
             records.append(rec)
             print(f"{n:14s} {verdict(rec):13s} libraries {[x['libraries'] for x in rec['shapes']]} "
                   f"graphs {[x['dynamo_graphs'] for x in rec['shapes']]} {rec.get('error', '')}", flush=True)
-    from braze.codegen.isa import detect_isa
+    from braze.codegen.isa import cpu_model, detect_isa
     isa = detect_isa()
-    machine = f"{_cpu()} ({os.cpu_count()} cores, ISA {isa.name}: {' '.join(sorted(isa.host_features))})"
+    machine = f"{cpu_model()} ({os.cpu_count()} cores, ISA {isa.name}: {' '.join(sorted(isa.host_features))})"
     command = " ".join(["python scripts/plugin_sweep.py", *(sys.argv[1:] if argv is None else argv)])
     text = markdown(records, machine, command)
     print(f"\n{text.splitlines()[0][2:]} ({time.perf_counter() - t0:.0f} s)")

@@ -105,6 +105,18 @@ def _is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else what ``platform`` knows)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "an unknown CPU"
+
+
 def _cpuinfo_flags() -> set[str] | None:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:

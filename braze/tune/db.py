@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import warnings
 from pathlib import Path
 
@@ -34,16 +33,6 @@ def db_path(cache_dir=None) -> Path:
     return resolve_cache_dir(cache_dir) / "tune" / FILE
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def resolved_threads(threads: int | None) -> int:
     """The thread count native code runs with for ``Options.threads`` (None or 0: the CPUs this
     process may use)."""
@@ -56,7 +45,7 @@ def resolved_threads(threads: int | None) -> int:
 
 
 def environment(threads: int | None) -> dict:
-    from ..codegen.isa import detect_isa
+    from ..codegen.isa import cpu_model, detect_isa
     from ..extern.onednn import helper_build_id
     isa = detect_isa()
     return {"cpu": cpu_model(), "isa": isa.name, "features": sorted(isa.host_features),

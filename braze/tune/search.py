@@ -6,7 +6,8 @@ and highest M. A path replaces the default rule's choice in a bucket only when i
 ``MIN_GAIN`` faster than the default at both ends, by at least ``MADS`` times the larger median
 absolute deviation, and a second child process (fresh primitives, fresh rounds) confirms it. Ties
 keep the default. Every measured bucket becomes a database line, its winner "default" where
-nothing won (so it is not measured again), also where the child crashed.
+nothing won (so it is not measured again). Where the child fails, the site it was measuring is
+recorded with the failure and keeps the default; the sites after it are left to a later compile.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import sys
 import time
 
 from .. import log as _logging
+from ..options import TUNE_MODES as MODES
 from .buckets import buckets, choice_at
 from .db import Database, env_key
 from .gemm import CHOICES, DEFAULT, GemmSite
 
-MODES = ("off", "cached", "fast", "full")
 # fast: the two kernels that differ most, up to M = 1024; full: every path, more rounds, M to 4096
 PLANS = {"fast": {"paths": ("smallm", "dnnl"), "cap": 1024, "rounds": 7},
          "full": {"paths": CHOICES, "cap": 4096, "rounds": 11}}
@@ -98,13 +99,50 @@ def _child(job: dict, threads: int, timeout: float) -> tuple[list[dict], str]:
     return lines, "" if rc == 0 else (err.strip().splitlines() or [f"exit status {rc}"])[-1][:300]
 
 
+def _first_winners(todo, results: dict, paths) -> dict:
+    """(site index, bucket) -> the kernel that won it in the first process's times."""
+    out = {}
+    for i, (_, lo, hi, bs) in enumerate(todo):
+        r = results.get(i)
+        if r and not r["skipped"]:
+            for b in bs:
+                w = winner(r["times"], _points(b, lo, hi), paths)
+                if w != "default":
+                    out[(i, b)] = w
+    return out
+
+
+def _confirmed(todo, sites: list[dict], first: dict, job: dict, threads: int, deadline: float) -> tuple[dict, int]:
+    """The winners of ``first`` that a fresh process, timing each against the default alone at
+    the bucket's ends, confirms; and its measurement count."""
+    csites = []
+    for i, (_, lo, hi, bs) in enumerate(todo):
+        won = [b for b in bs if (i, b) in first]
+        if won:
+            pts = sorted({m for b in won for m in _points(b, lo, hi)})
+            paths = {first[(i, b)] for b in won} | {choice_at(DEFAULT, m) for m in pts}
+            csites.append(dict(sites[i], points=pts, paths=sorted(paths, key=list(CHOICES).index)))
+    again, _ = _child(dict(job, sites=csites), threads, deadline - time.time() + 60)
+    out = {}
+    for r in again:
+        _, lo, hi, bs = todo[r["id"]]
+        for b in bs:
+            w = first.get((r["id"], b))
+            if w is not None and winner(r["times"], _points(b, lo, hi), [w]) == w:
+                out[(r["id"], b)] = w
+    return out, _count(again)
+
+
+def _count(results) -> int:
+    return sum(len(ts) for r in results for ts in r["times"].values())
+
+
 def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]], mode: str, budget_s: float,
             cache_dir=None) -> int:
     """Measures ``todo`` (site, M's lowest, M's highest, missing buckets) and appends the database
-    lines. The number of measurements made (a path timed at one M)."""
+    lines. The number of measurements made (a kernel timed at one M)."""
     plan = PLANS[mode]
     threads = env["threads"]
-    key = env_key(env)
     t0 = time.time()
     deadline = t0 + budget_s
     load = _wait_for_quiet(threads, budget_s)
@@ -115,45 +153,25 @@ def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]]
     job = {"rounds": plan["rounds"], "warmup": 3, "deadline": deadline, "cache_dir": cache_dir, "sites": sites}
     _log.info("tune: measuring %d GEMM site(s), %d bucket(s) of M (budget %.0f s)", len(todo),
               sum(len(t[3]) for t in todo), budget_s)
-    results, failure = _child(job, threads, deadline - time.time() + 60)
-    by_id = {r["id"]: r for r in results}
-    count = sum(len(ts) for r in results for ts in r["times"].values())
-    # candidates that won somewhere: confirmed in a fresh process
-    first: dict[tuple[int, tuple[int, int]], str] = {}
-    for i, (s, lo, hi, bs) in enumerate(todo):
-        r = by_id.get(i)
-        if r and not r["skipped"]:
-            for b in bs:
-                w = winner(r["times"], _points(b, lo, hi), plan["paths"])
-                if w != "default":
-                    first[(i, b)] = w
-    confirmed: dict[tuple[int, tuple[int, int]], str] = {}
+    lines, failure = _child(job, threads, deadline - time.time() + 60)
+    results = {r["id"]: r for r in lines}
+    count = _count(lines)
+    first = _first_winners(todo, results, plan["paths"])
+    confirmed = {}
     if first and time.time() < deadline:
-        csites = []
-        for i, (s, lo, hi, bs) in enumerate(todo):
-            ws = {first[(i, b)] for b in bs if (i, b) in first}
-            if ws:
-                pts = sorted({m for b in bs if (i, b) in first for m in _points(b, lo, hi)})
-                paths = sorted(ws | {choice_at(DEFAULT, m) for m in pts}, key=list(CHOICES).index)
-                csites.append(dict(sites[i], points=pts, paths=paths))
-        again, _ = _child(dict(job, sites=csites), threads, deadline - time.time() + 60)
-        count += sum(len(ts) for r in again for ts in r["times"].values())
-        for r in again:
-            i = r["id"]
-            s, lo, hi, bs = todo[i]
-            for b in bs:
-                if (i, b) in first and winner(r["times"], _points(b, lo, hi), [first[(i, b)]]) == first[(i, b)]:
-                    confirmed[(i, b)] = first[(i, b)]
+        confirmed, n = _confirmed(todo, sites, first, job, threads, deadline)
+        count += n
+    # a failed process: the site it was on is recorded with the failure (never measured again);
+    # the sites after it are left to a later compile
+    culprit = next((i for i in range(len(todo)) if i not in results), None) if failure else None
     records = []
     now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     for i, (s, lo, hi, bs) in enumerate(todo):
-        r = by_id.get(i)
-        if r is not None and r["skipped"]:
-            continue  # past the budget: measured by a later compile
-        if r is None and not failure:
+        r = results.get(i)
+        if (r is None and i != culprit) or (r is not None and r["skipped"]):
             continue
         for b in bs:
-            rec = {"v": 1, "env": key, "env_info": env, "site": s.key, "bucket": list(b), "mode": mode,
+            rec = {"v": 1, "env": env_key(env), "env_info": env, "site": s.key, "bucket": list(b), "mode": mode,
                    "points": _points(b, lo, hi), "winner": confirmed.get((i, b), "default"), "at": now,
                    "load": round(load, 2)}
             if r is None:
@@ -167,13 +185,11 @@ def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]]
                 if (i, b) in first and (i, b) not in confirmed:
                     rec["unconfirmed"] = first[(i, b)]
             records.append(rec)
-        if r is not None:
-            won = sorted({rec["winner"] for rec in records if rec["site"] == s.key} - {"default"})
-            _log.info("tune: %s: %d bucket(s) measured, %s", s.describe(), len(bs),
-                      f"won by {', '.join(won)} in some" if won else "the default rule everywhere")
+        won = sorted({confirmed[(i, b)] for b in bs if (i, b) in confirmed})
+        _log.info("tune: %s: %d bucket(s) measured, %s", s.describe(), len(bs),
+                  f"won by {', '.join(won)} in some" if won else "the default rule everywhere")
     db.append(records)
     if failure:
-        _log.warning("tune: the measuring process failed (%s); the sites it did not finish keep the default rule",
-                     failure)
+        _log.warning("tune: the measuring process failed (%s); its site keeps the default rule", failure)
     _log.info("tune: %d measurement(s) in %.1f s", count, time.time() - t0)
     return count

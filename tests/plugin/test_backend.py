@@ -55,7 +55,9 @@ def test_backend_works_without_importing_braze(tmp_path):
                                        ({"debug": "x"}, "'debug' must be an integer >= 0"),
                                        ({"precision": "int8"}, "precision='int8' is not one of fp32, bf16, fp16"),
                                        ({"precision_keep": [3]}, "must be a list of op names or module paths"),
-                                       ({"rng": "numpy"}, "'rng' must be 'braze' or 'torch'")])
+                                       ({"rng": "numpy"}, "'rng' must be 'braze' or 'torch'"),
+                                       ({"tune": "always"}, "tune='always' is not one of off, cached, fast, full"),
+                                       ({"tune_budget_s": -1}, "'tune_budget_s' must be a positive number")])
 def test_bad_options_name_the_problem(bad, what):
     from braze.plugin.dynamo import plugin_options
     with pytest.raises(BrazeError, match=what):
@@ -77,6 +79,13 @@ def test_options_reach_the_compile(tmp_path):
     # each region of each graph dumps into a directory of its own (a training step has two graphs)
     dumps = [p.parent.name for p in (tmp_path / "dump").glob("*/model.c")]
     assert dumps and all(re.fullmatch(r"inference\d+_fused_\d+", d) for d in dumps), dumps
+
+
+def test_tuning_options_reach_the_compile():
+    from braze.plugin.dynamo import plugin_options
+    opts = plugin_options({"tune": "fast", "tune_budget_s": 30}).opts
+    assert (opts.tune, opts.tune_budget_s) == ("fast", 30.0)
+    assert plugin_options(None).opts.tune == "cached"
 
 
 def test_a_training_step_dumps_its_forward_and_backward_apart(tmp_path):

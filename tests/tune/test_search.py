@@ -44,11 +44,14 @@ def test_a_bucket_across_the_default_switch_needs_to_beat_the_default_where_it_i
 def test_measure_records_every_bucket_and_a_failed_child_keeps_the_default(tmp_path, monkeypatch):
     db = Database(tmp_path / "db.jsonl")
     env = environment(None)
+    other = GemmSite(32, 16, 0, False, False, 0)
     monkeypatch.setattr(search, "_child", lambda job, threads, timeout: ([], "Segmentation fault"))
     monkeypatch.setattr(search, "LOAD_WAIT_S", 0.0)
-    assert search.measure(db, env, [(SITE, 1, 100, [(1, 1), (64, 127)])], "fast", 10.0) == 0
+    assert search.measure(db, env, [(SITE, 1, 100, [(1, 1), (64, 127)]), (other, 1, 8, [(1, 1)])], "fast", 10.0) == 0
     lines = [json.loads(x) for x in (tmp_path / "db.jsonl").read_text().splitlines()]
-    assert [(r["bucket"], r["winner"]) for r in lines] == [([1, 1], "default"), ([64, 127], "default")]
+    # the site the process failed on keeps the default, recorded; the next is left unmeasured
+    assert [(r["site"], r["bucket"], r["winner"]) for r in lines] == [(SITE.key, [1, 1], "default"),
+                                                                      (SITE.key, [64, 127], "default")]
     assert all("Segmentation fault" in r["error"] for r in lines)
     assert lines[1]["points"] == [64, 100]  # the bucket's ends inside the range
     # recorded: a later compile does not measure them again
