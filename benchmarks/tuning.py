@@ -51,7 +51,7 @@ def measure(name: str, threads: int) -> dict:
         cm_a, t_a = _compile(zm, "fast", a, threads)
         cm_b, t_b = _compile(zm, "fast", b, threads)
         warm, t_warm = _compile(zm, "fast", a, threads)
-        _, t_off = _compile(zm, "off", a, threads)
+        off, t_off = _compile(zm, "off", a, threads)
         wa, wb = _winners(a), _winners(b)
         both = set(wa) & set(wb)
         return {"model": name, "sites": len({s for s, _ in wa}), "buckets": len(wa),
@@ -60,6 +60,7 @@ def measure(name: str, threads: int) -> dict:
                 "warm_measurements": warm.tune_measurements, "warm_added_s": round(t_warm - t_off, 3),
                 "same_winner": sum(wa[k] == wb[k] for k in both), "compared": len(both),
                 "non_default": [sum(w != "default" for w in wa.values()), sum(w != "default" for w in wb.values())],
+                "same_c_as_untuned": cm_a._native.source == off._native.source,
                 "tables": summary(cm_a.dispatch_tables())}
 
 
@@ -69,12 +70,14 @@ def to_markdown(doc: dict) -> str:
             f"{doc['threads']} threads, braze {doc['versions'].get('braze')}. Per model: two `tune=\"fast\"` "
             "compiles from empty databases (A, B), then a warm one on A. `tuning s` is a fast compile's time less a "
             "`tune=\"off\"` compile's (export, C library cached); `warm adds s` the same for the warm compile; "
-            "`same` counts buckets where A and B chose the same kernel (\"default\" included).")
+            "`same` counts buckets where A and B chose the same kernel (\"default\" included); `C = untuned C`: "
+            "A's C is byte for byte a `tune=\"off\"` compile's.")
     rows = [[r["model"], r["sites"], r["buckets"], " / ".join(map(str, r["measurements"])),
              " / ".join(f"{t:.1f}" for t in r["tune_s"]), r["warm_measurements"], f"{r['warm_added_s']:.3f}",
-             f"{r['same_winner']} of {r['compared']}", " / ".join(map(str, r["non_default"]))] for r in doc["rows"]]
+             f"{r['same_winner']} of {r['compared']}", " / ".join(map(str, r["non_default"])),
+             "yes" if r.get("same_c_as_untuned") else "no"] for r in doc["rows"]]
     table = _md_table(["model", "GEMM sites", "buckets", "measurements A / B", "tuning s A / B",
-                       "warm measurements", "warm adds s", "same", "non-default A / B"], rows)
+                       "warm measurements", "warm adds s", "same", "non-default A / B", "C = untuned C"], rows)
     tables = "\n".join(f"- {r['model']}: " + "; ".join(r["tables"]) for r in doc["rows"])
     return f"{head}\n\n{table}\n\nDispatch tables (A):\n\n{tables}\n"
 

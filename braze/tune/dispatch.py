@@ -9,7 +9,8 @@ machine, threads and helper build, and overrides the default in each bucket a me
 ``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory.
 The same database gives the same tables, hence the same C.
 
-A database with lines only for other machines gives the default rule, with one warning. The count
+A database with lines only for other machines (or thread counts, or helper builds) gives the default
+rule, with one warning that names what differs. The count
 of measurements made is ``module.tune_measurements`` (not part of the IR).
 """
 
@@ -69,11 +70,11 @@ def dispatch(m: Module) -> Module:
         foreign = db.foreign(key)
         if foreign and db.path.as_posix() not in _WARNED:
             _WARNED.add(db.path.as_posix())
-            there = foreign[0]
+            differ = [f"{k} {foreign[-1].get(k)!r} (here {v!r})" for k, v in env.items() if foreign[-1].get(k) != v]
             warnings.warn(BrazeWarning(
-                f"the tuning database {db.path} was measured on another machine or setting ({there.get('cpu')}, "
-                f"{there.get('isa')}, {there.get('threads')} threads; here {env['cpu']}, {env['isa']}, "
-                f"{env['threads']} threads): default dispatch rules (run `braze tune` here to measure this one)"))
+                f"the tuning database {db.path} holds measurements of another setting only: {'; '.join(differ)}. "
+                "Compiling with the default dispatch rules (`braze tune` measures this one; a new braze or oneDNN "
+                "build makes a new helper library, whose kernels are measured again)"))
         for s, _, _ in sites.values():
             t = DEFAULT
             for bucket, rec in sorted(db.buckets(key, s.key).items()):

@@ -92,7 +92,7 @@ def test_another_machines_database_gives_the_default_rule_with_one_warning(modul
     _write(db, [_record(first, (64, 127), "smallm", cpu="Some Other CPU")])
     from braze.tune import dispatch
     dispatch._WARNED.discard(db.as_posix())
-    with pytest.warns(BrazeWarning, match="another machine"):
+    with pytest.warns(BrazeWarning, match="another setting only: cpu 'Some Other CPU'"):
         _, m = compile_to_c(module_of(), detect_isa(), options=Options(tune_db=str(db)))
     assert _tables(m) == [DEFAULT, DEFAULT]
     with warnings.catch_warnings():
