@@ -115,13 +115,13 @@ class CompiledModel:
     def dispatch_tables(self) -> list[tuple[str, str, tuple]]:
         """Each library call's dispatch table: (the ``fused`` node's callee, a description of its
         product, the table ``((hi, kernel), ..., (None, kernel))``), in call order."""
-        from .tune.gemm import gemm_call
+        from .tune.gemm import library_call
         out = []
         for f in self.module.functions.values():
             for n in f.nodes:
                 if n.attrs.get("dispatch") is not None:
-                    site = gemm_call(self.module, n)[0]
-                    out.append((n.attrs["callee"], site.describe() if site else "GEMM",
+                    c = library_call(self.module, n)
+                    out.append((n.attrs["callee"], c.site.describe() if c and c.site else n.attrs["kind"],
                                 tuple(tuple(p) for p in n.attrs["dispatch"])))
         return out
 

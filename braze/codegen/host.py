@@ -597,14 +597,28 @@ class _EntryWriter:
             y = a.outputs[0]
             hw = (1, 2) if nhwc else (2, 3)
             dims = (x.shape[0], x.shape[hw[0]], x.shape[hw[1]])
-            self.prepares.append((f"braze_conv2d_prepare({', '.join(int_expr(d) for d in dims)}, {h}, "
-                                  f"{int(bias != 'NULL')}, {int(res != 'NULL')}, {act_t})",
-                                  frozenset().union(*(S.free_syms(d) for d in dims))))
+            prepare = (f"braze_conv2d_prepare({', '.join(int_expr(d) for d in dims)}, {h}, {int(bias != 'NULL')}, "
+                       f"{int(res != 'NULL')}, {act_t})")
             fn, wt = ("braze_conv2d", "") if wconst is not None else ("braze_conv2d_w", f"(const float *){cptr[id(w)]}, ")
-            self.emit(f"if ({fn}({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, "
-                      f"{int_expr(x.shape[hw[1]])}, (const float *){cptr[id(x)]}, {h}, {wt}{bias}, {res}, {act_t}, "
-                      f"{int_expr(y.shape[hw[0]])}, {int_expr(y.shape[hw[1]])}, (float *){dst}, {e})) "
-                      f"return BRAZE_ERR_INTERNAL;")
+            call = (f"{fn}({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, {int_expr(x.shape[hw[1]])}, "
+                    f"(const float *){cptr[id(x)]}, {h}, {wt}{bias}, {res}, {act_t}, {int_expr(y.shape[hw[0]])}, "
+                    f"{int_expr(y.shape[hw[1]])}, (float *){dst}, {e})")
+            kernel = _kernel_select(dispatch, S.prod(dims), {"conv": "-1", **{k: str(v) for k, v in GEMM_PATHS.items()}})
+            if wconst is None or self.gen.cuda or kernel in ("", "-1"):  # oneDNN's convolution at every M
+                self.prepares.append((prepare, frozenset().union(*(S.free_syms(d) for d in dims))))
+                self.emit(f"if ({call}) return BRAZE_ERR_INTERNAL;")
+                return
+            # a 1x1 convolution's dispatch table: a product of [N*H*W, IC] by [OC, IC] where it picks a GEMM kernel
+            M, hb = int_expr(S.prod(dims)), self.gen.pack_b(wconst, w.shape[0], w.shape[1], 1, dt=wdt)
+            has_res = 0 if res == "NULL" else 2 if residual == dst else 1
+            gemm = (f"braze_matmul({M}, {w.shape[0]}, {w.shape[1]}, (const float *){cptr[id(x)]}, {hb}, {bias}, "
+                    f"{res}, {act_t} | BRAZE_PATH(bz_kernel), (float *){dst}, {e})")
+            gemm_prepare = (f"braze_matmul_prepare({M}, {hb}, {int(bias != 'NULL')}, {has_res}, "
+                            f"{act_t} | BRAZE_PATH({kernel}))")
+            self.prepares.append((f"(({kernel}) < 0 ? {prepare} : {gemm_prepare})",
+                                  frozenset().union(*(S.free_syms(d) for d in dims))))
+            self.emit(f"{{ const int bz_kernel = {kernel};")
+            self.emit(f"  if (bz_kernel < 0 ? {call} : {gemm}) return BRAZE_ERR_INTERNAL; }}")
             return
         K = x.shape[-1]
         ta, tb = trans
@@ -621,7 +635,8 @@ class _EntryWriter:
             if wconst is not None:
                 h = self.gen.pack_b(wconst, N, K, transposed, dt=wdt)
                 # the table picks among the CPU helper's kernels; the CUDA runtime has one GEMM
-                path = "" if self.gen.cuda else _gemm_path(dispatch, M)
+                path = "" if self.gen.cuda else _kernel_select(
+                    dispatch, M, {k: f"BRAZE_PATH({v})" for k, v in GEMM_PATHS.items()})
                 if path:
                     flags += f" | {path}"
                     epi = f"{bias}, {res}, {act_t} | {path}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
@@ -701,29 +716,28 @@ def _nbytes(v) -> str:
 _DT_CODES = {DType.float32: 0, DType.bfloat16: 1, DType.float16: 2}
 
 
-def _gemm_path(table, M) -> str:
-    """The ``BRAZE_PATH(...)`` word of a packed-weight GEMM's dispatch table (braze/tune/gemm.py):
-    one constant for a static M, else range tests on M; "" without a table."""
+def _kernel_select(table, M, words: dict) -> str:
+    """A C expression of a dispatch table (braze/tune/gemm.py): each kernel's word (``words``) by
+    range tests on M; one word for a static M; "" without a table."""
     if table is None:
         return ""
     try:
         table = tuple((hi, c) for hi, c in table)
         bounds = [hi for hi, _ in table[:-1]]
-        ok = (table[-1][0] is None and all(c in GEMM_PATHS for _, c in table)
+        ok = (table[-1][0] is None and all(c in words for _, c in table)
               and all(isinstance(h, int) and h >= 1 for h in bounds) and bounds == sorted(set(bounds)))
     except (TypeError, ValueError, IndexError):
         ok = False
     if not ok:
-        raise BrazeError(f"dispatch={table!r} is not a GEMM dispatch table",
+        raise BrazeError(f"dispatch={table!r} is not a dispatch table of this call",
                          hint=f'write [[HI, "KERNEL"], ..., [none, "KERNEL"]] with increasing HI and kernels among '
-                              f'{", ".join(GEMM_PATHS)}')
-    word = lambda c: f"BRAZE_PATH({GEMM_PATHS[c]})"  # noqa: E731
+                              f'{", ".join(words)}')
     if isinstance(M, int):
-        return word(next(c for hi, c in table if hi is None or M <= hi))
+        return words[next(c for hi, c in table if hi is None or M <= hi)]
     m = int_expr(M)
-    expr = word(table[-1][1])
+    expr = words[table[-1][1]]
     for hi, c in reversed(table[:-1]):
-        expr = f"({m} <= {hi} ? {word(c)} : {expr})"
+        expr = f"({m} <= {hi} ? {words[c]} : {expr})"
     return expr
 
 

@@ -214,8 +214,8 @@ def save(model, path) -> Path:
 
 def _measured(model) -> bool:
     """Whether any dispatch table differs from its default rule (a measurement chose it)."""
-    from ..tune.gemm import DEFAULT
-    return any(tuple(t) != DEFAULT for _, _, t in model.dispatch_tables())
+    from ..tune.gemm import DEFAULTS
+    return any(tuple(t) not in DEFAULTS.values() for _, _, t in model.dispatch_tables())
 
 
 def _fusion(module) -> dict[str, int]:

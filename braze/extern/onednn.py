@@ -388,6 +388,7 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_conv2d_w": (i32, [i64, i64, i64, vp, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_matmul_prepare": (i32, [i64, vp, i32, i32, i32]),
         "braze_conv2d_prepare": (i32, [i64, i64, i64, vp, i32, i32, i32]),
+        "braze_time_conv2d": (i64, [i64, i64, i64, i64, vp, vp, i32, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_conv2d_bwd_data": (i32, [i64, i64, i64, vp, vp, vp, i64, i64, vp, cp, i32]),
         "braze_conv2d_bwd_weights": (i32, [i64, i64, i64, vp, vp, vp, i64, i64, vp, cp, i32]),
         # 16-bit operands (BRAZE_TYPES)

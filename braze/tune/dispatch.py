@@ -1,9 +1,9 @@
-"""Stage ``dispatch`` (a graph pass, after ``offload``): every GEMM on a constant weight gets its
-dispatch table, ``dispatch=[[48, "smallm"], [none, "dnnl"]]`` on its ``fused`` node, which the host
-turns into range tests on M (braze_matmul's ``BRAZE_PATH``).
+"""Stage ``dispatch`` (a graph pass, after ``offload``): every product by a constant weight (a GEMM,
+a 1x1 convolution; gemm.py) gets its dispatch table, ``dispatch=[[48, "smallm"], [none, "dnnl"]]``
+on its ``fused`` node, which the host turns into range tests on M.
 
 The module's ``tuning`` block says where tables come from: none (or ``mode "off"``) gives every
-call the default rule (gemm.DEFAULT); ``cached`` reads the tuning database (db.py) for this
+call its default rule (gemm.DEFAULTS); ``cached`` reads the tuning database (db.py) for this
 machine, threads and helper build, and overrides the default in each bucket a measurement won;
 ``fast`` and ``full`` first measure the buckets the database lacks (search.py), within
 ``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory.
@@ -25,7 +25,7 @@ from ..ir.graph import Module
 from ..passes.common import top_functions
 from .buckets import override
 from .db import Database, env_key, environment
-from .gemm import CHOICES, DEFAULT, gemm_call
+from .gemm import library_call
 from .search import MODES, PLANS, measure, missing
 
 _log = _logging.get("tune")
@@ -42,9 +42,9 @@ def dispatch(m: Module) -> Module:
     calls = []
     for f in top_functions(m):
         for n in f.nodes:
-            c = gemm_call(m, n)
+            c = library_call(m, n)
             if c is not None:
-                calls.append((n, *c))
+                calls.append((n, c))
     m.tune_measurements = 0
     mode = m.tuning.get("mode", "off") if m.tuning else "off"
     if mode not in MODES:
@@ -53,11 +53,11 @@ def dispatch(m: Module) -> Module:
                               "measure what the database lacks first")
     tables: dict[str, tuple] = {}
     sites = {}
-    for _, site, M in calls:
-        if site is not None:
-            lo, hi = _range(M)
-            old = sites.get(site.key)
-            sites[site.key] = (site, lo, hi) if old is None else (site, min(lo, old[1]), max(hi, old[2]))
+    for _, c in calls:
+        if c.site is not None:
+            lo, hi = _range(c.M)
+            old = sites.get(c.site.key)
+            sites[c.site.key] = (c.site, lo, hi) if old is None else (c.site, min(lo, old[1]), max(hi, old[2]))
     db = Database(m.tuning["db"]) if mode != "off" and sites else None
     if db is not None and (db.records or mode in PLANS):  # an empty database in cached mode: the defaults
         env = environment(m.tuning.get("threads"))
@@ -76,12 +76,12 @@ def dispatch(m: Module) -> Module:
                 "Compiling with the default dispatch rules (`braze tune` measures this one; a new braze or oneDNN "
                 "build makes a new helper library, whose kernels are measured again)"))
         for s, _, _ in sites.values():
-            t = DEFAULT
+            t = s.default
             for bucket, rec in sorted(db.buckets(key, s.key).items()):
-                if rec["winner"] in CHOICES:
+                if rec["winner"] in s.choices:
                     t = override(t, bucket[0], bucket[1], rec["winner"])
             tables[s.key] = t
-    for n, site, _ in calls:
-        t = tables.get(site.key, DEFAULT) if site is not None else DEFAULT
-        n.attrs["dispatch"] = tuple((hi, c) for hi, c in t)
+    for n, c in calls:
+        t = tables.get(c.site.key, c.default) if c.site is not None else c.default
+        n.attrs["dispatch"] = tuple((hi, k) for hi, k in t)
     return m

@@ -1,12 +1,20 @@
-"""The GEMM knob: which kernel multiplies by a prepacked (constant) weight, per range of M.
+"""The product knob: which kernel multiplies by a prepacked (constant) weight, per range of M.
 
-The choices are braze_matmul's paths (braze_dnnl.h ``BRAZE_PATH_*``): ``smallm``, braze's small-M
-kernel, straight from the packed weight (where the weight's layout, dtypes and activation allow;
-else oneDNN); ``dnnl``, a oneDNN primitive per M, created at the first call with that M;
-``dnnl_rt``, one oneDNN primitive with a run-time M (none to create at a new M).
+Two kinds of call have the knob:
 
-``DEFAULT`` is the rule measured on BERT-base's GEMMs (docs/gemm.md): the small-M kernel up to
-``SMALL_M_MAX`` rows. The dispatch pass writes a table on every such call (``dispatch`` on its
+* ``gemm``: a linear or 2-D matmul on a constant weight (the host's ``braze_matmul``).
+* ``conv1x1``: an NHWC convolution with a 1x1 constant kernel, stride 1, no padding, one group:
+  a product of the [N*H*W, IC] input by the [OC, IC] weight, so it may run as a GEMM too.
+
+The kernels are ``conv`` (``conv1x1`` only: oneDNN's convolution, as before), and
+braze_matmul's paths (braze_dnnl.h ``BRAZE_PATH_*``): ``smallm``, braze's small-M kernel,
+straight from the packed weight (where the weight's layout, dtypes and activation allow; else
+oneDNN); ``dnnl``, a oneDNN primitive per M, created at the first call with that M; ``dnnl_rt``,
+one oneDNN primitive with a run-time M (none to create at a new M).
+
+``DEFAULTS`` are the rules braze ran before measuring: for a GEMM the small-M kernel up to
+``SMALL_M_MAX`` rows (measured on BERT-base's GEMMs, docs/gemm.md), for a 1x1 convolution
+oneDNN's convolution. The dispatch pass writes a table on every such call (``dispatch`` on its
 ``fused`` node); the host turns it into range tests on M.
 """
 
@@ -17,11 +25,13 @@ from dataclasses import dataclass
 from ..ir import sym as S
 from ..ir.graph import Module, Node
 from ..ir.types import DType
+from ..ops.conv import pads4
 from ..passes.offload import ANCHORS, transposed_operands
 
 SMALL_M_MAX = 48  # the helper's SMALLM_DEFAULT_MAX (braze_dnnl_matmul.c)
-DEFAULT = ((SMALL_M_MAX, "smallm"), (None, "dnnl"))
-CHOICES = ("smallm", "dnnl", "dnnl_rt")
+DEFAULTS = {"gemm": ((SMALL_M_MAX, "smallm"), (None, "dnnl")), "conv1x1": ((None, "conv"),)}
+CHOICES = {"gemm": ("smallm", "dnnl", "dnnl_rt"), "conv1x1": ("conv", "smallm", "dnnl", "dnnl_rt")}
+DEFAULT = DEFAULTS["gemm"]
 # the helper's activation codes (BRAZE_ACT_*) of the post-ops oneDNN applies (passes/offload.py)
 ACT_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6}
 
@@ -31,47 +41,88 @@ class GemmSite:
     """What a product's speed depends on, names aside: the tuning database's key."""
     n: int
     k: int
-    transposed: int  # 1: the weight's memory is [N, K] (torch's linear); 0: [K, N]
+    transposed: int  # 1: the weight's memory is [N, K] (torch's linear, a 1x1 kernel); 0: [K, N]
     bias: bool
     residual: bool
     act: int  # ACT_CODES' value, 0 for none
     dtype: str = "float32"
+    kind: str = "gemm"  # or "conv1x1"
 
     @property
     def key(self) -> str:
-        return (f"gemm n={self.n} k={self.k} transposed={self.transposed} bias={int(self.bias)} "
+        return (f"{self.kind} n={self.n} k={self.k} transposed={self.transposed} bias={int(self.bias)} "
                 f"residual={int(self.residual)} act={self.act} {self.dtype}")
+
+    @property
+    def default(self) -> tuple:
+        return DEFAULTS[self.kind]
+
+    @property
+    def choices(self) -> tuple:
+        return CHOICES[self.kind]
 
     def describe(self) -> str:
         act = next((k for k, v in ACT_CODES.items() if v == self.act), f"act{self.act}")
         epi = "+".join(x for x, on in (("bias", self.bias), (act, self.act), ("residual", self.residual)) if on)
-        return f"{self.n}x{self.k}" + (f" {epi}" if epi else "")
+        return ("1x1 conv " if self.kind == "conv1x1" else "") + f"{self.n}x{self.k}" + (f" {epi}" if epi else "")
 
 
-def gemm_call(module: Module, n: Node):
-    """``(site, M)`` for a ``fused`` gemm node that runs braze_matmul on a constant weight (the
-    host's packed-weight call), else None. ``site`` is None where N or K is symbolic, or the
-    operands are not all float32 (those keep the default table and are never measured)."""
-    if n.op != "fused" or n.attrs.get("kind") != "gemm" or n.attrs.get("post_ops") is None:
+@dataclass(frozen=True)
+class Call:
+    """A call with the knob: its kind, its M (symbolic), and its site (None where N or K is
+    symbolic, or the operands are not all float32: those keep the default and are never measured)."""
+    kind: str
+    M: object
+    site: GemmSite | None
+
+    @property
+    def default(self) -> tuple:
+        return DEFAULTS[self.kind]
+
+
+def _epilogue(n: Node, anchor: Node) -> tuple[bool, bool, int]:
+    post_ops = tuple(n.attrs["post_ops"])
+    bias = "bias" in post_ops or (anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2
+                                  and anchor.inputs[2] is not None)
+    return bias, "residual" in post_ops, next((ACT_CODES[p] for p in post_ops if p in ACT_CODES), 0)
+
+
+def _float32(n: Node, *vs) -> bool:
+    return all(v.dtype == DType.float32 for v in (*vs, n.outputs[0])) and "cast" not in n.attrs["post_ops"]
+
+
+def is_pointwise_conv(a: Node, w) -> bool:
+    """A conv2d that is a product: NHWC, a 1x1 kernel, stride 1, no padding, one group."""
+    return (a.op == "conv2d" and a.attrs.get("layout") == "nhwc" and a.attrs.get("groups") == 1
+            and tuple(a.attrs.get("stride", ())) == (1, 1) and tuple(a.attrs.get("dilation", ())) == (1, 1)
+            and all(p == 0 for p in pads4(a.attrs.get("padding", (0,)))) and tuple(w.shape[2:]) == (1, 1))
+
+
+def library_call(module: Module, n: Node) -> Call | None:
+    """The knob's call of a ``fused`` gemm or conv node on a constant weight, else None."""
+    kind = n.attrs.get("kind") if n.op == "fused" else None
+    if kind not in ("gemm", "conv") or n.attrs.get("post_ops") is None:
         return None
     callee = module.functions.get(n.attrs.get("callee"))
     if callee is None:
         return None
     consts = {id(m.outputs[0]) for m in callee.nodes if m.op == "constant"}
-    anchor = next((m for m in callee.nodes if m.op in ANCHORS["gemm"]), None)
-    if anchor is None or len(anchor.inputs) < 2:
+    anchor = next((m for m in callee.nodes if m.op in ANCHORS[kind]), None)
+    if anchor is None or len(anchor.inputs) < 2 or id(anchor.inputs[1]) not in consts:
         return None
     x, w = anchor.inputs[0], anchor.inputs[1]
-    ta, tb = transposed_operands(callee, anchor)
-    if id(w) not in consts or not (anchor.op == "linear" or (w.rank == 2 and not ta)):
-        return None
-    N = w.shape[0] if anchor.op == "linear" else w.shape[1]
-    K = x.shape[-1]
-    M = S.prod(x.shape[:-1])
-    post_ops = tuple(n.attrs["post_ops"])
-    bias = "bias" in post_ops or (anchor.op == "linear" and len(anchor.inputs) > 2 and anchor.inputs[2] is not None)
-    act = next((ACT_CODES[p] for p in post_ops if p in ACT_CODES), 0)
-    f32 = all(v.dtype == DType.float32 for v in (x, w, n.outputs[0])) and "cast" not in post_ops
-    if not (isinstance(N, int) and isinstance(K, int)) or not f32:
-        return None, M
-    return GemmSite(N, K, 1 if anchor.op == "linear" or tb else 0, bias, "residual" in post_ops, act), M
+    if kind == "conv":
+        if not is_pointwise_conv(anchor, w):
+            return None
+        N, K, M, transposed = w.shape[0], w.shape[1], S.prod(x.shape[:3]), 1
+        kind = "conv1x1"
+    else:
+        ta, tb = transposed_operands(callee, anchor)
+        if not (anchor.op == "linear" or (w.rank == 2 and not ta)):
+            return None
+        N = w.shape[0] if anchor.op == "linear" else w.shape[1]
+        K, M, transposed = x.shape[-1], S.prod(x.shape[:-1]), 1 if anchor.op == "linear" or tb else 0
+    if not (isinstance(N, int) and isinstance(K, int)) or not _float32(n, x, w):
+        return Call(kind, M, None)
+    bias, residual, act = _epilogue(n, anchor)
+    return Call(kind, M, GemmSite(N, K, transposed, bias, residual, act, kind=kind))

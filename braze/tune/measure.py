@@ -2,9 +2,10 @@
 one JSON line per site on stdout. The compile runs it as a child, so a kernel that crashes takes
 down the measurement, never the user's program (search.py).
 
-Per site: a random weight, packed as the model packs it; copies of it enough to exceed the
-last-level cache twice when one copy exceeds L2 (a model's weight comes from memory; the
-same weight timed again would come from cache). Per point (an M) and path:
+Per site: a random weight, packed as the model packs it (for a 1x1 convolution's ``conv`` kernel,
+also as a convolution's, run on the squarest image of M pixels, ``_image``); copies of it enough to exceed the
+last-level cache twice when one copy exceeds L2 (a model's weight comes from memory; the same
+weight timed again would come from cache). Per point (an M) and path:
 
 * the result's first rows checked against a float64 NumPy reference; a mismatch or an error
   rejects the path (recorded, never chosen);
@@ -12,7 +13,7 @@ same weight timed again would come from cache). Per point (an M) and path:
 * ``rounds`` interleaved rounds, the paths in a rotated order each round, each timing enough
   calls in the helper's own C loop (``braze_time_matmul``) to last about ``SAMPLE_NS``.
 
-The result per path and point is the median and the median absolute deviation, in ns per call.
+The result per path and point is its samples, ns per call, one per round.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import ctypes as C
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,6 +53,12 @@ def _activation(code: int, v: np.ndarray) -> np.ndarray:
     return v
 
 
+def _image(m: int) -> tuple[int, int]:
+    """The squarest h x w = m (oneDNN's convolution blocks along rows of the image)."""
+    h = max(d for d in range(1, math.isqrt(m) + 1) if m % d == 0)
+    return h, m // h
+
+
 class _Site:
     def __init__(self, lib, site: dict, paths: dict, rng):
         self.lib, self.s, self.paths = lib, site, paths
@@ -64,26 +70,42 @@ class _Site:
         copies = 1
         if w.nbytes > _cache_bytes(2, 1 << 20):
             copies = min(64, max(1, math.ceil(2 * _cache_bytes(3, 32 << 20) / w.nbytes)), max(1, (1 << 30) // w.nbytes))
-        self.packed = []
+        self.packed, self.convs = [], []
         for _ in range(copies):
             pb = lib.braze_pack_b_err(w.ctypes.data, n, k, site["transposed"], self.err, len(self.err))
             if not pb:
                 raise RuntimeError(self.err.value.decode(errors="replace"))
             self.packed.append(pb)
+            if site.get("kind") == "conv1x1":  # [OC, IC, 1, 1]: the same memory as [N, K]
+                pc = lib.braze_pack_conv_weights(w.ctypes.data, n, k, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, self.err,
+                                                 len(self.err))
+                if not pc:
+                    raise RuntimeError(self.err.value.decode(errors="replace"))
+                self.convs.append(pc)
         self.arr = (C.c_void_p * copies)(*self.packed)
+        self.conv_arr = (C.c_void_p * copies)(*self.convs) if self.convs else None
         self.bias = rng.standard_normal(n, dtype=np.float32) if site["bias"] else None
         self.smallm_fits = lib.braze_packed_b_small_m_rows(self.packed[0]) > 0 and site["act"] in (0, 2, 3, 4, 6)
 
     def close(self):
         for pb in self.packed:
             self.lib.braze_free_packed_b(pb)
+        for pc in self.convs:
+            self.lib.braze_free_packed_conv(pc)
 
-    def _run(self, reps: int, m: int, path: str, a, res, c) -> float:
-        act = self.s["act"] | (self.paths[path] << 20)
-        ns = self.lib.braze_time_matmul(reps, m, self.s["n"], self.s["k"], a.ctypes.data, self.arr, len(self.packed),
-                                        None if self.bias is None else self.bias.ctypes.data,
-                                        None if res is None else res.ctypes.data, act, c.ctypes.data, self.err,
-                                        len(self.err))
+    def _run(self, reps: int, m: int, path: str, a, c) -> float:
+        """Times ``reps`` calls writing ``c``; a residual is ``c`` itself, added in place, as where a
+        model's memory plan puts a product's result over the residual it reads."""
+        bias = None if self.bias is None else self.bias.ctypes.data
+        res = c.ctypes.data if self.s["residual"] else None
+        if path == "conv":
+            h, w = _image(m)
+            ns = self.lib.braze_time_conv2d(reps, 1, h, w, a.ctypes.data, self.conv_arr, len(self.convs), bias, res,
+                                            self.s["act"], h, w, c.ctypes.data, self.err, len(self.err))
+        else:
+            ns = self.lib.braze_time_matmul(reps, m, self.s["n"], self.s["k"], a.ctypes.data, self.arr,
+                                            len(self.packed), bias, res, self.s["act"] | (self.paths[path] << 20),
+                                            c.ctypes.data, self.err, len(self.err))
         if ns < 0:
             raise RuntimeError(self.err.value.decode(errors="replace"))
         return ns / reps
@@ -92,9 +114,9 @@ class _Site:
         """Why ``path``'s result at M=m is wrong, or None."""
         a = rng.standard_normal((m, self.s["k"]), dtype=np.float32)
         res = rng.standard_normal((m, self.s["n"]), dtype=np.float32) if self.s["residual"] else None
-        c = np.empty((m, self.s["n"]), np.float32)
+        c = np.empty((m, self.s["n"]), np.float32) if res is None else res.copy()
         try:
-            self._run(1, m, path, a, res, c)
+            self._run(1, m, path, a, c)
         except RuntimeError as e:
             return str(e)
         r = min(m, CHECK_ROWS)
@@ -111,23 +133,19 @@ class _Site:
         return None if e <= TOLERANCE else f"max relative error {e:.1e} above {TOLERANCE:.0e}"
 
     def time(self, m: int, paths: list[str], rounds: int, warmup: int, rng) -> dict[str, list[float]]:
+        """Each path's ns per call, one sample per round (the same round of every path adjacent)."""
         a = rng.standard_normal((m, self.s["k"]), dtype=np.float32)
-        res = rng.standard_normal((m, self.s["n"]), dtype=np.float32) if self.s["residual"] else None
-        c = np.empty((m, self.s["n"]), np.float32)
+        c = np.zeros((m, self.s["n"]), np.float32)
         reps = {}
         for p in paths:
-            est = self._run(warmup, m, p, a, res, c) if warmup else self._run(1, m, p, a, res, c)
+            est = self._run(max(1, warmup), m, p, a, c)
             reps[p] = max(1, min(10000, int(SAMPLE_NS / max(est, 1.0))))
         samples: dict[str, list[float]] = {p: [] for p in paths}
         for r in range(rounds):
             order = paths[r % len(paths):] + paths[:r % len(paths)]
             for p in order:
-                samples[p].append(self._run(reps[p], m, p, a, res, c))
-        out = {}
-        for p, xs in samples.items():
-            med = statistics.median(xs)
-            out[p] = [med, statistics.median(abs(x - med) for x in xs)]
-        return out
+                samples[p].append(self._run(reps[p], m, p, a, c))
+        return samples
 
 
 def run_job(job: dict, emit) -> None:

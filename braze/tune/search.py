@@ -1,10 +1,11 @@
 """Measuring a module's missing buckets and choosing each bucket's kernel.
 
-Per site (a GEMM's shape and epilogue) the buckets of M inside its range, up to the mode's cap,
-that the database lacks are measured in one child process (measure.py) at each bucket's lowest
-and highest M. A path replaces the default rule's choice in a bucket only when it is at least
-``MIN_GAIN`` faster than the default at both ends, by at least ``MADS`` times the larger median
-absolute deviation, and a second child process (fresh primitives, fresh rounds) confirms it. Ties
+Per site (a product's shape and epilogue) the buckets of M inside its range, up to the mode's
+cap, that the database lacks are measured in one child process (measure.py) at each bucket's
+lowest and highest M. A kernel replaces the default rule's choice in a bucket only when, at both
+ends, the median over rounds of its time over the default's is at most 1 - ``MIN_GAIN``, by at
+least ``MADS`` times that ratio's median absolute deviation, and a second child process (fresh
+primitives, fresh rounds) confirms it. Ties
 keep the default. Every measured bucket becomes a database line, its winner "default" where
 nothing won (so it is not measured again). Where the child fails, the site it was measuring is
 recorded with the failure and keeps the default; the sites after it are left to a later compile.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -24,8 +26,9 @@ from .buckets import buckets, choice_at
 from .db import Database, env_key
 from .gemm import CHOICES, DEFAULT, GemmSite
 
-# fast: the two kernels that differ most, up to M = 1024; full: every path, more rounds, M to 4096
-PLANS = {"fast": {"paths": ("smallm", "dnnl"), "cap": 1024, "rounds": 7},
+# fast: the kernels that differ most, up to M = 1024; full: every kernel, more rounds, M to 4096
+PLANS = {"fast": {"paths": {"gemm": ("smallm", "dnnl"), "conv1x1": ("conv", "smallm", "dnnl")}, "cap": 1024,
+                  "rounds": 7},
          "full": {"paths": CHOICES, "cap": 4096, "rounds": 11}}
 MIN_GAIN = 0.03
 MADS = 3.0
@@ -43,24 +46,33 @@ def _points(bucket, lo, hi) -> list[int]:
     return sorted({max(bucket[0], lo), min(bucket[1], hi)})
 
 
+def _median_mad(xs) -> tuple[float, float]:
+    med = statistics.median(xs)
+    return med, statistics.median(abs(x - med) for x in xs)
+
+
 def _wins(t: dict, path: str, base: str, m: int) -> bool:
-    """Whether ``path`` beats ``base`` at M=m in these times (ns per call: [median, mad])."""
+    """Whether ``path`` beats ``base`` at M=m in these times (ns per call, one sample per round):
+    the median over rounds of each round's ratio at most 1 - MIN_GAIN, and that far from 1 by
+    MADS times the ratios' median absolute deviation (a round times both kernels back to back,
+    so a slow spell of the machine moves both)."""
     p, b = t.get(path, {}).get(str(m)), t.get(base, {}).get(str(m))
-    if p is None or b is None:
+    if not p or not b or len(p) != len(b):
         return False
-    return p[0] <= (1 - MIN_GAIN) * b[0] and b[0] - p[0] >= MADS * max(p[1], b[1])
+    ratio, mad = _median_mad([x / y for x, y in zip(p, b)])
+    return ratio <= 1 - MIN_GAIN and 1 - ratio >= MADS * mad
 
 
-def winner(times: dict, points: list[int], paths) -> str:
-    """The path that beats the default rule's choice at every point where it is not that choice
-    (and is not it everywhere), the fastest of those by the sum of its medians; "default" where
-    none does."""
+def winner(times: dict, points: list[int], paths, default: tuple = DEFAULT) -> str:
+    """The path that beats the ``default`` rule's choice at every point where it is not that
+    choice (and is not it everywhere), the fastest of those by the sum of its medians; "default"
+    where none does."""
     best, best_t = "default", None
     for p in paths:
-        defaults = [choice_at(DEFAULT, m) for m in points]
+        defaults = [choice_at(default, m) for m in points]
         if p in (times or {}) and any(d != p for d in defaults) and \
                 all(d == p or _wins(times, p, d, m) for d, m in zip(defaults, points)):
-            t = sum(times[p][str(m)][0] for m in points)
+            t = sum(statistics.median(times[p][str(m)]) for m in points)
             if best_t is None or t < best_t:
                 best, best_t = p, t
     return best
@@ -102,11 +114,11 @@ def _child(job: dict, threads: int, timeout: float) -> tuple[list[dict], str]:
 def _first_winners(todo, results: dict, paths) -> dict:
     """(site index, bucket) -> the kernel that won it in the first process's times."""
     out = {}
-    for i, (_, lo, hi, bs) in enumerate(todo):
+    for i, (s, lo, hi, bs) in enumerate(todo):
         r = results.get(i)
         if r and not r["skipped"]:
             for b in bs:
-                w = winner(r["times"], _points(b, lo, hi), paths)
+                w = winner(r["times"], _points(b, lo, hi), paths[s.kind], s.default)
                 if w != "default":
                     out[(i, b)] = w
     return out
@@ -116,19 +128,19 @@ def _confirmed(todo, sites: list[dict], first: dict, job: dict, threads: int, de
     """The winners of ``first`` that a fresh process, timing each against the default alone at
     the bucket's ends, confirms; and its measurement count."""
     csites = []
-    for i, (_, lo, hi, bs) in enumerate(todo):
+    for i, (s, lo, hi, bs) in enumerate(todo):
         won = [b for b in bs if (i, b) in first]
         if won:
             pts = sorted({m for b in won for m in _points(b, lo, hi)})
-            paths = {first[(i, b)] for b in won} | {choice_at(DEFAULT, m) for m in pts}
-            csites.append(dict(sites[i], points=pts, paths=sorted(paths, key=list(CHOICES).index)))
+            paths = {first[(i, b)] for b in won} | {choice_at(s.default, m) for m in pts}
+            csites.append(dict(sites[i], points=pts, paths=sorted(paths, key=list(s.choices).index)))
     again, _ = _child(dict(job, sites=csites), threads, deadline - time.time() + 60)
     out = {}
     for r in again:
-        _, lo, hi, bs = todo[r["id"]]
+        s, lo, hi, bs = todo[r["id"]]
         for b in bs:
             w = first.get((r["id"], b))
-            if w is not None and winner(r["times"], _points(b, lo, hi), [w]) == w:
+            if w is not None and winner(r["times"], _points(b, lo, hi), [w], s.default) == w:
                 out[(r["id"], b)] = w
     return out, _count(again)
 
@@ -147,11 +159,11 @@ def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]]
     deadline = t0 + budget_s
     load = _wait_for_quiet(threads, budget_s)
     sites = [{"id": i, "site": {"n": s.n, "k": s.k, "transposed": s.transposed, "bias": s.bias,
-                                "residual": s.residual, "act": s.act},
-              "points": sorted({m for b in bs for m in _points(b, lo, hi)}), "paths": list(plan["paths"])}
+                                "residual": s.residual, "act": s.act, "kind": s.kind},
+              "points": sorted({m for b in bs for m in _points(b, lo, hi)}), "paths": list(plan["paths"][s.kind])}
              for i, (s, lo, hi, bs) in enumerate(todo)]
     job = {"rounds": plan["rounds"], "warmup": 3, "deadline": deadline, "cache_dir": cache_dir, "sites": sites}
-    _log.info("tune: measuring %d GEMM site(s), %d bucket(s) of M (budget %.0f s)", len(todo),
+    _log.info("tune: measuring %d product site(s), %d bucket(s) of M (budget %.0f s)", len(todo),
               sum(len(t[3]) for t in todo), budget_s)
     lines, failure = _child(job, threads, deadline - time.time() + 60)
     results = {r["id"]: r for r in lines}
@@ -178,7 +190,7 @@ def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]]
                 rec["error"] = f"the measuring process failed: {failure}"
             else:
                 pts = {str(m) for m in rec["points"]}
-                rec["times_us"] = {p: {m: [round(v[0] / 1e3, 3), round(v[1] / 1e3, 3)] for m, v in ts.items()
+                rec["times_us"] = {p: {m: [round(x / 1e3, 3) for x in _median_mad(v)] for m, v in ts.items()
                                        if m in pts} for p, ts in r["times"].items()}
                 if r["rejected"]:
                     rec["rejected"] = r["rejected"]

@@ -12,7 +12,7 @@ from braze.ir.parser import parse_module
 from braze.options import Options
 from braze.pipeline import compile_to_c
 from braze.tune.db import env_key, environment
-from braze.tune.gemm import DEFAULT, gemm_call
+from braze.tune.gemm import DEFAULT, library_call
 
 
 def _tables(m):
@@ -23,7 +23,7 @@ def _site_keys(module):
     """The GEMM sites' database keys, in call order, of an imported module."""
     from braze.pipeline import run_pipeline
     m = run_pipeline(module, options=Options(tune="off"))
-    return [gemm_call(m, n)[0].key for n in m.main.nodes if gemm_call(m, n) is not None]
+    return [c.site.key for n in m.main.nodes if (c := library_call(m, n)) is not None]
 
 
 def _record(site, bucket, winner, threads=None, **env_changes):
@@ -67,7 +67,7 @@ def test_a_tuned_model_computes_the_same_at_every_bucket(mlp, tmp_path):
     model, ex, dyn = mlp
     db = tmp_path / "tune.jsonl"
     cm0 = braze.compile(model, ex, dyn, tune="off")
-    first = gemm_call(cm0.module, next(n for n in cm0.module.main.nodes if n.attrs.get("dispatch")))[0].key
+    first = library_call(cm0.module, next(n for n in cm0.module.main.nodes if n.attrs.get("dispatch"))).site.key
     _write(db, [_record(first, b, w) for b, w in (((1, 1), "dnnl"), ((2, 3), "dnnl_rt"), ((4, 7), "dnnl"),
                                                  ((64, 127), "smallm"), ((128, 255), "dnnl_rt"))])
     cm = braze.compile(model, ex, dyn, options={"tune_db": str(db)})
@@ -116,6 +116,35 @@ def test_a_hand_written_table_the_host_cannot_read_is_an_error(module_of):
     node = next(n for n in m.main.nodes if n.attrs.get("dispatch"))
     for bad in (((48, "smallm"),), ((48, "fastest"), (None, "dnnl")), ((48, "smallm"), (8, "dnnl"), (None, "dnnl"))):
         node.attrs["dispatch"] = bad
-        with pytest.raises(BrazeError, match="not a GEMM dispatch table"):
+        with pytest.raises(BrazeError, match="not a dispatch table of this call"):
             emit(m, lower_kernels(m), detect_isa())
     assert GRAPH_PASSES  # the module went through every graph pass
+
+
+def test_a_1x1_convolution_runs_as_a_gemm_where_its_table_says(tmp_path):
+    """A pointwise convolution's table may pick a GEMM kernel by M = N*H*W: the same results at every
+    bucket, NaN kept; without a table entry for it, the C calls the convolution alone, as before."""
+    import braze
+    import torch
+    from torch.export import Dim
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 24, 1),
+                            torch.nn.GELU(), torch.nn.Conv2d(24, 24, 1, stride=2)).eval()
+    dims = {"input": {0: Dim("b", min=1, max=8), 2: Dim("h", min=3, max=40), 3: Dim("w", min=3, max=40)}}
+    ex = (torch.randn(2, 8, 5, 6),)
+    plain = braze.compile(m, ex, dims, tune="off")
+    assert "braze_matmul" not in plain._native.source  # no table picks a GEMM: convolutions only
+    calls = [c for n in plain.module.main.nodes if (c := library_call(plain.module, n)) is not None]
+    assert [c.kind for c in calls] == ["conv1x1"]  # not the 3x3 one, nor the strided 1x1
+    key = calls[0].site.key
+    assert key.startswith("conv1x1 n=24 k=16 ")
+    db = tmp_path / "tune.jsonl"
+    _write(db, [_record(key, b, w) for b, w in (((1, 1), "smallm"), ((2, 3), "dnnl"), ((16, 31), "smallm"),
+                                               ((32, 63), "dnnl_rt"), ((64, 127), "smallm"))])
+    cm = braze.compile(m, ex, dims, options={"tune_db": str(db)})
+    assert [t for _, p, t in cm.dispatch_tables() if p.startswith("1x1 conv")] == [
+        ((1, "smallm"), (3, "dnnl"), (15, "conv"), (31, "smallm"), (63, "dnnl_rt"), (127, "smallm"), (None, "conv"))]
+    for b, h, w in ((1, 3, 3), (2, 3, 3), (1, 3, 5), (2, 4, 3), (1, 7, 9), (2, 8, 6), (8, 40, 40)):
+        x = torch.randn(b, 8, h, w)
+        x[0, 0, 0, 0] = float("nan")
+        np.testing.assert_allclose(cm(x).numpy(), m(x).detach().numpy(), rtol=2e-5, atol=2e-5, err_msg=str((b, h, w)))

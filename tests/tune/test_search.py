@@ -12,33 +12,47 @@ from braze.tune.gemm import GemmSite
 SITE = GemmSite(128, 64, 1, True, False, 2)
 
 
-def _t(**points):
-    """times: path -> {m: [median ns, mad ns]} from path=((m, median, mad), ...)."""
-    return {p: {str(m): [med, mad] for m, med, mad in pts} for p, pts in points.items()}
+def _t(**paths):
+    """times: path -> {m: samples} from path={m: samples, ...}."""
+    return {p: {str(m): list(xs) for m, xs in pts.items()} for p, pts in paths.items()}
+
+
+def _flat(v, n=7):
+    return [v + 0.1 * (i % 3) for i in range(n)]
 
 
 def test_a_kernel_wins_a_bucket_only_clearly_and_at_both_ends():
-    fast = _t(smallm=((64, 90, 1), (127, 180, 2)), dnnl=((64, 100, 1), (127, 200, 2)))
+    fast = _t(smallm={64: _flat(90), 127: _flat(180)}, dnnl={64: _flat(100), 127: _flat(200)})
     assert search.winner(fast, [64, 127], ["smallm", "dnnl"]) == "smallm"
     # 2% faster: a tie, the default stays
-    tie = _t(smallm=((64, 98, 0.1), (127, 196, 0.1)), dnnl=((64, 100, 0.1), (127, 200, 0.1)))
+    tie = _t(smallm={64: _flat(98), 127: _flat(196)}, dnnl={64: _flat(100), 127: _flat(200)})
     assert search.winner(tie, [64, 127], ["smallm", "dnnl"]) == "default"
-    # 10% faster but within 3 MADs at one end: noise, the default stays
-    noisy = _t(smallm=((64, 90, 1), (127, 180, 8)), dnnl=((64, 100, 1), (127, 200, 2)))
+    # 5% faster at the median round, but the rounds' ratios scatter by more: noise, the default stays
+    noisy = _t(smallm={64: _flat(90), 127: [160, 200, 190, 140, 210, 190, 230]}, dnnl={64: _flat(100), 127: _flat(200)})
     assert search.winner(noisy, [64, 127], ["smallm", "dnnl"]) == "default"
     # faster at one end only
-    half = _t(smallm=((64, 90, 1), (127, 210, 1)), dnnl=((64, 100, 1), (127, 200, 1)))
+    half = _t(smallm={64: _flat(90), 127: _flat(210)}, dnnl={64: _flat(100), 127: _flat(200)})
     assert search.winner(half, [64, 127], ["smallm", "dnnl"]) == "default"
+
+
+def test_rounds_are_compared_in_pairs():
+    """A slow spell of the machine that slows one round of both kernels does not hide a clear win."""
+    spell = [1, 1, 2.5, 1, 1, 3, 1]
+    t = _t(smallm={64: [90 * f for f in spell], 127: [180 * f for f in spell]},
+           dnnl={64: [100 * f for f in spell], 127: [200 * f for f in spell]})
+    assert search.winner(t, [64, 127], ["smallm", "dnnl"]) == "smallm"
 
 
 def test_a_bucket_across_the_default_switch_needs_to_beat_the_default_where_it_is_not_it():
     # [32, 63]: the default is smallm at 32, dnnl at 63
-    t = _t(smallm=((32, 50, 1), (63, 80, 1)), dnnl=((32, 60, 1), (63, 100, 1)))
+    t = _t(smallm={32: _flat(50), 63: _flat(80)}, dnnl={32: _flat(60), 63: _flat(100)})
     assert search.winner(t, [32, 63], ["smallm", "dnnl"]) == "smallm"
-    t = _t(smallm=((32, 50, 1), (63, 100, 1)), dnnl=((32, 40, 1), (63, 100, 1)))
+    t = _t(smallm={32: _flat(50), 63: _flat(100)}, dnnl={32: _flat(40), 63: _flat(100)})
     assert search.winner(t, [32, 63], ["smallm", "dnnl"]) == "dnnl"  # faster at 32, the default at 63
-    t = _t(smallm=((32, 50, 1), (63, 100, 1)), dnnl=((32, 40, 1), (63, 100, 1)))
     assert search.winner(t, [63], ["smallm"]) == "default"
+    # a 1x1 convolution's default is its convolution everywhere
+    conv = _t(conv={4: _flat(120), 7: _flat(150)}, smallm={4: _flat(90), 7: _flat(70)})
+    assert search.winner(conv, [4, 7], ["conv", "smallm"], ((None, "conv"),)) == "smallm"
 
 
 def test_measure_records_every_bucket_and_a_failed_child_keeps_the_default(tmp_path, monkeypatch):
@@ -63,15 +77,19 @@ def test_measure_records_every_bucket_and_a_failed_child_keeps_the_default(tmp_p
 def test_the_measuring_process_times_and_checks_every_kernel():
     job = {"rounds": 3, "warmup": 1, "sites": [
         {"id": 0, "site": {"n": 128, "k": 64, "transposed": 1, "bias": True, "residual": True, "act": 2},
-         "points": [1, 63], "paths": ["smallm", "dnnl", "dnnl_rt"]}]}
+         "points": [1, 63], "paths": ["smallm", "dnnl", "dnnl_rt"]},
+        {"id": 1, "site": {"n": 48, "k": 40, "transposed": 1, "bias": True, "residual": True, "act": 0,
+                           "kind": "conv1x1"}, "points": [7, 64], "paths": ["conv", "smallm", "dnnl"]}]}
     lines, failure = search._child(job, 2, 120)
     assert failure == ""
-    (r,) = lines
-    assert r["rejected"] == {} and not r["skipped"]
-    assert set(r["times"]) == {"smallm", "dnnl", "dnnl_rt"}
-    for per_point in r["times"].values():
-        assert set(per_point) == {"1", "63"}
-        assert all(med > 0 and mad >= 0 for med, mad in per_point.values())
+    assert [r["id"] for r in lines] == [0, 1]
+    for r, paths, points in ((lines[0], {"smallm", "dnnl", "dnnl_rt"}, {"1", "63"}),
+                             (lines[1], {"conv", "smallm", "dnnl"}, {"7", "64"})):
+        assert r["rejected"] == {} and not r["skipped"]  # each kernel matched the reference
+        assert set(r["times"]) == paths
+        for per_point in r["times"].values():
+            assert set(per_point) == points
+            assert all(len(xs) == 3 and min(xs) > 0 for xs in per_point.values())  # one sample a round
 
 
 def test_a_job_the_measuring_process_cannot_read_is_a_failure_not_a_crash():

@@ -263,6 +263,12 @@ int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_p
 int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
                          int act);
 
+/* For a tuner, as braze_time_matmul: braze_conv2d(N, H, W, X, Ps[i % nP], bias, residual, act, OH, OW, Y) for
+ * i in [0, reps); the nanoseconds the calls took, or -1 on an error (err). */
+int64_t braze_time_conv2d(int64_t reps, int64_t N, int64_t H, int64_t W, const void *X,
+                          const braze_packed_conv *const *Ps, int nP, const void *bias, const void *residual,
+                          int act, int64_t OH, int64_t OW, void *Y, char *err, int errlen);
+
 /* A convolution's gradients in training, float32, for a geometry from braze_conv_geometry (its
  * layout is the activations'; Wt and dW are [OC, IC/groups, KH, KW]). dY is the gradient of
  * the output [N, OC, OH, OW]. braze_conv2d_bwd_data writes dX, the input's gradient
