@@ -1,6 +1,6 @@
 """What tuning costs and what it chooses, per zoo model (docs/tuning.md).
 
-    python -m benchmarks.tuning [--models mlp,bert,gpt2,llama,block] [--threads 2]
+    python -m benchmarks.tuning [--models mlp,bert,gpt2,llama,block,resnet50,depthwise] [--threads 2]
                                 [--out benchmarks/results] [--stem tuning]
 
 Per model, in one process: ``braze.compile(..., tune="fast")`` twice from two empty tuning
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .run import DEFAULT_OUT, _machine, _md_table, _versions, write_results
 
-MODELS = ["mlp", "bert", "gpt2", "llama", "block"]
+MODELS = ["mlp", "bert", "gpt2", "llama", "block", "resnet50", "depthwise"]
 
 
 def _compile(zm, tune: str, db: str, threads: int):

@@ -13,7 +13,7 @@ commands:
                                    ATen ops its two frontends import
   braze resume DUMP/NN_STAGE.braze continue a compile from one stage of a BRAZE_DUMP directory
                                    (a repro: the same C as the compile that dumped it)
-  braze tune MODEL --dim N=LO:HI   measure each GEMM's kernels per bucket of its rows on this
+  braze tune MODEL --dim N=LO:HI   measure each product's kernels per bucket of its rows on this
                                    machine into the tuning database (docs/tuning.md)
 
 `braze COMMAND --help` explains each command. Errors are one line on stderr:
@@ -183,11 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "tune", help="measure a model's kernels on this machine into the tuning database",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Compile a model file with tune=fast (or full): each GEMM on a constant weight has its "
-                    "kernels (braze's small-M kernel, oneDNN per M, oneDNN with a run-time M) timed per "
-                    "power-of-two bucket of its rows M, inside the ranges the dims allow, in a child process. "
+        description="Compile a model file with tune=fast (or full): each GEMM or 1x1 convolution on a constant "
+                    "weight has its kernels (oneDNN's convolution, braze's small-M kernel, oneDNN's matmul per M "
+                    "or with a run-time M) timed per power-of-two bucket of its rows M, inside the ranges the dims "
+                    "allow, in a child process. "
                     "Buckets the database already holds are not measured again. Later compiles on this machine "
-                    "(tune=cached, the default) use the winners, with no measuring; prints each GEMM's "
+                    "(tune=cached, the default) use the winners, with no measuring; prints each product's "
                     "dispatch table (docs/tuning.md).\n\n"
                     "  braze tune model.onnx --dim batch=1:64 --dim seq=1:512 --budget 10m\n"
                     "  BRAZE_TUNE_DB=my.jsonl braze tune model.pt2 --mode full")

@@ -197,7 +197,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     docs/precision.md). A 16-bit model computes in its own dtype whatever this says.
     ``target``: "cpu" (default) or "cuda:sm_XX" (cross-compiles on any machine; the GPU is first
     needed at the first call), "cuda" for this machine's GPU (docs/cuda.md).
-    ``tune``: where each GEMM's kernel per range of M comes from: "cached" (default: the tuning
+    ``tune``: where each GEMM's and 1x1 convolution's kernel per range of M comes from: "cached" (default: the tuning
     database's measured choices, never measuring), "fast" or "full" (measure the buckets the
     database lacks first, at most ``tune_budget_s``), "off" (the default rules); docs/tuning.md.
     ``options``: settings: an ``Options``, or a dict of changes to ``Options.from_env()``

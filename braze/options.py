@@ -25,7 +25,7 @@ choice cannot live in its options.
 * ``BRAZE_TARGET``: ``cpu`` (default) or ``cuda:sm_XX`` (braze/target.py; ``cuda``: this machine's GPU).
 * ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
   matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
-* ``BRAZE_TUNE``: ``cached`` (default), ``off``, ``fast`` or ``full``: where each GEMM's kernel per
+* ``BRAZE_TUNE``: ``cached`` (default), ``off``, ``fast`` or ``full``: where each product's kernel per
   range of M comes from (braze/tune; docs/tuning.md). ``cached`` reads the tuning database and never
   measures; ``fast`` / ``full`` measure what it lacks first, within ``tune_budget_s``
   (``BRAZE_TUNE_BUDGET``, seconds; default 600). ``BRAZE_TUNE_DB``: the tuning database's file
@@ -80,9 +80,9 @@ class Options:
     weight_copies: bool = True
     # "cpu" (this host, its ISA detected) or "cuda:sm_XX" (braze/target.py); BRAZE_TARGET
     target: str = "cpu"
-    # each GEMM's kernel per range of M: "off" (the default rule), "cached" (the tuning database's
-    # choices, no measuring), "fast" / "full" (measure what the database lacks first, at most
-    # tune_budget_s seconds); braze/tune
+    # each product's (GEMM, 1x1 convolution) kernel per range of M: "off" (the default rules),
+    # "cached" (the tuning database's choices, no measuring), "fast" / "full" (measure what the
+    # database lacks first, at most tune_budget_s seconds); braze/tune
     tune: str = "cached"
     tune_budget_s: float = 600.0
     # the tuning database's file (None: tune/tune.jsonl in the compile cache); BRAZE_TUNE_DB

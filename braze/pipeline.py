@@ -45,7 +45,7 @@ _log = _logging.get("pipeline")
 # per model, not one per layer); precision after decompose (attention's products are matmuls
 # by then), its casts of constant weights folded right after, then its casts to 16 bits moved
 # above relus and pools (hoist_casts: on CSE's one cast per value) so products store 16 bits; fuse, then offload the library
-# calls' post-ops, pick each GEMM's kernel per range of M (braze/tune: the default rule, or the tuning
+# calls' post-ops, pick each product's kernel per range of M (braze/tune: the default rule, or the tuning
 # database's), drop what offload made dead, and plan the arena.
 GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose,
                             precision, canonicalize, constant_fold, cse, hoist_casts, dce, fuse, offload, dispatch,

@@ -89,7 +89,7 @@ defop("fused", inputs=("xs*",),
                                            "in order (bias, residual, gelu, gelu_tanh, silu, tanh); set by offload"),
              "arena": Attr("intlikes", None, "each output's byte offset in the function's arena, -1 for a "
                                              "function result (the caller's memory); set by assign_memory"),
-             "dispatch": Attr("any", None, "gemm on a constant weight: the kernel per range of M, "
-                                           "[[HI, KERNEL], ..., [none, KERNEL]]; set by dispatch (braze/tune)")},
+             "dispatch": Attr("any", None, "gemm, or 1x1 conv, on a constant weight: the kernel per range of "
+                                           "M, [[HI, KERNEL], ..., [none, KERNEL]]; set by dispatch (braze/tune)")},
       infer=_fused_infer, reference=_fused_ref, kind="opaque",
       doc="A fusion group: calls @callee (a function of the same module) on the inputs; its results.")

@@ -3,9 +3,9 @@
 Per site (a product's shape and epilogue) the buckets of M inside its range, up to the mode's
 cap, that the database lacks are measured in one child process (measure.py) at each bucket's
 lowest and highest M. A kernel replaces the default rule's choice in a bucket only when, at both
-ends, the median over rounds of its time over the default's is at most 1 - ``MIN_GAIN``, by at
-least ``MADS`` times that ratio's median absolute deviation, and a second child process (fresh
-primitives, fresh rounds) confirms it. Ties
+ends, the median over rounds of its time over the default's is at most 1 - ``MIN_GAIN`` and below
+1 by ``MADS`` standard errors (``_wins``), and a second child process (fresh primitives, fresh
+rounds) confirms it. Ties
 keep the default. Every measured bucket becomes a database line, its winner "default" where
 nothing won (so it is not measured again). Where the child fails, the site it was measuring is
 recorded with the failure and keeps the default; the sites after it are left to a later compile.
@@ -28,8 +28,8 @@ from .gemm import CHOICES, DEFAULT, GemmSite
 
 # fast: the kernels that differ most, up to M = 1024; full: every kernel, more rounds, M to 4096
 PLANS = {"fast": {"paths": {"gemm": ("smallm", "dnnl"), "conv1x1": ("conv", "smallm", "dnnl")}, "cap": 1024,
-                  "rounds": 7},
-         "full": {"paths": CHOICES, "cap": 4096, "rounds": 11}}
+                  "rounds": 9},
+         "full": {"paths": CHOICES, "cap": 4096, "rounds": 15}}
 MIN_GAIN = 0.03
 MADS = 3.0
 LOAD_WAIT_S = 30.0
@@ -53,14 +53,15 @@ def _median_mad(xs) -> tuple[float, float]:
 
 def _wins(t: dict, path: str, base: str, m: int) -> bool:
     """Whether ``path`` beats ``base`` at M=m in these times (ns per call, one sample per round):
-    the median over rounds of each round's ratio at most 1 - MIN_GAIN, and that far from 1 by
-    MADS times the ratios' median absolute deviation (a round times both kernels back to back,
-    so a slow spell of the machine moves both)."""
+    the median over rounds of each round's ratio (a round times both kernels back to back, so a
+    slow spell of the machine moves both) at most 1 - MIN_GAIN, and below 1 by MADS standard
+    errors of that median (1.858 MAD / sqrt(rounds) for normal noise: 1.2533 sigma / sqrt(n),
+    sigma = 1.4826 MAD)."""
     p, b = t.get(path, {}).get(str(m)), t.get(base, {}).get(str(m))
     if not p or not b or len(p) != len(b):
         return False
     ratio, mad = _median_mad([x / y for x, y in zip(p, b)])
-    return ratio <= 1 - MIN_GAIN and 1 - ratio >= MADS * mad
+    return ratio <= 1 - MIN_GAIN and 1 - ratio >= MADS * 1.858 * mad / len(p) ** 0.5
 
 
 def winner(times: dict, points: list[int], paths, default: tuple = DEFAULT) -> str:

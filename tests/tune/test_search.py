@@ -30,6 +30,14 @@ def test_a_kernel_wins_a_bucket_only_clearly_and_at_both_ends():
     # 5% faster at the median round, but the rounds' ratios scatter by more: noise, the default stays
     noisy = _t(smallm={64: _flat(90), 127: [160, 200, 190, 140, 210, 190, 230]}, dnnl={64: _flat(100), 127: _flat(200)})
     assert search.winner(noisy, [64, 127], ["smallm", "dnnl"]) == "default"
+    # 15% faster, rounds scattering by 10%: three standard errors of the median (7 rounds: 0.21) it is not
+    noisy = _t(smallm={64: _flat(90), 127: [150, 190, 170, 150, 190, 170, 170]}, dnnl={64: _flat(100), 127: _flat(200)})
+    assert search.winner(noisy, [64, 127], ["smallm", "dnnl"]) == "default"
+    # 30% faster with the same scatter: it is
+    noisy = _t(smallm={64: _flat(90), 127: [120, 160, 140, 120, 160, 140, 140]}, dnnl={64: _flat(100), 127: _flat(200)})
+    assert search.winner(noisy, [64, 127], ["smallm", "dnnl"]) == "smallm"
+    noisy = _t(smallm={64: _flat(90), 127: [160, 200, 190, 140, 210, 190, 230]}, dnnl={64: _flat(100), 127: _flat(200)})
+    assert search.winner(noisy, [64, 127], ["smallm", "dnnl"]) == "default"
     # faster at one end only
     half = _t(smallm={64: _flat(90), 127: _flat(210)}, dnnl={64: _flat(100), 127: _flat(200)})
     assert search.winner(half, [64, 127], ["smallm", "dnnl"]) == "default"
