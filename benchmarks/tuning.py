@@ -76,7 +76,7 @@ def to_markdown(doc: dict) -> str:
              " / ".join(f"{t:.1f}" for t in r["tune_s"]), r["warm_measurements"], f"{r['warm_added_s']:.3f}",
              f"{r['same_winner']} of {r['compared']}", " / ".join(map(str, r["non_default"])),
              "yes" if r.get("same_c_as_untuned") else "no"] for r in doc["rows"]]
-    table = _md_table(["model", "GEMM sites", "buckets", "measurements A / B", "tuning s A / B",
+    table = _md_table(["model", "product sites", "buckets", "measurements A / B", "tuning s A / B",
                        "warm measurements", "warm adds s", "same", "non-default A / B", "C = untuned C"], rows)
     tables = "\n".join(f"- {r['model']}: " + "; ".join(r["tables"]) for r in doc["rows"])
     return f"{head}\n\n{table}\n\nDispatch tables (A):\n\n{tables}\n"
