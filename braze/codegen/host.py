@@ -16,16 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import BrazeError, UnsupportedOpError
+from ..extern.onednn import GEMM_PATHS
 from ..ir import loop as L
 from ..ir import sym as S
 from ..ir.constant import ConstantRef
 from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
-from ..ops.conv import pads4
+from ..ops.conv import is_pointwise_conv, pads4
 from ..passes.common import top_functions
 from ..passes.node_classes import CONV_GRADS
 from ..passes.memory import in_place_inputs
-from ..extern.onednn import GEMM_PATHS
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from ..target import is_cuda
 from .c_expr import c_sym_name, int_expr
@@ -608,6 +608,10 @@ class _EntryWriter:
                 self.prepares.append((prepare, frozenset().union(*(S.free_syms(d) for d in dims))))
                 self.emit(f"if ({call}) return BRAZE_ERR_INTERNAL;")
                 return
+            if not is_pointwise_conv(a, w.shape):
+                raise BrazeError(f"dispatch={dispatch!r} names a GEMM kernel for a convolution that is not a product "
+                                 "(an NHWC 1x1 kernel, stride 1, no padding, one group)",
+                                 where=str(a.loc) if a.loc else None, hint='give it [[none, "conv"]]')
             # a 1x1 convolution's dispatch table: a product of [N*H*W, IC] by [OC, IC] where it picks a GEMM kernel
             M, hb = int_expr(S.prod(dims)), self.gen.pack_b(wconst, w.shape[0], w.shape[1], 1, dt=wdt)
             has_res = 0 if res == "NULL" else 2 if residual == dst else 1

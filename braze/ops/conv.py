@@ -25,6 +25,15 @@ def _pair(ctx, name, v):
     return v
 
 
+def is_pointwise_conv(n, w_shape) -> bool:
+    """Whether conv2d node ``n`` is a product of its NHWC input by its weight (``w_shape``): a 1x1
+    kernel, stride 1, no padding, one group (braze/tune may run it as a GEMM)."""
+    a = n.attrs
+    return (n.op == "conv2d" and a.get("layout") == "nhwc" and a.get("groups") == 1
+            and tuple(a.get("stride", ())) == (1, 1) and tuple(a.get("dilation", ())) == (1, 1)
+            and all(p == 0 for p in pads4(a.get("padding", (0,)))) and tuple(w_shape[2:]) == (1, 1))
+
+
 def pads4(v) -> tuple:
     """(top, left, bottom, right) from a padding attr; (p,) and (h, w) are symmetric."""
     v = tuple(v)

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..codegen.host import ACTIVATION_CODES as ACT_CODES
 from ..ir import sym as S
 from ..ir.graph import Module, Node
 from ..ir.types import DType
-from ..ops.conv import pads4
+from ..ops.conv import is_pointwise_conv
 from ..passes.offload import ANCHORS, transposed_operands
 
 SMALL_M_MAX = 48  # the helper's SMALLM_DEFAULT_MAX (braze_dnnl_matmul.c)
 DEFAULTS = {"gemm": ((SMALL_M_MAX, "smallm"), (None, "dnnl")), "conv1x1": ((None, "conv"),)}
 CHOICES = {"gemm": ("smallm", "dnnl", "dnnl_rt"), "conv1x1": ("conv", "smallm", "dnnl", "dnnl_rt")}
 DEFAULT = DEFAULTS["gemm"]
-# the helper's activation codes (BRAZE_ACT_*) of the post-ops oneDNN applies (passes/offload.py)
-ACT_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6}
 
 
 @dataclass(frozen=True)
@@ -91,13 +90,6 @@ def _float32(n: Node, *vs) -> bool:
     return all(v.dtype == DType.float32 for v in (*vs, n.outputs[0])) and "cast" not in n.attrs["post_ops"]
 
 
-def is_pointwise_conv(a: Node, w) -> bool:
-    """A conv2d that is a product: NHWC, a 1x1 kernel, stride 1, no padding, one group."""
-    return (a.op == "conv2d" and a.attrs.get("layout") == "nhwc" and a.attrs.get("groups") == 1
-            and tuple(a.attrs.get("stride", ())) == (1, 1) and tuple(a.attrs.get("dilation", ())) == (1, 1)
-            and all(p == 0 for p in pads4(a.attrs.get("padding", (0,)))) and tuple(w.shape[2:]) == (1, 1))
-
-
 def library_call(module: Module, n: Node) -> Call | None:
     """The knob's call of a ``fused`` gemm or conv node on a constant weight, else None."""
     kind = n.attrs.get("kind") if n.op == "fused" else None
@@ -112,7 +104,7 @@ def library_call(module: Module, n: Node) -> Call | None:
         return None
     x, w = anchor.inputs[0], anchor.inputs[1]
     if kind == "conv":
-        if not is_pointwise_conv(anchor, w):
+        if not is_pointwise_conv(anchor, w.shape):
             return None
         N, K, M, transposed = w.shape[0], w.shape[1], S.prod(x.shape[:3]), 1
         kind = "conv1x1"

@@ -15,6 +15,11 @@ from braze.tune.db import env_key, environment
 from braze.tune.gemm import DEFAULT, library_call
 
 
+def _imported(model, ex, dyn):
+    from braze.compiler import _to_module
+    return _to_module(model, ex, dyn, {})
+
+
 def _tables(m):
     return [n.attrs["dispatch"] for n in m.main.nodes if n.attrs.get("dispatch") is not None]
 
@@ -144,6 +149,13 @@ def test_a_1x1_convolution_runs_as_a_gemm_where_its_table_says(tmp_path):
     cm = braze.compile(m, ex, dims, options={"tune_db": str(db)})
     assert [t for _, p, t in cm.dispatch_tables() if p.startswith("1x1 conv")] == [
         ((1, "smallm"), (3, "dnnl"), (15, "conv"), (31, "smallm"), (63, "dnnl_rt"), (127, "smallm"), (None, "conv"))]
+    # a table that names a GEMM kernel for a convolution that is not a product is refused
+    from braze.pipeline import emit, lower_kernels, run_pipeline
+    mod = run_pipeline(_imported(m, ex, dims), options=Options(tune="off"))
+    conv3 = next(n for n in mod.main.nodes if n.attrs.get("kind") == "conv" and library_call(mod, n) is None)
+    conv3.attrs["dispatch"] = ((4, "smallm"), (None, "conv"))
+    with pytest.raises(BrazeError, match="not a product"):
+        emit(mod, lower_kernels(mod), detect_isa())
     for b, h, w in ((1, 3, 3), (2, 3, 3), (1, 3, 5), (2, 4, 3), (1, 7, 9), (2, 8, 6), (8, 40, 40)):
         x = torch.randn(b, 8, h, w)
         x[0, 0, 0, 0] = float("nan")
