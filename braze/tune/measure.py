@@ -3,15 +3,16 @@ one JSON line per site on stdout. The compile runs it as a child, so a kernel th
 down the measurement, never the user's program (search.py).
 
 Per site: a random weight, packed as the model packs it (for a 1x1 convolution's ``conv`` kernel,
-also as a convolution's, run on the squarest image of M pixels, ``_image``); copies of it enough to exceed the
-last-level cache twice when one copy exceeds L2 (a model's weight comes from memory; the same
-weight timed again would come from cache). Per point (an M) and path:
+also as a convolution's, run on the squarest image of M pixels, ``_image``); copies of it enough
+to exceed the last-level cache twice when one copy exceeds L2 (a model's weight comes from
+memory; the same weight timed again would come from cache). Per point (an M) and path:
 
 * the result's first rows checked against a float64 NumPy reference; a mismatch or an error
   rejects the path (recorded, never chosen);
 * 3 warm-up calls (a primitive per M is created here);
 * ``rounds`` interleaved rounds, the paths in a rotated order each round, each timing enough
-  calls in the helper's own C loop (``braze_time_matmul``) to last about ``SAMPLE_NS``.
+  calls in the helper's own C loop (``braze_time_matmul``, ``braze_time_conv2d``) to last about
+  ``SAMPLE_NS``.
 
 The result per path and point is its samples, ns per call, one per round.
 """
@@ -65,11 +66,11 @@ class _Site:
         n, k = site["n"], site["k"]
         self.err = C.create_string_buffer(512)
         w = rng.standard_normal((n, k) if site["transposed"] else (k, n), dtype=np.float32) / math.sqrt(k)
-        self.w = w
+        self.w = w  # alive while packed: a packed convolution keeps a pointer to its plain weights
         self.wt = w if site["transposed"] else w.T  # [N, K] either way
         copies = 1
-        if w.nbytes > _cache_bytes(2, 1 << 20):
-            copies = min(64, max(1, math.ceil(2 * _cache_bytes(3, 32 << 20) / w.nbytes)), max(1, (1 << 30) // w.nbytes))
+        if w.nbytes > _cache_bytes(2, 1 << 20):  # at most 64 copies and 1 GiB
+            copies = min(64, math.ceil(2 * _cache_bytes(3, 32 << 20) / w.nbytes), max(1, (1 << 30) // w.nbytes))
         self.packed, self.convs = [], []
         for _ in range(copies):
             pb = lib.braze_pack_b_err(w.ctypes.data, n, k, site["transposed"], self.err, len(self.err))
