@@ -271,6 +271,8 @@ GEMM_PATHS = {"auto": 0, "smallm": 1, "dnnl": 2, "dnnl_rt": 3}
 def helper_build_id() -> str:
     """What a measurement of the helper's kernels depends on: its source and oneDNN's version."""
     import hashlib
+    if not available():
+        return "no-onednn"
     info = locate()
     v = ".".join(map(str, info.version)) if info.version else "?"
     return f"{hashlib.sha256(helper_text().encode()).hexdigest()[:16]}-onednn{v}"
