@@ -9,9 +9,9 @@ machine, threads and helper build, and overrides the default in each bucket a me
 ``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory.
 The same database gives the same tables, hence the same C.
 
-A database with lines only for other machines (or thread counts, or helper builds) gives the default
-rule, with one warning that names what differs. The count
-of measurements made is ``module.tune_measurements`` (not part of the IR).
+A database with lines only for other machines (or thread counts, or helper builds) gives the
+default rules, with one warning that names what differs. The count of measurements made is
+``module.tune_measurements`` (not part of the IR).
 """
 
 from __future__ import annotations

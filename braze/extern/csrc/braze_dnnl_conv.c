@@ -520,10 +520,8 @@ int64_t braze_time_conv2d(int64_t reps, int64_t N, int64_t H, int64_t W, const v
         set_err(err, errlen, "braze_time_conv2d: reps=%lld and %d weights", (long long)reps, nP);
         return -1;
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = now_ns();
     for (int64_t i = 0; i < reps; i++)
         if (braze_conv2d(N, H, W, X, Ps[i % nP], bias, residual, act, OH, OW, Y, err, errlen)) return -1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    return now_ns() - t0;
 }

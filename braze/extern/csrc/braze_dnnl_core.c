@@ -451,6 +451,13 @@ static void dt_store(void *p, int64_t i, int code, float v) {
     }
 }
 
+/* Nanoseconds from an arbitrary start: the tuner's timing loops (braze_time_matmul, braze_time_conv2d). */
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static int act_alg(int act, dnnl_alg_kind_t *alg, float *alpha) {
     *alpha = 0.f;
     if (act & ~(BRAZE_ACT_AFTER_RESIDUAL | 0xff | BRAZE_TYPES_MASK)) return -1;

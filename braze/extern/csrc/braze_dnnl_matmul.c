@@ -415,12 +415,10 @@ int64_t braze_time_matmul(int64_t reps, int64_t M, int64_t N, int64_t K, const v
         set_err(err, errlen, "braze_time_matmul: reps=%lld and %d weights", (long long)reps, nB);
         return -1;
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = now_ns();
     for (int64_t i = 0; i < reps; i++)
         if (braze_matmul(M, N, K, A, Bs[i % nB], bias, residual, act, C, err, errlen)) return -1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    return now_ns() - t0;
 }
 
 /* ------------------------------------------------------------------ run-time weights */
