@@ -3,7 +3,8 @@
 Channels: ``braze.compile`` (a compile starts, where its time went),
 ``braze.cache`` (hit or miss, where the library is, a fallback cache; ``braze.cache.helper``
 for the oneDNN helper library that models link),
-``braze.frontend`` (importing a model), ``braze.schedule`` (kernel-stage decisions at DEBUG:
+``braze.frontend`` (importing a model), ``braze.tune`` (what a tuning compile measures, what
+won), ``braze.schedule`` (kernel-stage decisions at DEBUG:
 the row buffers ``keep`` makes), ``braze.pipeline`` (passes, the
 fusion report at DEBUG), ``braze.dump`` (where ``BRAZE_DUMP`` wrote).
 
