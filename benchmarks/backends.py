@@ -592,7 +592,7 @@ class BrazeUntuned(Braze):
     name = "braze-untuned"
     label = "braze tune=off"
     description = ("as 'braze', with every GEMM on the default rule (BRAZE_TUNE=off: braze's small-M kernel up to "
-                   "M = 48, oneDNN above; braze/tune/gemm.py): the A side of a tuning A/B")
+                   "M = 48, oneDNN above; braze/tune/products.py): the A side of a tuning A/B")
     default = False
     env = {"BRAZE_TUNE": "off"}
 

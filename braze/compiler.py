@@ -115,7 +115,7 @@ class CompiledModel:
     def dispatch_tables(self) -> list[tuple[str, str, tuple]]:
         """Each library call's dispatch table: (the ``fused`` node's callee, a description of its
         product, the table ``((hi, kernel), ..., (None, kernel))``), in call order."""
-        from .tune.gemm import library_call
+        from .tune.products import library_call
         out = []
         for f in self.module.functions.values():
             for n in f.nodes:

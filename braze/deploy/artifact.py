@@ -214,7 +214,7 @@ def save(model, path) -> Path:
 
 def _measured(model) -> bool:
     """Whether any dispatch table differs from its default rule (a measurement chose it)."""
-    from ..tune.gemm import DEFAULTS
+    from ..tune.products import DEFAULTS
     return any(tuple(t) not in DEFAULTS.values() for _, _, t in model.dispatch_tables())
 
 

@@ -264,7 +264,7 @@ def describe() -> str:
 
 HELPER_FILE = "libbraze_dnnl.so"
 # braze_matmul's kernels, OR-ed into its act as BRAZE_PATH(code) (braze_dnnl.h): a model's
-# dispatch table names them (braze/tune/gemm.py)
+# dispatch table names them (braze/tune/products.py)
 GEMM_PATHS = {"auto": 0, "smallm": 1, "dnnl": 2, "dnnl_rt": 3}
 
 

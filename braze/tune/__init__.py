@@ -2,8 +2,9 @@
 library as range tests (docs/tuning.md).
 
 * ``buckets``: power-of-two buckets and dispatch tables (``((48, "smallm"), (None, "dnnl"))``).
-* ``gemm``: the GEMM knob (which kernel multiplies by a packed weight), its default rule and the
-  site key (shape and epilogue) measurements are stored under.
+* ``products``: the product knob (which kernel multiplies by a packed weight: a GEMM's, a 1x1
+  convolution's), its default rules and the site key (shape and epilogue) measurements are
+  stored under.
 * ``db``: the tuning database, JSON lines under the compile cache, keyed by machine.
 * ``measure``: the measuring child process; ``search``: what to measure, and the winner rule.
 * ``dispatch``: the graph pass that writes every call's table into the IR.

@@ -1,9 +1,9 @@
 """Stage ``dispatch`` (a graph pass, after ``offload``): every product by a constant weight (a GEMM,
-a 1x1 convolution; gemm.py) gets its dispatch table, ``dispatch=[[48, "smallm"], [none, "dnnl"]]``
+a 1x1 convolution; products.py) gets its dispatch table, ``dispatch=[[48, "smallm"], [none, "dnnl"]]``
 on its ``fused`` node, which the host turns into range tests on M.
 
 The module's ``tuning`` block says where tables come from: none (or ``mode "off"``) gives every
-call its default rule (gemm.DEFAULTS); ``cached`` reads the tuning database (db.py) for this
+call its default rule (products.DEFAULTS); ``cached`` reads the tuning database (db.py) for this
 machine, threads and helper build, and overrides the default in each bucket a measurement won;
 ``fast`` and ``full`` first measure the buckets the database lacks (search.py), within
 ``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory.
@@ -25,7 +25,7 @@ from ..ir.graph import Module
 from ..passes.common import top_functions
 from .buckets import override
 from .db import Database, env_key, environment
-from .gemm import library_call
+from .products import library_call
 from .search import MODES, PLANS, measure, missing
 
 _log = _logging.get("tune")

@@ -24,7 +24,7 @@ from .. import log as _logging
 from ..options import TUNE_MODES as MODES
 from .buckets import buckets, choice_at
 from .db import Database, env_key
-from .gemm import CHOICES, DEFAULT, GemmSite
+from .products import CHOICES, DEFAULT, ProductSite
 
 # fast: the kernels that differ most, up to M = 1024; full: every kernel, more rounds, M to 4096
 PLANS = {"fast": {"paths": {"gemm": ("smallm", "dnnl"), "conv1x1": ("conv", "smallm", "dnnl")}, "cap": 1024,
@@ -37,7 +37,7 @@ LOAD_WAIT_S = 30.0
 _log = _logging.get("tune")
 
 
-def missing(db: Database, env: str, site: GemmSite, lo: int, hi: int, mode: str) -> list[tuple[int, int]]:
+def missing(db: Database, env: str, site: ProductSite, lo: int, hi: int, mode: str) -> list[tuple[int, int]]:
     have = db.buckets(env, site.key)
     return [b for b in buckets(lo, min(hi, PLANS[mode]["cap"] - 1)) if b not in have]
 
@@ -150,7 +150,7 @@ def _count(results) -> int:
     return sum(len(ts) for r in results for ts in r["times"].values())
 
 
-def measure(db: Database, env: dict, todo: list[tuple[GemmSite, int, int, list]], mode: str, budget_s: float,
+def measure(db: Database, env: dict, todo: list[tuple[ProductSite, int, int, list]], mode: str, budget_s: float,
             cache_dir=None) -> int:
     """Measures ``todo`` (site, M's lowest, M's highest, missing buckets) and appends the database
     lines. The number of measurements made (a kernel timed at one M)."""

@@ -82,7 +82,7 @@ def test_a_new_shape_prepares_every_library_call_in_parallel_first():
 
 
 def test_every_post_op_activation_has_its_library_code():
-    from braze.codegen.host import ACTIVATION_CODES
+    from braze.codegen.host_library import ACTIVATION_CODES
     from braze.passes.offload import ACTIVATIONS
     assert set(ACTIVATION_CODES) == set(ACTIVATIONS)
 

@@ -4,7 +4,7 @@ import pytest
 
 from braze.errors import BrazeError
 from braze.tune.buckets import bucket_of, buckets, choice_at, describe, merged, override, summary
-from braze.tune.gemm import DEFAULT
+from braze.tune.products import DEFAULT
 
 
 def test_buckets_are_powers_of_two_met_by_the_range():

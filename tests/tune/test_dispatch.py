@@ -12,7 +12,7 @@ from braze.ir.parser import parse_module
 from braze.options import Options
 from braze.pipeline import compile_to_c
 from braze.tune.db import env_key, environment
-from braze.tune.gemm import DEFAULT, library_call
+from braze.tune.products import DEFAULT, library_call
 
 
 def _imported(model, ex, dyn):

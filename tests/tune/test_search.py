@@ -7,9 +7,9 @@ import pytest
 
 from braze.tune import search
 from braze.tune.db import Database, env_key, environment
-from braze.tune.gemm import GemmSite
+from braze.tune.products import ProductSite
 
-SITE = GemmSite(128, 64, 1, True, False, 2)
+SITE = ProductSite(128, 64, 1, True, False, 2)
 
 
 def _t(**paths):
@@ -66,7 +66,7 @@ def test_a_bucket_across_the_default_switch_needs_to_beat_the_default_where_it_i
 def test_measure_records_every_bucket_and_a_failed_child_keeps_the_default(tmp_path, monkeypatch):
     db = Database(tmp_path / "db.jsonl")
     env = environment(None)
-    other = GemmSite(32, 16, 0, False, False, 0)
+    other = ProductSite(32, 16, 0, False, False, 0)
     monkeypatch.setattr(search, "_child", lambda job, threads, timeout: ([], "Segmentation fault"))
     monkeypatch.setattr(search, "LOAD_WAIT_S", 0.0)
     assert search.measure(db, env, [(SITE, 1, 100, [(1, 1), (64, 127)]), (other, 1, 8, [(1, 1)])], "fast", 10.0) == 0

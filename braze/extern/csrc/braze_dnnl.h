@@ -109,7 +109,7 @@ braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, i
 void braze_free_packed_b(braze_packed_b *B);
 
 /* Kernels of a prepacked weight's product, OR-ed into braze_matmul's `act` as BRAZE_PATH(p): a
- * model's dispatch table picks one per range of M (braze/tune/gemm.py, in the IR). AUTO keeps the
+ * model's dispatch table picks one per range of M (braze/tune/products.py, in the IR). AUTO keeps the
  * helper's rule: the small-M kernel at M <= braze_dnnl_small_m() where it applies, oneDNN's
  * run-time-M primitive at M <= 2, else a primitive per M. SMALLM runs the small-M kernel where
  * the weight's layout, dtypes and activation allow, unless braze_dnnl_set_small_m(0) turned it off

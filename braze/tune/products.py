@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..codegen.host import ACTIVATION_CODES as ACT_CODES
+from ..codegen.host_library import ACTIVATION_CODES as ACT_CODES
 from ..ir import sym as S
 from ..ir.graph import Module, Node
 from ..ir.types import DType
@@ -36,7 +36,7 @@ DEFAULT = DEFAULTS["gemm"]
 
 
 @dataclass(frozen=True)
-class GemmSite:
+class ProductSite:
     """What a product's speed depends on, names aside: the tuning database's key."""
     n: int
     k: int
@@ -72,7 +72,7 @@ class Call:
     symbolic, or the operands are not all float32: those keep the default and are never measured)."""
     kind: str
     M: object
-    site: GemmSite | None
+    site: ProductSite | None
 
     @property
     def default(self) -> tuple:
@@ -117,4 +117,4 @@ def library_call(module: Module, n: Node) -> Call | None:
     if not (isinstance(N, int) and isinstance(K, int)) or not _float32(n, x, w):
         return Call(kind, M, None)
     bias, residual, act = _epilogue(n, anchor)
-    return Call(kind, M, GemmSite(N, K, transposed, bias, residual, act, kind=kind))
+    return Call(kind, M, ProductSite(N, K, transposed, bias, residual, act, kind=kind))
