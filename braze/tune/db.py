@@ -107,12 +107,17 @@ class Database:
     def append(self, records: list[dict]) -> None:
         if not records:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            for r in records:
-                os.write(fd, (json.dumps(r, sort_keys=True) + "\n").encode())
-        finally:
-            os.close(fd)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                for r in records:
+                    os.write(fd, (json.dumps(r, sort_keys=True) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            warnings.warn(BrazeWarning(f"the tuning database {self.path} cannot be written ({e}): this compile uses "
+                                       "its measurements, later ones measure again (set BRAZE_TUNE_DB or "
+                                       "BRAZE_CACHE_DIR to a writable place)"))
         for r in records:
             self.records[(r["env"], r["site"], tuple(r["bucket"]))] = r

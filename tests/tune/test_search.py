@@ -127,3 +127,15 @@ def test_a_fast_compile_measures_once_then_reads_the_database(mlp, tmp_path, mod
         np.testing.assert_allclose(again(x).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
     assert braze.stats()["native_compiles"] == compiles
     assert len((tmp_path / "db.jsonl").read_text().splitlines()) == len(lines)
+
+
+def test_a_database_that_cannot_be_written_warns_and_the_compile_keeps_its_measurements(tmp_path):
+    from braze.errors import BrazeWarning
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.warns(BrazeWarning, match="cannot be read"):
+        db = Database(blocker / "tune.jsonl")  # its directory is a file: neither read, made nor written
+    rec = {"v": 1, "env": "e", "site": SITE.key, "bucket": [1, 1], "winner": "smallm"}
+    with pytest.warns(BrazeWarning, match="cannot be written"):
+        db.append([rec])
+    assert db.buckets("e", SITE.key) == {(1, 1): rec}
