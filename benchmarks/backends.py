@@ -606,6 +606,23 @@ class BrazeTuned(Braze):
     env = {"BRAZE_TUNE": "fast"}
 
 
+class BrazeOneDNNConv(Braze):
+    name = "braze-onednn-conv"
+    label = "braze, every conv on oneDNN"
+    description = ("as 'braze', with decompose's conv2d rule off (DIRECT_IN_CHANNELS = 0 while it compiles): every "
+                   "convolution a oneDNN call, none braze's loops (direct_conv2d): the A side of that A/B")
+    default = False
+
+    def prepare(self, zm, cache_dir, threads):
+        import importlib
+        rule = importlib.import_module("braze.passes.decompose")  # the module (the package exports the pass)
+        keep, rule.DIRECT_IN_CHANNELS = rule.DIRECT_IN_CHANNELS, 0
+        try:
+            return _braze_prepared(zm, zm.module, lambda x: x)
+        finally:
+            rule.DIRECT_IN_CHANNELS = keep
+
+
 class BrazeBf16(Braze):
     name = "braze-bf16"
     label = "braze precision=bf16"
@@ -636,7 +653,7 @@ class BrazeBf16Model(Braze):
 BACKENDS: dict[str, Backend] = {b.name: b for b in
                                 (Eager(), Inductor(), InductorFreezing(), OnnxRuntime(), OnnxRuntimeNoSpin(),
                                  OpenVINO(), TVM(), Braze(), BrazeAdaptThreads(), BrazeOpenMP(), BrazeUntuned(),
-                                 BrazeTuned(), BrazePlugin(),
+                                 BrazeTuned(), BrazeOneDNNConv(), BrazePlugin(),
                                  BrazeReference(),
                                  EagerBf16(), InductorBf16(), OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]

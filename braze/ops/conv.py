@@ -246,6 +246,44 @@ defop("conv2d", inputs=("x", "weight", "bias?"),
 
 
 # ---------------------------------------------------------------------------
+# direct_conv2d: a convolution braze's generated loops compute (decompose's rule conv2d)
+# ---------------------------------------------------------------------------
+
+_HWIO_TO_OIHW = (3, 2, 0, 1)
+
+
+def _direct_conv2d_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | None = None, *, stride, padding,
+                         dilation, groups):
+    if x.rank != 4 or w.rank != 4:
+        raise ctx.error(f"takes an NHWC input and an HWIO weight [kh, kw, in/groups, out], got {x} and {w}")
+    if x.dtype is not DType.float32 or w.dtype is not DType.float32 or (bias is not None and
+                                                                          bias.dtype is not DType.float32):
+        raise ctx.error("takes float32 operands", hint="other dtypes run as conv2d")
+    if not all(isinstance(d, int) for d in w.shape[:3]):
+        raise ctx.error(f"needs a static window and group width (its loops are unrolled), got weight {w}")
+    infer = _channels_last(_conv2d_infer, None)[0]
+    return infer(ctx, x, w.with_shape(tuple(w.shape[i] for i in _HWIO_TO_OIHW)), bias, stride=stride,
+                 padding=padding, dilation=dilation, groups=groups, layout="nhwc")
+
+
+def _direct_conv2d_ref(ctx, x, w, bias=None, *, stride, padding, dilation, groups):
+    ref = _channels_last(None, _conv2d_ref)[1]
+    return ref(ctx, x, np.ascontiguousarray(w.transpose(_HWIO_TO_OIHW)), bias, stride=stride, padding=padding,
+               dilation=dilation, groups=groups, layout="nhwc")
+
+
+defop("direct_conv2d", inputs=("x", "weight", "bias?"),
+      attrs={"stride": Attr("ints", (1, 1), "(sh, sw)"),
+             "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right)"),
+             "dilation": Attr("ints", (1, 1), "(dh, dw)"),
+             "groups": Attr("int", 1, "channel groups")},
+      infer=_direct_conv2d_infer, reference=_direct_conv2d_ref, kind="conv",
+      doc="2-D convolution as generated loops (a sum over the window at each output element, fused "
+          "with the elementwise ops after it): float32, NHWC input, weight [kh, kw, in/groups, out]. "
+          "decompose's rule conv2d writes it for depthwise and few-channel convolutions.")
+
+
+# ---------------------------------------------------------------------------
 # conv2d's gradients (training backward): NCHW, float32
 # ---------------------------------------------------------------------------
 

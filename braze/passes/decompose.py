@@ -253,10 +253,42 @@ def _decompose_matmul(module: Module, n: Node, namer: Namer):
     return emit.nodes, y
 
 
+# decompose's conv2d rule: a float32 NHWC convolution on a constant weight, whose group reads at
+# most DIRECT_IN_CHANNELS input channels (a depthwise convolution reads 1, an RGB stem 3) and whose
+# outputs each sum at most DIRECT_TERMS products (taps x channels), runs as braze's loops. Each
+# output is then a short sum of vector products that fuses with the ops after it (a depthwise
+# convolution's ReLU6, which oneDNN leaves to a pass of its own), and no shape needs a primitive
+# (docs/gemm.md). Not under a 16-bit precision policy: its convolutions store 16 bits.
+DIRECT_IN_CHANNELS = 4
+DIRECT_TERMS = 64
+
+
+def _decompose_conv2d(module: Module, n: Node, namer: Namer):
+    """A convolution reading few channels per group becomes ``direct_conv2d`` on its weight
+    permuted to HWIO (folded by the next constant_fold)."""
+    a = n.attrs
+    x, w = n.inputs[0], n.inputs[1]
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    o, cg, kh, kw = w.type.shape
+    if (a.get("layout") != "nhwc" or module.precision.get("policy", "fp32") != "fp32"
+            or w.producer is None or w.producer.op != "constant"
+            or any(v is not None and v.type.dtype is not DType.float32 for v in (x, w, bias, n.outputs[0]))
+            or not all(isinstance(d, int) for d in (o, cg, kh, kw)) or cg > DIRECT_IN_CHANNELS
+            or kh * kw * cg > DIRECT_TERMS):
+        return None
+    emit = _Emit(module, namer, n.loc)
+    hwio = emit("permute", w, perm=(2, 3, 1, 0), name="weight_hwio")
+    y = emit("direct_conv2d", x, hwio, *([bias] if bias is not None else []), stride=tuple(a["stride"]),
+             padding=tuple(a["padding"]), dilation=tuple(a["dilation"]), groups=a["groups"],
+             name=n.outputs[0].name)
+    return emit.nodes, y
+
+
 # op -> its rule (named after the op), which gives (new nodes, replacement outputs) or None
 DECOMPOSITIONS = {op: Rule("decompose", op, fn) for op, fn in (
     ("scaled_dot_product_attention", _decompose_sdpa), ("group_norm", _decompose_group_norm),
-    ("topk", _decompose_topk), ("matmul", _decompose_matmul), ("linear", _decompose_linear))}
+    ("topk", _decompose_topk), ("matmul", _decompose_matmul), ("linear", _decompose_linear),
+    ("conv2d", _decompose_conv2d))}
 
 
 def decompose_function(module: Module, f: Function) -> int:

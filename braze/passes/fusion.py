@@ -46,8 +46,9 @@ dims known to be equal fuse whatever their values):
    convolution output, read in its own order). Then rule 2 again.
 
 Neither rule 2 nor rule 3 puts a producer with a transcendental op (``EXPENSIVE``)
-into a consumer that iterates over more elements than the producer makes: the
-consumer would evaluate it once per element of the broadcast. A RoPE table
+into a consumer that iterates over more elements than the producer makes: the consumer would
+evaluate it once per element of the broadcast. Into a window (``direct_conv2d``, which reads each
+element once per tap) goes no producer but views. A RoPE table
 (``cos``/``sin`` of ``arange * inv_freq``, [seq, 64]) read by every attention
 head of every layer is computed once per call, in a group of its own, not in each
 of the 2 x layers consumers at batch x heads times its size.
@@ -76,7 +77,7 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
-from .node_classes import CLOSED_KINDS, CONV_GRADS, GEMMS, RELAYOUTS, VIEWS, node_class, swaps_last_two
+from .node_classes import CLOSED_KINDS, CONV_GRADS, GEMMS, RELAYOUTS, VIEWS, WINDOWS, node_class, swaps_last_two
 
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
@@ -204,9 +205,15 @@ class _Fuser:
         return False
 
     def amplifies(self, g: Group, c: Group) -> bool:
-        """Whether merging producer ``g`` into consumer ``c`` would evaluate a transcendental
-        of ``g`` more often than ``g`` has elements: ``c`` iterates over (at least) its
-        largest value, and what ``g`` gives ``c`` is smaller (a broadcast)."""
+        """Whether merging producer ``g`` into consumer ``c`` would evaluate ``g`` more often
+        than ``g`` has elements where that costs: a transcendental when ``c`` iterates over (at
+        least) its largest value and what ``g`` gives ``c`` is smaller (a broadcast); anything
+        but a view when ``c`` reads it through a window (once per tap)."""
+        made = {id(v) for n in g.nodes for v in n.outputs}
+        if any(n.op in WINDOWS and any(v is not None and id(v) in made for v in n.inputs) for n in c.nodes):
+            # the expand convolution's ReLU6 at each of a depthwise convolution's 9 taps costs about
+            # the pass over memory it saves (docs/gemm.md)
+            return any(n.op not in RELAYOUTS for n in g.nodes)
         if not any(n.op in EXPENSIVE for n in g.nodes):
             return False
         simp = self.store.simplify  # the constraints (b == a) decide what is equal

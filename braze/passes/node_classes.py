@@ -20,6 +20,9 @@ CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
 CONVS = ("conv2d",) + CONV_GRADS
 SCATTERS = ("index_add",)
 ATTENTIONS = ("attention_backward",)
+# computed at any output index from a window of their input, like an elementwise op: they fuse
+# with the ops after them and the views before them (fusion.amplifies keeps what computes out)
+WINDOWS = ("direct_conv2d",)
 
 
 def node_class(n: Node) -> str:
@@ -36,8 +39,8 @@ def node_class(n: Node) -> str:
         return "attention"
     if n.op in NORMS:
         return "norm"
-    if n.op == "batch_norm":
-        return "pw"  # inference batch norm is per-channel elementwise
+    if n.op == "batch_norm" or n.op in WINDOWS:
+        return "pw"  # inference batch norm is per-channel elementwise; a window is, at each output
     if n.op == "fused":
         return "opaque"
     kind = get_op(n.op).kind

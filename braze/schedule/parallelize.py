@@ -38,6 +38,7 @@ CHUNK = 4096  # elements per parallel chunk of a one-loop nest
 # per-channel statistics over N, H, W in NHWC: 64 channels, each a long sum): two vectors of
 # AVX2, one of AVX-512
 REDUCE_CHUNK = 16
+FEW = 8  # an outer loop with fewer iterations than this may leave threads idle (_rows_joined)
 SCALAR = 8  # a scalar element costs about this many vector-code units (lanes, less overheads)
 
 
@@ -115,7 +116,36 @@ def _parallel_nest(f: For, fresh) -> list:
         if isinstance(f.extent, int) and f.extent <= chunk:
             return [f]
         return [_chunked(f, work, chunk)]
+    f = _rows_joined(f)
     return [replace(f, body=list(f.body), kind="parallel", work=_one_is_none(work, f.extent), grain=GRAIN)]
+
+
+def _subs_stmts(stmts, m):
+    out = []
+    for s in stmts:
+        if isinstance(s, For):
+            out.append(replace(s, extent=S.subs(s.extent, m), body=_subs_stmts(s.body, m)))
+        elif isinstance(s, Store):
+            out.append(subs_store(s, m))
+        else:
+            out.append(replace(s, value=L.subs_expr(s.value, m)))
+    return out
+
+
+def _rows_joined(f: For) -> For:
+    """``for a: for b: body`` as one loop over a x b when ``a`` may have fewer than ``FEW``
+    iterations (a batch of 1): the threads split the two together. Collapse merged the loops
+    it could; what is left indexes by ``b`` apart (a window's row, clamped into the input)."""
+    inner = f.body[0] if len(f.body) == 1 else None
+    if (f.kind != "serial" or not isinstance(inner, For) or inner.kind != "serial"
+            or S.bounds(_bound(f.extent))[0] >= FEW or f.var in S.free_syms(inner.extent)
+            or S.bounds(_bound(inner.extent))[0] < 1  # the index divides by it
+            or not all(isinstance(s, (For, Store, Let)) and (not isinstance(s, Store) or s.flat)
+                       for s in L.walk_stmts(inner.body))):
+        return f
+    v = L.loop_var(S.mul(f.extent, inner.extent), "i")
+    m = {f.var: S.floordiv(v, inner.extent), inner.var: S.mod(v, inner.extent)}
+    return For(v, v.extent, _subs_stmts(inner.body, m), "serial")
 
 
 def parallelize(kernel: Kernel) -> Kernel:

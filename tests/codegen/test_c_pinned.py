@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "ba81441aad3bc245be0d33473b228e96d910446d817760de6e6c6bd4b87b4111",
-          "cnn": "dd1d2eb5ad4ce243d3081ad46fc226a0487e1cd80c0a45d8e995227198c46e6e"}
+PINNED = {"gpt": "52072a56c4d35c6a54b591f8542579e59c0c2c013966668784e7433aa75deff3",
+          "cnn": "62b0928cbd9e5593c8653d62a29e08743073b3df9039c4c563284c3ad021a143"}
 
 SCRIPT = """
 import hashlib, sys, warnings

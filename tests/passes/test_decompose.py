@@ -1,4 +1,5 @@
-"""decompose: scaled_dot_product_attention -> matmul, softmax, matmul (same results)."""
+"""decompose: scaled_dot_product_attention -> matmul, softmax, matmul; a depthwise conv2d -> direct_conv2d
+(same results)."""
 
 from __future__ import annotations
 
@@ -245,3 +246,44 @@ def test_matmul_the_library_does_not_take_becomes_products_summed(P, dtype):
     ops = [nd.op for nd in after.main.nodes]
     assert "matmul" not in ops and "linear" not in ops and ops.count("reduce_sum") == 7
     P.check_equiv(before, after, [{"n": 1, "k": 1}, {"n": 3, "k": 5}, {"n": 8, "k": 2}])
+
+
+def _nhwc_conv(cg: int, groups: int, k: int, weight_const: bool = True, precision: str = "fp32"):
+    rng = np.random.default_rng(0)
+    b = Builder()
+    n = b.sym("n", 1, 8)
+    x = b.param("x", tensor("f32", n, 9, 9, cg * groups))
+    wshape = (2 * groups, cg, k, k)
+    w = b.constant(rng.standard_normal(wshape).astype(np.float32), "w") if weight_const else \
+        b.param("w", tensor("f32", *wshape))
+    b.ret(b.op("conv2d", [x, w], stride=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=groups,
+               layout="nhwc"))
+    b.module.precision = {"policy": precision}
+    return b.module
+
+
+def test_conv2d_with_few_channels_per_group_becomes_loops(P):
+    """A depthwise convolution (1 channel per group, multiplier 2) on a constant weight:
+    direct_conv2d on the weight permuted to [kh, kw, in/groups, out], the same results."""
+    before = _nhwc_conv(1, 4, 3)
+    after = decompose(copy_module(before))
+    assert P.body(after) == [
+        '%w = constant() {name="w"} : f32[8, 1, 3, 3]',
+        "%weight_hwio = permute(%w) {perm=[2, 3, 1, 0]} : f32[3, 3, 1, 8]",
+        "%0_1 = direct_conv2d(%x, %weight_hwio) {dilation=[1, 1], groups=4, padding=[1, 1, 1, 1], "
+        "stride=[1, 1]} : f32[n, 9, 9, 8]", "return %0_1"]
+    x = np.random.default_rng(1).standard_normal((2, 9, 9, 4)).astype(np.float32)
+    import braze.reference
+    np.testing.assert_allclose(braze.reference.run(after, x), braze.reference.run(before, x), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("cg,groups,k,const,precision", [
+    (8, 1, 3, True, "fp32"),     # 8 channels per group: oneDNN's
+    (1, 4, 9, True, "fp32"),     # 81 taps
+    (1, 4, 3, False, "fp32"),    # a weight read at run time (training)
+    (1, 4, 3, True, "bf16"),     # a 16-bit policy's convolutions store 16 bits
+])
+def test_conv2d_rule_leaves_the_rest_to_onednn(cg, groups, k, const, precision):
+    after = decompose(copy_module(_nhwc_conv(cg, groups, k, const, precision)))
+    assert [n.op for n in after.main.nodes if n.op != "constant"] == ["conv2d"]

@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import braze
 from braze import reference
 from braze.codegen.c_kernel import c_prelude, kernel_entry, kernel_to_c
 from braze.errors import BrazeError
@@ -342,6 +343,26 @@ def test_parallelize_splits_work_over_threads():
     assert f.kind == "vector" and len(chain(f)) == 1
 
 
+def test_parallelize_joins_a_short_batch_loop_with_its_rows():
+    """A nest collapse left apart, whose outer loop may run once (a batch of 1), runs batch x rows
+    as one parallel loop, indexed by division and remainder; a batch of at least 8 stays as it was."""
+    def pool(n):
+        b = Builder()
+        x = b.param("x", tensor("f32", n, b.sym("H", 3), 7, 16))
+        b.ret(b.op("max_pool2d", [x], kernel=(3, 3), stride=(1, 1), padding=(1, 1, 1, 1), layout="nhwc"))
+        return b
+    b = pool(Builder().sym("N"))
+    (f,) = fors(schedule(lowered(b)))
+    assert f.kind == "parallel" and "//" in str(f) and f.var.extent == S.mul(S.Sym("N"), S.Sym("H"))
+    m = braze.compile(b.module)
+    rng = np.random.default_rng(0)
+    for shp in [(1, 3, 7, 16), (1, 9, 7, 16), (3, 5, 7, 16)]:
+        a = rng.standard_normal(shp).astype(np.float32)
+        np.testing.assert_array_equal(m(a), reference.run(b.module, a))
+    (f,) = fors(schedule(lowered(pool(8))))
+    assert f.kind == "parallel" and f.extent == 8
+
+
 def f_channel_sums(layout: str):
     """A batch norm's per-channel sums over N, H, W: NCHW or NHWC, 64 channels."""
     b = Builder()
@@ -500,7 +521,8 @@ def test_a_stage_left_out_is_not_run():
     k = lowered(f_exp())
     no_collapse = schedule(k, [s for s in KERNEL_STAGES if s is not collapse])
     (f,) = fors(no_collapse)
-    assert [x.kind for x in chain(f)] == ["parallel", "serial", "vector"]
+    # parallelize still joins the short outer loop with the next (_rows_joined), by div and mod
+    assert [x.kind for x in chain(f)] == ["parallel", "vector"] and "//" in str(no_collapse)
     serial = schedule(k, [s for s in KERNEL_STAGES if s is not parallelize])
     assert "parallel" not in str(serial)
     nothing = schedule(k, [])

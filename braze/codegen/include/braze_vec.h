@@ -82,11 +82,11 @@ BZ_INLINE void *bz_malloc_n(int64_t n, size_t size) {
 }
 
 /* ------------------------------------------------------- scalar floats -- */
-/* max/min propagating NaN (numpy.maximum / minimum) */
-BZ_INLINE float bz_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
-BZ_INLINE float bz_minf(float a, float b) { return (a < b || a != a) ? a : b; }
-BZ_INLINE double bz_maxd(double a, double b) { return (a > b || a != a) ? a : b; }
-BZ_INLINE double bz_mind(double a, double b) { return (a < b || a != a) ? a : b; }
+/* max/min propagating NaN (numpy.maximum / minimum); the vector forms' lanes bit for bit */
+BZ_INLINE float bz_maxf(float a, float b) { return (a <= b || b != b) ? b : a; }
+BZ_INLINE float bz_minf(float a, float b) { return (a >= b || b != b) ? b : a; }
+BZ_INLINE double bz_maxd(double a, double b) { return (a <= b || b != b) ? b : a; }
+BZ_INLINE double bz_mind(double a, double b) { return (a >= b || b != b) ? b : a; }
 BZ_INLINE float bz_modf(float a, float b) {
     float r = fmodf(a, b);
     return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
@@ -165,8 +165,11 @@ BZ_INLINE void bz_st(float *p, bz_vf v) { __builtin_memcpy(p, &v, sizeof v); }
 BZ_INLINE bz_vf bz_splat(float s) { return s - (bz_vf){0}; } /* s - 0 keeps -0 (0 + -0 is +0) */
 BZ_INLINE bz_vi bz_msplat(int c) { return (bz_vi){0} - (c ? 1 : 0); }
 BZ_INLINE bz_vf bz_sel(bz_vi m, bz_vf a, bz_vf b) { return (bz_vf)(((bz_vi)a & m) | ((bz_vi)b & ~m)); }
-BZ_INLINE bz_vf bz_vmax(bz_vf a, bz_vf b) { return bz_sel((a > b) | (a != a), a, b); }
-BZ_INLINE bz_vf bz_vmin(bz_vf a, bz_vf b) { return bz_sel((a < b) | (a != a), a, b); }
+/* NaN-propagating max / min (as bz_maxf): b where a <= b (min: a >= b) or b is NaN, else a. Against a
+ * constant b (a clamp's bound) b != b folds away: one compare and a blend, half what (a > b) | (a != a)
+ * took (a depthwise convolution's ReLU6 epilogue in cache: docs/gemm.md). Two NaNs give b's. */
+BZ_INLINE bz_vf bz_vmax(bz_vf a, bz_vf b) { return bz_sel((a <= b) | (b != b), b, a); }
+BZ_INLINE bz_vf bz_vmin(bz_vf a, bz_vf b) { return bz_sel((a >= b) | (b != b), b, a); }
 BZ_INLINE bz_vf bz_vabs(bz_vf x) { return (bz_vf)((bz_vi)x & 0x7fffffff); }
 BZ_INLINE bz_vf bz_vm2f(bz_vi m) { return bz_sel(m, bz_splat(1.0f), bz_splat(0.0f)); }
 /* a mask's lanes (-1 or 0) stored as BZ_VL bools (bytes 1 or 0) */
