@@ -369,6 +369,34 @@ def p_conv(gen, op):
         epilogue(gen, y, (o, 1, 1))
 
 
+def p_direct_conv(gen, op):
+    """``direct_conv2d`` built directly: an NHWC input, an HWIO weight with at most 4 channels per
+    group (decompose's rule writes it from such a conv2d, which p_conv builds too)."""
+    r = gen.rng
+    cg = int(gen.choice([1, 1, 2, 3, 4]))
+    g = int(gen.choice([1, 2, 4])) if cg < 4 else 1
+    o = g * int(gen.choice([1, 2, 3]))
+    kh, kw = int(gen.choice([1, 2, 3])), int(gen.choice([1, 3, 5]))
+    stride, dil = (int(gen.choice([1, 1, 2])), int(gen.choice([1, 2]))), (int(gen.choice([1, 1, 2])), 1)
+    pad = tuple(int(gen.choice([0, 0, 1, 2])) for _ in range(4))
+    c = cg * g
+    x = gen.pick(lambda v: v.dtype is F32 and v.t.rank == 4 and v.shape[3] == c,
+                 fresh_type=TensorType(F32, (gen.dim(), gen.dim(), gen.dim(), c)))
+    sx = shape_of(x)
+    if min(gen.min_val(sx[1]), gen.min_val(sx[2])) < 1:
+        raise Reject("zero height or width")
+    for d, k, dl, p0, p1 in ((sx[1], kh, dil[0], pad[0], pad[2]), (sx[2], kw, dil[1], pad[1], pad[3])):
+        if gen.min_val(S.add(d, p0 + p1)) < dl * (k - 1) + 1:
+            raise Reject("window larger than the padded input")
+    ins = [x, gen.new(TensorType(F32, (kh, kw, cg, o)), const=True, high=1.0 / np.sqrt(cg * kh * kw))]
+    if r.random() < 0.4:
+        ins.append(gen.new(TensorType(F32, (o,)), const=True))
+    (y,) = gen.emit("direct_conv2d", ins, {"stride": stride, "padding": pad, "dilation": dil, "groups": g},
+                    exact=False)
+    if r.random() < 0.6:
+        epilogue(gen, y, (o,))
+
+
 # ---------------------------------------------------------------------------------------------
 # pools
 # ---------------------------------------------------------------------------------------------
@@ -754,7 +782,7 @@ PROPOSERS = {
     "cumsum": p_cumsum,
     **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
     "group_norm": p_group_norm,
-    "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv,
+    "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv, "direct_conv2d": p_direct_conv,
     **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_indices",
                            "max_pool2d_backward")},
     "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,

@@ -653,12 +653,13 @@ def _conv(ctx, opdef, ins, es, outs, attrs):
     x, w = mag(ins[0]), mag(ins[1])
     out = outs[0]
     ref = opdef.reference
-    k = int(np.prod(np.shape(w)[1:]))
+    direct = opdef.name == "direct_conv2d"  # NHWC, weight [kh, kw, in/groups, out]
+    k = int(np.prod(np.shape(w)[:3] if direct else np.shape(w)[1:]))
     p = ref(ctx, _f64(es[0]), w, **attrs) + ref(ctx, x, _f64(es[1]), **attrs)
     xw = ref(ctx, x, w, **attrs)
     r = (k + 2) * unit(out) * xw + _ovf(xw, out)
     if len(ins) > 2 and ins[2] is not None:
-        bshape = (1, -1, 1, 1) if attrs.get("layout", "nchw") == "nchw" else (1, 1, 1, -1)
+        bshape = (1, -1, 1, 1) if not direct and attrs.get("layout", "nchw") == "nchw" else (1, 1, 1, -1)
         r = r + 2 * unit(out) * mag(ins[2]).reshape(bshape if out.ndim == 4 else bshape[1:])
     return clean(p, p) + r + rnd(out, 2)
 
@@ -728,7 +729,7 @@ RULES = {
     "softmax": _softmax, "log_softmax": _softmax,
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
     "resize": _resize, "topk": _topk,
-    "matmul": _matmul, "linear": _matmul, "conv2d": _conv,
+    "matmul": _matmul, "linear": _matmul, "conv2d": _conv, "direct_conv2d": _conv,
     "max_pool2d": _pool, "avg_pool2d": _pool, "adaptive_avg_pool2d": _pool,
     "scaled_dot_product_attention": _sdpa,
 }

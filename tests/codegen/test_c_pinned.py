@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "52072a56c4d35c6a54b591f8542579e59c0c2c013966668784e7433aa75deff3",
+PINNED = {"gpt": "e5aa755a5084dd17073a88df60e5ee9e5f2df10ad52d9cd99677d9893dbcefab",
           "cnn": "62b0928cbd9e5593c8653d62a29e08743073b3df9039c4c563284c3ad021a143"}
 
 SCRIPT = """

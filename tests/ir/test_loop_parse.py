@@ -93,7 +93,7 @@ def _pipelined(model, example, dynamic_shapes):
 
 @pytest.mark.parametrize("name", ["gpt", "cnn"])
 def test_every_kernel_of_a_small_model_reads_back(tiny_models, name):
-    assert check_model(_pipelined(*tiny_models[name])) >= 7
+    assert check_model(_pipelined(*tiny_models[name])) >= 6  # the cnn stem and its epilogue: one kernel
 
 
 @pytest.mark.slow
