@@ -19,6 +19,13 @@ from .c_expr import int_expr
 ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6}
 
 
+def _residual_kind(residual, dst) -> int:
+    """The helper's residual kind (braze_dnnl_core.c res_kind): 0 none, 1 a tensor of its own, 2 the
+    output itself (memory planning put them in one place: a sum post-op), so the prepared primitive
+    is the one the call runs."""
+    return 0 if not residual else 2 if residual == dst else 1
+
+
 class LibraryCalls:
     def _library(self, n: Node) -> None:
         callee = self.module.functions[n.attrs["callee"]]
@@ -111,7 +118,7 @@ class LibraryCalls:
                                  where=str(a.loc) if a.loc else None, hint='give it [[none, "conv"]]')
             # a 1x1 convolution's dispatch table: a product of [N*H*W, IC] by [OC, IC] where it picks a GEMM kernel
             M, hb = int_expr(S.prod(dims)), self.gen.pack_b(wconst, w.shape[0], w.shape[1], 1, dt=wdt)
-            has_res = 0 if res == "NULL" else 2 if residual == dst else 1
+            has_res = _residual_kind(residual, dst)
             gemm = (f"braze_matmul({M}, {w.shape[0]}, {w.shape[1]}, (const float *){cptr[id(x)]}, {hb}, {bias}, "
                     f"{res}, {act_t} | BRAZE_PATH(bz_kernel), (float *){dst}, {e})")
             gemm_prepare = (f"braze_matmul_prepare({M}, {hb}, {int(bias != 'NULL')}, {has_res}, "
@@ -129,9 +136,7 @@ class LibraryCalls:
             N = w.shape[0] if a.op == "linear" else w.shape[1]
             M = S.prod(x.shape[:-1])
             epi = f"{bias}, {res}, {act_t}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
-            # the helper's residual kinds: 2 when the residual is the output (memory planning put
-            # them in one place: a sum post-op), so the prepared primitive is the one the call runs
-            has_res = 0 if res == "NULL" else 2 if residual == dst else 1
+            has_res = _residual_kind(residual, dst)
             flags = f"{int(bias != 'NULL')}, {has_res}, {act_t}"
             if wconst is not None:
                 h = self.gen.pack_b(wconst, N, K, transposed, dt=wdt)

@@ -20,6 +20,7 @@ from .views import _clamp_index
 
 
 def _in_bounds(i, d):
+    """The condition 0 <= i < d."""
     ie = i if isinstance(i, Binary) else IndexValue(i)
     hi = IndexValue(d) if S.is_symbolic(d) else Const(int(d), I64)
     return Binary("and", Compare("ge", ie, Const(0, I64)), Compare("lt", ie, hi), BOOL)
@@ -34,11 +35,8 @@ def _lower_direct_conv2d(ctx, x, w, bias=None, *, stride, padding, dilation, gro
     f32 = DType.float32
     padded = any(pads)
 
-    def channel(oc, ic):
-        if groups == 1:
-            return ic
-        first = imul(ifloordiv(oc, OCg), ICg) if OCg != 1 else imul(oc, ICg)
-        return first if ic == 0 else iadd(first, ic)
+    def channel(oc, ic):  # the input channel: ic of output channel oc's group
+        return ic if groups == 1 else iadd(imul(ifloordiv(oc, OCg), ICg), ic)
 
     def fn(idx):
         n, oh, ow, oc = idx

@@ -260,7 +260,8 @@ def _direct_conv2d_infer(ctx, x: TensorType, w: TensorType, bias: TensorType | N
                                                                           bias.dtype is not DType.float32):
         raise ctx.error("takes float32 operands", hint="other dtypes run as conv2d")
     if not all(isinstance(d, int) for d in w.shape[:3]):
-        raise ctx.error(f"needs a static window and group width (its loops are unrolled), got weight {w}")
+        raise ctx.error(f"needs a static window and group width (its loops are unrolled), got weight {w}",
+                        hint="give the weight static dims, or use conv2d")
     infer = _channels_last(_conv2d_infer, None)[0]
     return infer(ctx, x, w.with_shape(tuple(w.shape[i] for i in _HWIO_TO_OIHW)), bias, stride=stride,
                  padding=padding, dilation=dilation, groups=groups, layout="nhwc")

@@ -209,8 +209,9 @@ class _Fuser:
         than ``g`` has elements where that costs: a transcendental when ``c`` iterates over (at
         least) its largest value and what ``g`` gives ``c`` is smaller (a broadcast); anything
         but a view when ``c`` reads it through a window (once per tap)."""
-        made = {id(v) for n in g.nodes for v in n.outputs}
-        if any(n.op in WINDOWS and any(v is not None and id(v) in made for v in n.inputs) for n in c.nodes):
+        windows = [n for n in c.nodes if n.op in WINDOWS]
+        made = {id(v) for n in g.nodes for v in n.outputs} if windows else set()
+        if any(v is not None and id(v) in made for n in windows for v in n.inputs):
             # the expand convolution's ReLU6 at each of a depthwise convolution's 9 taps costs about
             # the pass over memory it saves (docs/gemm.md)
             return any(n.op not in RELAYOUTS for n in g.nodes)

@@ -190,3 +190,16 @@ def accesses(stores, exprs=()) -> tuple[list, set]:
 def subs_store(s: Store, m: dict) -> Store:
     """A flat Store with loop vars substituted in its offset polynomial and value."""
     return Store(s.buffer, (S.subs(s.index[0], m), s.index[1]), L.subs_expr(s.value, m), True)
+
+
+def subs_stmts(stmts: list, m: dict) -> list:
+    """Loops, flat Stores and Lets with loop vars substituted (extents, offsets, values)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, For):
+            out.append(replace(s, extent=S.subs(s.extent, m), body=subs_stmts(s.body, m)))
+        elif isinstance(s, Store):
+            out.append(subs_store(s, m))
+        else:
+            out.append(replace(s, value=L.subs_expr(s.value, m)))
+    return out

@@ -29,7 +29,7 @@ from ..ir import loop as L
 from ..ir import sym as S
 from ..ir.loop import For, Kernel, Let, Store
 from .cost import STORE_COST, split_cost
-from .nest import fresh_name, loop_chain, next_loop_index, subs_store, used_names, with_body
+from .nest import fresh_name, loop_chain, next_loop_index, subs_stmts, subs_store, used_names, with_body
 from .part_sums import sums_in_parts
 
 GRAIN = 65536  # work units (about 2.6 us of vector code) below which threads cost more than they give
@@ -120,18 +120,6 @@ def _parallel_nest(f: For, fresh) -> list:
     return [replace(f, body=list(f.body), kind="parallel", work=_one_is_none(work, f.extent), grain=GRAIN)]
 
 
-def _subs_stmts(stmts, m):
-    out = []
-    for s in stmts:
-        if isinstance(s, For):
-            out.append(replace(s, extent=S.subs(s.extent, m), body=_subs_stmts(s.body, m)))
-        elif isinstance(s, Store):
-            out.append(subs_store(s, m))
-        else:
-            out.append(replace(s, value=L.subs_expr(s.value, m)))
-    return out
-
-
 def _rows_joined(f: For) -> For:
     """``for a: for b: body`` as one loop over a x b when ``a`` may have fewer than ``FEW``
     iterations (a batch of 1): the threads split the two together. Collapse merged the loops
@@ -145,7 +133,7 @@ def _rows_joined(f: For) -> For:
         return f
     v = L.loop_var(S.mul(f.extent, inner.extent), "i")
     m = {f.var: S.floordiv(v, inner.extent), inner.var: S.mod(v, inner.extent)}
-    return For(v, v.extent, _subs_stmts(inner.body, m), "serial")
+    return For(v, v.extent, subs_stmts(inner.body, m), "serial")
 
 
 def parallelize(kernel: Kernel) -> Kernel:
