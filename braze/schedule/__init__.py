@@ -12,9 +12,10 @@ from .keep import keep
 from .materialize import materialize
 from .nest import next_loop_index
 from .parallelize import parallelize
+from .partition import partition
 from .tile import tile
 from .vectorize import vectorize
 from .widen import widen
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "keep", "materialize",
-           "next_loop_index", "parallelize", "schedule", "tile", "vectorize", "widen"]
+           "next_loop_index", "parallelize", "partition", "schedule", "tile", "vectorize", "widen"]

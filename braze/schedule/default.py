@@ -13,6 +13,7 @@ text between any two stages can be printed, dumped and read back:
 7. ``widen``        bfloat16 / float16 values computed in float32: widened at loads, rounded at stores
 8. ``vectorize``    contiguous float32 innermost loops and reductions marked vector
 9. ``parallelize``  outer loops parallel above a grain; a lone vector loop split into chunks
+10. ``partition``   a loop with border tests runs as border, interior (tests gone) and border loops
 
 A stage's output depends on its input only: new Let and temp names are numbered past
 the kernel's (``used_names``), new loop variables past its largest (``next_loop_index``).
@@ -36,13 +37,14 @@ from .keep import keep
 from .materialize import materialize
 from .nest import coeff, flat_offset, next_loop_index
 from .parallelize import CHUNK, GRAIN, parallelize
+from .partition import partition
 from .tile import tile
 from .vectorize import vector_ok, vectorize
 from .widen import widen
 
 Stage = Callable[[Kernel], Kernel]
 
-KERNEL_STAGES: tuple = (flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize)
+KERNEL_STAGES: tuple = (flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize, partition)
 
 
 def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
@@ -58,5 +60,5 @@ def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
 
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "coeff", "collapse", "flat_offset", "flatten", "hoist",
-           "keep", "materialize", "next_loop_index", "parallelize", "schedule", "tile", "vector_ok", "vectorize",
+           "keep", "materialize", "next_loop_index", "parallelize", "partition", "schedule", "tile", "vector_ok", "vectorize",
            "widen"]

@@ -51,6 +51,22 @@ def test_direct_conv_matches_torch(ic, oc, k, s, p, d, g):
             np.testing.assert_allclose(cm(x).numpy(), m(x).numpy(), rtol=1e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("ic,oc,k,s,p,d,g", [CASES[1], CASES[2], CASES[4]])
+def test_border_and_interior_at_every_size(ic, oc, k, s, p, d, g):
+    """Stage partition runs each row's border pixels apart from its interior: images no larger
+    than the window (no interior), odd sizes, and a batch of 8 (whose rows are a loop of their
+    own), compiled dynamic and for the one shape."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(ic, oc, k, stride=s, padding=p, dilation=d, groups=g), nn.ReLU6()).eval()
+    dyn = braze.compile(m, example_inputs=(torch.randn(2, ic, 11, 13),), dynamic_shapes=_dims(3))
+    for shp in [(1, ic, 3, 3), (2, ic, 3, 7), (1, ic, 5, 3), (8, ic, 9, 6)]:
+        x = torch.randn(*shp)
+        with torch.no_grad():
+            want = m(x).numpy()
+        for cm in (dyn, braze.compile(m, example_inputs=(x,))):
+            np.testing.assert_allclose(cm(x).numpy(), want, rtol=1e-5, atol=2e-6, err_msg=str(shp))
+
+
 def test_special_values_as_torch():
     """A tap in the padding adds nothing, even with an infinite weight (torch's convolution gives no
     NaN there); a NaN or an infinity of the input reaches only the outputs whose window holds it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import textwrap
 
 import numpy as np
 import pytest
@@ -26,13 +27,15 @@ from braze.schedule import (
     keep,
     materialize,
     parallelize,
+    partition,
     schedule,
     tile,
     vectorize,
     widen,
 )
 
-NAMES = ["flatten", "collapse", "tile", "materialize", "hoist", "keep", "widen", "vectorize", "parallelize"]
+NAMES = ["flatten", "collapse", "tile", "materialize", "hoist", "keep", "widen", "vectorize", "parallelize",
+         "partition"]
 
 
 def lowered(b: Builder) -> L.Kernel:
@@ -153,7 +156,8 @@ FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax
 
 def test_the_stages_are_named_and_ordered():
     assert [s.__name__ for s in KERNEL_STAGES] == NAMES
-    assert list(KERNEL_STAGES) == [flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize]
+    assert list(KERNEL_STAGES) == [flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize,
+                                   partition]
 
 
 # --- each stage ---------------------------------------------------------------------------
@@ -361,6 +365,81 @@ def test_parallelize_joins_a_short_batch_loop_with_its_rows():
         np.testing.assert_array_equal(m(a), reference.run(b.module, a))
     (f,) = fors(schedule(lowered(pool(8))))
     assert f.kind == "parallel" and f.extent == 8
+
+
+def _pool(n, h=None, w=7, pad=1):
+    """A padded 3x3 max pool over NHWC, batch ``n`` (8: the rows stay a serial loop)."""
+    b = Builder()
+    x = b.param("x", tensor("f32", n, h if h is not None else b.sym("H", 1), w, 16))
+    b.ret(b.op("max_pool2d", [x], kernel=(3, 3), stride=(1, 1), padding=(pad,) * 4, layout="nhwc"))
+    return b
+
+
+def test_partition_runs_a_window_s_border_and_interior_apart():
+    """A row's pixels run as a border loop, the interior and a border loop. The interior's taps
+    test the row only, and load the column without a clamp; the rows stay one loop, their tests
+    computed once per row."""
+    k = upto(lowered(_pool(8)), parallelize)
+    (par,) = fors(k)
+    assert [x.var.name[:2] for x in chain(par)] == ["_i", "_i", "_i", "_i"]
+    (f,) = fors(partition(k))
+    (rows,) = fors(f)
+    assert rows.var.name.startswith("_i")
+    cols = fors(rows)
+    assert [c.var.name[:2] for c in cols] == ["_e", "_p", "_e"]
+    assert [c.extent for c in cols] == [1, 5, 1]  # the columns whose window lies in the image
+    interior, border = str(cols[1]), str(cols[0])
+    assert border.count(">=") == 2 and "16*max(0, " in border
+    assert interior.count(">=") == 1 and "16*max(" not in interior and "16*min(" not in interior, interior
+
+
+def test_partition_keeps_the_values_at_every_size():
+    """Images smaller than the window (no interior), one row, odd sizes: the same bits as the
+    reference, whose maximum involves no rounding; a second run of the stage changes nothing."""
+    rng = np.random.default_rng(0)
+    for n, w, pad in ((8, 7, 1), (Builder().sym("N"), 5, 2), (8, 1, 1)):
+        b = _pool(n, w=w, pad=pad)
+        k = schedule(lowered(b))
+        assert str(partition(k)) == str(k)
+        m = braze.compile(b.module)
+        for h in (1, 2, 3, 4, 9):
+            shp = (8 if n == 8 else 3, h, w, 16)
+            a = rng.standard_normal(shp).astype(np.float32)
+            np.testing.assert_array_equal(m(a), reference.run(b.module, a), err_msg=str((n, w, pad, h)))
+
+
+TAPS = """
+    kernel k(in x: f32[n], out y: f32[n]); syms n  [pointwise]
+      for _i1 in 0..n:
+        y[[_i1]] = ((select(((idx(_i1 - 1) >= 0) & (idx(_i1 - 1) < idx(n))), x[[max(0, _i1 - 1)]], 0.0) + x[[_i1]]) + select(((idx(_i1 + 1) >= 0) & (idx(_i1 + 1) < idx(n))), x[[min(n - 1, _i1 + 1)]], 0.0))
+    """
+
+
+def test_partition_ir_in_ir_out():
+    """A 3-tap padded sum: the first element, the interior as plain loads and adds (from 1 to
+    max(1, n - 1)), the rest; the borders keep the body as it was."""
+    from braze.ir.loop_parser import parse_kernel
+    k = partition(parse_kernel(textwrap.dedent(TAPS)))
+    lines = str(k).splitlines()
+    assert lines[1::2] == ["  for _e2 in 0..1:", "  for _p3 in 0..max(1, n - 1) - 1:",
+                           "  for _e4 in 0..-max(1, n - 1) + n:"]
+    assert lines[4] == "    y[[_p3 + 1]] = ((x[[_p3]] + x[[_p3 + 1]]) + x[[_p3 + 2]])"
+    assert "select" in lines[2] and "select" in lines[6]
+    assert str(partition(k)) == str(k) and str(parse_kernel(str(k))) == str(k)
+
+
+@pytest.mark.parametrize("body", [
+    "select((idx(n - _i1 - 2) >= 0), x[[max(0, n - _i1 - 2)]], 0.0)",  # the index falls as _i1 grows
+    "sum(_r2 < n: select((idx(_i1) < idx(_r2 * _r2)), x[[_r2]], 0.0))",  # not affine in the tap
+])
+def test_partition_leaves_a_loop_whose_tests_it_cannot_bound(body):
+    from braze.ir.loop_parser import parse_kernel
+    k = parse_kernel(textwrap.dedent(f"""
+        kernel k(in x: f32[n], out y: f32[n]); syms n  [pointwise]
+          for _i1 in 0..n:
+            y[[_i1]] = {body}
+        """))
+    assert str(partition(k)) == str(k)
 
 
 def f_channel_sums(layout: str):
