@@ -13,6 +13,11 @@ driven in rounds: each round runs every backend in turn (the order rotates) for 
 every backend of a round, so the median over rounds of each round's ratio to the first backend
 (``X / first``) is the figure to quote; the median times are there too.
 
+A process keeps, for its whole life, what it drew at its start (where its threads and its memory
+landed): on calls under about 0.2 ms one process per backend can be 20% off, the same way in every
+round. ``--processes N`` spreads the rounds over N sets of servers started one after the other
+(their compiles cached from the first), so that draw averages out too.
+
 Idle servers wait in a blocking read. A pause between backends lets the last one's threads stop
 spinning (OpenMP and TBB spin for a few ms after a parallel region) before the next is timed.
 
@@ -123,10 +128,12 @@ class _Server:
 
 
 @contextlib.contextmanager
-def started_servers(model: str, names: list[str], shapes: list[dict], threads: int):
-    """A ready server per backend (``.ready``: its errors against eager), closed on exit."""
+def started_servers(model: str, names: list[str], shapes: list[dict], threads: int, cache_root: str | None = None):
+    """A ready server per backend (``.ready``: its errors against eager), closed on exit. Servers
+    started again with the same ``cache_root`` find their compiles there."""
     servers = []
-    with tempfile.TemporaryDirectory(prefix="braze-rounds-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = cache_root or stack.enter_context(tempfile.TemporaryDirectory(prefix="braze-rounds-"))
         try:
             for n in names:  # one at a time: a compile must not share the cores with another
                 print(f"  {model} {n}: preparing", flush=True)
@@ -138,28 +145,36 @@ def started_servers(model: str, names: list[str], shapes: list[dict], threads: i
                 s.close()
 
 
-def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float, threads: int) -> dict:
+def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float, threads: int,
+            processes: int = 1) -> dict:
+    """Per shape, ``rounds`` rounds of every backend in turn, spread over ``processes`` sets of
+    server processes started one after the other (a process keeps, for its life, where its threads
+    and memory landed when it started)."""
+    ms = [{n: [] for n in names} for _ in shapes]
+    ready = {}
+    with tempfile.TemporaryDirectory(prefix="braze-rounds-") as root:
+        for g in range(processes):
+            with started_servers(model, names, shapes, threads, root) as servers:
+                ready = ready or {s.name: s.ready for s in servers}
+                for i in range(len(shapes)):
+                    for r in range(g, rounds, processes):
+                        for k in range(len(servers)):
+                            s = servers[(r + k) % len(servers)]
+                            time.sleep(PAUSE_S)
+                            ms[i][s.name].append(s.ask(i, round_time)["ms"])
     rows = []
-    with started_servers(model, names, shapes, threads) as servers:
-        for i, dims in enumerate(shapes):
-            ms = {n: [] for n in names}
-            for r in range(rounds):
-                for k in range(len(servers)):
-                    s = servers[(r + k) % len(servers)]
-                    time.sleep(PAUSE_S)
-                    ms[s.name].append(s.ask(i, round_time)["ms"])
-            first = names[0]
-            row = {"shape": shape_str(dims), "dims": dims, "rounds": rounds, "backends": {}}
-            for s in servers:
-                t = ms[s.name]
-                row["backends"][s.name] = {
-                    "median_ms": statistics.median(t), "min_ms": min(t),
-                    "over_first": statistics.median(a / b for a, b in zip(t, ms[first])),
-                    "rel_err": s.ready["rel_err"][i]}
-            rows.append(row)
-            print(f"  {model} {shape_str(dims)}: " + ", ".join(
-                f"{n} {v['median_ms']:.2f} ms ({v['over_first']:.3f}x)" for n, v in row["backends"].items()),
-                flush=True)
+    first = names[0]
+    for i, dims in enumerate(shapes):
+        row = {"shape": shape_str(dims), "dims": dims, "rounds": rounds, "processes": processes, "backends": {}}
+        for n in names:
+            t = ms[i][n]
+            row["backends"][n] = {
+                "median_ms": statistics.median(t), "min_ms": min(t),
+                "over_first": statistics.median(a / b for a, b in zip(t, ms[i][first])),
+                "rel_err": ready[n]["rel_err"][i]}
+        rows.append(row)
+        print(f"  {model} {shape_str(dims)}: " + ", ".join(
+            f"{n} {v['median_ms']:.2f} ms ({v['over_first']:.3f}x)" for n, v in row["backends"].items()), flush=True)
     return {"model": model, "shapes": rows}
 
 
@@ -173,9 +188,11 @@ def run_line(m: dict) -> str:
 
 def to_markdown(doc: dict) -> str:
     m, names = doc["meta"], doc["backends"]
+    procs = m.get("processes", 1)
+    spread = f", spread over {procs} sets of processes started in turn" if procs > 1 else ""
     head = (run_line(m) + " Each backend in its own process, all of a model's "
-            f"prepared at once and called in turn: {m['rounds']} rounds per shape, about {m['round_time_s']:g} s "
-            f"of calls per backend per round. `X / {names[0]}` is the median over rounds of each round's ratio "
+            f"prepared at once and called in turn: {m['rounds']} rounds per shape{spread}, about "
+            f"{m['round_time_s']:g} s of calls per backend per round. `X / {names[0]}` is the median over rounds of each round's ratio "
             f"(below 1.00x: X is faster than {names[0]}); ms are medians over rounds of each round's median call.")
     headers = ["model", "shape", *(f"{n} ms" for n in names), *(f"{n} / {names[0]}" for n in names[1:]),
                "max rel err"]
@@ -226,6 +243,9 @@ def main(argv=None) -> int:
                     help=f"comma-separated backends; ratios are to the first ({', '.join(B.BACKENDS)})")
     ap.add_argument("--shapes", choices=list(SHAPES), default="full", help="benchmarks.run's shape list")
     add_round_args(ap, "interleaved", 15)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="sets of server processes the rounds are spread over, started one after the other "
+                         "(default 1; 3 for calls under about 0.2 ms, where a process's start decides its speed)")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
@@ -238,8 +258,10 @@ def main(argv=None) -> int:
     results = []
     for model in a.models.split(","):
         print(f"{model}:", flush=True)
-        results.append(measure(model, names, SHAPES[a.shapes][model], a.rounds, a.round_time, a.threads))
-    doc = {"meta": round_meta(a, "interleaved", argv), "backends": names, "results": results}
+        results.append(measure(model, names, SHAPES[a.shapes][model], a.rounds, a.round_time, a.threads,
+                               a.processes))
+    doc = {"meta": {**round_meta(a, "interleaved", argv), "processes": a.processes}, "backends": names,
+           "results": results}
     print(write_results(a.out, a.stem, doc, to_markdown))
     return 0
 

@@ -191,6 +191,17 @@ def test_interleaved_times_backends_in_turn_and_reports_ratios(tmp_path):
     assert "eager / braze" in (tmp_path / "t.md").read_text()
 
 
+def test_interleaved_spreads_rounds_over_sets_of_processes(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.interleaved", "--models", "mlp", "--backends", "braze,eager",
+                        "--shapes", "tiny", "--rounds", "3", "--round-time", "0", "--threads", "1", "--processes", "2",
+                        "--out", str(tmp_path), "--stem", "t"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.count("braze: preparing") == 2  # a second set of servers, started after the first
+    (row,) = json.loads((tmp_path / "t.json").read_text())["results"][0]["shapes"]
+    assert row["processes"] == 2 and row["backends"]["eager"]["over_first"] > 0
+    assert "spread over 2 sets of processes" in (tmp_path / "t.md").read_text()
+
+
 def test_contention_times_each_phase_and_the_idle_cpu(tmp_path):
     """Two backends in turn, quiet, beside 1 and 2 busy processes, quiet again: a slowdown per busy
     phase, the idle CPU after a call, and the busy processes gone afterwards."""
