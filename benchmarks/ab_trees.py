@@ -106,7 +106,8 @@ def main(argv=None) -> int:
     head = (f"Run {time.strftime('%Y-%m-%dT%H:%M:%S%z')} on {mach['cpu']} ({mach['cores']} cores, ISA "
             f"{' '.join(mach['isa'])}), {a.threads} threads; backend {a.backend}. base: {_revision(base)}, "
             f"new: {_revision(new)}; "
-            f"each in its own process, called in turn (the first alternating), {a.rounds} rounds of about {a.round_time} s "
+            f"each in its own process, called in turn (the first alternating), {a.rounds} rounds of about "
+            f"{a.round_time} s "
             f"per side and shape, spread over {a.processes} pairs of processes started in turn. "
             "`new / base` is the median of the rounds' ratios (below 1.00x: new is faster).")
     lines = [head, "", "| model | shape | base ms | new ms | new / base |", "|---|---|---|---|---|"]

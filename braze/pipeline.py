@@ -18,6 +18,8 @@ when a dump directory is set.
 
 from __future__ import annotations
 
+import dataclasses
+
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence
@@ -153,8 +155,22 @@ def lower_kernels(module: Module) -> Kernels:
             if callee is None or n.attrs.get("kind") in CALL_KINDS or callee in out:
                 continue
             with kernel_names():
-                out[callee] = lower_function(module.functions[callee], module, f"k_{callee}")
+                k = lower_function(module.functions[callee], module, f"k_{callee}")
+            out[callee] = dataclasses.replace(k, in_place=_writes_over_an_input(n))
     return out
+
+
+def _writes_over_an_input(n) -> bool:
+    """Whether memory planning put the fused node's output where one of its inputs was."""
+    at = (n.attrs.get("arena") or [-1])[0]
+    if at == -1:
+        return False
+    for x in n.inputs:
+        p = x.producer
+        if p is not None and p.op == "fused" and p.attrs.get("arena") is not None:
+            if str(p.attrs["arena"][p.outputs.index(x)]) == str(at):
+                return True
+    return False
 
 
 def run_kernel_stages(kernels: Kernels, stages: Sequence, hooks, first: int) -> Kernels:

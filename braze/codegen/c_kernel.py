@@ -81,9 +81,10 @@ def sym_cname(s) -> str:
 
 def kernel_signature(k: Kernel) -> list:
     out = []
+    ptr = "*" if k.in_place else "*restrict"
     for b in k.buffers:
         t = ctype(b.dtype)
-        out.append((f"const {t} *restrict" if b.role == "in" else f"{t} *restrict", buffer_cname(b)))
+        out.append((f"const {t} {ptr}" if b.role == "in" else f"{t} {ptr}", buffer_cname(b)))
     for s in k.syms:
         out.append(("int64_t", sym_cname(s)))
     return out

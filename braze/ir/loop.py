@@ -412,6 +412,9 @@ class Kernel:
     body: list
     kind: str = "pointwise"  # pointwise | reduction | stitch (informational)
     scheduled: bool = False
+    # its output is written over an input of its type (memory planning: in_place_elementwise), so
+    # the C declares no buffer restrict
+    in_place: bool = False
 
     def inputs(self) -> list:
         return [b for b in self.buffers if b.role == "in"]

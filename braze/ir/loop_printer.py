@@ -13,6 +13,8 @@
 
 The text holds every field that C generation reads:
 
+* flags: the kind, ``scheduled``, and ``in_place`` (the output is written over an input, so the
+  C declares no restrict pointers);
 * buffers: role, name, dtype, shape, ``= @name`` of a module constant; ``alloc`` for temps;
 * symbols in argument order with their ranges (``in [lo, hi]``, left out for the default
   ``[1, inf]``): index simplification and C's ``/``-for-floordiv depend on them;
@@ -205,7 +207,7 @@ def stmt_lines(s, depth: int) -> list[str]:
 def kernel_str(k) -> str:
     args = ", ".join(buffer_decl(b) for b in k.buffers)
     syms = ", ".join(sym_decl(s) for s in k.syms)
-    flags = k.kind + (", scheduled" if k.scheduled else "")
+    flags = k.kind + (", scheduled" if k.scheduled else "") + (", in_place" if k.in_place else "")
     lines = [f"kernel {name_str(k.name)}({args}){'; syms ' + syms if syms else ''}  [{flags}]"]
     p = _Printer(lets={})
     for s in k.body:

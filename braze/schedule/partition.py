@@ -103,9 +103,10 @@ class _Strip:
             if (isinstance(y, Compare) and y.op in _FLIP
                     and all(isinstance(z, IndexValue) or (isinstance(z, Const) and isinstance(z.value, int)
                                                           and not isinstance(z.value, bool)) for z in (y.a, y.b))):
-                ea, eb = (z.value if isinstance(z, IndexValue) else z.value for z in (y.a, y.b))
+                ea, eb = y.a.value, y.b.value
                 va, vb = self.v in S.free_syms(ea), self.v in S.free_syms(eb)
-                if (va and not vb and self._affine(ea, eb, y.op)) or (vb and not va and self._affine(eb, ea, _FLIP[y.op])):
+                if ((va and not vb and self._affine(ea, eb, y.op))
+                        or (vb and not va and self._affine(eb, ea, _FLIP[y.op]))):
                     return _TRUE
             return y
         return L.map_expr(e, fn, self.index)

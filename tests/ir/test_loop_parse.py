@@ -273,7 +273,9 @@ def test_bad_headers_and_trailing_text():
                           ("kernel k(in x: f32[4]", "expected ')' to close the kernel's buffers"),
                           ("kernel k(x: f32[4])  [pointwise]", "expected a buffer role"),
                           ("kernel k(in x: f32[4])", "expected '[' to open the kernel's flags"),
-                          ("kernel k(in x: f32[4])  [pointwise, fast]", "expected 'scheduled'"),
+                          ("kernel k(in x: f32[4])  [pointwise, fast]",
+                           "expected a kernel flag (scheduled, in_place) once, found 'fast'"),
+                          ("kernel k(in x: f32[4])  [pointwise, in_place, in_place]", "once, found 'in_place'"),
                           ("kernel k(in x: f32[4], out x: f32[4])  [pointwise]", "buffer 'x' is declared twice"),
                           (_HEAD + _HEAD, "expected the end of the text after kernel k")]:
         with pytest.raises(IRParseError) as e:

@@ -21,7 +21,7 @@ CHAIN = """module {
     return %3
   }
   func @f0(%x: f32[n, 8]) -> (f32[n, 8]) {
-    %0 = exp(%x) : f32[n, 8]
+    %0 = softmax(%x) {axis=-1} : f32[n, 8]
     return %0
   }
 }
@@ -39,6 +39,44 @@ def test_chain_reuses_two_slots(P):
     assert plan.arena_size == 2 * S.mul(64, S.floordiv(S.add(S.mul(32, m.symbols["n"]), 63), 64))
     for n in (1, 2, 7, 64):
         plan.check({"n": n})
+
+
+def test_an_elementwise_group_writes_over_the_input_it_reads_last(P):
+    """Each element of an elementwise group reads its input at its own index in the iteration that
+    stores it, so the output takes a dying input's memory: the chain runs in one slot. A group whose
+    input is read again later (or that is not elementwise) keeps its own."""
+    m = P.parse(CHAIN.replace("softmax(%x) {axis=-1}", "exp(%x)"))
+    plan = plan_memory(m)
+    assert [b.slot for b in plan.buffers] == [0, 0, 0]
+    assert [b.over.name if b.over else None for b in plan.buffers] == [None, "0", "1"]
+    for n in (1, 7):
+        plan.check({"n": n})
+    again = P.parse(READ_AGAIN)
+    plan = plan_memory(again)
+    assert [b.over for b in plan.buffers] == [None, None]  # %0 is read again by %2
+    assert plan.buffers[0].slot != plan.buffers[1].slot
+
+
+READ_AGAIN = """module {
+  symbols {
+    n in [1, 64]
+  }
+  func @main(%x: f32[n, 8]) -> (f32[n, 8]) {
+    %0 = fused(%x) {callee="f0", kind="pointwise"} : f32[n, 8]
+    %1 = fused(%0) {callee="f0", kind="pointwise"} : f32[n, 8]
+    %2 = fused(%1, %0) {callee="f1", kind="pointwise"} : f32[n, 8]
+    return %2
+  }
+  func @f0(%x: f32[n, 8]) -> (f32[n, 8]) {
+    %0 = exp(%x) : f32[n, 8]
+    return %0
+  }
+  func @f1(%x: f32[n, 8], %y: f32[n, 8]) -> (f32[n, 8]) {
+    %0 = add(%x, %y) : f32[n, 8]
+    return %0
+  }
+}
+"""
 
 
 def test_larger_buffer_does_not_take_a_smaller_slot(P):
@@ -115,7 +153,8 @@ def test_a_conv_writes_over_the_residual_it_reads_last(tmp_path, monkeypatch):
     h = torch.export.Dim("h", min=1, max=64)
     cm = braze.compile(net, example_inputs=(torch.randn(2, 8, 9, 9),), dynamic_shapes=({2: h, 3: h},))
     plan = plan_memory(cm.module)
-    over = [b for b in plan.buffers if b.over is not None]
+    convs = {id(v) for n in cm.module.main.nodes if n.attrs.get("kind") == "conv" for v in n.outputs}
+    over = [b for b in plan.buffers if b.over is not None and id(b.value) in convs]
     assert len(over) == 1, str(plan)
     under = plan.buffer(over[0].over)
     assert under.end == over[0].start and under.slot == over[0].slot
@@ -125,3 +164,33 @@ def test_a_conv_writes_over_the_residual_it_reads_last(tmp_path, monkeypatch):
         with torch.no_grad():
             want = net(x).numpy()
         np.testing.assert_allclose(cm(x).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_relu_after_a_convolution_runs_in_place_and_keeps_nan(tmp_path, monkeypatch):
+    """oneDNN's ReLU would map NaN to 0, so braze's own kernel runs it after the convolution, over
+    the convolution's result: its loop kernel says so (``in_place``), and its C declares no
+    restrict pointers. NaN and infinities come out as torch's."""
+    import numpy as np
+    import torch
+
+    import braze
+    from braze.ir.loop_parser import parse_kernels
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 8, 3, padding=1)).eval()
+    h = torch.export.Dim("h", min=2, max=64)
+    dump = tmp_path / "dump"
+    monkeypatch.setenv("BRAZE_DUMP", str(dump))
+    cm = braze.compile(net, example_inputs=(torch.randn(2, 8, 9, 9),), dynamic_shapes=({2: h, 3: h},))
+    (relu,) = [k for k in parse_kernels((dump / "29_partition.loop").read_text()) if k.in_place]
+    assert str(relu).splitlines()[0].endswith("[pointwise, in_place]")
+    assert f"int {relu.name}(const float * b_" in cm._native.source
+    plan = plan_memory(cm.module)
+    assert sum(b.over is not None for b in plan.buffers) == 1
+    for n in (2, 9, 31):
+        x = torch.randn(2, 8, n, n)
+        x[0, 0, 0, 0], x[1, 3, n - 1, 1] = float("nan"), float("inf")
+        with torch.no_grad():
+            want = net(x).numpy()
+        np.testing.assert_allclose(cm(x).numpy(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
