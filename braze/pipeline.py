@@ -19,7 +19,6 @@ when a dump directory is set.
 from __future__ import annotations
 
 import dataclasses
-
 import warnings
 from pathlib import Path
 from typing import Callable, Sequence

@@ -187,12 +187,26 @@ def _trailing(x, axis):
     return a, tuple(range(a, x.rank)), S.prod(x.shape[a:])
 
 
+def _wide(dt, *params):
+    """The widest float dtype of ``dt`` and the params: a norm's float32 weights and statistics
+    of a 16-bit input are used as they are, as the reference does, not rounded to 16 bits first
+    (a weight of 3e38 would become inf in float16, and 0 * inf NaN; a variance of 1e5 inf)."""
+    for p in params:
+        if p is not None and p.dtype.is_float and p.dtype.itemsize > dt.itemsize:
+            dt = p.dtype
+    return dt
+
+
 def _affine(v, w, b, idx, a):
+    """``v * w + b``, in the widest of their dtypes (``_wide``)."""
+    dt = v.dtype
+    wide = _wide(dt, w, b)
+    v = cast(v, wide)
     if w is not None:
-        v = mul(v, cast(w(tuple(idx[a:])), v.dtype))
+        v = mul(v, cast(w(tuple(idx[a:])), wide))
     if b is not None:
-        v = add(v, cast(b(tuple(idx[a:])), v.dtype))
-    return v
+        v = add(v, cast(b(tuple(idx[a:])), wide))
+    return cast(v, dt)
 
 
 @lowering("layer_norm")
@@ -233,9 +247,10 @@ def _lower_rms_norm(ctx, x, weight=None, *, axis, eps):
 @lowering("batch_norm")
 def _lower_batch_norm(ctx, x, scale, bias, mean, var, *, eps):
     dt = x.dtype
+    wide = _wide(dt, scale, bias, mean, var)
 
     def fn(idx):
         c = (idx[1],)
-        inv = mul(un("rsqrt", add(cast(var(c), dt), const(eps, dt))), cast(scale(c), dt))
-        return add(mul(sub(x(idx), cast(mean(c), dt)), inv), cast(bias(c), dt))
+        inv = mul(un("rsqrt", add(cast(var(c), wide), const(eps, wide))), cast(scale(c), wide))
+        return cast(add(mul(sub(cast(x(idx), wide), cast(mean(c), wide)), inv), cast(bias(c), wide)), dt)
     return fn

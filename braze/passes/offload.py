@@ -31,8 +31,9 @@ VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 # activations oneDNN applies as post-ops. Not relu: oneDNN's maps NaN to 0 (a max with 0),
 # which would hide a NaN that eager shows. braze's own relu kernel after a conv runs over the
 # conv's result (memory.in_place_elementwise); before it did, ResNet-50 with relu as a post-op
-# took 0.98x the time at 1x224x224 and 1.02x at 2x96x128 (interleaved, AMD Zen 5). Not sigmoid: some of oneDNN's convolutions (few channels, a pad as
-# tall as the kernel) map NaN to 0 in it too (fuzz seed 986). oneDNN's gelu and silu give NaN
+# took 0.98x the time at 1x224x224 and 1.02x at 2x96x128 (interleaved, AMD Zen 5). Not
+# sigmoid: some of oneDNN's convolutions (few channels, a pad as tall as the kernel) map NaN to
+# 0 in it too (fuzz seed 986). oneDNN's gelu and silu give NaN
 # at +-inf, as eager does (docs/semantics.md).
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh")
 POST_OPS = ("bias", "residual", "cast") + ACTIVATIONS

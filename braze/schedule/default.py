@@ -60,5 +60,5 @@ def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
 
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "coeff", "collapse", "flat_offset", "flatten", "hoist",
-           "keep", "materialize", "next_loop_index", "parallelize", "partition", "schedule", "tile", "vector_ok", "vectorize",
-           "widen"]
+           "keep", "materialize", "next_loop_index", "parallelize", "partition", "schedule", "tile", "vector_ok",
+           "vectorize", "widen"]

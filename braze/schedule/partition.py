@@ -195,8 +195,9 @@ def _stmts(stmts, outer: frozenset) -> list:
         if not isinstance(s, For):
             out.append(s)
             continue
-        inner = [t for t in L.walk_stmts(s.body) if isinstance(t, (For, L.Alloc))]
-        if any(isinstance(t, L.Alloc) or t.kind == "serial" for t in inner):
+        inner = [t for t in L.walk_stmts(s.body) if isinstance(t, (For, L.Alloc, Store))]
+        if any(isinstance(t, L.Alloc) or (isinstance(t, For) and t.kind == "serial")
+               or (isinstance(t, Store) and not t.flat) for t in inner):  # flatten left out: as it is
             out.append(replace(s, body=_stmts(s.body, outer | {s.var})))
         elif s.kind == "serial" and not s.var.name.startswith(("_" + EDGE, "_" + INTERIOR)):
             out.extend(_split(s, outer))

@@ -217,3 +217,45 @@ def test_every_op_kind_in_16_bits_against_the_reference(kind, op, dt):
             assert np.array_equal(g64[~fin & ~np.isnan(r64)], r64[~fin & ~np.isnan(r64)]), f"{op}: inf"
             assert_close(g64[fin], r64[fin], dtype="bfloat16" if dt == "bf16" else "float16",
                          what=f"{op} at {n}x{h}")
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+def test_a_norm_s_float32_weight_is_not_rounded_to_16_bits_first(norm, dt):
+    """A 16-bit norm with float32 weight and bias multiplies in float32, as the reference does: a
+    weight past the 16-bit range times a 0 is 0 (rounded first it was inf, and 0 * inf NaN; fuzz
+    seed 46181), and a weight of 1 + 2^-12 keeps its last bits."""
+    b = Builder()
+    n = b.sym("n")
+    x = b.param("x", tensor(dt, 2, n))
+    w = b.param("w", tensor("f32", n))
+    args = (x, w, b.param("c", tensor("f32", n))) if norm == "layer_norm" else (x, w)
+    b.ret(b.op(norm, list(args), axis=-1, eps=1e-5))
+    m = braze.compile(b.module)
+    h = 6
+    xs = np.zeros((2, h))
+    xs[:, 0], xs[1, 3] = 1.5, -2.0
+    ws = np.array([1 + 2 ** -12, 2.0, 3e38, 0.5, -3e38, 1.0], np.float32)
+    extra = (np.linspace(-1, 1, h).astype(np.float32),) if norm == "layer_norm" else ()
+    a = (xs.astype(NP[dt]), ws, *extra)
+    got, ref = m(*a), reference.run(b.module, *a)
+    assert got.dtype == ref.dtype
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), np.isnan(ref.astype(np.float64)))
+    assert_close(got, ref, dt)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_a_batch_norm_s_float32_statistics_are_not_rounded_to_16_bits_first(dt):
+    """A running variance of 1e5 and a mean of 7e4 are past float16's range: rounded first they
+    were inf (a channel of bias only, or NaN); the reference uses them as they are."""
+    b = Builder()
+    x = b.param("x", tensor(dt, 2, 4, b.sym("h")))
+    ps = [b.param(k, tensor("f32", 4)) for k in ("scale", "bias", "mean", "var")]
+    b.ret(b.op("batch_norm", [x, *ps], eps=1e-5))
+    m = braze.compile(b.module)
+    xs = np.linspace(-3, 3, 2 * 4 * 5).reshape(2, 4, 5).astype(NP[dt])
+    scale, bias = np.array([1.0, 2.0, 0.5, 1.0], np.float32), np.array([0.0, 1.0, -1.0, 0.25], np.float32)
+    mean, var = np.array([0.0, 7e4, 1.0, 0.0], np.float32), np.array([1.0, 1.0, 1e5, 3e38], np.float32)
+    got, ref = m(xs, scale, bias, mean, var), reference.run(b.module, xs, scale, bias, mean, var)
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), np.isnan(ref.astype(np.float64)))
+    assert_close(got, ref, dt)
