@@ -507,7 +507,10 @@ def _softmax(ctx, opdef, ins, es, outs, attrs):
     emax = np.max(ez, axis=ax, keepdims=True, initial=0.0)
     if opdef.name == "softmax":
         y = mag(out)
-        return clean(y * np.expm1(2 * (ez + emax)), emax) + 2 * (n + 8) * u * y + 1e-38
+        # a 16-bit softmax computes in float32 and rounds where it is stored (stage widen): cast to
+        # a wider type in the same kernel, a value below the 16-bit normal range stays (seed 48064)
+        floor = 1e-38 if np.asarray(out).dtype.itemsize >= 4 else float(_finfo(out.dtype).tiny)
+        return clean(y * np.expm1(2 * (ez + emax)), emax) + 2 * (n + 8) * u * y + floor
     return clean(ez + emax, emax) + (n + 8) * u + rnd(out, 4)
 
 

@@ -217,12 +217,23 @@ def test_random_graphs_match_the_reference(seeds, cache):
 # max-pool backward's reference indexed an empty plane), 40438 (two reductions over one loop
 # counter in one C scope), 50923 (the generator's bound of an integer product overflowed),
 # 60658 and 61632 (the max-pool backward's sums had no bound of their own), 63626 (a residual
-# fused into its conv rounds with the partial sums)
-ONCE_FAILED = [29014, 29164, 40267, 40438, 50923, 60658, 61632, 63626, 70587, 70827, 71609, 72319, 81497, 82751]
+# fused into its conv rounds with the partial sums), 46181 (a float16 norm rounded its float32
+# weight to float16 first)
+ONCE_FAILED = [29014, 29164, 40267, 40438, 46181, 50923, 60658, 61632, 63626, 70587, 70827, 71609, 72319, 81497,
+               82751]
 
 
 def test_seeds_that_once_failed(cache):
     _check(check_batch(ONCE_FAILED, cache_dir=cache), ONCE_FAILED)
+
+
+def test_a_seed_of_norms_casts_and_softmax_that_once_failed(cache):
+    """48064, drawn from norms, casts and softmax only: a float16 softmax cast to float64 in the
+    same kernel keeps a value below float16's range (stage widen rounds where it stores), which
+    the softmax's bound now allows."""
+    seeds = [48064]
+    config = Config(ops=("rms_norm", "layer_norm", "batch_norm", "group_norm", "cast", "softmax"))
+    _check(check_batch(seeds, config=config, cache_dir=cache), seeds)
 
 
 def test_a_failure_names_its_seed_the_rerun_and_the_graph():
