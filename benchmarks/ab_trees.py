@@ -60,23 +60,24 @@ def _call(p: subprocess.Popen, shape: int, seconds: float) -> float:
 def measure(base: Path, new: Path, model: str, backend: str, rounds: int, seconds: float, threads: int,
             processes: int = 3) -> dict:
     shapes = SHAPES["full"][model]
-    caches = {tree: tempfile.mkdtemp(prefix="braze-ab-") for tree in (base, new)}
     ta, tb, ratio = ([[] for _ in shapes] for _ in range(3))
-    for g in range(processes):
-        a, b = (_serve(t, model, backend, shapes, threads, caches[t]) for t in (base, new))
-        try:
-            for i in range(len(shapes)):
-                for r in range(g, rounds, processes):
-                    first, second = (a, b) if r % 2 == 0 else (b, a)
-                    got = {id(first): _call(first, i, seconds)}
-                    got[id(second)] = _call(second, i, seconds)
-                    ta[i].append(got[id(a)])
-                    tb[i].append(got[id(b)])
-                    ratio[i].append(got[id(b)] / got[id(a)])
-        finally:
-            for p in (a, b):
-                p.stdin.close()
-                p.wait()
+    with tempfile.TemporaryDirectory(prefix="braze-ab-") as root:
+        caches = {base: str(Path(root) / "base"), new: str(Path(root) / "new")}  # kept across the pairs
+        for g in range(processes):
+            a, b = (_serve(t, model, backend, shapes, threads, caches[t]) for t in (base, new))
+            try:
+                for i in range(len(shapes)):
+                    for r in range(g, rounds, processes):
+                        first, second = (a, b) if r % 2 == 0 else (b, a)
+                        got = {id(first): _call(first, i, seconds)}
+                        got[id(second)] = _call(second, i, seconds)
+                        ta[i].append(got[id(a)])
+                        tb[i].append(got[id(b)])
+                        ratio[i].append(got[id(b)] / got[id(a)])
+            finally:
+                for p in (a, b):
+                    p.stdin.close()
+                    p.wait()
     rows = []
     for i, dims in enumerate(shapes):
         rows.append({"shape": shape_str(dims), "base_ms": statistics.median(ta[i]), "new_ms": statistics.median(tb[i]),
@@ -107,8 +108,7 @@ def main(argv=None) -> int:
             f"{' '.join(mach['isa'])}), {a.threads} threads; backend {a.backend}. base: {_revision(base)}, "
             f"new: {_revision(new)}; "
             f"each in its own process, called in turn (the first alternating), {a.rounds} rounds of about "
-            f"{a.round_time} s "
-            f"per side and shape, spread over {a.processes} pairs of processes started in turn. "
+            f"{a.round_time} s per side and shape, spread over {a.processes} pairs of processes started in turn. "
             "`new / base` is the median of the rounds' ratios (below 1.00x: new is faster).")
     lines = [head, "", "| model | shape | base ms | new ms | new / base |", "|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {s['shape']} | {s['base_ms']:.3f} | {s['new_ms']:.3f} | {s['new_over_base']:.3f}x |"

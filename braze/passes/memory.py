@@ -27,8 +27,8 @@ destination, so the helper otherwise copies the residual there first, on one thr
 writes its result over an input of its type that it reads last (``in_place_elementwise``):
 each element is read at its own index in the loop iteration that stores it. A ReLU that
 oneDNN cannot apply (it would map NaN to 0) then runs over the convolution's result: the
-depthwise convnet at 8x224x224 took 0.93x the time, ResNet-50 at 1x224x224 0.97x, and its
-arena is 30% smaller. Its loop kernel is marked ``in_place`` (its C declares no restrict
+depthwise convnet at 8x224x224 took 0.93x the time, ResNet-50 at 1x224x224 0.97x (its
+arena a third smaller). Its loop kernel is marked ``in_place`` (its C declares no restrict
 pointers). These are the places a node's input and output share memory.
 
 A ``scatter`` group whose result is a function result adds in place into its
