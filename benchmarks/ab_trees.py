@@ -10,10 +10,11 @@ one shape for about ``--round-time`` seconds per side. ``new / base`` is the med
 each round's ratio (below 1.00x: the new tree is faster). Writes ``<stem>.json`` and ``<stem>.md``.
 
 The rounds are spread over ``--processes`` pairs of server processes, started one pair after the
-other (the compile cache makes the later starts quick). A process keeps what it drew at its start
-for its whole life (where its threads and memory landed): on the depthwise convnet's 0.04 ms calls,
-one pair of processes measured the same change 1.18x and 1.26x, and with base and new swapped 0.77x,
-where five pairs of fresh processes gave 0.69-0.88x.
+other (the compile cache makes the later starts quick), so no one process's speed decides a
+ratio. On the depthwise convnet's 0.04 ms calls, one long-lived pair measured the border stage
+(schedule/partition.py) 1.18-1.29x slower in three runs (base and new swapped in one), where five
+pairs of fresh processes measured it 0.69-0.88x, calls alternating in one process 0.89-0.95x, and
+three pairs 0.90x. Why one long-lived pair disagrees is not established.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ driven in rounds: each round runs every backend in turn (the order rotates) for 
 every backend of a round, so the median over rounds of each round's ratio to the first backend
 (``X / first``) is the figure to quote; the median times are there too.
 
-A process keeps, for its whole life, what it drew at its start (where its threads and its memory
-landed): on calls under about 0.2 ms one process per backend can be 20% off, the same way in every
-round. ``--processes N`` spreads the rounds over N sets of servers started one after the other
-(their compiles cached from the first), so that draw averages out too.
+On calls under about 0.2 ms one long-lived process per backend can be 20% off, the same way in
+every round (``benchmarks.ab_trees`` says where that was seen; the cause is not established).
+``--processes N`` spreads the rounds over N sets of servers started one after the other (their
+compiles cached from the first), so that no one process decides a ratio.
 
 Idle servers wait in a blocking read. A pause between backends lets the last one's threads stop
 spinning (OpenMP and TBB spin for a few ms after a parallel region) before the next is timed.
@@ -148,8 +148,7 @@ def started_servers(model: str, names: list[str], shapes: list[dict], threads: i
 def measure(model: str, names: list[str], shapes: list[dict], rounds: int, round_time: float, threads: int,
             processes: int = 1) -> dict:
     """Per shape, ``rounds`` rounds of every backend in turn, spread over ``processes`` sets of
-    server processes started one after the other (a process keeps, for its life, where its threads
-    and memory landed when it started)."""
+    server processes started one after the other, so that no one process decides a ratio."""
     ms = [{n: [] for n in names} for _ in shapes]
     ready = {}
     with tempfile.TemporaryDirectory(prefix="braze-rounds-") as root:
