@@ -47,6 +47,7 @@ from typing import Mapping
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Value
 from ..ir.sym import IntLike
+from ..ops.registry import get_op
 from .common import top_functions
 
 ALIGN = 64
@@ -217,12 +218,19 @@ def in_place_residuals(module: Module, f: Function, last_use: dict[int, int] | N
             if len(readers) != 1 or readers[0].op != "add" or p.type != y.type:
                 continue
             x = n.inputs[k]
-            prod = x.producer
-            if prod is not None and prod.op == "fused" and last_use.get(id(x)) == i and id(x) not in results \
-                    and sum(v is x for v in n.inputs) == 1:
+            if _dies_here(x, n, i, last_use, results):
                 out[id(y)] = x
             break
     return out
+
+
+def _dies_here(x: Value, n, i: int, last_use: dict[int, int], results: set) -> bool:
+    """Whether ``x``, an input of node ``n`` (the ``i``-th), is a fused group's result in the arena
+    that no later node reads, and ``n`` reads it through this operand only: ``n``'s output may
+    take its memory."""
+    prod = x.producer
+    return (prod is not None and prod.op == "fused" and last_use.get(id(x)) == i and id(x) not in results
+            and sum(v is x for v in n.inputs) == 1)
 
 
 def in_place_elementwise(module: Module, f: Function, last_use: dict[int, int] | None = None) -> dict[int, Value]:
@@ -230,7 +238,6 @@ def in_place_elementwise(module: Module, f: Function, last_use: dict[int, int] |
     only (each output element reads its operands at its own index, in the same loop iteration
     that stores it) with an input of the output's type that a fused group made and that no later
     node reads: a ReLU after a convolution writes over the convolution's result."""
-    from ..ops import get_op
     last_use = _last_uses(f) if last_use is None else last_use
     results = {id(v) for v in f.results}
     out = {}
@@ -241,12 +248,9 @@ def in_place_elementwise(module: Module, f: Function, last_use: dict[int, int] |
         if not all(m.op == "constant" or get_op(m.op).kind == "elementwise" for m in callee.nodes):
             continue
         y = n.outputs[0]
-        for x in n.inputs:
-            prod = x.producer
-            if (x.type == y.type and prod is not None and prod.op == "fused" and last_use.get(id(x)) == i
-                    and id(x) not in results and sum(v is x for v in n.inputs) == 1):
-                out[id(y)] = x
-                break
+        x = next((x for x in n.inputs if x.type == y.type and _dies_here(x, n, i, last_use, results)), None)
+        if x is not None:
+            out[id(y)] = x
     return out
 
 

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from ..ir import loop as L
 from ..ir import sym as S
-from ..ir.loop import Binary, Compare, Const, For, IndexValue, Kernel, Let, Select, Store, Var
+from ..ir.loop import Binary, Compare, Const, For, IndexValue, Kernel, Select, Store, Var
 from ..ir.types import DType
 from .nest import coeff, next_loop_index, subs_stmts, with_body
 
