@@ -77,8 +77,11 @@ def _remainder(a, b):
 
 
 def _pow(a, b, dt):
-    if dt.is_float:  # IEEE pow: a full exponent array keeps numpy off its sqrt path for b = 0.5
-        return np.power(a, np.array(np.broadcast_to(b, np.broadcast_shapes(np.shape(a), np.shape(b)))))
+    if dt.is_float:  # IEEE pow (-inf ** 0.5 = inf): numpy takes sqrt for b = 0.5 when the exponent
+        # is a scalar, 0-d or broadcast (stride 0); a full 1-d copy keeps it off (fuzz seed 20498)
+        shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+        return np.power(np.array(np.broadcast_to(a, shape)).reshape(-1),
+                        np.array(np.broadcast_to(b, shape)).reshape(-1)).reshape(shape)
     # ints to negative powers, as torch (and bz_ipow): 1 -> 1, -1 -> +-1 by parity, else 0
     a, b = np.broadcast_arrays(a, b)
     neg = b < 0

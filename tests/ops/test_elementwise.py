@@ -114,6 +114,22 @@ def test_int_pow_negative_exponent_matches_torch(T, dtype):
     T.check(braze.compile(m)(a, b), want, what="native")
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (5,)])
+def test_float_pow_is_ieee_pow_at_every_rank(shape):
+    """The IR's pow is IEEE pow, as torch's with a tensor exponent: -inf ** 0.5 = inf, not numpy's
+    sqrt shortcut (NaN), which it takes for a 0-d operand (fuzz seed 20498)."""
+    from braze.ops import Builder, tensor
+    from braze.reference import run
+    b = Builder()
+    x = b.param("x", tensor("f32", *shape))
+    b.ret(b.op("pow", [x, b.constant(np.array(0.5, np.float32), "half")]))
+    base = np.full(shape, -np.inf, np.float32)
+    want = torch.pow(torch.from_numpy(base), torch.full(shape, 0.5)).numpy()
+    assert np.isposinf(want).all()
+    np.testing.assert_array_equal(run(b.module, base), want)
+    np.testing.assert_array_equal(braze.compile(b.module)(base), want)
+
+
 COMPARE_TORCH = {"equal": torch.eq, "not_equal": torch.ne, "less": torch.lt, "less_equal": torch.le,
                  "greater": torch.gt, "greater_equal": torch.ge}
 

@@ -95,6 +95,18 @@ BZ_INLINE double bz_modd(double a, double b) {
     double r = fmod(a, b);
     return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
 }
+/* IEEE pow. The exponent goes through an empty asm, so GCC cannot see a constant 0.5: at -O3 its
+   vectorizer rewrites powf(x, 0.5f) as sqrt(x), NaN at -inf and -0 at -0 where pow gives inf and
+   +0 (fuzz seed 20498) */
+#if defined(__CUDACC__) /* device code: NVRTC's own optimizer; no x86 register class */
+#define BZ_OPAQUE(v) ((void)0)
+#elif defined(__x86_64__) || defined(__i386__)
+#define BZ_OPAQUE(v) __asm__("" : "+x"(v))
+#else
+#define BZ_OPAQUE(v) __asm__("" : "+r"(v))
+#endif
+BZ_INLINE float bz_powf(float a, float b) { BZ_OPAQUE(b); return powf(a, b); }
+BZ_INLINE double bz_powd(double a, double b) { BZ_OPAQUE(b); return pow(a, b); }
 /* float64 activations (libm); the limits at +-inf as in braze_vmath.h */
 BZ_INLINE double bz_sigmoidd(double x) {
     double e = exp(-fabs(x));
