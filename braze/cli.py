@@ -15,6 +15,7 @@ commands:
                                    (a repro: the same C as the compile that dumped it)
   braze tune MODEL --dim N=LO:HI   measure each product's kernels per bucket of its rows on this
                                    machine into the tuning database (docs/tuning.md)
+  braze tune --artifact DIR        re-tune a saved artifact on this CPU, from the records it ships
 
 `braze COMMAND --help` explains each command. Errors are one line on stderr:
 exit status 2 for a usage error (a bad option, a missing file), 1 for a
@@ -113,6 +114,15 @@ def cmd_tune(args) -> int:
     from .frontend.files import load_model_file
     from .options import Options
     from .tune.buckets import summary
+    if args.artifact is not None:
+        if args.model is not None or args.dim:
+            raise UsageError("--artifact re-tunes a saved model: give no MODEL and no --dim (its dims are fixed)")
+        from .deploy.commands import cmd_tune_artifact
+        return cmd_tune_artifact(args)
+    if args.output is not None:
+        raise UsageError("-o names where a re-tuned artifact goes: use it with --artifact")
+    if args.model is None:
+        raise UsageError("give a MODEL file to tune, or --artifact DIR")
     check_model_arg(args.model)
     progress = logging.getLogger("braze.tune")
     if not progress.handlers and not logging.getLogger("braze").handlers:  # its progress lines, on stderr
@@ -191,9 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "(tune=cached, the default) use the winners, with no measuring; prints each product's "
                     "dispatch table (docs/tuning.md).\n\n"
                     "  braze tune model.onnx --dim batch=1:64 --dim seq=1:512 --budget 10m\n"
-                    "  BRAZE_TUNE_DB=my.jsonl braze tune model.pt2 --mode full")
-    p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text (.braze)")
+                    "  BRAZE_TUNE_DB=my.jsonl braze tune model.pt2 --mode full\n"
+                    "  braze tune --artifact model_dir -o model_dir_here   # on the CPU the artifact will run on")
+    p.add_argument("model", nargs="?", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text "
+                   "(.braze)")
     _add_dim(p)
+    p.add_argument("--artifact", metavar="DIR", help="re-tune a saved artifact on this CPU instead of a model file: "
+                   "its products are measured here, starting from the measurements it ships (tune.jsonl), and "
+                   "it is compiled again for this CPU and saved (in place, or to -o)")
+    p.add_argument("-o", "--output", metavar="DIR", help="with --artifact: save the re-tuned artifact here "
+                   "(default: replace DIR)")
     p.add_argument("--budget", type=_parse_budget, default=600.0, metavar="TIME",
                    help="stop measuring after this long, keeping what was found: seconds, or 90s, 10m, 1h "
                         "(default 10m)")
@@ -201,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast: two kernels per GEMM up to M = 1024; full: all three, more rounds, up to 4096 "
                         "(default fast)")
     p.add_argument("--threads", type=int, default=None, help="the thread count the model will run with "
-                   "(default: this process's CPUs); measurements are kept per thread count")
+                   "(default: this process's CPUs; with --artifact, the artifact's setting); measurements are kept "
+                   "per thread count")
     return ap
 
 

@@ -294,6 +294,21 @@ def resume(path, *, threads: int | None = None, options: Options | dict | None =
     return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0)
 
 
+def recompile(module: Module, stage: str = "dispatch", *, options: Options | dict | None = None) -> CompiledModel:
+    """Compile ``module``, the final module of an earlier compile (``CompiledModel.module``, an
+    artifact's ``module.braze``), again from graph stage ``stage``: from ``dispatch``, its
+    GEMMs' and 1x1 convolutions' kernels are chosen again with these options' tuning mode and
+    database (braze/deploy/retune.py)."""
+    from .codegen.isa import detect_isa
+    from .pipeline import recompile_c
+
+    opts = Options.of(options)
+    _logging.enable_debug_output(opts.debug)
+    t0 = time.perf_counter()
+    native, module = recompile_c(module, stage, detect_isa(), options=opts)
+    return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0)
+
+
 def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> CompiledModel:
     """Compile the C (or find it in the cache), load it and make the model instance."""
     from .runtime import load_library

@@ -253,6 +253,26 @@ def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, 
     return native, m
 
 
+def recompile_c(module: Module, stage: str, isa, options: Options | None = None,
+                instruments: Sequence[Instrument] = ()):
+    """Run graph stage ``stage`` (``dispatch`` or later) and every stage after it on ``module``, the
+    final module of a compile (as an artifact keeps it): the ``NativeSource`` and the module. The
+    tuning block comes from ``options``, so ``recompile_c(m, "dispatch", ...)`` makes the dispatch
+    tables again; with the same database it gives the same C (the stages from ``dispatch`` on leave
+    a module they have seen as it was: tests/deploy/test_retune.py)."""
+    names = [pass_name(p) for p in GRAPH_PASSES]
+    first = names.index("dispatch")
+    again = names[first:]  # the earlier stages rewrite what they see: they run once
+    if stage not in again:
+        raise BrazeError(f"graph stage {stage!r} cannot run again on a compiled module",
+                         hint=f"one of {', '.join(dict.fromkeys(again))}")
+    opts, hooks = _hooks(options, None, instruments)
+    module.tuning = tuning_block(opts, isa)
+    for h in hooks:
+        h.start(module)
+    return _finish(module, None, first + again.index(stage) + 1, isa, opts, hooks)
+
+
 def resume_c(path, isa, options: Options | None = None, instruments: Sequence[Instrument] = ()):
     """Continue compiling from a stage file of a ``BRAZE_DUMP`` directory (``NN_<stage>.braze``
     or ``.loop``): the same ``NativeSource`` as the compile that wrote it, and the module."""
@@ -291,6 +311,6 @@ def resume_c(path, isa, options: Options | None = None, instruments: Sequence[In
 
 
 __all__ = ["CPU_PASSES", "GRAPH_PASSES", "Kernels", "compile_to_c", "default_instruments", "emit",
-           "kernel_stages", "lower_kernels", "pass_name", "resume_c", "run_kernel_stages", "run_pipeline",
-           "stage_names", "Options", "Instrument", "Verify", "LogReports", "PassTimer", "PrintAfter",
+           "kernel_stages", "lower_kernels", "pass_name", "recompile_c", "resume_c", "run_kernel_stages",
+           "run_pipeline", "stage_names", "Options", "Instrument", "Verify", "LogReports", "PassTimer", "PrintAfter",
            "RuleCounter"]

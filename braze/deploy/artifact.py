@@ -30,12 +30,22 @@ HELPER = "libbraze_dnnl.so"
 WEIGHTS = "weights.safetensors"
 META = "meta.json"
 HEADER = "braze_model.h"
+MODULE = "module.braze"  # the module after the graph passes: `braze tune --artifact` compiles it again
+TUNE_DB = "tune.jsonl"  # the tuning database's records of this model's products (braze/tune/db.py)
 _CSRC = Path(__file__).resolve().parent / "csrc"
 
 # cpuinfo flag -> __builtin_cpu_supports name
 _CPU_NAME = {"avx512_bf16": "avx512bf16", "avx512_vnni": "avx512vnni", "avx512_fp16": "avx512fp16",
              "sse4_1": "sse4.1", "sse4_2": "sse4.2", "avx512_4fmaps": "avx5124fmaps",
              "avx512_vp2intersect": "avx512vp2intersect"}
+
+
+def _copy(src, dst: Path) -> None:
+    """Copy ``src`` over ``dst`` by a rename: a process that has the old library loaded (an
+    artifact re-saved in place) keeps its mapping of the old file."""
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
 
 
 def _c_str(s: str) -> str:
@@ -148,13 +158,13 @@ def save(model, path) -> Path:
                                 library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=["$ORIGIN"],
                                 extra_cflags=[*onednn.extra_link_flags(), f"-Wl,-soname,{HELPER}"],
                                 cache_dir=cache, filename=HELPER, log_channel="cache.helper")
-        shutil.copyfile(helper, path / HELPER)
+        _copy(helper, path / HELPER)
         lib = onednn.locate().library
         dnnl_name = _soname(lib)
         if not dnnl_name:
             raise BrazeError(f"cannot read the SONAME of {lib}, so the artifact would not find it",
                              hint="install binutils (readelf), which the C toolchain normally brings")
-        shutil.copyfile(os.path.realpath(lib), path / dnnl_name)
+        _copy(os.path.realpath(lib), path / dnnl_name)
         files[HELPER] = sha256_file(path / HELPER)
         files[dnnl_name] = sha256_file(path / dnnl_name)
         link_inputs = [str(path / HELPER)]
@@ -164,7 +174,7 @@ def save(model, path) -> Path:
             files[name] = sha256_file(path / name)
     for h in (HEADER, "braze_abi.h"):
         src = _CSRC / h if h == HEADER else Path(__file__).resolve().parents[1] / "codegen" / "include" / h
-        shutil.copyfile(src, path / h)
+        _copy(src, path / h)
         files[h] = sha256_file(path / h)
 
     head = ""
@@ -178,7 +188,12 @@ def save(model, path) -> Path:
     so = compile_shared(source, name=f"{model.module.main.name} artifact", include_dirs=include,
                         link_inputs=link_inputs, rpaths=["$ORIGIN"], cache_dir=cache, filename=LIBRARY,
                         isa=isa)
-    shutil.copyfile(so, path / LIBRARY)
+    _copy(so, path / LIBRARY)
+    # neither is read to run the model (the C loader does not know them); braze.load checks their hashes too
+    records = _tuning_records(model)
+    (path / MODULE).write_text(_module_text(model.module))
+    (path / TUNE_DB).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    kept = {n: sha256_file(path / n) for n in (MODULE, TUNE_DB)}
 
     meta = {
         "format": "braze-artifact", "abi_version": ARTIFACT_ABI, "braze_version": _version(),
@@ -202,8 +217,9 @@ def save(model, path) -> Path:
         "fusion": _fusion(model.module),
         # each GEMM's kernel per range of M (braze/tune), and whether measurements chose them
         "dispatch": [{"call": c, "product": p, "table": [list(x) for x in t]} for c, p, t in model.dispatch_tables()],
-        "tuning": {"mode": model.options.tune, "measured": _measured(model)},
-        "files": {**files, LIBRARY: sha256_file(path / LIBRARY)},
+        "tuning": {"mode": model.options.tune, "measured": _measured(model), "records": len(records),
+                   "settings": len({r["env"] for r in records})},
+        "files": {**files, **kept, LIBRARY: sha256_file(path / LIBRARY)},
         "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (path / META).write_text(json.dumps(meta, indent=1) + "\n")
@@ -216,6 +232,32 @@ def _measured(model) -> bool:
     """Whether any dispatch table differs from its default rule (a measurement chose it)."""
     from ..tune.products import DEFAULTS
     return any(tuple(t) not in DEFAULTS.values() for _, _, t in model.dispatch_tables())
+
+
+def _tuning_records(model) -> list[dict]:
+    """The tuning database's records (any machine's) of the model's products, in a fixed order:
+    the measurements another CPU's `braze tune --artifact` starts from."""
+    from ..tune.db import Database
+    from ..tune.products import library_call
+    db = model.module.tuning.get("db") if model.module.tuning else None
+    if not db:
+        return []
+    sites = set()
+    for f in model.module.functions.values():
+        for n in f.nodes:
+            if n.attrs.get("dispatch") is not None and (c := library_call(model.module, n)) is not None and c.site:
+                sites.add(c.site.key)
+    records = Database(db).records
+    return [records[k] for k in sorted(records) if k[1] in sites]
+
+
+def _module_text(module) -> str:
+    """The module as IR text, its constants named (their data is in the weights, by the same
+    names), without the tuning block: that names files of the machine that compiled it."""
+    import copy
+    m = copy.copy(module)
+    m.tuning = {}
+    return m.to_text(inline_limit=16)
 
 
 def _fusion(module) -> dict[str, int]:

@@ -1,5 +1,6 @@
-"""The artifact commands of the CLI: ``braze compile``, ``braze run``, ``braze bench`` and
-``braze inspect`` of an artifact directory (braze/cli.py assembles the parser)."""
+"""The artifact commands of the CLI: ``braze compile``, ``braze run``, ``braze bench``,
+``braze inspect`` and ``braze tune --artifact`` of an artifact directory (braze/cli.py assembles
+the parser)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,46 @@ def cmd_inspect_artifact(path: Path) -> int:
         print(f"dispatch ({how}; tune={tuning.get('mode', '?')}; braze/tune):")
         for line in summary((d["call"], d["product"], d["table"]) for d in meta["dispatch"]):
             print(f"  {line}")
+        if "records" in tuning:
+            print(f"  tune.jsonl: {tuning['records']} measured bucket(s) of these products, from "
+                  f"{tuning.get('settings', 0)} machine setting(s); `braze tune --artifact` measures this CPU's")
     print(f"files: {', '.join(sorted(meta['files']))}, meta.json")
+    return 0
+
+
+def cmd_tune_artifact(args) -> int:
+    import logging
+
+    from .retune import retune
+    from ..tune.buckets import summary
+    path = Path(args.artifact)
+    if not is_artifact(path):
+        raise UsageError(f"--artifact: {path} is not a braze artifact directory (no meta.json); make one with "
+                         "'braze compile MODEL -o DIR'")
+    out = Path(args.output) if args.output else path
+    from ..errors import BrazeError
+    from .artifact import check_save_path
+    try:
+        check_save_path(out)
+    except BrazeError as e:
+        from ..cmdline import one_line
+        raise UsageError(f"-o: {one_line(e)}") from None
+    progress = logging.getLogger("braze.tune")
+    if not progress.handlers and not logging.getLogger("braze").handlers:  # its progress lines, on stderr
+        progress.addHandler(logging.StreamHandler(sys.stderr))
+        progress.setLevel(logging.INFO)
+    t0 = time.perf_counter()
+    cm, report = retune(path, out, mode=args.mode, budget_s=args.budget, threads=args.threads)
+    was, now = report["isa"]
+    changed = sum(b["table"] != a["table"] for b, a in zip(report["before"], report["after"]))
+    print(f"re-tuned {path} in {time.perf_counter() - t0:.1f} s: {report['imported']} shipped record(s) added to "
+          f"the database {cm.module.tuning.get('db')}, {cm.tune_measurements} measurement(s), "
+          f"{changed} of {len(report['after'])} dispatch table(s) changed")
+    if was != now:
+        print(f"the library was built for {was}; it is now built for this CPU's {now}")
+    for line in summary((d["call"], d["product"], d["table"]) for d in report["after"]):
+        print(f"  {line}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -72,7 +72,7 @@ def test_saved_files_and_meta(saved):
     cm, path = saved
     names = sorted(p.name for p in path.iterdir())
     assert names == ["braze_abi.h", "braze_model.h", "libbraze_dnnl.so", "libbraze_model.so", "libdnnl.so.3",
-                     "meta.json", "weights.safetensors"]
+                     "meta.json", "module.braze", "tune.jsonl", "weights.safetensors"]
     meta = json.loads((path / "meta.json").read_text())
     assert meta["abi_version"] == 1 and meta["braze_version"] == braze.__version__
     assert meta["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["n", 24], "ranges": {"n": [1, 64]}}]

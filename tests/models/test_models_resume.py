@@ -1,5 +1,6 @@
 """The acceptance of a dump as a repro on the zoo models (slow: each compiles a large model and
-resumes it from every stage): the same C byte for byte, the same results."""
+resumes it from every stage, and its final module from stage dispatch): the same C byte for
+byte, the same results."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 import braze
 from braze.codegen.isa import detect_isa
 from braze.options import Options
-from braze.pipeline import compile_to_c, resume_c, stage_names
+from braze.passes import copy_module
+from braze.pipeline import compile_to_c, recompile_c, resume_c, stage_names
 
 ISA = detect_isa()
 
@@ -19,7 +21,9 @@ ISA = detect_isa()
 def test_zoo_model_resumes_from_every_stage(zoo_cache, name, tmp_path):
     from braze import zoo
     module = zoo_cache.torch_imported(name)
-    native, _ = compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
+    native, final = compile_to_c(module, ISA, options=Options(dump_dir=str(tmp_path)))
+    # an artifact's module compiled again from its dispatch stage (braze tune --artifact)
+    assert recompile_c(copy_module(final), "dispatch", ISA, Options())[0].source == native.source
     files = sorted(f.name for f in tmp_path.iterdir() if f.name[:2].isdigit() and f.suffix in (".braze", ".loop"))
     assert len(files) == len(stage_names())  # 00_input and every stage but emit
     for f in files:
