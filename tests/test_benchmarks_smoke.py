@@ -125,6 +125,25 @@ def test_dynamic_price_writes_its_table(tmp_path):
         assert row[k] > 0
 
 
+def test_conv_layers_matches_each_convolution_to_openvinos(tmp_path):
+    """The depthwise convnet at 1x32x32: its four convolutions by signature on both sides, each
+    counted once, and the counters covering most of each call."""
+    pytest.importorskip("openvino")
+    p = subprocess.run([sys.executable, "-m", "benchmarks.conv_layers", "--models", "depthwise", "--shapes", "tiny",
+                        "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "conv_layers.json").read_text())
+    (row,) = doc["results"][0]["shapes"]
+    convs = {r["layer"]: r for r in row["layers"] if not r["layer"].startswith("other")}
+    assert set(convs) == {"3x3/s2 3->16 g1 @16x16", "1x1/s1 16->64 g1 @16x16", "3x3/s1 64->64 g64 @16x16",
+                          "1x1/s1 64->16 g1 @16x16"}
+    for r in convs.values():
+        assert r["count"] == [1, 1] and r["braze_ms"] > 0 and r["openvino_ms"] > 0
+    assert row["counted"]["braze"] > 0.5
+    assert "| 3x3/s1 64->64 g64 @16x16 | 1, 1 |" in (tmp_path / "conv_layers.md").read_text()
+
+
 def test_live_weights_writes_its_table(tmp_path):
     """Live and frozen plug-in compiles called in turn, both within tolerance of eager."""
     row = _per_model("live_weights", "live_weights", tmp_path)
