@@ -130,6 +130,8 @@ def cmd_tune(args) -> int:
         progress.setLevel(logging.INFO)
     module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
     opts = Options.from_env().replace(tune=args.mode, tune_budget_s=args.budget)
+    if args.shapes:
+        opts = opts.replace(tune_shapes=args.shapes)
     t0 = time.perf_counter()
     cm = braze.compile(module, threads=args.threads, options=opts)
     tables = cm.dispatch_tables()
@@ -201,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(tune=cached, the default) use the winners, with no measuring; prints each product's "
                     "dispatch table (docs/tuning.md).\n\n"
                     "  braze tune model.onnx --dim batch=1:64 --dim seq=1:512 --budget 10m\n"
+                    "  braze tune model.onnx --dim batch=1:64 --dim seq=1:512 --shapes traffic.json\n"
                     "  BRAZE_TUNE_DB=my.jsonl braze tune model.pt2 --mode full\n"
                     "  braze tune --artifact model_dir -o model_dir_here   # on the CPU the artifact will run on")
     p.add_argument("model", nargs="?", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text "
@@ -214,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=_parse_budget, default=600.0, metavar="TIME",
                    help="stop measuring after this long, keeping what was found: seconds, or 90s, 10m, 1h "
                         "(default 10m)")
+    p.add_argument("--shapes", metavar="HIST.json", help="a shape histogram: a JSON list of the shapes the model "
+                   "is called at, each {\"batch\": 4, \"seq\": 128} or {\"dims\": {...}, \"count\": N}; only the "
+                   "buckets these shapes reach are measured, the most called first (docs/tuning.md)")
     p.add_argument("--mode", choices=["fast", "full"], default="fast",
                    help="fast: two kernels per GEMM up to M = 1024; full: all three, more rounds, up to 4096 "
                         "(default fast)")

@@ -29,7 +29,8 @@ choice cannot live in its options.
   range of M comes from (braze/tune; docs/tuning.md). ``cached`` reads the tuning database and never
   measures; ``fast`` / ``full`` measure what it lacks first, within ``tune_budget_s``
   (``BRAZE_TUNE_BUDGET``, seconds; default 600). ``BRAZE_TUNE_DB``: the tuning database's file
-  (default: ``tune/tune.jsonl`` in the compile cache).
+  (default: ``tune/tune.jsonl`` in the compile cache). ``BRAZE_TUNE_SHAPES``: a shape histogram
+  (JSON; braze/tune/shapes.py): measure only the buckets its shapes reach, the most called first.
 * ``BRAZE_PRECISION_KEEP``: comma-separated op names (``matmul``) or module paths (``lm_head``,
   ``encoder.layer.0``) whose products stay float32 under a 16-bit policy.
 
@@ -87,6 +88,9 @@ class Options:
     tune_budget_s: float = 600.0
     # the tuning database's file (None: tune/tune.jsonl in the compile cache); BRAZE_TUNE_DB
     tune_db: str | None = None
+    # a shape histogram (braze/tune/shapes.py): fast / full measure only the buckets its shapes
+    # reach, the most called first; BRAZE_TUNE_SHAPES
+    tune_shapes: str | None = None
 
     def __post_init__(self):
         if self.tune not in TUNE_MODES:
@@ -119,7 +123,8 @@ class Options:
                    target=(env.get("BRAZE_TARGET") or "").strip().lower() or "cpu",
                    tune=(env.get("BRAZE_TUNE") or "").strip().lower() or "cached",
                    tune_budget_s=float(_int_env(env, "BRAZE_TUNE_BUDGET", 600)),
-                   tune_db=(env.get("BRAZE_TUNE_DB") or "").strip() or None)
+                   tune_db=(env.get("BRAZE_TUNE_DB") or "").strip() or None,
+                   tune_shapes=(env.get("BRAZE_TUNE_SHAPES") or "").strip() or None)
         return opts.replace(**overrides) if overrides else opts
 
     def replace(self, **changes) -> "Options":

@@ -222,8 +222,11 @@ def tuning_block(opts: Options, isa) -> dict:
     from .runtime.compiler import resolve_cache_dir
     from .tune.db import db_path, resolved_threads
     db = Path(opts.tune_db).expanduser().resolve() if opts.tune_db else db_path(opts.cache_dir)
-    return {"mode": opts.tune, "db": str(db), "cache": str(resolve_cache_dir(opts.cache_dir)),
-            "threads": resolved_threads(opts.threads), "budget_s": int(opts.tune_budget_s)}
+    out = {"mode": opts.tune, "db": str(db), "cache": str(resolve_cache_dir(opts.cache_dir)),
+           "threads": resolved_threads(opts.threads), "budget_s": int(opts.tune_budget_s)}
+    if opts.tune_shapes:
+        out["shapes"] = str(Path(opts.tune_shapes).expanduser().resolve())
+    return out
 
 
 def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, hooks):

@@ -129,7 +129,8 @@ def cmd_tune_artifact(args) -> int:
         progress.addHandler(logging.StreamHandler(sys.stderr))
         progress.setLevel(logging.INFO)
     t0 = time.perf_counter()
-    cm, report = retune(path, out, mode=args.mode, budget_s=args.budget, threads=args.threads)
+    options = {"tune_shapes": args.shapes} if args.shapes else None
+    cm, report = retune(path, out, mode=args.mode, budget_s=args.budget, threads=args.threads, options=options)
     was, now = report["isa"]
     changed = sum(b["table"] != a["table"] for b, a in zip(report["before"], report["after"]))
     print(f"re-tuned {path} in {time.perf_counter() - t0:.1f} s: {report['imported']} shipped record(s) added to "

@@ -6,7 +6,8 @@ The module's ``tuning`` block says where tables come from: none (or ``mode "off"
 call its default rule (products.DEFAULTS); ``cached`` reads the tuning database (db.py) for this
 machine, threads and helper build, and overrides the default in each bucket a measurement won;
 ``fast`` and ``full`` first measure the buckets the database lacks (search.py), within
-``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory.
+``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory;
+with a ``shapes`` histogram (shapes.py), only the buckets its shapes reach, the most called first.
 The same database gives the same tables, hence the same C.
 
 A database with lines only for other machines (or thread counts, or helper builds) gives the
@@ -17,6 +18,7 @@ default rules, with one warning that names what differs. The count of measuremen
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 from .. import log as _logging
 from ..errors import BrazeError, BrazeWarning
@@ -27,6 +29,7 @@ from .buckets import override
 from .db import Database, env_key, environment
 from .products import library_call
 from .search import MODES, PLANS, measure, missing
+from .shapes import bucket_counts, read_histogram
 
 _log = _logging.get("tune")
 DEFAULT_BUDGET_S = 600
@@ -36,6 +39,23 @@ _WARNED: set[str] = set()  # database files already warned about, once per proce
 def _range(M) -> tuple[int, int]:
     lo, hi = S.bounds(M)
     return max(1, int(lo)), int(min(hi, 1 << 62))
+
+
+def _reached(todo, calls, histogram) -> list:
+    """``todo`` cut to the buckets the histogram's shapes reach, the most called first (sites too:
+    a budget that runs out leaves the rarest buckets to their default rule)."""
+    counts: dict[str, Counter] = {}
+    for _, c in calls:
+        if c.site is not None:
+            counts.setdefault(c.site.key, Counter()).update(bucket_counts(c.M, histogram, c.site.describe()))
+    out = []
+    for s, lo, hi, bs in todo:
+        hits = counts.get(s.key, Counter())
+        kept = sorted((b for b in bs if hits[b]), key=lambda b: (-hits[b], b))
+        if kept:
+            out.append((s, lo, hi, kept, sum(hits[b] for b in kept)))
+    out.sort(key=lambda t: -t[4])
+    return [t[:4] for t in out]
 
 
 def dispatch(m: Module) -> Module:
@@ -64,6 +84,8 @@ def dispatch(m: Module) -> Module:
         key = env_key(env)
         if mode in PLANS:
             todo = [(s, lo, hi, b) for s, lo, hi in sites.values() if (b := missing(db, key, s, lo, hi, mode))]
+            if m.tuning.get("shapes"):
+                todo = _reached(todo, calls, read_histogram(m.tuning["shapes"], m.symbols))
             if todo:
                 m.tune_measurements = measure(db, env, todo, mode, float(m.tuning.get("budget_s", DEFAULT_BUDGET_S)),
                                               cache_dir=m.tuning.get("cache"))
