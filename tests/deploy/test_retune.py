@@ -15,7 +15,16 @@ from braze.ops import Builder, tensor
 from braze.testing import one_line_error
 from braze.testing import run_cli as braze_cli
 
-pytestmark = pytest.mark.usefixtures("module_cache")
+pytestmark = pytest.mark.usefixtures("module_cache", "no_load_wait")
+
+
+@pytest.fixture(scope="module")
+def no_load_wait():
+    """Measure at once: the suite's other worker keeps the load average up (tests/tune do the same)."""
+    from braze.tune import search
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search, "LOAD_WAIT_S", 0.0)
+        yield
 
 
 def _two_products():
