@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 10m)")
     p.add_argument("--shapes", metavar="HIST.json", help="a shape histogram: a JSON list of the shapes the model "
                    "is called at, each {\"batch\": 4, \"seq\": 128} or {\"dims\": {...}, \"count\": N}; only the "
-                   "buckets these shapes reach are measured, the most called first (docs/tuning.md)")
+                   "buckets these shapes reach are measured, the most called products first (docs/tuning.md)")
     p.add_argument("--mode", choices=["fast", "full"], default="fast",
                    help="fast: two kernels per GEMM up to M = 1024; full: all three, more rounds, up to 4096 "
                         "(default fast)")

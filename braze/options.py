@@ -30,7 +30,7 @@ choice cannot live in its options.
   measures; ``fast`` / ``full`` measure what it lacks first, within ``tune_budget_s``
   (``BRAZE_TUNE_BUDGET``, seconds; default 600). ``BRAZE_TUNE_DB``: the tuning database's file
   (default: ``tune/tune.jsonl`` in the compile cache). ``BRAZE_TUNE_SHAPES``: a shape histogram
-  (JSON; braze/tune/shapes.py): measure only the buckets its shapes reach, the most called first.
+  (JSON; braze/tune/shapes.py): measure only the buckets its shapes reach, the most called products first.
 * ``BRAZE_PRECISION_KEEP``: comma-separated op names (``matmul``) or module paths (``lm_head``,
   ``encoder.layer.0``) whose products stay float32 under a 16-bit policy.
 
@@ -89,7 +89,7 @@ class Options:
     # the tuning database's file (None: tune/tune.jsonl in the compile cache); BRAZE_TUNE_DB
     tune_db: str | None = None
     # a shape histogram (braze/tune/shapes.py): fast / full measure only the buckets its shapes
-    # reach, the most called first; BRAZE_TUNE_SHAPES
+    # reach, the most called products first; BRAZE_TUNE_SHAPES
     tune_shapes: str | None = None
 
     def __post_init__(self):

@@ -7,7 +7,8 @@ call its default rule (products.DEFAULTS); ``cached`` reads the tuning database 
 machine, threads and helper build, and overrides the default in each bucket a measurement won;
 ``fast`` and ``full`` first measure the buckets the database lacks (search.py), within
 ``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory;
-with a ``shapes`` histogram (shapes.py), only the buckets its shapes reach, the most called first.
+with a ``shapes`` histogram (shapes.py), only the buckets its shapes reach, the most called
+products first.
 The same database gives the same tables, hence the same C.
 
 A database with lines only for other machines (or thread counts, or helper builds) gives the
@@ -42,8 +43,9 @@ def _range(M) -> tuple[int, int]:
 
 
 def _reached(todo, calls, histogram) -> list:
-    """``todo`` cut to the buckets the histogram's shapes reach, the most called first (sites too:
-    a budget that runs out leaves the rarest buckets to their default rule)."""
+    """``todo`` cut to the buckets the histogram's shapes reach, and its sites in order of the calls
+    those buckets get, the most first: the measuring runs a site at a time, so a budget that runs
+    out leaves the least called sites to their default rule."""
     counts: dict[str, Counter] = {}
     for _, c in calls:
         if c.site is not None:

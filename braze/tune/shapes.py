@@ -1,11 +1,11 @@
 """A shape histogram (``braze tune --shapes HIST.json``): the shapes a model is called at, so that
-tuning measures the buckets those shapes reach, the most called first, and no others.
+tuning measures the buckets those shapes reach, the most called products first, and no others.
 
 The file is a JSON list. Each entry is the dims of one shape, ``{"batch": 4, "seq": 128}``, or
 ``{"dims": {...}, "count": N}`` for a shape called N times (default 1). Every symbol a product's
-row count M depends on must be given. A bucket's weight is the calls that reach it, and the
-measuring runs the heaviest buckets first, so a budget that runs out leaves the rarest ones to
-their default rule.
+row count M depends on must be given. A bucket's weight is the calls that reach it; products
+are measured in order of their buckets' weight (each product's buckets in one go), so a budget
+that runs out leaves the least called products to their default rule.
 """
 
 from __future__ import annotations
