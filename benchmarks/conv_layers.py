@@ -22,8 +22,9 @@ are above a plain call's.
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from .run import per_model_main, per_model_markdown, shape_str
 
@@ -44,14 +45,14 @@ def _flops(sig: str, batch: int) -> float:
     return 2.0 * batch * oh * ow * oc * (ic // int(g[1:])) * kh * kw
 
 
-def braze_layers(module, dims: dict) -> dict[str, str]:
+def braze_layers(module, dims: dict) -> tuple[dict[str, str], Counter]:
     """kernel callee -> the signature of the convolution it computes (or whose activation it
-    applies), or ``other: <kind>``."""
+    applies), or ``other: <kind>``; and the convolutions per signature."""
     from braze.ir import sym as S
 
     def ev(x):
         return int(S.evaluate(x, dims))
-    out, made = {}, {}
+    out, made, convs = {}, {}, Counter()
     for n in module.main.nodes:
         if n.op != "fused":
             continue
@@ -71,12 +72,13 @@ def braze_layers(module, dims: dict) -> dict[str, str]:
             sig = _sig(kh, kw, int(conv.attrs.get("stride", [1])[0]), int(icg) * g, int(oc), g, oh, ow)
             out[callee] = sig
             made[id(n.outputs[0])] = sig
+            convs[sig] += 1
         elif {m.op for m in f.nodes if m.op not in ("constant",)} <= _ACTIVATIONS and \
                 id(n.inputs[0]) in made:
             out[callee] = made[id(n.inputs[0])]
         else:
             out[callee] = f"other: {kind}"
-    return out
+    return out, convs
 
 
 def ov_layers(model) -> dict[str, str]:
@@ -101,7 +103,6 @@ def ov_layers(model) -> dict[str, str]:
 def measure(name: str, shapes: list[dict], min_time: float) -> dict:
     import numpy as np
     import openvino as ov
-    import tempfile
     import torch
 
     import braze
@@ -122,7 +123,7 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
     for dims in shapes:
         x = [t.numpy() for t in zm.make_inputs(**dims)]
         feed = dict(zip(in_names, (np.ascontiguousarray(a) for a in x)))
-        kmap = braze_layers(cm.module, dims)
+        kmap, braze_convs = braze_layers(cm.module, dims)
         static = model.clone()  # with dynamic dims, OpenVINO's counters missed up to a third of a call
         static.reshape({k: list(v.shape) for k, v in feed.items()})
         ov_map = ov_layers(static)
@@ -161,19 +162,14 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
             if p.node_name in ov_map:
                 prims[ov_map[p.node_name]].add(p.exec_type)
                 ran.add(p.node_name)
-        counts = defaultdict(lambda: [0, 0])
-        for callee, sig in kmap.items():
-            if cm.module.functions[callee].nodes and any(m.op in ("conv2d", "direct_conv2d")
-                                                         for m in cm.module.functions[callee].nodes):
-                counts[sig][0] += 1
-        for node in ran:
-            counts[ov_map[node]][1] += 1
+        ov_convs = Counter(ov_map[node] for node in ran)
+        counts = {sig: [braze_convs[sig], ov_convs[sig]] for sig in braze_convs | ov_convs}
         layers = []
         for sig in sorted(set().union(*b_blocks, *o_blocks), key=lambda s: (s.startswith("other"), s)):
             b = statistics.median(d.get(sig, 0.0) for d in b_blocks) * 1e3
             o = statistics.median(d.get(sig, 0.0) for d in o_blocks) * 1e3
             row = {"layer": sig, "braze_ms": b, "openvino_ms": o, "braze_over_openvino": b / o if o else None,
-                   "count": counts[sig] if sig in counts else None,
+                   "count": counts.get(sig),
                    "openvino_kernel": ",".join(sorted(prims.get(sig, ())))}
             if not sig.startswith("other"):
                 fl = _flops(sig, dims.get("batch", 1))

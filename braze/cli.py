@@ -30,7 +30,7 @@ import re
 import sys
 from pathlib import Path
 
-from .cmdline import Parser, UsageError, check_model_arg, run_command
+from .cmdline import Parser, UsageError, check_model_arg, run_command, show_tune_progress
 
 
 def _parse_dim(spec: str) -> tuple[str, tuple[int, int | None]]:
@@ -107,7 +107,6 @@ def _parse_budget(text: str) -> float:
 
 
 def cmd_tune(args) -> int:
-    import logging
     import time
 
     import braze
@@ -124,10 +123,7 @@ def cmd_tune(args) -> int:
     if args.model is None:
         raise UsageError("give a MODEL file to tune, or --artifact DIR")
     check_model_arg(args.model)
-    progress = logging.getLogger("braze.tune")
-    if not progress.handlers and not logging.getLogger("braze").handlers:  # its progress lines, on stderr
-        progress.addHandler(logging.StreamHandler(sys.stderr))
-        progress.setLevel(logging.INFO)
+    show_tune_progress()
     module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
     opts = Options.from_env().replace(tune=args.mode, tune_budget_s=args.budget)
     if args.shapes:

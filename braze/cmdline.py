@@ -39,6 +39,15 @@ def check_model_arg(path) -> None:
         raise UsageError(one_line(e)) from None
 
 
+def show_tune_progress() -> None:
+    """The tuner's progress lines (logger ``braze.tune``) on stderr, unless logging is set up already."""
+    import logging
+    progress = logging.getLogger("braze.tune")
+    if not progress.handlers and not logging.getLogger("braze").handlers:
+        progress.addHandler(logging.StreamHandler(sys.stderr))
+        progress.setLevel(logging.INFO)
+
+
 def run_command(prog: str, body) -> int:
     """``body()``'s exit status, with every error as one line on stderr: 2 for a usage error,
     1 for a model braze cannot handle or a braze bug (its traceback under BRAZE_DEBUG=1)."""

@@ -26,23 +26,29 @@ def is_artifact(path) -> bool:
     return (Path(path) / META).is_file()
 
 
+def _output_dir(path) -> Path:
+    """``-o``'s directory, checked before the long work: a usage error if an artifact cannot go there."""
+    from ..cmdline import one_line
+    from ..errors import BrazeError
+    from .artifact import check_save_path
+    try:
+        check_save_path(Path(path))
+    except BrazeError as e:
+        raise UsageError(f"-o: {one_line(e)}") from None
+    return Path(path)
+
+
 def cmd_compile(args) -> int:
     import braze
     from ..cmdline import check_model_arg, one_line
-    from ..errors import BrazeError
     from ..frontend.files import load_model_file
     from ..target import TargetError, parse_target
-    from .artifact import check_save_path
     try:
         parse_target(args.target)
     except TargetError as e:
         raise UsageError(f"--target: {one_line(e)}") from None
     check_model_arg(args.model)
-    out = Path(args.output)
-    try:  # before the compile, not after it
-        check_save_path(out)
-    except BrazeError as e:
-        raise UsageError(f"-o: {one_line(e)}") from None
+    out = _output_dir(args.output)
     t0 = time.perf_counter()
     _progress(f"importing {args.model} ...")
     module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
@@ -108,26 +114,15 @@ def cmd_inspect_artifact(path: Path) -> int:
 
 
 def cmd_tune_artifact(args) -> int:
-    import logging
-
-    from .retune import retune
+    from ..cmdline import show_tune_progress
     from ..tune.buckets import summary
+    from .retune import retune
     path = Path(args.artifact)
     if not is_artifact(path):
         raise UsageError(f"--artifact: {path} is not a braze artifact directory (no meta.json); make one with "
                          "'braze compile MODEL -o DIR'")
-    out = Path(args.output) if args.output else path
-    from ..errors import BrazeError
-    from .artifact import check_save_path
-    try:
-        check_save_path(out)
-    except BrazeError as e:
-        from ..cmdline import one_line
-        raise UsageError(f"-o: {one_line(e)}") from None
-    progress = logging.getLogger("braze.tune")
-    if not progress.handlers and not logging.getLogger("braze").handlers:  # its progress lines, on stderr
-        progress.addHandler(logging.StreamHandler(sys.stderr))
-        progress.setLevel(logging.INFO)
+    out = _output_dir(args.output or path)
+    show_tune_progress()
     t0 = time.perf_counter()
     options = {"tune_shapes": args.shapes} if args.shapes else None
     cm, report = retune(path, out, mode=args.mode, budget_s=args.budget, threads=args.threads, options=options)
