@@ -375,6 +375,28 @@ def test_0d_and_empty_tensors_natively(tmp_path, monkeypatch):
                 assert_close(g, w, what=f"{kind} output {i}")
 
 
+def test_pow_by_a_constant_follows_onnxruntime(tmp_path, monkeypatch):
+    """ONNX's Pow is IEEE pow: by 0.5 it gives +inf at -inf and +0 at -0, which a plain sqrt does
+    not (braze's converter once made it one), in the reference and natively, at 1, 5 (a 4-lane
+    loop, where GCC once turned powf(x, 0.5f) into a square root) and 37 elements."""
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    exps = [0.5, -0.5, 1.5, 2.0, 3.0]
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, -2.5, 4.0, 1e-30, 3e38], np.float32)
+    m = _model([helper.make_node("Pow", ["x", f"e{i}"], [f"y{i}"]) for i in range(len(exps))],
+               [helper.make_tensor_value_info("x", F, ["n"])],
+               [helper.make_tensor_value_info(f"y{i}", F, ["n"]) for i in range(len(exps))],
+               [numpy_helper.from_array(np.array(e, np.float32), f"e{i}") for i, e in enumerate(exps)])
+    want = _ort(m, {"x": x})
+    ref = reference.run(braze.import_onnx(m), x)
+    native = braze.compile(m)
+    for n in (1, 5, 37):
+        for e, r, got, w in zip(exps, ref, native(np.repeat(x, n)), want):
+            for kind, a, b in (("reference", r, w), ("native", got, np.repeat(w, n))):
+                assert_close(a, b, rtol=2e-6, atol=0, what=f"Pow {e} {kind} at {n}")
+                zero = (a == 0) & (b == 0)
+                np.testing.assert_array_equal(np.signbit(a[zero]), np.signbit(b[zero]), err_msg=f"Pow {e} {kind}")
+
+
 def test_unary_special_values_follow_onnxruntime(tmp_path, monkeypatch):
     """ONNX semantics at +-inf, NaN, +-0, denormals and the largest values, in the reference
     and natively, against onnxruntime; except where onnxruntime is wrong (docs/semantics.md:

@@ -1,11 +1,12 @@
-"""decompose: scaled_dot_product_attention -> matmul, softmax, matmul; a depthwise conv2d -> direct_conv2d
-(same results)."""
+"""decompose: scaled_dot_product_attention -> matmul, softmax, matmul; a depthwise conv2d -> direct_conv2d;
+pow by 0.5 -> a square root with pow's values (same results)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import braze
 from braze import ir
 from braze.ops import Builder, tensor
 from braze.passes import copy_module, decompose
@@ -287,3 +288,39 @@ def test_conv2d_with_few_channels_per_group_becomes_loops(P):
 def test_conv2d_rule_leaves_the_rest_to_onednn(cg, groups, k, const, precision):
     after = decompose(copy_module(_nhwc_conv(cg, groups, k, const, precision)))
     assert [n.op for n in after.main.nodes if n.op != "constant"] == ["conv2d"]
+
+
+POW_TEXT = """module {
+  symbols {
+    n in [1, 64]
+  }
+  constants {
+    @e : DT[] = [EXP]
+  }
+  func @main(%x: DT[n]) -> (DT[n]) {
+    %e = constant() {name="e"} : DT[]
+    %0 = pow(%x, %e) : DT[n]
+    return %0
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_pow_by_a_half_becomes_a_square_root_that_keeps_ieee_pow_values(P, dt):
+    before, after = P.run_pass(decompose, POW_TEXT.replace("DT", dt).replace("EXP", "0.5"))
+    assert [n.op for n in after.main.nodes if n.op != "constant"] == ["add", "sqrt", "equal", "where"]
+    special = np.array([-np.inf, -0.0, -4.0, 0.0, 2.0, np.inf, np.nan, 1e-30], dtype=np.dtype(dt.replace("f", "float")))
+    with np.errstate(invalid="ignore"):  # a full exponent array: IEEE pow, not numpy's sqrt shortcut
+        want = np.power(special, np.full(special.shape, 0.5, special.dtype))
+    for m in (before, after):
+        got = braze.reference.run(m, special)
+        np.testing.assert_array_equal(got, want)
+        assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()
+    np.testing.assert_array_equal(braze.compile(after)(special), want)
+
+
+@pytest.mark.parametrize("dt,exp", [("f32", "1.5"), ("f16", "0.5")])
+def test_pow_by_other_exponents_or_in_16_bits_stays(P, dt, exp):
+    before, after = P.run_pass(decompose, POW_TEXT.replace("DT", dt).replace("EXP", exp))
+    assert str(after) == str(before)

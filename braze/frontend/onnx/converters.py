@@ -52,8 +52,7 @@ def _pow(ctx):
             return ctx.op("mul", x, ctx.scalar(1, x.dtype))
         if e == 2.0:
             return ctx.op("mul", x, x)
-        if e == 0.5:
-            return ctx.op("sqrt", x)
+        # not sqrt for 0.5: ONNX's Pow is IEEE pow (-inf -> inf, -0 -> +0); decompose makes it a sqrt that keeps those
     if y.dtype is not x.dtype and x.dtype.is_float:
         y = ctx.cast(y, x.dtype)
     out = ctx.op("pow", x, y)
