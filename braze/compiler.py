@@ -115,15 +115,9 @@ class CompiledModel:
     def dispatch_tables(self) -> list[tuple[str, str, tuple]]:
         """Each library call's dispatch table: (the ``fused`` node's callee, a description of its
         product, the table ``((hi, kernel), ..., (None, kernel))``), in call order."""
-        from .tune.products import library_call
-        out = []
-        for f in self.module.functions.values():
-            for n in f.nodes:
-                if n.attrs.get("dispatch") is not None:
-                    c = library_call(self.module, n)
-                    out.append((n.attrs["callee"], c.site.describe() if c and c.site else n.attrs["kind"],
-                                tuple(tuple(p) for p in n.attrs["dispatch"])))
-        return out
+        from .tune.products import dispatched_calls
+        return [(n.attrs["callee"], c.site.describe() if c and c.site else n.attrs["kind"],
+                 tuple(tuple(p) for p in n.attrs["dispatch"])) for n, c in dispatched_calls(self.module)]
 
     @property
     def inputs(self) -> list[TensorInfo]:

@@ -238,15 +238,11 @@ def _tuning_records(model) -> list[dict]:
     """The tuning database's records (any machine's) of the model's products, in a fixed order:
     the measurements another CPU's `braze tune --artifact` starts from."""
     from ..tune.db import Database
-    from ..tune.products import library_call
+    from ..tune.products import dispatched_calls
     db = model.module.tuning.get("db") if model.module.tuning else None
     if not db:
         return []
-    sites = set()
-    for f in model.module.functions.values():
-        for n in f.nodes:
-            if n.attrs.get("dispatch") is not None and (c := library_call(model.module, n)) is not None and c.site:
-                sites.add(c.site.key)
+    sites = {c.site.key for _, c in dispatched_calls(model.module) if c is not None and c.site is not None}
     records = Database(db).records
     return [records[k] for k in sorted(records) if k[1] in sites]
 

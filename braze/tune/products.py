@@ -90,6 +90,14 @@ def _float32(n: Node, *vs) -> bool:
     return all(v.dtype == DType.float32 for v in (*vs, n.outputs[0])) and "cast" not in n.attrs["post_ops"]
 
 
+def dispatched_calls(module: Module):
+    """(``fused`` node, its ``library_call`` or None) for every node with a dispatch table, in order."""
+    for f in module.functions.values():
+        for n in f.nodes:
+            if n.attrs.get("dispatch") is not None:
+                yield n, library_call(module, n)
+
+
 def library_call(module: Module, n: Node) -> Call | None:
     """The knob's call of a ``fused`` gemm or conv node on a constant weight, else None."""
     kind = n.attrs.get("kind") if n.op == "fused" else None
