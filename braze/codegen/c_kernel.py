@@ -294,7 +294,7 @@ class _Gen(ReductionsC):
                 return f"({a} {dict(add='+', sub='-', mul='*', div='/')[op]} {b})"
             lib = "f" if dt == F32 else ""
             return {"max": f"bz_max{f}({a}, {b})", "min": f"bz_min{f}({a}, {b})", "mod": f"bz_mod{f}({a}, {b})",
-                    "fmod": f"fmod{lib}({a}, {b})", "pow": f"bz_pow{f}({a}, {b})"}[op]
+                    "fmod": f"fmod{lib}({a}, {b})", "pow": f"bz_{'spowf' if dt == F32 else 'powd'}({a}, {b})"}[op]
         t = ctype(dt)
         if op in ("and", "or", "xor"):
             return f"({t})({a} {dict(**{'and': '&', 'or': '|', 'xor': '^'})[op]} {b})"
@@ -362,7 +362,7 @@ class _Gen(ReductionsC):
                 return f"({a} {dict(add='+', sub='-', mul='*', div='/')[e.op]} {b})", "vf"
             return {"max": f"bz_vmax({a}, {b})", "min": f"bz_vmin({a}, {b})",
                     "mod": f"BZ_LANES2(bz_modf, {a}, {b})", "fmod": f"BZ_LANES2(fmodf, {a}, {b})",
-                    "pow": f"BZ_LANES2(bz_powf, {a}, {b})"}[e.op], "vf"
+                    "pow": f"bz_vpow({a}, {b})"}[e.op], "vf"
         if isinstance(e, Select):
             return f"bz_sel({self.vx(e.cond)}, {self.vx(e.a)}, {self.vx(e.b)})", "vf"
         if isinstance(e, Cast):

@@ -169,8 +169,9 @@ def _compiler_accepts(cc: tuple[str, ...], flags: tuple[str, ...]) -> bool:
 _MVEC_PREFIX = {64: "_ZGVeN16v_", 32: "_ZGVdN8v_", 16: "_ZGVbN4v_"}
 
 
-# the libmvec functions braze_vec.h calls (tanhf and expm1f need glibc >= 2.35)
-MVEC_FUNCTIONS = ("sinf", "cosf", "tanhf", "expm1f")
+# the libmvec functions braze_vec.h calls, by their number of arguments (tanhf and expm1f need
+# glibc >= 2.35, powf 2.22)
+MVEC_FUNCTIONS = {"sinf": 1, "cosf": 1, "tanhf": 1, "expm1f": 1, "powf": 2}
 
 
 def _links_mvec(cc: tuple[str, ...], flags: tuple[str, ...], vector_bytes: int) -> bool:
@@ -178,8 +179,10 @@ def _links_mvec(cc: tuple[str, ...], flags: tuple[str, ...], vector_bytes: int) 
     prefix = _MVEC_PREFIX.get(vector_bytes)
     if prefix is None:
         return False
-    decls = "".join(f"v {prefix}{f}(v);\n" for f in MVEC_FUNCTIONS)
-    calls = " + ".join(f"{prefix}{f}(x)[0]" for f in MVEC_FUNCTIONS)
+    # the mangled name has a "v" per argument: _ZGVeN16v_sinf, _ZGVeN16vv_powf
+    names = {f: prefix[:-2] + "v" * n + "_" + f for f, n in MVEC_FUNCTIONS.items()}
+    decls = "".join(f"v {names[f]}({', '.join(['v'] * n)});\n" for f, n in MVEC_FUNCTIONS.items())
+    calls = " + ".join(f"{names[f]}({', '.join(['x'] * n)})[0]" for f, n in MVEC_FUNCTIONS.items())
     src = (f"typedef float v __attribute__((vector_size({vector_bytes})));\n"
            f"{decls}int main(void) {{ v x = {{0}}; return (int)({calls}); }}\n")
     with tempfile.TemporaryDirectory() as d:
