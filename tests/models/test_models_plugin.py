@@ -158,4 +158,4 @@ def test_mixture_of_experts_routing():
 def test_state_space_model_loops_over_the_sequence():
     cfg = transformers.MambaConfig(hidden_size=32, num_hidden_layers=2, vocab_size=300, state_size=8, expand=2,
                                    use_cache=False)
-    check(hf(transformers.MambaModel, cfg), ids(300), SEQ_SHAPES[:6])
+    check(hf(transformers.MambaModel, cfg), ids(300), SEQ_SHAPES[:4])  # 1 and odd lengths; a loop per token
