@@ -26,6 +26,7 @@ from ..ir import sym as S
 from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kernel, Let, Load, Reduce, Select,
                        Store, Unary, Var)
 from ..ir.types import DType
+from ..schedule.vectorize import streamed_outputs
 from .c_expr import c_int_lit, int_expr
 from .c_reduce import ReductionsC
 from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype
@@ -98,12 +99,6 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
     return (f"int {export_name}(void **bufs, const int64_t *syms) {{\n"
             f"    (void)bufs; (void)syms;\n    return {k.name}({', '.join(args)});\n}}\n")
 
-
-# Output bytes from which a kernel's vector stores bypass the caches (non-temporal): no read
-# for ownership, no eviction of what the kernel still reads. Measured here (2 threads,
-# x + 1 over float32 arrays; 480 MiB L3 shared with other tenants): streaming costs 5% at
-# 32 MiB, gains 10% at 64 MiB and 58% at 96 MiB.
-STREAM_BYTES = 48 << 20
 
 # a kernel's buffer allocation failed: recorded (from any thread), returned at its end
 _FAIL = "__atomic_store_n(&bz_fail, 1, __ATOMIC_RELAXED);"
@@ -568,10 +563,10 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
     require_flat(kernel, "braze.schedule.schedule (at least its flatten stage) before kernel_to_c")
     vb = vector_bytes_of(isa)
     g = _Gen(kernel, vb)
-    streamed = _streamed_outputs(kernel) if vb else []
+    streamed = streamed_outputs(kernel) if vb and kernel.stream is not None else []
     for b in streamed:
         g.stream[b.name] = flag = f"nt_{buffer_cname(b)}"
-        g.line(f"const int {flag} = (double)({g.ic(b.numel())}) * {b.dtype.itemsize} >= {STREAM_BYTES}.0;")
+        g.line(f"const int {flag} = (double)({g.ic(b.numel())}) * {b.dtype.itemsize} >= {kernel.stream}.0;")
     g.body(kernel.body)
     if streamed:
         g.line("bz_sfence();")
@@ -591,13 +586,6 @@ def _params(kernel: Kernel) -> str:
 def kernel_prototype(kernel: Kernel) -> str:
     """The kernel's declaration, for host code in another translation unit."""
     return f"{_KERNEL_LINKAGE} int {kernel.name}({_params(kernel)});\n"
-
-
-def _streamed_outputs(kernel: Kernel) -> list:
-    """Float32 outputs that a vector loop stores: their stores may stream (bz_st_nt)."""
-    stored = {s.buffer.name for f in L.walk_stmts(kernel.body) if isinstance(f, For) and f.kind == "vector"
-              for s in L.walk_stmts(f.body) if isinstance(s, Store)}
-    return [b for b in kernel.outputs() if b.dtype == F32 and b.name in stored]
 
 
 __all__ = ["c_prelude", "kernel_entry", "kernel_prototype", "kernel_signature", "kernel_to_c", "require_flat",

@@ -415,6 +415,9 @@ class Kernel:
     # its output is written over an input of its type (memory planning: in_place_elementwise), so
     # the C declares no buffer restrict
     in_place: bool = False
+    # bytes from which a float32 output that vector loops store streams past the caches (set by
+    # stage vectorize, schedule/vectorize.py STREAM_BYTES); None: it never does
+    stream: int | None = None
 
     def inputs(self) -> list:
         return [b for b in self.buffers if b.role == "in"]

@@ -165,12 +165,18 @@ class _KernelParser(_Parser):
                 sym_list.append(self.sym_decl())
         self.expect("[", "to open the kernel's flags ([pointwise], [stitch, scheduled], ...)")
         kind = self.expect_kind("id", "the kernel's kind (pointwise, reduction, stitch)").text
-        flags = set()
+        flags, stream = set(), None
         while self.accept(","):
-            t = self.expect_kind("id", "a kernel flag (scheduled, in_place)")
-            if t.text not in ("scheduled", "in_place") or t.text in flags:
-                raise self.error(f"expected a kernel flag (scheduled, in_place) once, found {t.describe()}", t)
+            t = self.expect_kind("id", "a kernel flag (scheduled, in_place, stream BYTES)")
+            if t.text not in ("scheduled", "in_place", "stream") or t.text in flags:
+                raise self.error(f"expected a kernel flag (scheduled, in_place, stream BYTES) once, found "
+                                 f"{t.describe()}", t)
             flags.add(t.text)
+            if t.text == "stream":
+                stream = self.expect_int("the bytes from which outputs stream (stream BYTES)")
+                if stream < 0:
+                    raise self.error(f"stream {stream}: the bytes from which outputs stream are 0 or more",
+                                     self.toks[self.i - 1])
         self.expect("]", "to close the kernel's flags")
         end_i = self.i
         self.i = open_i + 1
@@ -183,7 +189,7 @@ class _KernelParser(_Parser):
         self.i = end_i
         self.end_of_line(head.line, "the kernel's header")
         body = self.block(head.col)
-        return L.Kernel(name, buffers, sym_list, body, kind, "scheduled" in flags, "in_place" in flags)
+        return L.Kernel(name, buffers, sym_list, body, kind, "scheduled" in flags, "in_place" in flags, stream)
 
     def _closing(self, open_i: int) -> int:
         """Index of the ``)`` that closes the ``(`` at ``open_i``, on the same line."""

@@ -13,8 +13,9 @@
 
 The text holds every field that C generation reads:
 
-* flags: the kind, ``scheduled``, and ``in_place`` (the output is written over an input, so the
-  C declares no restrict pointers);
+* flags: the kind, ``scheduled``, ``in_place`` (the output is written over an input, so the
+  C declares no restrict pointers) and ``stream BYTES`` (float32 outputs that vector loops store
+  bypass the caches from that many bytes on);
 * buffers: role, name, dtype, shape, ``= @name`` of a module constant; ``alloc`` for temps;
 * symbols in argument order with their ranges (``in [lo, hi]``, left out for the default
   ``[1, inf]``): index simplification and C's ``/``-for-floordiv depend on them;
@@ -207,7 +208,8 @@ def stmt_lines(s, depth: int) -> list[str]:
 def kernel_str(k) -> str:
     args = ", ".join(buffer_decl(b) for b in k.buffers)
     syms = ", ".join(sym_decl(s) for s in k.syms)
-    flags = k.kind + (", scheduled" if k.scheduled else "") + (", in_place" if k.in_place else "")
+    flags = k.kind + (", scheduled" if k.scheduled else "") + (", in_place" if k.in_place else "") + \
+        (f", stream {k.stream}" if k.stream is not None else "")
     lines = [f"kernel {name_str(k.name)}({args}){'; syms ' + syms if syms else ''}  [{flags}]"]
     p = _Printer(lets={})
     for s in k.body:

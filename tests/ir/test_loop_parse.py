@@ -132,7 +132,7 @@ def test_pointwise_collapses_and_chunks_under_the_declared_range():
               y[_i1, _i2] = exp(x[_i1, _i2])
         """
     assert scheduled_text(src) == expect("""
-        kernel k_exp(in x: f32[n, 4], out y: f32[n, 4]); syms n in [1, 1024]  [pointwise, scheduled]
+        kernel k_exp(in x: f32[n, 4], out y: f32[n, 4]); syms n in [1, 1024]  [pointwise, scheduled, stream 50331648]
           parallel for _c4 in 0..((4*n + 4095) // 4096)  (threads if 48*((4*n + 4095) // 4096)*n - 48*n >= 65536):
             vector for _v5 in 0..-4096*_c4 + 4*n:
               y[[4096*_c4 + _v5]] = exp(x[[4096*_c4 + _v5]])
@@ -148,7 +148,7 @@ def test_softmax_stitches_its_reductions():
             for _i2 in 0..10:
               y[_i1, _i2] = (exp((x[_i1, _i2] - max(_r3 < 10: x[_i1, _r3]))) / sum(_r4 < 10: exp((x[_i1, _r4] - max(_r3 < 10: x[_i1, _r3])))))
         """) == expect("""
-        kernel k_softmax(in x: f32[rows, 10], out y: f32[rows, 10]); syms rows  [stitch, scheduled]
+        kernel k_softmax(in x: f32[rows, 10], out y: f32[rows, 10]); syms rows  [stitch, scheduled, stream 50331648]
           parallel for _i1 in 0..rows  (threads if 230*min(1, rows - 1)*rows >= 65536):
             alloc row2: f32[10]
             let r0: f32 = max vector(_r3 < 10: x[[10*_i1 + _r3]])
@@ -168,7 +168,7 @@ def test_gather_index_becomes_a_hoisted_flat_extra():
             for _i2 in 0..8:
               y[_i1, _i2] = table[{i64(ids[_i1])}, _i2]
         """) == expect("""
-        kernel k_gather(in table: f32[100, 8] = @emb.weight, in ids: i32[n], out y: f32[n, 8]); syms n  [pointwise, scheduled]
+        kernel k_gather(in table: f32[100, 8] = @emb.weight, in ids: i32[n], out y: f32[n, 8]); syms n  [pointwise, scheduled, stream 50331648]
           parallel for _i1 in 0..n  (threads if 40*min(1, n - 1)*n >= 65536):
             let t0: i64 = (i64(ids[[_i1]]) * 8)
             vector for _i2 in 0..8:
@@ -274,7 +274,10 @@ def test_bad_headers_and_trailing_text():
                           ("kernel k(x: f32[4])  [pointwise]", "expected a buffer role"),
                           ("kernel k(in x: f32[4])", "expected '[' to open the kernel's flags"),
                           ("kernel k(in x: f32[4])  [pointwise, fast]",
-                           "expected a kernel flag (scheduled, in_place) once, found 'fast'"),
+                           "expected a kernel flag (scheduled, in_place, stream BYTES) once, found 'fast'"),
+                          ("kernel k(in x: f32[4])  [pointwise, stream]", "expected the bytes from which outputs stream"),
+                          ("kernel k(in x: f32[4])  [pointwise, stream -1]", "stream -1: the bytes from which outputs"),
+                          ("kernel k(in x: f32[4])  [pointwise, stream 0, stream 1]", "once, found 'stream'"),
                           ("kernel k(in x: f32[4])  [pointwise, in_place, in_place]", "once, found 'in_place'"),
                           ("kernel k(in x: f32[4], out x: f32[4])  [pointwise]", "buffer 'x' is declared twice"),
                           (_HEAD + _HEAD, "expected the end of the text after kernel k")]:

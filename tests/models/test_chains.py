@@ -41,9 +41,9 @@ def test_gemm_block_is_one_gemm_with_post_ops_then_a_stitch_and_matches_eager():
 
 def test_chain_output_above_the_streaming_threshold_matches_eager():
     """16,385 rows of 768 (50 MB out): the kernel streams its stores past the caches
-    (codegen STREAM_BYTES), and gives eager's values, twice in a row (the second call's
-    output is a reused block: runtime BlockPool)."""
-    from braze.codegen.c_kernel import STREAM_BYTES
+    (schedule.vectorize STREAM_BYTES), and gives eager's values, twice in a row (the second
+    call's output is a reused block: runtime BlockPool)."""
+    from braze.schedule.vectorize import STREAM_BYTES
     zm = zoo.get("chain_rms")
     rows = STREAM_BYTES // (768 * 4) + 1
     cm = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)

@@ -696,3 +696,27 @@ def test_a_model_s_kernels_stage_by_stage_are_schedule():
             assert kernel_to_c(k, 32) == want, callee.name
             n += 1
     assert n >= 4
+
+
+def test_vectorize_sets_the_streaming_threshold_and_the_c_reads_it():
+    """Stage vectorize gives a kernel whose vector loops store a float32 output the ``stream``
+    threshold (STREAM_BYTES); one that stores only integers, none; a threshold already in the
+    text stays. The C tests the output's bytes against the kernel's threshold, whatever it is:
+    a dump edited there compiles with the new one."""
+    from braze.ir.loop_parser import parse_kernel
+    from braze.schedule.vectorize import STREAM_BYTES
+    src = textwrap.dedent("""
+        kernel k(in x: f32[n], out y: f32[n]); syms n  [pointwise]
+          for _i1 in 0..n:
+            y[[_i1]] = exp(x[[_i1]])
+        """)
+    k = vectorize(parse_kernel(src))
+    assert k.stream == STREAM_BYTES and f"stream {STREAM_BYTES}]" in str(k).splitlines()[0]
+    assert str(parse_kernel(str(k))) == str(k)
+    ints = vectorize(parse_kernel(src.replace("f32", "i32").replace("exp(x[[_i1]])", "x[[_i1]]")))
+    assert ints.stream is None and "stream" not in str(ints)
+    edited = vectorize(parse_kernel(src.replace("[pointwise]", "[pointwise, stream 4096]")))
+    assert edited.stream == 4096
+    c = kernel_to_c(schedule(edited), 64)
+    assert "* 4 >= 4096.0;" in c and "bz_st_nt(" in c, c
+    assert "bz_st_nt(" not in kernel_to_c(schedule(edited), 0)
