@@ -125,6 +125,21 @@ def test_dynamic_price_writes_its_table(tmp_path):
         assert row[k] > 0
 
 
+def test_threads_per_kernel_times_three_libraries_and_their_generated_kernels(tmp_path):
+    """The depthwise convnet at 1x32x32 built three ways (threads as the cost model decides, in every
+    parallel loop, in none): wall times for each, and its generated kernels' times from the counters,
+    the best per kernel no slower than either whole choice."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.threads_per_kernel", "--models", "depthwise", "--shapes",
+                        "tiny", "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "threads_per_kernel.json").read_text())
+    (row,) = doc["results"][0]["shapes"]
+    assert row["rounds"] >= 10 and all(row[f"{k}_ms"] > 0 for k in ("default", "all", "none"))
+    assert 0 < row["kernels_best_ms"] <= min(row["kernels_all_ms"], row["kernels_none_ms"]) + 1e-12
+    assert "| depthwise | batch=1,height=32,width=32 |" in (tmp_path / "threads_per_kernel.md").read_text()
+
+
 def test_conv_layers_matches_each_convolution_to_openvinos(tmp_path):
     """The depthwise convnet at 1x32x32: its four convolutions by signature on both sides, each
     counted once, and the counters covering most of each call."""
