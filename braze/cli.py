@@ -75,7 +75,7 @@ def cmd_resume(args) -> int:
 
     from .codegen.isa import detect_isa
     from .dump import stage_of
-    from .pipeline import resume_c, stage_names
+    from .pipeline import resume_c, resumed_target, stage_names
     if not os.path.isfile(args.stage):
         raise UsageError(f"no such file: {args.stage!r}")
     index, _, _ = stage_of(args.stage)
@@ -83,12 +83,13 @@ def cmd_resume(args) -> int:
     if args.check:  # read before resuming: the check must not see what this run writes
         with open(args.check) as fh:
             expected = fh.read()
-    native, _ = resume_c(args.stage, detect_isa())
+    isa = detect_isa()
+    native, _ = resume_c(args.stage, isa)
     if args.output:
         with open(args.output, "w") as fh:
             fh.write(native.source)
     digest = hashlib.sha256(native.source.encode()).hexdigest()[:16]
-    ran = stage_names()[index:]
+    ran = stage_names(resumed_target(os.path.dirname(args.stage) or ".", isa))[index:]
     print(f"resumed after stage {index:02d}; ran {', '.join(ran)}")
     print(f"C source: {len(native.source)} bytes, sha256 {digest}..." +
           (f", written to {args.output}" if args.output else ""))

@@ -1,12 +1,14 @@
-"""The CPU pipeline, graph to C, as one list of named stages run by one driver.
+"""A target's pipeline, graph to C, as one list of named stages run by one driver.
 
-``stage_names()`` lists every stage in order:
+``pipeline_for(target)`` is that list (``Stage``: a name, a kind, a function), and
+``stage_names(target)`` its names in order:
 
 * graph passes (``GRAPH_PASSES``, ``Module -> Module``): clean-up, fusion, library
   offload, memory planning. Every decision is written into the IR, so the text
   after any pass is the whole state.
 * ``lower``: each generated group becomes a loop-IR kernel (``lower_kernels``).
-* kernel stages (``braze.schedule.KERNEL_STAGES``, ``Kernel -> Kernel``): the schedule.
+* kernel stages (``Kernel -> Kernel``, on every kernel): the schedule, the CPU's
+  (``braze.schedule.KERNEL_STAGES``) or a CUDA target's (``schedule/gpu.py``).
 * ``emit``: the host C and every kernel's C (``codegen.host.HostGen``).
 
 ``run_pipeline`` runs the graph passes; ``compile_to_c`` runs all of it;
@@ -38,6 +40,20 @@ from .tune.dispatch import dispatch
 
 Pass = Callable[[Module], Module]
 
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of a target's pipeline. ``kind`` says what it maps: ``graph`` a Module to a Module
+    (or a Module and its log), ``lower`` a Module to Kernels, ``kernel`` one Kernel to another (run
+    on each), ``emit`` the Module and its Kernels to the NativeSource. What a stage file of a dump
+    holds follows from it (``DUMP_SUFFIX``)."""
+    name: str
+    kind: str
+    fn: Callable
+
+
+DUMP_SUFFIX = {"graph": "braze", "lower": "loop", "kernel": "loop", "emit": "c"}
+
 _log = _logging.get("pipeline")
 
 # canonicalize first so folding and CSE see the simplest form; channels_last after
@@ -51,7 +67,6 @@ _log = _logging.get("pipeline")
 GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_patterns, channels_last, decompose,
                             precision, canonicalize, constant_fold, cse, hoist_casts, dce, fuse, offload, dispatch,
                             dce, assign_memory]
-CPU_PASSES = GRAPH_PASSES  # the name the graph-pass list had before kernel stages joined it
 
 
 def kernel_stages(target=None) -> list:
@@ -69,9 +84,16 @@ def emit(module, kernels, isa, profile: bool = False, weight_copies: bool = True
     return HostGen(module, kernels, isa, profile=profile, weight_copies=weight_copies).generate()
 
 
+def pipeline_for(target=None) -> list[Stage]:
+    """The target's pipeline (None: the CPU's), every stage in order: the graph passes, ``lower``,
+    its kernel stages, ``emit``. A new target adds its kernel stages to ``kernel_stages``."""
+    return [*(Stage(pass_name(p), "graph", p) for p in GRAPH_PASSES), Stage("lower", "lower", lower_kernels),
+            *(Stage(pass_name(k), "kernel", k) for k in kernel_stages(target)), Stage("emit", "emit", emit)]
+
+
 def stage_names(target=None) -> list[str]:
     """Every stage of the target's pipeline, in order (the ``NN_`` numbers of a dump count from 1)."""
-    return [pass_name(p) for p in GRAPH_PASSES] + ["lower"] + [pass_name(s) for s in kernel_stages(target)] + ["emit"]
+    return [st.name for st in pipeline_for(target)]
 
 
 def pass_name(p) -> str:
@@ -106,37 +128,49 @@ def _hooks(opts: Options | None, debug: int | None, instruments) -> tuple[Option
     return opts, default_instruments(opts) + list(instruments)
 
 
-def _graph_passes(m: Module, passes, hooks, first: int) -> Module:
-    for i, p in enumerate(passes, first):
-        name = pass_name(p)
+def _run(stages: Sequence[Stage], first: int, m: Module, kernels, isa, opts: Options, hooks):
+    """``stages``, numbered from ``first`` (1-based, over the whole pipeline), with the hooks
+    around each: (the module, the kernels, the NativeSource), each None until a stage makes it."""
+    native = None
+    for i, st in enumerate(stages, first):
+        ir_in = m if st.kind in ("graph", "lower") else kernels
         for h in hooks:
-            h.before(i, name, m)
+            h.before(i, st.name, ir_in)
+        log = None
         try:
-            out = p(m)
+            if st.kind == "graph":
+                out = st.fn(m)
+                if isinstance(out, tuple):  # a pass with a log: fuse
+                    out, log = out
+                m = out if out is not None else m
+                out = m
+            elif st.kind == "lower":
+                kernels = out = st.fn(m)
+            elif st.kind == "kernel":
+                kernels = out = Kernels((key, st.fn(k)) for key, k in kernels.items())
+            else:
+                native = out = st.fn(m, kernels, isa, profile=opts.debug >= 3, weight_copies=opts.weight_copies)
         except BaseException:
             for h in hooks:
-                h.abort(i, name)
+                h.abort(i, st.name)
             raise
-        log = None
-        if isinstance(out, tuple):  # a pass with a log: fuse
-            out, log = out
-        m = out if out is not None else m
         for h in hooks:
-            h.after(i, name, m)
+            h.after(i, st.name, out)
             if log is not None:
-                h.report(i, name, log)
-    return m
+                h.report(i, st.name, log)
+    return m, kernels, native
 
 
 def run_pipeline(module: Module, passes: Sequence[Pass] | None = None, debug: int | None = None,
                  options: Options | None = None, copy: bool = True,
                  instruments: Sequence[Instrument] = ()) -> Module:
     """The graph passes (``GRAPH_PASSES`` by default) on a copy of ``module``."""
-    _, hooks = _hooks(options, debug, instruments)
+    opts, hooks = _hooks(options, debug, instruments)
     m = copy_module(module) if copy else module
     for h in hooks:
         h.start(m)
-    m = _graph_passes(m, GRAPH_PASSES if passes is None else list(passes), hooks, 1)
+    stages = [Stage(pass_name(p), "graph", p) for p in (GRAPH_PASSES if passes is None else passes)]
+    m, _, _ = _run(stages, 1, m, None, None, opts, hooks)
     for h in hooks:
         h.finish(m)
     return m
@@ -170,19 +204,6 @@ def _writes_over_an_input(n) -> bool:
             if str(p.attrs["arena"][p.outputs.index(x)]) == str(at):
                 return True
     return False
-
-
-def run_kernel_stages(kernels: Kernels, stages: Sequence, hooks, first: int) -> Kernels:
-    """Each stage over every kernel (a stage's output depends on its input only: it numbers new
-    names past the kernel's, so a resumed compile names them the same)."""
-    for i, stage in enumerate(stages, first):
-        name = pass_name(stage)
-        for h in hooks:
-            h.before(i, name, kernels)
-        kernels = Kernels((key, stage(k)) for key, k in kernels.items())
-        for h in hooks:
-            h.after(i, name, kernels)
-    return kernels
 
 
 def compile_to_c(module: Module, isa, options: Options | None = None, copy: bool = True,
@@ -230,27 +251,10 @@ def tuning_block(opts: Options, isa) -> dict:
 
 
 def _finish(m: Module, kernels: Kernels | None, index: int, isa, opts: Options, hooks):
-    """From stage ``index`` (1-based, over the whole pipeline) to the C."""
-    n_graph = len(GRAPH_PASSES)
-    stages = kernel_stages(isa)
-    if index <= n_graph:
-        m = _graph_passes(m, GRAPH_PASSES[index - 1:], hooks, index)
-        index = n_graph + 1
-    if kernels is None:  # the lower stage
-        for h in hooks:
-            h.before(index, "lower", m)
-        kernels = lower_kernels(m)
-        for h in hooks:
-            h.after(index, "lower", kernels)
-        index += 1
-    k0 = index - n_graph - 2  # position in kernel_stages(), after lower
-    kernels = run_kernel_stages(kernels, stages[k0:], hooks, index)
-    index = n_graph + len(stages) + 2
-    for h in hooks:
-        h.before(index, "emit", kernels)
-    native = emit(m, kernels, isa, profile=opts.debug >= 3, weight_copies=opts.weight_copies)
-    for h in hooks:
-        h.after(index, "emit", native)
+    """From stage ``index`` (1-based, over the whole pipeline) to the C. (Each stage's output
+    depends on its input only: a kernel stage numbers new names past the kernel's, so a resumed
+    compile names them the same.)"""
+    m, _, native = _run(pipeline_for(isa)[index - 1:], index, m, kernels, isa, opts, hooks)
     for h in hooks:
         h.finish(native)
     return native, m
@@ -263,7 +267,7 @@ def recompile_c(module: Module, stage: str, isa, options: Options | None = None,
     tuning block comes from ``options``, so ``recompile_c(m, "dispatch", ...)`` makes the dispatch
     tables again; with the same database it gives the same C (the stages from ``dispatch`` on leave
     a module they have seen as it was: tests/deploy/test_retune.py)."""
-    names = [pass_name(p) for p in GRAPH_PASSES]
+    names = [st.name for st in pipeline_for(isa) if st.kind == "graph"]
     first = names.index("dispatch")
     again = names[first:]  # the earlier stages rewrite what they see: they run once
     if stage not in again:
@@ -276,6 +280,16 @@ def recompile_c(module: Module, stage: str, isa, options: Options | None = None,
     return _finish(module, None, first + again.index(stage) + 1, isa, opts, hooks)
 
 
+def resumed_target(directory, isa):
+    """The target a dump directory resumes for: a CUDA target it was dumped for, else ``isa``."""
+    from .dump import read_target
+    name = str(read_target(directory).get("isa", ""))
+    if name.startswith("cuda:"):
+        from .target import parse_target
+        return parse_target(name)
+    return isa
+
+
 def resume_c(path, isa, options: Options | None = None, instruments: Sequence[Instrument] = ()):
     """Continue compiling from a stage file of a ``BRAZE_DUMP`` directory (``NN_<stage>.braze``
     or ``.loop``): the same ``NativeSource`` as the compile that wrote it, and the module."""
@@ -283,12 +297,10 @@ def resume_c(path, isa, options: Options | None = None, instruments: Sequence[In
     index, name, kind = stage_of(path)
     directory = Path(path).parent
     target = read_target(directory)
-    if str(target.get("isa", "")).startswith("cuda:"):  # resumed for the target it was dumped for
-        from .target import parse_target
-        isa = parse_target(target["isa"])
-    names = stage_names(isa)
-    n_graph = len(GRAPH_PASSES)
-    want_kind = "braze" if index <= n_graph else "loop" if index < len(names) else "c"
+    isa = resumed_target(directory, isa)
+    stages = pipeline_for(isa)
+    names = [st.name for st in stages]
+    want_kind = DUMP_SUFFIX[stages[index - 1].kind] if 0 < index <= len(stages) else "braze"
     if not index <= len(names) or (index and names[index - 1] != name) or kind != want_kind:
         here = "00_input.braze" if index == 0 else \
             f"{index:02d}_{names[index - 1]}.{want_kind}" if index <= len(names) else "past the last stage"
@@ -313,7 +325,7 @@ def resume_c(path, isa, options: Options | None = None, instruments: Sequence[In
     return _finish(m, kernels, index + 1, isa, opts, hooks)
 
 
-__all__ = ["CPU_PASSES", "GRAPH_PASSES", "Kernels", "compile_to_c", "default_instruments", "emit",
-           "kernel_stages", "lower_kernels", "pass_name", "recompile_c", "resume_c", "run_kernel_stages",
+__all__ = ["DUMP_SUFFIX", "GRAPH_PASSES", "Kernels", "Stage", "compile_to_c", "default_instruments", "emit",
+           "kernel_stages", "lower_kernels", "pass_name", "pipeline_for", "recompile_c", "resume_c", "resumed_target",
            "run_pipeline", "stage_names", "Options", "Instrument", "Verify", "LogReports", "PassTimer", "PrintAfter",
            "RuleCounter"]

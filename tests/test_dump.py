@@ -15,7 +15,7 @@ import braze
 from braze.codegen.isa import detect_isa
 from braze.errors import BrazeError
 from braze.options import Options
-from braze.pipeline import compile_to_c, resume_c, stage_names
+from braze.pipeline import DUMP_SUFFIX, compile_to_c, pipeline_for, resume_c, stage_names
 
 ISA = detect_isa()
 
@@ -39,6 +39,9 @@ def dump_and_resume_everywhere(module, d) -> str:
     files = stage_files(d)
     # the input, every graph pass and every kernel stage (emit's file is the C itself)
     assert [f.split("_", 1)[1].rsplit(".", 1)[0] for f in files] == ["input"] + stage_names()[:-1]
+    # each stage's file holds what its kind makes: graph IR, or the loop IR of every kernel
+    kinds = [st.kind for st in pipeline_for(ISA)]
+    assert [f.rsplit(".", 1)[1] for f in files[1:]] == [DUMP_SUFFIX[k] for k in kinds[:-1]]
     for f in files:
         resumed, _ = resume_c(d / f, ISA)
         assert resumed.source == native.source, f"resuming from {f} gives other C"

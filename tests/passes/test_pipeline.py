@@ -10,7 +10,7 @@ import pytest
 import braze.reference
 from braze.errors import VerifyError
 from braze.options import Options
-from braze.pipeline import CPU_PASSES, run_pipeline
+from braze.pipeline import GRAPH_PASSES, run_pipeline
 from braze.passes import fuse
 
 TEXT = """module {
@@ -48,7 +48,7 @@ def test_pipeline_runs_dumps_and_keeps_results(P, tmp_path, capsys):
     names = sorted(os.listdir(tmp_path))
     assert names[0] == "00_input.braze" and "fusion.txt" in names
     assert [n.split("_", 1)[1] for n in names if n[:2].isdigit() and n != "00_input.braze"] == \
-        [f"{p.__name__}.braze" for p in CPU_PASSES]
+        [f"{p.__name__}.braze" for p in GRAPH_PASSES]
     assert "fusion:" in capsys.readouterr().err
     ops = [nd.op for nd in out.main.nodes]
     assert set(ops) == {"fused"}
@@ -95,7 +95,7 @@ def test_instruments_see_every_pass_in_order(P):
 
     rec, timer = Recorder(), PassTimer()
     run_pipeline(P.parse(TEXT), options=Options(), instruments=[rec, timer])
-    names = [p.__name__ for p in CPU_PASSES]
+    names = [p.__name__ for p in GRAPH_PASSES]
     assert rec.events[0][0] == "start"
     assert rec.events[1:] == [e for i, n in enumerate(names, 1) for e in (("before", i, n), ("after", i, n))]
     assert [n for n, _ in timer.times] == names and all(t >= 0 for _, t in timer.times)
@@ -147,3 +147,20 @@ def test_a_pass_that_raises_leaves_no_rule_collector_open(P):
     with collect_rule_stats(RuleStats()):  # a later block in this thread counts into its own stats only
         run_pipeline(P.parse(TEXT), passes=[canonicalize], options=Options())
     assert dict(counter.stats.hits) == seen
+
+
+def test_each_target_has_one_stage_list():
+    """pipeline_for(target): the graph passes, lower, the target's kernel stages, emit, each stage
+    a name, a kind and a function; stage_names reads the same list."""
+    from braze.codegen.isa import detect_isa
+    from braze.pipeline import kernel_stages, pipeline_for, stage_names
+    from braze.target import parse_target
+    for target in (detect_isa(), parse_target("cuda:sm_90")):
+        stages = pipeline_for(target)
+        n = len(GRAPH_PASSES)
+        assert [st.kind for st in stages] == ["graph"] * n + ["lower"] + ["kernel"] * len(kernel_stages(target)) + \
+            ["emit"]
+        assert [st.fn for st in stages[:n]] == GRAPH_PASSES and [st.fn for st in stages[n + 1:-1]] == \
+            kernel_stages(target)
+        assert stage_names(target) == [st.name for st in stages]
+    assert "grid" in stage_names(parse_target("cuda:sm_90")) and "grid" not in stage_names(detect_isa())
