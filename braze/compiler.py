@@ -225,7 +225,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     native, module = compile_to_c(module, device or detect_isa(), options=opts, copy=False, instruments=[timer])
     _log.info("stages: %s", timer.report_text())
     timings["stages"] = time.perf_counter() - t1
-    return _build(module, native, opts, timings, t0)
+    return _build(module, native, opts, timings, t0, device)
 
 
 class _LazyInstance:
@@ -255,9 +255,19 @@ class _LazyInstance:
 
 
 def _target(opts: Options):
-    """The options' CUDA target (braze/target.py), or None for the CPU."""
+    """The options' target (braze/target.py): a CUDA target, the host's ISA at the level a
+    ``cpu-x86:LEVEL`` target names, or None for the CPU at its best level (or BRAZE_ISA's)."""
     from .target import parse_target
     return parse_target(opts.target)
+
+
+def _cpu_isa(opts: Options):
+    """The ISA a CPU compile of these options is for: the level their target names, else the
+    host's (braze.codegen.isa.detect_isa)."""
+    from .codegen.isa import detect_isa
+    from .target import is_cuda
+    device = _target(opts)
+    return device if device is not None and not is_cuda(device) else detect_isa()
 
 
 def _build_cuda(module: Module, native, opts: Options):
@@ -276,7 +286,6 @@ def _build_cuda(module: Module, native, opts: Options):
 def resume(path, *, threads: int | None = None, options: Options | dict | None = None) -> CompiledModel:
     """Compile from a stage file of a ``BRAZE_DUMP`` directory (``NN_<stage>.braze`` or
     ``.loop``), running the stages after it: the same C as the compile that dumped it."""
-    from .codegen.isa import detect_isa
     from .pipeline import resume_c
 
     opts = Options.of(options)
@@ -284,8 +293,9 @@ def resume(path, *, threads: int | None = None, options: Options | dict | None =
         opts = opts.replace(threads=threads)
     _logging.enable_debug_output(opts.debug)
     t0 = time.perf_counter()
-    native, module = resume_c(path, detect_isa(), options=opts)
-    return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0)
+    isa = _cpu_isa(opts)
+    native, module = resume_c(path, isa, options=opts)
+    return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0, isa)
 
 
 def recompile(module: Module, stage: str = "dispatch", *, options: Options | dict | None = None) -> CompiledModel:
@@ -293,19 +303,23 @@ def recompile(module: Module, stage: str = "dispatch", *, options: Options | dic
     artifact's ``module.braze``), again from graph stage ``stage``: from ``dispatch``, its
     GEMMs' and 1x1 convolutions' kernels are chosen again with these options' tuning mode and
     database (braze/deploy/retune.py)."""
-    from .codegen.isa import detect_isa
     from .pipeline import recompile_c
 
     opts = Options.of(options)
     _logging.enable_debug_output(opts.debug)
     t0 = time.perf_counter()
-    native, module = recompile_c(module, stage, detect_isa(), options=opts)
-    return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0)
+    isa = _cpu_isa(opts)
+    native, module = recompile_c(module, stage, isa, options=opts)
+    return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0, isa)
 
 
-def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> CompiledModel:
-    """Compile the C (or find it in the cache), load it and make the model instance."""
+def _build(module: Module, native, opts: Options, timings: dict, t0: float, isa=None) -> CompiledModel:
+    """Compile the C (or find it in the cache), load it and make the model instance. ``isa``: what
+    the C was generated for (None: the host's best, or BRAZE_ISA's), so the C compiler gets its flags."""
     from .runtime import load_library
+    from .target import is_cuda
+
+    isa = None if is_cuda(isa) else isa
 
     t3 = time.perf_counter()
     if native.cuda_source:
@@ -313,9 +327,10 @@ def _build(module: Module, native, opts: Options, timings: dict, t0: float) -> C
     elif native.uses_library:
         from .extern import onednn  # links the oneDNN helper, built once per cache (rebuilt here if deleted)
         lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units,
-                           **onednn.model_build_args(opts.cache_dir))
+                           isa=isa, **onednn.model_build_args(opts.cache_dir))
     else:  # no GEMM or convolution: no oneDNN in the library (half the C compile time)
-        lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units)
+        lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units,
+                           isa=isa)
     t4 = time.perf_counter()
     constants = [module.constants[n] for n in native.constants]
     if native.cuda_source:  # the GPU is first needed at the first call: compiling needs none

@@ -79,7 +79,8 @@ class Options:
     # a GEMM whose weight is an input keeps packed copies while the kernel sees the weight unwritten
     # (braze_dnnl_live.c); the plug-in turns it off in training, where every step writes the weights
     weight_copies: bool = True
-    # "cpu" (this host, its ISA detected) or "cuda:sm_XX" (braze/target.py); BRAZE_TARGET
+    # "cpu" (this host, its ISA detected), "cpu-x86:LEVEL" (this host at avx512, avx2, sse or scalar:
+    # an artifact for CPUs with that level) or "cuda:sm_XX" (braze/target.py); BRAZE_TARGET
     target: str = "cpu"
     # each product's (GEMM, 1x1 convolution) kernel per range of M: "off" (the default rules),
     # "cached" (the tuning database's choices, no measuring), "fast" / "full" (measure what the

@@ -1,8 +1,10 @@
-"""Compile targets: ``cpu`` (the host, its ISA detected) or ``cuda:sm_XX`` (an NVIDIA GPU).
+"""Compile targets: ``cpu`` (the host, its ISA detected), ``cpu-x86:LEVEL`` (the host at one
+instruction-set level, no higher than it has) or ``cuda:sm_XX`` (an NVIDIA GPU).
 
-    parse_target("cuda:sm_90") -> CudaTarget("sm_90")
-    parse_target("cuda")       -> the local GPU's arch (needs a driver)
-    parse_target(None | "cpu") -> None: the CPU, as before
+    parse_target("cuda:sm_90")     -> CudaTarget("sm_90")
+    parse_target("cuda")           -> the local GPU's arch (needs a driver)
+    parse_target("cpu-x86:avx2")   -> the host's ISA at the avx2 level (codegen/isa.py)
+    parse_target(None | "cpu")     -> None: the CPU, its best level (or BRAZE_ISA's)
 
 A CUDA target cross-compiles anywhere: the kernels go through NVRTC (no GPU needed), the host
 code through the C compiler with baseline x86-64 flags, since it runs on the GPU machine's CPU.
@@ -53,19 +55,36 @@ def _archs() -> tuple[str, ...]:
         return KNOWN_ARCHS
 
 
-def parse_target(spec) -> CudaTarget | None:
+def _cpu_level(spec, level: str):
+    from .codegen.isa import LEVELS, isa_at
+    if level not in LEVELS:
+        raise TargetError(f"target {spec!r}: {level!r} is not an instruction-set level",
+                          hint=f"use cpu-x86:LEVEL with one of {', '.join(LEVELS)}, or 'cpu' for the best one")
+    try:
+        return isa_at(level)
+    except BrazeError as e:
+        best = isa_at("auto").name
+        raise TargetError(f"target {spec!r}: this host (or its C compiler) has no {level}; its best level is {best}",
+                          where=e.where, hint=f"use cpu-x86:{best} or a lower level, or 'cpu' for the best") from None
+
+
+def parse_target(spec):
     if spec is None or isinstance(spec, CudaTarget):
         return spec
     s = str(spec).strip().lower()
-    if s in ("", "cpu") or s.startswith("cpu-x86") or s.startswith("cpu:"):
+    if s in ("", "cpu", "cpu-x86"):
         return None
+    m = re.fullmatch(r"cpu(?:-x86)?:(\w+)", s)
+    if m:
+        return _cpu_level(spec, m.group(1))
     if s == "cuda":
         from .runtime.cuda import local_arch
         return CudaTarget(local_arch())
     m = re.fullmatch(r"cuda:(sm_\d+[a-z]?)", s)
     if not m:
-        raise TargetError(f"unknown target {spec!r}", hint="use 'cpu', 'cuda' (this machine's GPU) or 'cuda:sm_XX', "
-                                                           "e.g. cuda:sm_90 for an H100 or H200")
+        raise TargetError(f"unknown target {spec!r}", hint="use 'cpu', 'cpu-x86:LEVEL' (avx512, avx2, sse, scalar), "
+                                                           "'cuda' (this machine's GPU) or 'cuda:sm_XX', e.g. cuda:sm_90 "
+                                                           "for an H100 or H200")
     arch = m.group(1)
     archs = _archs()
     if arch not in archs:

@@ -240,6 +240,14 @@ def level_isa(level: str, cc=None) -> ISA | None:
     return _level_for(level, _host_features(tuple(cc)), tuple(cc))
 
 
+def isa_at(level: str, cc=None) -> ISA:
+    """The ISA of ``level`` ("auto": the best) on this host, as ``BRAZE_ISA=level`` would give it:
+    an error naming the best level there is when the host or the compiler lacks it (a
+    ``cpu-x86:LEVEL`` target)."""
+    cc = find_compiler() if cc is None else shlex.split(cc) if isinstance(cc, str) else cc
+    return _detect(level, tuple(cc))
+
+
 def detect_isa(cc=None) -> ISA:
     """The ISA native code is compiled for on this host (honouring ``BRAZE_ISA``).
 

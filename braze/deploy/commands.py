@@ -261,9 +261,10 @@ def add_parsers(sub, add_dim) -> None:
                         "or bf16 / fp16 (about twice as fast where the CPU has AVX512_BF16 / AVX512_FP16 or AMX; "
                         "the weights are saved in it; docs/precision.md). Default: BRAZE_PRECISION, else fp32")
     p.add_argument("--target", default=None, metavar="TARGET",
-                   help="cpu (this machine, the default) or cuda:sm_XX, e.g. cuda:sm_90 for an H100 or H200: "
-                        "compiles anywhere, runs where that GPU and its driver are (docs/cuda.md). Default: "
-                        "BRAZE_TARGET, else cpu")
+                   help="cpu (this machine at its best instruction set, the default); cpu-x86:LEVEL (avx512, "
+                        "avx2, sse or scalar: for CPUs with that level, no higher than this machine's); or "
+                        "cuda:sm_XX, e.g. cuda:sm_90 for an H100 or H200: compiles anywhere, runs where that GPU "
+                        "and its driver are (docs/cuda.md). Default: BRAZE_TARGET, else cpu")
     p.add_argument("--precision-keep", metavar="NAMES", default=None,
                    help="comma-separated op names (matmul, linear, conv2d) or module paths (lm_head, "
                         "encoder.layer.0) whose products stay float32 under --precision bf16/fp16 "

@@ -126,3 +126,43 @@ def test_scalar_build_runs(monkeypatch):
     from rt_kernels import ADD1_SRC
     f = NativeFunction(load_library(ADD1_SRC, name="add1"), "braze_add1", [("f32", None)], [("f32", None)])
     np.testing.assert_array_equal(f(np.zeros((3, 3), np.float32)), np.ones((3, 3)))
+
+
+@pytest.mark.skipif(not X86, reason="x86 host")
+def test_a_cpu_level_target_compiles_and_saves_for_that_level(tmp_path):
+    """target="cpu-x86:avx2" on a host with more: the kernels are generated for 32-byte vectors, the
+    C compiler gets AVX2's flags and none of AVX-512's, and a saved artifact asks its host for AVX2
+    only; the results are the reference's. Without a level, the target is the host's best."""
+    import json
+
+    import braze
+    from braze.ops import Builder, tensor
+    if "avx2" not in I.detect_isa().host_features:
+        pytest.skip("host has no AVX2")
+    b = Builder()
+    n = b.sym("n")
+    x = b.param("x", tensor("f32", n, 37))
+    b.ret(b.exp(b.mul(x, x)))
+    a = np.random.default_rng(0).standard_normal((3, 37)).astype(np.float32)
+    m = braze.compile(b.module, target="cpu-x86:avx2", options={"cache_dir": str(tmp_path / "cache")})
+    assert m._native.isa == "avx2"
+    meta = json.loads((m.library.path.parent / "meta.json").read_text())
+    assert "-mavx2" in meta["cflags"] and not any("avx512" in f for f in meta["cflags"]), meta["cflags"]
+    np.testing.assert_allclose(m(a), braze.reference.run(b.module, a), rtol=1e-6)
+    m.save(tmp_path / "art")
+    saved = json.loads((tmp_path / "art" / "meta.json").read_text())["isa"]
+    assert saved["name"] == "avx2" and not any(f.startswith("avx512") for f in saved["features"])
+    np.testing.assert_array_equal(braze.load(tmp_path / "art")(a), m(a))
+    assert braze.compile(b.module, target="cpu")._native.isa == I.detect_isa().name
+
+
+@pytest.mark.skipif(not X86, reason="x86 host")
+def test_a_cpu_level_the_host_lacks_or_no_level_is_an_error(monkeypatch, fresh_detection):
+    from braze.target import TargetError, parse_target
+    with pytest.raises(TargetError, match="'avx1024' is not an instruction-set level"):
+        parse_target("cpu-x86:avx1024")
+    monkeypatch.setattr(I, "_cpuinfo_flags", lambda: {"sse", "sse2", "sse3", "sse4_1", "sse4_2"})
+    with pytest.raises(TargetError, match="has no avx512; its best level is sse") as e:
+        parse_target("cpu-x86:avx512")
+    assert "cpu-x86:sse" in str(e.value)
+    assert parse_target("cpu-x86:sse").name == "sse"
