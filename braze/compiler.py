@@ -327,7 +327,7 @@ def _build(module: Module, native, opts: Options, timings: dict, t0: float, isa=
     elif native.uses_library:
         from .extern import onednn  # links the oneDNN helper, built once per cache (rebuilt here if deleted)
         lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units,
-                           isa=isa, **onednn.model_build_args(opts.cache_dir))
+                           isa=isa, **onednn.model_build_args(opts.cache_dir, isa))
     else:  # no GEMM or convolution: no oneDNN in the library (half the C compile time)
         lib = load_library(native.source, name=module.main.name, cache_dir=opts.cache_dir, units=native.units,
                            isa=isa)

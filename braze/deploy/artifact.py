@@ -159,7 +159,7 @@ def save(model, path) -> Path:
         helper = compile_shared(onednn.helper_text(), name="braze_dnnl", include_dirs=onednn.include_dirs(),
                                 library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=["$ORIGIN"],
                                 extra_cflags=[*onednn.extra_link_flags(), f"-Wl,-soname,{HELPER}"],
-                                cache_dir=cache, filename=HELPER, log_channel="cache.helper")
+                                cache_dir=cache, filename=HELPER, log_channel="cache.helper", isa=isa)
         _copy(helper, path / HELPER)
         lib = onednn.locate().library
         dnnl_name = _soname(lib)

@@ -279,7 +279,7 @@ def helper_build_id() -> str:
 _HELPER_STATS = {"native_compiles": 0, "cache_hits": 0}
 
 
-def helper_library(cache_dir: str | os.PathLike | None = None, *, force: bool = False) -> Path:
+def helper_library(cache_dir: str | os.PathLike | None = None, *, force: bool = False, isa=None) -> Path:
     """The C helper as its own shared library in the compile cache (``libbraze_dnnl.so``
     in its entry), built on first use.
 
@@ -288,12 +288,13 @@ def helper_library(cache_dir: str | os.PathLike | None = None, *, force: bool = 
     or corrupt entry (say, deleted from the cache) is rebuilt here, at the same path.
     Its compiles and hits count in ``helper_stats()``, not ``braze.stats()`` (which
     counts the libraries braze loads, one per model), and log on ``braze.cache.helper``.
+    ``isa``: the model's, where a ``cpu-x86:LEVEL`` target chose one (None: the host's).
     """
     from ..runtime.compiler import compile_shared
     return compile_shared(helper_text(), name="braze_dnnl", include_dirs=include_dirs(),
                           library_dirs=library_dirs(), libraries=libraries(), rpaths=rpaths(),
                           extra_cflags=extra_link_flags(), force=force, cache_dir=cache_dir,
-                          filename=HELPER_FILE, counters=_HELPER_STATS, log_channel="cache.helper")
+                          filename=HELPER_FILE, counters=_HELPER_STATS, log_channel="cache.helper", isa=isa)
 
 
 def helper_stats() -> dict:
@@ -315,7 +316,7 @@ def write_tracking(cache_dir: str | os.PathLike | None = None) -> dict:
     return {"on": bool(on), "checks": n[0].value, "written": n[1].value, "arms": n[2].value}
 
 
-def model_build_args(cache_dir: str | os.PathLike | None = None) -> dict:
+def model_build_args(cache_dir: str | os.PathLike | None = None, isa=None) -> dict:
     """``compile_shared`` keywords for a model library that calls the helper: builds the
     helper first (``helper_library``) and links the model against that exact file.
 
@@ -326,7 +327,7 @@ def model_build_args(cache_dir: str | os.PathLike | None = None) -> dict:
     model is never reused against another helper. The helper finds libdnnl through its
     own DT_RPATH.
     """
-    helper = helper_library(cache_dir)
+    helper = helper_library(cache_dir, isa=isa)
     return {"include_dirs": [str(_CSRC)], "link_inputs": [str(helper)]}
 
 

@@ -134,6 +134,7 @@ def test_a_cpu_level_target_compiles_and_saves_for_that_level(tmp_path):
     C compiler gets AVX2's flags and none of AVX-512's, and a saved artifact asks its host for AVX2
     only; the results are the reference's. Without a level, the target is the host's best."""
     import json
+    from pathlib import Path
 
     import braze
     from braze.ops import Builder, tensor
@@ -142,13 +143,17 @@ def test_a_cpu_level_target_compiles_and_saves_for_that_level(tmp_path):
     b = Builder()
     n = b.sym("n")
     x = b.param("x", tensor("f32", n, 37))
-    b.ret(b.exp(b.mul(x, x)))
+    w = b.constant(np.random.default_rng(1).standard_normal((37, 37)).astype(np.float32))
+    b.ret(b.exp(b.mul(b.matmul(x, w), x)))  # a GEMM: the oneDNN helper is built for the level too
     a = np.random.default_rng(0).standard_normal((3, 37)).astype(np.float32)
     m = braze.compile(b.module, target="cpu-x86:avx2", options={"cache_dir": str(tmp_path / "cache")})
-    assert m._native.isa == "avx2"
+    assert m._native.isa == "avx2" and m._native.uses_library
     meta = json.loads((m.library.path.parent / "meta.json").read_text())
-    assert "-mavx2" in meta["cflags"] and not any("avx512" in f for f in meta["cflags"]), meta["cflags"]
-    np.testing.assert_allclose(m(a), braze.reference.run(b.module, a), rtol=1e-6)
+    helper = next(f for f in meta["link"] if f.endswith(".so") and "braze_dnnl" in f)
+    helper_meta = json.loads((Path(helper).parent / "meta.json").read_text())
+    for flags in (meta["cflags"], helper_meta["cflags"]):
+        assert "-mavx2" in flags and not any("avx512" in f for f in flags), flags
+    np.testing.assert_allclose(m(a), braze.reference.run(b.module, a), rtol=1e-5)
     m.save(tmp_path / "art")
     saved = json.loads((tmp_path / "art" / "meta.json").read_text())["isa"]
     assert saved["name"] == "avx2" and not any(f.startswith("avx512") for f in saved["features"])
