@@ -237,8 +237,14 @@ def target_precision(policy: str, isa, keep: tuple[str, ...] = ()) -> dict:
 
 def tuning_block(opts: Options, isa) -> dict:
     """The module's ``tuning`` block for these options (braze/tune/dispatch.py): empty (the default
-    rules) with ``tune="off"`` and on a CUDA target."""
+    rules) with ``tune="off"``, on a CUDA target, and at a ``cpu-x86:LEVEL`` below the host's ISA
+    (the database holds this host's measurements, made with kernels built for its ISA)."""
     if opts.tune == "off" or is_cuda(isa):
+        return {}
+    from .codegen.isa import detect_isa
+    if isa.name != detect_isa().name:
+        _log.info("tuning: the default rules, as %s is not this host's ISA (%s), which the tuning database "
+                  "measures", isa.name, detect_isa().name)
         return {}
     from .runtime.compiler import resolve_cache_dir
     from .tune.db import db_path, resolved_threads

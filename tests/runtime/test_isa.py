@@ -159,6 +159,8 @@ def test_a_cpu_level_target_compiles_and_saves_for_that_level(tmp_path):
     assert saved["name"] == "avx2" and not any(f.startswith("avx512") for f in saved["features"])
     np.testing.assert_array_equal(braze.load(tmp_path / "art")(a), m(a))
     assert braze.compile(b.module, target="cpu")._native.isa == I.detect_isa().name
+    # the tuning database measures this host's kernels: a lower level keeps the default rules
+    assert m.module.tuning == {} and braze.compile(b.module).module.tuning["mode"] == "cached"
 
 
 @pytest.mark.skipif(not X86, reason="x86 host")
