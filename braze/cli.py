@@ -74,7 +74,7 @@ def cmd_resume(args) -> int:
     import os
 
     from .codegen.isa import detect_isa
-    from .dump import stage_of
+    from .dump import read_target, stage_of
     from .pipeline import resume_c, resumed_target, stage_names
     if not os.path.isfile(args.stage):
         raise UsageError(f"no such file: {args.stage!r}")
@@ -89,7 +89,7 @@ def cmd_resume(args) -> int:
         with open(args.output, "w") as fh:
             fh.write(native.source)
     digest = hashlib.sha256(native.source.encode()).hexdigest()[:16]
-    ran = stage_names(resumed_target(os.path.dirname(args.stage) or ".", isa))[index:]
+    ran = stage_names(resumed_target(read_target(os.path.dirname(args.stage) or "."), isa))[index:]
     print(f"resumed after stage {index:02d}; ran {', '.join(ran)}")
     print(f"C source: {len(native.source)} bytes, sha256 {digest}..." +
           (f", written to {args.output}" if args.output else ""))

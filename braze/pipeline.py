@@ -142,8 +142,7 @@ def _run(stages: Sequence[Stage], first: int, m: Module, kernels, isa, opts: Opt
                 out = st.fn(m)
                 if isinstance(out, tuple):  # a pass with a log: fuse
                     out, log = out
-                m = out if out is not None else m
-                out = m
+                m = out = m if out is None else out
             elif st.kind == "lower":
                 kernels = out = st.fn(m)
             elif st.kind == "kernel":
@@ -242,9 +241,10 @@ def tuning_block(opts: Options, isa) -> dict:
     if opts.tune == "off" or is_cuda(isa):
         return {}
     from .codegen.isa import detect_isa
-    if isa.name != detect_isa().name:
+    host = detect_isa().name
+    if isa.name != host:
         _log.info("tuning: the default rules, as %s is not this host's ISA (%s), which the tuning database "
-                  "measures", isa.name, detect_isa().name)
+                  "measures", isa.name, host)
         return {}
     from .runtime.compiler import resolve_cache_dir
     from .tune.db import db_path, resolved_threads
@@ -286,10 +286,10 @@ def recompile_c(module: Module, stage: str, isa, options: Options | None = None,
     return _finish(module, None, first + again.index(stage) + 1, isa, opts, hooks)
 
 
-def resumed_target(directory, isa):
-    """The target a dump directory resumes for: a CUDA target it was dumped for, else ``isa``."""
-    from .dump import read_target
-    name = str(read_target(directory).get("isa", ""))
+def resumed_target(dumped: dict, isa):
+    """The target a dump resumes for, from its ``target.json`` (``dump.read_target``): the CUDA
+    target it was dumped for, else ``isa``."""
+    name = str(dumped.get("isa", ""))
     if name.startswith("cuda:"):
         from .target import parse_target
         return parse_target(name)
@@ -303,7 +303,7 @@ def resume_c(path, isa, options: Options | None = None, instruments: Sequence[In
     index, name, kind = stage_of(path)
     directory = Path(path).parent
     target = read_target(directory)
-    isa = resumed_target(directory, isa)
+    isa = resumed_target(target, isa)
     stages = pipeline_for(isa)
     names = [st.name for st in stages]
     want_kind = DUMP_SUFFIX[stages[index - 1].kind] if 0 < index <= len(stages) else "braze"
@@ -317,7 +317,8 @@ def resume_c(path, isa, options: Options | None = None, instruments: Sequence[In
         opts = opts.replace(dump_dir=None)  # never overwrite the dump being resumed
     if target.get("isa") not in (None, isa.name):
         warnings.warn(BrazeWarning(f"{directory} was compiled for the {target['isa']} ISA and is resumed for "
-                                   f"{isa.name}: the C will differ (set BRAZE_ISA={target['isa']} to match)"))
+                                   f"{isa.name}: the C will differ (resume with target='cpu-x86:{target['isa']}', "
+                                   f"or BRAZE_ISA={target['isa']}, to match)"))
     opts, hooks = _hooks(opts.replace(debug=max(opts.debug, 3)) if target.get("profile") else opts, None,
                          instruments)
     if kind == "braze":

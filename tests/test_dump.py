@@ -140,3 +140,21 @@ def test_a_dump_records_its_target_and_a_resume_for_another_says_so(tiny, tmp_pa
     (tmp_path / "target.json").write_text(json.dumps({"isa": "other", "profile": True}))
     with pytest.warns(BrazeWarning, match="compiled for the other ISA"):
         resume_c(tmp_path / stage("assign_memory"), ISA, options=Options())
+
+
+def test_a_dump_at_a_cpu_level_resumes_at_that_level_when_asked(tiny, tmp_path):
+    """A dump of a cpu-x86:LEVEL compile, resumed for the host's best level, warns and names the
+    target that matches; braze.resume with that target gives the dumped C, with no warning."""
+    import warnings
+
+    from braze.errors import BrazeWarning
+    if ISA.name == "scalar":
+        pytest.skip("the host has no level below its best to compile for")
+    module, _ = tiny["cnn"]
+    braze.compile(module, target="cpu-x86:scalar", options={"dump_dir": str(tmp_path)})
+    with pytest.warns(BrazeWarning, match="resume with target='cpu-x86:scalar'"):
+        resume_c(tmp_path / stage("assign_memory"), ISA, options=Options())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BrazeWarning)
+        again = braze.resume(tmp_path / stage("assign_memory"), options={"target": "cpu-x86:scalar"})
+    assert again._native.source == (tmp_path / "model.c").read_text()

@@ -14,7 +14,7 @@ import pytest
 
 from braze.errors import MissingDependencyError, UnsupportedOpError
 
-CI_SEEDS = range(0, 32)  # ~58 s here (48 took ~90 s); the default suite stays near 15 minutes on 2 cores
+CI_SEEDS = range(0, 32)  # 53-58 s here; the default suite stays near 15 minutes on 2 cores
 SLOW_SEEDS = range(32, 480)
 BATCH = 16
 
