@@ -76,9 +76,9 @@ def _source(funcs: dict, mvec: bool) -> str:
 
 def _build(funcs):
     from braze.codegen.c_kernel import c_prelude
-    from braze.codegen.isa import detect_isa
+    from braze.codegen.isa import host_isa
     from braze.runtime.compiler import compile_shared
-    isa = detect_isa()
+    isa = host_isa()
     mvec = bool(isa.ldlibs)
     so = compile_shared(c_prelude(isa) + _source(funcs, mvec), name="math_ulp")
     lib = ctypes.CDLL(str(so))

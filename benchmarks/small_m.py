@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
 
     import braze
-    from braze.codegen.isa import detect_isa
+    from braze.codegen.isa import host_isa
     from braze.extern import onednn
     from braze.passes.precision import library_dtypes
 
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     for d in dtypes:
         if d not in DT:
             ap.error(f"unknown dtype {d!r}; choose from {', '.join(DT)}")
-    if "bf16" in dtypes and "bfloat16" not in library_dtypes(detect_isa().host_features):
+    if "bf16" in dtypes and "bfloat16" not in library_dtypes(host_isa().host_features):
         print("this CPU runs no bfloat16 GEMMs natively (AVX512_BF16 or AMX-BF16): bf16 left out", file=sys.stderr)
         dtypes.remove("bf16")
     ms = [int(x) for x in a.ms.split(",")]

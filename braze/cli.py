@@ -73,8 +73,9 @@ def cmd_resume(args) -> int:
     import hashlib
     import os
 
-    from .codegen.isa import detect_isa
+    from .compiler import cpu_target
     from .dump import read_target, stage_of
+    from .options import Options
     from .pipeline import resume_c, resumed_target, stage_names
     if not os.path.isfile(args.stage):
         raise UsageError(f"no such file: {args.stage!r}")
@@ -83,7 +84,7 @@ def cmd_resume(args) -> int:
     if args.check:  # read before resuming: the check must not see what this run writes
         with open(args.check) as fh:
             expected = fh.read()
-    isa = detect_isa()
+    isa = cpu_target(Options.from_env())
     native, _ = resume_c(args.stage, isa)
     if args.output:
         with open(args.output, "w") as fh:
@@ -144,6 +145,7 @@ def cmd_tune(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .optables import SECTIONS
     ap = Parser(prog="braze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"braze {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
@@ -173,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="List what braze supports: the graph IR ops it compiles natively (with their semantics), "
                     "the ONNX op types the ONNX frontend imports, and the ATen ops the torch.export frontend "
                     "converts.\n\n  braze ops          all three\n  braze ops onnx     one of them")
-    p.add_argument("section", nargs="?", default="all", choices=["all", "ir", "onnx", "aten"],
+    p.add_argument("section", nargs="?", default="all", choices=["all", *SECTIONS],
                    help="which list to print (default: all)")
     p = sub.add_parser(
         "resume", help="continue a compile from a stage of a BRAZE_DUMP directory",

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
-import warnings
 from dataclasses import dataclass
 
 from . import log as _logging
-from .errors import BrazeError, BrazeWarning, InputError
+from .errors import BrazeError, InputError
 from .ir.graph import Module, TensorInfo, input_count_message, require_constant_data, signature
 from .options import Options
 from .runtime.loader import bind_inputs
@@ -19,48 +17,13 @@ _log = _logging.get("compile")
 
 
 def _to_module(model, example_inputs, dynamic_shapes, timings: dict) -> Module:
-    """The model as a braze Module; ``timings["export"]`` gets the time torch.export took."""
-    if isinstance(model, Module):
-        from .ir import verify
-        from .passes.common import copy_module
-        verify(model)  # hand-written or parsed IR: an ill-typed node would read out of bounds natively
-        return copy_module(model)
+    """The model (an object or a model file's path) as a braze Module, through the frontend that
+    reads it (frontend/registry.py); ``timings["export"]`` gets the time torch.export took."""
     if isinstance(model, (str, os.PathLike)):
         from .frontend.files import load_model_file
         return load_model_file(model, dynamic_shapes=dynamic_shapes)
-    if isinstance(model, (bytes, bytearray)) or type(model).__name__ == "ModelProto":
-        from . import import_onnx
-        return import_onnx(model)
-    torch = sys.modules.get("torch")  # a torch model means torch is already imported
-    if torch is not None:
-        from . import import_torch
-        if isinstance(model, torch.export.ExportedProgram):
-            return import_torch(model, dynamic_shapes=dynamic_shapes)
-        if isinstance(model, torch.nn.Module):
-            if example_inputs is None:
-                raise BrazeError("compiling a torch.nn.Module needs example_inputs",
-                                 hint="braze.compile(model, example_inputs=(x,), dynamic_shapes=...)")
-            ex = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-            _warn_requires_grad(torch, ex)
-            from .frontend.quiet import quiet_exporters
-            t0 = time.perf_counter()
-            with torch.no_grad(), quiet_exporters():
-                ep = torch.export.export(model.eval(), ex, dynamic_shapes=dynamic_shapes, strict=False)
-            timings["export"] = time.perf_counter() - t0
-            return import_torch(ep)
-    raise BrazeError(f"braze.compile does not know how to read a {type(model).__name__}",
-                     hint="pass a torch.nn.Module, a torch.export.ExportedProgram, a model file (.onnx, .pt2), "
-                          "an ONNX ModelProto, or a braze IR Module")
-
-
-def _warn_requires_grad(torch, example_inputs) -> None:
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.Tensor) and x.requires_grad:
-            warnings.warn(BrazeWarning(
-                f"example input {i} requires grad, but braze compiles for inference only: the compiled model "
-                "computes no gradients, and refuses inputs that require grad while grad mode is on "
-                "(call it under torch.no_grad() or torch.inference_mode(), or pass x.detach())"), stacklevel=4)
-            return
+    from .frontend.registry import read_object
+    return read_object(model, example_inputs, timings, dynamic_shapes=dynamic_shapes)
 
 
 def _describe(model) -> str:
@@ -199,7 +162,6 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     where the library is cached, passed down explicitly (the environment is
     never changed, so threads compiling at once keep their own settings).
     """
-    from .codegen.isa import detect_isa
     from .instruments import PassTimer
     from .pipeline import compile_to_c
 
@@ -222,7 +184,7 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     t1 = time.perf_counter()
     timings["import"] = t1 - t0 - timings.get("export", 0.0)
     timer = PassTimer()
-    native, module = compile_to_c(module, device or detect_isa(), options=opts, copy=False, instruments=[timer])
+    native, module = compile_to_c(module, device, options=opts, copy=False, instruments=[timer])
     _log.info("stages: %s", timer.report_text())
     timings["stages"] = time.perf_counter() - t1
     return _build(module, native, opts, timings, t0, device)
@@ -255,19 +217,19 @@ class _LazyInstance:
 
 
 def _target(opts: Options):
-    """The options' target (braze/target.py): a CUDA target, the host's ISA at the level a
-    ``cpu-x86:LEVEL`` target names, or None for the CPU at its best level (or BRAZE_ISA's)."""
+    """The options' target (braze/target.py): a CUDA target, or the host's ISA at the level a
+    ``cpu-x86:LEVEL`` target names (its best for ``cpu``)."""
     from .target import parse_target
     return parse_target(opts.target)
 
 
-def _cpu_isa(opts: Options):
-    """The ISA a CPU compile of these options is for: the level their target names, else the
-    host's (braze.codegen.isa.detect_isa)."""
-    from .codegen.isa import detect_isa
+def cpu_target(opts: Options):
+    """The ISA a CPU compile of these options is for: the level their target names, the host's
+    best for ``cpu`` or a CUDA target (whose dumps and artifacts name their own target)."""
+    from .codegen.isa import host_isa
     from .target import is_cuda
     device = _target(opts)
-    return device if device is not None and not is_cuda(device) else detect_isa()
+    return host_isa() if is_cuda(device) else device
 
 
 def _build_cuda(module: Module, native, opts: Options):
@@ -293,7 +255,7 @@ def resume(path, *, threads: int | None = None, options: Options | dict | None =
         opts = opts.replace(threads=threads)
     _logging.enable_debug_output(opts.debug)
     t0 = time.perf_counter()
-    isa = _cpu_isa(opts)
+    isa = cpu_target(opts)
     native, module = resume_c(path, isa, options=opts)
     return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0, isa)
 
@@ -308,14 +270,14 @@ def recompile(module: Module, stage: str = "dispatch", *, options: Options | dic
     opts = Options.of(options)
     _logging.enable_debug_output(opts.debug)
     t0 = time.perf_counter()
-    isa = _cpu_isa(opts)
+    isa = cpu_target(opts)
     native, module = recompile_c(module, stage, isa, options=opts)
     return _build(module, native, opts, {"stages": time.perf_counter() - t0}, t0, isa)
 
 
 def _build(module: Module, native, opts: Options, timings: dict, t0: float, isa=None) -> CompiledModel:
     """Compile the C (or find it in the cache), load it and make the model instance. ``isa``: what
-    the C was generated for (None: the host's best, or BRAZE_ISA's), so the C compiler gets its flags."""
+    the C was generated for, so the C compiler gets its flags."""
     from .runtime import load_library
     from .target import is_cuda
 

@@ -22,6 +22,10 @@ class ModelFormatError(BrazeError):
     """The model file or object is malformed or unreadable."""
 
 
+class ModelFileError(ModelFormatError):
+    """The model file is missing, unreadable, or of a kind braze does not read."""
+
+
 class UnsupportedOpError(BrazeError):
     """The model uses an operator (or a form of one) braze does not support."""
 

@@ -1,4 +1,5 @@
-"""What braze supports, from the registries: graph IR ops, and the ONNX and ATen ops each frontend imports.
+"""What braze supports, from the registries: graph IR ops, and the ops each frontend imports (one
+section per entry of frontend/registry.py's FRONTENDS: ``ir``, ``onnx``, ``aten``).
 
 One source for both readers: ``braze ops`` prints ``render_text()``, and
 scripts/gen_op_tables.py writes ``render_markdown()`` into README.md.
@@ -7,7 +8,9 @@ Nothing here imports torch or onnx.
 
 from __future__ import annotations
 
-SECTIONS = ("ir", "onnx", "aten")
+from .frontend.registry import FRONTENDS
+
+SECTIONS = tuple(f.ops_section for f in FRONTENDS.values())
 ONNX_OPSETS = "13-21"
 
 
@@ -24,16 +27,19 @@ def ir_ops() -> list[dict]:
     return rows
 
 
+def section_ops(section: str) -> list[str]:
+    """The op names of one frontend's section (``onnx``: ONNX op types of the default domain;
+    ``aten``: ``aten.name`` or ``aten.name.overload``), sorted."""
+    fe = next(f for f in FRONTENDS.values() if f.ops_section == section)
+    return sorted(fe.supported_ops())
+
+
 def onnx_ops() -> list[str]:
-    """ONNX op types (default domain) the ONNX frontend imports, sorted."""
-    from .frontend.onnx import supported_ops
-    return sorted(supported_ops())
+    return section_ops("onnx")
 
 
 def aten_ops() -> list[str]:
-    """ATen ops (``aten.name`` or ``aten.name.overload``) the torch.export frontend converts, sorted."""
-    from .frontend.torch import supported_ops
-    return sorted(supported_ops())
+    return section_ops("aten")
 
 
 def _fmt_default(v) -> str:
@@ -65,15 +71,15 @@ def render_text(sections=SECTIONS, width: int = 100) -> str:
         rows = ir_ops()
         out.append(f"Graph IR operators ({len(rows)}): what the compiler implements natively")
         out += [f"  {r['name']:30s} {r['kind']:14s} {r['doc']}" for r in rows]
-    if "onnx" in sections:
-        ops = onnx_ops()
-        out += _section(out, f"ONNX operators the ONNX frontend imports ({len(ops)}, opsets {ONNX_OPSETS}, "
-                             "default domain)", ops, width)
-    if "aten" in sections:
-        ops = aten_ops()
-        out += _section(out, f"ATen operators the torch.export frontend converts ({len(ops)}; ops with a "
-                             "torch decomposition into these are decomposed first)", ops, width)
+    for fe in FRONTENDS.values():
+        if fe.ops_section in sections and fe.ops_section != "ir":
+            ops = section_ops(fe.ops_section)
+            out += _section(out, f"{fe.ops_title} ({len(ops)}{_NOTES.get(fe.ops_section, '')})", ops, width)
     return "\n".join(out) + "\n"
+
+
+_NOTES = {"onnx": f", opsets {ONNX_OPSETS}, default domain",
+          "aten": "; ops with a torch decomposition into these are decomposed first"}
 
 
 def _section(out: list[str], title: str, names: list[str], width: int) -> list[str]:
@@ -89,4 +95,4 @@ def _section(out: list[str], title: str, names: list[str], width: int) -> list[s
     return lines
 
 
-__all__ = ["ir_ops", "onnx_ops", "aten_ops", "render_markdown", "render_text", "SECTIONS"]
+__all__ = ["ir_ops", "onnx_ops", "aten_ops", "render_markdown", "render_text", "section_ops", "SECTIONS"]

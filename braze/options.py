@@ -22,7 +22,9 @@ choice cannot live in its options.
   process's cores (codegen/include/braze_team.h); 0 (default): always ``threads``. Off since
   braze's own teams (braze_omp.h) measured as well without it, and its signal counts their wake-ups
   (docs/threads.md).
-* ``BRAZE_TARGET``: ``cpu`` (default) or ``cuda:sm_XX`` (braze/target.py; ``cuda``: this machine's GPU).
+* ``BRAZE_TARGET``: ``cpu`` (default: the host at its best ISA), ``cpu-x86:LEVEL`` or ``cuda:sm_XX``
+  (braze/target.py; ``cuda``: this machine's GPU). ``BRAZE_ISA=LEVEL`` is short for
+  ``BRAZE_TARGET=cpu-x86:LEVEL``; nothing else reads it.
 * ``BRAZE_PRECISION``: ``fp32`` (default), ``bf16`` or ``fp16``: the dtype GEMMs, batched
   matmuls and convolutions of a float32 model compute in (passes/precision.py; docs/precision.md).
 * ``BRAZE_TUNE``: ``cached`` (default), ``off``, ``fast`` or ``full``: where each product's kernel per
@@ -59,6 +61,23 @@ def _int_env(env, key, default):
         return int(v)
     except ValueError:
         raise BrazeError(f"{key}={v!r} is not an integer", hint=f"unset {key} or give it a number") from None
+
+
+def _target_env(env) -> str:
+    """BRAZE_TARGET, or BRAZE_ISA's level as the ``cpu-x86:LEVEL`` target it stands for (the
+    older, shorter spelling); the two together must say the same."""
+    target = (env.get("BRAZE_TARGET") or "").strip().lower() or "cpu"
+    from .codegen.isa import LEVELS
+    level = (env.get("BRAZE_ISA") or "").strip().lower()
+    if level in ("", "auto", "native"):
+        return target
+    if level not in LEVELS:
+        raise BrazeError(f"BRAZE_ISA={level!r} is not an instruction-set level",
+                         hint=f"use one of {', '.join(LEVELS)}, or unset it for the host's best")
+    if target in ("cpu", "cpu-x86", f"cpu-x86:{level}", f"cpu:{level}"):
+        return f"cpu-x86:{level}"
+    raise BrazeError(f"BRAZE_ISA={level} and BRAZE_TARGET={target} name different targets",
+                     hint=f"unset BRAZE_ISA (it is short for BRAZE_TARGET=cpu-x86:{level}), or set BRAZE_TARGET alone")
 
 
 @dataclass(frozen=True)
@@ -121,7 +140,7 @@ class Options:
                    cache_dir=(env.get("BRAZE_CACHE_DIR") or "").strip() or None,
                    precision=(env.get("BRAZE_PRECISION") or "").strip().lower() or "fp32",
                    precision_keep=tuple(k for k in (env.get("BRAZE_PRECISION_KEEP") or "").split(",") if k.strip()),
-                   target=(env.get("BRAZE_TARGET") or "").strip().lower() or "cpu",
+                   target=_target_env(env),
                    tune=(env.get("BRAZE_TUNE") or "").strip().lower() or "cached",
                    tune_budget_s=float(_int_env(env, "BRAZE_TUNE_BUDGET", 600)),
                    tune_db=(env.get("BRAZE_TUNE_DB") or "").strip() or None,

@@ -69,14 +69,24 @@ GRAPH_PASSES: list[Pass] = [canonicalize, constant_fold, cse, dce, recognize_pat
                             dce, assign_memory]
 
 
-def kernel_stages(target=None) -> list:
-    """The schedule stages, run on every kernel after ``lower`` (``lower_kernels``): the CPU's,
-    or a CUDA target's (schedule/gpu.py)."""
-    if is_cuda(target):
-        from .schedule.gpu import GPU_STAGES
-        return list(GPU_STAGES)
+def _cpu_stages():
     from .schedule import KERNEL_STAGES
-    return list(KERNEL_STAGES)
+    return KERNEL_STAGES
+
+
+def _gpu_stages():
+    from .schedule.gpu import GPU_STAGES
+    return GPU_STAGES
+
+
+# each target kind's schedule: a new target adds its entry (and its host part, codegen/host.py's HOSTS)
+KERNEL_STAGES_OF = {"cpu": _cpu_stages, "cuda": _gpu_stages}
+
+
+def kernel_stages(target=None) -> list:
+    """The schedule stages of the target's kind (None: the CPU), run on every kernel after
+    ``lower`` (``lower_kernels``)."""
+    return list(KERNEL_STAGES_OF[getattr(target, "kind", "cpu")]())
 
 
 def emit(module, kernels, isa, profile: bool = False, weight_copies: bool = True):
@@ -86,7 +96,7 @@ def emit(module, kernels, isa, profile: bool = False, weight_copies: bool = True
 
 def pipeline_for(target=None) -> list[Stage]:
     """The target's pipeline (None: the CPU's), every stage in order: the graph passes, ``lower``,
-    its kernel stages, ``emit``. A new target adds its kernel stages to ``kernel_stages``."""
+    its kernel stages, ``emit``. A new target adds its kernel stages to ``KERNEL_STAGES_OF``."""
     return [*(Stage(pass_name(p), "graph", p) for p in GRAPH_PASSES), Stage("lower", "lower", lower_kernels),
             *(Stage(pass_name(k), "kernel", k) for k in kernel_stages(target)), Stage("emit", "emit", emit)]
 
@@ -240,8 +250,8 @@ def tuning_block(opts: Options, isa) -> dict:
     (the database holds this host's measurements, made with kernels built for its ISA)."""
     if opts.tune == "off" or is_cuda(isa):
         return {}
-    from .codegen.isa import detect_isa
-    host = detect_isa().name
+    from .codegen.isa import host_isa
+    host = host_isa().name
     if isa.name != host:
         _log.info("tuning: the default rules, as %s is not this host's ISA (%s), which the tuning database "
                   "measures", isa.name, host)

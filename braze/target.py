@@ -4,7 +4,10 @@ instruction-set level, no higher than it has) or ``cuda:sm_XX`` (an NVIDIA GPU).
     parse_target("cuda:sm_90")     -> CudaTarget("sm_90")
     parse_target("cuda")           -> the local GPU's arch (needs a driver)
     parse_target("cpu-x86:avx2")   -> the host's ISA at the avx2 level (codegen/isa.py)
-    parse_target(None | "cpu")     -> None: the CPU, its best level (or BRAZE_ISA's)
+    parse_target(None | "cpu")     -> the host's ISA at its best level
+
+What a compile is for is always one of these values, from ``Options.target``: nothing below
+reads the environment (``BRAZE_TARGET`` and ``BRAZE_ISA`` feed ``Options.from_env``).
 
 A CUDA target cross-compiles anywhere: the kernels go through NVRTC (no GPU needed), the host
 code through the C compiler with baseline x86-64 flags, since it runs on the GPU machine's CPU.
@@ -28,6 +31,7 @@ class TargetError(BrazeError):
 
 @dataclass(frozen=True)
 class CudaTarget:
+    kind = "cuda"  # the target's kind (codegen/host.py's HOSTS, pipeline.py's kernel stages)
     arch: str  # "sm_90"
 
     @property
@@ -65,15 +69,18 @@ def _cpu_level(spec, level: str):
     except BrazeError as e:
         best = isa_at("auto").name
         raise TargetError(f"target {spec!r}: this host (or its C compiler) has no {level}; its best level is {best}",
-                          where=e.where, hint=f"use cpu-x86:{best} or a lower level, or 'cpu' for the best") from None
+                          where=e.where, hint=f"use cpu-x86:{best} or a lower level (BRAZE_ISA={best}), or 'cpu' "
+                                                  "for the best") from None
 
 
 def parse_target(spec):
-    if spec is None or isinstance(spec, CudaTarget):
+    from .codegen.isa import ISA
+    if isinstance(spec, (CudaTarget, ISA)):  # a target already
         return spec
-    s = str(spec).strip().lower()
+    s = "" if spec is None else str(spec).strip().lower()
     if s in ("", "cpu", "cpu-x86"):
-        return None
+        from .codegen.isa import host_isa
+        return host_isa()
     m = re.fullmatch(r"cpu(?:-x86)?:(\w+)", s)
     if m:
         return _cpu_level(spec, m.group(1))

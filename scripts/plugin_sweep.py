@@ -124,8 +124,8 @@ def main(argv=None) -> int:
             records.append(rec)
             print(f"{n:14s} {verdict(rec):13s} libraries {[x['libraries'] for x in rec['shapes']]} "
                   f"graphs {[x['dynamo_graphs'] for x in rec['shapes']]} {rec.get('error', '')}", flush=True)
-    from braze.codegen.isa import cpu_model, detect_isa
-    isa = detect_isa()
+    from braze.codegen.isa import cpu_model, host_isa
+    isa = host_isa()
     machine = f"{cpu_model()} ({os.cpu_count()} cores, ISA {isa.name}: {' '.join(sorted(isa.host_features))})"
     command = " ".join(["python scripts/plugin_sweep.py", *(sys.argv[1:] if argv is None else argv)])
     text = markdown(records, machine, command)

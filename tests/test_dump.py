@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import braze
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.errors import BrazeError
 from braze.options import Options
 from braze.pipeline import DUMP_SUFFIX, compile_to_c, pipeline_for, resume_c, stage_names
 
-ISA = detect_isa()
+ISA = host_isa()
 
 
 def stage(name: str, ext: str = ".braze", index: int | None = None) -> str:

@@ -65,3 +65,8 @@ def int_expr(x, name: Callable[[S.Sym], str] = c_sym_name, *, trust_bounds: bool
         raise BrazeError(f"cannot emit index expression {v!r} as C")
 
     return p(x)
+
+
+def nbytes_c(v) -> str:
+    """C for the byte size of value ``v`` (its shape may be symbolic)."""
+    return f"(size_t)({int_expr(S.mul(v.type.numel(), v.dtype.itemsize))})"

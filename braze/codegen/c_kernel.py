@@ -18,8 +18,6 @@ The kernel is emitted as it is given: scheduling it is the caller's step, not th
 
 from __future__ import annotations
 
-import math
-
 from ..errors import BrazeError
 from ..ir import loop as L
 from ..ir import sym as S
@@ -27,7 +25,7 @@ from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kern
                        Store, Unary, Var)
 from ..ir.types import DType
 from ..schedule.vectorize import streamed_outputs
-from .c_expr import c_int_lit, int_expr
+from .c_expr import int_expr
 from .c_reduce import ReductionsC
 from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype
 
@@ -39,10 +37,10 @@ _VMATH = ("exp", "expm1", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu
 
 
 def vector_bytes_of(isa) -> int:
-    """isa: an ISA (``.vector_bytes``), an int, or None (detect)."""
+    """isa: an ISA (``.vector_bytes``), an int, or None (the host's best)."""
     if isa is None:
-        from .isa import detect_isa
-        isa = detect_isa()
+        from .isa import host_isa
+        isa = host_isa()
     if isinstance(isa, int):
         return isa
     return int(isa.vector_bytes)

@@ -1,6 +1,7 @@
-"""The host C of a CUDA-target model: HostGen's entries and model instance (shared with the CPU,
-constants uploaded at braze_create), plus what the GPU changes: a launch stub per kernel and
-braze_cuda_rt.h.
+"""What the host C of a CUDA-target model adds to the shared entry and model instance (host.py):
+inputs and outputs copied to and from the GPU where they are not there already, the constants
+uploaded at braze_create, the call ended on the model's stream, a launch stub per kernel and
+braze_cuda_rt.h (``CudaHost``, registered in host.HOSTS).
 
 The kernels themselves are ``NativeSource.cuda_source`` (codegen/cuda_kernel.py), compiled by
 NVRTC at build time; ``cuda_blob`` turns that binary into the C that the host source starts with.
@@ -8,7 +9,7 @@ NVRTC at build time; ``cuda_blob`` turns that binary into the C that the host so
 
 from __future__ import annotations
 
-from .c_expr import int_expr
+from .c_expr import int_expr, nbytes_c
 from .c_kernel import kernel_signature, sym_cname
 from .cuda_kernel import cuda_source, launch_total, per_block
 
@@ -53,9 +54,56 @@ def _check_library_calls(module) -> None:
                         hint="compile a float32 model (model.float()), or compile for the CPU")
 
 
-def generate_cuda(gen, model: str, bodies) -> tuple[str, str]:
-    """(host C, .cu) of a CUDA-target model, from HostGen ``gen``, its instance's C ``model`` (host.py's
-    _model_c, with the constants' sizes) and its entries' C ``bodies``."""
+class CudaHost:
+    kind = "cuda"
+    timers = False  # a GPU's kernels would need CUDA events
+    picks_kernels = False  # braze_cuda_rt.h has one GEMM and one convolution, no live weight sites
+    copy = "bzc_copy"  # a result that is a parameter, a constant or repeated: copied at the end
+    links_helper = False  # its library calls are braze_cuda_rt.h's
+
+    def __init__(self, target):
+        self.isa = target
+
+    def input_ptr(self, i: int) -> str:
+        return f"in_{i}"
+
+    def output_lines(self, k: int, r) -> list[str]:
+        return [f"out_{k} = bzc_output({k}, out_{k}, {nbytes_c(r)});"]  # computed on the GPU, copied at the end
+
+    def begin(self, f) -> list[str]:
+        return ["if (bzc_begin(err, errlen)) return BRAZE_ERR_INTERNAL;",
+                *(f"char *in_{i} = bzc_input({i}, inputs[{i}].data, {nbytes_c(p)});" for i, p in enumerate(f.params))]
+
+    def prepare(self, prepares) -> list[str]:
+        return []
+
+    def end(self) -> list[str]:
+        return ["if (bzc_finish(err, errlen)) return BRAZE_ERR_INTERNAL;"]
+
+    def entry(self, symbol: str, params: str, args: str, body: str) -> str:
+        # the GPU runs the work: no CPU team
+        return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
+                f"BRAZE_EXPORT int32_t {symbol}({params}) {{ return {symbol}_body({args}); }}\n")
+
+    def instance(self, n_const: int, const_bytes, library: bool) -> dict:
+        """braze_create uploads each constant (``const_bytes``: their sizes) to the GPU, and
+        braze_destroy frees them there."""
+        sizes = ", ".join(map(str, const_bytes)) or "0"
+        return {"head": f"static const size_t bzc_const_bytes[{max(n_const, 1)}] = {{{sizes}}};\n",
+                "packs": True, "runtime": "bzc_init", "fails": True, "fail_rc": "BRAZE_ERR_ALLOC",
+                "take": (f"    for (int i = 0; i < {n_const}; i++)\n"
+                         "        if (!(M->c[i] = bzc_upload(constants[i], bzc_const_bytes[i], err, errlen))) goto fail;\n"),
+                "frees": f"    for (int i = 0; i < {n_const}; i++) bzc_free(M->c[i]);\n"}
+
+    def source(self, gen, model: str, bodies: list[str]) -> tuple[str, int, str]:
+        """(host C, one translation unit, the .cu) of the model."""
+        host, cu = _generate(gen, model, bodies)
+        return host, 1, cu
+
+
+def _generate(gen, model: str, bodies) -> tuple[str, str]:
+    """(host C, .cu) of a CUDA-target model, from HostGen ``gen``, its instance's C ``model``
+    (host._model_c) and its entries' C ``bodies``."""
     _check_library_calls(gen.module)
     from .host_checks import C_DTYPE_NAMES
     kernels = list(gen.kernels.values())
@@ -85,4 +133,4 @@ def cuda_blob(binary) -> str:
             f"static const unsigned char bzc_ptx[{len(binary.ptx) + 1}] = {{{arr(binary.ptx + bytes(1))}}};\n")
 
 
-__all__ = ["LIB_KERNELS", "cuda_blob", "generate_cuda"]
+__all__ = ["LIB_KERNELS", "CudaHost", "cuda_blob"]

@@ -24,11 +24,16 @@ from ..ir.types import DType
 from ..passes.common import top_functions
 from ..passes.node_classes import CONV_GRADS
 from ..passes.memory import in_place_inputs
-from ..target import is_cuda
-from .c_expr import c_sym_name, int_expr
+from .c_expr import c_sym_name, int_expr, nbytes_c
 from .c_types import UNSIGNED, c_literal, ctype
-from .host_checks import C_DTYPE_NAMES, DTYPE_CODE, fail_c, validation_c
+from .cpu_host import CpuHost
+from .cuda_host import CudaHost
+from .host_checks import DTYPE_CODE, fail_c, validation_c
 from .host_library import DT_CODES, LibraryCalls
+
+# each target kind's host part (what its entries and instance add to the shared ones): a new
+# target adds its class here
+HOSTS = {"cpu": CpuHost, "cuda": CudaHost}
 
 
 @dataclass
@@ -51,22 +56,19 @@ class NativeSource:
     cuda_binary: object = None  # their nvrtc.CudaBinary, once built
 
 
-# the host code and each kernel in their translation unit (c_kernel.py's UNITS_C)
-def _in_unit(i: int, before: str, text: str) -> str:
-    return f"{before}#if BZ_UNIT({i})\n{text}#endif\n"
-
-
 class HostGen:
     """C for a module after the graph pipeline (fused, offloaded, memory assigned) and its
-    kernels (callee name -> scheduled loop-IR Kernel). It translates; it decides nothing."""
+    kernels (callee name -> scheduled loop-IR Kernel). It translates; it decides nothing. The
+    entries' checks, symbol binding, arena offsets and call order are every target's; what a
+    target changes comes from its part, ``HOSTS[target.kind]``."""
 
     def __init__(self, module: Module, kernels: dict, isa, profile: bool = False, weight_copies: bool = True):
         self.module = module
         self.weight_copies = weight_copies  # GEMM sites for input weights (Options.weight_copies)
         self.kernels = kernels
         self.isa = isa
-        self.cuda = is_cuda(isa)  # the per-target parts: codegen/cuda_host.py
-        self.profile = profile and not self.cuda  # CPU timers; a GPU's kernels would need CUDA events
+        self.host = HOSTS[isa.kind](isa)
+        self.profile = profile and self.host.timers
         self.profile_labels: list[str] = []
         self.const_index: dict[str, int] = {}
         self.init_lines: list[str] = []
@@ -140,7 +142,6 @@ class HostGen:
 
     # --- the translation unit -----------------------------------------------------------
     def generate(self) -> NativeSource:
-        from .c_kernel import c_prelude, kernel_prototype, kernel_to_c
         entries = []
         bodies = []
         for f in top_functions(self.module):
@@ -148,61 +149,34 @@ class HostGen:
             bodies.append(_EntryWriter(self, f).write(sym))
             entries.append(Entry(sym, f))
         names = sorted(self.const_index, key=self.const_index.get)
-        model = _model_c(len(self.const_index), self.packed_b, self.packed_conv, self.init_lines, self.uses_library,
-                         [self._const_nbytes(n) for n in names] if self.cuda else None, self.live_sites)
-        if self.cuda:
-            from .cuda_host import generate_cuda
-            source, cu = generate_cuda(self, model, bodies)
-            return NativeSource(source, entries, names, {k.name: str(k) for k in self.kernels.values()}, False,
-                                self.isa.name, self.profile, units=1, cuda_source=cu)
-        kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
-                   for i, k in enumerate(self.kernels.values())]
-        host = ['#include "braze_abi.h"\n#include "braze_team.h"\n#include "braze_omp.h"\n' +
-                ('#include "braze_dnnl.h"\n' + _ADOPT_HELPER_TEAMS if self.uses_library else "") +
-                ('#include "braze_scatter.h"\n' if self.scatters else "") +
-                ('#include "braze_attention.h"\n' if self.attention else "") +
-                "".join(f"BZ_INDEX_ADD({k}, {', '.join(v)})\n" for k, v in self.scatters.items()),
-                C_DTYPE_NAMES, _ARENA_C, model, _profile_c(self.profile_labels) if self.profile else "",
-                *bodies]
-        parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),
-                 *kernels, _in_unit(0, "", "\n".join(host))]
-        return NativeSource("\n".join(parts), entries, names, {k.name: str(k) for k in self.kernels.values()},
-                            self.uses_library, getattr(self.isa, "name", str(self.isa)), self.profile,
-                            units=len(kernels) + 1)
+        part = self.host.instance(len(names), [self._const_nbytes(n) for n in names], self.uses_library)
+        model = _model_c(len(names), self.packed_b, self.packed_conv, self.init_lines, part, self.live_sites)
+        source, units, gpu_source = self.host.source(self, model, bodies)
+        return NativeSource(source, entries, names, {k.name: str(k) for k in self.kernels.values()},
+                            self.uses_library and self.host.links_helper, self.isa.name, self.profile, units=units,
+                            cuda_source=gpu_source)
 
 
-# a library that links the oneDNN helper runs its OpenMP calls on the helper's runtime, which
-# libdnnl's also run on (braze_omp.h, braze_dnnl_threads.c): one thread count, one team
-_ADOPT_HELPER_TEAMS = ("__attribute__((constructor)) static void bz_omp_adopt_helper(void) "
-                      "{ bz_omp_adopt(braze_dnnl_omp_ops()); }\n")
-
-
-def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str],
-             library: bool, const_bytes: list[int] | None = None, live_sites: list[str] = ()) -> str:
+def _model_c(n_const: int, packed_b: list[str], packed_conv: list[str], init_lines: list[str], part: dict,
+             live_sites: list[str] = ()) -> str:
     """The model instance: its struct, braze_create (constants, prepacked weights, threads)
-    and braze_destroy. Without library calls, no oneDNN at all (a faster C compile).
-    ``const_bytes``: a CUDA target's (braze_cuda_rt.h): each constant's size; braze_create
-    uploads them to the GPU, braze_destroy frees them there."""
-    gpu = const_bytes is not None
+    and braze_destroy. ``part``: what the target adds (its host part's ``instance``): C before
+    the struct (``head``), whether it holds packed weights (``packs``; a CPU model without
+    library calls has no oneDNN at all, a faster C compile), its runtime's start (``runtime``),
+    how constants are taken (``take``) and freed (``frees``), whether taking them can fail
+    (``fails``) and braze_create's error then (``fail_rc``)."""
     init = "".join(f"    {ln}\n" for ln in init_lines)
     fields = (f"    braze_packed_b *pb[{max(len(packed_b), 1)}];\n"
-              f"    braze_packed_conv *pc[{max(len(packed_conv), 1)}];\n") if library or gpu else ""
+              f"    braze_packed_conv *pc[{max(len(packed_conv), 1)}];\n") if part["packs"] else ""
     fields += f"    braze_live_b *lb[{len(live_sites)}];\n" if live_sites else ""
     frees = "".join(f"    braze_free_packed_b({h});\n" for h in packed_b) + \
         "".join(f"    braze_free_packed_conv({h});\n" for h in packed_conv) + \
-        "".join(f"    braze_live_b_free({h});\n" for h in live_sites)
-    runtime = "bzc_init" if gpu else "braze_dnnl_init" if library else None
+        "".join(f"    braze_live_b_free({h});\n" for h in live_sites) + part["frees"]
+    runtime = part["runtime"]
     runtime_init = f"    if ({runtime}(err, errlen)) return BRAZE_ERR_INTERNAL;\n" if runtime else ""
-    take = f"    for (int i = 0; i < {n_const}; i++) M->c[i] = constants[i];\n"
-    head = ""
-    if gpu:
-        sizes = ", ".join(map(str, const_bytes)) or "0"
-        head = f"static const size_t bzc_const_bytes[{max(n_const, 1)}] = {{{sizes}}};\n"
-        take = (f"    for (int i = 0; i < {n_const}; i++)\n"
-                "        if (!(M->c[i] = bzc_upload(constants[i], bzc_const_bytes[i], err, errlen))) goto fail;\n")
-        frees += f"    for (int i = 0; i < {n_const}; i++) bzc_free(M->c[i]);\n"
-    fail = f"fail:\n    braze_destroy(M);\n    return {'BRAZE_ERR_ALLOC' if gpu else 'BRAZE_ERR_INTERNAL'};\n" \
-        if init_lines or gpu else ""
+    take, head = part["take"], part["head"]
+    fail = f"fail:\n    braze_destroy(M);\n    return {part['fail_rc']};\n" \
+        if init_lines or part["fails"] else ""
     return head + f"""struct braze_instance {{
     void *c[{max(n_const, 1)}];
 {fields}    int32_t threads;
@@ -227,34 +201,6 @@ BRAZE_EXPORT int32_t braze_create(void *const *constants, int32_t n_constants, i
 """
 
 
-def _profile_c(labels: list[str]) -> str:
-    n = max(len(labels), 1)
-    names = ", ".join('"' + x.replace('"', "'") + '"' for x in labels) or '""'
-    return (f"static double g_prof_s[{n}], g_prof_b[{n}], g_prof_f[{n}];\nstatic int64_t g_prof_n[{n}];\n"
-            f"static const char *const g_prof_names[{n}] = {{{names}}};\n"
-            "BRAZE_EXPORT int32_t braze_profile(const char *const **names, double **seconds, int64_t **calls, "
-            "double **bytes, double **flops) {\n"
-            "    *names = g_prof_names; *seconds = g_prof_s; *calls = g_prof_n; *bytes = g_prof_b; *flops = g_prof_f;\n"
-            f"    return {len(labels)};\n}}\n")
-
-
-_ARENA_C = """
-/* grow-only scratch memory, one per thread, so concurrent calls never share intermediates */
-static _Thread_local char *tls_arena;
-static _Thread_local size_t tls_arena_size;
-static char *braze_arena(size_t need) {
-    if (need <= tls_arena_size && tls_arena) return tls_arena;
-    free(tls_arena);
-    /* never NULL, and a line past the end: a kernel may read element 0 of an empty intermediate
-       before a loop that runs no times (a hoisted load), so an empty arena is still memory */
-    size_t n = (need + 64 + 4095) & ~(size_t)4095;
-    tls_arena = (char *)aligned_alloc(64, n);
-    tls_arena_size = tls_arena ? n : 0;
-    return tls_arena;
-}
-"""
-
-
 class _EntryWriter(LibraryCalls):
     def __init__(self, gen: HostGen, func: Function):
         self.gen = gen
@@ -264,7 +210,7 @@ class _EntryWriter(LibraryCalls):
         self.ptr: dict[int, str] = {}
         self.input_ptrs: set[str] = set()  # the C pointers of the function's inputs
         self.live: dict[str, tuple[int, int]] = {}  # a live weight's pointer: (its index in lw_gen, bytes)
-        # (C call, its symbols): the oneDNN primitives this function runs, for _prepare
+        # (C call, its symbols): the oneDNN primitives this function runs, for the target's prepare
         self.prepares: list[tuple[str, frozenset]] = []
 
     def emit(self, s: str) -> None:
@@ -275,9 +221,9 @@ class _EntryWriter(LibraryCalls):
         checks, _ = validation_c(f, self.module.constraints, self.module.input_notes)
         if f.name not in self.module.arena_sizes:
             raise BrazeError(f"@{f.name} has no memory plan", hint="run the assign_memory pass before generating C")
-        cuda = self.gen.cuda
+        host = self.gen.host
         for i, p in enumerate(f.params):
-            self.ptr[id(p)] = f"in_{i}" if cuda else f"((char *)inputs[{i}].data)"
+            self.ptr[id(p)] = host.input_ptr(i)
         self.input_ptrs = {self.ptr[id(p)] for p in f.params}
         for n in f.nodes:
             if n.op == "constant":
@@ -289,8 +235,7 @@ class _EntryWriter(LibraryCalls):
             out_lines.append(f"{{ int64_t shp[{max(r.rank, 1)}] = {{{shp}}}; "
                              f"out_{k} = (char *)alloc(alloc_ctx, {k}, {DTYPE_CODE[r.dtype]}, {r.rank}, shp); "
                              f"if (!out_{k}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate output {k} of @{f.name}\"); }}")
-            if cuda:  # computed on the GPU, copied into the caller's buffer at the end
-                out_lines.append(f"out_{k} = bzc_output({k}, out_{k}, {_nbytes(r)});")
+            out_lines += host.output_lines(k, r)
         copies = []
         for k, r in enumerate(f.results):
             if id(r) in self.ptr or any(r is q for q in f.results[:k]):
@@ -321,56 +266,18 @@ class _EntryWriter(LibraryCalls):
                 self._time(start, f"@{f.name}: {label}", *_traffic(self.module, n))
         for k, r in copies:
             src = self.ptr[id(r)] if not any(r is q for q in f.results[:k]) else f"out_{[q is r for q in f.results].index(True)}"
-            self.emit(f"{'bzc_copy' if cuda else 'memcpy'}(out_{k}, {src}, {_nbytes(r)});")
-        begin = ["if (bzc_begin(err, errlen)) return BRAZE_ERR_INTERNAL;",
-                 *(f"char *in_{i} = bzc_input({i}, inputs[{i}].data, {_nbytes(p)});" for i, p in enumerate(f.params))] \
-            if cuda else []
-        head = [*checks, *begin,
+            self.emit(f"{host.copy}(out_{k}, {src}, {nbytes_c(r)});")
+        head = [*checks, *host.begin(f),
                 *(f"char *out_{k} = NULL;" for k in range(len(f.results))),
                 *out_lines,
                 f"size_t arena_bytes = (size_t)({int_expr(self.module.arena_sizes[f.name])});",
                 "char *arena = braze_arena(arena_bytes);",
                 "if (!arena && arena_bytes) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate %zu bytes of scratch memory\", arena_bytes);",
-                "(void)arena;", *([] if cuda else self._prepare()), *self._live_check()]
-        end = ["if (bzc_finish(err, errlen)) return BRAZE_ERR_INTERNAL;"] if cuda else []
-        body = "\n    ".join(head + self.lines + end + ["return BRAZE_OK;"])
+                "(void)arena;", *host.prepare(self.prepares), *self._live_check()]
+        body = "\n    ".join(head + self.lines + host.end() + ["return BRAZE_OK;"])
         params = "braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen"
         params = "const braze_instance *M, const " + params
-        args = "M, inputs, n_inputs, alloc, alloc_ctx, err, errlen"
-        if cuda:  # the GPU runs the work: no CPU team
-            return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
-                    f"BRAZE_EXPORT int32_t {symbol}({params}) {{ return {symbol}_body({args}); }}\n")
-        # the thread count is the model's, fewer while the cores are shared (braze_team.h): set
-        # for this call on the calling thread (OpenMP's nthreads is per thread), restored after
-        return (f"static int32_t {symbol}_body({params}) {{\n    {body}\n}}\n"
-                f"BRAZE_EXPORT int32_t {symbol}({params}) {{\n"
-                f"    int saved = omp_get_max_threads();\n"
-                f"    int full = M->threads > 0 ? M->threads : saved;\n"
-                f"    int team = M->adapt && full > 1 ? bz_team_size(full) : full;\n"
-                f"    if (team == saved) return {symbol}_body({args});\n"
-                f"    omp_set_num_threads(team);\n"
-                f"    int32_t rc = {symbol}_body({args});\n"
-                f"    omp_set_num_threads(saved);\n"
-                f"    return rc;\n}}\n")
-
-    def _prepare(self) -> list[str]:
-        """At a shape this thread has not run with this model, create the shape's oneDNN
-        primitives on all threads at once before the first of them runs (each takes 0.2-1
-        ms to create; serially they made a LLaMA-style decoder's first call at a new length
-        1.6x its steady call). A primitive that fails here is created, and its error
-        reported, by the call itself."""
-        if len(self.prepares) < 2:
-            return []
-        syms = sorted({c_sym_name(x) for _, fs in self.prepares for x in fs})
-        n = max(1, len(syms))
-        now = ", ".join(syms) or "0"
-        cases = " ".join(f"case {j}: (void){call}; break;" for j, (call, _) in enumerate(self.prepares))
-        return [f"static _Thread_local int64_t seen_syms[{n}]; static _Thread_local const braze_instance *seen_model;",
-                f"{{ const int64_t now_syms[{n}] = {{{now}}};",
-                "  if (seen_model != M || memcmp(seen_syms, now_syms, sizeof now_syms)) {",
-                "    #pragma omp parallel for schedule(dynamic, 1)",
-                f"    for (int j = 0; j < {len(self.prepares)}; j++) switch (j) {{ {cases} }}",
-                "    memcpy(seen_syms, now_syms, sizeof now_syms); seen_model = M; } }"]
+        return host.entry(symbol, params, "M, inputs, n_inputs, alloc, alloc_ctx, err, errlen", body)
 
     def _place(self, n: Node) -> None:
         """Each output's memory: the caller's output, or its offset in the arena (assign_memory)."""
@@ -516,10 +423,6 @@ class _EntryWriter(LibraryCalls):
         except KeyError:
             raise BrazeError(f"%{v.name} has no memory at this point", hint="this is a braze bug; please report it") \
                 from None
-
-def _nbytes(v) -> str:
-    return f"(size_t)({int_expr(S.mul(v.type.numel(), v.dtype.itemsize))})"
-
 
 # the helper's BRAZE_DT_* codes (braze_dnnl.h)
 def _traffic(module: Module, n: Node):

@@ -108,7 +108,8 @@ class LibraryCalls:
                     f"(const float *){cptr[id(x)]}, {h}, {wt}{bias}, {res}, {act_t}, {int_expr(y.shape[hw[0]])}, "
                     f"{int_expr(y.shape[hw[1]])}, (float *){dst}, {e})")
             kernel = _kernel_select(dispatch, S.prod(dims), {"conv": "-1", **{k: str(v) for k, v in GEMM_PATHS.items()}})
-            if wconst is None or self.gen.cuda or kernel in ("", "-1"):  # oneDNN's convolution at every M
+            # oneDNN's convolution at every M
+            if wconst is None or not self.gen.host.picks_kernels or kernel in ("", "-1"):
                 self.prepares.append((prepare, frozenset().union(*(S.free_syms(d) for d in dims))))
                 self.emit(f"if ({call}) return BRAZE_ERR_INTERNAL;")
                 return
@@ -141,8 +142,8 @@ class LibraryCalls:
             if wconst is not None:
                 h = self.gen.pack_b(wconst, N, K, transposed, dt=wdt)
                 # the table picks among the CPU helper's kernels; the CUDA runtime has one GEMM
-                path = "" if self.gen.cuda else _kernel_select(
-                    dispatch, M, {k: f"BRAZE_PATH({v})" for k, v in GEMM_PATHS.items()})
+                path = _kernel_select(dispatch, M, {k: f"BRAZE_PATH({v})" for k, v in GEMM_PATHS.items()}) \
+                    if self.gen.host.picks_kernels else ""
                 if path:
                     flags += f" | {path}"
                     epi = f"{bias}, {res}, {act_t} | {path}, (float *){dst}, {e})) return BRAZE_ERR_INTERNAL;"
@@ -152,7 +153,7 @@ class LibraryCalls:
                 return
             wp = cptr[id(w)]
             if (wp in self.input_ptrs and self.gen.weight_copies and not (S.is_symbolic(N) or S.is_symbolic(K))
-                    and not self.gen.cuda):
+                    and self.gen.host.picks_kernels):
                 # a weight the caller passes in (a live parameter): a site that keeps it packed while
                 # the entry's braze_live_check finds it unwritten
                 h = self.gen.live_site(N, K, transposed, wdt)

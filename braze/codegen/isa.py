@@ -14,8 +14,8 @@ Flag choice: explicit feature flags (``-mavx2 -mfma -mavx512f ...``), not
   string on every host, so a cache directory shared between machines (NFS
   home, a container image built elsewhere) could hand an AVX-512 library to an
   AVX2-only CPU (SIGILL). Explicit flags name what the code may use.
-- ``BRAZE_ISA`` lowering is just a shorter flag list; with ``-march=native``
-  it would need a long and compiler-specific ``-mno-...`` list.
+- A lower level (a ``cpu-x86:LEVEL`` target) is just a shorter flag list; with
+  ``-march=native`` it would need a long and compiler-specific ``-mno-...`` list.
 - ``ISA.features`` is exactly what the compiler was allowed to use, so
   codegen can test it (``"avx512_bf16" in isa.features``) and be right.
 
@@ -23,9 +23,10 @@ The cost is that the code is tuned for the generic x86-64 model rather than
 the exact core (no ``-mtune=native``); generated kernels use explicit vectors
 (GCC vector extensions), so this matters little.
 
-``BRAZE_ISA=avx512|avx2|sse|scalar`` forces a lower level (to test the
-fallbacks); ``auto`` or unset means detect. Asking for a level the host lacks
-is an error rather than a crash later.
+Nothing here reads the environment: the level a compile is for is its target
+(``Options.target``, braze/target.py), which ``BRAZE_TARGET`` or ``BRAZE_ISA``
+set through ``Options.from_env``. Asking for a level the host lacks is an error
+rather than a crash later.
 """
 
 from __future__ import annotations
@@ -86,9 +87,10 @@ class ISA:
     math, when the toolchain has it for this vector width; cflags then define
     ``BZ_HAVE_MVEC``).
     host_features: every ISA feature the host has (may exceed ``features``
-    when BRAZE_ISA forced a lower level).
+    at a lower level than the host's best).
     """
 
+    kind = "cpu"  # the target's kind (codegen/host.py's HOSTS, pipeline.py's kernel stages)
     name: str
     vector_bytes: int
     cflags: list = field(default_factory=list)
@@ -226,43 +228,35 @@ def _detect(forced: str, cc: tuple[str, ...]) -> ISA:
     assert best is not None  # scalar always succeeds
     if forced != "auto" and best.name != forced:
         raise BrazeError(
-            f"BRAZE_ISA={forced} asks for an instruction set this host (or C compiler) "
-            f"does not support; the best available is {best.name}",
+            f"the {forced} instruction set is not supported by this host (or C compiler); "
+            f"the best available is {best.name}",
             where=f"host features: {', '.join(sorted(host)) or 'none'}",
-            hint=f"unset BRAZE_ISA, or set it to {best.name} or lower ({', '.join(LEVELS)})")
+            hint=f"use {best.name} or lower ({', '.join(LEVELS)})")
     return best
+
 
 
 def level_isa(level: str, cc=None) -> ISA | None:
     """The ISA of ``level`` (one of LEVELS) on this host, or None when the host or the compiler
-    lacks it, whatever ``BRAZE_ISA`` says: for tests of each vector width."""
-    cc = find_compiler() if cc is None else shlex.split(cc) if isinstance(cc, str) else cc
-    return _level_for(level, _host_features(tuple(cc)), tuple(cc))
+    lacks it: for tests of each vector width."""
+    cc = _compiler(cc)
+    return _level_for(level, _host_features(cc), cc)
 
 
 def isa_at(level: str, cc=None) -> ISA:
-    """The ISA of ``level`` ("auto": the best) on this host, as ``BRAZE_ISA=level`` would give it:
-    an error naming the best level there is when the host or the compiler lacks it (a
-    ``cpu-x86:LEVEL`` target)."""
-    cc = find_compiler() if cc is None else shlex.split(cc) if isinstance(cc, str) else cc
-    return _detect(level, tuple(cc))
+    """The ISA of ``level`` ("auto": the best) on this host: an error naming the best level
+    there is when the host or the compiler lacks it (a ``cpu-x86:LEVEL`` target)."""
+    return _detect(level, _compiler(cc))
 
 
-def detect_isa(cc=None) -> ISA:
-    """The ISA native code is compiled for on this host (honouring ``BRAZE_ISA``).
+def host_isa(cc=None) -> ISA:
+    """The best ISA this host and C compiler support: what the ``cpu`` target compiles for.
 
-    ``cc``: the compiler command (list of str); default: the one
-    ``braze.codegen.toolchain.find_compiler`` finds. Cached per process per
-    (BRAZE_ISA, compiler).
+    ``cc``: the compiler command (list of str, or a string to split); default: the one
+    ``braze.codegen.toolchain.find_compiler`` finds. Cached per process per compiler.
     """
-    forced = os.environ.get("BRAZE_ISA", "").strip().lower() or "auto"
-    if forced not in LEVELS and forced not in ("auto", "native"):
-        raise BrazeError(f"BRAZE_ISA={forced!r} is not an instruction-set level",
-                         hint=f"use one of {', '.join(LEVELS)}, or unset it to detect")
-    if forced == "native":
-        forced = "auto"
-    if cc is None:
-        cc = find_compiler()
-    elif isinstance(cc, str):
-        cc = shlex.split(cc)
-    return _detect(forced, tuple(cc))
+    return _detect("auto", _compiler(cc))
+
+
+def _compiler(cc) -> tuple[str, ...]:
+    return tuple(find_compiler() if cc is None else shlex.split(cc) if isinstance(cc, str) else cc)

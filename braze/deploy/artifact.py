@@ -125,7 +125,7 @@ def check_save_path(path: Path) -> None:
 
 def save(model, path) -> Path:
     """Write ``model`` (a CompiledModel) as an artifact directory at ``path``; returns it."""
-    from ..codegen.isa import LEVELS, detect_isa, isa_at
+    from ..codegen.isa import isa_at, level_isa
     from ..extern import onednn
     from ..runtime.compiler import compile_shared
 
@@ -137,13 +137,9 @@ def save(model, path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     cache = model.options.cache_dir
     cuda = native.cuda_binary  # a CUDA target's kernels: in the library, and beside it for tools
-    if cuda is not None:
-        from ..codegen.isa import level_isa
-        isa = level_isa("scalar")  # the host code runs on the GPU machine's CPU, whatever it is
-    else:  # what the C was generated for: this host's ISA, or the level a cpu-x86:LEVEL target named
-        isa = detect_isa()
-        if native.isa != isa.name and native.isa in LEVELS:
-            isa = isa_at(native.isa)
+    # what the C was generated for: the host code of a CUDA target runs on the GPU machine's CPU,
+    # whatever it is; a CPU target's is the level its target named (the host's best for "cpu")
+    isa = level_isa("scalar") if cuda is not None else isa_at(native.isa)
     t0 = time.perf_counter()
     files: dict[str, str] = {}  # name -> sha256, for the loader (all but the library and meta.json)
 

@@ -71,8 +71,7 @@ def retune(path, out=None, *, mode: str = "fast", budget_s: float = 600.0, threa
     machine's database), ``before`` and ``after`` (meta.json's dispatch lists) and ``isa``
     (the ISA the artifact was compiled for, and this one's).
     """
-    from ..codegen.isa import detect_isa
-    from ..compiler import recompile
+    from ..compiler import cpu_target, recompile
     from ..options import Options
     from ..pipeline import tuning_block
     from .artifact import check_save_path
@@ -91,7 +90,7 @@ def retune(path, out=None, *, mode: str = "fast", budget_s: float = 600.0, threa
     opts = Options.of(options).replace(tune=mode, tune_budget_s=float(budget_s),
                                        threads=meta.get("threads") if threads is None else threads,
                                        adapt_threads=bool(meta.get("adapt_threads", False)))
-    imported = _import_records(path, Path(tuning_block(opts, detect_isa())["db"]))
+    imported = _import_records(path, Path(tuning_block(opts, cpu_target(opts))["db"]))
     cm = recompile(module, "dispatch", options=opts)
     cm.save(out)
     after = json.loads((out / "meta.json").read_text())

@@ -79,13 +79,14 @@ def _compile(module, cache_dir):
 def _lower_alone(g) -> BaseException | None:
     """The error of compiling graph ``g`` alone up to the C source (passes, lowering, codegen;
     no C compiler): most compile failures happen there, and this costs ~1/20 of a C compile."""
-    from ..codegen.isa import detect_isa
+    from ..compiler import cpu_target
     from ..ir import verify
+    from ..options import Options
     from ..pipeline import compile_to_c
     try:
         m = g.alone()
         verify(m)
-        compile_to_c(m, detect_isa(), copy=False)
+        compile_to_c(m, cpu_target(Options.from_env()), copy=False)
     except Exception as e:  # noqa: BLE001
         return e
     return None

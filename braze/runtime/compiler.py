@@ -181,10 +181,10 @@ def _first_errors(stderr: str, n: int = 20) -> str:
 
 
 def compile_flags(extra_cflags=()) -> list[str]:
-    """All compile flags for the detected ISA (without -I/-L/-l/-o)."""
-    from ..codegen.isa import detect_isa
+    """All compile flags for the host's best ISA (without -I/-L/-l/-o)."""
+    from ..codegen.isa import host_isa
     cc = find_compiler()
-    return [*BASE_CFLAGS, *detect_isa(cc).cflags, *extra_cflags]
+    return [*BASE_CFLAGS, *host_isa(cc).cflags, *extra_cflags]
 
 
 def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
@@ -209,17 +209,17 @@ def compile_shared(source: str, *, name: str, extra_cflags=(), include_dirs=(),
     ``units``: how many translation units the source can be compiled as
     (``BRAZE_UNIT``/``BRAZE_UNITS``, codegen/c_kernel.py's UNITS_C); a large source is
     compiled as up to that many, in parallel on the CPUs this process may use.
-    ``isa``: the ISA to compile for instead of the host's (a CUDA target's host code is
+    ``isa``: the ISA to compile for instead of the host's best (a CUDA target's host code is
     ``level_isa("scalar")``: it runs on another machine's CPU).
     Raises MissingDependencyError without a C compiler, BrazeError on a compile
     error (naming the kept source file).
     """
     from .. import __version__
-    from ..codegen.isa import detect_isa
+    from ..codegen.isa import host_isa
 
     cc = find_compiler()
     version = compiler_version(tuple(cc))
-    isa = detect_isa(cc) if isa is None else isa
+    isa = host_isa(cc) if isa is None else isa
     inc = [str(_include_dir()), *(str(p) for p in include_dirs)]
     cflags = [*BASE_CFLAGS, *isa.cflags, *extra_cflags]
     link = ([str(p) for p in link_inputs] + [f"-L{d}" for d in library_dirs] + [f"-l{lib}" for lib in libraries]

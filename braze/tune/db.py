@@ -45,9 +45,9 @@ def resolved_threads(threads: int | None) -> int:
 
 
 def environment(threads: int | None) -> dict:
-    from ..codegen.isa import cpu_model, detect_isa
+    from ..codegen.isa import cpu_model, host_isa
     from ..extern.onednn import helper_build_id
-    isa = detect_isa()
+    isa = host_isa()  # what the measurements ran at: tuning_block leaves lower levels untuned
     return {"cpu": cpu_model(), "isa": isa.name, "features": sorted(isa.host_features),
             "threads": resolved_threads(threads), "helper": helper_build_id()}
 

@@ -19,11 +19,11 @@ import hashlib, sys, warnings
 sys.path.insert(0, {tests!r})
 warnings.filterwarnings("ignore")
 from conftest import _tiny_models
-from braze.codegen.isa import detect_isa
-from braze.compiler import _to_module
+from braze.compiler import _to_module, cpu_target
+from braze.options import Options
 from braze.pipeline import compile_to_c
-for name, (m, ex, dyn) in _tiny_models().items():
-    native, _ = compile_to_c(_to_module(m, ex, dyn, {{}}), detect_isa())
+for name, (m, ex, dyn) in _tiny_models().items():  # BRAZE_ISA=scalar: the same C on every host
+    native, _ = compile_to_c(_to_module(m, ex, dyn, {{}}), cpu_target(Options.from_env()))
     print(name, hashlib.sha256(native.source.encode()).hexdigest())
 """
 

@@ -16,13 +16,13 @@ import pytest
 
 import braze
 from braze import reference
-from braze.codegen.isa import LEVELS, detect_isa
+from braze.codegen.isa import LEVELS, host_isa
 from braze.ops import Builder, tensor
 from braze.testing import assert_close
 
 NP = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 ULP = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10}  # relative spacing of the 16-bit type at its coarsest
-ISAS = ["scalar", detect_isa().name] if detect_isa().name != "scalar" else ["scalar"]
+ISAS = ["scalar", host_isa().name] if host_isa().name != "scalar" else ["scalar"]
 
 
 @pytest.fixture(autouse=True)

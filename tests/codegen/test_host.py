@@ -9,7 +9,7 @@ import pytest
 
 from braze import ir
 from braze.codegen.host import HostGen
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.errors import BrazeError
 
 MODULE = """module {
@@ -50,7 +50,7 @@ MODULE = """module {
 def emit(arena='arena=[0], ', post_ops='post_ops=["bias", "gelu_tanh", "residual"]') -> str:
     m = ir.parse(MODULE.replace("ARENA0", arena).replace("POSTOPS", post_ops))
     ir.verify(m)
-    return HostGen(m, {}, detect_isa()).generate().source
+    return HostGen(m, {}, host_isa()).generate().source
 
 
 def test_library_calls_take_their_post_ops_and_memory_from_the_ir():
@@ -139,7 +139,7 @@ def test_a_transposed_operand_is_read_in_place():
 }
 """)
     ir.verify(m)
-    body = HostGen(m, {}, detect_isa()).generate().source
+    body = HostGen(m, {}, host_isa()).generate().source
     assert ("braze_batch_matmul(1, 3, 2, sym_n, (const float *)((char *)inputs[0].data), 1, "
             "(const float *)((char *)inputs[1].data), 0, 1.0f, (float *)out_0, err, errlen)") in body
     # %y is an input, a live weight: a GEMM site that keeps it packed while the call's check at

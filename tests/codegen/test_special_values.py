@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import braze
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.errors import ShapeError
 from braze.ir.types import DType
 from braze.ops import Builder, tensor
@@ -178,7 +178,7 @@ def _run_module(dtypes, kept, arrays, label):
     ps = [b.param(f"x{i}", tensor(dt, n)) for i, dt in enumerate(dtypes)]
     b.ret(*[b.op(v[1], ps[:v[3]], **v[2]) for v in kept])
     native = braze.compile(b.module)
-    if b.func.results[0].dtype is DType.float32 and set(dtypes) == {"float32"} and detect_isa().vector_bytes:
+    if b.func.results[0].dtype is DType.float32 and set(dtypes) == {"float32"} and host_isa().vector_bytes:
         src = (Path(native.library.path).parent / "source.c").read_text()
         assert "bz_ld(" in src, "the float32 kernel should be vectorized"
     want = braze.reference.run(b.module, *arrays)

@@ -333,13 +333,13 @@ def test_a_cpu_without_the_isa_is_refused_at_load(tmp_path, monkeypatch):
     import dataclasses
 
     from braze.codegen import isa as isa_mod
-    real = isa_mod.detect_isa()
+    real = isa_mod.host_isa()
     lacking = next((f for f in ("avx512_4fmaps", "avx512_vp2intersect") if f not in real.host_features), None)
     if lacking is None:
         pytest.skip("this CPU has every feature the test could ask for")
     fake = dataclasses.replace(real, features=frozenset(real.features | {lacking}))
     cm = braze.compile(_no_library())
-    monkeypatch.setattr(isa_mod, "detect_isa", lambda *a, **k: fake)
+    monkeypatch.setattr(isa_mod, "isa_at", lambda *a, **k: fake)
     cm.save(tmp_path / "a")
     monkeypatch.undo()
     with pytest.raises(BrazeError, match=f"this CPU lacks {lacking}"):

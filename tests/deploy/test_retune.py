@@ -187,13 +187,13 @@ def test_the_command_line(tuned, tmp_path):
 
 
 def test_only_the_stages_from_dispatch_on_run_again(tuned):
-    from braze.codegen.isa import detect_isa
+    from braze.codegen.isa import host_isa
     from braze.options import Options
     from braze.passes import copy_module
     from braze.pipeline import recompile_c
     cm, _ = tuned
     with pytest.raises(BrazeError, match="'fuse' cannot run again") as e:
-        recompile_c(copy_module(cm.module), "fuse", detect_isa(), Options(tune="off"))
+        recompile_c(copy_module(cm.module), "fuse", host_isa(), Options(tune="off"))
     assert "dispatch, dce, assign_memory" in e.value.hint
-    native, _ = recompile_c(copy_module(cm.module), "assign_memory", detect_isa(), Options(tune="off"))
+    native, _ = recompile_c(copy_module(cm.module), "assign_memory", host_isa(), Options(tune="off"))
     assert native.source == cm._native.source  # the tables stay as the tuned compile made them

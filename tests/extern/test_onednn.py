@@ -199,10 +199,10 @@ def _require_small_m_layout(lib, pb):
     """Skip where the helper has no small-M kernel (no AVX-512); where it has one, fail unless
     oneDNN packed the weight in the layout the kernel reads (BA16a64b): a oneDNN that picks
     another would silently send every small M back to its primitives."""
-    from braze.codegen.isa import detect_isa
+    from braze.codegen.isa import host_isa
     if lib.braze_packed_b_small_m_rows(pb):
         return
-    if "avx512f" not in detect_isa().features:
+    if "avx512f" not in host_isa().features:
         pytest.skip("this helper build has no small-M kernel (no AVX-512)")
     pytest.fail("AVX-512 is here, but oneDNN packed the weight in a layout the small-M kernel does not read "
                 "(it expects BA16a64b): braze_dnnl_smallm.c's smallm_layout() must learn the new one")

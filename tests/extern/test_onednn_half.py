@@ -10,7 +10,7 @@ import ctypes as C
 import numpy as np
 import pytest
 
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.extern import onednn
 from braze.passes.precision import library_dtypes
 from tests.extern.test_onednn import SMALL_M_ACTS, _epilogue
@@ -27,7 +27,7 @@ EPS = {F32: 2.0 ** -23, BF16: 2.0 ** -8, F16: 2.0 ** -11}  # half an ulp, relati
 # the 16-bit dtypes oneDNN runs natively on this CPU (bfloat16: AVX512_BF16 or AMX; float16:
 # AVX512_FP16 or AMX-FP16); the precision pass widens the others to float32, so the helper never
 # sees them there
-NATIVE = library_dtypes(detect_isa().host_features)
+NATIVE = library_dtypes(host_isa().host_features)
 HALF = [code for code, name in ((BF16, "bfloat16"), (F16, "float16")) if name in NATIVE]
 NOT_NATIVE = [code for code, name in ((BF16, "bfloat16"), (F16, "float16")) if name not in NATIVE]
 needs_bf16 = pytest.mark.skipif("bfloat16" not in NATIVE, reason="this CPU runs no bfloat16 GEMMs natively "

@@ -17,11 +17,11 @@ from braze.extern import onednn
 if not onednn.available():
     pytest.skip(f"oneDNN is not installed ({onednn.PIP_INSTALL})", allow_module_level=True)
 
-from braze.codegen.isa import detect_isa  # noqa: E402
+from braze.codegen.isa import host_isa  # noqa: E402
 from test_onednn import ERRLEN, _close, _err, _p  # noqa: E402
 
 # GEMM sites keep packed copies in AVX-512 builds only (braze_dnnl_live.c: AVX2 kernels' bits differ)
-COPIES = "avx512f" in detect_isa().features
+COPIES = "avx512f" in host_isa().features
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import ctypes as C
 import numpy as np
 import pytest
 
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.extern import onednn
 
 if not onednn.available():
@@ -83,8 +83,8 @@ def test_matmul_w_small_m_kernel_creates_no_primitive(lib, transposed):
     """M up to the limit runs braze's plain-weight kernels, with every activation they fuse and no
     oneDNN primitive: both layouts up to M = 48 on AVX-512 builds, the [N,K] one up to M = 20 on
     AVX2 builds (braze_dnnl_smallm_avx2.c)."""
-    from braze.codegen.isa import detect_isa
-    features = detect_isa().features
+    from braze.codegen.isa import host_isa
+    features = host_isa().features
     rng = np.random.default_rng(3)
     W = rng.standard_normal((96, 80) if transposed else (80, 130), dtype=np.float32)
     for M in (1, 6, 17, 20, 21, 48):
@@ -110,7 +110,7 @@ def test_matmul_w_special_values_match_onednn(lib):
     A = np.ones((4, 16), np.float32)
     A[0, 0], A[1, 0], A[2, 0] = np.nan, np.inf, -np.inf
     # the small-M kernel (AVX-512 builds) keeps relu's NaN; oneDNN's relu, which runs elsewhere, gives 0
-    relu_nan = np.nan if "avx512f" in detect_isa().features else 0.0
+    relu_nan = np.nan if "avx512f" in host_isa().features else 0.0
     np.testing.assert_array_equal(_matmul_w(lib, A, W, 1, act=1)[:, 0], [relu_nan, np.inf, 0.0, 16.0])
     for act, transposed in ((0, 1), (2, 1), (3, 1), (4, 1), (3, 0), (2, 0)):
         small = _matmul_w(lib, A, W, transposed, act=act)
@@ -193,7 +193,7 @@ def test_convs_as_gemms_on_the_plain_weight(lib, limit):
     plain matmul beyond 48 rows); at the default limit, on AVX-512, the small convs create no
     primitive at all (braze's small-M kernel)."""
     torch = pytest.importorskip("torch")
-    from braze.codegen.isa import detect_isa
+    from braze.codegen.isa import host_isa
     rng = np.random.default_rng(8)
     cases = SMALL_CONVS + ([c for c in CONV_CASES if c[9] == 1] if limit else [])
     created = 0
@@ -220,7 +220,7 @@ def test_convs_as_gemms_on_the_plain_weight(lib, limit):
                     _close(out, _epilogue(ref, act, r))
             finally:
                 lib.braze_free_packed_conv(P)
-    if not limit and "avx512f" in detect_isa().features:
+    if not limit and "avx512f" in host_isa().features:
         assert created == 0, f"{created} primitives for convs of at most 48 pixels"
 
 

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from braze.codegen.c_kernel import kernel_to_c
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.errors import IRParseError
 from braze.ir import loop as L
 from braze.ir import sym as S
@@ -21,7 +21,7 @@ from braze.lowering import build_kernel, lower_function
 from braze.schedule.default import schedule
 
 F32, F64, I32, I64, BOOL = DType.float32, DType.float64, DType.int32, DType.int64, DType.bool
-ISA = detect_isa()
+ISA = host_isa()
 
 
 def same(a, b) -> bool:

@@ -21,13 +21,13 @@ pytest.importorskip("transformers")
 
 import braze  # noqa: E402
 from braze import zoo_archs  # noqa: E402
-from braze.codegen.isa import detect_isa  # noqa: E402
+from braze.codegen.isa import host_isa  # noqa: E402
 from braze.passes.precision import library_dtypes  # noqa: E402
 from braze.testing import rel_error  # noqa: E402
 
 # a policy whose dtype the CPU has no fast GEMMs for compiles float32, with one warning
-POLICY_RUNS = {"bf16": "bfloat16" in library_dtypes(detect_isa().host_features),
-               "fp16": "float16" in library_dtypes(detect_isa().host_features)}
+POLICY_RUNS = {"bf16": "bfloat16" in library_dtypes(host_isa().host_features),
+               "fp16": "float16" in library_dtypes(host_isa().host_features)}
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import braze
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.options import Options
 from braze.passes import copy_module
 from braze.pipeline import compile_to_c, recompile_c, resume_c, stage_names
 
-ISA = detect_isa()
+ISA = host_isa()
 
 
 @pytest.mark.slow

@@ -152,10 +152,10 @@ def test_a_pass_that_raises_leaves_no_rule_collector_open(P):
 def test_each_target_has_one_stage_list():
     """pipeline_for(target): the graph passes, lower, the target's kernel stages, emit, each stage
     a name, a kind and a function; stage_names reads the same list."""
-    from braze.codegen.isa import detect_isa
+    from braze.codegen.isa import host_isa
     from braze.pipeline import kernel_stages, pipeline_for, stage_names
     from braze.target import parse_target
-    for target in (detect_isa(), parse_target("cuda:sm_90")):
+    for target in (host_isa(), parse_target("cuda:sm_90")):
         stages = pipeline_for(target)
         n = len(GRAPH_PASSES)
         assert [st.kind for st in stages] == ["graph"] * n + ["lower"] + ["kernel"] * len(kernel_stages(target)) + \
@@ -163,4 +163,18 @@ def test_each_target_has_one_stage_list():
         assert [st.fn for st in stages[:n]] == GRAPH_PASSES and [st.fn for st in stages[n + 1:-1]] == \
             kernel_stages(target)
         assert stage_names(target) == [st.name for st in stages]
-    assert "grid" in stage_names(parse_target("cuda:sm_90")) and "grid" not in stage_names(detect_isa())
+    assert "grid" in stage_names(parse_target("cuda:sm_90")) and "grid" not in stage_names(host_isa())
+
+
+def test_each_target_kind_is_one_entry_in_each_table():
+    """A target's kind picks its schedule (KERNEL_STAGES_OF) and its host part (HOSTS); every kind
+    has both, and every host part answers the same questions of the shared entry."""
+    from braze.codegen.host import HOSTS
+    from braze.codegen.isa import host_isa
+    from braze.pipeline import KERNEL_STAGES_OF
+    from braze.target import parse_target
+    assert set(HOSTS) == set(KERNEL_STAGES_OF) == {host_isa().kind, parse_target("cuda:sm_90").kind}
+    asks = ("kind", "timers", "picks_kernels", "copy", "links_helper", "input_ptr", "output_lines", "begin", "prepare", "end",
+            "entry", "instance", "source")
+    for kind, part in HOSTS.items():
+        assert part.kind == kind and all(hasattr(part, a) for a in asks), kind

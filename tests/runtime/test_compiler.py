@@ -48,8 +48,8 @@ def test_key_covers_source_and_flags(monkeypatch):
     p1 = compile_shared(ADD1_SRC, name="add1")
     p2 = compile_shared(ADD1_SRC + "\n", name="add1")
     p3 = compile_shared(ADD1_SRC, name="add1", extra_cflags=["-DBRAZE_TEST_FLAG=1"])
-    monkeypatch.setenv("BRAZE_ISA", "scalar")
-    p4 = compile_shared(ADD1_SRC, name="add1")
+    from braze.codegen.isa import isa_at
+    p4 = compile_shared(ADD1_SRC, name="add1", isa=isa_at("scalar"))
     assert len({p1, p2, p3, p4}) == 4
     assert braze.stats()["native_compiles"] == 4
 

@@ -1,4 +1,4 @@
-"""Host ISA detection and the BRAZE_ISA override."""
+"""Host ISA detection, lower levels (cpu-x86:LEVEL targets) and BRAZE_ISA, which only Options reads."""
 
 import platform
 
@@ -51,14 +51,14 @@ def fresh_detection():
     I._detect.cache_clear()
 
 
-def _probe():
-    f = NativeFunction(load_library(PROBE_SRC, name="probe"), "braze_probe", [], [("i64", 1)])
+def _probe(isa=None):
+    f = NativeFunction(load_library(PROBE_SRC, name="probe", isa=isa), "braze_probe", [], [("i64", 1)])
     return int(f()[0])
 
 
 @pytest.mark.skipif(not X86, reason="x86 host")
 def test_detects_features_on_this_host():
-    isa = I.detect_isa()
+    isa = I.host_isa()
     assert isa.name in ("avx512", "avx2", "sse")
     assert isa.features and isa.host_features >= isa.features
     assert isa.vector_bytes == I.VECTOR_BYTES[isa.name]
@@ -66,45 +66,53 @@ def test_detects_features_on_this_host():
         assert {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "avx2"} <= isa.features
         assert "-mavx512f" in isa.cflags
     assert isa.vector_lanes(4) == max(1, isa.vector_bytes // 4)
-    assert I.detect_isa() is isa  # cached
+    assert I.host_isa() is isa  # cached
     # the compiled code sees the detected level
     assert _probe() == isa.vector_bytes
 
 
-def test_force_scalar(monkeypatch):
-    monkeypatch.setenv("BRAZE_ISA", "scalar")
-    isa = I.detect_isa()
+def test_scalar_level(monkeypatch):
+    monkeypatch.setenv("BRAZE_ISA", "avx512")  # read by Options.from_env only, never here
+    isa = I.isa_at("scalar")
     assert (isa.name, isa.vector_bytes, isa.cflags, isa.features) == ("scalar", 0, [], frozenset())
+    assert I.host_isa() == I.isa_at("auto")
     if X86:
-        assert _probe() in (0, 16)  # x86-64 baseline SSE2 remains; no SSE4/AVX flags
+        assert _probe(isa) in (0, 16)  # x86-64 baseline SSE2 remains; no SSE4/AVX flags
 
 
 @pytest.mark.skipif(not X86, reason="x86 host")
-def test_force_avx2_when_available(monkeypatch):
-    if "avx2" not in I.detect_isa().host_features:
+def test_avx2_level_when_available():
+    if "avx2" not in I.host_isa().host_features:
         pytest.skip("host has no AVX2")
-    monkeypatch.setenv("BRAZE_ISA", "avx2")
-    isa = I.detect_isa()
+    isa = I.isa_at("avx2")
     assert isa.name == "avx2" and isa.vector_bytes == 32
     assert "-mavx2" in isa.cflags and not any("avx512" in f for f in isa.cflags)
     assert not any(f.startswith("avx512") for f in isa.features)
-    assert _probe() == 32
+    assert _probe(isa) == 32
 
 
-def test_bad_value(monkeypatch):
-    monkeypatch.setenv("BRAZE_ISA", "avx9000")
-    with pytest.raises(BrazeError, match="not an instruction-set level"):
-        I.detect_isa()
+def test_braze_isa_is_a_cpu_level_target():
+    """BRAZE_ISA=LEVEL is BRAZE_TARGET=cpu-x86:LEVEL, read once by Options.from_env."""
+    from braze.options import Options
+    assert Options.from_env({"BRAZE_ISA": "scalar"}).target == "cpu-x86:scalar"
+    assert Options.from_env({"BRAZE_ISA": " AVX2 ", "BRAZE_TARGET": "cpu"}).target == "cpu-x86:avx2"
+    assert Options.from_env({"BRAZE_ISA": "avx2", "BRAZE_TARGET": "cpu-x86:avx2"}).target == "cpu-x86:avx2"
+    for auto in ("", "auto", "native"):
+        assert Options.from_env({"BRAZE_ISA": auto}).target == "cpu"
+    with pytest.raises(BrazeError, match="BRAZE_ISA='avx9000' is not an instruction-set level"):
+        Options.from_env({"BRAZE_ISA": "avx9000"})
+    with pytest.raises(BrazeError, match="BRAZE_ISA=avx2 and BRAZE_TARGET=cuda:sm_90 name different targets"):
+        Options.from_env({"BRAZE_ISA": "avx2", "BRAZE_TARGET": "cuda:sm_90"})
+    assert Options(target="cpu").target == "cpu"  # an explicit Options never reads the environment
 
 
 @pytest.mark.skipif(not X86, reason="x86 host")
-def test_lower_host_and_forcing_higher(monkeypatch, fresh_detection):
+def test_lower_host_and_asking_higher(monkeypatch, fresh_detection):
     monkeypatch.setattr(I, "_cpuinfo_flags", lambda: {"sse", "sse2", "sse3", "sse4_1", "sse4_2"})
-    isa = I.detect_isa()
+    isa = I.host_isa()
     assert isa.name == "sse" and isa.vector_bytes == 16 and "-msse4.2" in isa.cflags
-    monkeypatch.setenv("BRAZE_ISA", "avx512")
     with pytest.raises(BrazeError, match="best available is sse"):
-        I.detect_isa()
+        I.isa_at("avx512")
 
 
 @pytest.mark.skipif(not X86, reason="x86 host")
@@ -115,16 +123,16 @@ def test_compiler_rejecting_flags_falls_back(monkeypatch, fresh_detection):
         return not any("avx512" in f for f in flags) and real(cc, flags)
 
     monkeypatch.setattr(I, "_compiler_accepts", accepts)
-    isa = I.detect_isa()
+    isa = I.host_isa()
     if "avx2" in isa.host_features:
         assert isa.name == "avx2"
     assert not any("avx512" in f for f in isa.cflags)
 
 
-def test_scalar_build_runs(monkeypatch):
-    monkeypatch.setenv("BRAZE_ISA", "scalar")
+def test_scalar_build_runs():
     from rt_kernels import ADD1_SRC
-    f = NativeFunction(load_library(ADD1_SRC, name="add1"), "braze_add1", [("f32", None)], [("f32", None)])
+    lib = load_library(ADD1_SRC, name="add1", isa=I.isa_at("scalar"))
+    f = NativeFunction(lib, "braze_add1", [("f32", None)], [("f32", None)])
     np.testing.assert_array_equal(f(np.zeros((3, 3), np.float32)), np.ones((3, 3)))
 
 
@@ -138,7 +146,7 @@ def test_a_cpu_level_target_compiles_and_saves_for_that_level(tmp_path):
 
     import braze
     from braze.ops import Builder, tensor
-    if "avx2" not in I.detect_isa().host_features:
+    if "avx2" not in I.host_isa().host_features:
         pytest.skip("host has no AVX2")
     b = Builder()
     n = b.sym("n")
@@ -160,7 +168,7 @@ def test_a_cpu_level_target_compiles_and_saves_for_that_level(tmp_path):
     np.testing.assert_array_equal(braze.load(tmp_path / "art")(a), m(a))
     # the host's best level in the same process: a second helper build, loaded beside the first
     best = braze.compile(b.module, target="cpu", options={"cache_dir": str(tmp_path / "cache")})
-    assert best._native.isa == I.detect_isa().name
+    assert best._native.isa == I.host_isa().name
     np.testing.assert_allclose(best(a), m(a), rtol=1e-5)
     # the tuning database measures this host's kernels: a lower level keeps the default rules
     assert (m.module.tuning == {}) == (best._native.isa != "avx2") and best.module.tuning["mode"] == "cached"
@@ -176,3 +184,4 @@ def test_a_cpu_level_the_host_lacks_or_no_level_is_an_error(monkeypatch, fresh_d
         parse_target("cpu-x86:avx512")
     assert "cpu-x86:sse" in str(e.value)
     assert parse_target("cpu-x86:sse").name == "sse"
+    assert parse_target("cpu") == parse_target(None) == I.host_isa() and I.host_isa().name == "sse"

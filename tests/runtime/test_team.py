@@ -149,8 +149,8 @@ def test_every_team_gives_the_same_bits_and_is_counted():
     sizes) returns the same bits; an instance with adapt_threads=False is never counted. Without
     AVX-512, oneDNN's matrix-vector kernel at 1 or 2 rows sums K in one part per thread
     (docs/threads.md), so there those rows agree to float32 rounding only."""
-    from braze.codegen.isa import detect_isa
-    wide = detect_isa().name == "avx512"
+    from braze.codegen.isa import host_isa
+    wide = host_isa().name == "avx512"
     m = braze.compile(_model(), threads=2, options=Options.from_env().replace(adapt_threads=True))
     lib: NativeLibrary = m.library
     rng = np.random.default_rng(1)

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.errors import BrazeError, BrazeWarning
 from braze.ir.parser import parse_module
 from braze.options import Options
@@ -42,7 +42,7 @@ def _write(path, records, extra=""):
 
 
 def test_every_gemm_gets_the_default_rule_without_tuning(module_of):
-    native, m = compile_to_c(module_of(), detect_isa(), options=Options(tune="off"))
+    native, m = compile_to_c(module_of(), host_isa(), options=Options(tune="off"))
     assert _tables(m) == [DEFAULT, DEFAULT]
     assert not m.tuning
     assert "(sym_batch <= 48 ? BRAZE_PATH(1) : BRAZE_PATH(2))" in native.source
@@ -54,13 +54,13 @@ def test_a_database_choice_reaches_the_table_and_the_c(module_of, tmp_path):
     _write(db, [_record(first, (64, 127), "smallm"), _record(first, (1, 1), "dnnl_rt"),
                 _record(first, (128, 255), "default")])
     opts = Options(tune="cached", tune_db=str(db))
-    native, m = compile_to_c(module_of(), detect_isa(), options=opts)
+    native, m = compile_to_c(module_of(), host_isa(), options=opts)
     assert _tables(m) == [((1, "dnnl_rt"), (48, "smallm"), (63, "dnnl"), (127, "smallm"), (None, "dnnl")), DEFAULT]
     assert m.tuning["mode"] == "cached" and m.tuning["db"] == str(db)
     assert m.tune_measurements == 0
     assert ("(sym_batch <= 1 ? BRAZE_PATH(3) : (sym_batch <= 48 ? BRAZE_PATH(1) : (sym_batch <= 63 ? "
             "BRAZE_PATH(2) : (sym_batch <= 127 ? BRAZE_PATH(1) : BRAZE_PATH(2)))))") in native.source
-    again, _ = compile_to_c(module_of(), detect_isa(), options=opts)
+    again, _ = compile_to_c(module_of(), host_isa(), options=opts)
     assert again.source == native.source  # the same database, byte for byte the same C
     text = str(m)
     assert str(parse_module(text)) == text  # the tables and the tuning block print and parse back
@@ -87,7 +87,7 @@ def test_lines_that_are_not_records_are_skipped_with_one_warning(module_of, tmp_
     first = _site_keys(module_of())[0]
     _write(db, [_record(first, (64, 127), "smallm")], extra='{"v": 1, "env": "x"\nnot json at all\n')
     with pytest.warns(BrazeWarning, match="2 line"):
-        _, m = compile_to_c(module_of(), detect_isa(), options=Options(tune_db=str(db)))
+        _, m = compile_to_c(module_of(), host_isa(), options=Options(tune_db=str(db)))
     assert _tables(m)[0] == ((48, "smallm"), (63, "dnnl"), (127, "smallm"), (None, "dnnl"))
 
 
@@ -98,11 +98,11 @@ def test_another_machines_database_gives_the_default_rule_with_one_warning(modul
     from braze.tune import dispatch
     dispatch._WARNED.discard(db.as_posix())
     with pytest.warns(BrazeWarning, match="another setting only: cpu 'Some Other CPU'"):
-        _, m = compile_to_c(module_of(), detect_isa(), options=Options(tune_db=str(db)))
+        _, m = compile_to_c(module_of(), host_isa(), options=Options(tune_db=str(db)))
     assert _tables(m) == [DEFAULT, DEFAULT]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        compile_to_c(module_of(), detect_isa(), options=Options(tune_db=str(db)))  # once per file
+        compile_to_c(module_of(), host_isa(), options=Options(tune_db=str(db)))  # once per file
 
 
 def test_options_name_the_modes():
@@ -122,7 +122,7 @@ def test_a_hand_written_table_the_host_cannot_read_is_an_error(module_of):
     for bad in (((48, "smallm"),), ((48, "fastest"), (None, "dnnl")), ((48, "smallm"), (8, "dnnl"), (None, "dnnl"))):
         node.attrs["dispatch"] = bad
         with pytest.raises(BrazeError, match="not a dispatch table of this call"):
-            emit(m, lower_kernels(m), detect_isa())
+            emit(m, lower_kernels(m), host_isa())
     assert GRAPH_PASSES  # the module went through every graph pass
 
 
@@ -155,7 +155,7 @@ def test_a_1x1_convolution_runs_as_a_gemm_where_its_table_says(tmp_path):
     conv3 = next(n for n in mod.main.nodes if n.attrs.get("kind") == "conv" and library_call(mod, n) is None)
     conv3.attrs["dispatch"] = ((4, "smallm"), (None, "conv"))
     with pytest.raises(BrazeError, match="not a product"):
-        emit(mod, lower_kernels(mod), detect_isa())
+        emit(mod, lower_kernels(mod), host_isa())
     for b, h, w in ((1, 3, 3), (2, 3, 3), (1, 3, 5), (2, 4, 3), (1, 7, 9), (2, 8, 6), (8, 40, 40)):
         x = torch.randn(b, 8, h, w)
         x[0, 0, 0, 0] = float("nan")

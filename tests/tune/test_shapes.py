@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from braze.codegen.isa import detect_isa
+from braze.codegen.isa import host_isa
 from braze.errors import BrazeError
 from braze.ir.parser import parse_module
 from braze.options import Options
@@ -26,7 +26,7 @@ def _compile(module, tmp_path, hist, monkeypatch):
     path = tmp_path / "hist.json"
     path.write_text(hist if isinstance(hist, str) else json.dumps(hist))
     opts = Options(tune="fast", tune_db=str(tmp_path / "db.jsonl"), tune_shapes=str(path))
-    _, m = compile_to_c(module, detect_isa(), options=opts)
+    _, m = compile_to_c(module, host_isa(), options=opts)
     return seen, m
 
 
@@ -64,4 +64,4 @@ def test_a_bad_histogram_is_an_error_naming_the_problem(module_of, tmp_path, mon
 def test_a_missing_histogram_file_is_named(module_of, tmp_path):
     opts = Options(tune="fast", tune_db=str(tmp_path / "db.jsonl"), tune_shapes=str(tmp_path / "nope.json"))
     with pytest.raises(BrazeError, match="nope.json does not exist"):
-        compile_to_c(module_of(), detect_isa(), options=opts)
+        compile_to_c(module_of(), host_isa(), options=opts)
