@@ -31,8 +31,17 @@ def import_torch(exported_program, dynamic_shapes=None):
     return _imp(exported_program, dynamic_shapes=dynamic_shapes)
 
 
+def import_tf(model, *, dims=None, dim_ranges=None, signature=None):
+    """A TensorFlow model (a keras.Model, a tf.function with an input signature, a ConcreteFunction,
+    or a SavedModel directory) as a braze Module. ``dims={"tokens": ("batch", "seq")}`` names each
+    input's axes (None or a size for a static one); ``dim_ranges`` ranges the names; ``signature``
+    picks a SavedModel's signature (default ``serving_default``)."""
+    from .frontend.tf import import_tf as _imp
+    return _imp(model, dims=dims, dim_ranges=dim_ranges, signature=signature)
+
+
 __all__ = ["BrazeError", "InputError", "ModelFormatError", "Options", "ShapeError", "UnsupportedOpError",
-           "import_onnx", "import_torch", "ir", "load", "reference", "resume", "stats", "__version__"]
+           "import_onnx", "import_tf", "import_torch", "ir", "load", "reference", "resume", "stats", "__version__"]
 
 
 def compile(model, example_inputs=None, dynamic_shapes=None, **kw):

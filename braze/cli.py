@@ -30,7 +30,7 @@ import re
 import sys
 from pathlib import Path
 
-from .cmdline import Parser, UsageError, check_model_arg, run_command, show_tune_progress
+from .cmdline import Parser, UsageError, check_model_arg, model_naming, run_command, show_tune_progress
 
 
 def _parse_dim(spec: str) -> tuple[str, tuple[int, int | None]]:
@@ -46,9 +46,22 @@ def _parse_dim(spec: str) -> tuple[str, tuple[int, int | None]]:
     return name, (lo, hi)
 
 
+def _parse_dims(spec: str) -> tuple[str, tuple]:
+    m = re.fullmatch(r"\s*([^=\s]+)\s*=\s*(.+)", spec)
+    axes = [a.strip() for a in m.group(2).split(",")] if m else []
+    if not m or not all(a == "_" or a.isdigit() or a.isidentifier() for a in axes):
+        raise argparse.ArgumentTypeError(f"bad --dims {spec!r}; expected INPUT=AXIS,AXIS,... with a name for each "
+                                         "dynamic axis and _ (or the size) for a static one, e.g. tokens=batch,seq")
+    return m.group(1), tuple(None if a == "_" else int(a) if a.isdigit() else a for a in axes)
+
+
 def _add_dim(p) -> None:
     p.add_argument("--dim", action="append", type=_parse_dim, metavar="NAME=LO:HI",
-                   help="range of an ONNX model's symbolic dim (its dim_param), e.g. batch=1:64; repeatable")
+                   help="range of a symbolic dim (an ONNX model's dim_param, a TF model's --dims name), e.g. "
+                        "batch=1:64; repeatable")
+    p.add_argument("--dims", action="append", type=_parse_dims, metavar="INPUT=AXIS,...",
+                   help="a TensorFlow model's dim names, one per axis of an input: a name for a dynamic axis, _ "
+                        "for a static one, e.g. tokens=batch,seq; repeatable")
 
 
 def cmd_inspect(args) -> int:
@@ -57,8 +70,7 @@ def cmd_inspect(args) -> int:
     if is_artifact(args.model):
         return cmd_inspect_artifact(Path(args.model))
     check_model_arg(args.model)
-    dims = dict(args.dim or [])
-    mod = load_model_file(args.model, dim_ranges=dims or None)
+    mod = load_model_file(args.model, **model_naming(args))
     print(mod.to_text(inline_limit=args.inline), end="")
     return 0
 
@@ -116,7 +128,7 @@ def cmd_tune(args) -> int:
     from .options import Options
     from .tune.buckets import summary
     if args.artifact is not None:
-        if args.model is not None or args.dim:
+        if args.model is not None or args.dim or args.dims:
             raise UsageError("--artifact re-tunes a saved model: give no MODEL and no --dim (its dims are fixed)")
         from .deploy.commands import cmd_tune_artifact
         return cmd_tune_artifact(args)
@@ -126,7 +138,7 @@ def cmd_tune(args) -> int:
         raise UsageError("give a MODEL file to tune, or --artifact DIR")
     check_model_arg(args.model)
     show_tune_progress()
-    module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
+    module = load_model_file(args.model, **model_naming(args))
     opts = Options.from_env().replace(tune=args.mode, tune_budget_s=args.budget)
     if args.shapes:
         opts = opts.replace(tune_shapes=args.shapes)
@@ -163,18 +175,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "  braze inspect model.onnx --dim batch=1:64 --dim seq=1:512\n"
                     "  braze inspect model.pt2        (written by torch.export.save)\n"
                     "  braze inspect model.braze      (IR text, e.g. from BRAZE_DUMP)\n"
+                    "  braze inspect saved_model/ --dims x=batch,_   (a TensorFlow SavedModel)\n"
                     "  braze inspect model/           (an artifact: braze compile -o model)")
     p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, braze IR text (.braze), "
-                   "or an artifact directory")
+                   "a TensorFlow SavedModel directory, or an artifact directory")
     _add_dim(p)
     p.add_argument("--inline", type=int, default=16, metavar="N",
                    help="print constants with at most N elements inline, larger ones by content hash (default 16)")
     p = sub.add_parser(
-        "ops", help="list the supported operators (graph IR, ONNX, ATen)",
+        "ops", help="list the supported operators (graph IR, ONNX, ATen, TensorFlow)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="List what braze supports: the graph IR ops it compiles natively (with their semantics), "
-                    "the ONNX op types the ONNX frontend imports, and the ATen ops the torch.export frontend "
-                    "converts.\n\n  braze ops          all three\n  braze ops onnx     one of them")
+                    "the ONNX op types the ONNX frontend imports, the ATen ops the torch.export frontend "
+                    "converts and the TensorFlow ops the TF frontend converts.\n\n  braze ops          all of them\n"
+                    "  braze ops onnx     one of them")
     p.add_argument("section", nargs="?", default="all", choices=["all", *SECTIONS],
                    help="which list to print (default: all)")
     p = sub.add_parser(
@@ -205,8 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "  braze tune model.onnx --dim batch=1:64 --dim seq=1:512 --shapes traffic.json\n"
                     "  BRAZE_TUNE_DB=my.jsonl braze tune model.pt2 --mode full\n"
                     "  braze tune --artifact model_dir -o model_dir_here   # on the CPU the artifact will run on")
-    p.add_argument("model", nargs="?", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text "
-                   "(.braze)")
+    p.add_argument("model", nargs="?", help="an .onnx file, a .pt2 file from torch.export.save, braze IR text "
+                   "(.braze) or a TensorFlow SavedModel directory")
     _add_dim(p)
     p.add_argument("--artifact", metavar="DIR", help="re-tune a saved artifact on this CPU instead of a model file: "
                    "its products are measured here, starting from the measurements it ships (tune.jsonl), and "

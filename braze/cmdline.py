@@ -39,6 +39,12 @@ def check_model_arg(path) -> None:
         raise UsageError(one_line(e)) from None
 
 
+def model_naming(args) -> dict:
+    """What --dim and --dims give the model's frontend (each takes the options it has: an ONNX
+    model's dim_params are ranged by --dim; a TF model's axes are named by --dims)."""
+    return {"dim_ranges": dict(args.dim or []) or None, "dims": dict(args.dims or []) or None}
+
+
 def show_tune_progress() -> None:
     """The tuner's progress lines (logger ``braze.tune``) on stderr, unless logging is set up already."""
     import logging

@@ -16,14 +16,15 @@ from .runtime.tensors import TensorSpec
 _log = _logging.get("compile")
 
 
-def _to_module(model, example_inputs, dynamic_shapes, timings: dict) -> Module:
+def _to_module(model, example_inputs, timings: dict, **naming) -> Module:
     """The model (an object or a model file's path) as a braze Module, through the frontend that
-    reads it (frontend/registry.py); ``timings["export"]`` gets the time torch.export took."""
+    reads it (frontend/registry.py), with the naming options it takes (dynamic_shapes, dims,
+    dim_ranges, signature); ``timings["export"]`` gets the time torch.export took."""
     if isinstance(model, (str, os.PathLike)):
         from .frontend.files import load_model_file
-        return load_model_file(model, dynamic_shapes=dynamic_shapes)
+        return load_model_file(model, **naming)
     from .frontend.registry import read_object
-    return read_object(model, example_inputs, timings, dynamic_shapes=dynamic_shapes)
+    return read_object(model, example_inputs, timings, **naming)
 
 
 def _describe(model) -> str:
@@ -140,14 +141,20 @@ class CompiledModel:
 
 def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | None = None,
             precision: str | None = None, target: str | None = None, tune: str | None = None,
-            options: Options | dict | None = None) -> CompiledModel:
+            options: Options | dict | None = None, dims: dict | None = None, dim_ranges: dict | None = None,
+            signature: str | None = None) -> CompiledModel:
     """Compile ``model`` once for every shape its symbolic dims allow.
 
     ``model``: a ``torch.nn.Module`` (exported with torch.export; ``dynamic_shapes``
     follows torch.export's convention), a ``torch.export.ExportedProgram``, a model
     file (``.onnx``; ``.pt2`` from torch.export.save, whose dim names
     ``dynamic_shapes`` gives back; ``.braze`` IR text), an ONNX ``ModelProto`` or
-    bytes, or a braze IR Module.
+    bytes, a braze IR Module, or a TensorFlow model: a ``keras.Model``, a ``tf.function`` with
+    an input signature, a ConcreteFunction or a SavedModel directory (``signature``: which of its
+    signatures, default ``serving_default``); frontend/registry.py lists them.
+    ``dims``: a TF model's dim names, one entry per axis of each input (``{"tokens": ("batch",
+    "seq")}``; None or a size for a static axis). ``dim_ranges``: the ranges of an ONNX model's
+    dim_params or a TF model's dims (``{"batch": (1, 64)}``).
     ``threads``: OpenMP threads for the native code (default: the runtime's).
     ``precision``: "fp32", "bf16" or "fp16": the dtype a float32 model's GEMMs, batched matmuls
     and convolutions compute in (default: the options', else ``BRAZE_PRECISION``, else fp32;
@@ -179,7 +186,8 @@ def compile(model, example_inputs=None, dynamic_shapes=None, *, threads: int | N
     _log.info("compiling %s", _describe(model))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    module = _to_module(model, example_inputs, dynamic_shapes, timings)
+    module = _to_module(model, example_inputs, timings, dynamic_shapes=dynamic_shapes, dims=dims,
+                        dim_ranges=dim_ranges, signature=signature)
     require_constant_data(module, "compile")
     t1 = time.perf_counter()
     timings["import"] = t1 - t0 - timings.get("export", 0.0)

@@ -1,9 +1,9 @@
 """What braze supports, from the registries: graph IR ops, and the ops each frontend imports (one
-section per entry of frontend/registry.py's FRONTENDS: ``ir``, ``onnx``, ``aten``).
+section per entry of frontend/registry.py's FRONTENDS: ``ir``, ``onnx``, ``aten``, ``tf``).
 
 One source for both readers: ``braze ops`` prints ``render_text()``, and
 scripts/gen_op_tables.py writes ``render_markdown()`` into README.md.
-Nothing here imports torch or onnx.
+Nothing here imports torch, onnx or TensorFlow.
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ def render_markdown() -> list[str]:
              "| op | kind | inputs | attributes | semantics |", "|---|---|---|---|---|"]
     for r in ir_ops():
         lines.append(f"| `{r['name']}` | {r['kind']} | {r['inputs'] or '-'} | {r['attrs'] or '-'} | {r['doc']} |")
-    onnx, aten = onnx_ops(), aten_ops()
-    lines += ["", f"### ONNX operators ({len(onnx)}, opsets {ONNX_OPSETS})", "",
-              ", ".join(f"`{o}`" for o in onnx) or "(none)", "",
-              f"### PyTorch ATen operators ({len(aten)})", "",
-              ", ".join(f"`{o}`" for o in aten) or "(none)"]
+    for fe in FRONTENDS.values():
+        if fe.ops_section != "ir":
+            ops = section_ops(fe.ops_section)
+            lines += ["", f"### {fe.ops_title} ({len(ops)}{_NOTES.get(fe.ops_section, '')})", "",
+                      ", ".join(f"`{o}`" for o in ops) or "(none)"]
     return lines
 
 

@@ -316,3 +316,18 @@ def test_training_reports_steps_recompiles_memory_and_warm_compiles(tmp_path):
         assert a["peak_rss_mb"] > 100 and a["first_step_warm_s"] > 0
         assert 100 < a["step_peak_rss_mb"] <= a["peak_rss_mb"] + 50, a  # steps alone: no compile in them
     assert "| mlp | " in (tmp_path / "training.md").read_text().split("step peak MB")[-1]
+
+
+def test_tf_models_times_braze_against_tf(tmp_path):
+    """The CNN with one depthwise block: braze's import and compile timed, and at each shape its
+    answer within float32 tolerance of TF's and a median per call for braze and both TF modes."""
+    pytest.importorskip("tensorflow")
+    p = subprocess.run([sys.executable, "-m", "benchmarks.tf_models", "--models", "cnn", "--layers", "1",
+                        "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (r,) = json.loads((tmp_path / "tf_models.json").read_text())["results"]
+    assert r["import_s"] > 0 and r["compile_s"] > 0 and len(r["shapes"]) == 3
+    for s in r["shapes"]:
+        assert s["max_rel_err"] < 1e-4 and all(s[f"{k}_ms"] > 0 for k in ("braze", "eager", "tf.function"))
+    assert "| 1x64x64 |" in (tmp_path / "tf_models.md").read_text()

@@ -40,7 +40,7 @@ def _output_dir(path) -> Path:
 
 def cmd_compile(args) -> int:
     import braze
-    from ..cmdline import check_model_arg, one_line
+    from ..cmdline import check_model_arg, model_naming, one_line
     from ..frontend.files import load_model_file
     from ..target import TargetError, parse_target
     try:
@@ -51,7 +51,7 @@ def cmd_compile(args) -> int:
     out = _output_dir(args.output)
     t0 = time.perf_counter()
     _progress(f"importing {args.model} ...")
-    module = load_model_file(args.model, dim_ranges=dict(args.dim or []) or None)
+    module = load_model_file(args.model, **model_naming(args))
     _progress(f"compiling ({time.perf_counter() - t0:.1f} s so far) ...")
     opts = Options.from_env()
     if args.precision_keep:
@@ -245,13 +245,16 @@ def add_parsers(sub, add_dim) -> None:
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "compile", help="compile a model file into a relocatable artifact directory", formatter_class=raw,
-        description="Compile an .onnx file or a .pt2 file (torch.export.save) once for every shape its "
+        description="Compile an .onnx file, a .pt2 file (torch.export.save) or a TensorFlow SavedModel directory "
+                    "once for every shape its "
                     "symbolic dims allow, and write an artifact directory: libbraze_model.so, braze_model.h, "
                     "weights.safetensors, meta.json and the libraries it needs (docs/deployment.md). Load it "
                     "with braze.load (numpy only) or from C.\n\n"
                     "  braze compile model.onnx -o model --dim batch=1:64 --dim seq=1:512\n"
+                    "  braze compile saved_model/ -o model --dims tokens=batch,seq --dim seq=1:512\n"
                     "  braze run model --input input_ids=ids.npy --input attention_mask=mask.npy")
-    p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, or braze IR text (.braze)")
+    p.add_argument("model", help="an .onnx file, a .pt2 file from torch.export.save, braze IR text (.braze) or a "
+                   "TensorFlow SavedModel directory")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the artifact directory to write")
     add_dim(p)
     p.add_argument("--threads", type=int, metavar="N", help="OpenMP threads the model runs with (default: the "

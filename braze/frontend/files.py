@@ -11,21 +11,25 @@ import os
 from pathlib import Path
 
 from ..errors import ModelFileError
-from .registry import check_options, file_kinds, for_path, suffixes
+from .registry import check_options, for_path, model_kinds, suffixes
 
 
 def check_model_path(path) -> Path:
-    """``path`` as a Path if it names an existing file of a kind braze reads; ModelFileError otherwise."""
+    """``path`` as a Path if it names an existing model file or directory of a kind braze reads;
+    ModelFileError otherwise."""
     p = Path(os.fspath(path))
-    if for_path(p) is None:
+    fe = for_path(p)
+    if p.is_dir():
+        if fe is None:
+            raise ModelFileError(f"{p} is a directory braze does not read as a model", hint=f"give {model_kinds()}")
+        return p
+    if fe is None:
         raise ModelFileError(f"braze does not know how to read {str(p)!r} (suffix {p.suffix or 'none'!r})",
-                             hint=f"give a model file ending in {file_kinds()}")
+                             hint=f"give {model_kinds()}")
     if not p.exists():
         near = _similar(p)
         raise ModelFileError(f"no such model file: {p}",
                              hint=f"did you mean {near}?" if near else "check the path")
-    if p.is_dir():
-        raise ModelFileError(f"{p} is a directory, not a model file", hint=f"give a file ending in {file_kinds()}")
     return p
 
 

@@ -36,6 +36,7 @@ class Frontend:
     read_object: Callable  # (obj, example_inputs, timings, **options) -> Module
     read_file: Callable  # (path, **options) -> Module
     supported_ops: Callable  # () -> op names (IR rows for the IR)
+    directory: Callable | None = None  # (path) -> bool: a model directory it reads (a SavedModel)
 
 
 def _mro_modules(obj) -> set[str]:
@@ -132,6 +133,25 @@ def _torch_ops():
     return supported_ops()
 
 
+# --- TensorFlow ----------------------------------------------------------------------------
+def _tf_accepts(obj) -> bool:
+    return True  # anything of keras' or TF's: the reader says what it cannot read
+
+
+def _tf_read(model, example_inputs=None, timings=None, dims=None, dim_ranges=None, signature=None):
+    from .tf import import_tf
+    return import_tf(model, dims=dims, dim_ranges=dim_ranges, signature=signature)
+
+
+def _tf_ops():
+    from .tf import supported_ops
+    return supported_ops()
+
+
+def _saved_model(path) -> bool:
+    return (Path(path) / "saved_model.pb").is_file()
+
+
 FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
     Frontend("ir", "braze IR", (".braze", ".ir", ".txt"), ".braze (braze IR text)", "a braze IR Module", ("braze",),
              (), "IR text declares its symbols and their ranges in its symbols block", "ir.parse", "ir",
@@ -146,6 +166,12 @@ FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
              "torch.export.Dim(name, min=..., max=...) at export", "import_torch", "aten",
              "ATen operators the torch.export frontend converts", _torch_accepts, _torch_object, _torch_file,
              _torch_ops),
+    Frontend("tf", "TensorFlow", (), "a SavedModel directory (TensorFlow)",
+             "a keras.Model, a tf.function with an input_signature, a ConcreteFunction",
+             ("keras", "tf_keras", "tensorflow"), ("dims", "dim_ranges", "signature"),
+             'a TensorFlow model\'s dims are named by dims={"x": ("batch", "seq")}, one entry per axis, and '
+             'ranged by dim_ranges={"batch": (1, 64)}', "import_tf", "tf", "TensorFlow ops the TF frontend converts",
+             _tf_accepts, _tf_read, _tf_read, _tf_ops, directory=_saved_model),
 )}
 
 
@@ -153,9 +179,11 @@ def _listed(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
-def file_kinds() -> str:
-    """The model files braze reads, for hints: ".onnx (ONNX), .pt2 (...) or .braze (...)"."""
-    return _listed([f.files for f in _file_order()])
+def model_kinds() -> str:
+    """The model files and directories braze reads, for hints: "a model file ending in .onnx (ONNX),
+    .pt2 (...) or .braze (...), or a SavedModel directory (TensorFlow)"."""
+    files = "a model file ending in " + _listed([f.files for f in _file_order() if f.suffixes])
+    return files + "".join(f", or {f.files}" for f in _file_order() if f.directory is not None)
 
 
 def _file_order() -> list[Frontend]:
@@ -168,9 +196,12 @@ def suffixes() -> tuple[str, ...]:
 
 
 def for_path(path) -> Frontend | None:
-    """The frontend that reads files like ``path`` (by suffix), or None."""
-    suffix = Path(path).suffix.lower()
-    return next((f for f in FRONTENDS.values() if suffix in f.suffixes), None)
+    """The frontend that reads ``path``: a model directory one of them recognizes, else a file by
+    its suffix; or None."""
+    p = Path(path)
+    if p.is_dir():
+        return next((f for f in FRONTENDS.values() if f.directory is not None and f.directory(p)), None)
+    return next((f for f in FRONTENDS.values() if p.suffix.lower() in f.suffixes), None)
 
 
 def for_object(obj) -> Frontend | None:
@@ -197,11 +228,10 @@ def read_object(model, example_inputs=None, timings: dict | None = None, **optio
     fe = for_object(model)
     if fe is None:
         raise BrazeError(f"braze.compile does not know how to read a {type(model).__name__}",
-                         hint=f"pass {_listed([f.objects for f in _file_order()])}, or a model file "
-                              f"({file_kinds()})")
+                         hint=f"pass {_listed([f.objects for f in _file_order()])}; or {model_kinds()}")
     return fe.read_object(model, example_inputs, {} if timings is None else timings,
                           **check_options(fe, f"the {type(model).__name__}", **options))
 
 
-__all__ = ["FRONTENDS", "Frontend", "ModelFileError", "check_options", "file_kinds", "for_object", "for_path",
+__all__ = ["FRONTENDS", "Frontend", "ModelFileError", "check_options", "model_kinds", "for_object", "for_path",
            "read_object", "suffixes"]

@@ -305,7 +305,36 @@ class Poly(SymExpr):
                 tlo, thi = _imul((tlo, thi), a.bounds())
             lo += tlo
             hi += thi
-        return (lo, hi)
+        rlo, rhi = self._floordiv_bounds()
+        return (max(lo, rlo), min(hi, rhi))
+
+    def _floordiv_bounds(self) -> tuple[float, float]:
+        """Bounds with each term c * (a // k) (k a positive int) read as c * (a - r) / k, r in
+        [0, k - 1]: interval bounds treat a and a // k as unrelated, so alone they cannot see
+        that n - n // 2 >= 0 (the slice bounds TF code computes from shapes)."""
+        divs = [a.b for mono, _ in self.terms if len(mono) == 1 for a in mono
+                if isinstance(a, FloorDiv) and isinstance(a.b, int) and a.b > 0]
+        if not divs:
+            return (-_INF, _INF)
+        scale = math.lcm(*divs)
+        exact: IntLike = 0
+        rlo = rhi = 0.0
+        for mono, c in self.terms:
+            a = mono[0] if len(mono) == 1 else None
+            if isinstance(a, FloorDiv) and isinstance(a.b, int) and a.b > 0:
+                w = c * (scale // a.b)  # scale * c * (a // k) = w * a - w * r
+                exact = add(exact, mul(w, a.a))
+                lo_r, hi_r = -w * (a.b - 1), 0
+                rlo, rhi = rlo + min(lo_r, hi_r), rhi + max(lo_r, hi_r)
+            else:
+                term: IntLike = c * scale
+                for x in mono:
+                    term = mul(term, x)
+                exact = add(exact, term)
+        elo, ehi = bounds(exact)
+        lo, hi = (elo + rlo) / scale, (ehi + rhi) / scale
+        # the sum takes integer values only
+        return (math.ceil(lo) if lo > -_INF else lo, math.floor(hi) if hi < _INF else hi)
 
     def __str__(self):
         parts = []

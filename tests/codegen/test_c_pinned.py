@@ -23,7 +23,7 @@ from braze.compiler import _to_module, cpu_target
 from braze.options import Options
 from braze.pipeline import compile_to_c
 for name, (m, ex, dyn) in _tiny_models().items():  # BRAZE_ISA=scalar: the same C on every host
-    native, _ = compile_to_c(_to_module(m, ex, dyn, {{}}), cpu_target(Options.from_env()))
+    native, _ = compile_to_c(_to_module(m, ex, {{}}, dynamic_shapes=dyn), cpu_target(Options.from_env()))
     print(name, hashlib.sha256(native.source.encode()).hexdigest())
 """
 

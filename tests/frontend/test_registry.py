@@ -13,12 +13,13 @@ import braze
 from braze.cli import build_parser
 from braze.errors import BrazeError
 from braze.frontend.files import ModelFileError, check_model_path, load_model_file
-from braze.frontend.registry import FRONTENDS, file_kinds, for_object, for_path, read_object
+from braze.frontend.registry import FRONTENDS, model_kinds, for_object, for_path, read_object
+from braze.ops import Builder, tensor
 from braze.optables import SECTIONS, render_text, section_ops
 
 
 def _onnx_relu():
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
@@ -29,9 +30,12 @@ def _onnx_relu():
 def _samples():
     """An object of each frontend's kind, and what it computes (relu)."""
     torch = pytest.importorskip("torch")
-    b = braze.ops.Builder()
-    b.ret(b.relu(b.param("x", braze.ops.tensor("f32", b.sym("n"), 3))))
-    return {"ir": b.module, "onnx": _onnx_relu(), "torch": torch.nn.ReLU()}
+    keras = pytest.importorskip("keras")
+    b = Builder()
+    b.ret(b.relu(b.param("x", tensor("f32", b.sym("n"), 3))))
+    x = keras.Input((3,), name="x")
+    return {"ir": b.module, "onnx": _onnx_relu(), "torch": torch.nn.ReLU(),
+            "tf": keras.Model(x, keras.layers.ReLU()(x))}
 
 
 def test_every_frontend_is_reachable_from_every_reader(tmp_path):
@@ -48,13 +52,19 @@ def test_every_frontend_is_reachable_from_every_reader(tmp_path):
         np.testing.assert_array_equal(np.asarray(got), np.maximum(x, 0))
         # braze.import_*: the API the entry names
         assert callable(operator.attrgetter(fe.import_api)(braze))
-        # the model-path checks: each suffix, in any case, is this frontend's
+        # the model-path checks: each suffix, in any case, and each model directory is this frontend's
         for suffix in fe.suffixes:
             p = tmp_path / f"m{suffix.upper()}"
             p.write_bytes(b"")
             assert for_path(p) is fe and check_model_path(p) == p
+        if fe.directory is not None:
+            d = tmp_path / f"{name}_dir"
+            d.mkdir()
+            assert for_path(d) is None
+            (d / "saved_model.pb").write_bytes(b"")
+            assert for_path(d) is fe and check_model_path(d) == d
         # the hints name its files and objects
-        assert fe.files in file_kinds()
+        assert fe.files in model_kinds()
         with pytest.raises(BrazeError, match="does not know how to read") as e:
             read_object(object())
         assert fe.objects in e.value.hint
@@ -72,7 +82,7 @@ def test_a_frontend_refuses_another_frontends_naming_option(tmp_path):
         load_model_file(p, dynamic_shapes={"x": {0: "n"}})
     assert e.value.hint == FRONTENDS["onnx"].dims
     assert load_model_file(p, dim_ranges={"n": (1, 8)}).symbols  # the option it takes
-    with pytest.raises(BrazeError, match="dim_ranges applies to ONNX models") as e:
+    with pytest.raises(BrazeError, match="dim_ranges applies to ONNX or TensorFlow models; the Module is read by the braze IR frontend") as e:
         read_object(_samples()["ir"], dim_ranges={"n": (1, 8)})
     assert e.value.hint == FRONTENDS["ir"].dims
 

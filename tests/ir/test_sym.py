@@ -96,6 +96,17 @@ def test_bounds_contain_every_value(t, env):
     assert lo <= v <= hi, f"{e} = {v} under {env}, bounds {lo, hi}"
 
 
+def test_bounds_see_a_floor_division_below_its_dividend():
+    """n - n // k >= 0 for n >= 0: the start of x[:, n - n // 2:] that TF code computes from a shape.
+    Interval bounds alone take n and n // 2 as unrelated and cannot tell its sign."""
+    n = Sym("n", 1, None)
+    assert S.bounds(S.add(n, S.mul(-1, S.floordiv(n, 2))))[0] >= 1
+    assert S.bounds(S.add(n, S.mul(-1, S.floordiv(n, 7))))[0] >= 1
+    assert S.bounds(S.add(S.mul(2, S.floordiv(n, 2)), S.mul(-1, n))) == (-1, 0)
+    z = Sym("z", 0, 9)
+    assert S.bounds(S.add(z, S.mul(-1, S.floordiv(z, 3)))) == (0, 6)  # 9 - 9 // 3
+
+
 @SETTINGS
 @given(trees)
 def test_building_twice_gives_equal_hash_equal_exprs(t):

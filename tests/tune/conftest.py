@@ -20,5 +20,5 @@ def module_of(mlp):
 
     def make():
         m, ex, dyn = mlp
-        return _to_module(m, ex, dyn, {})
+        return _to_module(m, ex, {}, dynamic_shapes=dyn)
     return make

@@ -17,7 +17,7 @@ from braze.tune.products import DEFAULT, library_call
 
 def _imported(model, ex, dyn):
     from braze.compiler import _to_module
-    return _to_module(model, ex, dyn, {})
+    return _to_module(model, ex, {}, dynamic_shapes=dyn)
 
 
 def _tables(m):

@@ -111,9 +111,12 @@ def _pool(ctx):
     cip = bool(ctx.attr("count_include_pad", 0))
     if t == "AveragePool" and any(d != 1 for d in dil):
         raise ctx.unsupported(f"dilations={dil}", hint="braze's avg_pool2d has no dilation")
+    counts = None
     if sym:
         if t == "AveragePool" and not cip:
-            raise ctx.unsupported("SAME auto_pad with symbolic input size and count_include_pad=0")
+            # how many of each window's pixels are the input's: the same pool over ones, padded the same
+            ones = ctx.op("full", shape=(1, 1, *x.shape[2:]), value=1.0, dtype=x.dtype)
+            counts = _explicit_pad(ctx, ones, pads, n)
         x = _explicit_pad(ctx, x, pads, n, value=float("-inf") if t == "MaxPool" else 0.0)
         pads = [0] * (2 * n)
     if n == 1:
@@ -122,6 +125,11 @@ def _pool(ctx):
     common = dict(kernel=tuple(kernel), stride=tuple(strides), padding=_pads4(pads, n), ceil_mode=ceil_mode)
     if t == "MaxPool":
         y = ctx.op("max_pool2d", x, dilation=tuple(dil), **common)
+    elif counts is not None:  # the padded sum's mean over the window, divided by the input's share of it
+        if n == 1:
+            counts, _ = _to2d(ctx, counts)
+        y = ctx.op("div", ctx.op("avg_pool2d", x, count_include_pad=True, **common),
+                   ctx.op("avg_pool2d", counts, count_include_pad=True, **common))
     else:
         y = ctx.op("avg_pool2d", x, count_include_pad=cip, **common)
     if n == 1:

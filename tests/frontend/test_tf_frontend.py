@@ -1,0 +1,263 @@
+"""The TensorFlow frontend against TF itself: the model kinds users bring (an MLP, an NHWC CNN with
+batch norm, depthwise convolution and pooling, a 2-layer transformer encoder with exact GELU and
+an attention mask, and a tf.function doing tf.shape and strided-slice arithmetic), each as a
+Keras model or tf.function, a ConcreteFunction and a SavedModel directory, at three shapes per
+dynamic dim (1 included), with one compile each."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import braze  # noqa: E402
+from braze.errors import BrazeError, UnsupportedOpError  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("module_cache")
+
+RTOL = 1e-4  # float32, against TF's own kernels (oneDNN's GEMMs sum in another order)
+
+
+def mlp():
+    keras.utils.set_random_seed(1)
+    x = keras.Input((32,), name="x")
+    h = keras.layers.Dense(64, activation="relu")(x)
+    h = keras.layers.Dense(64, activation="tanh")(h)
+    return (keras.Model(x, keras.layers.Dense(5)(h)), {"x": ("batch", None)},
+            [{"x": (1, 32)}, {"x": (3, 32)}, {"x": (17, 32)}])
+
+
+def cnn():
+    keras.utils.set_random_seed(2)
+    x = keras.Input((None, None, 3), name="image")
+    h = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(x)
+    h = keras.layers.BatchNormalization()(h)
+    h = keras.layers.ReLU()(h)
+    h = keras.layers.DepthwiseConv2D(3, strides=2, padding="same")(h)
+    h = keras.layers.Conv2D(16, 1, activation="relu6")(h)
+    h = keras.layers.MaxPooling2D(2, padding="same")(h)
+    h = keras.layers.AveragePooling2D(2, padding="same")(h)  # SAME at odd sizes: the padding is not counted
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    m = keras.Model(x, keras.layers.Dense(4)(h))
+    bn = next(layer for layer in m.layers if isinstance(layer, keras.layers.BatchNormalization))
+    rng = np.random.default_rng(3)
+    bn.moving_mean.assign(rng.standard_normal(8).astype(np.float32))
+    bn.moving_variance.assign(rng.uniform(0.5, 2, 8).astype(np.float32))
+    return (m, {"image": ("batch", "h", "w", None)},
+            [{"image": (1, 9, 9, 3)}, {"image": (2, 16, 13, 3)}, {"image": (3, 31, 8, 3)}])
+
+
+def encoder():
+    keras.utils.set_random_seed(3)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    mask = keras.Input((None,), dtype="float32", name="mask")
+    h = keras.layers.Embedding(100, 32)(tokens)
+    att_mask = keras.ops.cast(mask[:, None, :] > 0.5, "bool")
+    for _ in range(2):
+        a = keras.layers.MultiHeadAttention(4, 8)(h, h, attention_mask=att_mask)
+        h = keras.layers.LayerNormalization()(h + a)
+        f = keras.layers.Dense(64, activation=keras.activations.gelu)(h)  # exact GELU: Erfc in the graph
+        h = keras.layers.LayerNormalization()(h + keras.layers.Dense(32)(f))
+    return (keras.Model([tokens, mask], h), {"tokens": ("batch", "seq"), "mask": ("batch", "seq")},
+            [{"tokens": (1, 5), "mask": (1, 5)}, {"tokens": (2, 9), "mask": (2, 9)},
+             {"tokens": (3, 16), "mask": (3, 16)}])
+
+
+def shape_fn():
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 6], tf.float32, name="x")])
+    def f(x):
+        n = tf.shape(x)[1]
+        half = n // 2
+        y = x[:, :half] * 2.0 + x[:, n - half:]  # a start computed from the shape: n - n // 2 >= 0
+        z = tf.reshape(y, [tf.shape(x)[0], -1])
+        return x[:, ::-1, 1:5:2], tf.reduce_sum(z, axis=1, keepdims=True), x[..., 0], x[:, tf.newaxis, -1]
+    return f, {"x": ("batch", "n", None)}, [{"x": (1, 2, 6)}, {"x": (2, 7, 6)}, {"x": (3, 10, 6)}]
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "encoder": encoder, "shape_fn": shape_fn}
+
+
+def _inputs(shapes: dict, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes.items():
+        if name == "tokens":
+            out[name] = rng.integers(0, 100, shape).astype(np.int32)
+        elif name == "mask":
+            a = (rng.uniform(0, 1, shape) > 0.3).astype(np.float32)
+            a[:, 0] = 1  # every row attends to something
+            out[name] = a
+        else:
+            out[name] = rng.standard_normal(shape).astype(np.float32)
+    return out
+
+
+def _tf_outputs(fn, args: dict) -> list:
+    out = fn(**{k: tf.constant(v) for k, v in args.items()})
+    if isinstance(out, dict):
+        out = [out[k] for k in sorted(out)]
+    return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def _as_kinds(name, tmp_path):
+    """(kind, what braze.compile gets, a TF callable taking the inputs by keyword)."""
+    model, dims, shapes = MODELS[name]()
+    if isinstance(model, keras.Model):
+        names = [x.name for x in model.inputs]
+        specs = [tf.TensorSpec(x.shape, x.dtype, name=x.name) for x in model.inputs]
+        fn = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
+        concrete = fn.get_concrete_function(*specs)
+
+        def call(**kw):
+            return model([kw[n] for n in names] if len(names) > 1 else kw[names[0]], training=False)
+        saved = tf.Module()
+        saved.model = model  # tracks the variables the function reads
+        saved.f = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False),
+                              input_signature=specs)
+    else:
+        concrete = model.get_concrete_function()
+        call = model
+        saved = tf.Module()
+        saved.f = model
+    path = tmp_path / f"{name}_saved"
+    tf.saved_model.save(saved, str(path), signatures={"serving_default": saved.f.get_concrete_function()})
+    loaded = tf.saved_model.load(str(path)).signatures["serving_default"]
+    return [("model", model, call), ("concrete", concrete, call), ("saved", path, loaded)], dims, shapes
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_each_kind_of_model_matches_tf_at_three_shapes_with_one_compile(name, tmp_path):
+    kinds, dims, shapes = _as_kinds(name, tmp_path)
+    for kind, obj, call in kinds:
+        sig_names = None
+        if kind == "saved":  # a SavedModel signature names its inputs by keyword; Keras's become their names
+            sig_names = sorted(call.structured_input_signature[1])
+            dims_here = dict(zip(sig_names, dims.values())) if set(sig_names) != set(dims) else dims
+        else:
+            dims_here = dims
+        before = braze.stats()
+        cm = braze.compile(obj, dims=dims_here)
+        after = braze.stats()
+        assert (after["native_compiles"] + after["cache_hits"]) - \
+            (before["native_compiles"] + before["cache_hits"]) == 1, kind
+        # the inputs carry the given names, and the outputs no other symbol
+        names = {d for axes in dims_here.values() for d in axes if isinstance(d, str)}
+        for t in cm.inputs:
+            assert [d for d in t.shape if isinstance(d, str)] == [d for d in dims_here[t.name] if isinstance(d, str)]
+        for t in cm.outputs:
+            assert {d for d in t.shape if isinstance(d, str)} <= names, (kind, t)
+        rename = dict(zip(dims, sig_names)) if sig_names and set(sig_names) != set(dims) else {}
+        for seed, shape in enumerate(shapes):
+            args = {rename.get(k, k): v for k, v in _inputs(shape, seed).items()}
+            want = _tf_outputs(call, args)
+            got = cm(**dict(reversed(list(args.items()))))  # by keyword, in another order
+            got = list(got) if isinstance(got, (list, tuple)) else [got]
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and g.dtype == w.dtype, (kind, shape)
+                scale = max(float(np.max(np.abs(w))), 1e-6) if w.size else 1.0
+                assert float(np.max(np.abs(g - w), initial=0.0)) <= RTOL * scale, (kind, shape)
+
+
+def test_input_names_and_types_from_dims():
+    model, _, _ = mlp()
+    m = braze.import_tf(model, dims={"x": ("rows", None)}, dim_ranges={"rows": (1, 64)})
+    assert str(m.main.params[0].type) == "f32[rows, 32]"
+    assert m.constraints.symbol("rows").hi == 64
+    # an axis left unnamed is named after its input and axis
+    m = braze.import_tf(model)
+    assert str(m.main.params[0].type) == "f32[x_dim0, 32]"
+
+
+def test_one_name_in_two_inputs_is_one_symbol():
+    model, dims, _ = encoder()
+    m = braze.import_tf(model, dims=dims)
+    assert [str(p.type) for p in m.main.params] == ["i32[batch, seq]", "f32[batch, seq]"]
+
+
+def test_bad_dims_are_clear_errors(tmp_path):
+    model, _, _ = mlp()
+    with pytest.raises(BrazeError, match=r"dims names inputs the model does not have: \['y'\]"):
+        braze.import_tf(model, dims={"y": ("b", None)})
+    with pytest.raises(BrazeError, match=r"dims\['x'\] has 3 entries, but input 'x' has rank 2"):
+        braze.import_tf(model, dims={"x": ("b", None, None)})
+    with pytest.raises(BrazeError, match="must be a tuple with one entry per axis"):
+        braze.import_tf(model, dims={"x": "batch"})
+    with pytest.raises(BrazeError, match="dim_ranges names dims the model does not have"):
+        braze.import_tf(model, dims={"x": ("b", None)}, dim_ranges={"batch": (1, 4)})
+    # a traced ConcreteFunction keeps its static axes: naming one is an error that says what to do
+    cf = tf.function(lambda x: model(x)).get_concrete_function(tf.TensorSpec([None, 32], tf.float32, name="x"))
+    with pytest.raises(BrazeError, match="traced with that axis fixed to 32"):
+        braze.import_tf(cf, dims={"x": ("b", "features")})
+    # a Keras model is traced here: a named axis is dynamic even where the model's spec fixes it
+    assert str(braze.import_tf(model, dims={"x": ("b", None)}).main.params[0].type) == "f32[b, 32]"
+
+
+def test_unreadable_things_are_clear_errors(tmp_path):
+    @tf.function
+    def no_signature(x):
+        return x + 1
+    with pytest.raises(BrazeError, match="without an input_signature"):
+        braze.compile(no_signature)
+    with pytest.raises(BrazeError, match="is a directory braze does not read as a model"):
+        braze.compile(tmp_path)
+    model, _, _ = mlp()
+    path = tmp_path / "saved"
+    model.export(str(path), verbose=False)
+    with pytest.raises(BrazeError, match="has no signature 'nope'") as e:
+        braze.compile(path, signature="nope")
+    assert "serving_default" in e.value.hint
+    with pytest.raises(BrazeError, match="signature= chooses a SavedModel's signature"):
+        braze.import_tf(model, signature="serving_default")
+    with pytest.raises(BrazeError, match="dynamic_shapes applies to torch models"):
+        braze.compile(model, dynamic_shapes={"x": {0: "b"}})
+
+
+def test_an_unconverted_op_is_named_with_its_nodes():
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def f(x):
+        return tf.math.lgamma(x) + tf.math.digamma(x)
+    with pytest.raises(UnsupportedOpError, match="uses 2 TF ops braze does not convert") as e:
+        braze.compile(f)
+    assert {"Lgamma", "Digamma"} == set(e.value.unsupported)
+
+
+def test_recurrent_layers_are_refused_naming_the_op_and_layer():
+    x = keras.Input((None, 8), name="x")
+    m = keras.Model(x, keras.layers.GRU(8)(keras.layers.LSTM(16, return_sequences=True)(x)))
+    with pytest.raises(UnsupportedOpError, match=r"While x2: '[^']*lstm[^']*/while', '[^']*gru[^']*/while'") as e:
+        braze.compile(m, dims={"x": ("batch", "seq", None)})
+    assert "Recurrent layers" in e.value.hint
+
+
+def test_saved_model_through_the_cli(tmp_path):
+    import subprocess
+    import sys
+    model, _, _ = mlp()
+    path = tmp_path / "saved"
+    model.export(str(path), verbose=False)
+    out = tmp_path / "art"
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(tmp_path / "cache"))
+    name = tf.saved_model.load(str(path)).signatures["serving_default"].structured_input_signature[1]
+    (name,) = name
+    r = subprocess.run([sys.executable, "-m", "braze", "compile", str(path), "-o", str(out), "--dims",
+                        f"{name}=rows,_", "--dim", "rows=1:64"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    loaded = braze.load(out)
+    assert loaded.inputs[0].shape == ("rows", 32)
+    a = np.random.default_rng(0).standard_normal((3, 32)).astype(np.float32)
+    np.testing.assert_allclose(loaded(a), model(a).numpy(), rtol=RTOL, atol=1e-6)
+    # --dims is for TF models: an ONNX model says how it names its dims
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+    (tmp_path / "m.onnx").write_bytes(helper.make_model(g).SerializeToString())
+    r = subprocess.run([sys.executable, "-m", "braze", "inspect", str(tmp_path / "m.onnx"), "--dims", "x=b"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 1 and "dims applies to TensorFlow models" in r.stderr and "dim_params" in r.stderr
