@@ -31,13 +31,14 @@ def import_torch(exported_program, dynamic_shapes=None):
     return _imp(exported_program, dynamic_shapes=dynamic_shapes)
 
 
-def import_tf(model, *, dims=None, dim_ranges=None, signature=None):
+def import_tf(model, *, dims=None, dim_ranges=None, signature=None, via="graph"):
     """A TensorFlow model (a keras.Model, a tf.function with an input signature, a ConcreteFunction,
     or a SavedModel directory) as a braze Module. ``dims={"tokens": ("batch", "seq")}`` names each
     input's axes (None or a size for a static one); ``dim_ranges`` ranges the names; ``signature``
-    picks a SavedModel's signature (default ``serving_default``)."""
+    picks a SavedModel's signature (default ``serving_default``); ``via="onnx"`` converts through
+    tf2onnx instead of reading the graph directly (docs/tensorflow.md)."""
     from .frontend.tf import import_tf as _imp
-    return _imp(model, dims=dims, dim_ranges=dim_ranges, signature=signature)
+    return _imp(model, dims=dims, dim_ranges=dim_ranges, signature=signature, via=via)
 
 
 __all__ = ["BrazeError", "InputError", "ModelFormatError", "Options", "ShapeError", "UnsupportedOpError",

@@ -164,6 +164,76 @@ def test_each_kind_of_model_matches_tf_at_three_shapes_with_one_compile(name, tm
                 assert float(np.max(np.abs(g - w), initial=0.0)) <= RTOL * scale, (kind, shape)
 
 
+@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder"])
+def test_via_onnx_matches_tf_with_the_same_names(name):
+    """tf2onnx's route: the same names and types as the direct one (no unk__N, no tokens:0), Erfc
+    (which tf2onnx leaves a TF op) rewritten first, and TF's answers at three shapes."""
+    pytest.importorskip("tf2onnx")
+    model, dims, shapes = MODELS[name]()
+    direct = braze.import_tf(model, dims=dims)
+    mod = braze.import_tf(model, dims=dims, via="onnx")
+    assert [(p.name, str(p.type)) for p in mod.main.params] == [(p.name, str(p.type)) for p in direct.main.params]
+    cm = braze.compile(mod)
+    names = [x.name for x in model.inputs]
+    for seed, shape in enumerate(shapes):
+        args = _inputs(shape, seed)
+        (want,) = _tf_outputs(lambda **kw: model([kw[n] for n in names] if len(names) > 1 else kw[names[0]],
+                                                training=False), args)
+        got = cm(**args)
+        assert got.shape == want.shape
+        assert float(np.max(np.abs(got - want))) <= RTOL * float(np.max(np.abs(want)))
+
+
+def test_via_onnx_cannot_read_slice_bounds_computed_from_shapes():
+    """What the direct route is for: tf2onnx lowers a slice end computed from tf.shape through Where,
+    a value braze cannot know at import time."""
+    pytest.importorskip("tf2onnx")
+    f, dims, _ = shape_fn()
+    with pytest.raises(UnsupportedOpError, match="computed from tensor data at run time"):
+        braze.import_tf(f, dims=dims, via="onnx")
+    with pytest.raises(BrazeError, match="via='tflite' is not a TF import route"):
+        braze.import_tf(f, dims=dims, via="tflite")
+
+
+def _sweep(x, i):
+    """Many TF ops of the table on a float [n, 6] and an int [n, 6] input."""
+    outs = [tf.math.rsqrt(tf.abs(x) + 1.0), tf.square(x), tf.math.floormod(x, 1.5), tf.math.floormod(i, 4),
+            tf.math.floordiv(i, 3), tf.math.floordiv(x, 0.7), tf.truncatemod(x, 1.5), tf.nn.relu6(x * 4),
+            tf.nn.leaky_relu(x, 0.1), tf.nn.softplus(x), tf.nn.elu(x), tf.nn.selu(x), tf.sigmoid(x), tf.tanh(x),
+            tf.exp(x), tf.math.log(tf.abs(x) + 0.5), tf.sign(x), tf.round(x * 2.0), tf.maximum(x, 0.2),
+            tf.minimum(x, 0.2), tf.pow(tf.abs(x), 1.5), tf.math.squared_difference(x, 0.3),
+            tf.where(x > 0, x, -2 * x), tf.cast(x * 3, tf.int32), tf.math.cumsum(x, axis=1),
+            tf.math.cumsum(x, axis=1, exclusive=True, reverse=True), tf.argmax(x, axis=1),
+            tf.math.top_k(x, 3).values, tf.pad(x, [[1, 0], [0, 2]], constant_values=0.5),
+            tf.pad(x, [[0, 0], [2, 1]], mode="REFLECT"), tf.tile(x, [2, 1]), tf.concat([x, x * 2], axis=-1),
+            *tf.split(x, 3, axis=1), *tf.split(x, [1, 5], axis=1), *tf.unstack(x[:, :2], axis=1),
+            tf.transpose(x), tf.nn.softmax(x), tf.nn.log_softmax(x), tf.reduce_max(x, axis=0),
+            tf.reduce_min(x, axis=1, keepdims=True), tf.reduce_prod(x[:, :3], axis=1), tf.reduce_mean(x),
+            tf.gather(x, [5, 0, 2], axis=1), tf.broadcast_to(x[:1], tf.shape(x)), tf.zeros_like(x) + tf.ones_like(x),
+            tf.range(tf.shape(x)[0]), tf.fill(tf.shape(x), 2.5), tf.expand_dims(x, -1), tf.squeeze(x[:, :1], 1),
+            tf.reverse(x, axis=[1]), tf.clip_by_value(x, -0.5, 0.5), tf.math.add_n([x, x, x]),
+            tf.linalg.matmul(x, x, transpose_b=True), tf.einsum("ij,kj->ik", x, x), tf.math.erfc(x),
+            tf.math.logical_not(x > 0), tf.math.not_equal(i, 2), tf.size(x), tf.rank(x)]
+    return outs
+
+
+def test_an_op_sweep_matches_tf():
+    f = tf.function(_sweep, input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x"),
+                                             tf.TensorSpec([None, 6], tf.int32, name="i")])
+    cm = braze.compile(f, dims={"x": ("n", None), "i": ("n", None)})
+    for rows in (1, 5):
+        rng = np.random.default_rng(rows)
+        x = rng.uniform(-3, 3, (rows, 6)).astype(np.float32)
+        x[0, :3] = [-1.5, 2.25, -0.75]  # exact multiples: the remainders' signs at 0
+        i = rng.integers(-9, 9, (rows, 6)).astype(np.int32)
+        want = _tf_outputs(f, {"x": x, "i": i})
+        got = cm(x=x, i=i)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert g.shape == w.shape and g.dtype == w.dtype, (k, g.shape, w.shape, g.dtype, w.dtype)
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6, err_msg=f"output {k} at {rows} rows")
+
+
 def test_input_names_and_types_from_dims():
     model, _, _ = mlp()
     m = braze.import_tf(model, dims={"x": ("rows", None)}, dim_ranges={"rows": (1, 64)})

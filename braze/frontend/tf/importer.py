@@ -31,9 +31,9 @@ class _OnnxNode:
     domain = ""
     attribute = ()
 
-    def __init__(self, op_type: str, name: str, inputs: list[str], attrs: dict):
+    def __init__(self, op_type: str, name: str, inputs: list[str], attrs: dict, n_out: int):
         self.op_type, self.name, self.input, self.attrs = op_type, name, inputs, attrs
-        self.output = [f"{name}:{op_type}"]
+        self.output = [f"{name}:{op_type}:{k}" for k in range(n_out)]
 
 
 class _OnnxCtx(NodeCtx):
@@ -94,15 +94,15 @@ class TFNode:
         dt = dtype or DType.from_numpy(a.dtype)
         return TV(known=normalize_known(a, dt), dtype=dt)
 
-    def onnx(self, op_type: str, inputs: list, **attrs) -> list:
-        """Run braze's converter of ONNX ``op_type`` on ``inputs`` (TVs or None) with ``attrs``; its
-        outputs as TVs."""
+    def onnx(self, op_type: str, inputs: list, outputs: int = 1, **attrs) -> list:
+        """Run braze's converter of ONNX ``op_type`` on ``inputs`` (TVs or None) with ``attrs``, for
+        ``outputs`` outputs; they come back as TVs."""
         from ..onnx.table import CONVERTERS
         entry = CONVERTERS.get(op_type)
         if entry is None:
             raise self.unsupported(f"braze has no ONNX {op_type} to convert it with")
         names = [f"{self.name}/{k}" for k in range(len(inputs))]
-        node = _OnnxNode(op_type, self.name, names, {k: v for k, v in attrs.items() if v is not None})
+        node = _OnnxNode(op_type, self.name, names, {k: v for k, v in attrs.items() if v is not None}, outputs)
         outs = entry[0](_OnnxCtx(self.imp, node, list(inputs), self))
         outs = outs if isinstance(outs, (list, tuple)) else [outs]
         return [o if o is None or isinstance(o, TV) else TV(value=o) for o in outs]
@@ -166,7 +166,7 @@ class TFImporter(Importer):
         self.b = Builder(self.module, "main")
         self.env: dict[str, TV] = {}
         self.opset = ONNX_OPSET
-        self.dims = _checked_dims(dims, [n for n, _, _ in frozen.inputs])
+        self.dims = checked_dims(dims, [n for n, _, _ in frozen.inputs])
         self.dim_ranges = dict(dim_ranges or {})
         self._used_ranges: set[str] = set()
         self._fresh = 0
@@ -213,11 +213,7 @@ class TFImporter(Importer):
             raise ModelFormatError(f"input '{name}' has no rank", where=self.what,
                                    hint="give the function an input_signature with a shape for each input")
         shape = spec.shape.as_list()
-        axes = self.dims.get(name)
-        if axes is not None and len(axes) != len(shape):
-            raise BrazeError(f"dims[{name!r}] has {len(axes)} entries, but input '{name}' has rank {len(shape)}",
-                             hint="give one entry per axis: a name for a dynamic axis, None or the size for a "
-                                  "static one")
+        axes = axes_of(self.dims, name, len(shape))
         out = []
         for axis, d in enumerate(shape):
             want = axes[axis] if axes is not None else None
@@ -321,7 +317,16 @@ def _topological(graph_def) -> list:
     return out
 
 
-def _checked_dims(dims, names: list[str]) -> dict:
+def axes_of(dims: dict, name: str, rank: int):
+    """``dims``' entry for input ``name`` (None if it has none), checked against its rank."""
+    axes = dims.get(name)
+    if axes is not None and len(axes) != rank:
+        raise BrazeError(f"dims[{name!r}] has {len(axes)} entries, but input '{name}' has rank {rank}",
+                         hint="give one entry per axis: a name for a dynamic axis, None or the size for a static one")
+    return axes
+
+
+def checked_dims(dims, names: list[str]) -> dict:
     if dims is None:
         return {}
     if not isinstance(dims, dict):
@@ -344,7 +349,7 @@ def _checked_dims(dims, names: list[str]) -> dict:
     return out
 
 
-def import_tf(model, dims=None, dim_ranges=None, signature: str | None = None) -> Module:
+def import_tf(model, dims=None, dim_ranges=None, signature: str | None = None, via: str = "graph") -> Module:
     """A TensorFlow model as a braze Module: a ``keras.Model``, a ``tf.function`` with an input
     signature, a ConcreteFunction, or a SavedModel directory (its ``serving_default`` signature, or
     the one ``signature`` names).
@@ -352,12 +357,23 @@ def import_tf(model, dims=None, dim_ranges=None, signature: str | None = None) -
     ``dims={"tokens": ("batch", "seq")}``: one entry per axis of an input, a name for a dynamic axis
     (the same name in two inputs is one symbol), None or the size for a static one; an unnamed
     dynamic axis is ``<input>_dim<axis>``. ``dim_ranges={"batch": (1, 64)}`` ranges the symbols.
+    ``via``: "graph" (default) reads the frozen GraphDef here; "onnx" has tf2onnx convert it and
+    imports the ONNX (via_onnx.py), for a model with a TF op only tf2onnx converts.
     """
     import os
 
     from .source import freeze
+    if via not in ("graph", "onnx"):
+        raise BrazeError(f"via={via!r} is not a TF import route", hint="use 'graph' (the default) or 'onnx'")
     path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
-    return TFImporter(freeze(model, dims, signature), dims, dim_ranges, path).run()
+    frozen = freeze(model, dims, signature)
+    if via == "onnx":
+        from .via_onnx import import_via_onnx
+        checked = checked_dims(dims, [n for n, _, _ in frozen.inputs])
+        for name, _, spec in frozen.inputs:
+            axes_of(checked, name, spec.shape.rank or 0)
+        return import_via_onnx(frozen, checked, dim_ranges)
+    return TFImporter(frozen, dims, dim_ranges, path).run()
 
 
 __all__ = ["TFImporter", "import_tf"]

@@ -89,7 +89,12 @@ def _int(x):
 
 @tf_op("FloorMod")
 def _floormod(n):
-    return n.onnx1("Mod", *n.inputs, fmod=1 if n.inputs[0].dtype.is_float else 0)
+    return n.onnx1("Mod", *n.inputs, fmod=0)  # the sign of the divisor, for floats too
+
+
+@tf_op("TruncateMod")
+def _truncatemod(n):
+    return n.onnx1("Mod", *n.inputs, fmod=1)  # C's fmod: the sign of the dividend
 
 
 @tf_op("NotEqual")
@@ -285,7 +290,7 @@ def _unpack(n):
     axis = int(n.attr("axis", 0)) % _rank(x)
     num = int(n.attr("num"))
     ax = n.const([axis], DType.int64)
-    parts = n.onnx("Split", [x], axis=axis, num_outputs=num) if num > 1 else [x]
+    parts = n.onnx("Split", [x], outputs=num, axis=axis, num_outputs=num) if num > 1 else [x]
     return [n.onnx1("Squeeze", p, ax) for p in parts]
 
 
@@ -404,19 +409,30 @@ def _strided_slice(n):
     return out
 
 
+@tf_op("ReverseV2")
+def _reverse(n):
+    x = n.inputs[0]
+    axes = sorted({int(a) % _rank(x) for a in n.known(1).reshape(-1)})
+    if not axes:
+        return x
+    k = len(axes)
+    return n.onnx1("Slice", x, n.const([-1] * k, DType.int64), n.const([-BIG] * k, DType.int64),
+                   n.const(axes, DType.int64), n.const([-1] * k, DType.int64))
+
+
 @tf_op("Split")
 def _split(n):
     axis_t, x = n.inputs
     axis = int(n.known(0).reshape(-1)[0])
     num = int(n.attr("num_split"))
-    return n.onnx("Split", [x], axis=axis, num_outputs=num) if num > 1 else [x]
+    return n.onnx("Split", [x], outputs=num, axis=axis, num_outputs=num) if num > 1 else [x]
 
 
 @tf_op("SplitV")
 def _split_v(n):
     x, sizes, _ = n.inputs
     axis = int(n.known(2).reshape(-1)[0])
-    return n.onnx("Split", [x, _axes(n, sizes)], axis=axis)
+    return n.onnx("Split", [x, _axes(n, sizes)], outputs=int(n.attr("num_split")), axis=axis)
 
 
 @tf_op("Pad", "PadV2", "MirrorPad")
@@ -468,8 +484,10 @@ def _cumsum(n):
 @tf_op("TopKV2")
 def _topk(n):
     x, k = n.inputs
-    return n.onnx("TopK", [x, n.onnx1("Reshape", _axes(n, k), n.const([1], DType.int64))], axis=-1, largest=1,
-                  sorted=1)
+    values, indices = n.onnx("TopK", [x, n.onnx1("Reshape", _axes(n, k), n.const([1], DType.int64))], outputs=2,
+                             axis=-1, largest=1, sorted=1)
+    to = n.attr("index_type", DType.int32)
+    return [values, indices if to is indices.dtype else n.onnx1("Cast", indices, to=to_onnx_dtype(to))]
 
 
 # --- convolution, pooling, batch norm (NHWC) -----------------------------------------------
