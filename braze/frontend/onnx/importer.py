@@ -221,6 +221,7 @@ class Importer:
         self.b = Builder(self.module, "main")
         self.env: dict[str, TV] = {}
         self.opset = self._opset()
+        self._expand()
         self.dim_ranges = dict(dim_ranges or {})
         self._used_ranges: set[str] = set()
         self._fresh = 0
@@ -240,6 +241,13 @@ class Importer:
                 hint=f"convert it: onnx.version_converter.convert_version(model, {TARGET_OPSET}), or re-export "
                      f"with opset_version={TARGET_OPSET}")
         return v
+
+    def _expand(self) -> None:
+        """Ops braze lacks that ONNX defines as functions, replaced by their bodies (functions.py)."""
+        from .functions import expand_functions
+        from .table import CONVERTERS
+        self.proto = expand_functions(self.proto, CONVERTERS, self.opset)
+        self.graph = self.proto.graph
 
     def since_version(self, op_type: str) -> int:
         import onnx

@@ -8,8 +8,10 @@ from .convert import CONVERTERS
 
 
 def supported_ops() -> list[str]:
-    """ONNX op types (default domain) braze imports."""
-    return sorted(CONVERTERS)
+    """ONNX op types (default domain) braze imports: those it converts, and the function ops it
+    expands into their bodies (functions.EXPANDED)."""
+    from .functions import EXPANDED
+    return sorted(set(CONVERTERS) | set(EXPANDED))
 
 
 __all__ = ["CONVERTERS", "supported_ops"]

@@ -1,0 +1,108 @@
+"""Count ONNX's backend node tests braze passes, over all of them (the wheel's ``collect_testcases``).
+
+    python scripts/onnx_conformance.py [--native] [--json FILE]
+
+Each test runs twice through braze's reference interpreter (``braze/frontend/onnx/backend.py``): with
+its inputs fed as the test provides them, and with the shape operands braze needs at import time
+(a Reshape's shape, Slice's starts, ...) bound as constants, as an exporter writes them. ``--native``
+also compiles each test that passes bound and runs it natively (slow: one C compile per test). It
+prints the three counts over every test, and the commonest reasons for failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's braze
+
+
+def _close(got, outs, case) -> bool:
+    import numpy as np
+
+    from braze.frontend.onnx.backend import as_array
+    if len(got) != len(outs):
+        return False
+    for g, e in zip(got, outs):
+        e = as_array(e)
+        if g.dtype != e.dtype or g.shape != e.shape:
+            return False
+        if not np.allclose(g.astype(np.float64), e.astype(np.float64), rtol=case.rtol, atol=case.atol, equal_nan=True):
+            return False
+    return True
+
+
+def _run(case, bind: bool, native: bool, cache: str) -> bool:
+    import braze
+    from braze.errors import UnsupportedOpError
+    from braze.frontend.onnx.backend import BrazeBackend, as_array, bind_inputs
+    names = [i.name for i in case.model.graph.input]
+    for ins, outs in case.data_sets:
+        feed = dict(zip(names, [as_array(a) for a in ins]))
+        bound: dict = {}
+        while True:
+            try:
+                rep = BrazeBackend.prepare(bind_inputs(case.model, bound) if bound else case.model)
+                break
+            except UnsupportedOpError as e:
+                name = getattr(e, "input_name", None)
+                if not bind or name is None or name not in feed or name in bound:
+                    raise
+                bound[name] = feed[name]
+        rest = [feed[n] for n in names if n not in bound]
+        if native:
+            got = braze.compile(rep.module, options={"cache_dir": cache})(*rest)
+            got = list(got) if isinstance(got, (list, tuple)) else [got]
+        else:
+            got = rep.run(rest)
+        if not _close(got, outs, case):
+            return False
+    return True
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--native", action="store_true", help="also compile and run natively what passes bound")
+    ap.add_argument("--json", metavar="FILE", help="write each test's results here")
+    a = ap.parse_args(argv)
+    import numpy as np
+    import onnx.backend.test.case.node as N
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cases = N.collect_testcases(None)
+    results, why = {}, collections.Counter()
+    cache = tempfile.mkdtemp(prefix="braze-onnx-")
+    for case in cases:
+        row = {}
+        for mode, bind, native in (("fed", False, False), ("bound", True, False), ("native", True, True)):
+            if mode == "native" and not (a.native and row["bound"]):
+                continue
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    row[mode] = _run(case, bind, native, cache)
+            except Exception as e:  # noqa: BLE001 (a failing test, whatever it raises)
+                row[mode] = False
+                if mode == "bound":
+                    why[f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"] += 1
+        results[case.name] = row
+    n = len(cases)
+    line = f"{n} ONNX node tests: {sum(r['fed'] for r in results.values())} pass as fed, " \
+           f"{sum(r['bound'] for r in results.values())} with shape operands bound"
+    if a.native:
+        line += f", {sum(r.get('native', False) for r in results.values())} natively compiled (bound)"
+    print(line)
+    for k, v in why.most_common(20):
+        print(f"  {v:4d}  {k}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=0))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

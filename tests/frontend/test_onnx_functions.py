@@ -1,0 +1,74 @@
+"""ONNX function ops braze has no converter for, expanded into their bodies at import
+(braze/frontend/onnx/functions.py), compiled natively at dynamic shapes against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+import braze  # noqa: E402
+from braze.errors import UnsupportedOpError  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("module_cache")
+
+
+def _model(node, inputs, outputs, opset):
+    g = helper.make_graph([node], "g", inputs, outputs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_a_left_out_attribute_takes_the_schemas_default():
+    """MeanVarianceNormalization without ``axes`` normalizes over (0, 2, 3), its default: the inliner
+    would drop the body's reference to the missing attribute, and the mean would run over every axis."""
+    m = _model(helper.make_node("MeanVarianceNormalization", ["x"], ["y"]),
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", 2])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3, "h", 2])], 13)
+    cm = braze.compile(m)
+    for shape in ((1, 3, 1, 2), (2, 3, 5, 2)):
+        x = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32) * 3 + 1
+        mean = x.mean(axis=(0, 2, 3), keepdims=True)
+        want = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True))
+        np.testing.assert_allclose(cm(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_context_dependent_bodies_at_dynamic_shapes():
+    """RMSNormalization (opset 23) and SoftmaxCrossEntropyLoss: bodies ONNX builds for the node's
+    attributes and input types, with symbolic dims, compiled once and run at several batch sizes."""
+    rms = _model(helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1, epsilon=1e-5),
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 8]),
+                  helper.make_tensor_value_info("s", TensorProto.FLOAT, [8])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", 8])], 23)
+    sce = _model(helper.make_node("SoftmaxCrossEntropyLoss", ["x", "y"], ["loss"], reduction="mean"),
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 5]),
+                  helper.make_tensor_value_info("y", TensorProto.INT64, ["b"])],
+                 [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], 13)
+    cm_rms, cm_sce = braze.compile(rms), braze.compile(sce)
+    for b in (1, 3, 17):
+        rng = np.random.default_rng(b)
+        x = rng.standard_normal((b, 2 * b - 1, 8)).astype(np.float32)
+        s = rng.standard_normal(8).astype(np.float32)
+        want = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * s
+        np.testing.assert_allclose(cm_rms(x, s), want, rtol=1e-5, atol=1e-6)
+        logits = rng.standard_normal((b, 5)).astype(np.float32)
+        labels = rng.integers(0, 5, b).astype(np.int64)
+        z = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        np.testing.assert_allclose(cm_sce(logits, labels), -logp[np.arange(b), labels].mean(), rtol=1e-5)
+
+
+def test_a_body_whose_ops_changed_since_is_refused_by_name():
+    """Swish's body is written at opset 24 and uses Constant and CastLike, which have newer versions
+    by opset 28: read at 28 it might mean something else, so braze names the op instead."""
+    m = _model(helper.make_node("Swish", ["x"], ["y"], alpha=1.0),
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])], 28)
+    with pytest.raises(UnsupportedOpError, match="Swish"):
+        braze.import_onnx(m)
+    at24 = _model(helper.make_node("Swish", ["x"], ["y"], alpha=1.0),
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])], 24)
+    x = np.linspace(-4, 4, 9).astype(np.float32)
+    np.testing.assert_allclose(braze.compile(at24)(x), x / (1 + np.exp(-x)), rtol=1e-6, atol=1e-7)
