@@ -190,26 +190,20 @@ def _swap_last(n, t: TV) -> TV:
     return n.onnx1("Transpose", t, perm=perm)
 
 
-@tf_op("MatMul")
+def _as(n, t: TV, to) -> TV:
+    """``t`` cast to the DType ``to`` (None: as it is)."""
+    return t if to is None or to is t.dtype else n.onnx1("Cast", t, to=to_onnx_dtype(to))
+
+
+@tf_op("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 def _matmul(n):
     a, b = n.inputs
-    if n.attr("transpose_a", False):
+    swap_a, swap_b = ("transpose_a", "transpose_b") if n.op == "MatMul" else ("adj_x", "adj_y")
+    if n.attr(swap_a, False):
         a = _swap_last(n, a)
-    if n.attr("transpose_b", False):
+    if n.attr(swap_b, False):
         b = _swap_last(n, b)
-    return n.onnx1("MatMul", a, b)
-
-
-@tf_op("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
-def _batch_matmul(n):
-    a, b = n.inputs
-    if n.attr("adj_x", False):
-        a = _swap_last(n, a)
-    if n.attr("adj_y", False):
-        b = _swap_last(n, b)
-    out = n.onnx1("MatMul", a, b)
-    to = n.attr("Tout")
-    return out if to is None or to is out.dtype else n.onnx1("Cast", out, to=to_onnx_dtype(to))
+    return _as(n, n.onnx1("MatMul", a, b), n.attr("Tout"))
 
 
 @tf_op("Einsum")
@@ -218,18 +212,9 @@ def _einsum(n):
 
 
 # --- shapes and indexing -------------------------------------------------------------------
-@tf_op("Shape")
+@tf_op("Shape", "Size")
 def _shape(n):
-    out = n.onnx1("Shape", n.inputs[0])
-    to = n.attr("out_type", DType.int32)
-    return out if to is out.dtype else n.onnx1("Cast", out, to=to_onnx_dtype(to))
-
-
-@tf_op("Size")
-def _size(n):
-    out = n.onnx1("Size", n.inputs[0])
-    to = n.attr("out_type", DType.int32)
-    return out if to is out.dtype else n.onnx1("Cast", out, to=to_onnx_dtype(to))
+    return _as(n, n.onnx1(n.op, n.inputs[0]), n.attr("out_type", DType.int32))
 
 
 @tf_op("Rank")
@@ -465,9 +450,7 @@ def _reduce(n):
 def _arg(n):
     x = n.inputs[0]
     axis = int(n.known(1).reshape(-1)[0])
-    out = n.onnx1(n.op, x, axis=axis, keepdims=0)
-    to = n.attr("output_type", DType.int64)
-    return out if to is out.dtype else n.onnx1("Cast", out, to=to_onnx_dtype(to))
+    return _as(n, n.onnx1(n.op, x, axis=axis, keepdims=0), n.attr("output_type", DType.int64))
 
 
 @tf_op("Softmax", "LogSoftmax")
@@ -486,8 +469,7 @@ def _topk(n):
     x, k = n.inputs
     values, indices = n.onnx("TopK", [x, n.onnx1("Reshape", _axes(n, k), n.const([1], DType.int64))], outputs=2,
                              axis=-1, largest=1, sorted=1)
-    to = n.attr("index_type", DType.int32)
-    return [values, indices if to is indices.dtype else n.onnx1("Cast", indices, to=to_onnx_dtype(to))]
+    return [values, _as(n, indices, n.attr("index_type", DType.int32))]
 
 
 # --- convolution, pooling, batch norm (NHWC) -----------------------------------------------
