@@ -222,10 +222,12 @@ def _kinds(lines) -> set[str]:
     return {w[0] if w[0] == "cublas" else w[1] for w in lines if w[0] in ("cublas", "launch")}
 
 
-# every model on braze's own GEMM; on cuBLAS only the block (GEMMs at M = 1, batched, with
-# residuals) by default, as test_gemm_mapping covers cuBLAS's mapping case by case: the others are slow
+# by default: the block (GEMMs at M = 1, batched, with residuals) on cuBLAS and on braze's own GEMM, and
+# the convnet (im2col) on braze's; test_gemm_mapping covers cuBLAS's mapping case by case. The others
+# are slow (the default suite stays near 15 minutes on 2 cores)
+DEFAULT_E2E = {("block", "cublas"), ("block", "bz_gemm"), ("convnet", "bz_gemm")}
 E2E_CASES = [pytest.param(name, gemm, id=f"{name}-{gemm}",
-                          marks=pytest.mark.slow if gemm == "cublas" and name != "block" else ())
+                          marks=() if (name, gemm) in DEFAULT_E2E else pytest.mark.slow)
              for name in MODELS for gemm in ("cublas", "bz_gemm")]
 
 
