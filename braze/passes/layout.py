@@ -5,7 +5,8 @@ oneDNN's fast convolutions want NHWC (docs/gemm.md: plain NCHW 1x1 convs run
 at under 1 GFLOP/s). Each float ``conv2d`` / ``max_pool2d`` (and its indices and backward) becomes
 ``permute(op(permute(x, to_nhwc), layout="nhwc"), to_nchw)`` (rule ``to_nhwc``); then each
 ``to_nchw`` permute sinks (rule ``sink_permute``) through the elementwise ops after it (relu,
-residual add) until it meets a ``to_nhwc`` permute, and the pair cancels (the
+residual add) and pads (a SAME window on a symbolic size is padded apart) until it meets a
+``to_nhwc`` permute, and the pair cancels (the
 canonicalize pass merges and drops them). What remains are permutes at the
 edges of the convolutional part of the graph; a global average pool there reads
 the NHWC value itself (rule ``pool_in_nhwc``: a mean over H and W).
@@ -100,6 +101,16 @@ def _sink(module: Module, f: Function, namer: Namer) -> int:
                     out.append(p)
                     ins.append(p.outputs[0])
             m = make_node(module, n.op, ins, n.attrs, loc=n.loc, namer=namer, name=n.op)
+            _replace(module, f, namer, n, m, out)
+            changed += 1
+            _SINK.hit()
+        elif n.op == "pad" and n.inputs[0].rank == 4 and _is_to_nchw(n.inputs[0]):
+            # each dim's padding moves with the dim: a SAME window on a symbolic size (padded apart
+            # before the pool or convolution that reads it NHWC) keeps no transpose pair
+            pads = list(n.attrs["pads"])
+            nhwc = [pads[i] for i in TO_NHWC] + [pads[4 + i] for i in TO_NHWC]
+            m = make_node(module, "pad", [n.inputs[0].producer.inputs[0]], {**n.attrs, "pads": tuple(nhwc)},
+                          loc=n.loc, namer=namer, name="pad")
             _replace(module, f, namer, n, m, out)
             changed += 1
             _SINK.hit()

@@ -55,6 +55,31 @@ def test_a_global_average_pool_reads_nhwc_where_it_is():
         np.testing.assert_allclose(reference.run(m, x), w, rtol=1e-5, atol=1e-5)
 
 
+def test_a_pad_between_convolutions_keeps_no_transpose():
+    """A SAME window on a symbolic size is padded apart (the ONNX and TF frontends' explicit pad):
+    the pad moves to NHWC with its dims' padding, so conv -> pad -> max pool -> conv stays
+    channels-last with one permute at each end."""
+    b = Builder()
+    n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
+    x = b.param("x", tensor("f32", n, 8, h, w))
+    rng = np.random.default_rng(0)
+    w1 = b.constant(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w1")
+    w2 = b.constant(rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "w2")
+    y = b.relu(b.op("conv2d", [x, w1]))
+    y = b.op("pad", [y], pads=(0, 0, 1, 0, 0, 0, 2, 1), value=float("-inf"))
+    y = b.op("max_pool2d", [y], kernel=(3, 2), stride=(2, 2))
+    b.ret(b.op("conv2d", [b.op("pad", [y], pads=(0, 0, 0, 1, 0, 0, 1, 0), mode="edge"), w2]))
+    m = b.module
+    xs = [np.random.default_rng(i).standard_normal(s).astype(np.float32) for i, s in
+          enumerate([(1, 8, 4, 4), (2, 8, 9, 7)])]
+    want = [reference.run(m, x) for x in xs]
+    m = dce(cse(canonicalize(channels_last(m))))
+    ops = [nd.op for nd in m.main.nodes if nd.op != "constant"]
+    assert ops.count("permute") == 2, ops
+    for x, wt in zip(xs, want):
+        np.testing.assert_allclose(reference.run(m, x), wt, rtol=1e-5, atol=1e-5)
+
+
 def test_a_max_pools_indices_and_backward_run_in_nhwc():
     """A training step's pool: in the forward graph the indices run channels-last beside the pool;
     in the backward graph the input's gradient does too (its NCHW loops had gathered across planes:
