@@ -34,14 +34,6 @@ def section_ops(section: str) -> list[str]:
     return sorted(fe.supported_ops())
 
 
-def onnx_ops() -> list[str]:
-    return section_ops("onnx")
-
-
-def aten_ops() -> list[str]:
-    return section_ops("aten")
-
-
 def _fmt_default(v) -> str:
     if isinstance(v, float):
         return repr(v)
@@ -95,4 +87,4 @@ def _section(out: list[str], title: str, names: list[str], width: int) -> list[s
     return lines
 
 
-__all__ = ["ir_ops", "onnx_ops", "aten_ops", "render_markdown", "render_text", "section_ops", "SECTIONS"]
+__all__ = ["ir_ops", "render_markdown", "render_text", "section_ops", "SECTIONS"]

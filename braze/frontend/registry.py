@@ -149,7 +149,8 @@ def _tf_ops():
 
 
 def _saved_model(path) -> bool:
-    return (Path(path) / "saved_model.pb").is_file()
+    from .tf.source import is_saved_model
+    return is_saved_model(path)
 
 
 FRONTENDS: dict[str, Frontend] = {f.name: f for f in (

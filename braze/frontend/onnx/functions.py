@@ -103,10 +103,10 @@ def expand_functions(model, known, opset: int):
     from onnx import helper, inliner
 
     for _ in range(MAX_DEPTH):
-        todo = [n for n in model.graph.node if n.domain in ("", "ai.onnx") and n.op_type not in known]
+        todo = [(i, n) for i, n in enumerate(model.graph.node) if n.domain in ("", "ai.onnx") and n.op_type not in known]
         bodies = []
         types = None
-        for node in todo:
+        for i, node in todo:
             schema = _schema(node.op_type, opset)
             if schema is None or not (schema.has_function or schema.has_context_dependent_function):
                 continue
@@ -120,17 +120,16 @@ def expand_functions(model, known, opset: int):
             except Exception:  # noqa: BLE001 (onnx cannot build it, e.g. without input types): stays unsupported
                 body = None
             if body is not None and _at_opset(body, opset):
-                bodies.append((node, filled, body))
+                bodies.append((i, filled, body))
         if not bodies:
             return model
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
-        by_name = {id(n): i for i, n in enumerate(model.graph.node)}
-        for k, (node, filled, body) in enumerate(bodies):
-            target = copy.graph.node[by_name[id(node)]]
+        for k, (i, filled, body) in enumerate(bodies):
+            target = copy.graph.node[i]
             del target.attribute[:]
             target.attribute.extend(filled.attribute)
-            body.domain, body.name = DOMAIN, f"{node.op_type}_{k}"
+            body.domain, body.name = DOMAIN, f"{filled.op_type}_{k}"
             target.domain, target.op_type = DOMAIN, body.name
             copy.functions.append(body)
         if not any(o.domain == DOMAIN for o in copy.opset_import):

@@ -212,20 +212,40 @@ class NodeCtx:
         return UnsupportedOpError(f"ONNX {self.node.op_type}: {what}", where=self.where(), hint=hint)
 
 
+def node_names(names: list[str]) -> str:
+    """The first three node names of an error's listing, and how many more."""
+    return ", ".join(f"'{n}'" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 class Importer:
     def __init__(self, proto, path: str | None, dim_ranges):
+        self._start(path, dim_ranges)
         self.proto = proto
-        self.path = path
         self.graph = proto.graph
+        self.opset = self._opset()
+        self._expand()
+
+    def _start(self, path: str | None, dim_ranges) -> None:
+        """What every importer starts with (the TF frontend's too): an empty module and its names."""
+        self.path = path
         self.module = Module()
         self.b = Builder(self.module, "main")
         self.env: dict[str, TV] = {}
-        self.opset = self._opset()
-        self._expand()
         self.dim_ranges = dict(dim_ranges or {})
         self._used_ranges: set[str] = set()
         self._fresh = 0
         self._node_idx = 0
+
+    def model_where(self) -> str:
+        return self.path or "<model>"
+
+    def _check_ranges(self) -> None:
+        """dim_ranges may name only the model's dims (call it once every input's type is made)."""
+        unknown = set(self.dim_ranges) - self._used_ranges
+        if unknown:
+            raise ModelFormatError(f"dim_ranges names dims the model does not have: {sorted(unknown)}",
+                                   where=self.model_where(),
+                                   hint=f"the model's dims are: {', '.join(sorted(self.module.symbols))}")
 
     # --- opsets --------------------------------------------------------------
     def _opset(self) -> int:
@@ -365,11 +385,7 @@ class Importer:
                     self.module.input_notes[(self.b.func.name, p.name, axis)] = (
                         f"the ONNX model fixes this dim to {d} (its graph input has a dim_value, not a dim_param); "
                         "to serve other sizes, export the model with this dim dynamic")
-        unknown = set(self.dim_ranges) - self._used_ranges
-        if unknown:
-            names = sorted(self.module.symbols)
-            raise ModelFormatError(f"dim_ranges names dims the model does not have: {sorted(unknown)}",
-                                   where=self.path or "<model>", hint=f"the model's dims are: {', '.join(names)}")
+        self._check_ranges()
         self._check_ops()
         for idx, node in enumerate(g.node):
             self._node_idx = idx
@@ -401,9 +417,8 @@ class Importer:
         lines = []
         for k in order:
             ns = bad[k]
-            names = ", ".join(f"'{n}'" for n in ns[:3]) + (f" and {len(ns) - 3} more" if len(ns) > 3 else "")
             custom = " (a custom domain)" if "::" in k else ""
-            lines.append(f"    {k} x{len(ns)}{custom}: node{'s' if len(ns) > 1 else ''} {names}")
+            lines.append(f"    {k} x{len(ns)}{custom}: node{'s' if len(ns) > 1 else ''} {node_names(ns)}")
         what = (f"ONNX op '{order[0]}' is not supported" if total == 1 else
                 f"the model uses {len(order)} ONNX op{'s' if len(order) > 1 else ''} that braze does not support "
                 f"({total} nodes in all)")

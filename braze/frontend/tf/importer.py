@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import BrazeError, ModelFormatError, UnsupportedOpError
-from ...ir.graph import Module, SourceLoc, Value
+from ...ir.graph import Module, Value
 from ...ir.types import DType, TensorType
-from ...ops.builder import Builder, unique_names
+from ...ops.builder import unique_names
 from ..onnx.common import TV, normalize_known
-from ..onnx.importer import Importer, NodeCtx
+from ..onnx.importer import Importer, NodeCtx, node_names
 from .source import Frozen
 
 ONNX_OPSET = 18  # the opset the in-memory ONNX ops are read at: reductions take their axes as an input
@@ -67,8 +67,6 @@ class TFNode:
         self.op = nd.op
         self.name = nd.name
         self.inputs = inputs
-        self.b = imp.b
-        self.loc = SourceLoc(file=imp.path, name=nd.name)
 
     def where(self) -> str:
         return f"TF node '{self.name}' ({self.op}) of {self.imp.what}"
@@ -109,9 +107,6 @@ class TFNode:
 
     def onnx1(self, op_type: str, *inputs, **attrs) -> TV:
         return self.onnx(op_type, list(inputs), **attrs)[0]
-
-    def value(self, t: TV) -> Value:
-        return self.imp.materialize(t)
 
 
 def attr_value(a):
@@ -156,24 +151,15 @@ def tf_dtype(code):
 
 
 class TFImporter(Importer):
-    def __init__(self, frozen: Frozen, dims: dict | None, dim_ranges: dict | None, path: str | None = None):
-        # not Importer.__init__: there is no ModelProto; the ONNX ops written here are read at ONNX_OPSET
+    def __init__(self, frozen: Frozen, dims: dict, dim_ranges: dict | None, path: str | None = None):
+        # not Importer.__init__: there is no ModelProto; the ONNX ops written here are read at ONNX_OPSET.
+        # ``dims``: checked against the inputs (check_dims)
+        self._start(path, dim_ranges)
         self.proto = self.graph = None
-        self.path = path
+        self.opset = ONNX_OPSET
         self.what = frozen.where
         self.frozen = frozen
-        self.module = Module()
-        self.b = Builder(self.module, "main")
-        self.env: dict[str, TV] = {}
-        self.opset = ONNX_OPSET
-        self.dims = checked_dims(dims, [n for n, _, _ in frozen.inputs])
-        self.dim_ranges = dict(dim_ranges or {})
-        self._used_ranges: set[str] = set()
-        self._fresh = 0
-        self._node_idx = 0
-
-    def loc(self, node) -> SourceLoc:
-        return SourceLoc(file=self.path, name=node.name)
+        self.dims = dims
 
     def run(self) -> Module:
         from .ops import TF_OPS
@@ -203,6 +189,9 @@ class TFImporter(Importer):
         self.module.output_names[self.b.func.name] = unique_names([n for n, _ in self.frozen.outputs])
         return self.module
 
+    def model_where(self) -> str:
+        return self.what
+
     # --- inputs --------------------------------------------------------------
     def _input_type(self, name: str, spec) -> TensorType:
         dt = tf_dtype(spec.dtype.as_datatype_enum)
@@ -213,7 +202,7 @@ class TFImporter(Importer):
             raise ModelFormatError(f"input '{name}' has no rank", where=self.what,
                                    hint="give the function an input_signature with a shape for each input")
         shape = spec.shape.as_list()
-        axes = axes_of(self.dims, name, len(shape))
+        axes = self.dims.get(name)
         out = []
         for axis, d in enumerate(shape):
             want = axes[axis] if axes is not None else None
@@ -237,12 +226,6 @@ class TFImporter(Importer):
                     "sizes, give the axis a name in dims=")
         return TensorType(dt, tuple(out))
 
-    def _check_ranges(self) -> None:
-        unknown = set(self.dim_ranges) - self._used_ranges
-        if unknown:
-            raise ModelFormatError(f"dim_ranges names dims the model does not have: {sorted(unknown)}",
-                                   where=self.what, hint=f"the model's dims are: {', '.join(sorted(self.module.symbols))}")
-
     # --- nodes ---------------------------------------------------------------
     def _check_ops(self, nodes, table) -> None:
         """One error naming every TF op braze cannot convert, with counts and node names."""
@@ -253,8 +236,7 @@ class TFImporter(Importer):
         if not bad:
             return
         order = sorted(bad, key=lambda k: (-len(bad[k]), k))
-        lines = [f"    {k} x{len(bad[k])}: " + ", ".join(f"'{n}'" for n in bad[k][:3]) +
-                 (f" and {len(bad[k]) - 3} more" if len(bad[k]) > 3 else "") for k in order]
+        lines = [f"    {k} x{len(bad[k])}: {node_names(bad[k])}" for k in order]
         loops = " Recurrent layers (LSTM, GRU) and other loops are TF While ops, which braze does not convert " \
             "yet." if "While" in bad else ""
         err = UnsupportedOpError(f"{self.what} uses {len(order)} TF op{'s' * (len(order) > 1)} braze does not convert:\n"
@@ -317,25 +299,28 @@ def _topological(graph_def) -> list:
     return out
 
 
-def axes_of(dims: dict, name: str, rank: int):
-    """``dims``' entry for input ``name`` (None if it has none), checked against its rank."""
-    axes = dims.get(name)
-    if axes is not None and len(axes) != rank:
-        raise BrazeError(f"dims[{name!r}] has {len(axes)} entries, but input '{name}' has rank {rank}",
-                         hint="give one entry per axis: a name for a dynamic axis, None or the size for a static one")
-    return axes
+def check_dims(dims: dict, frozen: Frozen) -> None:
+    """``dims`` (as ``checked_dims`` gives it) names only the function's inputs, one entry per axis."""
+    names = [n for n, _, _ in frozen.inputs]
+    unknown = sorted(set(dims) - set(names))
+    if unknown:
+        raise BrazeError(f"dims names inputs the model does not have: {unknown}",
+                         hint=f"its inputs: {', '.join(names)}")
+    for name, _, spec in frozen.inputs:
+        axes, rank = dims.get(name), spec.shape.rank
+        if axes is not None and rank is not None and len(axes) != rank:
+            raise BrazeError(f"dims[{name!r}] has {len(axes)} entries, but input '{name}' has rank {rank}",
+                             hint="give one entry per axis: a name for a dynamic axis, None or the size for a "
+                                  "static one")
 
 
-def checked_dims(dims, names: list[str]) -> dict:
+def checked_dims(dims) -> dict:
+    """``dims`` as given, its form checked before anything is traced: {input: tuple of entries}."""
     if dims is None:
         return {}
     if not isinstance(dims, dict):
         raise BrazeError(f"dims must be a dict of input name -> one entry per axis, got {type(dims).__name__}",
                          hint='for example dims={"tokens": ("batch", "seq")}')
-    unknown = sorted(set(dims) - set(names))
-    if unknown:
-        raise BrazeError(f"dims names inputs the model does not have: {unknown}",
-                         hint=f"its inputs: {', '.join(names)}")
     out = {}
     for k, axes in dims.items():
         if isinstance(axes, str) or not isinstance(axes, (list, tuple)):
@@ -366,13 +351,12 @@ def import_tf(model, dims=None, dim_ranges=None, signature: str | None = None, v
     if via not in ("graph", "onnx"):
         raise BrazeError(f"via={via!r} is not a TF import route", hint="use 'graph' (the default) or 'onnx'")
     path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+    dims = checked_dims(dims)
     frozen = freeze(model, dims, signature)
+    check_dims(dims, frozen)
     if via == "onnx":
         from .via_onnx import import_via_onnx
-        checked = checked_dims(dims, [n for n, _, _ in frozen.inputs])
-        for name, _, spec in frozen.inputs:
-            axes_of(checked, name, spec.shape.rank or 0)
-        return import_via_onnx(frozen, checked, dim_ranges)
+        return import_via_onnx(frozen, dims, dim_ranges)
     return TFImporter(frozen, dims, dim_ranges, path).run()
 
 

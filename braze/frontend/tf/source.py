@@ -149,6 +149,8 @@ def _traced(tf, fn, dims, where):
                               "name='x')]), or pass fn.get_concrete_function(...)")
     flat = tf.nest.flatten(sig)
     specs = [_spec_with_dims(tf, s, s.name or f"input_{i}", dims) for i, s in enumerate(flat)]
+    if all(a is b for a, b in zip(specs, flat)):  # dims makes no axis dynamic: its own trace
+        return fn.get_concrete_function()
     try:
         return tf.function(fn.python_function).get_concrete_function(*tf.nest.pack_sequence_as(sig, specs))
     except Exception:  # noqa: BLE001 (a closure over another tf.function: trace it as it is)
