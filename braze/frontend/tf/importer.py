@@ -183,7 +183,8 @@ class TFImporter(Importer):
         for name, tensor in self.frozen.outputs:
             t = self.env.get(_tensor_key(tensor))
             if t is None:
-                raise ModelFormatError(f"output '{name}' ({tensor}) is not computed by the graph", where=self.what)
+                raise ModelFormatError(f"output '{name}' ({tensor}) is not computed by the graph", where=self.what,
+                                       hint="this is likely a braze bug; please report it")
             results.append(self.materialize(t))
         self.b.ret(*results)
         self.module.output_names[self.b.func.name] = unique_names([n for n, _ in self.frozen.outputs])
@@ -213,7 +214,8 @@ class TFImporter(Importer):
                                                                      "None), or pass the Keras model or tf.function")
                 out.append(self._symbol(want, name, axis))
             elif want is not None and d is not None and int(want) != d:
-                raise BrazeError(f"dims[{name!r}] gives axis {axis} the size {want}, but the model fixes it to {d}")
+                raise BrazeError(f"dims[{name!r}] gives axis {axis} the size {want}, but the model fixes it to {d}",
+                                 hint=f"give None or {d} there")
             elif d is None:
                 if want is not None:
                     out.append(int(want))
@@ -251,9 +253,10 @@ class TFImporter(Importer):
             if name.startswith("^"):
                 continue  # a control dependency: braze's graph has no side effects to order
             t = self.env.get(_tensor_key(name))
-            if t is None:
-                raise ModelFormatError(f"TF node '{nd.name}' ({nd.op}) reads '{name}', which no node computes",
-                                       where=self.what)
+            if t is None:  # an output braze leaves out: a batch norm's statistics, which training uses
+                raise UnsupportedOpError(f"TF node '{nd.name}' ({nd.op}) reads '{name}', an output braze does not "
+                                         "compute", where=self.what,
+                                         hint="trace the model for inference (training=False)")
             inputs.append(t)
         node = TFNode(self, nd, inputs)
         try:
