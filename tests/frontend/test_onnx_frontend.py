@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -257,11 +259,36 @@ def test_missing_input_shape(tmp_path):
     assert "m.onnx" in str(e.value) and "hint" in str(e.value)
 
 
-def test_old_opset():
+def test_old_opset_is_converted(caplog):
+    # opset 11's Clip takes min/max as inputs, opset 6's as attributes: both reach braze as opset 13
+    for opset, node in ((11, helper.make_node("Relu", ["x"], ["y"])),
+                        (6, helper.make_node("Clip", ["x"], ["y"], min=-0.5, max=0.25))):
+        m = _model([node], [helper.make_tensor_value_info("x", F, ["n"])],
+                   [helper.make_tensor_value_info("y", F, ["n"])], opset=opset)
+        with caplog.at_level(logging.INFO, logger="braze.frontend"):
+            mod = braze.import_onnx(m)
+        assert f"converted from ONNX opset {opset} to 13" in caplog.text
+        x = np.array([-1.0, -0.25, 0.1, 0.5, 2.0], np.float32)
+        want = np.maximum(x, 0) if opset == 11 else np.clip(x, -0.5, 0.25)
+        np.testing.assert_array_equal(braze.compile(mod)(x), want)
+
+
+def test_old_opset_that_does_not_convert(monkeypatch):
+    # every valid model tried converts (the checker stops invalid ones first), so make the converter fail as its
+    # C++ assertions do; the error keeps what failed and drops the assertion's source location
+    from onnx import version_converter
+
+    def fail(model, version):
+        raise RuntimeError("/project/onnx/common/ir.h:283: find: Assertion `!required` failed: required undefined "
+                           "attribute 'scales'")
+
+    monkeypatch.setattr(version_converter, "convert_version", fail)
     m = _model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", F, [2])],
-               [helper.make_tensor_value_info("y", F, [2])], opset=11)
-    with pytest.raises(UnsupportedOpError, match="opset 11"):
+               [helper.make_tensor_value_info("y", F, [2])], opset=7)
+    with pytest.raises(UnsupportedOpError, match="opset 7.*could not bring it to opset 13: required undefined "
+                                                 "attribute 'scales'") as e:
         braze.import_onnx(m)
+    assert "Assertion" not in str(e.value) and "re-export" in str(e.value)
 
 
 # ---------------------------------------------------------------------------

@@ -18,9 +18,6 @@ EXCLUSIONS: dict[str, str] = {
         f"uses an element type braze lacks ({_LACKING_DTYPES})",
     r"(FLOAT8|float8|INT4|UINT4|int4|uint4|INT2|UINT2|FLOAT4|float4|e4m3|e5m2|E8M0)":
         f"uses an element type braze lacks ({_LACKING_DTYPES})",
-    # the model's opset is older than braze's minimum
-    r"^test_(xor|or|and)(2d|3d|4d|_bcast)|^test_not_(2d|3d|4d)$|^test_dropout_(default|random)_old$":
-        "the model uses an opset below 13 (braze imports opsets 13..21 and newer)",
     r"^test_(identity_sequence|identity_opt)$": "sequence/optional inputs: braze imports tensor graphs only",
     r"^test_training_dropout|^test_batchnorm_.*training_mode":
         "training mode (Dropout, BatchNormalization): braze compiles inference graphs",

@@ -11,10 +11,12 @@ only when a real op consumes it.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import numpy as np
 
+from ... import log as _logging
 from ...errors import BrazeError, ModelFormatError, UnsupportedOpError
 from ...ir import sym as S
 from ...ir.graph import Module, SourceLoc, Value
@@ -212,6 +214,25 @@ class NodeCtx:
         return UnsupportedOpError(f"ONNX {self.node.op_type}: {what}", where=self.where(), hint=hint)
 
 
+def _upgrade(proto, version: int, where: str):
+    """A model of an opset older than 13, converted to opset 13 by ONNX's own version converter: braze's
+    converters are written against 13..21, and the converter knows every op's changes between."""
+    from onnx import version_converter
+
+    try:
+        out = version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as e:  # noqa: BLE001 (the converter raises RuntimeError, ValueError, its own C++ errors)
+        # its C++ assertions read "file.cc:N: fn: Assertion `cond` failed: what"; keep the what
+        why = re.sub(r"^.*Assertion .* failed: ", "", str(e).splitlines()[0]) if str(e) else type(e).__name__
+        raise UnsupportedOpError(
+            f"the model uses ONNX opset {version}, and ONNX's version converter could not bring it to opset "
+            f"{MIN_OPSET}: {why}", where=where,
+            hint=f"re-export the model with opset_version between {MIN_OPSET} and {TARGET_OPSET}") from None
+    _logging.get("frontend").info("%s: converted from ONNX opset %d to %d (onnx.version_converter)",
+                                  where, version, MIN_OPSET)
+    return out
+
+
 def node_names(names: list[str]) -> str:
     """The first three node names of an error's listing, and how many more."""
     return ", ".join(f"'{n}'" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -256,10 +277,8 @@ class Importer:
             raise ModelFormatError("the model imports no default-domain ('' / ai.onnx) opset", where=where,
                                    hint="re-export the model with a standard opset (13..21)")
         if v < MIN_OPSET:
-            raise UnsupportedOpError(
-                f"the model uses ONNX opset {v}; braze supports opsets {MIN_OPSET}..{TARGET_OPSET}", where=where,
-                hint=f"convert it: onnx.version_converter.convert_version(model, {TARGET_OPSET}), or re-export "
-                     f"with opset_version={TARGET_OPSET}")
+            self.proto = _upgrade(self.proto, v, where)
+            return MIN_OPSET
         return v
 
     def _expand(self) -> None:
