@@ -80,7 +80,7 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
     return env
 
 
-_NP_OK = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool"}
+_NP_OK = {d.numpy.name for d in DType}
 
 
 def run(module: Module, *arrays, func: str | None = None, check_types: bool = True):

@@ -225,6 +225,8 @@ class _Gen(ReductionsC):
         if isinstance(e, Load):
             return f"{buffer_cname(e.buffer)}[{self.offset(e.index)}]"
         if isinstance(e, Unary):
+            if e.fn == "bitcast":  # a compound literal: C99, no aliasing question
+                return f"((union {{ {ctype(e.x.dtype)} s; {ctype(dt)} d; }}){{ .s = {self.sx(e.x)} }}).d"
             return self.sunary(e.fn, self.sx(e.x), dt)
         if isinstance(e, Binary):
             return self.sbinary(e.op, self.sx(e.a), self.sx(e.b), dt)
@@ -272,7 +274,7 @@ class _Gen(ReductionsC):
         t = ctype(dt)
         u = UNSIGNED.get(dt)
         neg = f"({t})(0 - ({u})({x}))" if u else f"({t})(-{x})"  # wraps at the minimum, as numpy and torch
-        m = {"neg": neg, "abs": f"({x} < 0 ? {neg} : {x})", "not": f"(uint8_t)(!{x})",
+        m = {"neg": neg, "abs": f"({x} < 0 ? {neg} : {x})", "not": f"(uint8_t)(!{x})", "bitnot": f"({t})(~{x})",
              "floor": x, "ceil": x, "round": x}
         if fn not in m:
             raise BrazeError(f"unary {fn} on {dt.name} has no C form")
@@ -291,6 +293,9 @@ class _Gen(ReductionsC):
         t = ctype(dt)
         if op in ("and", "or", "xor"):
             return f"({t})({a} {dict(**{'and': '&', 'or': '|', 'xor': '^'})[op]} {b})"
+        if op in ("shl", "shr"):
+            fn = "bz_shl" if op == "shl" else "bz_ushr" if dt.is_unsigned else "bz_sshr"
+            return f"({t}){fn}({a}, {b}, {dt.itemsize * 8})"
         if op in ("add", "sub", "mul"):
             sym = dict(add='+', sub='-', mul='*')[op]
             u = UNSIGNED.get(dt)
@@ -299,7 +304,10 @@ class _Gen(ReductionsC):
             return f"({t})({a} {sym} {b})"
         if op in ("max", "min"):
             return f"({a} {'>' if op == 'max' else '<'} {b} ? {a} : {b})"
-        fn = {"div": "bz_idiv", "mod": "bz_imod", "fmod": "bz_ifmod", "pow": "bz_ipow"}[op]
+        if dt is DType.uint64:
+            fn = {"div": "bz_udiv", "mod": "bz_umod", "fmod": "bz_umod", "pow": "bz_upow"}[op]
+        else:
+            fn = {"div": "bz_idiv", "mod": "bz_imod", "fmod": "bz_ifmod", "pow": "bz_ipow"}[op]
         return f"({t}){fn}({a}, {b})"
 
     # vector ----------------------------------------------------------------

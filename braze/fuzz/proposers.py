@@ -107,6 +107,36 @@ def p_logical(gen, op):
     gen.emit(op, [a, b], {}, exact=True, ibound=1.0)
 
 
+def p_bitwise(gen, op):
+    """Integer (or bool) operands; the result's bound from the operands' (two's complement: a k-bit
+    pattern and/or/xor a k-bit pattern stays within k bits); shifts by a constant, left by at most 3."""
+    dt = gen.choice([I64, I32, I32] + ([BOOL] if not op.startswith("bitshift") else []))
+    a = gen.pick(lambda g: g.exact and g.dtype is dt, fresh_type=TensorType(dt, gen.shape()))
+    _, _, ia = props(gen, a)
+    if op == "bitwise_not":
+        gen.emit(op, [a], {}, exact=True, ibound=ia + 1)
+        return
+    if op.startswith("bitshift"):
+        k = int(gen.rng.integers(-1, 4 if op == "bitshift_left" else 40))
+        b = gen.new(TensorType(dt, ()), const=True, high=None)
+        b.data = np.asarray(k, dtype=dt.numpy)
+        check_int_bound(ia * 8)
+        gen.emit(op, [a, b], {}, exact=True, ibound=ia * 8 if op == "bitshift_left" else ia)
+        return
+    b = partner(gen, a, exact=True, allow_bool=dt is BOOL)
+    if dtype_of(b) is not dt:
+        raise Reject("bitwise operands of one dtype")
+    _, _, ib = props(gen, b)
+    gen.emit(op, [a, b], {}, exact=True, ibound=2 * max(ia, ib) + 1)
+
+
+def p_bitcast(gen, op):
+    # fresh int32 in [2^29, 2^30) -> float32: their bits are normal floats in [2^-63, 2) (negative ints would be
+    # NaNs, small ones denormals); a float's bits as an int would pass the integer bound
+    a = gen.new(TensorType(I32, gen.shape()), low=2 ** 29, high=2 ** 30 - 1)
+    gen.emit(op, [a], {"dtype": F32}, exact=True, ibound=2.0)
+
+
 def p_where(gen, op):
     c = gen.pick(lambda g: g.exact and g.dtype is BOOL, fresh_type=TensorType(BOOL, gen.shape()))
     a = gen.pick(lambda g: numeric(g) and bcast_ok(gen, c.type.shape if isinstance(c, New) else c.shape, g.shape))
@@ -337,7 +367,8 @@ def spatial_ok(gen, d, span) -> bool:
     return gen.min_val(d) >= span
 
 
-def p_conv(gen, op):
+def _conv_operands(gen):
+    """(x, w, attrs) of a random convolution that fits its input."""
     r = gen.rng
     c = int(gen.choice([1, 2, 3, 4, 8]))
     g = int(gen.choice([1, 1, 1, c])) if c > 1 else 1
@@ -357,16 +388,31 @@ def p_conv(gen, op):
         if gen.min_val(S.add(d, p0 + p1)) < dl * (k - 1) + 1:
             raise Reject("window larger than the padded input")
     w = gen.new(TensorType(F32, (o, c // g, kh, kw)), const=True, high=1.0 / np.sqrt(c // g * kh * kw))
+    return x, w, {"stride": stride, "padding": pad, "dilation": dil, "groups": g}
+
+
+def p_conv(gen, op):
+    r = gen.rng
+    x, w, attrs = _conv_operands(gen)
+    o = w.type.shape[0]
     ins = [x, w]
     if r.random() < 0.4:
         ins.append(gen.new(TensorType(F32, (o,)), const=True))
-    (y,) = gen.emit("conv2d", ins, {"stride": stride, "padding": pad, "dilation": dil, "groups": g}, exact=False)
+    (y,) = gen.emit("conv2d", ins, attrs, exact=False)
     if r.random() < 0.2:
         cc = (o,)
         (y,) = gen.emit("batch_norm", [y, param_like(gen, cc), param_like(gen, cc), param_like(gen, cc),
                                        param_like(gen, cc, low=0.0)], {}, exact=False)
     if r.random() < 0.6:
         epilogue(gen, y, (o, 1, 1))
+
+
+def p_conv_grad(gen, op):
+    """A convolution, then its input's or weight's gradient with the convolution's output as the gradient."""
+    x, w, attrs = _conv_operands(gen)
+    x, w = gen.materialize(x), gen.materialize(w)  # one input and one weight for both nodes
+    (y,) = gen.emit("conv2d", [x, w], attrs, exact=False)
+    gen.emit(op, [y, x, w], attrs, exact=False)
 
 
 def p_direct_conv(gen, op):
@@ -777,12 +823,16 @@ PROPOSERS = {
     **{o: p_compare for o in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")},
     **{o: p_logical for o in ("logical_and", "logical_or", "logical_xor", "logical_not")},
     "where": p_where, "cast": p_cast,
+    **{o: p_bitwise for o in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitshift_left",
+                              "bitshift_right")},
+    "bitcast": p_bitcast,
     **{o: p_reduce for o in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var",
                              "argmax", "argmin")},
     "cumsum": p_cumsum,
     **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
     "group_norm": p_group_norm,
     "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv, "direct_conv2d": p_direct_conv,
+    "conv2d_backward_input": p_conv_grad, "conv2d_backward_weight": p_conv_grad,
     **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_indices",
                            "max_pool2d_backward")},
     "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,

@@ -121,9 +121,12 @@ class Load(Expr):
 
 
 UNARY_FNS = ("neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
-             "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not")
+             "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not", "bitnot", "bitcast")
+# bitcast: x's bits as the node's dtype (of x's width); shl/shr: braze.ops.bitwise's shifts (a shift
+# out of the width's range gives the sign's fill)
 # uniform(seed, counter): braze.ops.creation's counter-based random float32 in [0, 1), both int64
-BINARY_OPS = ("add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min", "and", "or", "xor", "uniform")
+BINARY_OPS = ("add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min", "and", "or", "xor", "shl", "shr",
+              "uniform")
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
 

@@ -21,6 +21,11 @@ class DType(enum.Enum):
     int8 = "i8"
     uint8 = "u8"
     bool = "bool"
+    # appended: a dtype's ABI code is its index here (braze_abi.h)
+    int16 = "i16"
+    uint16 = "u16"
+    uint32 = "u32"
+    uint64 = "u64"
 
     @property
     def short(self) -> str:
@@ -32,7 +37,11 @@ class DType(enum.Enum):
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.int64, DType.int32, DType.int8, DType.uint8)
+        return self in _INTS
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self in (DType.uint8, DType.uint16, DType.uint32, DType.uint64)
 
     @property
     def numpy(self) -> np.dtype:
@@ -83,8 +92,11 @@ class DType(enum.Enum):
 _TO_NP = {
     DType.float32: "float32", DType.float16: "float16", DType.float64: "float64",
     DType.int64: "int64", DType.int32: "int32", DType.int8: "int8", DType.uint8: "uint8",
-    DType.bool: "bool",
+    DType.bool: "bool", DType.int16: "int16", DType.uint16: "uint16", DType.uint32: "uint32",
+    DType.uint64: "uint64",
 }
+_INTS = frozenset((DType.int64, DType.int32, DType.int16, DType.int8, DType.uint64, DType.uint32, DType.uint16,
+                   DType.uint8))
 _BY_SHORT = {d.value: d for d in DType}
 
 

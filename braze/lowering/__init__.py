@@ -20,6 +20,7 @@ Modules:
     core         registration (``lowering``), ``TensorFn``, ``LowerCtx``, expression helpers
     index_math   index arithmetic (``iadd``/``imul``/``ifloordiv``/``imod``), broadcast, reshape
     elementwise  binary / compare / unary / activation / where / cast
+    bitwise      bitwise and / or / xor / not, shifts, bitcast
     creation     arange / full / full_like
     conv         direct_conv2d: a sum over the window per output element
     views        reshape / permute / expand / slice / concat / pad / tile / gather / tril
@@ -33,7 +34,7 @@ Importing this package registers every op lowering.
 from __future__ import annotations
 
 # the op-lowering modules register themselves on import (``@lowering``)
-from . import conv, creation, elementwise, pooling, reductions, resize, views  # noqa: F401
+from . import bitwise, conv, creation, elementwise, pooling, reductions, resize, views  # noqa: F401
 from .core import (BOOL, I64, LowerCtx, TensorFn, add, cast, cmp, const, div, fconst, intlike_value,
                    lowered_ops, lowering, mul, select, sub, un, vmax, vmin)
 from .index_math import broadcast_to, iadd, ifloordiv, imod, imul, reshape_index

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir import sym as S
 from ..ir.types import DType, TensorType
 from .context import InferCtx
 
 # numpy-like promotion among braze dtypes (bool < ints < floats)
-_ORDER = [DType.bool, DType.uint8, DType.int8, DType.int32, DType.int64,
-          DType.bfloat16, DType.float16, DType.float32, DType.float64]
+_ORDER = [DType.bool, DType.uint8, DType.int8, DType.uint16, DType.int16, DType.uint32, DType.int32,
+          DType.uint64, DType.int64, DType.bfloat16, DType.float16, DType.float32, DType.float64]
 
 
 def promote(*dtypes: DType) -> DType:
@@ -17,6 +19,9 @@ def promote(*dtypes: DType) -> DType:
         raise ValueError("no dtypes to promote")
     if any(d is DType.bfloat16 for d in ds) and any(d is DType.float16 for d in ds):
         return DType.float32
+    if all(d.is_int or d is DType.bool for d in ds):
+        # numpy's rule, where signed and unsigned meet: int8 and uint8 make int16, int64 and uint64 float64
+        return DType.from_numpy(np.result_type(*(d.numpy for d in ds)))
     return max(ds, key=_ORDER.index)
 
 

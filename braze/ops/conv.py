@@ -323,7 +323,7 @@ def conv2d_backward_input_numpy(grad, x, w, stride=(1, 1), padding=(0, 0, 0, 0),
     (pt, pl), (sh, sw), (dh, dw), kh, kw, xp_shape = _conv_grad_geometry(x, w, stride, padding, dilation)
     n, _, oh, ow = grad.shape
     g = groups
-    gy = grad.astype(np.float32).reshape(n, g, -1, oh, ow)
+    gy = grad.astype(np.float32).reshape(n, g, grad.shape[1] // g, oh, ow)  # not -1: n may be 0
     wg = w.astype(np.float32).reshape(g, -1, w.shape[1], kh, kw)  # [g, og, cg, kh, kw]
     dxp = np.zeros(xp_shape, np.float32).reshape(n, g, w.shape[1], *xp_shape[2:])
     for i in range(kh):
@@ -342,7 +342,7 @@ def conv2d_backward_weight_numpy(grad, x, w, stride=(1, 1), padding=(0, 0, 0, 0)
     n, _, oh, ow = grad.shape
     g = groups
     xp = np.pad(x.astype(np.float32), ((0, 0), (0, 0), (pt, pb), (pl, pr))).reshape(n, g, w.shape[1], *xp_shape[2:])
-    gy = grad.astype(np.float32).reshape(n, g, -1, oh, ow)
+    gy = grad.astype(np.float32).reshape(n, g, grad.shape[1] // g, oh, ow)  # not -1: n may be 0
     dw_ = np.zeros((g, w.shape[0] // g, w.shape[1], kh, kw), np.float32)
     for i in range(kh):
         for j in range(kw):

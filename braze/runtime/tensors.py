@@ -102,7 +102,8 @@ def _torch_tables():
         pairs = {DType.float32: torch.float32, DType.float16: torch.float16,
                  DType.bfloat16: torch.bfloat16, DType.float64: torch.float64,
                  DType.int64: torch.int64, DType.int32: torch.int32, DType.int8: torch.int8,
-                 DType.uint8: torch.uint8, DType.bool: torch.bool}
+                 DType.uint8: torch.uint8, DType.bool: torch.bool, DType.int16: torch.int16,
+                 DType.uint16: torch.uint16, DType.uint32: torch.uint32, DType.uint64: torch.uint64}
         _CODE_TORCH = [pairs[d] for d in DTYPES]
         _TORCH_CODE = {t: DTYPE_CODE[d] for d, t in pairs.items()}
     return _TORCH_CODE, _CODE_TORCH

@@ -82,7 +82,7 @@ def vector_ok(e: Expr, v, memo=None) -> bool:
         else:
             r = vector_ok(e.a, v, memo) and vector_ok(e.b, v, memo)
     elif isinstance(e, Unary):
-        r = (e.dtype == F32 or e.fn == "not") and vector_ok(e.x, v, memo)
+        r = (e.dtype == F32 or e.fn == "not") and e.fn != "bitcast" and vector_ok(e.x, v, memo)
     else:
         r = False
     memo[k] = r

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "a8c0d0ceb96b861040f5f89365e6bfbc3e2c297db01a5a08ef4560bfdf1d0874",
-          "cnn": "53b96dcfa31f82bab7f1ba7572af55367f9c399a175c8fedd40794d3b6a8b8f1"}
+PINNED = {"gpt": "aea3f71a65c767a8945588db5d2495e457f8a841573c350d4f369675ed05bf6d",
+          "cnn": "d0590ab578935061a71af43bb29c7ca099e82ff2ac2eb31c2b4cd2656f3284fa"}
 
 SCRIPT = """
 import hashlib, sys, warnings

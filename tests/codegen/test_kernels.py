@@ -206,6 +206,59 @@ def test_int_and_bool_ops():
     check(b, inputs, [1, 7, 33, 100], vbs=(0, 64))
 
 
+@pytest.mark.parametrize("dt", ["i8", "u8", "i16", "u16", "u32", "u64"])
+def test_every_integer_dtype(dt):
+    """Arithmetic over the whole range wraps as numpy's does (uint16's product overflows C's int, uint64's
+    values above INT64_MAX do not survive int64 division); x / 0 and x % 0 are 0, as the reference's."""
+    b = Builder()
+    B, N = b.sym("B"), b.sym("N")
+    i = b.param("i", tensor(dt, B, N))
+    j = b.param("j", tensor(dt, B, N))
+    x = b.param("x", tensor("f32", B, N))
+    two = b.constant(np.array(2, DTypeOf(dt)))
+    b.ret(b.add(i, j), b.sub(i, j), b.mul(i, j), b.div(i, j), b.remainder(i, j), b.fmod(i, j),
+          b.pow(i, two), b.maximum(i, j), b.minimum(i, j), b.neg(i), b.abs(i), b.less(i, j), b.equal(i, j),
+          b.cast(i, dtype="f32"), b.cast(b.abs(x), dtype=dt), b.reduce_sum(i, axes=(1,)), b.reduce_max(i, axes=(1,)),
+          b.reduce_min(i, axes=(0,)), b.reduce_prod(j, axes=(1,)), b.argmax(i, axis=1))
+
+    info = np.iinfo(DTypeOf(dt))
+
+    def inputs(rng, n, m):
+        def full():  # the whole range, its ends and small divisors (0 among them) included
+            a = rng.integers(info.min, info.max, size=(n, m), dtype=DTypeOf(dt), endpoint=True)
+            a.flat[::3] = rng.integers(max(info.min, -3), 4, size=a.flat[::3].shape)
+            a.flat[::5] = info.max
+            return a
+        return [full(), full(), f32(rng, n, m, lo=-60, hi=60)]
+    with np.errstate(all="ignore"):
+        check(b, inputs, ODD, vbs=(0, 64))
+
+
+@pytest.mark.parametrize("dt", ["i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"])
+def test_bitwise_kernels(dt):
+    b = Builder()
+    N = b.sym("N")
+    i = b.param("i", tensor(dt, N))
+    j = b.param("j", tensor(dt, N))
+    x = b.param("x", tensor("f32", N))
+    b.ret(*(b.op(o, [i, j]) for o in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitshift_left",
+                                       "bitshift_right")),
+          b.op("bitwise_not", [i]), b.op("bitcast", [x], dtype="i32"),
+          b.op("bitcast", [b.op("bitcast", [x], dtype="u32")], dtype="f32"))
+    info = np.iinfo(DTypeOf(dt))
+
+    def inputs(rng, n):
+        a = rng.integers(info.min, info.max, size=n, dtype=DTypeOf(dt), endpoint=True)
+        s = rng.integers(max(info.min, -70), min(info.max, 140), size=n, dtype=DTypeOf(dt), endpoint=True)
+        return [a, s, f32(rng, n, lo=-1e30, hi=1e30)]
+    check(b, inputs, [1, 7, 33, 100], vbs=(0, 64))
+
+
+def DTypeOf(short):
+    from braze.ir.types import DType
+    return DType.parse(short).numpy
+
+
 def test_f64_chain():
     b = Builder()
     N = b.sym("N")

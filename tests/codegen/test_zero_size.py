@@ -141,6 +141,30 @@ def test_conv_of_an_empty_batch():
     _check(m, xs, lambda x: torch.relu(torch.nn.functional.conv2d(x, torch.from_numpy(w), padding=1)))
 
 
+def test_convolution_gradients_of_an_empty_batch():
+    # the weight's gradient over no samples is zero (the reference had reshaped the empty gradient with a -1)
+    n = Sym("n", 0, 4)
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    m, _ = build([tensor("f32", n, 4, 6, 6), tensor("f32", n, 3, 6, 6)],
+                 lambda b, g, x: (b.conv2d_backward_weight(g, x, b.constant(w, "w"), padding=(1, 1, 1, 1)),
+                                  b.conv2d_backward_input(g, x, b.constant(w, "w"), padding=(1, 1, 1, 1))))
+
+    def grads(g, x):
+        x = x.clone().requires_grad_(True)
+        wt = torch.from_numpy(w).requires_grad_(True)
+        torch.nn.functional.conv2d(x, wt, padding=1).backward(g)
+        return wt.grad, x.grad
+
+    cm = braze.compile(m)
+    for k in (0, 2):
+        g, x = (rng.standard_normal((k, c, 6, 6)).astype(np.float32) for c in (4, 3))
+        want = [t.numpy() for t in grads(torch.from_numpy(g), torch.from_numpy(x))]
+        for got, what in ((braze.reference.run(m, g, x), "reference"), (cm(g, x), "native")):
+            for a, e in zip(got, want):
+                assert_close(a, e, rtol=1e-4, atol=1e-4, what=f"{what} at batch {k}")
+
+
 def test_a_graph_whose_intermediates_are_all_empty_runs():
     """Found by the fuzzer: a group_norm of no channels has only empty intermediates, so its
     scratch memory was NULL, and a load hoisted before a loop that runs no times read it (a

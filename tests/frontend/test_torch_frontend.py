@@ -419,10 +419,54 @@ def test_unsupported_op_names_op_and_source_line():
 
 def test_unsupported_dtype():
     def f(self, x):
-        return x.to(torch.int16) + 1
+        return x.to(torch.complex64) * 2
 
     ep = export(Fn(f), (rnd(2, 3),), ({0: B()},))
-    with pytest.raises(UnsupportedOpError, match="int16"):
+    with pytest.raises(UnsupportedOpError, match="complex64"):
+        braze.import_torch(ep)
+
+
+def test_16_bit_and_unsigned_integers():
+    def f(self, x):
+        i = (x * 1000).to(torch.int16)
+        return i * 3 + 7, (x * 100).abs().to(torch.uint16)  # torch has few uint16 kernels
+
+    ep = export(Fn(f), (rnd(2, 3),), ({0: B()},))
+    m = braze.compile(ep)
+    for n in (1, 5):
+        x = rnd(n, 3) * 40
+        for g, w in zip(m(x), f(None, x)):
+            assert g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dt", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_bitwise_ops_shifts_and_view_as_another_dtype(dt):
+    # shift amounts from -70 to 139 take in the out-of-range cases (negative, the width and beyond)
+    def f(self, a, b, x):
+        return (a & b, a | 3, a ^ b, ~a, a << b, a >> b, torch.bitwise_left_shift(a, 2),
+                torch.logical_and(a, b), ~(x > 0), (x > 0) & (x < 1), x.view(torch.int32), a.view(a.dtype))
+
+    lo = -128 if dt.is_signed else 0
+
+    def ints(n, lo, hi, seed):
+        return torch.randint(lo, hi, (n, 5), generator=torch.Generator().manual_seed(seed)).to(dt)
+
+    ep = export(Fn(f), (ints(2, lo, 127, 0), ints(2, 0, 9, 1), rnd(2, 5)), ({0: B()},) * 3)
+    m = braze.compile(ep)
+    for n in (1, 4, 9):
+        a, b, x = ints(n, lo, 127, n), ints(n, -70 if dt.is_signed else 0, 140 if dt != torch.int8 else 127, n + 1), \
+            rnd(n, 5)
+        for i, (g, w) in enumerate(zip(m(a, b, x), f(None, a, b, x))):
+            assert g.dtype == w.dtype and torch.equal(g, w), (n, i, g, w)
+
+
+def test_view_as_a_dtype_of_another_width_is_refused_not_misread():
+    def f(self, x):
+        return x.view(torch.uint8) + 1
+
+    ep = export(Fn(f), (rnd(2, 3),), ({0: B()},))
+    with pytest.raises(UnsupportedOpError, match="float32 to uint8, which changes the shape"):
         braze.import_torch(ep)
 
 

@@ -21,7 +21,8 @@ SIZES = [(1, 1), (3, 7), (2, 65), (17, 128)]
 
 _TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
-          "uint8": torch.uint8, "bool": torch.bool}
+          "uint8": torch.uint8, "bool": torch.bool, "int16": torch.int16, "uint16": torch.uint16,
+          "uint32": torch.uint32, "uint64": torch.uint64}
 
 
 def np_dtype(name: str) -> np.dtype:

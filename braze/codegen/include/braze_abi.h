@@ -74,7 +74,11 @@ typedef void *(*braze_alloc_fn)(void *ctx, int32_t index, int32_t dtype, int32_t
 #define BRAZE_INT8 6
 #define BRAZE_UINT8 7
 #define BRAZE_BOOL 8
-#define BRAZE_NUM_DTYPES 9
+#define BRAZE_INT16 9
+#define BRAZE_UINT16 10
+#define BRAZE_UINT32 11
+#define BRAZE_UINT64 12
+#define BRAZE_NUM_DTYPES 13
 
 /* error codes. RANK..CONSTRAINT are the caller's fault (InputError in Python). */
 #define BRAZE_OK 0
@@ -88,12 +92,12 @@ typedef void *(*braze_alloc_fn)(void *ctx, int32_t index, int32_t dtype, int32_t
 
 static inline const char *braze_dtype_name(int32_t dtype) {
     static const char *const names[BRAZE_NUM_DTYPES] = {
-        "f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "bool"};
+        "f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "bool", "i16", "u16", "u32", "u64"};
     return (dtype >= 0 && dtype < BRAZE_NUM_DTYPES) ? names[dtype] : "?";
 }
 
 static inline int32_t braze_dtype_size(int32_t dtype) {
-    static const int32_t sizes[BRAZE_NUM_DTYPES] = {4, 2, 2, 8, 8, 4, 1, 1, 1};
+    static const int32_t sizes[BRAZE_NUM_DTYPES] = {4, 2, 2, 8, 8, 4, 1, 1, 1, 2, 2, 4, 8};
     return (dtype >= 0 && dtype < BRAZE_NUM_DTYPES) ? sizes[dtype] : 0;
 }
 

@@ -65,6 +65,24 @@ BZ_INLINE int64_t bz_ipow(int64_t a, int64_t b) {
     return (int64_t)r;
 }
 
+/* braze.ops.bitwise's shifts: by b < 0 or b >= bits, only the sign's fill is left; a left shift drops
+ * what passes the width (done unsigned: shifting into a signed sign bit is undefined in C) */
+BZ_INLINE int64_t bz_shl(int64_t a, int64_t b, int64_t bits) {
+    return (b < 0 || b >= bits) ? 0 : (int64_t)((uint64_t)a << b);
+}
+BZ_INLINE int64_t bz_sshr(int64_t a, int64_t b, int64_t bits) {
+    return (b < 0 || b >= bits) ? (a < 0 ? -1 : 0) : a >> b;
+}
+BZ_INLINE uint64_t bz_ushr(uint64_t a, int64_t b, int64_t bits) { return (b < 0 || b >= bits) ? 0 : a >> b; }
+/* uint64's own: its values above INT64_MAX do not survive the int64 forms above */
+BZ_INLINE uint64_t bz_udiv(uint64_t a, uint64_t b) { return b == 0 ? 0 : a / b; }
+BZ_INLINE uint64_t bz_umod(uint64_t a, uint64_t b) { return b == 0 ? 0 : a % b; }
+BZ_INLINE uint64_t bz_upow(uint64_t a, uint64_t b) {
+    uint64_t r = 1;
+    while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+    return r;
+}
+
 /* braze.ops.creation's counter-based random numbers: SplitMix64's output number counter + 1 from
  * the state seed, its top 24 bits as a float in [0, 1) (the same bits as uniform_numpy) */
 BZ_INLINE float bz_uniform(uint64_t seed, uint64_t counter) {

@@ -13,7 +13,8 @@ from ...ir.types import DType
 
 # ONNX TensorProto data type -> braze DType (the others are unsupported)
 _ONNX_DTYPES = {1: DType.float32, 10: DType.float16, 16: DType.bfloat16, 11: DType.float64,
-                7: DType.int64, 6: DType.int32, 3: DType.int8, 2: DType.uint8, 9: DType.bool}
+                7: DType.int64, 6: DType.int32, 3: DType.int8, 2: DType.uint8, 9: DType.bool,
+                5: DType.int16, 4: DType.uint16, 12: DType.uint32, 13: DType.uint64}
 _ONNX_DTYPE_NAMES = {0: "undefined", 1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                      7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32",
                      13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16", 17: "float8e4m3fn",

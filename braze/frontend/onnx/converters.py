@@ -42,6 +42,32 @@ def _binary(ctx):
     return ctx.op(_BINARY[t], ctx.value(0), ctx.value(1))
 
 
+_BITWISE = {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
+
+
+@converter(*_BITWISE)
+def _bitwise(ctx):
+    return ctx.op(_BITWISE[ctx.node.op_type], ctx.value(0), ctx.value(1))
+
+
+@converter("BitwiseNot")
+def _bitwise_not(ctx):
+    return ctx.op("bitwise_not", ctx.value(0))
+
+
+@converter("BitShift", attrs=("direction",))
+def _bitshift(ctx):
+    d = ctx.attr("direction")
+    if d not in ("LEFT", "RIGHT"):
+        raise ctx.unsupported(f"direction={d!r}", hint="ONNX's BitShift shifts LEFT or RIGHT")
+    return ctx.op("bitshift_left" if d == "LEFT" else "bitshift_right", ctx.value(0), ctx.value(1))
+
+
+@converter("BitCast", attrs=("to",))
+def _bitcast(ctx):
+    return ctx.op("bitcast", ctx.value(0), dtype=onnx_dtype(ctx.attr("to"), ctx.where()))
+
+
 @converter("Pow")
 def _pow(ctx):
     x, y = ctx.value(0), ctx.value(1)

@@ -138,7 +138,8 @@ def _scalar_attr(kind: str, v):
 
 _TF_DTYPES = {"float32": DType.float32, "float16": DType.float16, "bfloat16": DType.bfloat16,
               "float64": DType.float64, "int64": DType.int64, "int32": DType.int32, "int8": DType.int8,
-              "uint8": DType.uint8, "bool": DType.bool}
+              "uint8": DType.uint8, "bool": DType.bool, "int16": DType.int16, "uint16": DType.uint16,
+              "uint32": DType.uint32, "uint64": DType.uint64}
 
 
 def tf_dtype(code):

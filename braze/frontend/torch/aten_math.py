@@ -107,20 +107,32 @@ for _t, _b in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal
 
 
 def _logical(name):
-    def f(cx, n, *xs):
-        for x in xs:
-            if isinstance(x, Value) and x.dtype is not DType.bool:
-                raise UnsupportedOpError(f"'{n.target}' on {x.dtype.name} tensors is not supported "
-                                         "(only on bool tensors)", where=str(cx.loc), hint=ISSUES_HINT)
+    def f(cx, n, *xs):  # nonzero is true, as torch's
         return op(cx, name, [tensor(cx, x, DType.bool) for x in xs])
     return f
 
 
-for _t, _b in {"logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
-               "bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
-               "__and__": "logical_and", "__or__": "logical_or", "__xor__": "logical_xor",
-               "bitwise_not": "logical_not"}.items():
+for _t, _b in {"logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor"}.items():
     conv(_t)(_logical(_b))
+
+
+def _bitwise(name):
+    """torch's bitwise ops: on bool the logical op; on ints braze.ops.bitwise's (the same results)."""
+    def f(cx, n, a, b=None):
+        dt = out_dtype(cx, n)
+        if dt.is_float:
+            raise UnsupportedOpError(f"'{n.target}' on {dt.name} tensors", where=str(cx.loc), hint=ISSUES_HINT)
+        xs = [tensor(cx, x, dt) for x in ((a,) if b is None else (a, b))]
+        return op(cx, name, xs)
+    return f
+
+
+for _t, _b in {"bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+               "__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor",
+               "bitwise_not": "bitwise_not", "bitwise_left_shift": "bitshift_left",
+               "__lshift__": "bitshift_left", "bitwise_right_shift": "bitshift_right",
+               "__rshift__": "bitshift_right"}.items():
+    conv(_t)(_bitwise(_b))
 
 
 @conv("logical_not")

@@ -21,6 +21,12 @@ BIG = 2 ** 62  # an open slice end
       "_reshape_alias", "_reshape_copy")
 def _reshape(cx, n, x, *args, **kw):
     shape = out_shape(cx, n)
+    dt = out_dtype(cx, n)
+    if dt != x.dtype:  # view(dtype): the same bits read as another dtype
+        if dt.itemsize != x.dtype.itemsize or tuple(shape) != tuple(x.shape):
+            raise UnsupportedOpError(f"'{n.target}' from {x.dtype.name} to {dt.name}, which changes the shape "
+                                     "(the dtypes' widths differ)", where=str(cx.loc), hint=ISSUES_HINT)
+        return op(cx, "bitcast", [x], dtype=dt)
     if tuple(shape) == tuple(x.shape):
         return x
     return op(cx, "reshape", [x], shape=shape)

@@ -25,6 +25,8 @@ def torch_dtype_map() -> dict:
             torch.float32: DType.float32, torch.float16: DType.float16, torch.bfloat16: DType.bfloat16,
             torch.float64: DType.float64, torch.int64: DType.int64, torch.int32: DType.int32,
             torch.int8: DType.int8, torch.uint8: DType.uint8, torch.bool: DType.bool,
+            torch.int16: DType.int16, torch.uint16: DType.uint16, torch.uint32: DType.uint32,
+            torch.uint64: DType.uint64,
         }
     return _TORCH_DTYPES
 
