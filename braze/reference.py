@@ -60,6 +60,16 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
                 bound_at.setdefault(d.name, (p.name, axis))
             else:
                 pending.append((p, axis, d, int(n), where))
+    by_name = {p.name: (p, a) for p, a in zip(func.params, arrays)}
+    for (fn, pname, idx), sname in sorted(module.value_symbols.items()):
+        if fn != func.name:
+            continue
+        p, a = by_name[pname]
+        v = int(a.reshape(-1)[idx])
+        if sname in env and env[sname] != v:
+            raise InputError(f"input %{pname} element {idx} is {v}, but symbol '{sname}' was already bound to "
+                             f"{env[sname]}", where=f"input %{pname} of @{func.name}, declared {p.type}")
+        env[sname] = v
     for p, axis, d, n, where in pending:
         try:
             v = S.evaluate(d, env)
@@ -80,7 +90,7 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
     return env
 
 
-_NP_OK = {d.numpy.name for d in DType}
+_NP_OK = {d.name for d in DType}  # numpy's names (bfloat16: ml_dtypes', imported only when one comes)
 
 
 def run(module: Module, *arrays, func: str | None = None, check_types: bool = True):

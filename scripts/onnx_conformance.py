@@ -39,21 +39,11 @@ def _close(got, outs, case) -> bool:
 
 def _run(case, bind: bool, native: bool, cache: str) -> bool:
     import braze
-    from braze.errors import UnsupportedOpError
-    from braze.frontend.onnx.backend import BrazeBackend, as_array, bind_inputs
+    from braze.frontend.onnx.backend import BrazeBackend, as_array, prepare_bound
     names = [i.name for i in case.model.graph.input]
     for ins, outs in case.data_sets:
         feed = dict(zip(names, [as_array(a) for a in ins]))
-        bound: dict = {}
-        while True:
-            try:
-                rep = BrazeBackend.prepare(bind_inputs(case.model, bound) if bound else case.model)
-                break
-            except UnsupportedOpError as e:
-                name = getattr(e, "input_name", None)
-                if not bind or name is None or name not in feed or name in bound:
-                    raise
-                bound[name] = feed[name]
+        rep, bound = prepare_bound(case.model, feed) if bind else (BrazeBackend.prepare(case.model), {})
         rest = [feed[n] for n in names if n not in bound]
         if native:
             got = braze.compile(rep.module, options={"cache_dir": cache})(*rest)

@@ -25,14 +25,19 @@ def _stub(k, index: int) -> str:
             f"    return bzc_launch({index}, (int64_t)({total}), {int(per_block(k))}, args);\n}}\n")
 
 
-def _check_library_calls(module) -> None:
-    """braze_cuda_rt.h's GEMM and convolution take float32 only (no BRAZE_TYPES yet), and it has no
-    convolution gradients, no scatter-add and no fused attention backward (braze_scatter.h and
+def _check_supported(module) -> None:
+    """What the CUDA target cannot run yet: sizes read from input values (the inputs are in device
+    memory); braze_cuda_rt.h's GEMM and convolution take float32 only (no BRAZE_TYPES yet), and it has
+    no convolution gradients, no scatter-add and no fused attention backward (braze_scatter.h and
     braze_attention.h are CPU code)."""
     from ..errors import UnsupportedOpError
     from ..ir.types import DType
     from ..passes.common import top_functions
     from ..passes.node_classes import CONV_GRADS
+    if module.value_symbols:  # the entry would read them from device memory
+        (fn, param, _), name = next(iter(sorted(module.value_symbols.items())))
+        raise UnsupportedOpError(f"the CUDA target cannot read sizes from input values yet (%{param} of @{fn} "
+                                 f"gives {name})", hint="make the shape operand a constant, or compile for the CPU")
     for f in top_functions(module):
         for n in f.nodes:
             cpu_only = {"scatter": "index_add", "attention": "attention_backward"}.get(n.attrs.get("kind"))
@@ -104,7 +109,7 @@ class CudaHost:
 def _generate(gen, model: str, bodies) -> tuple[str, str]:
     """(host C, .cu) of a CUDA-target model, from HostGen ``gen``, its instance's C ``model``
     (host._model_c) and its entries' C ``bodies``."""
-    _check_library_calls(gen.module)
+    _check_supported(gen.module)
     from .host_checks import C_DTYPE_NAMES
     kernels = list(gen.kernels.values())
     names = [*LIB_KERNELS, *(k.name for k in kernels)]

@@ -218,7 +218,7 @@ class _EntryWriter(LibraryCalls):
 
     def write(self, symbol: str) -> str:
         f = self.func
-        checks, _ = validation_c(f, self.module.constraints, self.module.input_notes)
+        checks, _ = validation_c(f, self.module.constraints, self.module.input_notes, self.module.value_symbols)
         if f.name not in self.module.arena_sizes:
             raise BrazeError(f"@{f.name} has no memory plan", hint="run the assign_memory pass before generating C")
         host = self.gen.host

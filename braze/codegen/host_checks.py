@@ -13,6 +13,7 @@ from ..ir.constraints import ConstraintStore
 from ..ir.graph import Function, input_count_message
 from ..ir.types import DType
 from .c_expr import c_sym_name, int_expr
+from .c_types import ctype
 
 DTYPE_CODE = {d: i for i, d in enumerate(DType)}
 
@@ -33,12 +34,14 @@ def fail_c(code: str, fmt: str, *args: str) -> str:
     return f"BRAZE_FAIL({code}, {c_fmt}{''.join(f', {x}' for x in args)});"
 
 
-def validation_c(func: Function, constraints: ConstraintStore,
-                 notes: dict | None = None) -> tuple[list[str], list[S.Sym]]:
+def validation_c(func: Function, constraints: ConstraintStore, notes: dict | None = None,
+                 value_symbols: dict | None = None) -> tuple[list[str], list[S.Sym]]:
     """Lines of C for the entry's start, and the symbols they bind (as ``int64_t sym_<name>``).
 
     ``notes``: the module's ``input_notes``; a rejected dim's note becomes the message's hint.
+    ``value_symbols``: the module's; those symbols are read from the inputs' elements (host memory).
     """
+    value_symbols = value_symbols or {}
     n = len(func.params)
     notes = notes or {}
     out = [f"if (n_inputs != {n}) "
@@ -73,6 +76,21 @@ def validation_c(func: Function, constraints: ConstraintStore,
                     f"(long long){dim}", f"(long long){c_sym_name(d)}"))
             else:
                 pending.append((p, axis, d, dim, where))
+    params = {p.name: (i, p) for i, p in enumerate(func.params)}
+    for (fn, pname, idx), sname in sorted(value_symbols.items()):
+        if fn != func.name:
+            continue
+        i, p = params[pname]
+        v = f"(int64_t)((const {ctype(p.dtype)} *)inputs[{i}].data)[{idx}]"
+        if sname not in bound:  # an element read as a size: the range checks below cover it
+            bound[sname] = constraints.symbol(sname)
+            bound_at[sname] = (pname, -1 - idx)
+            out.append(f"int64_t {c_sym_name(bound[sname])} = {v};")
+        else:
+            out.append(f"if ({v} != {c_sym_name(bound[sname])}) " + fail_c(
+                "BRAZE_ERR_SHAPE", f"input %{pname} element {idx} is %PLD, but symbol '{sname}' was already bound to "
+                f"%PLD\n  where: input %{pname} of @{func.name}, declared {p.type}", f"(long long){v}",
+                f"(long long){c_sym_name(bound[sname])}"))
     for p, axis, d, dim, where in pending:
         missing = [s.name for s in S.free_syms(d) if s.name not in bound]
         if missing:

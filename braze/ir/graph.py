@@ -109,6 +109,9 @@ class Module:
         # (function, parameter, axis) -> why that input dim is what it is, from the importer
         # (e.g. "fixed at export"); input errors quote it
         self.input_notes: dict[tuple[str, str, int], str] = {}
+        # (function, parameter, flat index) -> the symbol that element of the input binds at run time:
+        # a shape operand fed as an input (an ONNX Reshape's target shape), read by the entry's checks
+        self.value_symbols: dict[tuple[str, str, int], str] = {}
         # function -> the names its results had in the model file (an ONNX graph's outputs, a
         # torch program's output nodes): what users, the CLI and artifacts call them
         self.output_names: dict[str, list[str]] = {}

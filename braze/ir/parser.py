@@ -362,6 +362,8 @@ class _Parser:
             self.constants_block(m, constants)
         if self.accept("notes"):
             self.notes_block(m)
+        if self.accept("values"):
+            self.values_block(m)
         if self.accept("outputs"):
             self.outputs_block(m)
         if self.accept("precision"):
@@ -447,6 +449,18 @@ class _Parser:
             param = self.expect_kind("val", "an input name (%name)").value
             axis = self.expect_int("the input's axis (an integer)")
             m.input_notes[(fn, param, axis)] = self.expect_kind("str", "the note (a string)").value
+
+    def values_block(self, m: Module):
+        """``@func %param index symbol`` lines: an input element whose value binds a symbol at run time."""
+        self.expect("{", "after 'values'")
+        while not self.accept("}"):
+            fn = self.expect_kind("glob", "a function name (@name) or '}'").value
+            param = self.expect_kind("val", "an input name (%name)").value
+            index = self.expect_int("the element's flat index (an integer)")
+            t = self.expect_kind("id", "a symbol name")
+            if m.constraints.symbol(t.text) is None:
+                raise self.error(f"'{t.text}' is not a symbol of the module's symbols block", t)
+            m.value_symbols[(fn, param, index)] = t.text
 
     def outputs_block(self, m: Module):
         """``@func "name" ...`` lines: the names a function's results had in the model file."""

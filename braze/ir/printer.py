@@ -19,6 +19,9 @@
       notes {
         @main %x 2 "fixed to 768 at export"
       }
+      values {
+        @main %shape 0 rows
+      }
       func @main(%x: f32[batch, seq, 768]) -> (f32[batch, seq, 768]) {
         %w0 = constant() {name="w0"} : f32[768, 768]
         %1 = matmul(%x, %w0) : f32[batch, seq, 768]  loc{"file":"m.py","line":12}
@@ -246,6 +249,11 @@ class _Printer:
             lines.append("  notes {")
             for (fn, param, axis), text in sorted(self.m.input_notes.items()):
                 lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {axis} {json.dumps(text)}")
+            lines.append("  }")
+        if self.m.value_symbols:
+            lines.append("  values {")
+            for (fn, param, index), name in sorted(self.m.value_symbols.items()):
+                lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {index} {name}")
             lines.append("  }")
         if self.m.output_names:
             lines.append("  outputs {")

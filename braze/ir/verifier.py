@@ -47,6 +47,17 @@ def verify_module(module: Module) -> None:
         if len(names) != len(f.results) or not all(isinstance(n, str) for n in names):
             raise VerifyError(f"@{fn} has {len(f.results)} results but {len(names)} output names: {names}",
                               hint="give one name (a string) per result")
+    for (fn, param, index), name in module.value_symbols.items():
+        f = module.functions.get(fn)
+        p = next((q for q in f.params if q.name == param), None) if f else None
+        where = f"value symbol {name} (@{fn} %{param} element {index})"
+        if p is None:
+            raise VerifyError(f"{where}: the module has no such input")
+        if not p.dtype.is_int or not p.type.is_static() or not 0 <= index < int(p.type.numel()):
+            raise VerifyError(f"{where}: the input is {p.type}; it must be an integer input of static shape "
+                              "that has that element")
+        if module.constraints.symbol(name) is None:
+            raise VerifyError(f"{where}: the module declares no such symbol")
 
 
 class _FunctionVerifier:

@@ -250,6 +250,10 @@ def test_inline_constant_values_are_exact():
         "i64": np.array([[-(2 ** 63), 2 ** 63 - 1]], np.int64),
         "u8": np.array([0, 255], np.uint8),
         "i8": np.array(-128, np.int8),
+        "i16": np.array([-(2 ** 15), 2 ** 15 - 1], np.int16),
+        "u16": np.array([0, 2 ** 16 - 1], np.uint16),
+        "u32": np.array([0, 2 ** 32 - 1], np.uint32),
+        "u64": np.array([0, 2 ** 63, 2 ** 64 - 1], np.uint64),
         "empty": np.zeros((0, 3), np.float32),
     }
     for k, a in arrs.items():
@@ -555,3 +559,21 @@ def test_kitchen_sink_round_trips_and_verifies():
     verify(b.module)
     back = round_trip(b.module)
     verify(back)
+
+
+def test_value_symbols_print_and_parse_back_and_are_verified():
+    from braze.errors import VerifyError
+    from braze.ir.verifier import verify_module
+
+    b = Builder()
+    rows, cols = b.sym("rows"), b.sym("cols")
+    x = b.param("x", tensor("f32", b.sym("n")))
+    b.param("shape", tensor("i64", 2))
+    b.ret(b.reshape(x, shape=(rows, cols)))
+    b.module.value_symbols.update({("main", "shape", 0): "rows", ("main", "shape", 1): "cols"})
+    back = round_trip(b.module)
+    assert back.value_symbols == b.module.value_symbols and "values {" in str(back)
+    verify_module(back)
+    back.value_symbols[("main", "shape", 2)] = "rows"
+    with pytest.raises(VerifyError, match="must be an integer input of static shape that has that element"):
+        verify_module(back)

@@ -1,9 +1,9 @@
 """braze as an ``onnx.backend`` backend: prepare() imports, run() uses braze's reference interpreter.
 
-braze needs shape-like operands (Reshape's shape, Slice's starts, reduction
-axes, ...) at import time. ONNX's node tests feed them as graph inputs, so
-``run_node_test`` binds such inputs as initializers from the test data (what an
-exporter does when it writes them as constants) and imports again.
+braze needs some shape-like operands (Slice's starts, reduction axes, ...) at import time, and reads
+others (Reshape's shape, Tile's repeats, ...) as symbols at run time when they are graph inputs. ONNX's
+node tests feed them as graph inputs; ``run_node_test`` binds them as initializers from the test data
+(what an exporter does when it writes them as constants) and imports again (``prepare_bound``).
 """
 
 from __future__ import annotations
@@ -68,24 +68,36 @@ def as_array(a):
     return np.asarray(a)
 
 
-def run_node_test(model: onnx.ModelProto, inputs: list) -> list:
-    """Import and run one node test, binding inputs braze needs at import time as constants."""
+def prepare_bound(model: onnx.ModelProto, feed: dict) -> tuple[BrazeRep, dict]:
+    """Import ``model`` with its shape operands bound as initializers from ``feed`` (what an exporter
+    writes as constants): those the import needs (an UnsupportedOpError naming the input) and those it
+    would read at run time (the module's value symbols). Returns the rep and what was bound."""
     names = [i.name for i in model.graph.input]
-    feed = dict(zip(names, [as_array(a) for a in inputs]))
     bound: dict = {}
     for _ in range(len(names) + 1):
         try:
             rep = BrazeBackend.prepare(bind_inputs(model, bound) if bound else model)
-            break
         except UnsupportedOpError as e:
             name = getattr(e, "input_name", None)
             if name is None or name not in feed or name in bound:
                 raise
             bound[name] = feed[name]
-    else:  # pragma: no cover
-        raise RuntimeError("binding inputs did not converge")
-    rest = [feed[n] for n in names if n not in bound]
-    return rep.run(rest)
+            continue
+        params = [p.name for p in rep.module.main.params]  # the graph inputs left, in order
+        left = [n for n in names if n not in bound]
+        read = {left[params.index(p)] for (_, p, _) in rep.module.value_symbols}
+        if not read:
+            return rep, bound
+        bound.update((n, feed[n]) for n in read)
+    raise RuntimeError("binding inputs did not converge")  # pragma: no cover
+
+
+def run_node_test(model: onnx.ModelProto, inputs: list) -> list:
+    """Import and run one node test, its shape operands bound as constants (prepare_bound)."""
+    names = [i.name for i in model.graph.input]
+    feed = dict(zip(names, [as_array(a) for a in inputs]))
+    rep, bound = prepare_bound(model, feed)
+    return rep.run([feed[n] for n in names if n not in bound])
 
 
 prepare = BrazeBackend.prepare

@@ -84,7 +84,7 @@ def _dropout(ctx):
 
 @converter("ConstantOfShape", attrs=("value",))
 def _constant_of_shape(ctx):
-    shape = ctx.known_ints(0, "shape")
+    shape = ctx.known_ints(0, "shape", run_time=(0, None))
     v = ctx.attr("value")
     if v is None:
         v, dt = np.zeros(1, np.float32), DType.float32
@@ -140,7 +140,10 @@ def _resolve_shape(ctx, in_shape, target, allowzero):
 @converter("Reshape", attrs=("allowzero",))
 def _reshape(ctx):
     t = ctx.tv(0)
-    shape = _resolve_shape(ctx, t.shape, ctx.known_ints(1, "target shape"), ctx.attr("allowzero", 0))
+    allowzero = ctx.attr("allowzero", 0)
+    # fed at run time, a target entry must be a plain size: -1 and (unless allowzero) 0 are codes
+    target = ctx.known_ints(1, "target shape", run_time=(0 if allowzero else 1, None))
+    shape = _resolve_shape(ctx, t.shape, target, allowzero)
     if t.known is not None and not any(S.is_symbolic(d) for d in shape) and t.known.size <= fold.FOLD_LIMIT:
         return TV(known=t.known.reshape(shape), dtype=t.dtype)
     return ctx.op("reshape", ctx.value(0), shape=shape)
@@ -202,7 +205,7 @@ def _squeeze(ctx):
 @converter("Expand")
 def _expand(ctx):
     t = ctx.tv(0)
-    shape = ctx.known_ints(1, "shape")
+    shape = ctx.known_ints(1, "shape", run_time=(1, None))
     cons = ctx.imp.module.constraints
     rank = max(t.rank, len(shape))
     ins = (1,) * (rank - t.rank) + tuple(t.shape)
@@ -226,7 +229,7 @@ def _expand(ctx):
 @converter("Tile")
 def _tile(ctx):
     t = ctx.tv(0)
-    reps = ctx.known_ints(1, "repeats")
+    reps = ctx.known_ints(1, "repeats", run_time=(0, None))
     k = _known_or_none(ctx, 0)
     if k is not None and not any(S.is_symbolic(r) for r in reps) and k.size * int(np.prod(reps)) <= fold.FOLD_LIMIT:
         return TV(known=np.tile(k, tuple(reps)), dtype=t.dtype)
@@ -254,7 +257,7 @@ def _split(ctx):
     d = t.shape[axis]
     n_out = len(ctx.node.output)
     if ctx.tv(1) is not None:
-        sizes = ctx.known_ints(1, "split sizes")
+        sizes = ctx.known_ints(1, "split sizes", run_time=(0, None))
     else:
         n = ctx.attr("num_outputs", n_out)
         chunk = S.floordiv(S.add(d, n - 1), n)
@@ -325,7 +328,7 @@ def _gather_elements(ctx):
 
 @converter("Trilu", attrs=("upper",))
 def _trilu(ctx):
-    k = ctx.known_ints(1, "k")[0] if ctx.tv(1) is not None else 0
+    k = ctx.known_ints(1, "k", run_time=(-(2 ** 62), 2 ** 62))[0] if ctx.tv(1) is not None else 0
     op = "triu" if ctx.attr("upper", 1) else "tril"
     return ctx.op(op, ctx.value(0), k=k)
 
@@ -336,7 +339,7 @@ def _pad(ctx):
     mode = ctx.attr("mode", "constant")
     if mode not in ("constant", "reflect", "edge"):
         raise ctx.unsupported(f"mode={mode!r}", hint="braze pads in constant, reflect and edge modes")
-    pads = ctx.known_ints(1, "pads")
+    pads = ctx.known_ints(1, "pads", run_time=(0, None))  # fed at run time: no cropping
     value = ctx.const_scalar(2, "constant_value") if ctx.tv(2) is not None else 0.0
     if ctx.tv(3) is not None:
         axes = [int(a) % t.rank for a in ctx.known_ints(3, "axes")]

@@ -164,11 +164,16 @@ class NodeCtx:
         t = self.tv(i)
         return None if t is None else t.known
 
-    def known_ints(self, i: int, what: str) -> list | None:
-        """Flat list of IntLikes of input i, or an UnsupportedOpError if only known at run time."""
+    def known_ints(self, i: int, what: str, run_time: tuple | None = None) -> list | None:
+        """Flat list of IntLikes of input i, or an UnsupportedOpError if only known at run time.
+
+        ``run_time``: (lo, hi), where the converter takes a graph input's values at run time as symbols
+        that must lie in that range (Importer.value_symbols); those values only move shapes."""
         t = self.tv(i)
         if t is None:
             return None
+        if t.known is None and run_time is not None:
+            self.imp.value_symbols(t, *run_time)
         if t.known is None:
             raise self._needs_known(i, what)
         return [x if isinstance(x, S.SymExpr) else int(x) for x in t.known.flat]
@@ -309,7 +314,36 @@ class Importer:
             keys = (name,)
         if name[0].isdigit():
             name = "d" + name
-        lo, hi = 1, None
+        lo, hi = self._user_range(keys, 1, None)
+        existing = self.module.constraints.symbol(name)
+        if existing is not None and (existing.lo, existing.hi) == (lo, hi):
+            return existing
+        return self.b.sym(name, lo, hi)
+
+    def value_symbols(self, t: TV, lo: int, hi: int | None) -> None:
+        """Make an integer graph input of static shape (a shape operand fed at run time) known as
+        symbols, one per element, that the entry reads from the input and checks against [lo, hi] and
+        ``dim_ranges`` (``<input>_<i>``, or ``<input>`` for a 0-d input). Anything else stays unknown."""
+        p = t.value
+        if p is None or t.known is not None or not p.dtype.is_int or not p.type.is_static() or p.rank > 1 \
+                or not any(p is q for q in self.b.func.params) or int(p.type.numel()) > 64:
+            return
+        fn = self.b.func.name
+        syms = []
+        for j in range(int(p.type.numel())):
+            name = sanitize(t.name if p.rank == 0 else f"{t.name}_{j}").replace(".", "_")
+            name = "v" + name if name[0].isdigit() else name
+            key = (fn, p.name, j)
+            while self.module.value_symbols.get(key) != name and self.module.constraints.symbol(name) is not None:
+                name += "_"  # a dim's symbol has that name: not the same thing
+            ulo, uhi = self._user_range((name,), lo, hi)
+            his = [h for h in (hi, uhi) if h is not None]
+            syms.append(self.b.sym(name, max(lo, ulo), min(his) if his else None))
+            self.module.value_symbols[key] = name
+        t.known = np.array(syms, dtype=object).reshape(tuple(int(d) for d in p.shape))
+
+    def _user_range(self, keys, lo: int, hi: int | None) -> tuple:
+        """(lo, hi) from ``dim_ranges`` under one of ``keys``, else the given default."""
         for k in keys:
             if k in self.dim_ranges:
                 rng = self.dim_ranges[k]
@@ -322,10 +356,7 @@ class Importer:
                 if lo < 0 or (hi is not None and hi < lo):
                     raise ModelFormatError(f"dim_ranges[{k!r}] = {rng!r} is an empty range",
                                            hint="give (lo, hi) with 0 <= lo <= hi, e.g. (1, 64)")
-        existing = self.module.constraints.symbol(name)
-        if existing is not None and (existing.lo, existing.hi) == (lo, hi):
-            return existing
-        return self.b.sym(name, lo, hi)
+        return lo, hi
 
     def _input_type(self, vi) -> TensorType:
         where = f"graph input '{vi.name}'" + (f" in {self.path}" if self.path else "")
@@ -404,11 +435,11 @@ class Importer:
                     self.module.input_notes[(self.b.func.name, p.name, axis)] = (
                         f"the ONNX model fixes this dim to {d} (its graph input has a dim_value, not a dim_param); "
                         "to serve other sizes, export the model with this dim dynamic")
-        self._check_ranges()
         self._check_ops()
         for idx, node in enumerate(g.node):
             self._node_idx = idx
             self._convert(node)
+        self._check_ranges()  # after the walk: shape operands fed as inputs name their symbols in it
         results = []
         for o in g.output:
             t = self.env.get(o.name)

@@ -1,0 +1,110 @@
+"""Shape operands fed as ONNX graph inputs: their values become symbols the entry reads at run time
+(Importer.value_symbols), so one compile serves every value, and a value the converter cannot take as a
+plain size is an InputError naming it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+import braze  # noqa: E402
+from braze.errors import InputError, UnsupportedOpError  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _model(nodes, inputs, outputs):
+    g = helper.make_graph(nodes, "g", inputs, outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def _vi(name, dt, shape):
+    return helper.make_tensor_value_info(name, dt, shape)
+
+
+@pytest.fixture
+def reshape_model():
+    return _model([helper.make_node("Reshape", ["x", "shape"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                  [_vi("x", F, ["n"]), _vi("shape", I64, [2])], [_vi("z", F, [None, None])])
+
+
+def test_a_reshape_target_fed_at_run_time_is_one_compile_for_every_value(reshape_model):
+    mod = braze.import_onnx(reshape_model)
+    assert "values {" in str(mod) and "shape_0" in mod.symbols
+    m = braze.compile(mod)
+    compiles = braze.stats()["native_compiles"]
+    for n, shape in ((12, (3, 4)), (12, (12, 1)), (35, (5, 7)), (1, (1, 1))):
+        x = np.linspace(-1, 1, n, dtype=np.float32)
+        s = np.array(shape, np.int64)
+        want = np.maximum(x.reshape(shape), 0)
+        np.testing.assert_array_equal(m(x, s), want)
+        np.testing.assert_array_equal(braze.reference.run(mod, x, s), want)
+    assert braze.stats()["native_compiles"] == compiles
+
+
+def test_a_value_that_is_not_a_plain_size_is_an_input_error(reshape_model):
+    m = braze.compile(braze.import_onnx(reshape_model))
+    x = np.zeros(12, np.float32)
+    with pytest.raises(InputError, match=r"shape_1 = -1 is outside its range \[1, inf\]"):
+        m(x, np.array([3, -1], np.int64))
+    with pytest.raises(InputError, match="must hold"):
+        m(x, np.array([5, 2], np.int64))  # 10 elements from 12
+    np.testing.assert_array_equal(m(x, np.array([6, 2], np.int64)), np.zeros((6, 2), np.float32))
+
+
+def test_dim_ranges_bound_a_value_symbol(reshape_model):
+    m = braze.compile(braze.import_onnx(reshape_model, dim_ranges={"shape_0": (1, 4)}))
+    with pytest.raises(InputError, match=r"shape_0 = 6 is outside its range \[1, 4\]"):
+        m(np.zeros(12, np.float32), np.array([6, 2], np.int64))
+
+
+@pytest.mark.parametrize("op", ["tril", "triu"])
+def test_trilu_k_fed_at_run_time(op):
+    m = _model([helper.make_node("Trilu", ["x", "k"], ["y"], upper=int(op == "triu"))],
+               [_vi("x", F, ["r", 5]), _vi("k", I64, [])], [_vi("y", F, [None, None])])
+    cm = braze.compile(braze.import_onnx(m))
+    x = np.arange(4 * 5, dtype=np.float32).reshape(4, 5) + 1
+    for k in (-7, -1, 0, 2, 9):
+        np.testing.assert_array_equal(cm(x, np.array(k, np.int64)), getattr(np, op)(x, k))
+
+
+def test_constant_of_shape_tile_split_and_pad_fed_at_run_time():
+    m = _model([helper.make_node("ConstantOfShape", ["cs"], ["c"], value=helper.make_tensor("v", F, [1], [2.5])),
+                helper.make_node("Tile", ["x", "reps"], ["t"]),
+                helper.make_node("Split", ["x", "sizes"], ["s0", "s1"], axis=1),
+                helper.make_node("Pad", ["x", "pads"], ["p"], mode="edge")],
+               [_vi("x", F, [2, 5]), _vi("cs", I64, [2]), _vi("reps", I64, [2]), _vi("sizes", I64, [2]),
+                _vi("pads", I64, [4])],
+               [_vi(n, F, [None, None]) for n in ("c", "t", "s0", "s1", "p")])
+    mod = braze.import_onnx(m)
+    cm = braze.compile(mod)
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    for cs, reps, sizes, pads in (((3, 2), (1, 2), (1, 4), (0, 1, 2, 0)), ((1, 7), (3, 1), (5, 0), (1, 0, 0, 3))):
+        got = cm(x, *(np.array(v, np.int64) for v in (cs, reps, sizes, pads)))
+        want = (np.full(cs, 2.5, np.float32), np.tile(x, reps), x[:, :sizes[0]], x[:, sizes[0]:],
+                np.pad(x, ((pads[0], pads[2]), (pads[1], pads[3])), mode="edge"))
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(InputError, match="pads_1 = -1 is outside its range"):  # no cropping at run time
+        cm(x, *(np.array(v, np.int64) for v in ((1, 1), (1, 1), (2, 3), (0, -1, 0, 0))))
+
+
+def test_a_run_time_value_that_decides_axes_is_still_refused():
+    m = _model([helper.make_node("ReduceSum", ["x", "axes"], ["y"])], [_vi("x", F, [2, 3]), _vi("axes", I64, [1])],
+               [_vi("y", F, [None, None])])
+    with pytest.raises(UnsupportedOpError, match="axes .* computed from tensor data at run time"):
+        braze.import_onnx(m)
+
+
+def test_the_cuda_target_refuses_sizes_read_from_input_values(reshape_model):
+    from braze.codegen.cuda_host import _check_supported
+
+    with pytest.raises(UnsupportedOpError, match="cannot read sizes from input values"):
+        _check_supported(braze.import_onnx(reshape_model))
