@@ -33,7 +33,7 @@ def _check_supported(module) -> None:
     from ..errors import UnsupportedOpError
     from ..ir.types import DType
     from ..passes.common import top_functions
-    from ..passes.node_classes import CONV_GRADS
+    from ..passes.node_classes import BACKWARD_CONVS
     if module.value_symbols:  # the entry would read them from device memory
         (fn, param, _), name = next(iter(sorted(module.value_symbols.items())))
         raise UnsupportedOpError(f"the CUDA target cannot read sizes from input values yet (%{param} of @{fn} "
@@ -46,7 +46,7 @@ def _check_supported(module) -> None:
                                          where=str(n.loc) if n.loc else None,
                                          hint="compile the graph for the CPU")
             if n.op == "fused" and n.attrs.get("kind") in ("gemm", "conv"):
-                grads = sorted({m.op for m in module.functions[n.attrs["callee"]].nodes} & set(CONV_GRADS))
+                grads = sorted({m.op for m in module.functions[n.attrs["callee"]].nodes} & set(BACKWARD_CONVS))
                 if grads:
                     raise UnsupportedOpError(f"the CUDA target has no {grads[0]} yet (@{n.attrs['callee']})",
                                              where=str(n.loc) if n.loc else None,

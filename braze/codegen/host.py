@@ -22,7 +22,7 @@ from ..ir.constant import ConstantRef
 from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
 from ..passes.common import top_functions
-from ..passes.node_classes import CONV_GRADS
+from ..passes.node_classes import BACKWARD_CONVS
 from ..passes.memory import in_place_inputs
 from .c_expr import c_sym_name, int_expr, nbytes_c
 from .c_types import UNSIGNED, c_literal, ctype
@@ -440,6 +440,7 @@ def _traffic(module: Module, n: Node):
             flops = S.mul(2, S.mul(m.outputs[0].type.numel(), m.inputs[0].shape[-1] if m.inputs[0].rank else 1))
         elif m.op == "conv2d":
             flops = S.mul(2, S.mul(m.outputs[0].type.numel(), S.prod(m.inputs[1].shape[1:])))
-        elif m.op in CONV_GRADS:  # as many multiply-adds as the forward convolution
-            flops = S.mul(2, S.mul(m.inputs[0].type.numel(), S.prod(m.inputs[2].shape[1:])))
+        elif m.op in BACKWARD_CONVS:  # as many multiply-adds as the forward convolution
+            w = m.inputs[1 if m.op == "conv_transpose2d" else 2]
+            flops = S.mul(2, S.mul(m.inputs[0].type.numel(), S.prod(w.shape[1:])))
     return nbytes, flops

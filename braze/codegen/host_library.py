@@ -11,7 +11,7 @@ from ..ir import sym as S
 from ..ir.graph import Node
 from ..ir.types import DType
 from ..ops.conv import is_pointwise_conv, pads4
-from ..passes.node_classes import CONV_GRADS
+from ..passes.node_classes import BACKWARD_CONVS
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from .c_expr import int_expr
 
@@ -91,7 +91,7 @@ class LibraryCalls:
         wconst = const_of.get(id(w))  # None: a weight read at this call (plug-in mode's live weights)
         wdt = DT_CODES[x.dtype]  # the library's operand dtype (offload checked x and w agree)
         act_t = f"{act} | {types}" if types else act  # the GEMM and conv calls take the dtypes in act
-        if a.op in CONV_GRADS:
+        if a.op in BACKWARD_CONVS:
             self._conv_gradient(a, cptr, dst)
             return
         if a.op == "conv2d":
@@ -199,14 +199,17 @@ class LibraryCalls:
     def _conv_gradient(self, a: Node, cptr, dst: str) -> None:
         """A convolution's input or weight gradient: one oneDNN backward call (float32; NCHW, or NHWC
         activations with layout nhwc)."""
-        grad, x, w = a.inputs
+        if a.op == "conv_transpose2d":  # its input is the gradient; the result has the shape x would
+            (grad, w), x = a.inputs, a.outputs[0]
+        else:
+            grad, x, w = a.inputs
         nhwc = a.attrs.get("layout") == "nhwc"
         h = self.gen.pack_conv(None, w.shape, a.attrs["groups"], a.attrs["stride"], pads4(a.attrs["padding"]),
                                a.attrs["dilation"], layout=1 if nhwc else 0)
         hw_of = (lambda t: t.shape[1:3]) if nhwc else (lambda t: t.shape[2:])
         n, hw, ohw = int_expr(x.shape[0]), ", ".join(int_expr(d) for d in hw_of(x)), \
             ", ".join(int_expr(d) for d in hw_of(grad))
-        if a.op == "conv2d_backward_input":
+        if a.op != "conv2d_backward_weight":
             args = f"(const float *){cptr[id(grad)]}, {h}, (const float *){cptr[id(w)]}"
             fn = "braze_conv2d_bwd_data"
         else:

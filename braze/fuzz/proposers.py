@@ -415,6 +415,22 @@ def p_conv_grad(gen, op):
     gen.emit(op, [y, x, w], attrs, exact=False)
 
 
+def p_conv_transpose(gen, op):
+    """A transposed convolution with padding that never empties the output (no range narrowed)."""
+    c = int(gen.choice([1, 2, 4]))
+    g = int(gen.choice([1, 1, c]))
+    kh, kw = int(gen.choice([1, 2, 3])), int(gen.choice([1, 3]))
+    stride = (int(gen.choice([1, 2])), int(gen.choice([1, 2])))
+    dil = (int(gen.choice([1, 2])), 1)
+    opad = tuple(int(gen.rng.integers(0, s)) for s in stride)
+    ph, pw = (int(gen.rng.integers(0, (d * (k - 1) + 1) // 2 + 1)) for d, k in zip(dil, (kh, kw)))
+    x = gen.pick(lambda v: v.dtype is F32 and v.t.rank == 4 and v.shape[1] == c,
+                 fresh_type=TensorType(F32, (gen.dim(), c, gen.dim(), gen.dim())))
+    w = gen.new(TensorType(F32, (c, int(gen.choice([1, 2, 3])), kh, kw)), const=True, high=1.0 / np.sqrt(c * kh * kw))
+    gen.emit(op, [x, w], {"stride": stride, "padding": (ph, pw, ph, pw), "output_padding": opad, "dilation": dil,
+                          "groups": g}, exact=False)
+
+
 def p_direct_conv(gen, op):
     """``direct_conv2d`` built directly: an NHWC input, an HWIO weight with at most 4 channels per
     group (decompose's rule writes it from such a conv2d, which p_conv builds too)."""
@@ -832,7 +848,7 @@ PROPOSERS = {
     **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
     "group_norm": p_group_norm,
     "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv, "direct_conv2d": p_direct_conv,
-    "conv2d_backward_input": p_conv_grad, "conv2d_backward_weight": p_conv_grad,
+    "conv2d_backward_input": p_conv_grad, "conv2d_backward_weight": p_conv_grad, "conv_transpose2d": p_conv_transpose,
     **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_indices",
                            "max_pool2d_backward")},
     "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,

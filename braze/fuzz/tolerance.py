@@ -657,7 +657,10 @@ def _conv(ctx, opdef, ins, es, outs, attrs):
     out = outs[0]
     ref = opdef.reference
     direct = opdef.name == "direct_conv2d"  # NHWC, weight [kh, kw, in/groups, out]
-    k = int(np.prod(np.shape(w)[:3] if direct else np.shape(w)[1:]))
+    if opdef.name == "conv_transpose2d":  # weight [in, out/groups, kh, kw]: in/groups * kh * kw terms
+        k = np.shape(w)[0] // attrs.get("groups", 1) * int(np.prod(np.shape(w)[2:]))
+    else:
+        k = int(np.prod(np.shape(w)[:3] if direct else np.shape(w)[1:]))
     p = ref(ctx, _f64(es[0]), w, **attrs) + ref(ctx, x, _f64(es[1]), **attrs)
     xw = ref(ctx, x, w, **attrs)
     r = (k + 2) * unit(out) * xw + _ovf(xw, out)
@@ -732,7 +735,7 @@ RULES = {
     "softmax": _softmax, "log_softmax": _softmax,
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
     "resize": _resize, "topk": _topk,
-    "matmul": _matmul, "linear": _matmul, "conv2d": _conv, "direct_conv2d": _conv,
+    "matmul": _matmul, "linear": _matmul, "conv2d": _conv, "direct_conv2d": _conv, "conv_transpose2d": _conv,
     "max_pool2d": _pool, "avg_pool2d": _pool, "adaptive_avg_pool2d": _pool,
     "scaled_dot_product_attention": _sdpa,
 }

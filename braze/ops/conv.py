@@ -372,6 +372,80 @@ defop("conv2d_backward_weight", inputs=("grad", "x", "weight"), attrs={**_CONV_A
       doc=_CONV_GRAD_DOC.format("weight", "grad and x NHWC (the weight and its gradient stay OIHW)"))
 
 # ---------------------------------------------------------------------------
+# conv_transpose2d: the input gradient's computation, on an activation (oneDNN's backward-data call)
+# ---------------------------------------------------------------------------
+
+
+def _conv_transpose_infer(ctx, x: TensorType, w: TensorType, *, stride, padding, output_padding, dilation, groups):
+    if x.rank != 4 or w.rank != 4:
+        raise ctx.error(f"takes an NCHW input and a weight [in, out/groups, kh, kw], got {x} and {w}")
+    if x.dtype is not DType.float32 or w.dtype is not DType.float32:
+        raise ctx.error(f"takes float32 operands, got {x.dtype.name} and {w.dtype.name}",
+                        hint="cast the input and the weight to float32")
+    stride, dilation = _pair(ctx, "stride", stride), _pair(ctx, "dilation", dilation)
+    _check_pos(ctx, "stride", stride)
+    _check_pos(ctx, "dilation", dilation)
+    pt, pl, pb, pr = _pads(ctx, padding)
+    opad = _pair(ctx, "output_padding", output_padding)
+    if any(not 0 <= p < s for p, s in zip(opad, stride)):  # torch allows up to the dilation; oneDNN does not
+        raise ctx.error(f"output_padding {list(opad)} must be below the stride {list(stride)}",
+                        hint="output padding past the stride needs a transposed convolution braze does not run yet")
+    if groups < 1 or not isinstance(w.shape[1], int):
+        raise ctx.error(f"groups must be >= 1 and the weight's dim 1 static, got groups={groups}, weight {w}")
+    c, ci = x.shape[1], w.shape[0]
+    eq = ctx.equal(c, ci)
+    if eq is False:
+        raise ctx.error(f"input has {c} channels but weight {w} expects {ci}", hint="weight dim 0 is the input's "
+                                                                                    "channels")
+    if eq is None:
+        ctx.assume_equal(c, ci, "input channels")
+    if isinstance(ci, int) and ci % groups:
+        raise ctx.error(f"input channels {ci} are not divisible by groups={groups}")
+    kh, kw = w.shape[2:]
+    for n, k, st, d, p, op in ((x.shape[2], kh, stride[0], dilation[0], pt + pb, opad[0]),
+                               (x.shape[3], kw, stride[1], dilation[1], pl + pr, opad[1])):
+        c = d * (k - 1) + 1 + op - p  # size = st * (n - 1) + c, which must not be negative (torch's rule)
+        sym = ctx.constraints.simplify(n)
+        if c < 0 and isinstance(sym, S.Sym):  # an input too small for the padding: an input error, every call
+            s = ctx.constraints.symbols.get(sym.name, sym)
+            need = 1 + (-c + st - 1) // st
+            if s.hi is not None and need > s.hi:
+                raise ctx.error(f"input {sym} in [{s.lo}, {s.hi}] is never large enough for the padding {p}")
+            if need > s.lo:
+                ctx.constraints.add_range(s, need, s.hi)
+    sizes = [ctx.simplify(size) for size in _transposed_hw(x.shape, (kh, kw), stride, dilation, (pt, pl, pb, pr),
+                                                          opad)]
+    if any(isinstance(size, int) and size < 0 for size in sizes):
+        raise ctx.error(f"the output would have {min(sizes)} rows or columns", hint="use less padding")
+    return TensorType(DType.float32, (x.shape[0], S.mul(w.shape[1], groups), *sizes))
+
+
+def _transposed_hw(x_shape, k, stride, dilation, pads, output_padding) -> list:
+    """The output's height and width: stride * (in - 1) + dilation * (k - 1) + 1 + output_padding - pads."""
+    pt, pl, pb, pr = pads
+    return [S.add(S.mul(s, S.add(n, -1)), d * (kk - 1) + 1 + op - p0 - p1)
+            for n, kk, s, d, p0, p1, op in zip(x_shape[2:], k, stride, dilation, (pt, pl), (pb, pr), output_padding)]
+
+
+def _conv_transpose_ref(ctx, x, w, *, stride, padding, output_padding, dilation, groups):
+    pads = tuple(pads4(padding))
+    stride, dilation = tuple(stride) * (3 - len(stride)), tuple(dilation) * (3 - len(dilation))
+    hw = _transposed_hw(x.shape, w.shape[2:], stride, dilation, pads, tuple(output_padding) * (3 - len(output_padding)))
+    out = np.empty((x.shape[0], w.shape[1] * groups, *hw), np.float32)  # read for its shape only
+    return conv2d_backward_input_numpy(x, out, w, stride=stride, padding=pads, dilation=dilation, groups=groups)
+
+
+_CONV_T = _channels_last(_conv_transpose_infer, _conv_transpose_ref)
+defop("conv_transpose2d", inputs=("x", "weight"),
+      attrs={**_CONV_ATTRS, "output_padding": Attr("ints", (0, 0), "(oh, ow): rows and columns added at the end"),
+             "layout": _LAYOUT},
+      infer=_CONV_T[0], reference=_CONV_T[1], kind="conv",
+      doc="2-D transposed convolution (the input gradient of conv2d with this weight), NCHW (or NHWC) input, "
+          "weight [in, out/groups, kh, kw], float32; out = stride * (in - 1) + dilation * (k - 1) + 1 + "
+          "output_padding - padding (output_padding below the stride). A bias is a separate add.")
+
+
+# ---------------------------------------------------------------------------
 # pools
 # ---------------------------------------------------------------------------
 

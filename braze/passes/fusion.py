@@ -77,7 +77,7 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
-from .node_classes import CLOSED_KINDS, CONV_GRADS, GEMMS, RELAYOUTS, VIEWS, WINDOWS, node_class, swaps_last_two
+from .node_classes import BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, VIEWS, WINDOWS, node_class, swaps_last_two
 
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
@@ -276,7 +276,7 @@ class _Fuser:
         if len(anchors) != 1 or len(esc) != 1:
             return None
         a = anchors[0]
-        if a.op in CONV_GRADS and len(nodes) > 1:
+        if a.op in BACKWARD_CONVS and len(nodes) > 1:
             return None  # the library call alone: oneDNN's backward convolutions take no post-ops
         kind = "gemm" if a.op in GEMMS else "conv"
         down = self._downstream(nodes, [a])

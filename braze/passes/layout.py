@@ -27,7 +27,7 @@ TO_NCHW = (0, 3, 1, 2)
 # backward gets its saved activations channels-last (plugin/saved_layout.py), so that costs no transpose
 CHANNELS_LAST_OPS = {"conv2d": (0,), "max_pool2d": (0,), "max_pool2d_indices": (0,),
                      "max_pool2d_backward": (0, 1, 2), "conv2d_backward_input": (0, 1),
-                     "conv2d_backward_weight": (0, 1)}
+                     "conv2d_backward_weight": (0, 1), "conv_transpose2d": (0,)}
 # ops whose result is not an activation: it keeps its layout (a weight's gradient, OIHW)
 _WEIGHT_RESULTS = {"conv2d_backward_weight"}
 _TO_NHWC = Rule("channels_last", "to_nhwc")

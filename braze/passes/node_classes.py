@@ -16,8 +16,10 @@ VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
 RELAYOUTS = VIEWS + ("permute",)
 NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
 GEMMS = ("linear", "matmul")
-CONV_GRADS = ("conv2d_backward_input", "conv2d_backward_weight")
-CONVS = ("conv2d",) + CONV_GRADS
+# convolutions oneDNN's backward calls run (no post-ops): conv2d's gradients, and conv_transpose2d,
+# which computes what the input gradient does
+BACKWARD_CONVS = ("conv2d_backward_input", "conv2d_backward_weight", "conv_transpose2d")
+CONVS = ("conv2d",) + BACKWARD_CONVS
 SCATTERS = ("index_add",)
 ATTENTIONS = ("attention_backward",)
 # computed at any output index from a window of their input, like an elementwise op: they fuse

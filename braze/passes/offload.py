@@ -23,7 +23,7 @@ from ..errors import BrazeError, UnsupportedOpError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from .common import result_ids, top_functions, users
-from .node_classes import CONV_GRADS, CONVS, GEMMS, swaps_last_two
+from .node_classes import BACKWARD_CONVS, CONVS, GEMMS, swaps_last_two
 from .precision import HALF
 
 ANCHORS = {"gemm": GEMMS, "conv": CONVS}
@@ -117,7 +117,7 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
     # run time); a batched product of two activations, or one whose left operand is read
     # transposed (a weight gradient: no weight call), stores 16 bits at most and runs the rest of
     # its epilogue as a generated kernel, and oneDNN's backward convolutions take none
-    if anchor.op in CONV_GRADS:
+    if anchor.op in BACKWARD_CONVS:
         return [], 0
     if anchor.op == "matmul" and (w.rank != 2 or _transposed(callee, anchor.inputs[0])):
         # its one post-op: storing 16 bits (attention's second product, read by a 16-bit projection)

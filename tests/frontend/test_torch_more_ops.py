@@ -131,6 +131,22 @@ def test_group_norm_weight_norm_conv1d():
     check(m, [(torch.randn(2, 4, n),) for n in (1, 7, 64)], ({2: t},), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("decompose", [False, True])  # aten.conv_transpose2d, or aten.convolution(transposed)
+def test_transposed_convolutions_1d_and_2d(decompose):
+    up = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+    grouped = nn.ConvTranspose2d(6, 4, (3, 2), stride=(1, 2), padding=(0, 1), groups=2, dilation=(2, 1), bias=False)
+    one = nn.ConvTranspose1d(4, 3, 3, stride=2)
+
+    def f(self, x, y):
+        return torch.relu(self.grouped(self.up(x))), self.one(y)
+
+    m = Fn(f, up=up, grouped=grouped, one=one)
+    n, h, w, l_ = Dim("n", min=1, max=8), Dim("h", min=1, max=64), Dim("w", min=1, max=64), Dim("l", min=1, max=64)
+    inputs = [(torch.randn(b, 4, hh, ww), torch.randn(b, 4, ll)) for b, hh, ww, ll in ((1, 1, 1, 1), (2, 5, 7, 9),
+                                                                                        (3, 8, 3, 4))]
+    check(m, inputs, ({0: n, 2: h, 3: w}, {0: n, 2: l_}), decompose=decompose)
+
+
 def test_topk_values_and_indices():
     def f(self, x, i):
         v, idx = torch.topk(x, 3, dim=1)

@@ -95,6 +95,59 @@ def test_conv2d_gradients(cin, cout, k, stride, pad, dil, groups, bias, layout):
             assert_close_scaled(got[1], w.grad.numpy(), what="weight gradient")
 
 
+CONV_T_CASES = [
+    # cin, cout, k, stride, pad (symmetric), output_padding, dilation, groups
+    (4, 6, 3, 1, 0, 0, 1, 1),
+    (4, 6, 3, 2, 1, 1, 1, 1),
+    (6, 4, (3, 2), (1, 2), (0, 1), (0, 1), (2, 1), 2),
+    (8, 8, 3, 3, 1, (2, 0), (1, 3), 8),  # depthwise; output_padding up to stride - 1
+]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("cin,cout,k,stride,pad,opad,dil,groups", CONV_T_CASES)
+def test_conv_transpose2d(cin, cout, k, stride, pad, opad, dil, groups, layout):
+    """conv_transpose2d against torch: the reference, and the native build (oneDNN's backward-data call)
+    with the batch and the image size symbolic; sizes where the padding leaves an empty output included."""
+    kh, kw = _pair(k)
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = _pair(stride), _pair(pad), _pair(opad), _pair(dil)
+    attrs = {"stride": (sh, sw), "padding": (ph, pw, ph, pw), "output_padding": (oph, opw), "dilation": (dh, dw),
+             "groups": groups, "layout": layout}
+    act = (lambda n, c, h, w: (n, h, w, c)) if layout == "nhwc" else (lambda n, c, h, w: (n, c, h, w))
+    to = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))) if layout == "nhwc" else (lambda a: a)
+    w = rand(RNG, (cin, cout // groups, kh, kw))
+    m, y = build([tensor("f32", *act(N, cin, H, W))], lambda b, x: b.op("conv_transpose2d", [x, b.constant(w)],
+                                                                          **attrs))
+    assert y.type.shape == act(N, cout, sh * (H - 1) + dh * (kh - 1) + 1 + oph - 2 * ph,
+                               sw * (W - 1) + dw * (kw - 1) + 1 + opw - 2 * pw)
+    native = braze.compile(m) if onednn.available() else None
+    for n, h, wd in ((1, 1, 1), (2, 5, 7), (3, 9, 4)):
+        x = rand(RNG, (n, cin, h, wd))
+        want = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), None, (sh, sw), (ph, pw), (oph, opw),
+                                  groups, (dh, dw)).numpy()
+        for got in [R.run(m, to(x))] + ([native(to(x))] if native else []):
+            assert got.shape == to(want).shape
+            assert_close_scaled(got, to(want), what=f"conv_transpose2d at {n}x{h}x{wd}")
+
+
+def test_conv_transpose2d_errors():
+    with pytest.raises(ShapeError, match="input has 3 channels"):
+        build([tensor("f32", N, 3, H, W)], lambda b, x: b.op("conv_transpose2d", [x, b.constant(rand(RNG, (4, 2, 3, 3)))]))
+    with pytest.raises(ShapeError, match="output_padding"):
+        build([tensor("f32", N, 4, H, W)], lambda b, x: b.op("conv_transpose2d", [x, b.constant(rand(RNG, (4, 2, 3, 3)))],
+                                                            stride=(2, 2), output_padding=(2, 0)))
+    with pytest.raises(ShapeError, match="float32"):
+        build([tensor("f16", N, 4, H, W)], lambda b, x: b.op("conv_transpose2d", [x, b.constant(rand(RNG, (4, 2, 3, 3)))]))
+    # padding that eats more than a small input gives: H's range starts where the output is empty, not negative
+    m, y = build([tensor("f32", N, 2, H, W)], lambda b, x: b.op("conv_transpose2d", [x, b.constant(rand(RNG, (2, 2, 1, 1)))],
+                                                               padding=(1, 0, 1, 0)))
+    assert m.symbols["H"].lo == 2
+    cm = braze.compile(m)
+    assert cm(rand(RNG, (1, 2, 2, 3))).shape == (1, 2, 0, 3)
+    with pytest.raises(InputError, match=r"H = 1 is outside its range \[2, inf\]"):
+        cm(rand(RNG, (1, 2, 1, 3)))
+
+
 def test_conv2d_gradient_errors():
     with pytest.raises(ShapeError, match="output shape"):
         build([tensor("f32", N, 4, H, W), tensor("f32", N, 3, H, W), tensor("f32", 8, 3, 3, 3)],

@@ -146,6 +146,8 @@ static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *d
              (long long)OW, (long long)P->KH, (long long)P->KW, (long long)P->sh, (long long)P->sw, (long long)P->ph,
              (long long)P->pw, (long long)P->ph_end, (long long)P->pw_end, (long long)P->dh, (long long)P->dw,
              (long long)P->G, P->layout ? "nhwc" : "nchw");
+    if (dir == CONV_BWD_DATA && N >= 0 && (H == 0 || W == 0) && OH > 0 && OW > 0)
+        return 0; /* an empty result (a transposed convolution's padding can eat all of it): nothing to write */
     if (braze_dnnl_init(err, errlen)) return 1;
     if (N < 0 || H <= 0 || W <= 0 || OH != CONV_OH(P, H) || OW != CONV_OW(P, W) || OH <= 0 || OW <= 0) {
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; expected OH=%lld OW=%lld)", ctx,

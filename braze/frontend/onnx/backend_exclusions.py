@@ -22,6 +22,7 @@ EXCLUSIONS: dict[str, str] = {
         "training mode (Dropout, BatchNormalization): braze compiles inference graphs",
     r"select_last_index": "ArgMax/ArgMin select_last_index=1 (braze's argmax/argmin return the first occurrence)",
     r"^test_(maxpool|averagepool)_3d": "3-D pooling (braze has 1-D and 2-D pooling)",
+    r"^test_convtranspose_3d$": "3-D ConvTranspose (braze has 1-D and 2-D transposed convolutions)",
     r"^test_averagepool_2d_dilations$": "AveragePool with dilations (braze's avg_pool2d has no dilation)",
     r"^test_maxpool_with_argmax": "MaxPool's Indices output (braze's max_pool2d returns values only)",
     r"^test_gathernd_example_int32_batch_dim1$": "GatherND with batch_dims=1 (braze maps batch_dims=0 only)",

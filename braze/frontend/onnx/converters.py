@@ -386,7 +386,7 @@ def _arg(ctx):
 
 @converter("TopK", attrs=("axis", "largest", "sorted"))
 def _topk(ctx):
-    k = ctx.known_ints(1, "K")
+    k = ctx.known_ints(1, "K", run_time=(0, None))
     if len(k) != 1:
         raise ctx.unsupported(f"K must hold one value, got {len(k)}")
     v, i = ctx.op("topk", ctx.value(0), k=k[0], axis=ctx.attr("axis", -1), largest=bool(ctx.attr("largest", 1)),

@@ -1,4 +1,5 @@
-"""ONNX Conv and pooling -> braze conv2d / max_pool2d / avg_pool2d (1-D via an added axis);
+"""ONNX Conv, ConvTranspose and pooling -> braze conv2d / conv_transpose2d / max_pool2d / avg_pool2d (1-D via an
+added axis);
 GroupNormalization -> group_norm; Resize -> resize."""
 
 from __future__ import annotations
@@ -93,6 +94,54 @@ def _conv(ctx):
     return y
 
 
+@converter("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape",
+                                   "pads", "strides"))
+def _conv_transpose(ctx):
+    x, w, b = ctx.value(0), ctx.value(1), ctx.value(2)
+    n = x.rank - 2
+    _spatial(ctx, x, n)
+    kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
+    if any(S.is_symbolic(k) for k in kernel):
+        raise ctx.unsupported("a kernel with symbolic size")
+    strides = list(ctx.attr("strides", [1] * n))
+    dil = list(ctx.attr("dilations", [1] * n))
+    opad = list(ctx.attr("output_padding", [0] * n))
+    auto = ctx.attr("auto_pad", "NOTSET")
+    out_shape = ctx.attr("output_shape")
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        # the pads that give that output: ONNX's rule, the odd pixel at the end for SAME_UPPER
+        want = list(out_shape)[-n:] if out_shape is not None else [S.mul(x.shape[2 + i], strides[i]) for i in range(n)]
+        pb, pe = [], []
+        for i in range(n):
+            total = S.add(S.mul(strides[i], S.add(x.shape[2 + i], -1)),
+                          S.add(opad[i] + (kernel[i] - 1) * dil[i] + 1, S.mul(-1, want[i])))
+            half = S.floordiv(total, 2)
+            rest = S.add(total, S.mul(-1, half))
+            pb.append(half if auto == "SAME_UPPER" else rest)
+            pe.append(rest if auto == "SAME_UPPER" else half)
+        for i in range(n):  # a negative end pad adds rows at the end: output_padding's
+            if not S.is_symbolic(pe[i]) and pe[i] < 0:
+                opad[i], pe[i] = opad[i] - pe[i], 0
+        pads = pb + pe
+        if any(S.is_symbolic(p) for p in pads) or any(p < 0 for p in pads):
+            raise ctx.unsupported(f"output_shape/auto_pad that needs pads {pads} (symbolic or negative)",
+                                  hint="export the ConvTranspose with explicit pads and output_padding")
+    elif auto in ("NOTSET", "", "VALID"):
+        pads = [0] * (2 * n) if auto == "VALID" else list(ctx.attr("pads", [0] * (2 * n)))
+    else:
+        raise ctx.unsupported(f"auto_pad={auto!r}")
+    if n == 1:
+        x, w = _to2d(ctx, x, w)
+        strides, dil, opad = [1] + strides, [1] + dil, [0] + opad
+    y = ctx.op("conv_transpose2d", x, w, stride=tuple(strides), padding=_pads4(pads, n), dilation=tuple(dil),
+               output_padding=tuple(opad), groups=ctx.attr("group", 1))
+    if b is not None:
+        y = ctx.op("add", y, ctx.op("reshape", b, shape=(b.shape[0], 1, 1)))
+    if n == 1:
+        y = ctx.op("squeeze", y, axes=(2,))
+    return y
+
+
 @converter("MaxPool", "AveragePool",
            attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides", "storage_order",
                   "count_include_pad"))
@@ -177,7 +226,8 @@ def _resize(ctx):
     scales_t, sizes_t = ctx.tv(2), ctx.tv(3)
     scales = sizes = None
     if sizes_t is not None and sizes_t.shape and sizes_t.shape[0] != 0:
-        sizes = ctx.known_ints(3, "sizes")
+        # fed at run time only where each size is the output's (policy stretch)
+        sizes = ctx.known_ints(3, "sizes", run_time=(1, None) if policy == "stretch" else None)
     elif scales_t is not None and scales_t.shape and scales_t.shape[0] != 0:
         k = ctx.known(2)
         if k is None or fold.is_symbolic_array(k):

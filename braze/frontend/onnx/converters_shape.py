@@ -275,8 +275,9 @@ def _split(ctx):
 @converter("Slice")
 def _slice(ctx):
     t = ctx.tv(0)
-    starts = ctx.known_ints(1, "starts")
-    ends = ctx.known_ints(2, "ends")
+    # fed at run time, the bounds must be >= 0: a negative one counts from the end, which picks another form
+    starts = ctx.known_ints(1, "starts", run_time=(0, None))
+    ends = ctx.known_ints(2, "ends", run_time=(0, None))
     axes = ctx.known_ints(3, "axes") if ctx.tv(3) is not None else list(range(len(starts)))
     steps = ctx.known_ints(4, "steps") if ctx.tv(4) is not None else [1] * len(starts)
     if any(S.is_symbolic(s) for s in steps):

@@ -304,10 +304,37 @@ def _conv1d(cx, n, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv1d_impl(cx, x, w, b, stride, padding, dilation, groups)
 
 
+def _conv_transpose_impl(cx, x, w, b, stride, padding, output_padding, groups, dilation):
+    """conv_transpose1d/2d (1-D through an added axis): conv_transpose2d, then the bias as an add."""
+    _float_only(cx, "transposed convolution", x)
+    if x.rank not in (3, 4):
+        raise UnsupportedOpError(f"a transposed convolution on a rank-{x.rank} input (only batched 1-d and 2-d)",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
+    if isinstance(padding, str):
+        raise UnsupportedOpError(f"transposed convolution padding '{padding}'", where=str(cx.loc), hint=ISSUES_HINT)
+    one = x.rank == 3  # the added H axis: stride 1, no padding, dilation 1
+    stride, padding, output_padding, dilation = ((h, v[0] if isinstance(v, (list, tuple)) else v) if one else pair(v)
+                                                 for h, v in ((1, stride), (0, padding), (0, output_padding),
+                                                              (1, dilation)))
+    if one:
+        x, w = op(cx, "unsqueeze", [x], axes=(2,)), op(cx, "unsqueeze", [w], axes=(2,))
+    (ph, pw) = padding
+    y = op(cx, "conv_transpose2d", [x, w], stride=stride, padding=(ph, pw, ph, pw), output_padding=output_padding,
+           dilation=dilation, groups=int(groups))
+    if b is not None:
+        y = op(cx, "add", [y, op(cx, "reshape", [b], shape=(b.shape[0], 1, 1))])
+    return op(cx, "squeeze", [y], axes=(2,)) if one else y
+
+
+@conv("conv_transpose2d", "conv_transpose1d")
+def _conv_transpose(cx, n, x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _conv_transpose_impl(cx, x, w, b, stride, padding, output_padding, groups, dilation)
+
+
 @conv("convolution", "_convolution")
 def _convolution(cx, n, x, w, b, stride, padding, dilation, transposed, output_padding, groups, *rest):
     if transposed:
-        raise UnsupportedOpError("transposed convolution is not supported", where=str(cx.loc), hint=ISSUES_HINT)
+        return _conv_transpose_impl(cx, x, w, b, stride, padding, output_padding, groups, dilation)
     if x.rank == 4:
         return _conv2d_impl(cx, x, w, b, stride, padding, dilation, groups)
     if x.rank == 3:
