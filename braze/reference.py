@@ -65,7 +65,8 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
         if fn != func.name:
             continue
         p, a = by_name[pname]
-        v = int(a.reshape(-1)[idx])
+        v = a.reshape(-1)[idx]
+        v = int(v) if not p.dtype.is_float else -2 ** 63 if np.isnan(v) else int(np.clip(np.trunc(v), -2 ** 63, 2 ** 63 - 1))
         if sname in env and env[sname] != v:
             raise InputError(f"input %{pname} element {idx} is {v}, but symbol '{sname}' was already bound to "
                              f"{env[sname]}", where=f"input %{pname} of @{func.name}, declared {p.type}")

@@ -81,7 +81,8 @@ def validation_c(func: Function, constraints: ConstraintStore, notes: dict | Non
         if fn != func.name:
             continue
         i, p = params[pname]
-        v = f"(int64_t)((const {ctype(p.dtype)} *)inputs[{i}].data)[{idx}]"
+        v = f"((const {ctype(p.dtype)} *)inputs[{i}].data)[{idx}]"
+        v = f"bz_ftoi64((double){v})" if p.dtype.is_float else f"(int64_t){v}"
         if sname not in bound:  # an element read as a size: the range checks below cover it
             bound[sname] = constraints.symbol(sname)
             bound_at[sname] = (pname, -1 - idx)

@@ -53,9 +53,10 @@ def verify_module(module: Module) -> None:
         where = f"value symbol {name} (@{fn} %{param} element {index})"
         if p is None:
             raise VerifyError(f"{where}: the module has no such input")
-        if not p.dtype.is_int or not p.type.is_static() or not 0 <= index < int(p.type.numel()):
-            raise VerifyError(f"{where}: the input is {p.type}; it must be an integer input of static shape "
-                              "that has that element")
+        if p.dtype not in (DType.float32, DType.float64) and not p.dtype.is_int or not p.type.is_static() \
+                or not 0 <= index < int(p.type.numel()):
+            raise VerifyError(f"{where}: the input is {p.type}; it must be an integer (or float32/64) input of "
+                              "static shape that has that element")
         if module.constraints.symbol(name) is None:
             raise VerifyError(f"{where}: the module declares no such symbol")
 

@@ -34,7 +34,8 @@ Importing this package registers every op lowering.
 from __future__ import annotations
 
 # the op-lowering modules register themselves on import (``@lowering``)
-from . import bitwise, conv, creation, elementwise, pooling, reductions, resize, views  # noqa: F401
+from . import bitwise, conv, creation, elementwise, pooling, reductions, resize  # noqa: F401
+from . import views  # noqa: F401
 from .core import (BOOL, I64, LowerCtx, TensorFn, add, cast, cmp, const, div, fconst, intlike_value,
                    lowered_ops, lowering, mul, select, sub, un, vmax, vmin)
 from .index_math import broadcast_to, iadd, ifloordiv, imod, imul, reshape_index

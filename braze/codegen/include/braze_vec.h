@@ -65,6 +65,11 @@ BZ_INLINE int64_t bz_ipow(int64_t a, int64_t b) {
     return (int64_t)r;
 }
 
+/* a float read as a size (a value symbol): truncated; NaN and what int64 cannot hold saturate, so the
+ * range check that follows rejects them instead of C's undefined conversion */
+BZ_INLINE int64_t bz_ftoi64(double x) {
+    return x != x ? INT64_MIN : x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : (int64_t)x;
+}
 /* braze.ops.bitwise's shifts: by b < 0 or b >= bits, only the sign's fill is left; a left shift drops
  * what passes the width (done unsigned: shifting into a signed sign bit is undefined in C) */
 BZ_INLINE int64_t bz_shl(int64_t a, int64_t b, int64_t bits) {

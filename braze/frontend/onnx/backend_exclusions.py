@@ -20,7 +20,6 @@ EXCLUSIONS: dict[str, str] = {
     r"^test_(identity_sequence|identity_opt)$": "sequence/optional inputs: braze imports tensor graphs only",
     r"^test_training_dropout|^test_batchnorm_.*training_mode":
         "training mode (Dropout, BatchNormalization): braze compiles inference graphs",
-    r"select_last_index": "ArgMax/ArgMin select_last_index=1 (braze's argmax/argmin return the first occurrence)",
     r"^test_(maxpool|averagepool)_3d": "3-D pooling (braze has 1-D and 2-D pooling)",
     r"^test_convtranspose_3d$": "3-D ConvTranspose (braze has 1-D and 2-D transposed convolutions)",
     r"^test_averagepool_2d_dilations$": "AveragePool with dilations (braze's avg_pool2d has no dilation)",

@@ -376,14 +376,6 @@ def _reduce(ctx):
     return y
 
 
-@converter("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
-def _arg(ctx):
-    if ctx.attr("select_last_index", 0):
-        raise ctx.unsupported("select_last_index=1", hint="braze's argmax/argmin return the first occurrence")
-    op = "argmax" if ctx.node.op_type == "ArgMax" else "argmin"
-    return ctx.op(op, ctx.value(0), axis=ctx.attr("axis", 0), keepdims=bool(ctx.attr("keepdims", 1)))
-
-
 @converter("TopK", attrs=("axis", "largest", "sorted"))
 def _topk(ctx):
     k = ctx.known_ints(1, "K", run_time=(0, None))

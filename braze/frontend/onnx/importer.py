@@ -321,11 +321,12 @@ class Importer:
         return self.b.sym(name, lo, hi)
 
     def value_symbols(self, t: TV, lo: int, hi: int | None) -> None:
-        """Make an integer graph input of static shape (a shape operand fed at run time) known as
+        """Make a numeric graph input of static shape (a shape operand fed at run time) known as
         symbols, one per element, that the entry reads from the input and checks against [lo, hi] and
         ``dim_ranges`` (``<input>_<i>``, or ``<input>`` for a 0-d input). Anything else stays unknown."""
         p = t.value
-        if p is None or t.known is not None or not p.dtype.is_int or not p.type.is_static() or p.rank > 1 \
+        ok = p is not None and (p.dtype.is_int or p.dtype in (DType.float32, DType.float64))  # floats truncate
+        if not ok or t.known is not None or not p.type.is_static() or p.rank > 1 \
                 or not any(p is q for q in self.b.func.params) or int(p.type.numel()) > 64:
             return
         fn = self.b.func.name

@@ -3,7 +3,8 @@ register themselves; the importer imports it, never the other way."""
 
 from __future__ import annotations
 
-from . import converters, converters_nn, converters_shape  # noqa: F401  (each registers its converters)
+# each registers its converters
+from . import converters, converters_composite, converters_nn, converters_shape  # noqa: F401
 from .convert import CONVERTERS
 
 

@@ -1,0 +1,135 @@
+"""ONNX ops braze builds from its own: ArgMax/ArgMin (select_last_index through a reversed view),
+Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN and ReverseSequence. Each is what ONNX's
+reference computes, op for op; none has a kernel of its own."""
+
+from __future__ import annotations
+
+from ...ir import sym as S
+from ...ir.types import DType
+from ...ops.shape import BIG
+from .common import onnx_dtype
+from .convert import converter
+
+I64 = DType.int64
+
+
+def _iota(ctx, n, axis: int, rank: int):
+    """0..n-1 (int64) along ``axis`` of a rank-``rank`` shape of ones."""
+    r = ctx.op("arange", start=0, end=n, step=1, dtype=I64)
+    return ctx.op("reshape", r, shape=tuple(n if i == axis else 1 for i in range(rank))) if rank > 1 else r
+
+
+def _sym_scalar(ctx, v, dtype: DType):
+    """A 0-d tensor of a (maybe symbolic) integer."""
+    if not S.is_symbolic(v):
+        return ctx.scalar(v, dtype)
+    return ctx.op("reshape", ctx.op("arange", start=v, end=S.add(v, 1), step=1, dtype=dtype), shape=())
+
+
+@converter("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
+def _arg(ctx):
+    x = ctx.value(0)
+    op = "argmax" if ctx.node.op_type == "ArgMax" else "argmin"
+    axis, keep = ctx.attr("axis", 0) % max(x.rank, 1), bool(ctx.attr("keepdims", 1))
+    if not ctx.attr("select_last_index", 0):
+        return ctx.op(op, x, axis=axis, keepdims=keep)
+    # the last occurrence: the first in the reversed axis, counted back from its end
+    rev = ctx.op("slice", x, axis=axis, start=BIG, end=-BIG, step=-1)
+    i = ctx.op(op, rev, axis=axis, keepdims=keep)
+    return ctx.op("sub", _sym_scalar(ctx, S.add(x.shape[axis], -1), I64), i)
+
+
+@converter("Hardmax", attrs=("axis",))
+def _hardmax(ctx):
+    x = ctx.value(0)
+    axis = ctx.attr("axis", -1) % x.rank
+    first = ctx.op("argmax", x, axis=axis, keepdims=True)
+    return ctx.cast(ctx.op("equal", _iota(ctx, x.shape[axis], axis, x.rank), first), x.dtype)
+
+
+@converter("OneHot", attrs=("axis",))
+def _one_hot(ctx):
+    idx = ctx.value(0)
+    depth = ctx.known_ints(1, "depth", run_time=(1, None))
+    if len(depth) != 1:
+        raise ctx.unsupported(f"depth must hold one value, got {len(depth)}")
+    d = depth[0]
+    if not S.is_symbolic(d):
+        d = int(d)
+    vals = ctx.value(2)
+    rank = idx.rank + 1
+    axis = ctx.attr("axis", -1) % rank
+    i = ctx.cast(idx, I64) if idx.dtype.is_int else ctx.cast(ctx.op("floor", idx), I64)  # ONNX truncates floats
+    i = ctx.op("unsqueeze", i, axes=(axis,))
+    # a negative index counts from the end; one outside [-depth, depth) matches nothing
+    dd = _sym_scalar(ctx, d, I64)
+    i = ctx.op("where", ctx.op("less", i, ctx.scalar(0, I64)), ctx.op("add", i, dd), i)
+    hit = ctx.op("equal", _iota(ctx, d, axis, rank), i)
+    off = ctx.op("gather", vals, ctx.scalar(0, I64), axis=0)
+    on = ctx.op("gather", vals, ctx.scalar(1, I64), axis=0)
+    return ctx.op("where", hit, on, off)
+
+
+@converter("EyeLike", attrs=("dtype", "k"))
+def _eye_like(ctx):
+    x = ctx.value(0)
+    if x.rank != 2:
+        raise ctx.unsupported(f"a rank-{x.rank} input", hint="EyeLike takes a 2-D tensor")
+    dt = onnx_dtype(ctx.attr("dtype"), ctx.where()) if ctx.has_attr("dtype") else x.dtype
+    rows = ctx.op("add", _iota(ctx, x.shape[0], 0, 2), ctx.scalar(ctx.attr("k", 0), I64))
+    return ctx.cast(ctx.op("equal", rows, _iota(ctx, x.shape[1], 1, 2)), dt)
+
+
+@converter("Shrink", attrs=("bias", "lambd"))
+def _shrink(ctx):
+    x = ctx.value(0)
+    bias, lambd = ctx.scalar(ctx.attr("bias", 0.0), x.dtype), ctx.attr("lambd", 0.5)
+    low = ctx.op("less", x, ctx.scalar(-lambd, x.dtype))
+    high = ctx.op("greater", x, ctx.scalar(lambd, x.dtype))
+    zero = ctx.scalar(0, x.dtype)
+    return ctx.op("where", low, ctx.op("add", x, bias), ctx.op("where", high, ctx.op("sub", x, bias), zero))
+
+
+@converter("LpNormalization", attrs=("axis", "p"))
+def _lp_normalization(ctx):
+    x = ctx.value(0)
+    p, axis = ctx.attr("p", 2), ctx.attr("axis", -1) % x.rank
+    if p not in (1, 2):
+        raise ctx.unsupported(f"p={p}", hint="ONNX's LpNormalization takes p 1 or 2")
+    mag = ctx.op("abs", x) if p == 1 else ctx.op("mul", x, x)
+    norm = ctx.op("reduce_sum", mag, axes=(axis,), keepdims=True)
+    norm = norm if p == 1 else ctx.op("sqrt", norm)
+    zero = ctx.scalar(0, x.dtype)  # a zero norm gives 0, not 0/0 (ONNX's reference)
+    return ctx.op("where", ctx.op("equal", norm, zero), zero, ctx.op("div", x, norm))
+
+
+@converter("LRN", attrs=("alpha", "beta", "bias", "size"))
+def _lrn(ctx):
+    """x / (bias + alpha / size * (the sum of x^2 over size channels around each))^beta: the window
+    sum is an average pool over the channel axis, padded (size-1)//2 before and the rest after."""
+    x = ctx.value(0)
+    if x.rank != 4:
+        raise ctx.unsupported(f"a rank-{x.rank} input", hint="braze's LRN takes NCHW")
+    size = ctx.attr("size")
+    alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
+    n, c, h, w = x.shape
+    sq = ctx.op("reshape", ctx.op("mul", x, x), shape=(n, 1, c, S.mul(h, w)))
+    lo = (size - 1) // 2
+    avg = ctx.op("avg_pool2d", sq, kernel=(size, 1), stride=(1, 1), padding=(lo, 0, size - 1 - lo, 0),
+                 count_include_pad=True)  # the window's mean over size channels, zeros outside
+    base = ctx.op("add", ctx.scalar(bias, x.dtype), ctx.op("mul", ctx.scalar(alpha, x.dtype),
+                                                           ctx.op("reshape", avg, shape=(n, c, h, w))))
+    return ctx.op("div", x, ctx.op("pow", base, ctx.scalar(beta, x.dtype)))
+
+
+@converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
+def _reverse_sequence(ctx):
+    x, lens = ctx.value(0), ctx.value(1)
+    b_axis, t_axis = ctx.attr("batch_axis", 1), ctx.attr("time_axis", 0)
+    r = x.rank
+    t = _iota(ctx, x.shape[t_axis], t_axis, r)
+    n = ctx.op("reshape", ctx.cast(lens, I64), shape=tuple(x.shape[b_axis] if i == b_axis else 1 for i in range(r)))
+    # time t of batch b reads n[b] - 1 - t for t < n[b], and t itself past it
+    src = ctx.op("where", ctx.op("less", t, n), ctx.op("sub", ctx.op("sub", n, ctx.scalar(1, I64)), t), t)
+    src = ctx.op("expand", src, shape=tuple(x.shape))
+    return ctx.op("gather_elements", x, src, axis=t_axis)

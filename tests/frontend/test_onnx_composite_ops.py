@@ -1,0 +1,109 @@
+"""ONNX ops braze builds from its own (converters_composite.py), compiled natively, against ONNX's
+reference evaluator at several shapes of a symbolic dim (1 and odd sizes among them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import braze  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _check(nodes, inputs, outputs, feeds, rtol=1e-5, atol=1e-6):
+    g = helper.make_graph(nodes, "g", inputs, outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    cm = braze.compile(braze.import_onnx(m))
+    ref = ReferenceEvaluator(m)
+    compiles = braze.stats()["native_compiles"]
+    for feed in feeds:
+        want = ref.run(None, feed)
+        got = cm(*feed.values())
+        got = got if isinstance(got, tuple) else (got,)
+        for k, (g_, w) in enumerate(zip(got, want)):
+            assert g_.dtype == w.dtype and g_.shape == w.shape, (k, g_.shape, w.shape)
+            np.testing.assert_allclose(g_, w, rtol=rtol, atol=atol, err_msg=f"output {k}")
+    assert braze.stats()["native_compiles"] == compiles  # one compile for every shape
+
+
+def test_argmax_argmin_last_index_and_hardmax():
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("ArgMax", ["x"], ["a"], axis=1, select_last_index=1),
+             helper.make_node("ArgMin", ["x"], ["b"], axis=0, keepdims=0, select_last_index=1),
+             helper.make_node("Hardmax", ["x"], ["h"], axis=1)]
+    feeds = [{"x": rng.integers(0, 3, (n, 5)).astype(np.float32)} for n in (1, 4, 9)]  # ties everywhere
+    _check(nodes, [helper.make_tensor_value_info("x", F, ["n", 5])],
+           [helper.make_tensor_value_info(o, t, [None] * r) for o, t, r in (("a", I64, 2), ("b", I64, 1), ("h", F, 2))],
+           feeds)
+
+
+def test_one_hot_with_a_run_time_depth_eye_like_and_shrink():
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("OneHot", ["i", "depth", "vals"], ["o"], axis=0),
+             helper.make_node("EyeLike", ["x"], ["e"], k=-1),
+             helper.make_node("Shrink", ["x"], ["s"], bias=0.25, lambd=0.5)]
+    feeds = [{"i": rng.integers(-7, 7, (n,)).astype(np.int64), "depth": np.array(d, np.float32),
+              "vals": np.array([-1.0, 3.0], np.float32), "x": rng.standard_normal((n, 4)).astype(np.float32)}
+             for n, d in ((1, 3.0), (6, 5.0), (9, 1.0))]
+    _check(nodes, [helper.make_tensor_value_info("i", I64, ["n"]), helper.make_tensor_value_info("depth", F, []),
+                   helper.make_tensor_value_info("vals", F, [2]), helper.make_tensor_value_info("x", F, ["n", 4])],
+           [helper.make_tensor_value_info(o, F, [None, None]) for o in ("o", "e", "s")], feeds)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide")  # ONNX's reference, at the zero norm
+def test_lp_normalization_and_reverse_sequence():
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("LpNormalization", ["x"], ["l2"], axis=1, p=2),
+             helper.make_node("ReverseSequence", ["x", "lens"], ["q"], batch_axis=0, time_axis=1)]
+    feeds = []
+    for n in (1, 3, 7):
+        x = rng.standard_normal((n, 5, 2, 3)).astype(np.float32)
+        x[0, :, 0, 0] = 0  # a zero norm: 0, not 0/0
+        feeds.append({"x": x, "lens": rng.integers(1, 6, (n,)).astype(np.int64)})
+    _check(nodes, [helper.make_tensor_value_info("x", F, ["n", 5, 2, 3]),
+                   helper.make_tensor_value_info("lens", I64, ["n"])],
+           [helper.make_tensor_value_info(o, F, [None] * 4) for o in ("l2", "q")], feeds)
+
+
+def test_l1_normalization_divides_by_the_sum_of_magnitudes():
+    # ONNX's reference sums x itself for p=1 (x / x = 1 for a lone negative value); the L1 norm, and ONNX
+    # Runtime, take |x|
+    g = helper.make_graph([helper.make_node("LpNormalization", ["x"], ["y"], axis=0, p=1)], "g",
+                          [helper.make_tensor_value_info("x", F, ["n", 3])],
+                          [helper.make_tensor_value_info("y", F, [None, None])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    cm = braze.compile(braze.import_onnx(m))
+    x = np.array([[-2.0, 0.0, 1.0], [1.0, 0.0, 3.0]], np.float32)
+    np.testing.assert_allclose(cm(x), [[-2 / 3, 0, 0.25], [1 / 3, 0, 0.75]], rtol=1e-6)
+    np.testing.assert_array_equal(cm(x[:1]), [[-1.0, 0.0, 1.0]])
+
+
+def _lrn(x, size, alpha, beta, bias):
+    """ONNX's LRN formula: channel c sums c - floor((size-1)/2) .. c + ceil((size-1)/2)."""
+    c1, c2 = (size - 1) // 2, size // 2
+    sq = np.zeros(x.shape, np.float64)
+    for c in range(x.shape[1]):
+        sq[:, c] = np.sum(x[:, max(0, c - c1):c + c2 + 1].astype(np.float64) ** 2, axis=1)
+    return (x / (bias + alpha / size * sq) ** beta).astype(np.float32)
+
+
+@pytest.mark.parametrize("size", [1, 3, 4])  # an even size puts the extra channel after (torch's: before)
+def test_lrn(size):
+    # not ONNX's reference evaluator: it sums the windows of the first N channels only (it loops over the
+    # batch dim), which its own node test, with N == C, does not show
+    g = helper.make_graph([helper.make_node("LRN", ["x"], ["y"], size=size, alpha=2e-3, beta=0.6, bias=1.5)], "g",
+                          [helper.make_tensor_value_info("x", F, ["n", 5, "h", 3])],
+                          [helper.make_tensor_value_info("y", F, [None] * 4)])
+    cm = braze.compile(braze.import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])))
+    rng = np.random.default_rng(3)
+    for n, h in ((1, 1), (2, 4), (3, 7)):
+        x = rng.standard_normal((n, 5, h, 3)).astype(np.float32) * 3
+        np.testing.assert_allclose(cm(x), _lrn(x, size, 2e-3, 0.6, 1.5), rtol=2e-6, atol=1e-6)
