@@ -412,6 +412,35 @@ class Importer:
         t.value = v
         return v
 
+    def run_subgraph(self, graph, feeds: list) -> list:
+        """Convert a node's subgraph (a Scan body) once: its inputs are ``feeds`` (TVs, in order),
+        the outer graph's tensors stay visible, its own names live only for this pass. Returns its
+        outputs' TVs."""
+        from onnx import numpy_helper
+
+        if len(feeds) != len(graph.input):
+            raise ModelFormatError(f"a subgraph takes {len(graph.input)} inputs, given {len(feeds)}",
+                                   where=self.model_where())
+        saved = self.env
+        self.env = dict(saved)
+        try:
+            for vi, t in zip(graph.input, feeds):
+                self.env[vi.name] = TV(value=t.value, known=t.known, dtype=t.dtype, name=vi.name) \
+                    if t.value is None else TV(value=t.value, known=t.known, name=vi.name)
+            for init in graph.initializer:
+                dt = onnx_dtype(init.data_type, f"initializer '{init.name}'")
+                self.env[init.name] = TV(known=np.asarray(numpy_helper.to_array(init)).astype(dt.numpy, copy=False),
+                                         dtype=dt, name=init.name)
+            for node in graph.node:
+                self._convert(node)
+            missing = [o.name for o in graph.output if o.name not in self.env]
+            if missing:
+                raise ModelFormatError(f"subgraph output '{missing[0]}' is not produced by any node",
+                                       where=self.model_where())
+            return [self.env[o.name] for o in graph.output]
+        finally:
+            self.env = saved
+
     # --- the walk ------------------------------------------------------------
     def run(self) -> Module:
         from onnx import numpy_helper

@@ -4,7 +4,8 @@ register themselves; the importer imports it, never the other way."""
 from __future__ import annotations
 
 # each registers its converters
-from . import converters, converters_composite, converters_nn, converters_shape  # noqa: F401
+from . import converters, converters_composite, converters_control, converters_nn  # noqa: F401
+from . import converters_shape  # noqa: F401
 from .convert import CONVERTERS
 
 
