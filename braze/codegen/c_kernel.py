@@ -21,6 +21,7 @@ from __future__ import annotations
 from ..errors import BrazeError
 from ..ir import loop as L
 from ..ir import sym as S
+from ..ir.loop import LIBM_UNARY
 from ..ir.loop import (Binary, Cast, Compare, Const, Expr, For, IndexValue, Kernel, Let, Load, Reduce, Select,
                        Store, Unary, Var)
 from ..ir.types import DType
@@ -266,6 +267,8 @@ class _Gen(ReductionsC):
                  "gelu_tanh": f"bz_gelu_tanh{sfx}({x})", "sin": f"sin{f}({x})", "cos": f"cos{f}({x})",
                  "floor": f"floor{f}({x})", "ceil": f"ceil{f}({x})", "round": f"nearbyint{f}({x})",
                  "not": f"(uint8_t)(!{x})"}
+            if fn in LIBM_UNARY:
+                return f"{fn}{f}({x})"
             if dt == F32 and fn in _VMATH:
                 # the scalar twin of the vector math (same bits), not libm: a vector loop's
                 # remainder, and unvectorized loops computing the same value, must agree
@@ -347,6 +350,8 @@ class _Gen(ReductionsC):
             raise BrazeError(f"codegen bug: vector bool {type(e).__name__}")
         if isinstance(e, Unary):
             x = self.vx(e.x)
+            if e.fn in LIBM_UNARY:  # the scalar code's libm call in each lane: the same bits
+                return f"BZ_LANES1({e.fn}f, {x})", "vf"
             m = {"neg": f"(-{x})", "abs": f"bz_vabs({x})", "exp": f"bz_vexp({x})", "expm1": f"bz_vexpm1({x})",
                  "log": f"bz_vlog({x})",
                  "log1p": f"bz_vlog1p({x})", "sqrt": f"bz_vsqrt({x})", "rsqrt": f"(1.0f / bz_vsqrt({x}))",

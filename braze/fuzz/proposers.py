@@ -27,7 +27,8 @@ from .operands import (bcast_ok, bcast_to_ok, check_int_bound, dtype_of, numeric
 # ---------------------------------------------------------------------------------------------
 
 FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid", "silu", "sin", "cos",
-               "hardswish", "gelu", "leaky_relu", "elu", "softplus", "hardsigmoid")
+               "hardswish", "gelu", "leaky_relu", "elu", "softplus", "hardsigmoid", "tan", "asin", "acos", "atan",
+               "sinh", "cosh", "asinh", "acosh", "atanh")
 
 
 def p_float_unary(gen, op):

@@ -66,7 +66,8 @@ BIG = 1e300
 # per-op rounding factor (in units of the output's unit roundoff) and absolute error
 ROUND = {"exp": 4, "log": 4, "tanh": 8, "erf": 4, "gelu": 16, "sigmoid": 8, "silu": 8, "sin": 4, "cos": 4,
          "softplus": 8, "elu": 8, "pow": 8, "rsqrt": 4, "sqrt": 2, "reciprocal": 2, "hardswish": 3,
-         "hardsigmoid": 2, "leaky_relu": 2, "div": 2}
+         "hardsigmoid": 2, "leaky_relu": 2, "div": 2, **{f: 4 for f in ("tan", "asin", "acos", "atan", "sinh", "cosh",
+                                                                         "asinh", "acosh", "atanh")}}
 ABS = {"erf": 1e-6, "gelu": 1e-6, "elu": 1e-6, "log": 1e-7, "tanh": 1e-7, "sin": 1e-7, "cos": 1e-7,
        "softplus": 1e-7, "silu": 1e-7, "sigmoid": 1e-8}
 LIPSCHITZ = {"tanh": 1.0, "erf": 1.13, "sigmoid": 0.25, "silu": 1.1, "gelu": 1.13, "sin": 1.0, "cos": 1.0,
@@ -304,6 +305,8 @@ def _unary(fn):
                 p = np.where((x - e <= 0) & (e > 0), np.inf, p)
             if op in ("reciprocal",):
                 p = np.where((x - e <= 0) & (x + e >= 0) & (e > 0), np.inf, p)
+            if op in _EDGE:
+                p = np.where(_EDGE[op](x, e) & (e > 0), np.inf, p)
         c = 0.0 if op in EXACT_OPS else ROUND.get(op, 1)
         a = ABS.get(op, 0.0)
         if op == "elu":
@@ -721,12 +724,19 @@ def _sdpa(ctx, opdef, ins, es, outs, attrs):
 
 
 _F = {"exp": np.exp, "log": np.log, "sqrt": lambda x: np.sqrt(np.maximum(x, 0)),
-      "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x}
+      "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x, "tan": np.tan, "asin": np.arcsin,
+      "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
+      "acosh": np.arccosh, "atanh": np.arctanh}
+# where an operand interval leaves the domain (or reaches a pole), any value is possible
+_EDGE = {"asin": lambda x, e: (x + e >= 1) | (x - e <= -1), "acos": lambda x, e: (x + e >= 1) | (x - e <= -1),
+         "atanh": lambda x, e: (x + e >= 1) | (x - e <= -1), "acosh": lambda x, e: x - e <= 1,
+         "tan": lambda x, e: np.floor((x - e) / np.pi - 0.5) != np.floor((x + e) / np.pi - 0.5)}
 
 RULES = {
     **{op: _unary(_F.get(op)) for op in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
                                          "silu", "sin", "cos", "hardswish", "gelu", "leaky_relu", "elu", "softplus",
-                                         "hardsigmoid", "relu", "abs", "neg", "clamp")},
+                                         "hardsigmoid", "relu", "abs", "neg", "clamp", "tan", "asin", "acos", "atan",
+                                         "sinh", "cosh", "asinh", "acosh", "atanh")},
     **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..ir.loop import Binary, Compare, Select, Unary
+from ..ir.loop import LIBM_UNARY, Binary, Compare, Select, Unary
 from ..ops.common import promote
 from .core import (BOOL, add, cast, cmp, const, div, fconst, lowering, mul, select, un, vmax,
                    vmin)
@@ -56,7 +56,7 @@ def _lower_not(ctx, x):
     return lambda idx: Unary("not", cast(x(idx), BOOL), BOOL)
 
 
-_SIMPLE_UNARY = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "neg", "abs")
+_SIMPLE_UNARY = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "neg", "abs", *LIBM_UNARY)
 
 
 @lowering(*_SIMPLE_UNARY, "rsqrt")

@@ -77,6 +77,7 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
+from ..ir.loop import LIBM_UNARY
 from .node_classes import BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, VIEWS, WINDOWS, node_class, swaps_last_two
 
 MAX_DUP_NODES = 16
@@ -84,7 +85,7 @@ MAX_EPILOGUE = 32
 # ten or more simple ops per element (braze/schedule/cost.py): not recomputed per element
 # of a broadcast
 EXPENSIVE = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "erf", "sigmoid", "silu", "gelu", "softplus",
-             "elu", "pow", "mish", "softmax", "log_softmax")
+             "elu", "pow", "mish", "softmax", "log_softmax", *LIBM_UNARY)
 
 
 def _prologue(anchor: Node, n: Node) -> bool:

@@ -13,7 +13,7 @@ from ..ir.loop import Binary, Expr, Load, Reduce, Unary
 
 UNARY_COST = {"exp": 10, "expm1": 12, "log": 12, "log1p": 14, "tanh": 14, "erf": 14, "sigmoid": 14,
               "silu": 15, "gelu": 24, "gelu_tanh": 18, "sin": 16, "cos": 16, "sqrt": 4, "rsqrt": 5,
-              "reciprocal": 4}
+              "reciprocal": 4, **{f: 40 for f in L.LIBM_UNARY}}  # a libm call per lane
 BINARY_COST = {"div": 4, "pow": 40, "mod": 6, "fmod": 20}
 
 STORE_COST = 1  # writing a kept value to its row buffer

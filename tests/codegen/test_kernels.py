@@ -131,8 +131,12 @@ def test_unary_float_ops(vb):
         kinds[len(res)] = kind
         res.append(v)
 
-    for op in ("exp", "tanh", "erf", "sigmoid", "silu", "sin", "cos"):
+    for op in ("exp", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "tan", "atan", "sinh", "cosh", "asinh"):
         out(b.op(op, [x]), "transcendental")
+    unit = b.div(x, b.add(b.abs(x), b.constant(np.float32(0.5))))  # in (-1, 1)
+    for op in ("asin", "acos", "atanh"):
+        out(b.op(op, [unit]), "transcendental")
+    out(b.op("acosh", [b.add(pos, b.constant(np.float32(1.0)))]), "transcendental")
     out(b.log(pos), "transcendental")
     out(b.sqrt(pos))
     out(b.rsqrt(pos))

@@ -184,7 +184,8 @@ def test_logical_not_vs_torch(T, rng, dtype):
 # unary
 # ---------------------------------------------------------------------------
 
-# name -> (attrs, torch fn(x, **attrs), input kind: "any" | "pos" (positive) | "nz" (away from 0))
+# name -> (attrs, torch fn(x, **attrs), input kind: "any" | "pos" (positive) | "nz" (away from 0) | "unit" (in
+# [-1, 1]) | "above1" (>= 1))
 UNARY = {
     "exp": ({}, torch.exp, "any"),
     "log": ({}, torch.log, "pos"),
@@ -197,6 +198,15 @@ UNARY = {
     "silu": ({}, F.silu, "any"),
     "sin": ({}, torch.sin, "any"),
     "cos": ({}, torch.cos, "any"),
+    "tan": ({}, torch.tan, "any"),
+    "asin": ({}, torch.asin, "unit"),
+    "acos": ({}, torch.acos, "unit"),
+    "atan": ({}, torch.atan, "any"),
+    "sinh": ({}, torch.sinh, "any"),
+    "cosh": ({}, torch.cosh, "any"),
+    "asinh": ({}, torch.asinh, "any"),
+    "acosh": ({}, torch.acosh, "above1"),
+    "atanh": ({}, torch.atanh, "unit"),
     "hardswish": ({}, F.hardswish, "any"),
     "gelu": ({}, F.gelu, "any"),
     "gelu_tanh": ({"approximate": "tanh"}, lambda x, approximate: F.gelu(x, approximate=approximate), "any"),
@@ -228,6 +238,10 @@ def _unary_input(T, rng, shape, dtype, kind):
         x = np.abs(x) + 1e-3
     if kind == "nz":
         x = np.where(np.abs(x) < 0.1, 0.1, x)
+    if kind == "unit":  # inside (-1, 1), the ends too
+        x = np.clip(x / 4, -1, 1)
+    if kind == "above1":
+        x = np.abs(x) + 1
     return x.astype(T.np_dtype(dtype))
 
 
@@ -247,7 +261,8 @@ SPECIAL = np.array([-np.inf, -100.0, -20.0, -5.0, -1e-30, -0.0, 0.0, 1e-30, 5.0,
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh", "elu", "softplus",
-                                  "softplus_bt", "hardswish", "hardsigmoid", "relu", "sign", "clamp", "leaky_relu"])
+                                  "softplus_bt", "hardswish", "hardsigmoid", "relu", "sign", "clamp", "leaky_relu",
+                                  "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_unary_special_values(T, name, dtype):
     attrs, tfn, _ = UNARY[name]

@@ -148,7 +148,7 @@ def _unary(name):
 
 
 for _t in ("neg abs exp log sqrt rsqrt reciprocal tanh erf sigmoid relu silu sin cos floor ceil sign "
-           "hardswish").split():
+           "hardswish tan asin acos atan sinh cosh asinh acosh atanh").split():
     conv(_t)(_unary(_t))
 
 
