@@ -259,6 +259,21 @@ def test_missing_input_shape(tmp_path):
     assert "m.onnx" in str(e.value) and "hint" in str(e.value)
 
 
+def test_a_model_of_another_domain_only_names_it():
+    g = helper.make_graph([helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml")], "g",
+                          [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 3)])
+    with pytest.raises(UnsupportedOpError, match="domain ai.onnx.ml, which braze does not support"):
+        braze.import_onnx(m)
+
+
+def test_sequence_test_data_is_unsupported_not_a_value_error():
+    from braze.frontend.onnx.backend import as_array
+
+    with pytest.raises(UnsupportedOpError, match="a sequence of 2 tensors"):
+        as_array([np.zeros(2), np.zeros(3)])  # ragged: numpy itself would raise ValueError
+
+
 def test_old_opset_is_converted(caplog):
     # opset 11's Clip takes min/max as inputs, opset 6's as attributes: both reach braze as opset 13
     for opset, node in ((11, helper.make_node("Relu", ["x"], ["y"])),

@@ -61,7 +61,11 @@ def bind_inputs(model: onnx.ModelProto, values: dict) -> onnx.ModelProto:
 
 
 def as_array(a):
-    """A NumPy array from an array or a TensorProto (ONNX test data for bfloat16 and friends)."""
+    """A NumPy array from an array or a TensorProto (ONNX test data for bfloat16 and friends); a list
+    (a sequence's test data, maybe ragged) is an UnsupportedOpError: braze imports tensor graphs."""
+    if isinstance(a, (list, tuple)):
+        raise UnsupportedOpError(f"a sequence of {len(a)} tensors as an input",
+                                 hint="braze imports graphs of tensors, not sequences or optionals")
     if isinstance(a, onnx.TensorProto):
         from onnx import numpy_helper
         return numpy_helper.to_array(a)

@@ -278,6 +278,10 @@ class Importer:
         ops = {o.domain: o.version for o in self.proto.opset_import}
         v = ops.get("", ops.get("ai.onnx"))
         where = self.path or "<model>"
+        if v is None and ops:  # only other domains: ai.onnx.ml, ai.onnx.training, a vendor's
+            raise UnsupportedOpError(f"the model's ops are from domain{'s' if len(ops) > 1 else ''} "
+                                     f"{', '.join(sorted(ops))}, which braze does not support", where=where,
+                                     hint="braze imports ops of the default ONNX domain (ai.onnx)")
         if v is None:
             raise ModelFormatError("the model imports no default-domain ('' / ai.onnx) opset", where=where,
                                    hint="re-export the model with a standard opset (13..21)")
