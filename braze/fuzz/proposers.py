@@ -206,6 +206,14 @@ def p_reduce(gen, op):
     gen.emit(op, [x], attrs, exact=exact, ibound=bound)
 
 
+def p_cumprod(gen, op):
+    """Floats near 1 (a product of many large ones overflows, of small ones underflows to 0)."""
+    x = gen.new(TensorType(F32, gen.shape(int(gen.rng.integers(1, 4)))), low=-1.5, high=1.5)
+    axis = int(gen.rng.integers(-x.type.rank, x.type.rank))
+    gen.emit(op, [x], {"axis": axis, "exclusive": bool(gen.rng.random() < 0.3), "reverse": bool(gen.rng.random() < 0.3)},
+             exact=False)
+
+
 def p_cumsum(gen, op):
     x = gen.pick(lambda g: g.t.rank >= 1, fresh_type=TensorType(F32, gen.shape(int(gen.rng.integers(1, 4)))))
     shape = shape_of(x)
@@ -845,7 +853,7 @@ PROPOSERS = {
     "bitcast": p_bitcast,
     **{o: p_reduce for o in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var",
                              "argmax", "argmin")},
-    "cumsum": p_cumsum,
+    "cumsum": p_cumsum, "cumprod": p_cumprod,
     **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
     "group_norm": p_group_norm,
     "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv, "direct_conv2d": p_direct_conv,

@@ -439,6 +439,21 @@ def _cumsum(ctx, opdef, ins, es, outs, attrs):
     return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
 
 
+def _cumprod(ctx, opdef, ins, es, outs, attrs):
+    x, e, out = ins[0], es[0], outs[0]
+    if out.dtype.kind in "iub":
+        return unbounded_if([opdef.reference(ctx, e, **attrs)], out.shape)
+    n = np.shape(x)[attrs["axis"] % np.ndim(x)] if np.ndim(x) else 1
+    cx = opdef.reference(ctx, mag(x), **attrs)
+    pe = opdef.reference(ctx, mag(x) + _f64(e), **attrs) - cx  # each factor off by its error, at worst
+    # a partial product in another order (braze's reversed scan multiplies from the element on) can
+    # overflow where the reference's does not: bounded by the product of the factors above 1
+    big = opdef.reference(ctx, np.maximum(mag(x), 1.0), **attrs)
+    small = opdef.reference(ctx, np.minimum(mag(x), 1.0), **attrs)  # ... or underflow: then all of it may go
+    under = np.where(small < _finfo(np.asarray(out).dtype).tiny, cx, 0.0) if _isf(np.asarray(out).dtype) else 0.0
+    return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(big, out) + under
+
+
 def _attention_backward(ctx, opdef, ins, es, outs, attrs):
     """A running error analysis of the backward's formula (braze_attention.h's doc) on the
     reference's values in float64: the scores, p = exp(s - lse), then each product's sums."""
@@ -740,7 +755,7 @@ RULES = {
     **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},
-    "cumsum": _cumsum, "index_add": _index_add, "attention_backward": _attention_backward,
+    "cumsum": _cumsum, "cumprod": _cumprod, "index_add": _index_add, "attention_backward": _attention_backward,
     "max_pool2d_backward": _max_pool_backward,
     "softmax": _softmax, "log_softmax": _softmax,
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,

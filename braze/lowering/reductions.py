@@ -124,11 +124,12 @@ def _lower_var(ctx, x, *, axes, keepdims, correction):
     return fn
 
 
-@lowering("cumsum")
+@lowering("cumsum", "cumprod")
 def _lower_cumsum(ctx, x, *, axis, exclusive, reverse):
     dt = ctx.out_type.dtype
+    op, identity = ("sum", 0) if ctx.node.op == "cumsum" else ("prod", 1)
     if x.rank == 0:  # one element: itself, or nothing before it
-        return lambda idx: const(0, dt) if exclusive else cast(x(idx), dt)
+        return lambda idx: const(identity, dt) if exclusive else cast(x(idx), dt)
     ax = axis % x.rank
     n = x.shape[ax]
 
@@ -145,7 +146,7 @@ def _lower_cumsum(ctx, x, *, axis, exclusive, reverse):
             full = list(idx)
             full[ax] = S.add(start, vs[0])
             return cast(x(tuple(full)), dt)
-        return ctx.reduce("sum", body, [ext], dt)
+        return ctx.reduce(op, body, [ext], dt)
     return fn
 
 

@@ -1,8 +1,8 @@
-"""Reductions: reduce_sum/mean/max/min/prod, argmax/argmin, var, cumsum.
+"""Reductions: reduce_sum/mean/max/min/prod, argmax/argmin, var, cumsum, cumprod.
 
 Dtype rules follow torch:
 
-* ``reduce_sum``, ``reduce_prod`` and ``cumsum`` of ints or bool give int64;
+* ``reduce_sum``, ``reduce_prod``, ``cumsum`` and ``cumprod`` of ints or bool give int64;
   floats keep their dtype.
 * ``reduce_mean`` and ``var`` need a float input (torch raises for ints too);
   a ``ShapeError`` says to cast first.
@@ -138,7 +138,7 @@ for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
           doc=f"index of the first {_name[3:]} along axis, int64")
 
 # ---------------------------------------------------------------------------
-# var, cumsum
+# var, cumsum, cumprod
 # ---------------------------------------------------------------------------
 
 
@@ -170,18 +170,23 @@ def _cumsum_infer(ctx, x: TensorType, *, axis, exclusive, reverse):
     return x.with_dtype(_out_dtype(ctx, x, "int64"))
 
 
-def _cumsum_ref(ctx, x, *, axis, exclusive, reverse):
+def _scan_ref(fn, identity):
+    return lambda ctx, x, *, axis, exclusive, reverse: _cumulative(fn, identity, x, axis, exclusive, reverse)
+
+
+def _cumulative(fn, identity, x, axis, exclusive, reverse):
     dt = DType.from_numpy(x.dtype)
     out = dt if dt.is_float else DType.int64
     x = x.astype(np.float64 if dt.is_float else np.int64, copy=False)
     if x.ndim == 0:
-        return (np.zeros_like(x) if exclusive else x).astype(out.numpy)
+        return (np.full_like(x, identity) if exclusive else x).astype(out.numpy)
     axis = axis % x.ndim
     if reverse:
         x = np.flip(x, axis)
-    c = np.cumsum(x, axis=axis)
-    if exclusive:  # shift by one: [0, x0, x0 + x1, ...]
-        e = np.zeros_like(c)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = fn(x, axis=axis)
+    if exclusive:  # shift by one: [identity, x0, x0 op x1, ...]
+        e = np.full_like(c, identity)
         pre = (slice(None),) * axis
         e[pre + (slice(1, None),)] = c[pre + (slice(None, -1),)]
         c = e
@@ -190,9 +195,10 @@ def _cumsum_ref(ctx, x, *, axis, exclusive, reverse):
     return np.ascontiguousarray(c).astype(out.numpy, copy=False)
 
 
-defop("cumsum", inputs=("x",),
-      attrs={"axis": Attr("int", doc="axis to scan"),
-             "exclusive": Attr("bool", False, "exclude the element itself (ONNX)"),
-             "reverse": Attr("bool", False, "scan from the end")},
-      infer=_cumsum_infer, reference=_cumsum_ref, kind="reduction",
-      doc="running sum along axis; ints and bool give int64")
+_SCAN_ATTRS = {"axis": Attr("int", doc="axis to scan"),
+               "exclusive": Attr("bool", False, "exclude the element itself (ONNX)"),
+               "reverse": Attr("bool", False, "scan from the end")}
+defop("cumsum", inputs=("x",), attrs=_SCAN_ATTRS, infer=_cumsum_infer, reference=_scan_ref(np.cumsum, 0),
+      kind="reduction", doc="running sum along axis; ints and bool give int64")
+defop("cumprod", inputs=("x",), attrs=_SCAN_ATTRS, infer=_cumsum_infer, reference=_scan_ref(np.cumprod, 1),
+      kind="reduction", doc="running product along axis; ints and bool give int64 (wrapping)")

@@ -48,7 +48,7 @@ def node_class(n: Node) -> str:
     kind = get_op(n.op).kind
     if kind in ("elementwise", "broadcast", "injective", "creation"):
         return "pw"
-    if kind == "reduction" and n.op != "cumsum":
+    if kind == "reduction" and n.op not in ("cumsum", "cumprod"):
         return "red"
     return "opaque"
 

@@ -132,6 +132,34 @@ def test_cumsum_vs_torch(T, rng, dtype, axis, exclusive, reverse):
         T.check(T.run(module, x), _expected(T, tcumsum, x, want_dt), what=f"cumsum b,s={b_, s_}")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumprod_vs_torch_and_natively(T, rng, dtype, axis, exclusive, reverse):
+    import braze
+
+    module, out = T.build("cumprod", ["b s"], [dtype], axis=axis, exclusive=exclusive, reverse=reverse)
+    want_dt = dtype if DType[dtype].is_float else "int64"
+    assert out.type.dtype is DType[want_dt]
+
+    def tcumprod(t):  # exclusive: the product of what comes before, 1 first (no division: zeros)
+        t = torch.flip(t, (axis,)) if reverse else t
+        if exclusive:
+            one = torch.ones_like(t.narrow(axis, 0, 1))
+            t = torch.cat([one, t.narrow(axis, 0, t.shape[axis] - 1)], axis)
+        c = torch.cumprod(t, axis)
+        return torch.flip(c, (axis,)) if reverse else c
+
+    native = braze.compile(module) if axis == -1 else None  # one axis natively: a compile per case
+    for b_, s_ in T.SIZES[:3]:
+        x = T.rand(rng, (b_, s_), dtype, low=-2, high=2)
+        want = _expected(T, tcumprod, x, want_dt)
+        T.check(T.run(module, x), want, what=f"cumprod b,s={b_, s_}")
+        if native:
+            T.check(native(x), want, what=f"native cumprod b,s={b_, s_}", rtol=1e-5 if dtype == "float32" else None)
+
+
 def test_cumsum_exclusive_keeps_infinities(T):
     module, _ = T.build("cumsum", ["n"], ["float32"], axis=0, exclusive=True)
     np.testing.assert_array_equal(T.run(module, np.array([1, np.inf, 2], np.float32)), [0, 1, np.inf])

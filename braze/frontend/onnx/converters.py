@@ -387,11 +387,11 @@ def _topk(ctx):
     return [v, i]
 
 
-@converter("CumSum", attrs=("exclusive", "reverse"))
+@converter("CumSum", "CumProd", attrs=("exclusive", "reverse"))
 def _cumsum(ctx):
     axis = ctx.known_ints(1, "axis")
     x = ctx.value(0)
-    y = ctx.op("cumsum", x, axis=int(axis[0]), exclusive=bool(ctx.attr("exclusive", 0)),
+    y = ctx.op("cumsum" if ctx.node.op_type == "CumSum" else "cumprod", x, axis=int(axis[0]), exclusive=bool(ctx.attr("exclusive", 0)),
                reverse=bool(ctx.attr("reverse", 0)))
     return ctx.cast(y, x.dtype)
 

@@ -375,10 +375,10 @@ def _var_mean(cx, n, x, dim=None, unbiased=None, keepdim=False, correction=None)
     return (v, m)
 
 
-@conv("cumsum")
+@conv("cumsum", "cumprod")
 def _cumsum(cx, n, x, dim, dtype=None):
     x = cast(cx, x, out_dtype(cx, n))
-    return op(cx, "cumsum", [x], axis=axis(cx, dim, x.rank))
+    return op(cx, str(n.target).split(".")[1], [x], axis=axis(cx, dim, x.rank))
 
 
 def _anyall(name):
