@@ -107,3 +107,20 @@ def test_lrn(size):
     for n, h in ((1, 1), (2, 4), (3, 7)):
         x = rng.standard_normal((n, 5, h, 3)).astype(np.float32) * 3
         np.testing.assert_allclose(cm(x), _lrn(x, size, 2e-3, 0.6, 1.5), rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_lp_pool_natively(p):
+    g = helper.make_graph([helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 3], strides=[1, 2], p=p,
+                                            pads=[1, 0, 0, 1])], "g",
+                          [helper.make_tensor_value_info("x", F, ["n", 2, "h", "w"])],
+                          [helper.make_tensor_value_info("y", F, [None] * 4)])
+    cm = braze.compile(braze.import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])))
+    rng = np.random.default_rng(4)
+    for n, h, w in ((1, 1, 2), (2, 5, 7)):
+        x = rng.standard_normal((n, 2, h, w)).astype(np.float32)
+        xp = np.pad(np.abs(x).astype(np.float64) ** p, ((0, 0), (0, 0), (1, 0), (0, 1)))
+        oh, ow = xp.shape[2] - 1, (xp.shape[3] - 3) // 2 + 1
+        want = np.array([[[[xp[b, c, i:i + 2, 2 * j:2 * j + 3].sum() for j in range(ow)] for i in range(oh)]
+                          for c in range(2)] for b in range(n)]) ** (1 / p)
+        np.testing.assert_allclose(cm(x), want, rtol=3e-6, atol=1e-6)

@@ -20,11 +20,12 @@ EXCLUSIONS: dict[str, str] = {
     r"^test_(identity_sequence|identity_opt)$": "sequence/optional inputs: braze imports tensor graphs only",
     r"^test_training_dropout|^test_batchnorm_.*training_mode":
         "training mode (Dropout, BatchNormalization): braze compiles inference graphs",
-    r"^test_(maxpool|averagepool)_3d": "3-D pooling (braze has 1-D and 2-D pooling)",
+    r"^test_(maxpool|averagepool|lppool)_3d": "3-D pooling (braze has 1-D and 2-D pooling)",
     r"^test_scan_sum$": "Scan at opset 8 (a batch axis): onnx.version_converter's model declares the initial state "
                         "without the batch axis the test data has",
     r"^test_convtranspose_3d$": "3-D ConvTranspose (braze has 1-D and 2-D transposed convolutions)",
-    r"^test_averagepool_2d_dilations$": "AveragePool with dilations (braze's avg_pool2d has no dilation)",
+    r"^test_(averagepool|lppool)_2d_dilations$":
+        "AveragePool or LpPool with dilations (braze's avg_pool2d has no dilation)",
     r"^test_maxpool_with_argmax": "MaxPool's Indices output (braze's max_pool2d returns values only)",
     r"^test_gathernd_example_int32_batch_dim1$": "GatherND with batch_dims=1 (braze maps batch_dims=0 only)",
     r"^test_wrap_pad$": "Pad mode 'wrap' (braze pads in constant, reflect and edge modes)",

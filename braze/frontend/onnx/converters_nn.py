@@ -186,6 +186,33 @@ def _pool(ctx):
     return y
 
 
+@converter("LpPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"))
+def _lp_pool(ctx):
+    """(the window's sum of |x|^p)^(1/p): an average pool of |x|^p over the window, padding counted
+    (zeros add nothing), times the window's size."""
+    x = ctx.value(0)
+    n = x.rank - 2
+    _spatial(ctx, x, n)
+    kernel = list(ctx.attr("kernel_shape"))
+    strides, dil, pads, sym = _geometry(ctx, x, kernel)
+    if any(d != 1 for d in dil):
+        raise ctx.unsupported(f"dilations={dil}", hint="braze's avg_pool2d has no dilation")
+    p = float(ctx.attr("p", 2))
+    a = ctx.op("abs", x)
+    xp = ctx.op("mul", a, a) if p == 2.0 else ctx.op("pow", a, ctx.scalar(p, x.dtype))
+    if sym:
+        xp = _explicit_pad(ctx, xp, pads, n)
+        pads = [0] * (2 * n)
+    if n == 1:
+        xp, _ = _to2d(ctx, xp)
+        kernel, strides = [1] + kernel, [1] + strides
+    y = ctx.op("avg_pool2d", xp, kernel=tuple(kernel), stride=tuple(strides), padding=_pads4(pads, n),
+               ceil_mode=bool(ctx.attr("ceil_mode", 0)), count_include_pad=True)
+    y = ctx.op("mul", y, ctx.scalar(float(np.prod(kernel)), x.dtype))
+    y = ctx.op("sqrt", y) if p == 2.0 else ctx.op("pow", y, ctx.scalar(1.0 / p, x.dtype))
+    return ctx.op("squeeze", y, axes=(2,)) if n == 1 else y
+
+
 @converter("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(ctx):
     x = ctx.value(0)
