@@ -429,22 +429,16 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
     raise AssertionError(op)
 
 
-def _cumsum(ctx, opdef, ins, es, outs, attrs):
-    x, e, out = ins[0], es[0], outs[0]
-    if out.dtype.kind in "iub":
-        return unbounded_if([opdef.reference(ctx, e, **attrs)], out.shape)
-    n = np.shape(x)[attrs["axis"] % np.ndim(x)] if np.ndim(x) else 1
-    pe = opdef.reference(ctx, _f64(e), **attrs)
-    cx = opdef.reference(ctx, mag(x), **attrs)
-    return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
-
-
-def _cumprod(ctx, opdef, ins, es, outs, attrs):
+def _scan(ctx, opdef, ins, es, outs, attrs):
+    """cumsum and cumprod: n + 1 roundings of the running value, and the operands' errors carried."""
     x, e, out = ins[0], es[0], outs[0]
     if out.dtype.kind in "iub":
         return unbounded_if([opdef.reference(ctx, e, **attrs)], out.shape)
     n = np.shape(x)[attrs["axis"] % np.ndim(x)] if np.ndim(x) else 1
     cx = opdef.reference(ctx, mag(x), **attrs)
+    if opdef.name == "cumsum":
+        pe = opdef.reference(ctx, _f64(e), **attrs)
+        return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
     pe = opdef.reference(ctx, mag(x) + _f64(e), **attrs) - cx  # each factor off by its error, at worst
     # a partial product in another order (braze's reversed scan multiplies from the element on) can
     # overflow where the reference's does not: bounded by the product of the factors above 1
@@ -755,7 +749,7 @@ RULES = {
     **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},
-    "cumsum": _cumsum, "cumprod": _cumprod, "index_add": _index_add, "attention_backward": _attention_backward,
+    "cumsum": _scan, "cumprod": _scan, "index_add": _index_add, "attention_backward": _attention_backward,
     "max_pool2d_backward": _max_pool_backward,
     "softmax": _softmax, "log_softmax": _softmax,
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,

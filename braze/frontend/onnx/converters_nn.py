@@ -72,14 +72,20 @@ def _explicit_pad(ctx, x, pads, n, value=0.0):
     return ctx.op("pad", x, pads=tuple(begins + ends), mode="constant", value=value)
 
 
-@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
-def _conv(ctx):
+def _conv_operands(ctx):
+    """(x, w, bias, spatial rank, kernel) of a Conv or ConvTranspose."""
     x, w, b = ctx.value(0), ctx.value(1), ctx.value(2)
     n = x.rank - 2
     _spatial(ctx, x, n)
     kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
     if any(S.is_symbolic(k) for k in kernel):
         raise ctx.unsupported("a kernel with symbolic size")
+    return x, w, b, n, kernel
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(ctx):
+    x, w, b, n, kernel = _conv_operands(ctx)
     strides, dil, pads, sym = _geometry(ctx, x, kernel)
     if sym:
         x = _explicit_pad(ctx, x, pads, n)
@@ -97,12 +103,7 @@ def _conv(ctx):
 @converter("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape",
                                    "pads", "strides"))
 def _conv_transpose(ctx):
-    x, w, b = ctx.value(0), ctx.value(1), ctx.value(2)
-    n = x.rank - 2
-    _spatial(ctx, x, n)
-    kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
-    if any(S.is_symbolic(k) for k in kernel):
-        raise ctx.unsupported("a kernel with symbolic size")
+    x, w, b, n, kernel = _conv_operands(ctx)
     strides = list(ctx.attr("strides", [1] * n))
     dil = list(ctx.attr("dilations", [1] * n))
     opad = list(ctx.attr("output_padding", [0] * n))
