@@ -440,6 +440,16 @@ def p_conv_transpose(gen, op):
                           "groups": g}, exact=False)
 
 
+def p_grid_sample(gen, op):
+    """A float32 image and a fresh grid of points in [-1.25, 1.25] (exact: the taps must not move)."""
+    x = gen.pick(lambda v: v.dtype is F32 and v.t.rank == 4, fresh_type=TensorType(F32, (gen.dim(), 2, gen.dim(),
+                                                                                        gen.dim())))
+    grid = gen.new(TensorType(F32, (shape_of(x)[0], gen.dim(), gen.dim(), 2)), low=-1.25, high=1.25)
+    gen.emit(op, [x, grid], {"mode": gen.choice(["bilinear", "nearest", "bicubic"]),
+                             "padding_mode": gen.choice(["zeros", "border", "reflection"]),
+                             "align_corners": bool(gen.rng.random() < 0.5)}, exact=False)
+
+
 def p_direct_conv(gen, op):
     """``direct_conv2d`` built directly: an NHWC input, an HWIO weight with at most 4 channels per
     group (decompose's rule writes it from such a conv2d, which p_conv builds too)."""
@@ -857,6 +867,7 @@ PROPOSERS = {
     **{o: p_norm for o in ("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm")},
     "group_norm": p_group_norm,
     "linear": p_linear, "matmul": p_matmul, "conv2d": p_conv, "direct_conv2d": p_direct_conv,
+    "grid_sample": p_grid_sample,
     "conv2d_backward_input": p_conv_grad, "conv2d_backward_weight": p_conv_grad, "conv_transpose2d": p_conv_transpose,
     **{o: p_pool for o in ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_indices",
                            "max_pool2d_backward")},

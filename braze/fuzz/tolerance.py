@@ -682,6 +682,19 @@ def _conv(ctx, opdef, ins, es, outs, attrs):
     return clean(p, p) + r + rnd(out, 2)
 
 
+def _grid_sample(ctx, opdef, ins, es, outs, attrs):
+    """Unbounded where the grid carries error (nearest jumps; the taps move); else the taps' weights
+    (at most 1 in sum for bilinear and nearest, about 1.6 for bicubic's) times x's error and the
+    roundings of a 4- or 16-term sum and of the coordinates."""
+    x, out = mag(ins[0]), outs[0]
+    n, c = x.shape[:2]
+    k, wsum = (16, 2.0) if attrs["mode"] == "bicubic" else (4, 1.0)
+    big = np.max(x.reshape(n, c, -1), axis=-1, initial=0.0)[:, :, None, None]
+    err = np.max(_f64(es[0]).reshape(n, c, -1), axis=-1, initial=0.0)[:, :, None, None]
+    r = wsum * err + (k + 8) * unit(out) * wsum * big + np.zeros(out.shape)
+    return np.where(unbounded_if([es[1]], out.shape) > 0, np.inf, r) + rnd(out, 2)
+
+
 def _pool(ctx, opdef, ins, es, outs, attrs):
     x, e, out = ins[0], _f64(es[0]), outs[0]
     if opdef.name == "max_pool2d":
@@ -755,7 +768,7 @@ RULES = {
     "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
     "resize": _resize, "topk": _topk,
     "matmul": _matmul, "linear": _matmul, "conv2d": _conv, "direct_conv2d": _conv, "conv_transpose2d": _conv,
-    "max_pool2d": _pool, "avg_pool2d": _pool, "adaptive_avg_pool2d": _pool,
+    "grid_sample": _grid_sample, "max_pool2d": _pool, "avg_pool2d": _pool, "adaptive_avg_pool2d": _pool,
     "scaled_dot_product_attention": _sdpa,
 }
 

@@ -26,6 +26,7 @@ Modules:
     views        reshape / permute / expand / slice / concat / pad / tile / gather / tril
     reductions   reductions, argmax, var, cumsum, softmax and the norms
     resize       nearest / linear / cubic interpolation
+    sample       grid_sample: a grid's points, bilinear / nearest / bicubic
     kernel       ``lower_function`` / ``build_kernel`` (``kernel_syms`` is braze.ir.loop's, re-exported)
 
 Importing this package registers every op lowering.
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 # the op-lowering modules register themselves on import (``@lowering``)
 from . import bitwise, conv, creation, elementwise, pooling, reductions, resize  # noqa: F401
-from . import views  # noqa: F401
+from . import sample, views  # noqa: F401
 from .core import (BOOL, I64, LowerCtx, TensorFn, add, cast, cmp, const, div, fconst, intlike_value,
                    lowered_ops, lowering, mul, select, sub, un, vmax, vmin)
 from .index_math import broadcast_to, iadd, ifloordiv, imod, imul, reshape_index

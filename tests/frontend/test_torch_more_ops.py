@@ -147,6 +147,19 @@ def test_transposed_convolutions_1d_and_2d(decompose):
     check(m, inputs, ({0: n, 2: h, 3: w}, {0: n, 2: l_}), decompose=decompose)
 
 
+def test_grid_sample_every_mode():
+    def f(self, x, g):
+        return (F.grid_sample(x, g, mode="bilinear", padding_mode="zeros", align_corners=False),
+                F.grid_sample(x, g, mode="nearest", padding_mode="border", align_corners=True),
+                F.grid_sample(x, g, mode="bicubic", padding_mode="zeros", align_corners=True))
+
+    n, h, w, ho = Dim("n", min=1, max=8), Dim("h", min=1, max=64), Dim("w", min=1, max=64), Dim("ho", min=1, max=64)
+    g = torch.Generator().manual_seed(0)
+    inputs = [(torch.randn(b, 2, hh, ww, generator=g), torch.rand(b, hoo, 3, 2, generator=g) * 2.4 - 1.2)
+              for b, hh, ww, hoo in ((1, 1, 1, 1), (2, 5, 7, 4), (3, 8, 3, 6))]
+    check(Fn(f), inputs, ({0: n, 2: h, 3: w}, {0: n, 1: ho}), atol=3e-6)
+
+
 def test_topk_values_and_indices():
     def f(self, x, i):
         v, idx = torch.topk(x, 3, dim=1)

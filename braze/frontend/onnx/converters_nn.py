@@ -214,6 +214,17 @@ def _lp_pool(ctx):
     return ctx.op("squeeze", y, axes=(2,)) if n == 1 else y
 
 
+@converter("GridSample", attrs=("align_corners", "mode", "padding_mode"))
+def _grid_sample(ctx):
+    x = ctx.value(0)
+    if x.rank != 4:
+        raise ctx.unsupported(f"{x.rank - 2}-D GridSample (input {x.type})", hint="braze samples 2-D grids")
+    mode = ctx.attr("mode", "bilinear" if ctx.version < 20 else "linear")
+    mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)  # opset 20's names
+    return ctx.op("grid_sample", x, ctx.value(1), mode=mode, padding_mode=ctx.attr("padding_mode", "zeros"),
+                  align_corners=bool(ctx.attr("align_corners", 0)))
+
+
 @converter("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(ctx):
     x = ctx.value(0)

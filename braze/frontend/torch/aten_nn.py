@@ -648,3 +648,14 @@ def _upsample(name, k, attrs):
 
 for _name, (_k, _attrs) in _UPSAMPLE.items():
     conv(_name)(_upsample(_name, _k, _attrs))
+
+
+@conv("grid_sampler", "grid_sampler_2d")
+def _grid_sampler(cx, n, x, grid, interpolation_mode, padding_mode, align_corners, *rest):
+    """F.grid_sample's ATen form: modes as integers (0 bilinear, 1 nearest, 2 bicubic; 0 zeros,
+    1 border, 2 reflection)."""
+    if x.rank != 4:
+        raise UnsupportedOpError(f"grid_sample of a rank-{x.rank} input (only 4-D)", where=str(cx.loc),
+                                 hint=ISSUES_HINT)
+    return op(cx, "grid_sample", [x, grid], mode=("bilinear", "nearest", "bicubic")[interpolation_mode],
+              padding_mode=("zeros", "border", "reflection")[padding_mode], align_corners=bool(align_corners))
