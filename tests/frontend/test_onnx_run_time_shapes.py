@@ -108,3 +108,20 @@ def test_the_cuda_target_refuses_sizes_read_from_input_values(reshape_model):
 
     with pytest.raises(UnsupportedOpError, match="cannot read sizes from input values"):
         _check_supported(braze.import_onnx(reshape_model))
+
+
+def test_an_input_two_ops_read_holds_to_both_ranges():
+    # Pad reads the values as sizes >= 0, Reshape (after) as sizes >= 1 (0 would be a code there): 0 is refused
+    m = _model([helper.make_node("Pad", ["x", "v"], ["p"]), helper.make_node("Identity", ["v"], ["v2"]),
+                helper.make_node("Reshape", ["y", "v2"], ["r"])],
+               [_vi("x", F, [2]), _vi("y", F, [6]), _vi("v", I64, [2])], [_vi("p", F, [None]), _vi("r", F, [None, None])])
+    onnx.checker.check_model(m)
+    mod = braze.import_onnx(m)
+    assert mod.symbols["v_0"].lo == 1 and mod.symbols["v_1"].lo == 1
+    cm = braze.compile(mod)
+    x, y = np.ones(2, np.float32), np.arange(6, dtype=np.float32)
+    got = cm(x, y, np.array([2, 3]))
+    np.testing.assert_array_equal(got[0], np.pad(x, (2, 3)))
+    np.testing.assert_array_equal(got[1], y.reshape(2, 3))
+    with pytest.raises(InputError, match=r"v_0 = 0 is outside its range \[1, inf\]"):
+        cm(x, y, np.array([0, 6]))

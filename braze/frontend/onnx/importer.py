@@ -172,7 +172,7 @@ class NodeCtx:
         t = self.tv(i)
         if t is None:
             return None
-        if t.known is None and run_time is not None:
+        if run_time is not None:
             self.imp.value_symbols(t, *run_time)
         if t.known is None:
             raise self._needs_known(i, what)
@@ -327,10 +327,18 @@ class Importer:
     def value_symbols(self, t: TV, lo: int, hi: int | None) -> None:
         """Make a numeric graph input of static shape (a shape operand fed at run time) known as
         symbols, one per element, that the entry reads from the input and checks against [lo, hi] and
-        ``dim_ranges`` (``<input>_<i>``, or ``<input>`` for a 0-d input). Anything else stays unknown."""
+        ``dim_ranges`` (``<input>_<i>``, or ``<input>`` for a 0-d input). Anything else stays unknown.
+        An input made so before (read by another op too) gets this use's range as well: each op's
+        reading of the values (a Reshape's target entries are sizes, not codes) holds at run time."""
+        if t.known is not None:
+            names = set(self.module.value_symbols.values())
+            for s in t.known.flat:
+                if isinstance(s, Sym) and s.name in names:
+                    self.b.sym(s.name, lo, hi)  # the store intersects the ranges
+            return
         p = t.value
         ok = p is not None and (p.dtype.is_int or p.dtype in (DType.float32, DType.float64))  # floats truncate
-        if not ok or t.known is not None or not p.type.is_static() or p.rank > 1 \
+        if not ok or not p.type.is_static() or p.rank > 1 \
                 or not any(p is q for q in self.b.func.params) or int(p.type.numel()) > 64:
             return
         fn = self.b.func.name
