@@ -66,7 +66,9 @@ def bind_symbols(module: Module, func: Function, arrays) -> dict[str, int]:
             continue
         p, a = by_name[pname]
         v = a.reshape(-1)[idx]
-        v = int(v) if not p.dtype.is_float else -2 ** 63 if np.isnan(v) else int(np.clip(np.trunc(v), -2 ** 63, 2 ** 63 - 1))
+        if p.dtype.is_float:  # truncated; NaN and what int64 cannot hold saturate, as the C entry's bz_ftoi64
+            v = -2 ** 63 if np.isnan(v) else int(np.clip(np.trunc(v), -2 ** 63, 2 ** 63 - 1))
+        v = int(v)
         if sname in env and env[sname] != v:
             raise InputError(f"input %{pname} element {idx} is {v}, but symbol '{sname}' was already bound to "
                              f"{env[sname]}", where=f"input %{pname} of @{func.name}, declared {p.type}")

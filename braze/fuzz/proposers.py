@@ -210,8 +210,8 @@ def p_cumprod(gen, op):
     """Floats near 1 (a product of many large ones overflows, of small ones underflows to 0)."""
     x = gen.new(TensorType(F32, gen.shape(int(gen.rng.integers(1, 4)))), low=-1.5, high=1.5)
     axis = int(gen.rng.integers(-x.type.rank, x.type.rank))
-    gen.emit(op, [x], {"axis": axis, "exclusive": bool(gen.rng.random() < 0.3), "reverse": bool(gen.rng.random() < 0.3)},
-             exact=False)
+    gen.emit(op, [x], {"axis": axis, "exclusive": bool(gen.rng.random() < 0.3),
+                       "reverse": bool(gen.rng.random() < 0.3)}, exact=False)
 
 
 def p_cumsum(gen, op):

@@ -391,7 +391,8 @@ def _topk(ctx):
 def _cumsum(ctx):
     axis = ctx.known_ints(1, "axis")
     x = ctx.value(0)
-    y = ctx.op("cumsum" if ctx.node.op_type == "CumSum" else "cumprod", x, axis=int(axis[0]), exclusive=bool(ctx.attr("exclusive", 0)),
+    y = ctx.op("cumsum" if ctx.node.op_type == "CumSum" else "cumprod", x, axis=int(axis[0]),
+               exclusive=bool(ctx.attr("exclusive", 0)),
                reverse=bool(ctx.attr("reverse", 0)))
     return ctx.cast(y, x.dtype)
 
