@@ -1,5 +1,6 @@
 """ONNX ops braze builds from its own: ArgMax/ArgMin (select_last_index through a reversed view),
-Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN and ReverseSequence. Each is what ONNX's
+Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN, ReverseSequence and the (Dynamic)QuantizeLinear and
+DequantizeLinear of 8- and 16-bit integers. Each is what ONNX's
 reference computes, op for op; none has a kernel of its own."""
 
 from __future__ import annotations
@@ -133,3 +134,74 @@ def _reverse_sequence(ctx):
     src = ctx.op("where", ctx.op("less", t, n), ctx.op("sub", ctx.op("sub", n, ctx.scalar(1, I64)), t), t)
     src = ctx.op("expand", src, shape=tuple(x.shape))
     return ctx.op("gather_elements", x, src, axis=t_axis)
+
+
+_Q_RANGE = {DType.uint8: (0, 255), DType.int8: (-128, 127), DType.uint16: (0, 65535), DType.int16: (-32768, 32767)}
+
+
+def _q_param(ctx, i: int, x, axis: int, block: int):
+    """Input i (a scale or zero point) broadcastable to x: a scalar, a vector along ``axis``, or blocks
+    of ``block`` along it (each element repeated, the last block cut short); None when absent."""
+    p = ctx.value(i)
+    if p is None:
+        return None
+    if p.rank == 0 or (p.rank == 1 and p.shape[0] == 1):
+        return ctx.op("reshape", p, shape=())
+    if not block:
+        if p.rank != 1:
+            raise ctx.unsupported(f"a per-axis scale or zero point of rank {p.rank}", hint="give a vector")
+        return ctx.op("reshape", p, shape=tuple(p.shape[0] if k == axis else 1 for k in range(x.rank)))
+    if p.rank != x.rank:
+        raise ctx.unsupported(f"a blocked scale or zero point of rank {p.rank} for a rank-{x.rank} input")
+    idx = ctx.op("div", ctx.op("arange", start=0, end=x.shape[axis], step=1, dtype=I64), ctx.scalar(block, I64))
+    return ctx.op("gather", p, idx, axis=axis)
+
+
+@converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype"))
+def _dequantize(ctx):
+    """(x - zero point) * scale, in float32 as ONNX's reference, then the scale's dtype (or output_dtype)."""
+    x = ctx.value(0)
+    axis, block = ctx.attr("axis", 1) % max(x.rank, 1), ctx.attr("block_size", 0)
+    if not x.dtype.is_int:
+        raise ctx.unsupported(f"{x.dtype.name} input", hint="braze dequantizes 8- to 32-bit integers")
+    scale, zp = _q_param(ctx, 1, x, axis, block), _q_param(ctx, 2, x, axis, block)
+    dx = ctx.cast(x, DType.float32)
+    if zp is not None:
+        dx = ctx.op("sub", dx, ctx.cast(zp, DType.float32))
+    out = onnx_dtype(ctx.attr("output_dtype"), ctx.where()) if ctx.attr("output_dtype") else scale.dtype
+    return ctx.cast(ctx.op("mul", dx, ctx.cast(scale, DType.float32)), out)
+
+
+@converter("QuantizeLinear", attrs=("axis", "block_size", "output_dtype", "saturate", "precision"))
+def _quantize(ctx):
+    """round_half_even(x / scale) + zero point, clipped to the integer type's range (the zero point's
+    type, else output_dtype, else uint8)."""
+    x = ctx.value(0)
+    axis, block = ctx.attr("axis", 1) % max(x.rank, 1), ctx.attr("block_size", 0)
+    scale, zp = _q_param(ctx, 1, x, axis, block), _q_param(ctx, 2, x, axis, block)
+    out = zp.dtype if zp is not None else (onnx_dtype(ctx.attr("output_dtype"), ctx.where())
+                                           if ctx.attr("output_dtype") else DType.uint8)
+    if out not in _Q_RANGE:
+        raise ctx.unsupported(f"quantizing to {out.name}", hint="braze quantizes to int8, uint8, int16 and uint16")
+    dt = onnx_dtype(ctx.attr("precision"), ctx.where()) if ctx.attr("precision") else x.dtype
+    q = ctx.op("round", ctx.op("div", ctx.cast(x, dt), ctx.cast(scale, dt)))
+    lo, hi = _Q_RANGE[out]
+    # clipped before the cast, to int32's range: no float outside it is ever converted (undefined in C)
+    q = ctx.cast(ctx.op("clamp", q, min=float(-2 ** 31), max=float(2 ** 31 - 128)), DType.int32)
+    if zp is not None:
+        q = ctx.op("add", q, ctx.cast(zp, DType.int32))
+    return ctx.cast(ctx.op("clamp", q, min=float(lo), max=float(hi)), out)
+
+
+@converter("DynamicQuantizeLinear")
+def _dynamic_quantize(ctx):
+    """uint8 with a scale and zero point from x's range widened to hold 0: (max - min) / 255, and
+    round(-min / scale) clipped; then QuantizeLinear's formula (ONNX's definition)."""
+    x = ctx.value(0)
+    f = lambda v: ctx.scalar(v, x.dtype)  # noqa: E731
+    hi = ctx.op("maximum", ctx.op("reduce_max", x), f(0))
+    lo = ctx.op("minimum", ctx.op("reduce_min", x), f(0))
+    scale = ctx.op("div", ctx.op("sub", hi, lo), f(255))
+    zp = ctx.op("clamp", ctx.op("round", ctx.op("div", ctx.op("sub", f(0), lo), scale)), min=0.0, max=255.0)
+    q = ctx.op("clamp", ctx.op("add", ctx.op("round", ctx.op("div", x, scale)), zp), min=0.0, max=255.0)
+    return [ctx.cast(q, DType.uint8), scale, ctx.cast(zp, DType.uint8)]
