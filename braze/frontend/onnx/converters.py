@@ -65,7 +65,10 @@ def _bitshift(ctx):
 
 @converter("BitCast", attrs=("to",))
 def _bitcast(ctx):
-    return ctx.op("bitcast", ctx.value(0), dtype=onnx_dtype(ctx.attr("to"), ctx.where()))
+    to, x = onnx_dtype(ctx.attr("to"), ctx.where()), ctx.value(0)
+    if {to, x.dtype} & {DType.float16, DType.bfloat16}:
+        raise ctx.unsupported(f"{x.dtype.name} to {to.name}", hint="braze bit-casts no 16-bit float yet")
+    return ctx.op("bitcast", x, dtype=to)
 
 
 @converter("Pow")

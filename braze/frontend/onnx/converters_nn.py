@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import sym as S
+from ...ir.types import DType
 from ..sizes import floor_scaled
 from . import fold
 from .convert import converter
@@ -104,6 +105,8 @@ def _conv(ctx):
                                    "pads", "strides"))
 def _conv_transpose(ctx):
     x, w, b, n, kernel = _conv_operands(ctx)
+    if x.dtype is not DType.float32 or w.dtype is not DType.float32:
+        raise ctx.unsupported(f"{x.dtype.name} operands", hint="braze's transposed convolution is float32")
     strides = list(ctx.attr("strides", [1] * n))
     dil = list(ctx.attr("dilations", [1] * n))
     opad = list(ctx.attr("output_padding", [0] * n))
@@ -219,6 +222,8 @@ def _grid_sample(ctx):
     x = ctx.value(0)
     if x.rank != 4:
         raise ctx.unsupported(f"{x.rank - 2}-D GridSample (input {x.type})", hint="braze samples 2-D grids")
+    if x.dtype not in (DType.float32, DType.float64) or ctx.value(1).dtype is not x.dtype:
+        raise ctx.unsupported(f"{x.dtype.name} operands", hint="braze's GridSample is float32 or float64")
     mode = ctx.attr("mode", "bilinear" if ctx.version < 20 else "linear")
     mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)  # opset 20's names
     return ctx.op("grid_sample", x, ctx.value(1), mode=mode, padding_mode=ctx.attr("padding_mode", "zeros"),

@@ -307,6 +307,9 @@ def _conv1d(cx, n, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
 def _conv_transpose_impl(cx, x, w, b, stride, padding, output_padding, groups, dilation):
     """conv_transpose1d/2d (1-D through an added axis): conv_transpose2d, then the bias as an add."""
     _float_only(cx, "transposed convolution", x)
+    if x.dtype is not DType.float32 or w.dtype is not DType.float32:
+        raise UnsupportedOpError(f"a transposed convolution in {x.dtype.name} (braze runs it in float32 only)",
+                                 where=str(cx.loc), hint=ISSUES_HINT)
     if x.rank not in (3, 4):
         raise UnsupportedOpError(f"a transposed convolution on a rank-{x.rank} input (only batched 1-d and 2-d)",
                                  where=str(cx.loc), hint=ISSUES_HINT)
@@ -654,8 +657,8 @@ for _name, (_k, _attrs) in _UPSAMPLE.items():
 def _grid_sampler(cx, n, x, grid, interpolation_mode, padding_mode, align_corners, *rest):
     """F.grid_sample's ATen form: modes as integers (0 bilinear, 1 nearest, 2 bicubic; 0 zeros,
     1 border, 2 reflection)."""
-    if x.rank != 4:
-        raise UnsupportedOpError(f"grid_sample of a rank-{x.rank} input (only 4-D)", where=str(cx.loc),
-                                 hint=ISSUES_HINT)
+    if x.rank != 4 or x.dtype not in (DType.float32, DType.float64) or grid.dtype is not x.dtype:
+        raise UnsupportedOpError(f"grid_sample of a rank-{x.rank} {x.dtype.name} input (braze samples 4-D float32 "
+                                 "and float64)", where=str(cx.loc), hint=ISSUES_HINT)
     return op(cx, "grid_sample", [x, grid], mode=("bilinear", "nearest", "bicubic")[interpolation_mode],
               padding_mode=("zeros", "border", "reflection")[padding_mode], align_corners=bool(align_corners))

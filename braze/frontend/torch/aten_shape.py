@@ -23,6 +23,9 @@ def _reshape(cx, n, x, *args, **kw):
     shape = out_shape(cx, n)
     dt = out_dtype(cx, n)
     if dt != x.dtype:  # view(dtype): the same bits read as another dtype
+        if {dt, x.dtype} & {DType.float16, DType.bfloat16}:
+            raise UnsupportedOpError(f"'{n.target}' from {x.dtype.name} to {dt.name} (braze bit-casts no 16-bit "
+                                     "float yet)", where=str(cx.loc), hint=ISSUES_HINT)
         if dt.itemsize != x.dtype.itemsize or tuple(shape) != tuple(x.shape):
             raise UnsupportedOpError(f"'{n.target}' from {x.dtype.name} to {dt.name}, which changes the shape "
                                      "(the dtypes' widths differ)", where=str(cx.loc), hint=ISSUES_HINT)
