@@ -226,8 +226,8 @@ class _Gen(ReductionsC):
         if isinstance(e, Load):
             return f"{buffer_cname(e.buffer)}[{self.offset(e.index)}]"
         if isinstance(e, Unary):
-            if e.fn == "bitcast":  # a compound literal: C99, no aliasing question
-                return f"((union {{ {ctype(e.x.dtype)} s; {ctype(dt)} d; }}){{ .s = {self.sx(e.x)} }}).d"
+            if e.fn == "bitcast":
+                return _bitcast(self.sx(e.x), e.x.dtype, dt)
             return self.sunary(e.fn, self.sx(e.x), dt)
         if isinstance(e, Binary):
             return self.sbinary(e.op, self.sx(e.a), self.sx(e.b), dt)
@@ -601,3 +601,15 @@ def kernel_prototype(kernel: Kernel) -> str:
 
 __all__ = ["c_prelude", "kernel_entry", "kernel_prototype", "kernel_signature", "kernel_to_c", "require_flat",
            "vector_bytes_of"]
+
+
+def _bitcast(x: str, src: DType, dst: DType) -> str:
+    """C (and CUDA C++) for x's bits read as dst, of src's width: a float's bits go through
+    braze_vec.h's memcpy helpers; between integers of one width a conversion keeps the bits."""
+    bits = {DType.float32: f"bz_f2i_bits({x})", DType.float64: f"bz_d2i_bits({x})"}.get(src, x)
+    if dst is DType.float32:
+        return f"bz_i2f_bits((int32_t)({bits}))"
+    if dst is DType.float64:
+        return f"bz_i2d_bits((int64_t)({bits}))"
+    return f"(({ctype(dst)})({bits}))"
+

@@ -158,6 +158,8 @@ BZ_INLINE float bz_fmaf(float a, float b, float c) {
 /* ------------------------------------------------- scalar float32 math -- */
 BZ_INLINE int32_t bz_f2i_bits(float x) { int32_t i; __builtin_memcpy(&i, &x, 4); return i; }
 BZ_INLINE float bz_i2f_bits(int32_t i) { float x; __builtin_memcpy(&x, &i, 4); return x; }
+BZ_INLINE int64_t bz_d2i_bits(double x) { int64_t i; __builtin_memcpy(&i, &x, 8); return i; }
+BZ_INLINE double bz_i2d_bits(int64_t i) { double x; __builtin_memcpy(&x, &i, 8); return x; }
 #define BZ_T float
 #define BZ_I int32_t
 #define BZ_FN(name) bz_s##name
