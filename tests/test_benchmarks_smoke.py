@@ -283,6 +283,7 @@ def test_small_m_compares_the_kernel_with_onednn(tmp_path):
     assert all(r["kernel_ms"] > 0 and r["onednn_ms"] > 0 for rows in doc["results"].values() for r in rows)
 
 
+@pytest.mark.slow  # 27 s on 2 cores; the default suite's other smoke tests cover the runner and its table
 def test_bf16_rows_run_and_are_compared_among_themselves(tmp_path):
     """--precision bf16 adds the 16-bit rows; each runs (bf16 where the CPU has it, else braze
     warns and compiles float32); braze-bf16 is compared with braze and the 16-bit peers."""
@@ -303,6 +304,7 @@ def test_bf16_rows_run_and_are_compared_among_themselves(tmp_path):
     assert all(c.endswith("x") for c in body[0][headers.index("braze-bf16/eager-bf16"):][:1])
 
 
+@pytest.mark.slow  # 20 s on 2 cores; tests/plugin's training tests check the steps themselves
 def test_training_reports_steps_recompiles_memory_and_warm_compiles(tmp_path):
     """Eager, braze and inductor training steps in turn; after the warm-up no compile; each
     backend alone in a fresh process: a warm first step and its peak memory."""
