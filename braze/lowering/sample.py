@@ -7,13 +7,9 @@ is ever converted (undefined in C)."""
 from __future__ import annotations
 
 from ..ir import sym as S
-from ..ir.loop import Binary, Compare, Expr, IndexValue
+from ..ir.loop import Binary, Compare, Expr
 from ..ops.sample import CUBIC_A
-from .core import BOOL, I64, add, cast, const, div, lowering, mul, select, sub, un
-
-
-def _val(n, dt) -> Expr:
-    return const(n, dt) if isinstance(n, int) else cast(IndexValue(n), dt)
+from .core import BOOL, I64, add, cast, const, div, intlike_value, lowering, mul, select, sub, un
 
 
 def _and(a: Expr, b: Expr) -> Expr:
@@ -28,12 +24,12 @@ def _lower_grid_sample(ctx, x, grid, *, mode, padding_mode, align_corners):
 
     def unnormalize(g, size):
         if align_corners:
-            return mul(div(add(g, f(1)), f(2)), sub(_val(size, dt), f(1)))
-        return div(sub(mul(add(g, f(1)), _val(size, dt)), f(1)), f(2))
+            return mul(div(add(g, f(1)), f(2)), sub(intlike_value(size, dt), f(1)))
+        return div(sub(mul(add(g, f(1)), intlike_value(size, dt)), f(1)), f(2))
 
     def reflect(c, size):
         mn = f(0.0 if align_corners else -0.5)
-        span = _val(S.add(size, -1) if align_corners else size, dt)
+        span = intlike_value(S.add(size, -1) if align_corners else size, dt)
         c = un("abs", sub(c, mn))
         extra = Binary("fmod", c, span, dt)
         flips = un("floor", div(c, span))
@@ -47,7 +43,7 @@ def _lower_grid_sample(ctx, x, grid, *, mode, padding_mode, align_corners):
         if padding_mode == "reflection":
             c = reflect(c, size)
         c = select(Compare("gt", c, f(0)), c, f(0))  # NaN to 0: compares, not NaN-keeping max/min
-        hi = _val(S.add(size, -1), dt)
+        hi = intlike_value(S.add(size, -1), dt)
         return select(Compare("lt", c, hi), c, hi)
 
     def fn(idx):
@@ -55,8 +51,8 @@ def _lower_grid_sample(ctx, x, grid, *, mode, padding_mode, align_corners):
         gx, gy = grid((n, ho, wo, 0)), grid((n, ho, wo, 1))
 
         def tap(iy, ix):
-            ok = _and(_and(Compare("ge", ix, f(0)), Compare("le", ix, _val(S.add(w, -1), dt))),
-                      _and(Compare("ge", iy, f(0)), Compare("le", iy, _val(S.add(h, -1), dt))))
+            ok = _and(_and(Compare("ge", ix, f(0)), Compare("le", ix, intlike_value(S.add(w, -1), dt))),
+                      _and(Compare("ge", iy, f(0)), Compare("le", iy, intlike_value(S.add(h, -1), dt))))
             yi, xi = cast(select(ok, iy, f(0)), I64), cast(select(ok, ix, f(0)), I64)
             return ok, x((n, c, yi, xi))
 

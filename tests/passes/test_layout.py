@@ -7,13 +7,17 @@ from braze.ops import Builder, tensor
 from braze.passes import canonicalize, channels_last, cse, dce
 
 
-def _resnet_block():
-    b = Builder()
+def _nchw_input(b, *weight_shapes):
+    """An NCHW input x [n, 8, h, w] (h, w >= 4) and random float32 constants w1, w2, ... of those shapes."""
     n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
     x = b.param("x", tensor("f32", n, 8, h, w))
     rng = np.random.default_rng(0)
-    w1 = b.constant(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w1")
-    w2 = b.constant(rng.standard_normal((8, 8, 1, 1)).astype(np.float32), "w2")
+    return x, [b.constant(rng.standard_normal(s).astype(np.float32), f"w{i + 1}") for i, s in enumerate(weight_shapes)]
+
+
+def _resnet_block():
+    b = Builder()
+    x, (w1, w2) = _nchw_input(b, (8, 8, 3, 3), (8, 8, 1, 1))
     y = b.relu(b.op("conv2d", [x, w1], padding=(1, 1, 1, 1)))
     y = b.relu(b.add(b.op("conv2d", [y, w2]), x))
     b.ret(b.op("max_pool2d", [y], kernel=(2, 2)))
@@ -60,11 +64,7 @@ def test_a_pad_between_convolutions_keeps_no_transpose():
     the pad moves to NHWC with its dims' padding, so conv -> pad -> max pool -> conv stays
     channels-last with one permute at each end."""
     b = Builder()
-    n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
-    x = b.param("x", tensor("f32", n, 8, h, w))
-    rng = np.random.default_rng(0)
-    w1 = b.constant(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w1")
-    w2 = b.constant(rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "w2")
+    x, (w1, w2) = _nchw_input(b, (8, 8, 3, 3), (4, 8, 1, 1))
     y = b.relu(b.op("conv2d", [x, w1]))
     y = b.op("pad", [y], pads=(0, 0, 1, 0, 0, 0, 2, 1), value=float("-inf"))
     y = b.op("max_pool2d", [y], kernel=(3, 2), stride=(2, 2))

@@ -5,10 +5,12 @@ reference computes, op for op; none has a kernel of its own."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir import sym as S
 from ...ir.types import DType
 from ...ops.shape import BIG
-from .common import onnx_dtype
+from .common import TV, onnx_dtype
 from .convert import converter
 
 I64 = DType.int64
@@ -21,10 +23,8 @@ def _iota(ctx, n, axis: int, rank: int):
 
 
 def _sym_scalar(ctx, v, dtype: DType):
-    """A 0-d tensor of a (maybe symbolic) integer."""
-    if not S.is_symbolic(v):
-        return ctx.scalar(v, dtype)
-    return ctx.op("reshape", ctx.op("arange", start=v, end=S.add(v, 1), step=1, dtype=dtype), shape=())
+    """A 0-d tensor of a (maybe symbolic) integer: a known value the importer materializes."""
+    return ctx.imp.materialize(TV(known=np.array(v, dtype=object), dtype=dtype))
 
 
 @converter("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
@@ -136,7 +136,7 @@ def _reverse_sequence(ctx):
     return ctx.op("gather_elements", x, src, axis=t_axis)
 
 
-_Q_RANGE = {DType.uint8: (0, 255), DType.int8: (-128, 127), DType.uint16: (0, 65535), DType.int16: (-32768, 32767)}
+_Q_TYPES = (DType.uint8, DType.int8, DType.uint16, DType.int16)
 
 
 def _q_param(ctx, i: int, x, axis: int, block: int):
@@ -181,11 +181,11 @@ def _quantize(ctx):
     scale, zp = _q_param(ctx, 1, x, axis, block), _q_param(ctx, 2, x, axis, block)
     out = zp.dtype if zp is not None else (onnx_dtype(ctx.attr("output_dtype"), ctx.where())
                                            if ctx.attr("output_dtype") else DType.uint8)
-    if out not in _Q_RANGE:
+    if out not in _Q_TYPES:
         raise ctx.unsupported(f"quantizing to {out.name}", hint="braze quantizes to int8, uint8, int16 and uint16")
     dt = onnx_dtype(ctx.attr("precision"), ctx.where()) if ctx.attr("precision") else x.dtype
     q = ctx.op("round", ctx.op("div", ctx.cast(x, dt), ctx.cast(scale, dt)))
-    lo, hi = _Q_RANGE[out]
+    lo, hi = (int(v) for v in (np.iinfo(out.numpy).min, np.iinfo(out.numpy).max))
     # clipped before the cast, to int32's range: no float outside it is ever converted (undefined in C)
     q = ctx.cast(ctx.op("clamp", q, min=float(-2 ** 31), max=float(2 ** 31 - 128)), DType.int32)
     if zp is not None:
