@@ -61,8 +61,20 @@ class WideConv(nn.Module):
         return self.fc(self.c2(torch.relu(self.c1(x))).mean((2, 3)))
 
 
-FEATURES = {Block: (16,), ConvNet: (3, 9, 11), Wide: (96,), WideConv: (3, 9, 11)}
-MODELS = {"linear": Block, "conv": ConvNet, "wide linear": Wide, "wide conv": WideConv}
+class UpNet(nn.Module):
+    """A transposed convolution (its weight read at every call by oneDNN's backward-data call), then a conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(3, 8, 3, stride=2, padding=1, output_padding=1)
+        self.c, self.fc = nn.Conv2d(8, 4, 3), nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.fc(self.c(torch.relu(self.up(x))).mean((2, 3)))
+
+
+FEATURES = {Block: (16,), ConvNet: (3, 9, 11), Wide: (96,), WideConv: (3, 9, 11), UpNet: (3, 5, 7)}
+MODELS = {"linear": Block, "conv": ConvNet, "wide linear": Wide, "wide conv": WideConv, "transposed conv": UpNet}
 
 
 def _made(cls, seed):
@@ -167,7 +179,7 @@ def test_buffers_changed_through_data_are_read(native_calls):
         _check(c, m, ConvNet, native_calls)
 
 
-@pytest.mark.parametrize("cls", [Block, ConvNet], ids=["linear", "conv"])
+@pytest.mark.parametrize("cls", [Block, ConvNet, UpNet], ids=["linear", "conv", "transposed conv"])
 def test_two_instances_share_one_library_each_with_its_weights(cls, native_calls):
     m1, m2 = _made(cls, 1), _made(cls, 2)
     c1 = torch.compile(m1, backend="braze", dynamic=True)
