@@ -125,3 +125,41 @@ def test_an_input_two_ops_read_holds_to_both_ranges():
     np.testing.assert_array_equal(got[1], y.reshape(2, 3))
     with pytest.raises(InputError, match=r"v_0 = 0 is outside its range \[1, inf\]"):
         cm(x, y, np.array([0, 6]))
+
+
+def test_the_onnx_backend_imports_once_per_value_of_an_axis_deciding_input(monkeypatch):
+    # import_onnx refuses the model (above); the onnx.backend API takes it as an interpreter would: one
+    # import per distinct value of the inputs that decide axes, found from the import's own errors
+    from braze.frontend.onnx import backend
+
+    m = _model([helper.make_node("Unsqueeze", ["x", "uaxes"], ["u"]),
+                helper.make_node("ReduceSum", ["u", "raxes"], ["y"], keepdims=0)],
+               [_vi("x", F, [2, 3]), _vi("uaxes", I64, [1]), _vi("raxes", I64, [1])], [_vi("y", F, [None, None])])
+    imports = []
+    real = backend.import_onnx
+    monkeypatch.setattr(backend, "import_onnx", lambda model: imports.append(1) or real(model))
+    rep = backend.prepare(m)
+    assert isinstance(rep, backend.SpecializingRep)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for ua, ra in ((0, 0), (0, 2), (2, 0), (0, 0), (-1, 1)):
+        want = np.expand_dims(x, ua).sum(axis=ra)
+        got, = rep.run([x, np.array([ua]), np.array([ra])])
+        np.testing.assert_array_equal(got, want)
+        assert got.shape == want.shape
+    assert rep.bind == ["uaxes", "raxes"]
+    n = len(imports)
+    got, = rep.run({"x": x + 1, "uaxes": np.array([2]), "raxes": np.array([0])})  # a value seen: no import
+    np.testing.assert_array_equal(got, np.expand_dims(x + 1, 2).sum(axis=0))
+    assert len(imports) == n
+    with pytest.raises(InputError, match="2 inputs given, the model has 3"):
+        rep.run([x, np.array([0])])
+
+
+def test_the_onnx_backend_keeps_refusing_what_binding_does_not_cure():
+    from braze.frontend.onnx import backend
+
+    # the axes are computed from x's data, not fed: no input to bind
+    m = _model([helper.make_node("Cast", ["x"], ["a"], to=I64), helper.make_node("ReduceSum", ["x", "a"], ["y"])],
+               [_vi("x", F, [1])], [_vi("y", F, [None])])
+    with pytest.raises(UnsupportedOpError, match="computed from tensor data"):
+        backend.prepare(m)

@@ -1,9 +1,12 @@
 """braze as an ``onnx.backend`` backend: prepare() imports, run() uses braze's reference interpreter.
 
-braze needs some shape-like operands (Slice's starts, reduction axes, ...) at import time, and reads
-others (Reshape's shape, Tile's repeats, ...) as symbols at run time when they are graph inputs. ONNX's
-node tests feed them as graph inputs; ``run_node_test`` binds them as initializers from the test data
-(what an exporter does when it writes them as constants) and imports again (``prepare_bound``).
+braze reads some shape operands (Reshape's shape, Tile's repeats, ...) as symbols at run time when they
+are graph inputs, and needs others at import time: those that decide axes or a rank (reduction axes,
+Unsqueeze's axes, a Slice's axes, ...). ``import_onnx`` refuses a model that feeds one of those as a
+graph input. This backend's prepare() does not: its rep imports the model once per distinct value of
+those inputs, bound as initializers, when run() sees them (``SpecializingRep``), as an interpreter
+would take them. ``run_node_test`` binds every shape operand as an initializer from the test data (what
+an exporter does when it writes them as constants; ``prepare_bound``).
 """
 
 from __future__ import annotations
@@ -12,9 +15,14 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
+import logging
+import threading
+
 from ... import reference
-from ...errors import UnsupportedOpError
+from ...errors import InputError, UnsupportedOpError
 from .importer import import_onnx
+
+log = logging.getLogger("braze.frontend")
 
 
 class BrazeRep(BackendRep):
@@ -31,11 +39,66 @@ class BrazeRep(BackendRep):
         return list(out) if isinstance(out, tuple) else [out]
 
 
+class SpecializingRep(BackendRep):
+    """A model that feeds axis-deciding operands as graph inputs: run() imports it with those inputs'
+    values bound as initializers, once per distinct value (at most ``MAX_VALUES`` kept), and runs the
+    rest. Which inputs decide axes comes from the import's own errors (``UnsupportedOpError.input_name``)."""
+
+    MAX_VALUES = 16
+
+    def __init__(self, model: onnx.ModelProto, first: UnsupportedOpError):
+        self.model = model
+        self.names = [i.name for i in model.graph.input]
+        self.bind = [first.input_name]  # the inputs bound so far, in the order the import asked for them
+        self._reps: dict = {}
+        self._lock = threading.Lock()
+
+    def _rep(self, feed: dict) -> BrazeRep:
+        while True:
+            key = tuple((n, feed[n].dtype.str, feed[n].shape, feed[n].tobytes()) for n in self.bind)
+            with self._lock:
+                rep = self._reps.get(key)
+            if rep is not None:
+                return rep
+            try:
+                rep = BrazeRep(import_onnx(bind_inputs(self.model, {n: feed[n] for n in self.bind})))
+            except UnsupportedOpError as e:
+                name = getattr(e, "input_name", None)
+                if name not in feed or name in self.bind:
+                    raise
+                self.bind.append(name)
+                continue
+            log.info("ONNX backend: imported the model for the values of %s (axis-deciding inputs)",
+                     ", ".join(self.bind))
+            with self._lock:
+                if len(self._reps) >= self.MAX_VALUES:
+                    self._reps.pop(next(iter(self._reps)))
+                self._reps[key] = rep
+            return rep
+
+    def run(self, inputs, **kwargs):
+        if isinstance(inputs, dict):
+            feed = {n: as_array(inputs[n]) for n in self.names}
+        else:
+            inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+            if len(inputs) != len(self.names):
+                raise InputError(f"{len(inputs)} inputs given, the model has {len(self.names)}",
+                                         hint=f"pass one array per graph input: {', '.join(self.names)}")
+            feed = dict(zip(self.names, [as_array(a) for a in inputs]))
+        rep = self._rep(feed)
+        return rep.run([feed[n] for n in self.names if n not in self.bind])
+
+
 class BrazeBackend(Backend):
     @classmethod
-    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> BrazeRep:
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> BackendRep:
         super().prepare(model, device, **kwargs)
-        return BrazeRep(import_onnx(model))
+        try:
+            return BrazeRep(import_onnx(model))
+        except UnsupportedOpError as e:
+            if getattr(e, "input_name", None) in {i.name for i in model.graph.input}:
+                return SpecializingRep(model, e)
+            raise
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):
@@ -80,7 +143,7 @@ def prepare_bound(model: onnx.ModelProto, feed: dict) -> tuple[BrazeRep, dict]:
     bound: dict = {}
     for _ in range(len(names) + 1):
         try:
-            rep = BrazeBackend.prepare(bind_inputs(model, bound) if bound else model)
+            rep = BrazeRep(import_onnx(bind_inputs(model, bound) if bound else model))
         except UnsupportedOpError as e:
             name = getattr(e, "input_name", None)
             if name is None or name not in feed or name in bound:

@@ -42,10 +42,6 @@ EXCLUSIONS: dict[str, str] = {
     r"3d_causal_bf16)(_expanded)?$":
         "expanded attention in bfloat16/float16 differs from ONNX's reference by 1 ulp (intermediate rounding), "
         "more than the test's rtol=1e-3 allows at that precision",
-    r"^test_swiglu(_alpha|_float16)?_expanded$":
-        "Swish at opset 28: its ONNX function body is written at opset 24, and Constant and CastLike, which it "
-        "uses, have newer versions by 28; braze expands a function only where every op of its body means the "
-        "same at the model's opset",
 }
 
 _COMPILED = [(re.compile(k), v) for k, v in EXCLUSIONS.items()]

@@ -248,6 +248,15 @@ def _mish(ctx):
     return ctx.op("mul", x, ctx.op("tanh", ctx.op("softplus", x, beta=1.0, threshold=20.0)))
 
 
+@converter("Swish", attrs=("alpha",))
+def _swish(ctx):
+    # a converter, not Swish's function body: that body is written at opset 24, and SwiGLU (opset 28) calls Swish
+    x = ctx.value(0)
+    alpha = ctx.attr("alpha", 1.0)
+    ax = x if alpha == 1.0 else ctx.op("mul", x, ctx.scalar(alpha, x.dtype))
+    return ctx.op("mul", x, ctx.op("sigmoid", ax))
+
+
 @converter("Clip")
 def _clip(ctx):
     x = ctx.value(0)

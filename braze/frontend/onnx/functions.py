@@ -1,4 +1,4 @@
-"""Ops braze has no converter for, but which ONNX defines as a function of other ops (Swish,
+"""Ops braze has no converter for, but which ONNX defines as a function of other ops (SwiGLU,
 RMSNormalization, Attention, SoftmaxCrossEntropyLoss, ...), expanded into that function's body
 before import, recursively: the body's ops may be functions too.
 
@@ -15,7 +15,7 @@ DOMAIN = "braze.expanded"
 # the function ops braze claims (supported_ops): each passes its ONNX node tests this way, but for
 # the exclusions backend_exclusions.py names (the suite checks both)
 EXPANDED = ("Attention", "CausalConvWithState", "LinearAttention", "MeanVarianceNormalization",
-            "NegativeLogLikelihoodLoss", "RMSNormalization", "RotaryEmbedding", "SoftmaxCrossEntropyLoss", "Swish")
+            "NegativeLogLikelihoodLoss", "RMSNormalization", "RotaryEmbedding", "SoftmaxCrossEntropyLoss", "SwiGLU")
 MAX_DEPTH = 8  # bodies inside bodies: ONNX's nest a few deep at most
 
 
