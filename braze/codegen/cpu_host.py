@@ -91,7 +91,7 @@ class CpuHost:
                 ('#include "braze_dnnl.h"\n' + _ADOPT_HELPER_TEAMS if gen.uses_library else "") +
                 ('#include "braze_scatter.h"\n' if gen.scatters else "") +
                 ('#include "braze_attention.h"\n' if gen.attention else "") +
-                "".join(f"BZ_INDEX_ADD({k}, {', '.join(v)})\n" for k, v in gen.scatters.items()),
+                "".join(f"{m}({k}, {', '.join(v)})\n" for k, (m, v) in gen.scatters.items()),
                 C_DTYPE_NAMES, _ARENA_C, model, _profile_c(gen.profile_labels) if gen.profile else "",
                 *bodies]
         parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),

@@ -40,8 +40,8 @@ def _check_supported(module) -> None:
                                  f"gives {name})", hint="make the shape operand a constant, or compile for the CPU")
     for f in top_functions(module):
         for n in f.nodes:
-            cpu_only = {"scatter": "index_add", "attention": "attention_backward"}.get(n.attrs.get("kind"))
-            if n.op == "fused" and cpu_only:
+            if n.op == "fused" and n.attrs.get("kind") in ("scatter", "attention"):
+                cpu_only = next(m.op for m in module.functions[n.attrs["callee"]].nodes if m.op != "full")
                 raise UnsupportedOpError(f"the CUDA target has no {cpu_only} yet (@{n.attrs['callee']})",
                                          where=str(n.loc) if n.loc else None,
                                          hint="compile the graph for the CPU")

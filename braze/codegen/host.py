@@ -22,7 +22,7 @@ from ..ir.constant import ConstantRef
 from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
 from ..passes.common import top_functions
-from ..passes.node_classes import BACKWARD_CONVS
+from ..passes.node_classes import BACKWARD_CONVS, SCATTERS
 from ..passes.memory import in_place_inputs
 from .c_expr import c_sym_name, int_expr, nbytes_c
 from .c_types import UNSIGNED, c_literal, ctype
@@ -76,7 +76,7 @@ class HostGen:
         self.packed_conv: list[str] = []
         self.live_sites: list[str] = []
         self.uses_library = False
-        self.scatters: dict[str, tuple[str, str, str]] = {}  # braze_scatter.h helper -> (T, U, I)
+        self.scatters: dict[str, tuple[str, tuple]] = {}  # braze_scatter.h helper -> (its macro, the macro's arguments)
         self.attention = False  # calls braze_attention.h
 
     # --- constants (fields of the model instance) ----------------------------------------
@@ -377,19 +377,22 @@ class _EntryWriter(LibraryCalls):
                   "(out of memory)\");")
 
     def _scatter(self, n: Node) -> None:
-        """An ``index_add`` group: braze_scatter.h's helper for its types, on the group's x (NULL
-        when the group's ``full`` makes it), indices and source."""
+        """An ``index_add`` or ``index_put`` group: braze_scatter.h's helper for its types and
+        reduction, on the group's x (NULL when the group's ``full`` makes it), indices and source."""
         callee = self.module.functions[n.attrs["callee"]]
-        add = next(m for m in callee.nodes if m.op == "index_add")
+        add = next(m for m in callee.nodes if m.op in SCATTERS)
         fill = next((m for m in callee.nodes if m.op == "full"), None)
         x, idx, src = add.inputs
         dt, it = x.dtype, idx.dtype
         if dt.itemsize == 2 or dt == DType.bool or it == DType.bool:
-            raise UnsupportedOpError(f"index_add of {dt.name} with {it.name} indices has no kernel yet",
+            raise UnsupportedOpError(f"{add.op} of {dt.name} with {it.name} indices has no kernel yet",
                                      where=str(add.loc) if add.loc else None, hint="compute it in float32")
         t, i_t = ctype(dt), ctype(it)
-        name = f"bz_index_add_{dt.name}_{it.name}"
-        self.gen.scatters[name] = (t, UNSIGNED.get(dt, t), i_t)
+        mode = add.attrs.get("reduce", "add")
+        name = f"bz_index_add_{dt.name}_{it.name}" if add.op == "index_add" else \
+            f"bz_index_put_{mode}_{dt.name}_{it.name}"
+        self.gen.scatters[name] = ("BZ_INDEX_ADD", (t, UNSIGNED.get(dt, t), i_t)) if add.op == "index_add" else \
+            ("BZ_INDEX_PUT", (t, UNSIGNED.get(dt, t), i_t, f"BZ_PUT_{mode.upper()}"))
         shape = add.outputs[0].type.shape
         ax = add.attrs.get("axis", 0) % len(shape)
         outer, inner = (int_expr(S.prod(shape[:ax])), int_expr(S.prod(shape[ax + 1:])))
@@ -401,7 +404,7 @@ class _EntryWriter(LibraryCalls):
                   f"{int_expr(idx.type.shape[0])}, {inner});")
         where = f" ({add.loc})" if add.loc else ""
         n_ = f"(long long)({int_expr(shape[ax])})"
-        self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"index_add{where}: index %PLD (position %PLD) is "
+        self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"{add.op}{where}: index %PLD (position %PLD) is "
                                            f"outside [-%PLD, %PLD), the size of dim {ax}",
                                            f"(long long)((const {i_t} *){ip})[bad]", "(long long)bad", n_, n_) + " }")
 

@@ -36,7 +36,7 @@ from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Module, Value
 from ..ir.sym import Sym
-from ..ir.types import DType, TensorType
+from ..ir.types import TensorType
 from ..ops import Builder, all_ops
 from ..ops.registry import InferCtx
 from .common import BOOL, F32, STATIC_DIMS, GVal, New, Reject

@@ -637,7 +637,7 @@ PROPOSERS = {
                            "max_pool2d_backward")},
     "reshape": p_reshape, "permute": p_permute, "expand": p_expand, "concat": p_concat, "split": p_split,
     "slice": p_slice, "squeeze": p_squeeze, "unsqueeze": p_unsqueeze, "flatten": p_flatten, "pad": p_pad,
-    "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "index_add": p_index_add,
+    "tile": p_tile, "gather": p_gather, "gather_elements": p_gather, "index_add": p_index_add, "index_put": p_index_add,
     "tril": p_tri, "triu": p_tri,
     "resize": p_resize, "topk": p_topk,
     "arange": p_arange, "full": p_full, "full_like": p_full, "uniform": p_uniform,

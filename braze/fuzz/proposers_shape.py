@@ -1,5 +1,5 @@
 """Proposers of the shape and index ops (reshape, permute, expand, concat, split, slice, squeeze,
-unsqueeze, flatten, pad, tile, gather, index_add, tril/triu, resize, topk): the views and data
+unsqueeze, flatten, pad, tile, gather, index_add/index_put, tril/triu, resize, topk): the views and data
 movement of the graph, split from proposers.py, whose table (``PROPOSERS``) lists them."""
 
 from __future__ import annotations
@@ -177,7 +177,10 @@ def p_index_add(gen, op):
     n = gen.dim()
     idx = gen.new(TensorType(gen.choice([I64, I64, I32]), (n,)), index_dim=sx[ax])
     src = gen.new(TensorType(dtype_of(x), tuple(sx[:ax]) + (n,) + tuple(sx[ax + 1:])))
-    gen.emit(op, [x, idx, src], {"axis": ax - len(sx) if gen.rng.random() < 0.3 else ax})
+    attrs = {"axis": ax - len(sx) if gen.rng.random() < 0.3 else ax}
+    if op == "index_put":
+        attrs["reduce"] = gen.choice(["none", "none", "mul", "max", "min"])
+    gen.emit(op, [x, idx, src], attrs)
 
 
 def p_tri(gen, op):

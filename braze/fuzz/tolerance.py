@@ -48,7 +48,6 @@ finite bound and its inf result is checked for equality.
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -57,11 +56,9 @@ from ..ir import sym as S
 from ..ops import get_op
 from ..ops.registry import RefCtx
 from ..reference import _eval_attr
-
-SLACK = 2.0
-FLOOR = {"float32": 1e-30, "float64": 1e-300, "float16": 1e-6, "bfloat16": 1e-6}
-UNIT = {"float32": 2.0 ** -24, "float64": 2.0 ** -53, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-BIG = 1e300
+from .tolerance_math import (BIG, FLOOR, SLACK, UNIT, clean, count, f64, finfo, is_float, mag, move, overflow, rnd,
+                             unbounded_if, unit)
+from .tolerance_ops import OP_RULES
 
 # per-op rounding factor (in units of the output's unit roundoff) and absolute error
 ROUND = {"exp": 4, "log": 4, "tanh": 8, "erf": 4, "gelu": 16, "sigmoid": 8, "silu": 8, "sin": 4, "cos": 4,
@@ -76,77 +73,6 @@ EXACT_OPS = {"relu", "abs", "neg", "clamp", "maximum", "minimum", "where", "redu
              "max_pool2d", "remainder", "fmod"}
 DISCONTINUOUS = {"floor", "ceil", "round", "sign", "equal", "not_equal", "less", "less_equal", "greater",
                  "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "argmax", "argmin"}
-
-
-def mag(x):
-    """|x| with inf -> 1e300 and nan -> 0, in float64 (a magnitude to multiply errors by)."""
-    a = np.abs(np.asarray(x, dtype=np.float64))
-    return np.nan_to_num(a, nan=0.0, posinf=BIG)
-
-
-def _isf(dt) -> bool:
-    """A float dtype, ml_dtypes' bfloat16 included (numpy files it under kind 'V')."""
-    return dt.kind == "f" or dt.name == "bfloat16"
-
-
-def _finfo(dt):
-    """numpy's finfo, and ml_dtypes' for bfloat16 (numpy's refuses it)."""
-    if np.dtype(dt).name == "bfloat16":
-        import ml_dtypes
-        return ml_dtypes.finfo(ml_dtypes.bfloat16)
-    return np.finfo(dt)
-
-
-def unit(a) -> float:
-    return UNIT.get(np.asarray(a).dtype.name, 0.0)
-
-
-def rnd(out, c=1.0, absolute=0.0):
-    """The rounding part of a float output's bound: c u |out| (+ an absolute term), and the
-    smallest normal number when c > 0: a denormal result may be flushed to 0 (oneDNN runs
-    with FTZ/DAZ; the vector exp returns 0 below the normal range)."""
-    out = np.asarray(out)
-    u = unit(out)
-    if u == 0.0:
-        return np.zeros(out.shape)
-    fi = _finfo(out.dtype)
-    return c * u * np.minimum(mag(out), fi.max) + absolute + (float(fi.tiny) if c > 0 else 0.0)
-
-
-def _any_err(e, shape):
-    """Where an operand's error is nonzero, at the output's shape (everywhere when the
-    operand does not broadcast to it: a reduction's or a matmul's operand)."""
-    nz = np.asarray(e) != 0  # NaN counts as an error
-    try:
-        return np.broadcast_to(nz, shape)
-    except ValueError:
-        return np.full(shape, bool(nz.any()))
-
-
-def clean(p, *errs):
-    """A propagated part: NaN -> unbounded, and exactly 0 where every operand error is 0."""
-    p = np.asarray(p, dtype=np.float64)
-    p = np.where(np.isnan(p), np.inf, p)
-    if errs:
-        any_err = np.zeros(p.shape, dtype=bool)
-        for e in errs:
-            if e is not None:
-                any_err = any_err | _any_err(e, p.shape)
-        p = np.where(any_err, p, 0.0)
-    return p
-
-
-def unbounded_if(errs, shape):
-    """0, or inf where any operand carries error (for discontinuous ops)."""
-    out = np.zeros(shape)
-    for e in errs:
-        if e is not None:
-            out = np.where(_any_err(e, shape), np.inf, out)
-    return out
-
-
-def _f64(x):
-    return np.asarray(x, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +105,7 @@ def propagate(module, func, arrays, env):
             vals[id(v)] = a
             e = np.broadcast_to(np.asarray(e, dtype=np.float64), a.shape)
             e = np.where(np.isnan(e), np.inf, e)
-            if _isf(a.dtype):
+            if is_float(a.dtype):
                 e = np.where(_overflowed(opdef, ins, a), np.inf, e)
             errs[id(v)] = e
     return vals, errs
@@ -227,7 +153,7 @@ def _overflowed(opdef, ins, out):
     inf = np.isinf(out)
     if not inf.any():
         return inf
-    floats = [np.asarray(x) for x in ins if x is not None and _isf(np.asarray(x).dtype)]
+    floats = [np.asarray(x) for x in ins if x is not None and is_float(np.asarray(x).dtype)]
     if opdef.kind == "elementwise":
         fin = np.ones(out.shape, dtype=bool)
         for x in floats:
@@ -237,13 +163,6 @@ def _overflowed(opdef, ins, out):
                 fin = fin & bool(np.isfinite(x).all())
         return inf & fin
     return inf & all(bool(np.isfinite(x).all()) for x in floats)
-
-
-def _ovf(total, out):
-    """Unbounded where a sum of magnitudes (float64) may overflow the output's dtype on the way:
-    the order of the partial sums then decides between inf, -inf, nan and a finite value."""
-    lim = _finfo(np.asarray(out).dtype).max if _isf(np.asarray(out).dtype) else np.inf
-    return np.where(np.asarray(total) > lim / 2, np.inf, 0.0)
 
 
 def bound(ctx, op, opdef, ins, es, outs, attrs):
@@ -256,23 +175,11 @@ def bound(ctx, op, opdef, ins, es, outs, attrs):
     if op in DISCONTINUOUS:
         return [unbounded_if(es, out.shape)]
     if opdef.kind in ("injective", "broadcast"):
-        return _move(ctx, opdef, ins, es, outs, attrs)
+        return move(ctx, opdef, ins, es, outs, attrs)
     if opdef.kind == "creation":
         return [np.zeros(o.shape) for o in outs]
     # an op with no rule: exact operands give a few ulp; inexact ones are unbounded
     return [unbounded_if(es, o.shape) + rnd(o, 8) for o in outs]
-
-
-def _move(ctx, opdef, ins, es, outs, attrs):
-    """Shape ops: the error moves with the data (gather's indices stay as they are)."""
-    data = [None if e is None else _f64(e) for e in es]
-    if opdef.name in ("gather", "gather_elements"):
-        data = [data[0], ins[1]]
-    if opdef.name == "pad":
-        attrs = dict(attrs, value=0.0)
-    r = opdef.reference(ctx, *data, **attrs)
-    r = list(r) if isinstance(r, (tuple, list)) else [r]
-    return [np.asarray(x, dtype=np.float64) for x in r]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,7 +189,7 @@ def _move(ctx, opdef, ins, es, outs, attrs):
 
 def _unary(fn):
     def rule(ctx, opdef, ins, es, outs, attrs):
-        x, e, out = _f64(ins[0]), es[0], outs[0]
+        x, e, out = f64(ins[0]), es[0], outs[0]
         op = opdef.name
         if op in LIPSCHITZ or op in ("leaky_relu", "elu", "hardsigmoid"):
             L = LIPSCHITZ.get(op, 1.0)
@@ -339,7 +246,7 @@ def _binary(ctx, opdef, ins, es, outs, attrs):
     elif op in ("remainder", "fmod"):  # exact, but discontinuous in the divisor
         p = unbounded_if([ea, eb], out.shape)
     elif op == "pow":
-        x, y = _f64(a), _f64(b)
+        x, y = f64(a), f64(b)
         p = np.maximum(np.abs(np.power(x + ea, y) - np.power(x, y)), np.abs(np.power(x - ea, y) - np.power(x, y)))
         p = np.where((x - ea <= 0) & (x + ea >= 0) & (ea > 0), np.inf, p)
         p = np.where(eb > 0, np.inf, p)  # the generator keeps exponents exact
@@ -373,16 +280,12 @@ def _axes(x, attrs):
     return tuple(range(nd)) if ax is None else tuple(sorted({a % nd for a in ax}))
 
 
-def _count(x, axes):
-    return int(np.prod([np.shape(x)[a] for a in axes])) if axes else 1
-
-
 def _reduce(ctx, opdef, ins, es, outs, attrs):
     op = opdef.name
     x, e, out = ins[0], es[0], outs[0]
     ax = _axes(x, attrs)
     kd = attrs["keepdims"]
-    n = _count(x, ax)
+    n = count(x, ax)
     if out.dtype.kind in "iub":
         return unbounded_if([np.sum(e, axis=ax, keepdims=kd)], out.shape)
     if op in ("reduce_max", "reduce_min"):
@@ -393,356 +296,40 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
     SX = np.sum(X, axis=ax, keepdims=kd)
     if op == "reduce_sum":
         se = np.sum(e, axis=ax, keepdims=kd)
-        return clean(se, se) + n * u * SX + _ovf(SX, out)
+        return clean(se, se) + n * u * SX + overflow(SX, out)
     if op == "reduce_mean":
         k = max(n, 1)
         se = np.sum(e, axis=ax, keepdims=kd) / k
-        return clean(se, se) + (n + 1) * u * SX / k + _ovf(SX, out)
+        return clean(se, se) + (n + 1) * u * SX / k + overflow(SX, out)
     if op == "reduce_prod":
         P = np.prod(X + e, axis=ax, keepdims=True)
         frac = np.where(X + e > 0, e / np.where(X + e > 0, X + e, 1.0), 0.0)
         p = np.sum(frac, axis=ax, keepdims=True) * P
         PX = np.prod(np.maximum(X, 1.0), axis=ax, keepdims=True)  # the largest partial product
         small = np.prod(np.minimum(X, 1.0), axis=ax, keepdims=True)  # the smallest one
-        tiny = float(_finfo(out.dtype).tiny) if _isf(out.dtype) else 0.0
+        tiny = float(finfo(out.dtype).tiny) if is_float(out.dtype) else 0.0
         # a partial product in the denormal range has lost bits: tiny * (what multiplies it later)
-        r = (n + 1) * u * np.prod(X, axis=ax, keepdims=True) + _ovf(PX, out) + \
+        r = (n + 1) * u * np.prod(X, axis=ax, keepdims=True) + overflow(PX, out) + \
             np.where(small < tiny, 2 * tiny * PX, 0.0)
         res = clean(p, e) if np.ndim(x) == 0 else clean(p, np.max(e, axis=ax, keepdims=True, initial=0.0)) + r
         return res if kd else np.reshape(res, out.shape)
     if op == "var":
         dof = n - attrs["correction"]
-        xf = _f64(x)
+        xf = f64(x)
         m = np.mean(xf, axis=ax, keepdims=True) if n else xf
         cdev = mag(xf - m)
         me = np.mean(e, axis=ax, keepdims=True) if n else e
         E2 = e + me
         num = 2 * np.sum(cdev * E2, axis=ax, keepdims=kd) + np.sum(E2 * E2, axis=ax, keepdims=kd)
-        r = 2 * (n + 2) * u * np.sum(X * X, axis=ax, keepdims=kd) + _ovf(np.sum(X * X, axis=ax, keepdims=kd), out)
+        r = 2 * (n + 2) * u * np.sum(X * X, axis=ax, keepdims=kd) + overflow(np.sum(X * X, axis=ax, keepdims=kd), out)
         with np.errstate(all="ignore"):
             p = clean(num / dof if dof > 0 else np.zeros(out.shape), np.sum(e, axis=ax, keepdims=kd))
             if dof <= 0:  # ss / 0: inf, or NaN where ss is 0: it underflows in the output dtype
                 # (seed 1007), or the operands' errors may make every deviation 0 (seed 72319)
                 ss = np.sum(np.maximum(cdev - E2, 0.0) ** 2, axis=ax, keepdims=kd)
-                p = np.where(ss < (n + 2) * float(_finfo(out.dtype).tiny), np.inf, p)
+                p = np.where(ss < (n + 2) * float(finfo(out.dtype).tiny), np.inf, p)
             return p + (r / dof if dof > 0 else 0.0) + rnd(out, 2)
     raise AssertionError(op)
-
-
-def _scan(ctx, opdef, ins, es, outs, attrs):
-    """cumsum and cumprod: n + 1 roundings of the running value, and the operands' errors carried."""
-    x, e, out = ins[0], es[0], outs[0]
-    if out.dtype.kind in "iub":
-        return unbounded_if([opdef.reference(ctx, e, **attrs)], out.shape)
-    n = np.shape(x)[attrs["axis"] % np.ndim(x)] if np.ndim(x) else 1
-    cx = opdef.reference(ctx, mag(x), **attrs)
-    if opdef.name == "cumsum":
-        pe = opdef.reference(ctx, _f64(e), **attrs)
-        return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
-    pe = opdef.reference(ctx, mag(x) + _f64(e), **attrs) - cx  # each factor off by its error, at worst
-    # a partial product in another order (braze's reversed scan multiplies from the element on) can
-    # overflow where the reference's does not: bounded by the product of the factors above 1
-    big = opdef.reference(ctx, np.maximum(mag(x), 1.0), **attrs)
-    small = opdef.reference(ctx, np.minimum(mag(x), 1.0), **attrs)  # ... or underflow: then all of it may go
-    under = np.where(small < _finfo(np.asarray(out).dtype).tiny, cx, 0.0) if _isf(np.asarray(out).dtype) else 0.0
-    return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(big, out) + under
-
-
-def _attention_backward(ctx, opdef, ins, es, outs, attrs):
-    """A running error analysis of the backward's formula (braze_attention.h's doc) on the
-    reference's values in float64: the scores, p = exp(s - lse), then each product's sums."""
-    q, k, v, o, do, lse = (_f64(x) for x in ins[:6])
-    mask = ins[6] if len(ins) > 6 else None
-    g = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, g, 1), np.repeat(v, g, 1)
-    u, sc, (E, Ev), (L, S) = unit(outs[0]), attrs["scale"], (q.shape[-1], v.shape[-1]), (q.shape[2], k.shape[2])
-    t = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
-    s = q @ t(k) * sc
-    keep = np.ones(s.shape, bool)
-    if attrs.get("is_causal"):
-        keep &= np.tril(np.ones((L, S), bool))
-    if mask is not None:
-        keep &= mask if mask.dtype == np.bool_ else np.isfinite(mask)
-        s = s if mask.dtype == np.bool_ else s + np.where(np.isfinite(mask), mask, 0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        p = np.where(keep, np.exp(np.minimum(s - lse[..., None], 700)), 0.0)
-    es = (E + 2) * u * (mag(q) @ t(mag(k))) * sc + 2 * u * np.abs(s)
-    ep = np.where(keep, p * (es + u * np.abs(s - lse[..., None]) + 8 * u), 0.0)
-    dp, d = do @ t(v), np.sum(do * o, -1, keepdims=True)
-    e_dpd = (Ev + 2) * u * (mag(do) @ t(mag(v)) + np.sum(mag(do * o), -1, keepdims=True))
-    ds = p * (dp - d) * sc
-    e_ds = (ep * np.abs(dp - d) + p * e_dpd + 4 * u * np.abs(ds / sc)) * sc
-    e_dq = e_ds @ mag(k) + (S + 2) * u * (np.abs(ds) @ mag(k))
-    e_dk = t(e_ds) @ mag(q) + (L + 2) * u * (t(np.abs(ds)) @ mag(q))
-    e_dv = t(ep) @ mag(do) + (L + 2) * u * (t(p) @ mag(do))
-    fold = lambda a: a.reshape(a.shape[0], a.shape[1] // g, g, *a.shape[2:]).sum(2) * (1 + g * u)  # noqa: E731
-    if any(e is not None and np.any(np.asarray(e) != 0) for e in es):  # the proposer gives exact operands
-        return [np.full(x.shape, np.inf) for x in outs]
-    return [np.where(np.isfinite(x), x, np.inf) for x in (e_dq, fold(e_dk), fold(e_dv))]
-
-
-def _index_add(ctx, opdef, ins, es, outs, attrs):
-    """A running sum per row, as cumsum's: each row's errors added up, and a rounding per add
-    of at most the row's sum of magnitudes (n the most adds any row takes, plus one)."""
-    x, idx, src = ins
-    out = outs[0]
-    if out.dtype.kind in "iub":
-        return unbounded_if([es[0], es[2]], out.shape)
-    pe = opdef.reference(ctx, _f64(es[0]), idx, _f64(es[2]), **attrs)
-    cx = opdef.reference(ctx, mag(x), idx, mag(src), **attrs)
-    n = np.bincount(np.asarray(idx, np.int64) % max(np.shape(x)[attrs["axis"] % np.ndim(x)], 1)).max(initial=0)
-    return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out)
-
-
-def _max_pool_backward(ctx, opdef, ins, es, outs, attrs):
-    """grad added at each window's winner: a sum per input position, as index_add's (n the most
-    windows one position wins, plus one, roundings of its sum of magnitudes; seed 60658 summed
-    +-3e38 with 0.23 in another order); unbounded where the winners may differ."""
-    grad, x, idx = ins
-    out = outs[0]
-    add = lambda g: _f64(opdef.reference(ctx, np.asarray(g, np.float64), x, idx, **attrs))  # noqa: E731
-    pe = add(np.zeros(np.shape(grad)) if es[0] is None else es[0])
-    cx = add(mag(grad))
-    n = add(np.ones(np.shape(grad))).max(initial=0)
-    return clean(pe, pe) + (n + 1) * unit(out) * cx + _ovf(cx, out) + unbounded_if([es[2]], out.shape)
-
-
-def _softmax(ctx, opdef, ins, es, outs, attrs):
-    x, e, out = _f64(ins[0]), es[0], outs[0]
-    if x.ndim == 0:
-        return rnd(out, 8)
-    ax = attrs["axis"] % x.ndim
-    n = x.shape[ax]
-    u = unit(out)
-    mx = np.max(np.nan_to_num(x, nan=0.0, posinf=BIG, neginf=-BIG), axis=ax, keepdims=True, initial=-BIG)
-    ez = e + u * (mag(x) + mag(mx))  # the error of x - max
-    emax = np.max(ez, axis=ax, keepdims=True, initial=0.0)
-    if opdef.name == "softmax":
-        y = mag(out)
-        # a 16-bit softmax computes in float32 and rounds where it is stored (stage widen): cast to
-        # a wider type in the same kernel, a value below the 16-bit normal range stays (seed 48064)
-        floor = 1e-38 if np.asarray(out).dtype.itemsize >= 4 else float(_finfo(out.dtype).tiny)
-        return clean(y * np.expm1(2 * (ez + emax)), emax) + 2 * (n + 8) * u * y + floor
-    return clean(ez + emax, emax) + (n + 8) * u + rnd(out, 4)
-
-
-def _layer_norm(ctx, opdef, ins, es, outs, attrs):
-    x, out = _f64(ins[0]), outs[0]
-    e = es[0]
-    nd = x.ndim
-    ax = tuple(range(attrs["axis"] % nd, nd))
-    n = _count(x, ax)
-    u = unit(out)
-    eps = attrs["eps"]
-    X = mag(x)
-    rms = opdef.name == "rms_norm"
-    if rms:
-        c = x
-        v = np.mean(x * x, axis=ax, keepdims=True)
-        ec = e + n * u * X
-        dv = 2 * np.mean(X * ec, axis=ax, keepdims=True) + np.mean(ec * ec, axis=ax, keepdims=True)
-    else:
-        m = np.mean(x, axis=ax, keepdims=True)
-        c = x - m
-        v = np.mean(c * c, axis=ax, keepdims=True)
-        ec = e + np.mean(e, axis=ax, keepdims=True) + 2 * n * u * np.mean(X, axis=ax, keepdims=True)
-        dv = 2 * np.mean(mag(c) * ec, axis=ax, keepdims=True) + np.mean(ec * ec, axis=ax, keepdims=True)
-    dv = dv + 2 * (n + 2) * u * np.mean(X * X, axis=ax, keepdims=True)
-    ovf = _ovf(n * np.mean(X * X, axis=ax, keepdims=True), out)
-    s_lo = np.sqrt(np.maximum(v - dv, 0.0) + eps)
-    s_hi = np.sqrt(v + dv + eps)
-    p = ec / s_lo + mag(c) * (1.0 / s_lo - 1.0 / s_hi)
-    w = ins[1] if len(ins) > 1 and ins[1] is not None else None
-    bias = ins[2] if len(ins) > 2 and ins[2] is not None else None
-    extra = [x_ for x_ in es[1:] if x_ is not None]
-    y = mag(c) / np.sqrt(v + eps)
-    if w is not None:
-        # the normalized value, if denormal, keeps few bits, and |w| (up to 3e38) scales its
-        # spacing (fuzz seed 71609: 5.5e-45 times 3e38)
-        sub = float(_finfo(np.promote_types(out.dtype, np.float32)).smallest_subnormal)
-        p = p * mag(w) + 2 * sub * mag(w)
-        y = y * mag(w)
-    r = 8 * u * (y + (mag(bias) if bias is not None else 0.0))
-    # p holds the rounding of the mean and variance too: not zero even for exact operands
-    return clean(p) + unbounded_if(extra, out.shape) + r + rnd(out, 2) + ovf
-
-
-def _batch_norm(ctx, opdef, ins, es, outs, attrs):
-    x, scale, bias, mean, var = (_f64(a) for a in ins)
-    out = outs[0]
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    k = mag(scale).reshape(shape) / np.sqrt(var.reshape(shape) + attrs["eps"])
-    y = mag(x - mean.reshape(shape)) * k
-    r = 6 * unit(out) * (y + mag(bias).reshape(shape) + mag(x) * k)
-    # any evaluation order: (x - mean) * scale / sqrt(var + eps), or x * k + (bias - mean * k)...
-    d, sc = mag(x) + mag(mean).reshape(shape), mag(scale).reshape(shape)
-    sd = np.sqrt(mag(var).reshape(shape) + attrs["eps"])
-    ovf = _ovf(np.maximum(np.maximum(d, d * sc), np.maximum(d / sd, np.maximum(sc / sd, d * sc / sd))), out)
-    # k = scale / sqrt(var + eps) in the denormal range keeps few bits, and x (up to 3e38) scales
-    # its spacing (seed 81497: k = -3e-42, x = 1e30; PyTorch's kernel multiplies by k too)
-    sub = 2 * float(_finfo(np.promote_types(out.dtype, np.float32)).smallest_subnormal) * d
-    return clean(es[0] * k, es[0]) + unbounded_if(es[1:], out.shape) + r + ovf + sub
-
-
-def _group_norm(ctx, opdef, ins, es, outs, attrs):
-    """layer_norm's bound on each (sample, group) row, then the per-channel affine."""
-    x, out = ins[0], outs[0]
-    n, c, g = x.shape[0], x.shape[1], attrs["groups"]
-    row = (c // g) * int(np.prod(x.shape[2:], dtype=np.int64))
-    ln = type("LN", (), {"name": "layer_norm"})
-    base = _layer_norm(ctx, ln, [np.reshape(x, (n, g, row))], [np.reshape(es[0], (n, g, row))],
-                       [np.reshape(out, (n, g, row))], {"axis": -1, "eps": attrs["eps"]})
-    p = np.reshape(base, x.shape)
-    shape = (1, c) + (1,) * (x.ndim - 2)
-    w = ins[1] if len(ins) > 1 else None
-    b = ins[2] if len(ins) > 2 else None
-    if w is not None:
-        p = p * mag(w).reshape(shape)
-    r = 4 * unit(out) * (mag(out) + (2 * mag(b).reshape(shape) if b is not None else 0.0))
-    return p + r + unbounded_if([e for e in es[1:] if e is not None], out.shape)
-
-
-def _resize(ctx, opdef, ins, es, outs, attrs):
-    """nearest moves the error with the data; linear and cubic are weighted sums of taps whose
-    weights both sides compute alike (the same float32 operations): the operands' errors times
-    |w|, plus the rounding of a sum of every tap in the tensor product (in any order)."""
-    if attrs["mode"] == "nearest":
-        return _move(ctx, opdef, ins, es, outs, attrs)
-    from ..ops.resize import axis_taps, coord_dtype
-    from ..ir.types import DType
-    x, out = ins[0], outs[0]
-    cd = coord_dtype(DType.from_numpy(out.dtype)).numpy
-    sizes, scales = attrs["sizes"], attrs["scales"]
-    k = len(sizes)
-    opts = {a: attrs[a] for a in ("mode", "coord", "nearest", "cubic_a", "exclude_outside", "torch_shortcuts")}
-    ew, xw = _f64(es[0]), mag(x)
-    taps = 1
-    for j, m in enumerate(sizes):
-        ax = x.ndim - k + j
-        idx, w = axis_taps(x.shape[ax], int(m), None if scales is None else scales[j], cd=cd, **opts)
-        taps *= len(idx)
-        shape = (int(m),) + (1,) * (x.ndim - ax - 1)
-        ws = [np.abs(c.astype(np.float64)).reshape(shape) for c in w]
-        ew = sum(np.take(ew, i, axis=ax) * c for i, c in zip(idx, ws))
-        xw = sum(np.take(xw, i, axis=ax) * c for i, c in zip(idx, ws))
-    r = (taps + 2) * unit(out) * xw + _ovf(taps * xw, out)
-    return clean(ew, ew) + r + rnd(out, 1)
-
-
-def _topk(ctx, opdef, ins, es, outs, attrs):
-    """The j-th largest of perturbed values is within the largest perturbation of its row;
-    indices of an inexact operand may differ wherever values are close (unchecked)."""
-    x, e = ins[0], _f64(es[0])
-    vals, idx = outs
-    if np.ndim(x) == 0:
-        return [e.copy(), unbounded_if([e], idx.shape)]
-    ax = attrs["axis"] % np.ndim(x)
-    row = np.max(e, axis=ax, keepdims=True, initial=0.0)
-    return [clean(np.broadcast_to(row, vals.shape), row), unbounded_if([row], idx.shape)]
-
-
-def _matmul(ctx, opdef, ins, es, outs, attrs):
-    a, b = ins[0], ins[1]
-    ea, eb = es[0], es[1]
-    out = outs[0]
-    A, B = mag(a), mag(b)
-    if opdef.name == "linear":
-        B, eb = B.T, eb.T
-    k = np.shape(a)[-1]
-    p = np.matmul(ea, B) + np.matmul(A, eb) + np.matmul(ea, eb)
-    # an uncertain term times an inf one: NaN (0 * inf) or +-inf
-    b_inf = np.isinf(np.asarray(b, dtype=np.float64))
-    b_inf = b_inf.T if opdef.name == "linear" else b_inf
-    hits = np.matmul((ea > 0).astype(np.float64), b_inf.astype(np.float64)) + \
-        np.matmul(np.isinf(np.asarray(a, dtype=np.float64)).astype(np.float64), (eb > 0).astype(np.float64))
-    p = np.where(hits > 0, np.inf, p)
-    AB = np.matmul(A, B)
-    r = (k + 2) * unit(out) * AB + _ovf(AB, out)
-    if opdef.name == "linear" and len(ins) > 2 and ins[2] is not None:
-        r = r + 2 * unit(out) * (mag(out) + mag(ins[2]))
-        p = p + es[2]
-    return clean(p, p) + r + rnd(out, 2)
-
-
-def _conv(ctx, opdef, ins, es, outs, attrs):
-    x, w = mag(ins[0]), mag(ins[1])
-    out = outs[0]
-    ref = opdef.reference
-    direct = opdef.name == "direct_conv2d"  # NHWC, weight [kh, kw, in/groups, out]
-    if opdef.name == "conv_transpose2d":  # weight [in, out/groups, kh, kw]: in/groups * kh * kw terms
-        k = np.shape(w)[0] // attrs.get("groups", 1) * int(np.prod(np.shape(w)[2:]))
-    else:
-        k = int(np.prod(np.shape(w)[:3] if direct else np.shape(w)[1:]))
-    p = ref(ctx, _f64(es[0]), w, **attrs) + ref(ctx, x, _f64(es[1]), **attrs)
-    xw = ref(ctx, x, w, **attrs)
-    r = (k + 2) * unit(out) * xw + _ovf(xw, out)
-    if len(ins) > 2 and ins[2] is not None:
-        bshape = (1, -1, 1, 1) if not direct and attrs.get("layout", "nchw") == "nchw" else (1, 1, 1, -1)
-        r = r + 2 * unit(out) * mag(ins[2]).reshape(bshape if out.ndim == 4 else bshape[1:])
-    return clean(p, p) + r + rnd(out, 2)
-
-
-def _grid_sample(ctx, opdef, ins, es, outs, attrs):
-    """Unbounded where the grid carries error (nearest jumps; the taps move); else the taps' weights
-    (at most 1 in sum for bilinear and nearest, about 1.6 for bicubic's) times x's error and the
-    roundings of a 4- or 16-term sum and of the coordinates."""
-    x, out = mag(ins[0]), outs[0]
-    n, c = x.shape[:2]
-    k, wsum = (16, 2.0) if attrs["mode"] == "bicubic" else (4, 1.0)
-    big = np.max(x.reshape(n, c, -1), axis=-1, initial=0.0)[:, :, None, None]
-    err = np.max(_f64(es[0]).reshape(n, c, -1), axis=-1, initial=0.0)[:, :, None, None]
-    r = wsum * err + (k + 8) * unit(out) * wsum * big + np.zeros(out.shape)
-    return np.where(unbounded_if([es[1]], out.shape) > 0, np.inf, r) + rnd(out, 2)
-
-
-def _pool(ctx, opdef, ins, es, outs, attrs):
-    x, e, out = ins[0], _f64(es[0]), outs[0]
-    if opdef.name == "max_pool2d":
-        pm = opdef.reference(ctx, e, **attrs)
-        return clean(pm, pm)
-    if opdef.name == "avg_pool2d":
-        k = int(np.prod(attrs["kernel"])) if len(attrs["kernel"]) == 2 else attrs["kernel"][0] ** 2
-    else:
-        k = int(np.prod(np.shape(x)[-2:]))
-    p = opdef.reference(ctx, e, **attrs)
-    sx = opdef.reference(ctx, mag(x), **attrs)
-    return clean(p, p) + (k + 2) * unit(out) * sx + _ovf(k * sx, out)
-
-
-def _sdpa(ctx, opdef, ins, es, outs, attrs):
-    q, k, v = (_f64(a) for a in ins[:3])
-    out = outs[0]
-    u = unit(out)
-    E = q.shape[-1]
-    scale = attrs["scale"] if attrs["scale"] is not None else 1.0 / math.sqrt(E)
-    kt = np.swapaxes(k, -1, -2)
-    s = np.matmul(q, kt) * scale
-    QK = np.matmul(mag(q), mag(kt))
-    es_ = (np.matmul(es[0], mag(kt)) + np.matmul(mag(q), np.swapaxes(es[1], -1, -2))
-           + (E + 2) * u * QK + _ovf(QK, out)) * abs(scale)
-    L, S_ = s.shape[-2], s.shape[-1]
-    mask = np.ones((L, S_), dtype=bool)
-    if attrs["is_causal"]:
-        mask = np.tril(mask)
-    elif len(ins) > 3 and ins[3] is not None:
-        m = ins[3]
-        if m.dtype == np.bool_:
-            mask = mask & m
-        else:
-            s = s + _f64(m)
-    s = np.where(mask, s, -np.inf)
-    with np.errstate(all="ignore"):
-        mx = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
-        pz = np.exp(s - mx)
-        p = pz / np.sum(pz, axis=-1, keepdims=True)
-    p = np.nan_to_num(p)
-    ez = np.where(mask, es_ + u * (mag(s) + mag(mx)), 0.0)
-    emax = np.max(ez, axis=-1, keepdims=True, initial=0.0)
-    ep = p * np.expm1(2 * (ez + emax)) + 2 * (S_ + 8) * u * p
-    V = mag(v)
-    r = np.matmul(ep, V) + np.matmul(p, es[2]) + (S_ + 2) * u * np.matmul(p, V)
-    ovf = _ovf(np.max(V, axis=-2, keepdims=True, initial=0.0), out)
-    return clean(r, r) + (S_ + 2) * u * np.matmul(p, V) + rnd(out, 4) + ovf
 
 
 _F = {"exp": np.exp, "log": np.log, "sqrt": lambda x: np.sqrt(np.maximum(x, 0)),
@@ -762,14 +349,7 @@ RULES = {
     **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},
-    "cumsum": _scan, "cumprod": _scan, "index_add": _index_add, "attention_backward": _attention_backward,
-    "max_pool2d_backward": _max_pool_backward,
-    "softmax": _softmax, "log_softmax": _softmax,
-    "layer_norm": _layer_norm, "rms_norm": _layer_norm, "batch_norm": _batch_norm, "group_norm": _group_norm,
-    "resize": _resize, "topk": _topk,
-    "matmul": _matmul, "linear": _matmul, "conv2d": _conv, "direct_conv2d": _conv, "conv_transpose2d": _conv,
-    "grid_sample": _grid_sample, "max_pool2d": _pool, "avg_pool2d": _pool, "adaptive_avg_pool2d": _pool,
-    "scaled_dot_product_attention": _sdpa,
+    **OP_RULES,
 }
 
 
@@ -785,7 +365,7 @@ def compare(actual, expected, err) -> tuple[bool, str, int]:
         return False, f"shape {actual.shape} != expected {expected.shape}", 0
     if actual.dtype != expected.dtype:
         return False, f"dtype {actual.dtype} != expected {expected.dtype}", 0
-    if not (_isf(expected.dtype) or expected.dtype.kind == "c") or expected.dtype.name not in UNIT:
+    if not (is_float(expected.dtype) or expected.dtype.kind == "c") or expected.dtype.name not in UNIT:
         bad = actual != expected
         unchecked = np.isinf(err) if err is not None else np.zeros(expected.shape, bool)
         bad = bad & ~unchecked
@@ -794,7 +374,7 @@ def compare(actual, expected, err) -> tuple[bool, str, int]:
             return False, (f"{int(bad.sum())} of {bad.size} differ; first at {i}: got {actual[i]!r}, "
                            f"expected {expected[i]!r}"), int(unchecked.sum())
         return True, "", int(unchecked.sum())
-    a, r = _f64(actual), _f64(expected)
+    a, r = f64(actual), f64(expected)
     tol = SLACK * 2 * err + FLOOR[expected.dtype.name]
     unbounded = ~np.isfinite(tol)
     same = (a == r) | (np.isnan(a) & np.isnan(r))

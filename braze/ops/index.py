@@ -1,5 +1,6 @@
 """Indexing ops: gather (numpy.take), gather_elements (torch.gather), index_add (scatter-add of
-rows: torch.index_add, embedding gradients), tril, triu."""
+rows: torch.index_add, embedding gradients), index_put (rows written, or multiplied, maxed or
+minned in: ONNX's ScatterElements and ScatterND, torch's index_put), tril, triu."""
 
 from __future__ import annotations
 
@@ -96,6 +97,45 @@ defop("index_add", inputs=("x", "indices", "src"), attrs={"axis": Attr("int", 0)
       kind="opaque",
       doc="torch.index_add: x with src's slices added along axis at the 1-D indices, in index order "
           "(repeats add up); negative indices wrap.")
+
+
+INDEX_PUT_REDUCE = ("none", "mul", "max", "min")  # "add" is index_add
+
+
+def _index_put_infer(ctx, x, idx, src, *, axis, reduce):
+    if reduce not in INDEX_PUT_REDUCE:
+        raise ctx.error(f"reduce must be one of {', '.join(INDEX_PUT_REDUCE)}, got {reduce!r}",
+                        hint="a scatter that adds is index_add")
+    return _index_add_infer(ctx, x, idx, src, axis=axis)
+
+
+def index_put_numpy(x, idx, src, axis: int, reduce: str):
+    """out = x, then for each i in order the slice out[..., idx[i], ...] is src[..., i, ...] (reduce
+    "none": the last write wins) or that combined with it ("mul", or "max"/"min", where NaN wins as
+    in numpy.maximum); negative indices wrap, and an index out of [-n, n) is an error."""
+    ax = axis % x.ndim
+    n = x.shape[ax]
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"index_put: an index is out of range [-{n}, {n}) for axis {axis}")
+    out = x.copy()
+    j = np.where(idx < 0, idx + n, idx)
+    at = (slice(None),) * ax
+    if reduce == "none":
+        rows, last = np.unique(j[::-1], return_index=True)  # each row's last write
+        out[at + (rows,)] = np.take(src, len(j) - 1 - last, axis=ax)
+    else:
+        {"mul": np.multiply, "max": np.maximum, "min": np.minimum}[reduce].at(out, at + (j,), src)
+    return out
+
+
+defop("index_put", inputs=("x", "indices", "src"),
+      attrs={"axis": Attr("int", 0), "reduce": Attr("str", "none", "none | mul | max | min")},
+      infer=_index_put_infer,
+      reference=lambda ctx, x, idx, src, *, axis, reduce: index_put_numpy(x, idx, src, axis, reduce),
+      kind="opaque",
+      doc="x with src's slices written along axis at the 1-D indices in index order (reduce none: the "
+          "last write wins), or multiplied, maxed or minned in (NaN wins); negative indices wrap.")
 
 
 def _tri_infer(ctx, x, *, k):

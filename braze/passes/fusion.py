@@ -56,9 +56,9 @@ of the 2 x layers consumers at batch x heads times its size.
    axes to one result shape, neither reading the other's result, merge (``merge_siblings``:
    batch norm's backward sums dy and dy * (x - mean)); then rule 2 again. The kernel computes
    them in one nest, and the C code in one loop over the rows (``codegen/c_reduce.jam_sums``).
-5. an ``index_add`` is a ``scatter`` group, with the ``full`` that makes its ``x`` when nothing
-   else reads it (an embedding's gradient starts as zeros): the host calls braze_scatter.h,
-   which writes the fill and adds the rows in one pass per thread.
+5. an ``index_add`` or ``index_put`` is a ``scatter`` group, with the ``full`` that makes its ``x``
+   when nothing else reads it (an embedding's gradient starts as zeros): the host calls
+   braze_scatter.h, which writes the fill and puts the rows in one pass per thread.
 6. an ``attention_backward`` is an ``attention`` group of its own (braze_attention.h).
 7. every other node (pools, cumsum...) is its own ``opaque`` group.
 
@@ -78,7 +78,8 @@ from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
 from ..ir.loop import LIBM_UNARY
-from .node_classes import BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, VIEWS, WINDOWS, node_class, swaps_last_two
+from .node_classes import (BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, SCATTERS, VIEWS, WINDOWS, node_class,
+                           swaps_last_two)
 
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
@@ -245,7 +246,8 @@ class _Fuser:
             if kind in classes:
                 return kind if len(nodes) == 1 else None
         if "scatter" in classes:
-            return "scatter" if [n.op for n in self._sorted(nodes)] in (["index_add"], ["full", "index_add"]) else None
+            ops = [n.op for n in self._sorted(nodes)]
+            return "scatter" if ops[-1] in SCATTERS and ops[:-1] in ([], ["full"]) else None
         if "gemm" in classes or "conv" in classes:
             return self._validate_anchor(nodes, classes, esc)
         reds = [n for n, c in zip(nodes, classes) if c in ("red", "norm")]

@@ -31,7 +31,7 @@ depthwise convnet at 8x224x224 took 0.93x the time, ResNet-50 at 1x224x224 0.97x
 arena a third smaller). Its loop kernel is marked ``in_place`` (its C declares no restrict
 pointers). These are the places a node's input and output share memory.
 
-A ``scatter`` group whose result is a function result adds in place into its
+A ``scatter`` group whose result is a function result puts in place into its
 ``x`` (``in_place_inputs``) when nothing else reads ``x`` and a group of this
 function makes it: ``x`` is then made straight in the result's memory, offset -1
 too. A tied LM head's weight gradient, ``t(dLogits) @ h``, is so written into the
@@ -49,6 +49,7 @@ from ..ir.graph import Function, Module, Value
 from ..ir.sym import IntLike
 from ..ops.registry import get_op
 from .common import top_functions
+from .node_classes import SCATTERS
 
 ALIGN = 64
 
@@ -177,7 +178,7 @@ def in_place_inputs(module: Module, f: Function) -> dict[int, Value]:
         if n.op != "fused" or n.attrs.get("kind") != "scatter" or id(n.outputs[0]) not in results:
             continue
         callee = module.functions[n.attrs["callee"]]
-        add = next(m for m in callee.nodes if m.op == "index_add")
+        add = next(m for m in callee.nodes if m.op in SCATTERS)
         k = next((i for i, p in enumerate(callee.params) if p is add.inputs[0]), None)
         if k is None or sum(v is add.inputs[0] for m in callee.nodes for v in m.inputs) != 1:
             continue  # x is the group's own fill, or the group reads it twice

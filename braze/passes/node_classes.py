@@ -20,7 +20,7 @@ GEMMS = ("linear", "matmul")
 # which computes what the input gradient does
 BACKWARD_CONVS = ("conv2d_backward_input", "conv2d_backward_weight", "conv_transpose2d")
 CONVS = ("conv2d",) + BACKWARD_CONVS
-SCATTERS = ("index_add",)
+SCATTERS = ("index_add", "index_put")
 ATTENTIONS = ("attention_backward",)
 # computed at any output index from a window of their input, like an elementwise op: they fuse
 # with the ops after them and the views before them (fusion.amplifies keeps what computes out)

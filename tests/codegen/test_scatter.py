@@ -1,7 +1,8 @@
-"""``index_add`` compiled (a ``scatter`` group calling braze_scatter.h) against NumPy's
-``add.at`` and torch: repeated and negative indices, int32 and int64 indices, float and integer
-data, every axis, sizes of 1, odd sizes and sizes that run on threads; the fill the group
-absorbs; the in-place add into a GEMM's result; and an index out of range."""
+"""``index_add`` and ``index_put`` compiled (a ``scatter`` group calling braze_scatter.h) against
+NumPy (``add.at``, ``multiply.at``, ...; the last write for ``none``) and torch: repeated and
+negative indices, int32 and int64 indices, float and integer data, NaN, every axis, sizes of 1, odd
+sizes and sizes that run on threads; the fill the group absorbs; the in-place add into a GEMM's
+result; and an index out of range."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import pytest
 import braze
 from braze.errors import InputError
 from braze.ops import Builder, tensor
-from braze.ops.index import index_add_numpy
+from braze.ops.index import index_add_numpy, index_put_numpy
 from braze.pipeline import run_pipeline
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 
 
-def _index_add_module(dt: str, it: str, axis: int):
+def _index_add_module(dt: str, it: str, axis: int, reduce: str = "add"):
     b = Builder()
     A, V, N = b.sym("A"), b.sym("V"), b.sym("N")
     shape = [A, V, 3]
@@ -26,7 +27,7 @@ def _index_add_module(dt: str, it: str, axis: int):
     src_shape = list(shape)
     src_shape[axis % 3] = N
     src = b.param("src", tensor(dt, *src_shape))
-    b.ret(b.index_add(x, idx, src, axis=axis))
+    b.ret(b.index_add(x, idx, src, axis=axis) if reduce == "add" else b.index_put(x, idx, src, axis=axis, reduce=reduce))
     return b.module
 
 
@@ -48,6 +49,34 @@ def test_index_add_is_numpy_s_add_at_bit_for_bit(dt, it, axis):
         src = (rng.standard_normal(src_shape) * 100).astype(npt)
         idx = rng.integers(-size, size, n).astype(nit)
         np.testing.assert_array_equal(m(x, idx, src), index_add_numpy(x, idx, src, axis))
+
+
+@pytest.mark.parametrize("reduce", ["none", "mul", "max", "min"])
+@pytest.mark.parametrize("dt, it, axis", [("f32", "i64", 1), ("f64", "i32", 0), ("i64", "i64", -1), ("i32", "i32", 1)])
+def test_index_put_is_numpy_s_in_index_order_bit_for_bit(reduce, dt, it, axis):
+    """Each position takes its rows in index order on any number of threads: the last write (none),
+    or the running product, max or min, with NaN kept as numpy.maximum keeps it."""
+    m = braze.compile(_index_add_module(dt, it, axis, reduce))
+    rng = np.random.default_rng(axis + 11)
+    npt, nit = np.dtype(dt.replace("f", "float").replace("i", "int")), np.dtype(it.replace("i", "int"))
+    for a, v, n in ((1, 1, 1), (3, 5, 7), (2, 9, 1), (40, 300, 2000)):
+        shape = [a, v, 3]
+        ax = axis % 3
+        src_shape = list(shape)
+        src_shape[ax] = n
+        x = (rng.standard_normal(shape) * (1 if reduce == "mul" else 100)).astype(npt)
+        src = (rng.standard_normal(src_shape) * (1.5 if reduce == "mul" else 100)).astype(npt)
+        if npt.kind == "f":
+            x.flat[::7], src.flat[::11] = np.nan, np.nan
+            src.flat[1::13] = -0.0
+        idx = rng.integers(-shape[ax], shape[ax], n).astype(nit)
+        np.testing.assert_array_equal(m(x, idx, src), index_put_numpy(x, idx, src, axis, reduce))
+
+
+def test_index_put_out_of_range_names_the_op():
+    m = braze.compile(_index_add_module("f32", "i64", 0, "max"))
+    with pytest.raises(InputError, match=r"index_put.*: index 3 \(position 1\) is outside \[-3, 3\)"):
+        m(np.zeros((3, 2, 3), np.float32), np.array([0, 3]), np.ones((2, 2, 3), np.float32))
 
 
 def test_index_add_matches_torch():

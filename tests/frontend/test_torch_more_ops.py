@@ -255,3 +255,31 @@ def test_index_add_index_put_accumulate_and_the_embedding_gradient():
     ins = [inputs(k) for k in (1, 7, 20)]
     m = check(Fn(f), ins, ({}, {0: n}, {0: n}, {0: n}))
     assert sum(n.op == "index_add" for n in m.main.nodes) == 4
+
+
+def test_index_put_without_accumulate_writes_rows_the_last_write_winning():
+    """``x[idx] = v`` (braze's index_put): negative indices wrap, values broadcast, a repeated index
+    takes its last row, at symbolic row and index counts."""
+
+    def f(self, x, i, src):
+        y = x.clone()
+        y[i - 6] = src
+        return y, torch.index_put(x, (i,), torch.full((3,), 2.5))
+
+    n = Dim("n", min=1, max=64)
+    rng = np.random.default_rng(5)
+
+    def inputs(k):
+        i = torch.from_numpy(rng.permutation(6)[: min(k, 6)] if k <= 6 else rng.integers(0, 6, k))
+        return (torch.from_numpy(rng.standard_normal((6, 3)).astype(np.float32)), i,
+                torch.from_numpy(rng.standard_normal((len(i), 3)).astype(np.float32)))
+    ins = [inputs(k) for k in (1, 5, 6)]
+    m = check(Fn(f), ins, ({}, {0: n}, {0: n}), exact=True)
+    assert sum(n.op == "index_put" for n in m.main.nodes) == 2
+    # repeated indices: torch leaves the winner undefined; braze takes the last (numpy's order)
+    x, i = torch.zeros(4, 2), torch.tensor([1, 3, 1, 1, 0])
+    src = torch.arange(10.0).reshape(5, 2)
+    cm = braze.compile(Fn(lambda self, x, i, s: torch.index_put(x, (i,), s)), (x, i, src))
+    want = np.zeros((4, 2), np.float32)
+    want[[3, 1, 0]] = src.numpy()[[1, 3, 4]]
+    np.testing.assert_array_equal(cm(x, i, src), want)

@@ -1,5 +1,6 @@
-"""ATen converters that add rows into a tensor (braze's ``index_add``): ``index_add``,
-``index_put`` with accumulate, and ``embedding_dense_backward``, an embedding's gradient."""
+"""ATen converters that add or write rows into a tensor (braze's ``index_add`` and ``index_put``):
+``index_add``, ``index_put`` (with one index tensor), and ``embedding_dense_backward``, an
+embedding's gradient."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ def _check(cx, what, x, idx):
         raise UnsupportedOpError(f"{what} into a 0-d tensor is not supported", where=str(cx.loc), hint=ISSUES_HINT)
 
 
-def _rows(cx, x, idx, src, ax):
-    """index_add of ``src`` (x's shape with dim ``ax`` replaced by idx's shape) at ``idx``
-    (any rank, flattened)."""
+def _rows(cx, x, idx, src, ax, reduce: str = "add"):
+    """index_add (or index_put with ``reduce``) of ``src`` (x's shape with dim ``ax`` replaced by
+    idx's shape) at ``idx`` (any rank, flattened)."""
     if idx.rank != 1:
         n = S.prod(tuple(idx.shape))
         idx = op(cx, "reshape", [idx], shape=(n,))
         src = op(cx, "reshape", [src], shape=tuple(x.shape[:ax]) + (n,) + tuple(x.shape[ax + 1:]))
-    return op(cx, "index_add", [x, idx, src], axis=ax)
+    if reduce == "add":
+        return op(cx, "index_add", [x, idx, src], axis=ax)
+    return op(cx, "index_put", [x, idx, src], axis=ax, reduce=reduce)
 
 
 @conv("index_add")
@@ -46,18 +49,19 @@ def _index_add(cx, n, x, dim, index, source, alpha=1):
 
 @conv("index_put")
 def _index_put(cx, n, x, indices, values, accumulate=False):
+    """``x[..., idx, ...] = values`` (or ``+=`` with accumulate) with one integer index tensor; without
+    accumulate a repeated index takes the last of its values (torch leaves which undefined)."""
     pos = [i for i, t in enumerate(indices) if t is not None]
-    if not accumulate or len(pos) != 1:
-        what = "without accumulate (a scatter whose repeated indices race)" if not accumulate else \
-            f"with {len(pos)} index tensors"
-        raise UnsupportedOpError(f"index_put {what} is not supported", where=str(cx.loc), hint=ISSUES_HINT)
+    if len(pos) != 1:
+        raise UnsupportedOpError(f"index_put with {len(pos)} index tensors is not supported", where=str(cx.loc),
+                                 hint=ISSUES_HINT)
     ax, idx = pos[0], indices[pos[0]]
     _check(cx, "index_put", x, idx)
     shape = tuple(x.shape[:ax]) + tuple(idx.shape) + tuple(x.shape[ax + 1:])
     src = cast(cx, values, x.dtype)
     if tuple(src.shape) != shape:
         src = op(cx, "expand", [src], shape=shape)
-    return _rows(cx, x, idx, src, ax)
+    return _rows(cx, x, idx, src, ax, "add" if accumulate else "none")
 
 
 @conv("embedding_dense_backward")
