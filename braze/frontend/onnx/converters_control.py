@@ -1,10 +1,16 @@
-"""ONNX control flow that braze unrolls at import: Scan over a sequence of static length becomes that
-many copies of its body (Importer.run_subgraph), the state threaded through and the per-step outputs
-stacked. A symbolic or long sequence is refused by name: braze's graphs have no loops yet."""
+"""ONNX control flow that braze resolves at import: Scan over a sequence of static length, and Loop
+with a trip count and conditions known at import, become that many copies of their bodies
+(Importer.run_subgraph), the state threaded through and the per-step outputs stacked; If runs the
+branch its condition picks when that is known at import, and otherwise both branches, selecting each
+output with ``where`` (both must give one dtype and shape). A symbolic or long sequence, or a loop's
+condition computed from tensor data, is refused by name: braze's graphs have no loops yet."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir import sym as S
+from ...ir.types import DType
 from .common import TV
 from .convert import converter
 
@@ -50,4 +56,76 @@ def _scan(ctx):
         axis = out_axes[k] % (vals[0].rank + 1)
         vals = [ctx.op("unsqueeze", v, axes=(axis,)) for v in vals]
         results.append(vals[0] if len(vals) == 1 else ctx.op("concat", *vals, axis=axis))
+    return results
+
+
+def _known_bool(t: TV | None) -> bool | None:
+    if t is None or t.known is None or t.known.size != 1 or t.known.dtype == object:
+        return None
+    return bool(t.known.reshape(-1)[0])
+
+
+@converter("If", attrs=("then_branch", "else_branch"))
+def _if(ctx):
+    cond = ctx.tv(0)
+    pick = _known_bool(cond)
+    if pick is not None:
+        return ctx.imp.run_subgraph(ctx.attr("then_branch" if pick else "else_branch"), [])
+    then = ctx.imp.run_subgraph(ctx.attr("then_branch"), [])
+    other = ctx.imp.run_subgraph(ctx.attr("else_branch"), [])
+    c = ctx.value(0)
+    if c.rank != 0 and S.prod(tuple(c.shape)) != 1:
+        raise ctx.unsupported(f"a condition of shape {list(c.shape)}", hint="the condition is one bool")
+    c = ctx.op("reshape", ctx.cast(c, DType.bool), shape=())
+    outs = []
+    for k, (a, b) in enumerate(zip(then, other)):
+        a, b = ctx.imp.materialize(a), ctx.imp.materialize(b)
+        same = a.dtype == b.dtype and a.rank == b.rank and all(
+            ctx.imp.module.constraints.equal(x, y) is True for x, y in zip(a.shape, b.shape))
+        if not same:
+            raise ctx.unsupported(f"output {k} is {a.type} in one branch and {b.type} in the other, with a "
+                                  "condition known only at run time",
+                                  hint="give both branches one output shape, or make the condition a constant")
+        outs.append(ctx.op("where", c, a, b))
+    return outs
+
+
+@converter("Loop", attrs=("body",))
+def _loop(ctx):
+    """Unrolled: the trip count (input 0) and the condition (input 1, and the body's each step) known
+    at import; ``MAX_STEPS`` steps at most."""
+    body = ctx.attr("body")
+    n_state = len(ctx.node.input) - 2
+    n_scan_out = len(body.output) - 1 - n_state
+    if n_state < 0 or n_scan_out < 0 or len(body.input) != n_state + 2:
+        raise ctx.unsupported(f"a body of {len(body.input)} inputs and {len(body.output)} outputs for {n_state} "
+                              "loop-carried values")
+    trips = ctx.const_scalar(0, "trip count") if ctx.tv(0) is not None else None
+    cond = True if ctx.tv(1) is None else _known_bool(ctx.tv(1))
+    if cond is None:
+        ctx.const_scalar(1, "condition")  # raises, naming the input
+    limit = "no trip count" if trips is None else f"a trip count of {trips}"
+    states = [ctx.tv(2 + i) for i in range(n_state)]
+    per_step = [[] for _ in range(n_scan_out)]
+    i = 0
+    while cond and (trips is None or i < trips):
+        if i >= MAX_STEPS:
+            raise ctx.unsupported(f"a Loop of more than {MAX_STEPS} steps ({limit}): braze unrolls loops",
+                                  hint="export with the loop unrolled, or a smaller trip count")
+        feeds = [TV(known=np.array(i, np.int64), dtype=DType.int64), TV(known=np.array(True), dtype=DType.bool)]
+        outs = ctx.imp.run_subgraph(body, feeds + states)
+        cond = _known_bool(outs[0])
+        if cond is None:
+            raise ctx.unsupported("the body's condition is computed from tensor data at run time (braze unrolls "
+                                  "loops at import)", hint="make the loop's condition a constant")
+        states = outs[1:1 + n_state]
+        for k, o in enumerate(outs[1 + n_state:]):
+            per_step[k].append(ctx.imp.materialize(o))
+        i += 1
+    if n_scan_out and i == 0:
+        raise ctx.unsupported("a Loop of no steps with scan outputs (their element shape is unknown)")
+    results = list(states)
+    for seq in per_step:
+        vals = [ctx.op("unsqueeze", v, axes=(0,)) for v in seq]
+        results.append(vals[0] if len(vals) == 1 else ctx.op("concat", *vals, axis=0))
     return results
