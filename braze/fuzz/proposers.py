@@ -503,7 +503,7 @@ def p_pool(gen, op):
     pad = tuple(int(r.integers(0, k[i % 2] // 2 + 1)) for i in range(4))
     attrs = {"kernel": k, "stride": stride, "padding": pad, "ceil_mode": bool(r.random() < 0.3)}
     dil = (1, 1)
-    if op != "avg_pool2d" and r.random() < 0.2:
+    if r.random() < 0.2:
         dil = (2, 1)
         attrs["dilation"] = dil
     if op == "avg_pool2d":

@@ -71,26 +71,27 @@ def _lower_max_pool(ctx, x, *, kernel, stride, padding, dilation, ceil_mode, lay
 
 
 @lowering("avg_pool2d")
-def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
+def _lower_avg_pool(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad, dilation=(1, 1)):
     stride = stride or kernel
+    dilation = tuple(dilation)
     dt = x.dtype
     H, W = x.shape[-2], x.shape[-1]
     inside = _inside(padding, ceil_mode)
 
     def fn(idx):
         def total(vs):
-            e, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=inside)
+            e, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, inside=inside)
             return select(c, e, Const(0.0, dt))
 
         def count(vs):
             *_, oh, ow = idx
             if count_include_pad:  # positions inside the padded input count
-                h = iadd(imul(oh, stride[0]), vs[0])
-                w = iadd(imul(ow, stride[1]), vs[1])
+                h = iadd(imul(oh, stride[0]), imul(vs[0], dilation[0]))
+                w = iadd(imul(ow, stride[1]), imul(vs[1], dilation[1]))
                 lim_h, lim_w = S.add(H, padding[0] + padding[2]), S.add(W, padding[1] + padding[3])
                 c = Binary("and", Compare("lt", _ie(h), _ie(lim_h)), Compare("lt", _ie(w), _ie(lim_w)), BOOL)
             else:
-                _, c = _window(ctx, x, idx, kernel, stride, padding, (1, 1), vs, inside=inside)
+                _, c = _window(ctx, x, idx, kernel, stride, padding, dilation, vs, inside=inside)
             return select(c, Const(1.0, dt), Const(0.0, dt))
 
         def build():

@@ -602,25 +602,25 @@ defop("max_pool2d_backward", inputs=("grad", "x", "indices"), attrs={**_POOL_ATT
           "read).")
 
 
-def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
+def _avg_pool_infer(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad, dilation=(1, 1)):
     _float_in(ctx, x)
-    return TensorType(x.dtype, _pool_infer_common(ctx, x, kernel, stride, padding, (1, 1), ceil_mode))
+    return TensorType(x.dtype, _pool_infer_common(ctx, x, kernel, stride, padding, dilation, ceil_mode))
 
 
-def _avg_pool_ref(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad):
+def _avg_pool_ref(ctx, x, *, kernel, stride, padding, ceil_mode, count_include_pad, dilation=(1, 1)):
     kernel, stride, dilation, (pt, pl, pb, pr), (oh, ow), (eh, ew) = \
-        _pool_geometry(x, kernel, stride, padding, (1, 1), ceil_mode)
+        _pool_geometry(x, kernel, stride, padding, dilation, ceil_mode)
     acc = _acc_dtype(x.dtype)
     lead = ((0, 0),) * (x.ndim - 2)
     xp = np.pad(x.astype(acc, copy=False), lead + ((pt, pb + eh), (pl, pr + ew)))
-    sums = _windows(xp, kernel[0], kernel[1], stride[0], stride[1], 1, 1, oh, ow).sum(axis=(-2, -1))
+    sums = _windows(xp, kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1], oh, ow).sum(axis=(-2, -1))
     h, w = x.shape[-2:]
     ones = np.zeros((h + pt + pb + eh, w + pl + pr + ew), dtype=acc)
     if count_include_pad:
         ones[: h + pt + pb, : w + pl + pr] = 1
     else:
         ones[pt: pt + h, pl: pl + w] = 1
-    counts = _windows(ones, kernel[0], kernel[1], stride[0], stride[1], 1, 1, oh, ow).sum(axis=(-2, -1))
+    counts = _windows(ones, kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1], oh, ow).sum(axis=(-2, -1))
     return np.ascontiguousarray((sums / np.maximum(counts, 1)).astype(x.dtype, copy=False))
 
 
@@ -629,7 +629,8 @@ defop("avg_pool2d", inputs=("x",),
              "stride": Attr("ints", None, "(sh, sw); default: the kernel"),
              "padding": Attr("ints", (0, 0, 0, 0), "(top, left, bottom, right), zero padding"),
              "ceil_mode": Attr("bool", False, "round the output size up (PyTorch rule)"),
-             "count_include_pad": Attr("bool", True, "divide by the window size including padding")},
+             "count_include_pad": Attr("bool", True, "divide by the window size including padding"),
+             "dilation": Attr("ints", (1, 1), "(dh, dw): the window's taps this far apart")},
       infer=_avg_pool_infer, reference=_avg_pool_ref, kind="pool",
       doc="2-D average pooling over the last two dims.")
 

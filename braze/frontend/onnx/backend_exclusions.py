@@ -21,14 +21,10 @@ EXCLUSIONS: dict[str, str] = {
         "sequence/optional values (inputs, SequenceConstruct, Optional): braze imports tensor graphs only",
     r"^test_training_dropout|^test_batchnorm_.*training_mode":
         "training mode (Dropout, BatchNormalization): braze compiles inference graphs",
-    r"^test_(maxpool|averagepool|lppool)_3d": "3-D pooling (braze has 1-D and 2-D pooling)",
     r"^test_scan_sum$": "Scan at opset 8 (a batch axis): onnx.version_converter's model declares the initial state "
                         "without the batch axis the test data has",
     r"^test_gridsample_volumetric_": "3-D GridSample (braze samples 2-D grids)",
     r"^test_convtranspose_3d$": "3-D ConvTranspose (braze has 1-D and 2-D transposed convolutions)",
-    r"^test_(averagepool|lppool)_2d_dilations$":
-        "AveragePool or LpPool with dilations (braze's avg_pool2d has no dilation)",
-    r"^test_maxpool_with_argmax": "MaxPool's Indices output (braze's max_pool2d returns values only)",
     r"^test_gathernd_example_int32_batch_dim1$": "GatherND with batch_dims=1 (braze maps batch_dims=0 only)",
     r"^test_wrap_pad$": "Pad mode 'wrap' (braze pads in constant, reflect and edge modes)",
     r"^test_resize_tf_crop_and_resize": "Resize coordinate_transformation_mode tf_crop_and_resize (roi)",

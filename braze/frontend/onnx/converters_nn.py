@@ -1,5 +1,5 @@
 """ONNX Conv, ConvTranspose and pooling -> braze conv2d / conv_transpose2d / max_pool2d / avg_pool2d (1-D via an
-added axis);
+added axis; 3-D pools as 2-D pools over H and W, then D);
 GroupNormalization -> group_norm; Resize -> resize."""
 
 from __future__ import annotations
@@ -146,24 +146,74 @@ def _conv_transpose(ctx):
     return y
 
 
+def _pool_nd(ctx, op: str, x, kernel, strides, dil, pads, **kw):
+    """braze's 2-D ``op`` (max_pool2d or avg_pool2d) over the 1, 2 or 3 spatial dims of ``x`` (ONNX
+    pads: begins, then ends). 1-D adds an axis. 3-D pools H and W, then D: a max, and an average
+    (whose divisor is the product of each axis's count), over a box are so separable."""
+    n = x.rank - 2
+    common = dict(ceil_mode=bool(ctx.attr("ceil_mode", 0)), **kw)
+    if n == 1:
+        y = ctx.op(op, _to2d(ctx, x)[0], kernel=(1, kernel[0]), stride=(1, strides[0]), dilation=(1, dil[0]),
+                   padding=_pads4(pads, 1), **common)
+        return ctx.op("squeeze", y, axes=(2,))
+    if n == 2:
+        return ctx.op(op, x, kernel=tuple(kernel), stride=tuple(strides), dilation=tuple(dil),
+                      padding=_pads4(pads, 2), **common)
+    N, C, D = x.shape[:3]
+    hw = ctx.op(op, ctx.op("reshape", x, shape=(N, S.mul(C, D)) + tuple(x.shape[3:])), kernel=tuple(kernel[1:]),
+                stride=tuple(strides[1:]), dilation=tuple(dil[1:]), padding=(pads[1], pads[2], pads[4], pads[5]),
+                **common)
+    OH, OW = hw.shape[2:]
+    d = ctx.op(op, ctx.op("reshape", hw, shape=(N, C, D, S.mul(OH, OW))), kernel=(kernel[0], 1),
+               stride=(strides[0], 1), dilation=(dil[0], 1), padding=(pads[0], 0, pads[3], 0), **common)
+    return ctx.op("reshape", d, shape=(N, C, d.shape[2], OH, OW))
+
+
+def _max_pool_indices(ctx, x, kernel, strides, dil, pads, sym):
+    """MaxPool's Indices: each window's winner as a flat position in the whole tensor, row-major in its
+    plane (or column-major: storage_order 1); braze's max_pool2d_indices gives it row-major in the
+    plane (a NaN wins, its last)."""
+    n = x.rank - 2
+    if n == 3 or sym:
+        raise ctx.unsupported("the Indices output of a 3-D pool, or of symbolic padding",
+                              hint="braze gives 1-D and 2-D pools' indices")
+    idx = _pool_nd(ctx, "max_pool2d_indices", x, kernel, strides, dil, pads)
+    if n == 2 and ctx.attr("storage_order", 0):  # column-major in the plane: h + w * H
+        H, W = (ctx.imp.materialize(_known_int(d)) for d in x.shape[2:])
+        h = ctx.op("div", idx, W)
+        idx = ctx.op("add", h, ctx.op("mul", ctx.op("sub", idx, ctx.op("mul", h, W)), H))
+    N, C = x.shape[:2]
+    plane = S.prod(tuple(x.shape[2:]))
+    rows = ctx.op("reshape", ctx.op("arange", start=0, end=S.mul(N, C), step=1, dtype=DType.int64),
+                  shape=(N, C) + (1,) * n)
+    return ctx.op("add", idx, ctx.op("mul", rows, ctx.imp.materialize(_known_int(plane))))
+
+
+def _known_int(v):
+    from .common import TV
+    return TV(known=np.array(v, dtype=object), dtype=DType.int64)
+
+
+def _pool_spatial(ctx, x):
+    n = x.rank - 2
+    if n not in (1, 2, 3):
+        raise ctx.unsupported(f"{n}-D {ctx.node.op_type} (input {x.type})", hint="braze pools 1-D, 2-D and 3-D")
+    return n
+
+
 @converter("MaxPool", "AveragePool",
            attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides", "storage_order",
                   "count_include_pad"))
 def _pool(ctx):
     t = ctx.node.op_type
-    if ctx.node.output[1:] and any(ctx.node.output[1:]):
-        raise ctx.unsupported("the Indices output", hint="braze's max_pool2d returns values only")
-    if ctx.attr("storage_order", 0):
-        raise ctx.unsupported("storage_order=1")
     x = ctx.value(0)
-    n = x.rank - 2
-    _spatial(ctx, x, n)
+    n = _pool_spatial(ctx, x)
     kernel = list(ctx.attr("kernel_shape"))
     strides, dil, pads, sym = _geometry(ctx, x, kernel)
-    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    if ctx.node.output[1:] and any(ctx.node.output[1:]):
+        return [_pool_nd(ctx, "max_pool2d", x, kernel, strides, dil, pads), _max_pool_indices(ctx, x, kernel, strides,
+                                                                                             dil, pads, sym)]
     cip = bool(ctx.attr("count_include_pad", 0))
-    if t == "AveragePool" and any(d != 1 for d in dil):
-        raise ctx.unsupported(f"dilations={dil}", hint="braze's avg_pool2d has no dilation")
     counts = None
     if sym:
         if t == "AveragePool" and not cip:
@@ -172,22 +222,12 @@ def _pool(ctx):
             counts = _explicit_pad(ctx, ones, pads, n)
         x = _explicit_pad(ctx, x, pads, n, value=float("-inf") if t == "MaxPool" else 0.0)
         pads = [0] * (2 * n)
-    if n == 1:
-        x, _ = _to2d(ctx, x)
-        kernel, strides, dil = [1] + kernel, [1] + strides, [1] + dil
-    common = dict(kernel=tuple(kernel), stride=tuple(strides), padding=_pads4(pads, n), ceil_mode=ceil_mode)
     if t == "MaxPool":
-        y = ctx.op("max_pool2d", x, dilation=tuple(dil), **common)
-    elif counts is not None:  # the padded sum's mean over the window, divided by the input's share of it
-        if n == 1:
-            counts, _ = _to2d(ctx, counts)
-        y = ctx.op("div", ctx.op("avg_pool2d", x, count_include_pad=True, **common),
-                   ctx.op("avg_pool2d", counts, count_include_pad=True, **common))
-    else:
-        y = ctx.op("avg_pool2d", x, count_include_pad=cip, **common)
-    if n == 1:
-        y = ctx.op("squeeze", y, axes=(2,))
-    return y
+        return _pool_nd(ctx, "max_pool2d", x, kernel, strides, dil, pads)
+    if counts is not None:  # the padded sum's mean over the window, divided by the input's share of it
+        return ctx.op("div", _pool_nd(ctx, "avg_pool2d", x, kernel, strides, dil, pads, count_include_pad=True),
+                      _pool_nd(ctx, "avg_pool2d", counts, kernel, strides, dil, pads, count_include_pad=True))
+    return _pool_nd(ctx, "avg_pool2d", x, kernel, strides, dil, pads, count_include_pad=cip)
 
 
 @converter("LpPool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"))
@@ -195,26 +235,18 @@ def _lp_pool(ctx):
     """(the window's sum of |x|^p)^(1/p): an average pool of |x|^p over the window, padding counted
     (zeros add nothing), times the window's size."""
     x = ctx.value(0)
-    n = x.rank - 2
-    _spatial(ctx, x, n)
+    n = _pool_spatial(ctx, x)
     kernel = list(ctx.attr("kernel_shape"))
     strides, dil, pads, sym = _geometry(ctx, x, kernel)
-    if any(d != 1 for d in dil):
-        raise ctx.unsupported(f"dilations={dil}", hint="braze's avg_pool2d has no dilation")
     p = float(ctx.attr("p", 2))
     a = ctx.op("abs", x)
     xp = ctx.op("mul", a, a) if p == 2.0 else ctx.op("pow", a, ctx.scalar(p, x.dtype))
     if sym:
         xp = _explicit_pad(ctx, xp, pads, n)
         pads = [0] * (2 * n)
-    if n == 1:
-        xp, _ = _to2d(ctx, xp)
-        kernel, strides = [1] + kernel, [1] + strides
-    y = ctx.op("avg_pool2d", xp, kernel=tuple(kernel), stride=tuple(strides), padding=_pads4(pads, n),
-               ceil_mode=bool(ctx.attr("ceil_mode", 0)), count_include_pad=True)
+    y = _pool_nd(ctx, "avg_pool2d", xp, kernel, strides, dil, pads, count_include_pad=True)
     y = ctx.op("mul", y, ctx.scalar(float(np.prod(kernel)), x.dtype))
-    y = ctx.op("sqrt", y) if p == 2.0 else ctx.op("pow", y, ctx.scalar(1.0 / p, x.dtype))
-    return ctx.op("squeeze", y, axes=(2,)) if n == 1 else y
+    return ctx.op("sqrt", y) if p == 2.0 else ctx.op("pow", y, ctx.scalar(1.0 / p, x.dtype))
 
 
 @converter("GridSample", attrs=("align_corners", "mode", "padding_mode"))
