@@ -33,6 +33,9 @@ EXCLUSIONS: dict[str, str] = {
     r"^test_einsum_batch_diagonal$": "Einsum with an ellipsis and a diagonal (braze maps plain contractions only)",
     r"^test_(blackman|hamming|hann)window.*_expanded$":
         "the window length comes from an input tensor's value (data-dependent output shape)",
+    r"^test_dft_inverse(_opset19)?$":
+        "ONNX's reference computes the inverse in float32 (numpy's single-precision FFT): where the exact "
+        "result is 0 it gives 1.9e-7, above the test's atol of 1e-7; braze's result there is below 1e-14",
     r"^test_range_.*_expanded$":
         "Range's body is a Loop whose trip count comes from the start, limit and delta inputs' values "
         "(a data-dependent output shape)",
