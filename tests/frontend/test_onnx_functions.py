@@ -85,3 +85,29 @@ def test_swish_and_swiglu_at_dynamic_shapes(opset):
         np.testing.assert_allclose(sw(x), x / (1 + np.exp(-0.5 * x)), rtol=1e-6, atol=1e-6)
         b = x[::-1].copy()
         np.testing.assert_allclose(glu(x, b), x / (1 + np.exp(-1.5 * x)) * b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_and_center_crop_pad_with_constant_sizes(align):
+    """AffineGrid's and CenterCropPad's bodies size their outputs from an input's values: constants
+    here (an exporter's), folded at import; against torch's affine_grid and NumPy's crop and pad."""
+    torch = pytest.importorskip("torch")
+    size = helper.make_node("Constant", [], ["size"], value=helper.make_tensor("size", TensorProto.INT64, [4],
+                                                                                [2, 3, 5, 4]))
+    ag = helper.make_graph([size, helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align)],
+                           "g", [helper.make_tensor_value_info("theta", TensorProto.FLOAT, [2, 2, 3])],
+                           [helper.make_tensor_value_info("grid", TensorProto.FLOAT, [2, 5, 4, 2])])
+    m = braze.compile(helper.make_model(ag, opset_imports=[helper.make_opsetid("", 20)]))
+    theta = np.random.default_rng(align).standard_normal((2, 2, 3)).astype(np.float32)
+    want = torch.nn.functional.affine_grid(torch.from_numpy(theta), [2, 3, 5, 4], align_corners=bool(align))
+    np.testing.assert_allclose(m(theta), want.numpy(), rtol=1e-5, atol=1e-6)
+    shape = helper.make_node("Constant", [], ["shape"], value=helper.make_tensor("shape", TensorProto.INT64, [2],
+                                                                                  [3, 8]))
+    cc = helper.make_graph([shape, helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[0, 1])], "g",
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 5])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 8])])
+    x = np.arange(30, dtype=np.float32).reshape(6, 5)
+    got = braze.compile(helper.make_model(cc, opset_imports=[helper.make_opsetid("", 18)]))(x)
+    want = np.zeros((3, 8), np.float32)
+    want[:, 1:6] = x[1:4]  # rows cropped from the centre (6 -> 3 starts at 1), columns padded (5 -> 8 starts at 1)
+    np.testing.assert_array_equal(got, want)

@@ -155,11 +155,29 @@ def test_the_onnx_backend_imports_once_per_value_of_an_axis_deciding_input(monke
         rep.run([x, np.array([0])])
 
 
+def test_the_onnx_backend_binds_the_small_inputs_a_computed_operand_may_come_from():
+    # the axes are a graph input plus one: import_onnx names the sum; the backend binds every input small
+    # enough to be a shape operand (by its declared shape), here a, and leaves x (65 elements) fed
+    from braze.frontend.onnx import backend
+
+    m = _model([helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", I64, [1], [1])),
+                helper.make_node("Add", ["a", "one"], ["ax"]), helper.make_node("ReduceSum", ["x", "ax"], ["y"])],
+               [_vi("x", F, [5, 13]), _vi("a", I64, [1])], [_vi("y", F, [None, None])])
+    with pytest.raises(UnsupportedOpError, match="computed from tensor data"):
+        braze.import_onnx(m)
+    rep = backend.prepare(m)
+    x = np.arange(65, dtype=np.float32).reshape(5, 13)
+    for a in (0, -2):
+        np.testing.assert_array_equal(rep.run([x, np.array([a])])[0], x.sum(axis=a + 1, keepdims=True))
+    assert rep.bind == ["a"]
+
+
 def test_the_onnx_backend_keeps_refusing_what_binding_does_not_cure():
     from braze.frontend.onnx import backend
 
-    # the axes are computed from x's data, not fed: no input to bind
-    m = _model([helper.make_node("Cast", ["x"], ["a"], to=I64), helper.make_node("ReduceSum", ["x", "a"], ["y"])],
-               [_vi("x", F, [1])], [_vi("y", F, [None])])
+    # the axes are computed from x's data (65 elements: too large to be a shape operand)
+    m = _model([helper.make_node("Cast", ["x"], ["a"], to=I64), helper.make_node("Slice", ["a", "s", "e"], ["b"]),
+                helper.make_node("ReduceSum", ["x", "b"], ["y"])],
+               [_vi("x", F, [65]), _vi("s", I64, [1]), _vi("e", I64, [1])], [_vi("y", F, [None])])
     with pytest.raises(UnsupportedOpError, match="computed from tensor data"):
-        backend.prepare(m)
+        backend.prepare(m).run([np.zeros(65, np.float32), np.array([0]), np.array([1])])

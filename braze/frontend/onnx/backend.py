@@ -39,17 +39,44 @@ class BrazeRep(BackendRep):
         return list(out) if isinstance(out, tuple) else [out]
 
 
+# a graph input of at most this many elements (by its declared shape) may be a shape operand: where the
+# import needs a value computed from graph inputs, the backend binds every such input; binding is exact,
+# and costs at most an import per distinct value
+SMALL = 64
+
+
+def _small(vi) -> bool:
+    t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    if t is None or not t.HasField("shape"):
+        return False
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    return None not in dims and int(np.prod(dims, dtype=np.int64)) <= SMALL
+
+
+def to_bind(model: onnx.ModelProto, e: UnsupportedOpError, bound) -> list[str]:
+    """The graph inputs to bind as constants so that the import ``e`` failed on may pass: the input it
+    names, or, where it names a tensor computed from inputs, every small input not bound yet."""
+    name = getattr(e, "input_name", None)
+    if name is None:
+        return []
+    inputs = {i.name: i for i in model.graph.input}
+    if name in inputs:
+        return [] if name in bound else [name]
+    return [n for n, vi in inputs.items() if n not in bound and _small(vi)]
+
+
 class SpecializingRep(BackendRep):
     """A model that feeds axis-deciding operands as graph inputs: run() imports it with those inputs'
     values bound as initializers, once per distinct value (at most ``MAX_VALUES`` kept), and runs the
-    rest. Which inputs decide axes comes from the import's own errors (``UnsupportedOpError.input_name``)."""
+    rest. Which inputs decide axes comes from the import's own errors (``UnsupportedOpError.input_name``,
+    ``to_bind``)."""
 
     MAX_VALUES = 16
 
-    def __init__(self, model: onnx.ModelProto, first: UnsupportedOpError):
+    def __init__(self, model: onnx.ModelProto, first: list[str]):
         self.model = model
         self.names = [i.name for i in model.graph.input]
-        self.bind = [first.input_name]  # the inputs bound so far, in the order the import asked for them
+        self.bind = list(first)  # the inputs bound so far, in the order the import asked for them
         self._reps: dict = {}
         self._lock = threading.Lock()
 
@@ -63,10 +90,10 @@ class SpecializingRep(BackendRep):
             try:
                 rep = BrazeRep(import_onnx(bind_inputs(self.model, {n: feed[n] for n in self.bind})))
             except UnsupportedOpError as e:
-                name = getattr(e, "input_name", None)
-                if name not in feed or name in self.bind:
+                more = to_bind(self.model, e, self.bind)
+                if not more:
                     raise
-                self.bind.append(name)
+                self.bind += more
                 continue
             log.info("ONNX backend: imported the model for the values of %s (axis-deciding inputs)",
                      ", ".join(self.bind))
@@ -96,8 +123,9 @@ class BrazeBackend(Backend):
         try:
             return BrazeRep(import_onnx(model))
         except UnsupportedOpError as e:
-            if getattr(e, "input_name", None) in {i.name for i in model.graph.input}:
-                return SpecializingRep(model, e)
+            first = to_bind(model, e, ())
+            if first:
+                return SpecializingRep(model, first)
             raise
 
     @classmethod
@@ -137,18 +165,18 @@ def as_array(a):
 
 def prepare_bound(model: onnx.ModelProto, feed: dict) -> tuple[BrazeRep, dict]:
     """Import ``model`` with its shape operands bound as initializers from ``feed`` (what an exporter
-    writes as constants): those the import needs (an UnsupportedOpError naming the input) and those it
-    would read at run time (the module's value symbols). Returns the rep and what was bound."""
+    writes as constants): those the import needs (``to_bind``) and those it would read at run time (the
+    module's value symbols). Returns the rep and what was bound."""
     names = [i.name for i in model.graph.input]
     bound: dict = {}
     for _ in range(len(names) + 1):
         try:
             rep = BrazeRep(import_onnx(bind_inputs(model, bound) if bound else model))
         except UnsupportedOpError as e:
-            name = getattr(e, "input_name", None)
-            if name is None or name not in feed or name in bound:
+            more = to_bind(model, e, bound)
+            if not more:
                 raise
-            bound[name] = feed[name]
+            bound.update((n, feed[n]) for n in more)
             continue
         params = [p.name for p in rep.module.main.params]  # the graph inputs left, in order
         left = [n for n in names if n not in bound]

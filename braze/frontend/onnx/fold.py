@@ -150,6 +150,11 @@ def binary(ctx, op: str, a: np.ndarray, b: np.ndarray, dtype: DType):
     return None
 
 
+# NaN stays NaN through each; Sign's of NaN is NaN (ONNX's, as numpy's)
+_EXACT_UNARY = {"Ceil": np.ceil, "Floor": np.floor, "Round": np.round, "Sign": np.sign,
+                "Relu": lambda a: np.where(a < 0, np.zeros((), a.dtype), a)}  # braze's relu: -0 stays
+
+
 def unary(ctx, op: str, a: np.ndarray, dtype: DType):
     sym = is_symbolic_array(a)
     try:
@@ -167,6 +172,9 @@ def unary(ctx, op: str, a: np.ndarray, dtype: DType):
             return result(_elementwise(f, a), dtype)
         if op == "Not" and not sym:
             return result(np.logical_not(a), DType.bool)
+        if op in _EXACT_UNARY and not sym:  # exact in any dtype: the kernel would give the same bits
+            with np.errstate(all="ignore"):
+                return result(np.asarray(_EXACT_UNARY[op](a)).astype(dtype.numpy), dtype)
         if op == "Identity":
             return result(a, dtype)
     except _Undecided:

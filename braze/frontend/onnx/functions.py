@@ -14,8 +14,9 @@ from __future__ import annotations
 DOMAIN = "braze.expanded"
 # the function ops braze claims (supported_ops): each passes its ONNX node tests this way, but for
 # the exclusions backend_exclusions.py names (the suite checks both)
-EXPANDED = ("Attention", "CausalConvWithState", "LinearAttention", "MeanVarianceNormalization",
-            "NegativeLogLikelihoodLoss", "RMSNormalization", "RotaryEmbedding", "SoftmaxCrossEntropyLoss", "SwiGLU")
+EXPANDED = ("AffineGrid", "Attention", "CausalConvWithState", "CenterCropPad", "LinearAttention",
+            "MeanVarianceNormalization", "NegativeLogLikelihoodLoss", "RMSNormalization", "RotaryEmbedding",
+            "SoftmaxCrossEntropyLoss", "SwiGLU")
 MAX_DEPTH = 8  # bodies inside bodies: ONNX's nest a few deep at most
 
 
