@@ -153,3 +153,56 @@ def test_quantize_dequantize_per_axis_blocked_and_dynamic():
         for k, (got, want) in enumerate(zip(cm(*feed.values()), ref.run(None, feed))):
             assert got.dtype == want.dtype, k
             np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"output {k} at n={n}")
+
+
+def test_max_unpool_is_torch_s_at_symbolic_sizes():
+    torch = pytest.importorskip("torch")
+    node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, ["n", 3, "h", "w"]),
+                                       helper.make_tensor_value_info("i", I64, ["n", 3, "h", "w"])],
+                          [helper.make_tensor_value_info("y", F, [None] * 4)])
+    cm = braze.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+    for n, h, w in ((1, 1, 1), (2, 3, 5)):
+        src = torch.randn(n, 3, 2 * h, 2 * w)
+        y, i = torch.nn.functional.max_pool2d(src, 2, 2, return_indices=True)
+        # ONNX's indices count over the whole tensor, torch's over each plane
+        flat = i + torch.arange(n * 3).reshape(n, 3, 1, 1) * (4 * h * w)
+        want = torch.nn.functional.max_unpool2d(y, i, 2, 2)
+        np.testing.assert_array_equal(cm(y.numpy(), flat.numpy()), want.numpy())
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_col2im_is_torch_fold(rank):
+    torch = pytest.importorskip("torch")
+    image, block, strides, pads, dil = ([9, 7], [2, 3], [2, 1], [1, 0, 1, 2], [1, 2]) if rank == 2 else \
+        ([11], [3], [2], [1, 2], [2])
+    nodes = [helper.make_node("Constant", [], ["im"], value=helper.make_tensor("im", I64, [rank], image)),
+             helper.make_node("Constant", [], ["bl"], value=helper.make_tensor("bl", I64, [rank], block)),
+             helper.make_node("Col2Im", ["x", "im", "bl"], ["y"], strides=strides, pads=pads, dilations=dil)]
+    k = int(np.prod(block))
+    grid = [(image[i] + pads[i] + pads[rank + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(rank)]
+    L = int(np.prod(grid))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 2 * k, L])],
+                          [helper.make_tensor_value_info("y", F, ["n", 2] + image)])
+    cm = braze.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+    for n in (1, 3):
+        x = torch.randn(n, 2 * k, L)
+        if rank == 2:  # torch pads symmetrically: fold into the larger padded image, then crop
+            want = torch.nn.functional.fold(x, [image[0] + 2, image[1] + 2], block, dilation=dil,
+                                            stride=strides)[:, :, 1:1 + image[0], 0:image[1]]
+        else:
+            want = torch.nn.functional.fold(x, [1, image[0] + 3], [1, block[0]], dilation=[1, dil[0]],
+                                            stride=[1, strides[0]])[:, :, 0, 1:1 + image[0]]
+        np.testing.assert_allclose(cm(x.numpy()), want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_pad_wrap_is_numpy_s():
+    nodes = [helper.make_node("Constant", [], ["p"], value=helper.make_tensor("p", I64, [4], [1, 2, 0, 3])),
+             helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap")]
+    for w in (3, 7):  # pads up to the axis's size: a static one (a symbolic one may be smaller)
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", w])],
+                              [helper.make_tensor_value_info("y", F, [None, w + 5])])
+        cm = braze.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]))
+        for n in (1, 4):
+            x = np.arange(n * w, dtype=np.float32).reshape(n, w)
+            np.testing.assert_array_equal(cm(x), np.pad(x, ((1, 0), (2, 3)), mode="wrap"))

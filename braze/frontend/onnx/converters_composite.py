@@ -1,6 +1,6 @@
 """ONNX ops braze builds from its own: ArgMax/ArgMin (select_last_index through a reversed view),
-Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN, ReverseSequence and the (Dynamic)QuantizeLinear and
-DequantizeLinear of 8- and 16-bit integers. Each is what ONNX's
+Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN, ReverseSequence, MaxUnpool (an index_put into
+zeros) and the (Dynamic)QuantizeLinear and DequantizeLinear of 8- and 16-bit integers. Each is what ONNX's
 reference computes, op for op; none has a kernel of its own."""
 
 from __future__ import annotations
@@ -205,3 +205,30 @@ def _dynamic_quantize(ctx):
     zp = ctx.op("clamp", ctx.op("round", ctx.op("div", ctx.op("sub", f(0), lo), scale)), min=0.0, max=255.0)
     q = ctx.op("clamp", ctx.op("add", ctx.op("round", ctx.op("div", x, scale)), zp), min=0.0, max=255.0)
     return [ctx.cast(q, DType.uint8), scale, ctx.cast(zp, DType.uint8)]
+
+
+@converter("MaxUnpool", attrs=("kernel_shape", "pads", "strides"))
+def _max_unpool(ctx):
+    """Zeros of the unpooled shape with each X written at its index I (MaxPool's Indices: a flat
+    position in that shape), in order: the last write wins. An ``output_shape`` larger than the
+    unpooled shape pads it with zeros at the end of each axis, as ONNX's reference does."""
+    x, idx = ctx.value(0), ctx.value(1)
+    n = x.rank - 2
+    kernel = list(ctx.attr("kernel_shape"))
+    strides = list(ctx.attr("strides", [1] * n))
+    pads = list(ctx.attr("pads", [0] * (2 * n)))
+    out = list(x.shape[:2]) + [S.add(S.mul(S.add(x.shape[2 + i], -1), strides[i]), kernel[i] - pads[i] - pads[n + i])
+                               for i in range(n)]
+    total = S.prod(tuple(out))
+    zeros = ctx.op("full", shape=(total,), value=0.0, dtype=x.dtype)
+    count = S.prod(tuple(x.shape))
+    flat = ctx.op("index_put", zeros, ctx.op("reshape", idx, shape=(count,)), ctx.op("reshape", x, shape=(count,)),
+                  axis=0, reduce="none")
+    y = ctx.op("reshape", flat, shape=tuple(out))
+    if ctx.tv(2) is None:
+        return y
+    want = ctx.known_ints(2, "output_shape")
+    more = [S.add(w, S.mul(-1, o)) for w, o in zip(want, out)]
+    if len(want) != len(out) or any(S.is_symbolic(m) or m < 0 for m in more):
+        raise ctx.unsupported(f"output_shape {want} smaller than the unpooled shape {out}, or not known")
+    return y if not any(more) else ctx.op("pad", y, pads=(0,) * len(out) + tuple(more), mode="constant", value=0.0)

@@ -344,3 +344,46 @@ def _resize(ctx):
                   nearest=ctx.attr("nearest_mode", "round_prefer_floor"),
                   scales=None if sizes is not None else tuple(full_scale[first:]),
                   cubic_a=float(ctx.attr("cubic_coeff_a", -0.75)), exclude_outside=bool(ctx.attr("exclude_outside", 0)))
+
+
+@converter("Col2Im", attrs=("dilations", "pads", "strides"))
+def _col2im(ctx):
+    """Blocks summed back into an image (torch's fold): a transposed convolution, one group per channel,
+    whose weight puts each block row at its tap (a one-hot); output_padding adds what the block grid
+    leaves uncovered at the end."""
+    x = ctx.value(0)
+    image = [int(v) for v in ctx.known_ints(1, "image_shape")]
+    block = [int(v) for v in ctx.known_ints(2, "block_shape")]
+    n = len(image)
+    if n not in (1, 2) or len(block) != n:
+        raise ctx.unsupported(f"a {n}-D image", hint="braze folds 1-D and 2-D images")
+    if x.dtype is not DType.float32:
+        raise ctx.unsupported(f"{x.dtype.name} input", hint="braze's transposed convolution is float32")
+    strides = list(ctx.attr("strides", [1] * n))
+    dil = list(ctx.attr("dilations", [1] * n))
+    pads = list(ctx.attr("pads", [0] * (2 * n)))
+    k = int(np.prod(block))
+    N, CK, L = x.shape
+    if S.is_symbolic(CK) or CK % k:
+        raise ctx.unsupported(f"{CK} block rows, not a multiple of the block's {k} elements")
+    C = CK // k
+    grid, extra = [], []
+    for i in range(n):
+        span = image[i] + pads[i] + pads[n + i] - dil[i] * (block[i] - 1) - 1
+        if span < 0:
+            raise ctx.unsupported(f"a block of {block[i]} (dilation {dil[i]}) larger than the padded image")
+        grid.append(span // strides[i] + 1)
+        extra.append(span % strides[i])
+    if n == 1:
+        image, block, strides, dil, pads = [1] + image, [1] + block, [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
+        grid, extra = [1] + grid, [0] + extra
+    else:
+        pads = [pads[0], pads[1], pads[2], pads[3]]
+    y = ctx.op("reshape", x, shape=(N, CK, grid[0], grid[1]))
+    w = np.zeros((C * k, 1, block[0], block[1]), np.float32)
+    for c in range(C):
+        for j in range(k):
+            w[c * k + j, 0, j // block[1], j % block[1]] = 1.0
+    y = ctx.op("conv_transpose2d", y, ctx.const(w), stride=tuple(strides), padding=tuple(pads), dilation=tuple(dil),
+               output_padding=tuple(extra), groups=C)
+    return ctx.op("squeeze", y, axes=(2,)) if n == 1 else y

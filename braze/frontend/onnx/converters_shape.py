@@ -338,9 +338,10 @@ def _trilu(ctx):
 def _pad(ctx):
     t = ctx.tv(0)
     mode = ctx.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
-        raise ctx.unsupported(f"mode={mode!r}", hint="braze pads in constant, reflect and edge modes")
-    pads = ctx.known_ints(1, "pads", run_time=(0, None))  # fed at run time: no cropping
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.unsupported(f"mode={mode!r}", hint="braze pads in constant, reflect, edge and wrap modes")
+    # fed at run time: no cropping; wrap needs them at import (slices of the input)
+    pads = ctx.known_ints(1, "pads", run_time=None if mode == "wrap" else (0, None))
     value = ctx.const_scalar(2, "constant_value") if ctx.tv(2) is not None else 0.0
     if ctx.tv(3) is not None:
         axes = [int(a) % t.rank for a in ctx.known_ints(3, "axes")]
@@ -349,7 +350,25 @@ def _pad(ctx):
         for j, a in enumerate(axes):
             full[a], full[t.rank + a] = pads[j], pads[n + j]
         pads = full
+    if mode == "wrap":
+        return _wrap_pad(ctx, ctx.value(0), pads)
     return ctx.op("pad", ctx.value(0), pads=tuple(pads), mode=mode, value=float(value if value is not None else 0))
+
+
+def _wrap_pad(ctx, x, pads):
+    """Each axis's last ``b`` elements before it and first ``e`` after it (a pad up to the axis's size)."""
+    r = x.rank
+    for a in range(r):
+        b, e = pads[a], pads[r + a]
+        n = x.shape[a]
+        if any(S.is_symbolic(v) for v in (b, e)) or b < 0 or e < 0 or \
+                any(ctx.imp.module.constraints.equal(S.smax(v, n), n) is not True for v in (b, e)):
+            raise ctx.unsupported(f"wrap pads ({b}, {e}) on an axis of {n}",
+                                  hint="braze wraps constant pads of at most the axis's size")
+        parts = ([ctx.op("slice", x, axis=a, start=S.add(n, -b), end=n)] if b else []) + [x] + \
+            ([ctx.op("slice", x, axis=a, start=0, end=e)] if e else [])
+        x = parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=a)
+    return x
 
 
 @converter("DepthToSpace", attrs=("blocksize", "mode"))
