@@ -18,6 +18,7 @@ onnx = pytest.importorskip("onnx")
 from braze.frontend.onnx import supported_ops  # noqa: E402
 from braze.frontend.onnx.backend import as_array, run_node_test  # noqa: E402
 from braze.frontend.onnx.backend_exclusions import EXCLUSIONS, exclusion_reason  # noqa: E402
+from braze.frontend.onnx.convert import op_key  # noqa: E402
 
 
 def _collect():
@@ -27,8 +28,7 @@ def _collect():
         warnings.simplefilter("ignore")
         cases = N.collect_testcases(None)
     sup = set(supported_ops())
-    return [c for c in cases
-            if all(n.op_type in sup and n.domain in ("", "ai.onnx") for n in c.model.graph.node)]
+    return [c for c in cases if all(op_key(n.domain, n.op_type) in sup for n in c.model.graph.node)]
 
 
 CASES = _collect()
@@ -63,7 +63,7 @@ def test_node(case):
 
 
 def test_every_supported_op_has_node_tests():
-    covered = {n.op_type for c in CASES for n in c.model.graph.node}
+    covered = {op_key(n.domain, n.op_type) for c in CASES for n in c.model.graph.node}
     # ops whose ONNX node tests all use other ops too (or none exist) are covered by test_onnx_frontend.py
     missing = set(supported_ops()) - covered
     assert missing <= {"Constant", "Dropout"}, sorted(missing)

@@ -206,3 +206,26 @@ def test_pad_wrap_is_numpy_s():
         for n in (1, 4):
             x = np.arange(n * w, dtype=np.float32).reshape(n, w)
             np.testing.assert_array_equal(cm(x), np.pad(x, ((1, 0), (2, 3)), mode="wrap"))
+
+
+def test_flex_attention_with_a_score_mod_at_symbolic_sizes():
+    """The preview domain's FlexAttention (grouped queries, a soft-cap score_mod) natively against
+    ONNX's reference evaluator, at several batch and sequence lengths."""
+    cap = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", F, [], [5.0])),
+         helper.make_node("Div", ["s", "c"], ["d"]), helper.make_node("Tanh", ["d"], ["t"]),
+         helper.make_node("Mul", ["t", "c"], ["o"])], "cap",
+        [helper.make_tensor_value_info("s", F, None)], [helper.make_tensor_value_info("o", F, None)])
+    node = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", score_mod=cap)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("q", F, ["b", 4, "l", 8]),
+                                       helper.make_tensor_value_info("k", F, ["b", 2, "s", 8]),
+                                       helper.make_tensor_value_info("v", F, ["b", 2, "s", 6])],
+                          [helper.make_tensor_value_info("y", F, ["b", 4, "l", 6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
+    cm, ref = braze.compile(m), ReferenceEvaluator(m)
+    rng = np.random.default_rng(0)
+    for b, ll, s in ((1, 1, 1), (2, 5, 3)):
+        feed = {"q": rng.standard_normal((b, 4, ll, 8)).astype(np.float32) * 3,
+                "k": rng.standard_normal((b, 2, s, 8)).astype(np.float32) * 3,
+                "v": rng.standard_normal((b, 2, s, 6)).astype(np.float32)}
+        np.testing.assert_allclose(cm(*feed.values()), ref.run(None, feed)[0], rtol=1e-5, atol=1e-6)

@@ -356,7 +356,7 @@ def test_supported_ops_list():
     assert ops == sorted(ops)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "onnx-conformance.md").read_text()
     listed = doc.split(f"## Supported ONNX ops ({len(ops)})")[1].split("\n\n")[2]  # the heading says how many
-    assert re.findall(r"`(\w+)`", listed) == ops
+    assert re.findall(r"`([\w.:]+)`", listed) == ops
 
 
 # ---------------------------------------------------------------------------

@@ -3,7 +3,13 @@ with the attributes it handles; ``table`` imports them all."""
 
 from __future__ import annotations
 
-CONVERTERS: dict = {}  # ONNX op type -> (function(ctx) -> outputs, allowed attribute names)
+CONVERTERS: dict = {}  # op_key -> (function(ctx) -> outputs, allowed attribute names)
+
+
+def op_key(domain: str, op_type: str) -> str:
+    """An op's name in CONVERTERS: its type in the default domain, ``domain::type`` in another
+    (``ai.onnx.preview::FlexAttention``)."""
+    return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
 
 
 def converter(*op_types, attrs=()):

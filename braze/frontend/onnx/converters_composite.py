@@ -1,6 +1,7 @@
 """ONNX ops braze builds from its own: ArgMax/ArgMin (select_last_index through a reversed view),
 Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN, ReverseSequence, MaxUnpool (an index_put into
-zeros) and the (Dynamic)QuantizeLinear and DequantizeLinear of 8- and 16-bit integers. Each is what ONNX's
+zeros), the preview domain's FlexAttention, and the (Dynamic)QuantizeLinear and DequantizeLinear of 8- and
+16-bit integers. Each is what ONNX's
 reference computes, op for op; none has a kernel of its own."""
 
 from __future__ import annotations
@@ -232,3 +233,45 @@ def _max_unpool(ctx):
     if len(want) != len(out) or any(S.is_symbolic(m) or m < 0 for m in more):
         raise ctx.unsupported(f"output_shape {want} smaller than the unpooled shape {out}, or not known")
     return y if not any(more) else ctx.op("pad", y, pads=(0,) * len(out) + tuple(more), mode="constant", value=0.0)
+
+
+@converter("ai.onnx.preview::FlexAttention", attrs=("prob_mod", "score_mod", "softmax_precision", "scale"))
+def _flex_attention(ctx):
+    """softmax(score_mod(Q K^T scale)) then prob_mod, times V, as ONNX's reference: Q and K each scaled
+    by sqrt(scale) in their dtype, the scores then cast to the softmax precision (float32 for 16-bit
+    inputs), K and V heads repeated for grouped queries."""
+    q, k, v = ctx.value(0), ctx.value(1), ctx.value(2)
+    if not (q.rank == k.rank == v.rank == 4):
+        raise ctx.unsupported(f"inputs {q.type}, {k.type}, {v.type} (FlexAttention takes rank-4 Q, K, V)")
+    hq, hkv, e = q.shape[1], k.shape[1], q.shape[3]
+    scale = ctx.attr("scale")
+    if scale is None:
+        if S.is_symbolic(e):
+            raise ctx.unsupported(f"a symbolic head size {e} with no scale attribute")
+        scale = 1.0 / float(np.sqrt(e))
+    if hq != hkv:
+        if S.is_symbolic(hq) or S.is_symbolic(hkv) or hq % hkv:
+            raise ctx.unsupported(f"{hq} query heads over {hkv} key/value heads (a static multiple)")
+        g = hq // hkv
+
+        def repeat(t):
+            b, h, n, d = t.shape
+            t = ctx.op("expand", ctx.op("unsqueeze", t, axes=(2,)), shape=(b, h, g, n, d))
+            return ctx.op("reshape", t, shape=(b, S.mul(h, g), n, d))
+        k, v = repeat(k), repeat(v)
+    prec = ctx.attr("softmax_precision")
+    cd = onnx_dtype(prec, "softmax_precision") if prec is not None else \
+        (q.dtype if q.dtype.itemsize >= 4 else DType.float32)
+    root = ctx.scalar(np.sqrt(np.float32(scale)), q.dtype)
+    scores = ctx.op("matmul", ctx.op("mul", q, root), ctx.op("permute", ctx.op("mul", k, root), perm=(0, 1, 3, 2)))
+    scores = ctx.cast(scores, cd)
+
+    def mod(name, t):
+        graph = ctx.attr(name)
+        if graph is None:
+            return t
+        if len(graph.input) != 1 or len(graph.output) != 1:
+            raise ctx.unsupported(f"a {name} of {len(graph.input)} inputs and {len(graph.output)} outputs (1 and 1)")
+        return ctx.cast(ctx.imp.materialize(ctx.imp.run_subgraph(graph, [TV(value=t)])[0]), cd)
+    probs = mod("prob_mod", ctx.op("softmax", mod("score_mod", scores), axis=-1))
+    return ctx.cast(ctx.op("matmul", probs, ctx.cast(v, cd)), v.dtype)

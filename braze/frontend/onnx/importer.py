@@ -24,6 +24,7 @@ from ...ir.sym import Sym
 from ...ir.types import DType, TensorType
 from ...ops.builder import Builder, sanitize, unique_names
 from .common import TV, is_symbolic_array, onnx_dtype
+from .convert import op_key
 
 MIN_OPSET = 13
 TARGET_OPSET = 21  # opsets 13..21 are the target; newer ones load where op semantics are unchanged
@@ -498,9 +499,8 @@ class Importer:
         from .table import CONVERTERS
         bad: dict[str, list[str]] = {}
         for idx, node in enumerate(self.graph.node):
-            custom = node.domain not in ("", "ai.onnx")
-            if custom or node.op_type not in CONVERTERS:
-                key = f"{node.domain}::{node.op_type}" if custom else node.op_type
+            key = op_key(node.domain, node.op_type)
+            if key not in CONVERTERS:
                 bad.setdefault(key, []).append(node.name or f"{node.op_type}_{idx}")
         if not bad:
             return
@@ -522,7 +522,8 @@ class Importer:
     def _convert(self, node):
         from .table import CONVERTERS
 
-        if node.domain not in ("", "ai.onnx"):
+        entry = CONVERTERS.get(op_key(node.domain, node.op_type))
+        if entry is None and node.domain not in ("", "ai.onnx"):
             ctx = NodeCtx(self, node, [], self.opset)
             raise UnsupportedOpError(f"ONNX op {node.domain}::{node.op_type} is from a custom domain",
                                      where=ctx.where(), hint=UNSUPPORTED_HINT)
@@ -530,7 +531,6 @@ class Importer:
             if o and o in self.env:
                 raise ModelFormatError(f"tensor '{o}' is defined twice (graph is not SSA)",
                                        where=f"node '{node.name}' ({node.op_type})")
-        entry = CONVERTERS.get(node.op_type)
         inputs = []
         for i in node.input:
             if not i:
