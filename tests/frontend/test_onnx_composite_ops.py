@@ -229,3 +229,21 @@ def test_flex_attention_with_a_score_mod_at_symbolic_sizes():
                 "k": rng.standard_normal((b, 2, s, 8)).astype(np.float32) * 3,
                 "v": rng.standard_normal((b, 2, s, 6)).astype(np.float32)}
         np.testing.assert_allclose(cm(*feed.values()), ref.run(None, feed)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_in_training_mode_and_dropout_of_ratio_zero():
+    """BatchNormalization with training_mode=1: the batch's statistics normalize, the running ones move
+    by 1 - momentum (against ONNX's reference); Dropout in training mode with ratio 0 is the identity."""
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1,
+                              momentum=0.8, epsilon=1e-3)]
+    vi = helper.make_tensor_value_info
+    ins = [vi("x", F, ["n", 3, "h"])] + [vi(k, F, [3]) for k in "sbmv"]
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((n, 3, h)).astype(np.float32) * 2 + 1,
+              **{k: rng.uniform(0.5, 2, 3).astype(np.float32) for k in "sbmv"}} for n, h in ((1, 2), (4, 5))]
+    _check(nodes, ins, [vi("y", F, ["n", 3, "h"]), vi("rm", F, [3]), vi("rv", F, [3])], feeds, rtol=1e-5, atol=1e-5)
+    drop = [helper.make_node("Constant", [], ["r"], value=helper.make_tensor("r", F, [], [0.0])),
+            helper.make_node("Constant", [], ["t"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
+            helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])]
+    _check(drop, [vi("x", F, ["n"])], [vi("y", F, ["n"]), vi("mask", TensorProto.BOOL, ["n"])],
+           [{"x": np.arange(n, dtype=np.float32)} for n in (1, 6)])

@@ -450,13 +450,22 @@ def _layer_norm(ctx):
 
 @converter("BatchNormalization", attrs=("epsilon", "momentum", "training_mode"))
 def _batch_norm(ctx):
-    if ctx.attr("training_mode", 0):
-        raise ctx.unsupported("training_mode=1", hint="export the model in eval mode (model.eval())")
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.unsupported("running mean/var outputs (training only)")
     x = ctx.value(0)
     ps = [ctx.cast(ctx.value(i), x.dtype) for i in range(1, 5)]
-    return ctx.op("batch_norm", x, *ps, eps=ctx.attr("epsilon", 1e-5))
+    eps = ctx.attr("epsilon", 1e-5)
+    if not ctx.attr("training_mode", 0):
+        if len([o for o in ctx.node.output if o]) > 1:
+            raise ctx.unsupported("running mean/var outputs (training only)")
+        return ctx.op("batch_norm", x, *ps, eps=eps)
+    # the batch's statistics normalize; the running ones move toward them by 1 - momentum (ONNX's rule)
+    axes = (0,) + tuple(range(2, x.rank))
+    mean = ctx.op("reduce_mean", x, axes=axes, keepdims=False)
+    var = ctx.op("var", x, axes=axes, keepdims=False, correction=0)
+    m = float(ctx.attr("momentum", 0.9))
+    keep, take = ctx.scalar(m, x.dtype), ctx.scalar(1.0 - m, x.dtype)
+    return [ctx.op("batch_norm", x, ps[0], ps[1], mean, var, eps=eps),
+            ctx.op("add", ctx.op("mul", ps[2], keep), ctx.op("mul", mean, take)),
+            ctx.op("add", ctx.op("mul", ps[3], keep), ctx.op("mul", var, take))]
 
 
 @converter("InstanceNormalization", attrs=("epsilon",))

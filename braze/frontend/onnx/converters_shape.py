@@ -73,9 +73,11 @@ def _size(ctx):
 
 @converter("Dropout", attrs=("seed",))
 def _dropout(ctx):
-    tm = ctx.tv(2)
-    if tm is not None and (tm.known is None or bool(np.asarray(tm.known).reshape(-1)[0])):
-        raise ctx.unsupported("training_mode=True", hint="export the model in eval mode")
+    training = ctx.tv(2) is not None and bool(ctx.const_scalar(2, "training_mode"))
+    ratio = ctx.const_scalar(1, "ratio") if training and ctx.tv(1) is not None else 0.5
+    if training and ratio != 0:  # a ratio of 0 drops nothing: the identity, training or not
+        raise ctx.unsupported(f"training_mode=True with ratio {ratio} (random masks)",
+                              hint="export the model in eval mode")
     outs = [ctx.tv(0)]
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
         outs.append(ctx.op("full_like", ctx.value(0), value=1.0, dtype=DType.bool))
