@@ -247,3 +247,16 @@ def test_batch_norm_in_training_mode_and_dropout_of_ratio_zero():
             helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])]
     _check(drop, [vi("x", F, ["n"])], [vi("y", F, ["n"]), vi("mask", TensorProto.BOOL, ["n"])],
            [{"x": np.arange(n, dtype=np.float32)} for n in (1, 6)])
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_gather_nd_with_batch_dims(k):
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)
+    rng = np.random.default_rng(k)
+    feeds = []
+    for b, q in ((1, 1), (3, 4)):
+        x = rng.standard_normal((b, 5, 4, 2)).astype(np.float32)
+        i = np.stack([rng.integers(-5, 5, (b, q)), rng.integers(-4, 4, (b, q))][:k], -1).astype(np.int64)
+        feeds.append({"x": x, "i": i})
+    _check([node], [vi("x", F, ["b", 5, 4, 2]), vi("i", I64, ["b", "q", k])], [vi("y", F, [None] * (5 - k))], feeds)

@@ -26,7 +26,6 @@ EXCLUSIONS: dict[str, str] = {
                         "without the batch axis the test data has",
     r"^test_gridsample_volumetric_": "3-D GridSample (braze samples 2-D grids)",
     r"^test_convtranspose_3d$": "3-D ConvTranspose (braze has 1-D and 2-D transposed convolutions)",
-    r"^test_gathernd_example_int32_batch_dim1$": "GatherND with batch_dims=1 (braze maps batch_dims=0 only)",
     r"^test_col2im_5d$": "Col2Im of a 3-D image (braze folds 1-D and 2-D images)",
     r"^test_resize_tf_crop_and_resize": "Resize coordinate_transformation_mode tf_crop_and_resize (roi)",
     r"^test_resize_.*half_pixel_symmetric$": "Resize coordinate_transformation_mode half_pixel_symmetric",

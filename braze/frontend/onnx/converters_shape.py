@@ -457,15 +457,15 @@ def einsum(ctx, eq: str):
 
 @converter("GatherND", attrs=("batch_dims",))
 def _gather_nd(ctx):
-    """data[idx[..., 0], ..., idx[..., k-1]] as one gather on data flattened over its first k dims."""
-    if ctx.attr("batch_dims", 0):
-        raise ctx.unsupported("batch_dims != 0")
+    """data[b..., idx[..., 0], ..., idx[..., k-1]] as one gather on data flattened over its first
+    batch_dims + k dims (the batch coordinates of each index tuple are its own position's)."""
     x, idx = ctx.value(0), ctx.value(1)
+    nb = int(ctx.attr("batch_dims", 0))
     k = idx.shape[-1]
     if S.is_symbolic(k):
         raise ctx.unsupported("an index tuple of symbolic length")
-    lead, rest = x.shape[:k], x.shape[k:]
-    flat = ctx.op("reshape", x, shape=(S.prod(lead),) + tuple(rest))
+    lead, rest = x.shape[nb:nb + k], x.shape[nb + k:]
+    flat = ctx.op("reshape", x, shape=(S.prod(tuple(x.shape[:nb + k])),) + tuple(rest))
     lin = None
     for j in range(k):
         c = ctx.op("squeeze", ctx.op("slice", idx, axis=idx.rank - 1, start=j, end=j + 1), axes=(idx.rank - 1,))
@@ -485,4 +485,11 @@ def _gather_nd(ctx):
                 sv = ctx.const(np.array(stride, np.int64))
             c = ctx.op("mul", c, sv)
         lin = c if lin is None else ctx.op("add", lin, c)
+    q = idx.rank - 1
+    for d in range(nb):  # each index tuple's own batch position, times the batch dim's stride
+        stride = S.prod(tuple(x.shape[d + 1:nb + k]))
+        pos = ctx.op("arange", start=0, end=idx.shape[d], step=1, dtype=DType.int64)
+        pos = ctx.op("reshape", pos, shape=tuple(idx.shape[d] if i == d else 1 for i in range(q)))
+        sv = ctx.imp.materialize(fold.result(np.array(stride, dtype=object).reshape(()), DType.int64))
+        lin = ctx.op("add", lin, ctx.op("mul", pos, sv))
     return ctx.op("gather", flat, lin, axis=0)
