@@ -79,16 +79,22 @@ def _index_add_infer(ctx, x, idx, src, *, axis):
     return x
 
 
-def index_add_numpy(x, idx, src, axis: int):
-    """out = x, then out[..., idx[i], ...] += src[..., i, ...] along ``axis`` for i in order;
-    negative indices wrap, and an index out of [-n, n) is an error."""
+def _rows(what: str, x, idx, axis: int):
+    """(the axis, its rows at ``idx`` with negative ones wrapped); an index out of [-n, n) is an error."""
     ax = axis % x.ndim
     n = x.shape[ax]
     idx = idx.astype(np.int64, copy=False)
     if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise IndexError(f"index_add: an index is out of range [-{n}, {n}) for axis {axis}")
+        raise IndexError(f"{what}: an index is out of range [-{n}, {n}) for axis {axis}")
+    return ax, np.where(idx < 0, idx + n, idx)
+
+
+def index_add_numpy(x, idx, src, axis: int):
+    """out = x, then out[..., idx[i], ...] += src[..., i, ...] along ``axis`` for i in order;
+    negative indices wrap, and an index out of [-n, n) is an error."""
+    ax, j = _rows("index_add", x, idx, axis)
     out = x.copy()
-    np.add.at(out, (slice(None),) * ax + (np.where(idx < 0, idx + n, idx),), src)
+    np.add.at(out, (slice(None),) * ax + (j,), src)
     return out
 
 
@@ -113,13 +119,8 @@ def index_put_numpy(x, idx, src, axis: int, reduce: str):
     """out = x, then for each i in order the slice out[..., idx[i], ...] is src[..., i, ...] (reduce
     "none": the last write wins) or that combined with it ("mul", or "max"/"min", where NaN wins as
     in numpy.maximum); negative indices wrap, and an index out of [-n, n) is an error."""
-    ax = axis % x.ndim
-    n = x.shape[ax]
-    idx = idx.astype(np.int64, copy=False)
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise IndexError(f"index_put: an index is out of range [-{n}, {n}) for axis {axis}")
+    ax, j = _rows("index_put", x, idx, axis)
     out = x.copy()
-    j = np.where(idx < 0, idx + n, idx)
     at = (slice(None),) * ax
     if reduce == "none":
         rows, last = np.unique(j[::-1], return_index=True)  # each row's last write
