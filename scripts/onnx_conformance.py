@@ -2,6 +2,8 @@
 
     python scripts/onnx_conformance.py [--native] [--json FILE]
 
+(benchmarks/results/onnx_conformance.json is its ``--native --json`` output.)
+
 Each test runs twice through braze's reference interpreter (``braze/frontend/onnx/backend.py``): with
 its inputs fed as the test provides them, and with the shape operands braze needs at import time
 (a Reshape's shape, Slice's starts, ...) bound as constants, as an exporter writes them. ``--native``
@@ -85,19 +87,27 @@ def main(argv=None) -> int:
                 if mode == "bound":
                     why[f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"] += 1
         results[case.name] = row
-    n = len(cases)
-    spec = sum(r["fed"] and r.get("specialized", False) for r in results.values())
-    line = f"{n} ONNX node tests: {sum(r['fed'] for r in results.values())} pass as fed " \
-           f"({spec} of them imported per value of an axis-deciding input), " \
-           f"{sum(r['bound'] for r in results.values())} with shape operands bound"
+    c = counts(results)
+    line = f"{c['tests']} ONNX node tests: {c['fed']} pass as fed ({c['fed_specialized']} of them imported per " \
+           f"value of an axis-deciding input), {c['bound']} with shape operands bound"
     if a.native:
-        line += f", {sum(r.get('native', False) for r in results.values())} natively compiled (bound)"
+        line += f", {c['native']} natively compiled (bound)"
     print(line)
     for k, v in why.most_common(20):
         print(f"  {v:4d}  {k}")
     if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=0))
+        import onnx
+        Path(a.json).write_text(json.dumps({"onnx": onnx.__version__, "native": a.native, "counts": c,
+                                            "tests": results}, indent=0))
     return 0
+
+
+def counts(results: dict) -> dict:
+    """The totals over every test's row (fed, bound, native, and the fed passes imported per value)."""
+    rows = results.values()
+    return {"tests": len(results), "fed": sum(r["fed"] for r in rows),
+            "fed_specialized": sum(r["fed"] and r.get("specialized", False) for r in rows),
+            "bound": sum(r["bound"] for r in rows), "native": sum(r.get("native", False) for r in rows)}
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ an exporter does when it writes them as constants; ``prepare_bound``).
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
-
-import logging
-import threading
 
 from ... import reference
 from ...errors import InputError, UnsupportedOpError
@@ -80,28 +80,28 @@ class SpecializingRep(BackendRep):
         self._reps: dict = {}
         self._lock = threading.Lock()
 
-    def _rep(self, feed: dict) -> BrazeRep:
-        while True:
-            key = tuple((n, feed[n].dtype.str, feed[n].shape, feed[n].tobytes()) for n in self.bind)
-            with self._lock:
+    def _rep(self, feed: dict) -> tuple[BrazeRep, frozenset]:
+        """The rep for these values, and the inputs it has bound."""
+        with self._lock:  # one import at a time: it may grow ``bind``, which the keys are made of
+            while True:
+                key = tuple((n, feed[n].dtype.str, feed[n].shape, feed[n].tobytes()) for n in self.bind)
                 rep = self._reps.get(key)
-            if rep is not None:
-                return rep
-            try:
-                rep = BrazeRep(import_onnx(bind_inputs(self.model, {n: feed[n] for n in self.bind})))
-            except UnsupportedOpError as e:
-                more = to_bind(self.model, e, self.bind)
-                if not more:
-                    raise
-                self.bind += more
-                continue
-            log.info("ONNX backend: imported the model for the values of %s (axis-deciding inputs)",
-                     ", ".join(self.bind))
-            with self._lock:
+                if rep is not None:
+                    return rep, frozenset(self.bind)
+                try:
+                    rep = BrazeRep(import_onnx(bind_inputs(self.model, {n: feed[n] for n in self.bind})))
+                except UnsupportedOpError as e:
+                    more = to_bind(self.model, e, self.bind)
+                    if not more:
+                        raise
+                    self.bind += more
+                    continue
+                log.info("ONNX backend: imported the model for the values of %s (axis-deciding inputs)",
+                         ", ".join(self.bind))
                 if len(self._reps) >= self.MAX_VALUES:
                     self._reps.pop(next(iter(self._reps)))
                 self._reps[key] = rep
-            return rep
+                return rep, frozenset(self.bind)
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, dict):
@@ -110,10 +110,10 @@ class SpecializingRep(BackendRep):
             inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(inputs) != len(self.names):
                 raise InputError(f"{len(inputs)} inputs given, the model has {len(self.names)}",
-                                         hint=f"pass one array per graph input: {', '.join(self.names)}")
+                                 hint=f"pass one array per graph input: {', '.join(self.names)}")
             feed = dict(zip(self.names, [as_array(a) for a in inputs]))
-        rep = self._rep(feed)
-        return rep.run([feed[n] for n in self.names if n not in self.bind])
+        rep, bound = self._rep(feed)
+        return rep.run([feed[n] for n in self.names if n not in bound])
 
 
 class BrazeBackend(Backend):
