@@ -388,11 +388,14 @@ class _EntryWriter(LibraryCalls):
             raise UnsupportedOpError(f"{add.op} of {dt.name} with {it.name} indices has no kernel yet",
                                      where=str(add.loc) if add.loc else None, hint="compute it in float32")
         t, i_t = ctype(dt), ctype(it)
-        mode = add.attrs.get("reduce", "add")
-        name = f"bz_index_add_{dt.name}_{it.name}" if add.op == "index_add" else \
-            f"bz_index_put_{mode}_{dt.name}_{it.name}"
-        self.gen.scatters[name] = ("BZ_INDEX_ADD", (t, UNSIGNED.get(dt, t), i_t)) if add.op == "index_add" else \
-            ("BZ_INDEX_PUT", (t, UNSIGNED.get(dt, t), i_t, f"BZ_PUT_{mode.upper()}"))
+        args = (t, UNSIGNED.get(dt, t), i_t)
+        if add.op == "index_add":
+            name, helper = f"bz_index_add_{dt.name}_{it.name}", ("BZ_INDEX_ADD", args)
+        else:
+            mode = add.attrs["reduce"]
+            name, helper = f"bz_index_put_{mode}_{dt.name}_{it.name}", \
+                ("BZ_INDEX_PUT", args + (f"BZ_PUT_{mode.upper()}",))
+        self.gen.scatters[name] = helper
         shape = add.outputs[0].type.shape
         ax = add.attrs.get("axis", 0) % len(shape)
         outer, inner = (int_expr(S.prod(shape[:ax])), int_expr(S.prod(shape[ax + 1:])))
