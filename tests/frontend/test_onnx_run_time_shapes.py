@@ -181,3 +181,17 @@ def test_the_onnx_backend_keeps_refusing_what_binding_does_not_cure():
                [_vi("x", F, [65]), _vi("s", I64, [1]), _vi("e", I64, [1])], [_vi("y", F, [None])])
     with pytest.raises(UnsupportedOpError, match="computed from tensor data"):
         backend.prepare(m).run([np.zeros(65, np.float32), np.array([0]), np.array([1])])
+
+
+def test_the_onnx_backend_takes_a_value_the_compiled_module_refuses(reshape_model):
+    # braze.compile refuses Reshape's -1 fed at run time (above); the backend imports the model again
+    # with that shape bound, and keeps the one import for every plain value
+    from braze.frontend.onnx import backend
+
+    rep = backend.prepare(reshape_model)
+    x = np.linspace(-1, 1, 12, dtype=np.float32)
+    np.testing.assert_array_equal(rep.run([x, np.array([3, 4])])[0], np.maximum(x.reshape(3, 4), 0))
+    assert rep._special is None
+    for shape in ((3, -1), (-1, 6), (12, 0 + 1)):
+        np.testing.assert_array_equal(rep.run([x, np.array(shape)])[0], np.maximum(x.reshape(shape), 0))
+    assert rep._special is not None and rep._special.bind == ["shape"]

@@ -26,8 +26,15 @@ log = logging.getLogger("braze.frontend")
 
 
 class BrazeRep(BackendRep):
-    def __init__(self, module):
+    """One imported module. With ``model`` (what prepare() gives), a value its shape operands read at
+    run time that the module cannot take (a Reshape's -1, a Slice's negative end: an InputError) makes
+    it import the model again with those operands bound (a ``SpecializingRep``), as an interpreter
+    would take them."""
+
+    def __init__(self, module, model: onnx.ModelProto | None = None):
         self.module = module
+        self.model = model
+        self._special = None
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, np.ndarray):
@@ -35,7 +42,17 @@ class BrazeRep(BackendRep):
         elif isinstance(inputs, dict):
             names = [p.name for p in self.module.main.params]
             inputs = [inputs[n] for n in names]
-        out = reference.run(self.module, *inputs)
+        try:
+            out = reference.run(self.module, *inputs)
+        except InputError:
+            if self.model is None or not self.module.value_symbols:
+                raise
+            if self._special is None:
+                names = [i.name for i in self.model.graph.input]
+                params = [p.name for p in self.module.main.params]
+                read = {names[params.index(p)] for (_, p, _) in self.module.value_symbols}
+                self._special = SpecializingRep(self.model, [n for n in names if n in read])
+            return self._special.run(inputs)
         return list(out) if isinstance(out, tuple) else [out]
 
 
@@ -89,7 +106,8 @@ class SpecializingRep(BackendRep):
                 if rep is not None:
                     return rep, frozenset(self.bind)
                 try:
-                    rep = BrazeRep(import_onnx(bind_inputs(self.model, {n: feed[n] for n in self.bind})))
+                    bound = bind_inputs(self.model, {n: feed[n] for n in self.bind})
+                    rep = BrazeRep(import_onnx(bound), bound)
                 except UnsupportedOpError as e:
                     more = to_bind(self.model, e, self.bind)
                     if not more:
@@ -121,7 +139,7 @@ class BrazeBackend(Backend):
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> BackendRep:
         super().prepare(model, device, **kwargs)
         try:
-            return BrazeRep(import_onnx(model))
+            return BrazeRep(import_onnx(model), model)
         except UnsupportedOpError as e:
             first = to_bind(model, e, ())
             if first:
