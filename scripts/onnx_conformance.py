@@ -1,14 +1,15 @@
 """Count ONNX's backend node tests braze passes, over all of them (the wheel's ``collect_testcases``).
 
-    python scripts/onnx_conformance.py [--native] [--json FILE]
+    python scripts/onnx_conformance.py [--native] [--ort] [--json FILE]
 
-(benchmarks/results/onnx_conformance.json is its ``--native --json`` output.)
+(benchmarks/results/onnx_conformance.json is its ``--native --ort --json`` output.)
 
 Each test runs twice through braze's reference interpreter (``braze/frontend/onnx/backend.py``): with
 its inputs fed as the test provides them, and with the shape operands braze needs at import time
 (a Reshape's shape, Slice's starts, ...) bound as constants, as an exporter writes them. ``--native``
-also compiles each test that passes bound and runs it natively (slow: one C compile per test). It
-prints the three counts over every test, and the commonest reasons for failing.
+also compiles each test that passes bound and runs it natively (slow: one C compile per test);
+``--ort`` runs each test through ONNX Runtime's CPU provider too, compared the same way. It prints the
+counts over every test, and the commonest reasons for failing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def _close(got, outs, case) -> bool:
         e = as_array(e)
         if g.dtype != e.dtype or g.shape != e.shape:
             return False
+        if e.dtype.kind in "OUS":  # strings (ONNX Runtime's; braze has none)
+            if not np.array_equal(g, e):
+                return False
+            continue
         if not np.allclose(g.astype(np.float64), e.astype(np.float64), rtol=case.rtol, atol=case.atol, equal_nan=True):
             return False
     return True
@@ -61,9 +66,38 @@ def _run(case, bind: bool, native: bool, cache: str, row: dict | None = None) ->
     return True
 
 
+def _run_ort(case) -> bool:
+    """Whether ONNX Runtime's CPU provider passes ``case`` under the same comparison (a sequence output
+    element by element)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from braze.frontend.onnx.backend import as_array
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4
+    sess = ort.InferenceSession(case.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [i.name for i in case.model.graph.input]
+    for ins, outs in case.data_sets:
+        feed = {n: [np.asarray(as_array(x)) for x in a] if isinstance(a, list) else np.asarray(as_array(a))
+                for n, a in zip(names, ins)}
+        got = sess.run(None, feed)
+        if len(got) != len(outs):
+            return False
+        for g, e in zip(got, outs):
+            if isinstance(e, list) != isinstance(g, list):
+                return False
+            pairs = zip(g, e) if isinstance(e, list) else [(g, e)]
+            if isinstance(e, list) and len(g) != len(e):
+                return False
+            if not all(_close([np.asarray(x)], [y], case) for x, y in pairs):
+                return False
+    return True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--native", action="store_true", help="also compile and run natively what passes bound")
+    ap.add_argument("--ort", action="store_true", help="also run each test through ONNX Runtime (same comparison)")
     ap.add_argument("--json", metavar="FILE", help="write each test's results here")
     a = ap.parse_args(argv)
     import numpy as np
@@ -86,18 +120,28 @@ def main(argv=None) -> int:
                 row[mode] = False
                 if mode == "bound":
                     why[f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"] += 1
+        if a.ort:
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    row["ort"] = _run_ort(case)
+            except Exception:  # noqa: BLE001 (ONNX Runtime refuses or fails the test)
+                row["ort"] = False
         results[case.name] = row
     c = counts(results)
     line = f"{c['tests']} ONNX node tests: {c['fed']} pass as fed ({c['fed_specialized']} of them imported per " \
            f"value of an axis-deciding input), {c['bound']} with shape operands bound"
     if a.native:
         line += f", {c['native']} natively compiled (bound)"
+    if a.ort:
+        import onnxruntime
+        line += f"; ONNX Runtime {onnxruntime.__version__}: {c['ort']}"
     print(line)
     for k, v in why.most_common(20):
         print(f"  {v:4d}  {k}")
     if a.json:
         import onnx
-        Path(a.json).write_text(json.dumps({"onnx": onnx.__version__, "native": a.native, "counts": c,
+        Path(a.json).write_text(json.dumps({"onnx": onnx.__version__, "native": a.native, "ort": a.ort, "counts": c,
                                             "tests": results}, indent=0))
     return 0
 
@@ -107,7 +151,8 @@ def counts(results: dict) -> dict:
     rows = results.values()
     return {"tests": len(results), "fed": sum(r["fed"] for r in rows),
             "fed_specialized": sum(r["fed"] and r.get("specialized", False) for r in rows),
-            "bound": sum(r["bound"] for r in rows), "native": sum(r.get("native", False) for r in rows)}
+            "bound": sum(r["bound"] for r in rows), "native": sum(r.get("native", False) for r in rows),
+            "ort": sum(r.get("ort", False) for r in rows)}
 
 
 if __name__ == "__main__":
