@@ -23,11 +23,6 @@ def _iota(ctx, n, axis: int, rank: int):
     return ctx.op("reshape", r, shape=tuple(n if i == axis else 1 for i in range(rank))) if rank > 1 else r
 
 
-def _sym_scalar(ctx, v, dtype: DType):
-    """A 0-d tensor of a (maybe symbolic) integer: a known value the importer materializes."""
-    return ctx.imp.materialize(TV(known=np.array(v, dtype=object), dtype=dtype))
-
-
 @converter("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
 def _arg(ctx):
     x = ctx.value(0)
@@ -38,7 +33,7 @@ def _arg(ctx):
     # the last occurrence: the first in the reversed axis, counted back from its end
     rev = ctx.op("slice", x, axis=axis, start=BIG, end=-BIG, step=-1)
     i = ctx.op(op, rev, axis=axis, keepdims=keep)
-    return ctx.op("sub", _sym_scalar(ctx, S.add(x.shape[axis], -1), I64), i)
+    return ctx.op("sub", ctx.int_value(S.add(x.shape[axis], -1)), i)
 
 
 @converter("Hardmax", attrs=("axis",))
@@ -64,7 +59,7 @@ def _one_hot(ctx):
     i = ctx.cast(idx, I64) if idx.dtype.is_int else ctx.cast(ctx.op("floor", idx), I64)  # ONNX truncates floats
     i = ctx.op("unsqueeze", i, axes=(axis,))
     # a negative index counts from the end; one outside [-depth, depth) matches nothing
-    dd = _sym_scalar(ctx, d, I64)
+    dd = ctx.int_value(d)
     i = ctx.op("where", ctx.op("less", i, ctx.scalar(0, I64)), ctx.op("add", i, dd), i)
     hit = ctx.op("equal", _iota(ctx, d, axis, rank), i)
     off = ctx.op("gather", vals, ctx.scalar(0, I64), axis=0)

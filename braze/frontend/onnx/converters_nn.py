@@ -179,19 +179,14 @@ def _max_pool_indices(ctx, x, kernel, strides, dil, pads, sym):
                               hint="braze gives 1-D and 2-D pools' indices")
     idx = _pool_nd(ctx, "max_pool2d_indices", x, kernel, strides, dil, pads)
     if n == 2 and ctx.attr("storage_order", 0):  # column-major in the plane: h + w * H
-        H, W = (ctx.imp.materialize(_known_int(d)) for d in x.shape[2:])
+        H, W = (ctx.int_value(d) for d in x.shape[2:])
         h = ctx.op("div", idx, W)
         idx = ctx.op("add", h, ctx.op("mul", ctx.op("sub", idx, ctx.op("mul", h, W)), H))
     N, C = x.shape[:2]
     plane = S.prod(tuple(x.shape[2:]))
     rows = ctx.op("reshape", ctx.op("arange", start=0, end=S.mul(N, C), step=1, dtype=DType.int64),
                   shape=(N, C) + (1,) * n)
-    return ctx.op("add", idx, ctx.op("mul", rows, ctx.imp.materialize(_known_int(plane))))
-
-
-def _known_int(v):
-    from .common import TV
-    return TV(known=np.array(v, dtype=object), dtype=DType.int64)
+    return ctx.op("add", idx, ctx.op("mul", rows, ctx.int_value(plane)))
 
 
 def _pool_spatial(ctx, x):

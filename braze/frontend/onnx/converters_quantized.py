@@ -15,7 +15,6 @@ import numpy as np
 
 from ...ir import sym as S
 from ...ir.types import DType
-from .common import TV
 from .convert import converter
 
 I32, F32, F64 = DType.int32, DType.float32, DType.float64
@@ -76,13 +75,7 @@ def _qlinear_matmul(ctx):
 
 def _conv_f32(ctx, x, w):
     """ONNX Conv with this node's attributes, on float32 ``x`` and ``w`` (Conv's own converter)."""
-    from onnx import TensorProto, helper
-
-    attrs = {a: ctx.attr(a) for a in _CONV_ATTRS if ctx.has_attr(a)}
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], **attrs)], "conv",
-                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "w")],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    return ctx.imp.materialize(ctx.imp.run_subgraph(g, [TV(value=x), TV(value=w)])[0])
+    return ctx.onnx_op("Conv", x, w, **{a: ctx.attr(a) for a in _CONV_ATTRS if ctx.has_attr(a)})
 
 
 def _conv_integer(ctx, x, w):

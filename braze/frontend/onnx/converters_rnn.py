@@ -12,7 +12,6 @@ graph), or Affine and ScaledTanh, which ONNX defines only here."""
 from __future__ import annotations
 
 from ...ir import sym as S
-from .common import TV
 from .convert import converter
 from .converters_control import MAX_STEPS
 
@@ -42,19 +41,13 @@ def _activations(ctx, defaults: list[str], nd: int) -> list:
 
 
 def _activation(ctx, name, alpha, beta):
-    from onnx import TensorProto, helper
-
     def f(x):
         s = lambda v: ctx.scalar(v, x.dtype)  # noqa: E731
         if name == "Affine":
             return ctx.op("add", ctx.op("mul", x, s(alpha)), s(beta))
         if name == "ScaledTanh":
             return ctx.op("mul", ctx.op("tanh", ctx.op("mul", x, s(beta))), s(alpha))
-        attrs = {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
-        g = helper.make_graph([helper.make_node(name, ["x"], ["y"], **attrs)], "act",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-        return ctx.imp.materialize(ctx.imp.run_subgraph(g, [TV(value=x)])[0])
+        return ctx.onnx_op(name, x, **{k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
     return f
 
 
@@ -122,9 +115,7 @@ class _Layer:
     def initial(self, v, d: int):
         if v is not None:
             return self.take(v, d)
-        x = self.x
-        zero = self.ctx.op("full", shape=(x.shape[1], self.hidden), value=0.0, dtype=x.dtype)
-        return zero
+        return self.ctx.op("full", shape=(self.x.shape[1], self.hidden), value=0.0, dtype=self.x.dtype)
 
     def step_input(self, xw, t: int):
         return self.ctx.op("squeeze", self.ctx.op("slice", xw, axis=0, start=t, end=t + 1), axes=(0,))
@@ -133,10 +124,8 @@ class _Layer:
         """[batch, 1] bool: whether step ``t`` lies within each row's length (None: every row)."""
         if self.lens is None:
             return None
-        ctx = self.ctx
-        lens = ctx.cast(self.lens, self.lens.dtype)
-        ok = ctx.op("less", ctx.scalar(t, lens.dtype), lens)
-        return ctx.op("unsqueeze", ok, axes=(1,))
+        ok = self.ctx.op("less", self.ctx.scalar(t, self.lens.dtype), self.lens)
+        return self.ctx.op("unsqueeze", ok, axes=(1,))
 
     def order(self, d: int):
         return range(self.steps - 1, -1, -1) if self.dirs[d] == "reverse" else range(self.steps)

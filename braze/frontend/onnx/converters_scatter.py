@@ -13,17 +13,10 @@ from __future__ import annotations
 
 from ...ir import sym as S
 from ...ir.types import DType
-from .common import TV
 from .convert import converter
 
 I64 = DType.int64
 _REDUCTIONS = ("none", "add", "mul", "max", "min")
-
-
-def _int(ctx, v):
-    """A 0-d int64 tensor of a (maybe symbolic) integer."""
-    import numpy as np
-    return ctx.imp.materialize(TV(known=np.array(v, dtype=object), dtype=I64))
 
 
 def _iota(ctx, n, axis: int, rank: int):
@@ -34,7 +27,7 @@ def _iota(ctx, n, axis: int, rank: int):
 def _wrap(ctx, i, n):
     """(i with negative values counted from ``n``, whether it lies in [0, n)), int64."""
     i = ctx.cast(i, I64)
-    n_ = _int(ctx, n)
+    n_ = ctx.int_value(n)
     w = ctx.op("where", ctx.op("less", i, ctx.scalar(0, I64)), ctx.op("add", i, n_), i)
     ok = ctx.op("logical_and", ctx.op("greater_equal", w, ctx.scalar(0, I64)), ctx.op("less", w, n_))
     return w, ok
@@ -46,12 +39,12 @@ def _rows(ctx, coords: list, oks: list, shape) -> object:
     lin = None
     for d, c in enumerate(coords):
         stride = S.prod(tuple(shape[d + 1:]))
-        term = c if stride == 1 else ctx.op("mul", c, _int(ctx, stride))
+        term = c if stride == 1 else ctx.op("mul", c, ctx.int_value(stride))
         lin = term if lin is None else ctx.op("add", lin, term)
     ok = None
     for o in oks:
         ok = o if ok is None else ctx.op("logical_and", ok, o)
-    return lin if ok is None else ctx.op("where", ok, lin, _int(ctx, S.prod(tuple(shape))))
+    return lin if ok is None else ctx.op("where", ok, lin, ctx.int_value(S.prod(tuple(shape))))
 
 
 def _put(ctx, data, rows, upd, lead: int, reduction: str):
@@ -130,8 +123,8 @@ def _tensor_scatter(ctx):
         start = ctx.op("reshape", ctx.cast(wi, I64), shape=(wi.shape[0],) + (1,) * axis)
         pos = ctx.op("add", start, pos)
     if mode == "circular":
-        pos = ctx.op("remainder", pos, _int(ctx, smax))
-    ok = ctx.op("logical_and", ctx.op("greater_equal", pos, ctx.scalar(0, I64)), ctx.op("less", pos, _int(ctx, smax)))
+        pos = ctx.op("remainder", pos, ctx.int_value(smax))
+    ok = ctx.op("logical_and", ctx.op("greater_equal", pos, ctx.scalar(0, I64)), ctx.op("less", pos, ctx.int_value(smax)))
     coords = [_iota(ctx, upd.shape[d], d, axis + 1) for d in range(axis)] + [pos]
     rows = _rows(ctx, coords, [ok], tuple(cache.shape[:axis + 1]))
     lead = tuple(upd.shape[:axis + 1])

@@ -469,27 +469,18 @@ def _gather_nd(ctx):
     lin = None
     for j in range(k):
         c = ctx.op("squeeze", ctx.op("slice", idx, axis=idx.rank - 1, start=j, end=j + 1), axes=(idx.rank - 1,))
-        d = ctx.const(np.array(0, np.int64))
-        dim = lead[j]
-        if S.is_symbolic(dim):
-            dim_v = ctx.imp.materialize(fold.result(np.array(dim, dtype=object).reshape(()), DType.int64))
-        else:
-            dim_v = ctx.const(np.array(dim, np.int64))
         c = ctx.cast(c, DType.int64)
-        c = ctx.op("where", ctx.op("less", c, d), ctx.op("add", c, dim_v), c)  # negative indices wrap
+        c = ctx.op("where", ctx.op("less", c, ctx.scalar(0, DType.int64)), ctx.op("add", c, ctx.int_value(lead[j])),
+                   c)  # negative indices wrap
         stride = S.prod(lead[j + 1:])
         if not (isinstance(stride, int) and stride == 1):
-            if S.is_symbolic(stride):
-                sv = ctx.imp.materialize(fold.result(np.array(stride, dtype=object).reshape(()), DType.int64))
-            else:
-                sv = ctx.const(np.array(stride, np.int64))
-            c = ctx.op("mul", c, sv)
+            c = ctx.op("mul", c, ctx.int_value(stride))
         lin = c if lin is None else ctx.op("add", lin, c)
     q = idx.rank - 1
     for d in range(nb):  # each index tuple's own batch position, times the batch dim's stride
         stride = S.prod(tuple(x.shape[d + 1:nb + k]))
         pos = ctx.op("arange", start=0, end=idx.shape[d], step=1, dtype=DType.int64)
         pos = ctx.op("reshape", pos, shape=tuple(idx.shape[d] if i == d else 1 for i in range(q)))
-        sv = ctx.imp.materialize(fold.result(np.array(stride, dtype=object).reshape(()), DType.int64))
+        sv = ctx.int_value(stride)
         lin = ctx.op("add", lin, ctx.op("mul", pos, sv))
     return ctx.op("gather", flat, lin, axis=0)

@@ -210,6 +210,21 @@ class NodeCtx:
     def cast(self, v: Value, dtype: DType) -> Value:
         return v if v.dtype is dtype else self.op("cast", v, dtype=dtype)
 
+    def int_value(self, v, dtype: DType = DType.int64) -> Value:
+        """A 0-d tensor of a (maybe symbolic) integer: a dim, a stride, a count."""
+        return self.imp.materialize(TV(known=np.array(v, dtype=object), dtype=dtype))
+
+    def onnx_op(self, op_type: str, *inputs: Value, **attrs) -> Value:
+        """ONNX ``op_type`` with ``attrs`` on ``inputs``, converted as a node of the model would be (a
+        one-node subgraph): a converter that is written in terms of another ONNX op."""
+        from onnx import helper
+
+        names = [f"in{i}" for i in range(len(inputs))]
+        g = helper.make_graph([helper.make_node(op_type, names, ["out"], **attrs)], op_type,
+                              [helper.make_empty_tensor_value_info(n) for n in names],
+                              [helper.make_empty_tensor_value_info("out")])
+        return self.imp.materialize(self.imp.run_subgraph(g, [TV(value=v) for v in inputs])[0])
+
     # --- errors --------------------------------------------------------------
     def where(self) -> str:
         n = self.node
