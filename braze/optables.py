@@ -28,7 +28,7 @@ def ir_ops() -> list[dict]:
 
 
 def section_ops(section: str) -> list[str]:
-    """The op names of one frontend's section (``onnx``: ONNX op types of the default domain;
+    """The op names of one frontend's section (``onnx``: ONNX op types, another domain's as ``domain::Op``;
     ``aten``: ``aten.name`` or ``aten.name.overload``), sorted."""
     fe = next(f for f in FRONTENDS.values() if f.ops_section == section)
     return sorted(fe.supported_ops())
@@ -70,7 +70,7 @@ def render_text(sections=SECTIONS, width: int = 100) -> str:
     return "\n".join(out) + "\n"
 
 
-_NOTES = {"onnx": f", opsets {ONNX_OPSETS}, default domain",
+_NOTES = {"onnx": f", opsets {ONNX_OPSETS}, default domain and ai.onnx.preview::FlexAttention",
           "aten": "; ops with a torch decomposition into these are decomposed first"}
 
 

@@ -9,7 +9,7 @@ from .importer import import_onnx
 
 
 def supported_ops() -> list[str]:
-    """ONNX op types (default domain) that braze imports, sorted."""
+    """ONNX op types that braze imports, sorted (another domain's as ``domain::Op``)."""
     from .table import supported_ops as _s
     return _s()
 

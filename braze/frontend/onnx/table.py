@@ -10,8 +10,8 @@ from .convert import CONVERTERS
 
 
 def supported_ops() -> list[str]:
-    """ONNX op types (default domain) braze imports: those it converts, and the function ops it
-    expands into their bodies (functions.EXPANDED)."""
+    """ONNX op types braze imports (another domain's as ``domain::Op``): those it converts, and the
+    function ops it expands into their bodies (functions.EXPANDED)."""
     from .functions import EXPANDED
     return sorted(set(CONVERTERS) | set(EXPANDED))
 
