@@ -65,8 +65,8 @@ def _weights(op, torch_layer, nd):
     return W, R, B
 
 
-@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
-@pytest.mark.parametrize("nd, layout", [(1, 0), (2, 1)])
+@pytest.mark.parametrize("op, nd, layout", [("LSTM", 1, 0), ("LSTM", 2, 1), ("GRU", 2, 1), ("RNN", 1, 0),
+                                             ("RNN", 2, 1)])
 def test_against_torch(op, nd, layout):
     torch = pytest.importorskip("torch")
     steps, inp, hidden = 5, 3, 4
