@@ -286,9 +286,10 @@ def _grid_sample(ctx, opdef, ins, es, outs, attrs):
     roundings of a 4- or 16-term sum and of the coordinates."""
     x, out = mag(ins[0]), outs[0]
     n, c = x.shape[:2]
+    plane = int(np.prod(x.shape[2:]))  # not -1: reshape cannot infer it when n * c is 0
     k, wsum = (16, 2.0) if attrs["mode"] == "bicubic" else (4, 1.0)
-    big = np.max(x.reshape(n, c, -1), axis=-1, initial=0.0)[:, :, None, None]
-    err = np.max(f64(es[0]).reshape(n, c, -1), axis=-1, initial=0.0)[:, :, None, None]
+    big = np.max(x.reshape(n, c, plane), axis=-1, initial=0.0)[:, :, None, None]
+    err = np.max(f64(es[0]).reshape(n, c, plane), axis=-1, initial=0.0)[:, :, None, None]
     r = wsum * err + (k + 8) * unit(out) * wsum * big + np.zeros(out.shape)
     return np.where(unbounded_if([es[1]], out.shape) > 0, np.inf, r) + rnd(out, 2)
 
