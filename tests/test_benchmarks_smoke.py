@@ -125,6 +125,7 @@ def test_dynamic_price_writes_its_table(tmp_path):
         assert row[k] > 0
 
 
+@pytest.mark.slow  # 7 s on 2 cores; a one-off measurement's tool (issue 25), not a benchmark users run
 def test_threads_per_kernel_times_three_libraries_and_their_generated_kernels(tmp_path):
     """The depthwise convnet at 1x32x32 built three ways (threads as the cost model decides, in every
     parallel loop, in none): wall times for each, and its generated kernels' times from the counters,
@@ -236,6 +237,7 @@ def test_interleaved_spreads_rounds_over_sets_of_processes(tmp_path):
     assert "spread over 2 sets of processes" in (tmp_path / "t.md").read_text()
 
 
+@pytest.mark.slow  # 11 s on 2 cores; test_interleaved covers the busy processes' runner
 def test_contention_times_each_phase_and_the_idle_cpu(tmp_path):
     """Two backends in turn, quiet, beside 1 and 2 busy processes, quiet again: a slowdown per busy
     phase, the idle CPU after a call, and the busy processes gone afterwards."""
