@@ -100,6 +100,11 @@ def main(argv=None) -> int:
     ap.add_argument("--ort", action="store_true", help="also run each test through ONNX Runtime (same comparison)")
     ap.add_argument("--json", metavar="FILE", help="write each test's results here")
     a = ap.parse_args(argv)
+    if a.ort:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            ap.error("--ort needs onnxruntime (pip install -e '.[bench]')")
     import numpy as np
     import onnx.backend.test.case.node as N
     with warnings.catch_warnings(), np.errstate(all="ignore"):
