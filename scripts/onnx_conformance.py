@@ -100,11 +100,13 @@ def main(argv=None) -> int:
     ap.add_argument("--ort", action="store_true", help="also run each test through ONNX Runtime (same comparison)")
     ap.add_argument("--json", metavar="FILE", help="write each test's results here")
     a = ap.parse_args(argv)
+    ort_version = None
     if a.ort:
         try:
-            import onnxruntime  # noqa: F401
+            import onnxruntime
         except ImportError:
-            ap.error("--ort needs onnxruntime (pip install -e '.[bench]')")
+            ap.error("--ort needs onnxruntime (pip install -e '.[test]')")
+        ort_version = onnxruntime.__version__
     import numpy as np
     import onnx.backend.test.case.node as N
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -139,8 +141,7 @@ def main(argv=None) -> int:
     if a.native:
         line += f", {c['native']} natively compiled (bound)"
     if a.ort:
-        import onnxruntime
-        line += f"; ONNX Runtime {onnxruntime.__version__}: {c['ort']}"
+        line += f"; ONNX Runtime {ort_version}: {c['ort']}"
     print(line)
     for k, v in why.most_common(20):
         print(f"  {v:4d}  {k}")
