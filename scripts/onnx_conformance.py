@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         print(f"  {v:4d}  {k}")
     if a.json:
         import onnx
-        Path(a.json).write_text(json.dumps({"onnx": onnx.__version__, "native": a.native, "ort": a.ort, "counts": c,
+        Path(a.json).write_text(json.dumps({"onnx": onnx.__version__, "native": a.native, "onnxruntime": ort_version, "counts": c,
                                             "tests": results}, indent=0))
     return 0
 
