@@ -17,12 +17,6 @@ from .convert import converter
 I64 = DType.int64
 
 
-def _iota(ctx, n, axis: int, rank: int):
-    """0..n-1 (int64) along ``axis`` of a rank-``rank`` shape of ones."""
-    r = ctx.op("arange", start=0, end=n, step=1, dtype=I64)
-    return ctx.op("reshape", r, shape=tuple(n if i == axis else 1 for i in range(rank))) if rank > 1 else r
-
-
 @converter("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
 def _arg(ctx):
     x = ctx.value(0)
@@ -41,7 +35,7 @@ def _hardmax(ctx):
     x = ctx.value(0)
     axis = ctx.attr("axis", -1) % x.rank
     first = ctx.op("argmax", x, axis=axis, keepdims=True)
-    return ctx.cast(ctx.op("equal", _iota(ctx, x.shape[axis], axis, x.rank), first), x.dtype)
+    return ctx.cast(ctx.op("equal", ctx.iota(x.shape[axis], axis, x.rank), first), x.dtype)
 
 
 @converter("OneHot", attrs=("axis",))
@@ -61,7 +55,7 @@ def _one_hot(ctx):
     # a negative index counts from the end; one outside [-depth, depth) matches nothing
     dd = ctx.int_value(d)
     i = ctx.op("where", ctx.op("less", i, ctx.scalar(0, I64)), ctx.op("add", i, dd), i)
-    hit = ctx.op("equal", _iota(ctx, d, axis, rank), i)
+    hit = ctx.op("equal", ctx.iota(d, axis, rank), i)
     off = ctx.op("gather", vals, ctx.scalar(0, I64), axis=0)
     on = ctx.op("gather", vals, ctx.scalar(1, I64), axis=0)
     return ctx.op("where", hit, on, off)
@@ -73,8 +67,8 @@ def _eye_like(ctx):
     if x.rank != 2:
         raise ctx.unsupported(f"a rank-{x.rank} input", hint="EyeLike takes a 2-D tensor")
     dt = onnx_dtype(ctx.attr("dtype"), ctx.where()) if ctx.has_attr("dtype") else x.dtype
-    rows = ctx.op("add", _iota(ctx, x.shape[0], 0, 2), ctx.scalar(ctx.attr("k", 0), I64))
-    return ctx.cast(ctx.op("equal", rows, _iota(ctx, x.shape[1], 1, 2)), dt)
+    rows = ctx.op("add", ctx.iota(x.shape[0], 0, 2), ctx.scalar(ctx.attr("k", 0), I64))
+    return ctx.cast(ctx.op("equal", rows, ctx.iota(x.shape[1], 1, 2)), dt)
 
 
 @converter("Shrink", attrs=("bias", "lambd"))
@@ -124,7 +118,7 @@ def _reverse_sequence(ctx):
     x, lens = ctx.value(0), ctx.value(1)
     b_axis, t_axis = ctx.attr("batch_axis", 1), ctx.attr("time_axis", 0)
     r = x.rank
-    t = _iota(ctx, x.shape[t_axis], t_axis, r)
+    t = ctx.iota(x.shape[t_axis], t_axis, r)
     n = ctx.op("reshape", ctx.cast(lens, I64), shape=tuple(x.shape[b_axis] if i == b_axis else 1 for i in range(r)))
     # time t of batch b reads n[b] - 1 - t for t < n[b], and t itself past it
     src = ctx.op("where", ctx.op("less", t, n), ctx.op("sub", ctx.op("sub", n, ctx.scalar(1, I64)), t), t)

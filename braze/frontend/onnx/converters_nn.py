@@ -13,10 +13,14 @@ from . import fold
 from .convert import converter
 
 
-def _spatial(ctx, x, n_sp):
-    if n_sp not in (1, 2):
-        raise ctx.unsupported(f"{n_sp}-D {ctx.node.op_type} (input {x.type})",
-                              hint="braze supports 1-D and 2-D convolution and pooling")
+def _spatial(ctx, x, dims=(1, 2)) -> int:
+    """x's number of spatial dims, one of ``dims`` (convolutions take 1-D and 2-D, pools 3-D too)."""
+    n = x.rank - 2
+    if n not in dims:
+        what = "convolution" if dims == (1, 2) else "pooling"
+        raise ctx.unsupported(f"{n}-D {ctx.node.op_type} (input {x.type})",
+                              hint=f"braze supports {', '.join(f'{d}-D' for d in dims)} {what}")
+    return n
 
 
 def _geometry(ctx, x, kernel):
@@ -76,8 +80,7 @@ def _explicit_pad(ctx, x, pads, n, value=0.0):
 def _conv_operands(ctx):
     """(x, w, bias, spatial rank, kernel) of a Conv or ConvTranspose."""
     x, w, b = ctx.value(0), ctx.value(1), ctx.value(2)
-    n = x.rank - 2
-    _spatial(ctx, x, n)
+    n = _spatial(ctx, x)
     kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
     if any(S.is_symbolic(k) for k in kernel):
         raise ctx.unsupported("a kernel with symbolic size")
@@ -184,16 +187,8 @@ def _max_pool_indices(ctx, x, kernel, strides, dil, pads, sym):
         idx = ctx.op("add", h, ctx.op("mul", ctx.op("sub", idx, ctx.op("mul", h, W)), H))
     N, C = x.shape[:2]
     plane = S.prod(tuple(x.shape[2:]))
-    rows = ctx.op("reshape", ctx.op("arange", start=0, end=S.mul(N, C), step=1, dtype=DType.int64),
-                  shape=(N, C) + (1,) * n)
+    rows = ctx.op("reshape", ctx.iota(S.mul(N, C)), shape=(N, C) + (1,) * n)
     return ctx.op("add", idx, ctx.op("mul", rows, ctx.int_value(plane)))
-
-
-def _pool_spatial(ctx, x):
-    n = x.rank - 2
-    if n not in (1, 2, 3):
-        raise ctx.unsupported(f"{n}-D {ctx.node.op_type} (input {x.type})", hint="braze pools 1-D, 2-D and 3-D")
-    return n
 
 
 @converter("MaxPool", "AveragePool",
@@ -202,7 +197,7 @@ def _pool_spatial(ctx, x):
 def _pool(ctx):
     t = ctx.node.op_type
     x = ctx.value(0)
-    n = _pool_spatial(ctx, x)
+    n = _spatial(ctx, x, (1, 2, 3))
     kernel = list(ctx.attr("kernel_shape"))
     strides, dil, pads, sym = _geometry(ctx, x, kernel)
     if ctx.node.output[1:] and any(ctx.node.output[1:]):
@@ -230,7 +225,7 @@ def _lp_pool(ctx):
     """(the window's sum of |x|^p)^(1/p): an average pool of |x|^p over the window, padding counted
     (zeros add nothing), times the window's size."""
     x = ctx.value(0)
-    n = _pool_spatial(ctx, x)
+    n = _spatial(ctx, x, (1, 2, 3))
     kernel = list(ctx.attr("kernel_shape"))
     strides, dil, pads, sym = _geometry(ctx, x, kernel)
     p = float(ctx.attr("p", 2))

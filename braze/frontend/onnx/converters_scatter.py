@@ -19,11 +19,6 @@ I64 = DType.int64
 _REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
-def _iota(ctx, n, axis: int, rank: int):
-    r = ctx.op("arange", start=0, end=n, step=1, dtype=I64)
-    return ctx.op("reshape", r, shape=tuple(n if i == axis else 1 for i in range(rank))) if rank > 1 else r
-
-
 def _wrap(ctx, i, n):
     """(i with negative values counted from ``n``, whether it lies in [0, n)), int64."""
     i = ctx.cast(i, I64)
@@ -78,7 +73,7 @@ def _scatter_elements(ctx):
     r = data.rank
     axis = ctx.attr("axis", 0) % r
     w, ok = _wrap(ctx, idx, data.shape[axis])
-    coords = [w if d == axis else _iota(ctx, idx.shape[d], d, r) for d in range(r)]
+    coords = [w if d == axis else ctx.iota(idx.shape[d], d, r) for d in range(r)]
     rows = _rows(ctx, coords, [ok], tuple(data.shape))
     if tuple(rows.shape) != tuple(idx.shape):
         rows = ctx.op("expand", rows, shape=tuple(idx.shape))
@@ -118,14 +113,14 @@ def _tensor_scatter(ctx):
     if axis == 0:
         raise ctx.unsupported("axis 0 (the batch axis) as the sequence axis", hint="the sequence axis comes after the batch")
     smax = cache.shape[axis]
-    pos = _iota(ctx, upd.shape[axis], axis, axis + 1)
+    pos = ctx.iota(upd.shape[axis], axis, axis + 1)
     if wi is not None:
         start = ctx.op("reshape", ctx.cast(wi, I64), shape=(wi.shape[0],) + (1,) * axis)
         pos = ctx.op("add", start, pos)
     if mode == "circular":
         pos = ctx.op("remainder", pos, ctx.int_value(smax))
     ok = ctx.op("logical_and", ctx.op("greater_equal", pos, ctx.scalar(0, I64)), ctx.op("less", pos, ctx.int_value(smax)))
-    coords = [_iota(ctx, upd.shape[d], d, axis + 1) for d in range(axis)] + [pos]
+    coords = [ctx.iota(upd.shape[d], d, axis + 1) for d in range(axis)] + [pos]
     rows = _rows(ctx, coords, [ok], tuple(cache.shape[:axis + 1]))
     lead = tuple(upd.shape[:axis + 1])
     if tuple(rows.shape) != lead:

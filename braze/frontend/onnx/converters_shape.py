@@ -479,8 +479,5 @@ def _gather_nd(ctx):
     q = idx.rank - 1
     for d in range(nb):  # each index tuple's own batch position, times the batch dim's stride
         stride = S.prod(tuple(x.shape[d + 1:nb + k]))
-        pos = ctx.op("arange", start=0, end=idx.shape[d], step=1, dtype=DType.int64)
-        pos = ctx.op("reshape", pos, shape=tuple(idx.shape[d] if i == d else 1 for i in range(q)))
-        sv = ctx.int_value(stride)
-        lin = ctx.op("add", lin, ctx.op("mul", pos, sv))
+        lin = ctx.op("add", lin, ctx.op("mul", ctx.iota(idx.shape[d], d, q), ctx.int_value(stride)))
     return ctx.op("gather", flat, lin, axis=0)

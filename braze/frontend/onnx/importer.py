@@ -214,6 +214,11 @@ class NodeCtx:
         """A 0-d tensor of a (maybe symbolic) integer: a dim, a stride, a count."""
         return self.imp.materialize(TV(known=np.array(v, dtype=object), dtype=dtype))
 
+    def iota(self, n, axis: int = 0, rank: int = 1) -> Value:
+        """0..n-1 (int64) along ``axis`` of a rank-``rank`` shape of ones (n may be symbolic)."""
+        r = self.op("arange", start=0, end=n, step=1, dtype=DType.int64)
+        return self.op("reshape", r, shape=tuple(n if i == axis else 1 for i in range(rank))) if rank > 1 else r
+
     def onnx_op(self, op_type: str, *inputs: Value, **attrs) -> Value:
         """ONNX ``op_type`` with ``attrs`` on ``inputs``, converted as a node of the model would be (a
         one-node subgraph): a converter that is written in terms of another ONNX op."""
