@@ -33,7 +33,7 @@ def _check_supported(module) -> None:
     from ..errors import UnsupportedOpError
     from ..ir.types import DType
     from ..passes.common import top_functions
-    from ..passes.node_classes import BACKWARD_CONVS
+    from ..passes.node_classes import ATTENTIONS, BACKWARD_CONVS, SCATTERS
     if module.value_symbols:  # the entry would read them from device memory
         (fn, param, _), name = next(iter(sorted(module.value_symbols.items())))
         raise UnsupportedOpError(f"the CUDA target cannot read sizes from input values yet (%{param} of @{fn} "
@@ -41,7 +41,8 @@ def _check_supported(module) -> None:
     for f in top_functions(module):
         for n in f.nodes:
             if n.op == "fused" and n.attrs.get("kind") in ("scatter", "attention"):
-                cpu_only = next(m.op for m in module.functions[n.attrs["callee"]].nodes if m.op != "full")
+                cpu_only = next(m.op for m in module.functions[n.attrs["callee"]].nodes
+                                if m.op in SCATTERS + ATTENTIONS)
                 raise UnsupportedOpError(f"the CUDA target has no {cpu_only} yet (@{n.attrs['callee']})",
                                          where=str(n.loc) if n.loc else None,
                                          hint="compile the graph for the CPU")

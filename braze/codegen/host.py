@@ -22,7 +22,7 @@ from ..ir.constant import ConstantRef
 from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
 from ..passes.common import top_functions
-from ..passes.node_classes import BACKWARD_CONVS, SCATTERS
+from ..passes.node_classes import BACKWARD_CONVS, SCATTERS, before_views
 from ..passes.memory import in_place_inputs
 from .c_expr import c_sym_name, int_expr, nbytes_c
 from .c_types import UNSIGNED, c_literal, ctype
@@ -382,7 +382,7 @@ class _EntryWriter(LibraryCalls):
         callee = self.module.functions[n.attrs["callee"]]
         add = next(m for m in callee.nodes if m.op in SCATTERS)
         fill = next((m for m in callee.nodes if m.op == "full"), None)
-        x, idx, src = add.inputs
+        x, idx, src = (before_views(v) for v in add.inputs)  # views move no data: the memory under them
         dt, it = x.dtype, idx.dtype
         if dt.itemsize == 2 or dt == DType.bool or it == DType.bool:
             raise UnsupportedOpError(f"{add.op} of {dt.name} with {it.name} indices has no kernel yet",
@@ -404,7 +404,7 @@ class _EntryWriter(LibraryCalls):
         xp = "NULL" if fill else f"(const {t} *){self._operand(n, callee, x)}"
         self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {xp}, {c_literal(fill.attrs['value'] if fill else 0, dt)}, "
                   f"(const {i_t} *){ip}, (const {t} *){sp}, {outer}, {int_expr(shape[ax])}, "
-                  f"{int_expr(idx.type.shape[0])}, {inner});")
+                  f"{int_expr(add.inputs[1].type.shape[0])}, {inner});")
         where = f" ({add.loc})" if add.loc else ""
         n_ = f"(long long)({int_expr(shape[ax])})"
         self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"{add.op}{where}: index %PLD (position %PLD) is "

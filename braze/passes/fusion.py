@@ -57,8 +57,10 @@ of the 2 x layers consumers at batch x heads times its size.
    batch norm's backward sums dy and dy * (x - mean)); then rule 2 again. The kernel computes
    them in one nest, and the C code in one loop over the rows (``codegen/c_reduce.jam_sums``).
 5. an ``index_add`` or ``index_put`` is a ``scatter`` group, with the ``full`` that makes its ``x``
-   when nothing else reads it (an embedding's gradient starts as zeros): the host calls
-   braze_scatter.h, which writes the fill and puts the rows in one pass per thread.
+   when nothing else reads it (an embedding's gradient starts as zeros), and the views (reshapes) of
+   its operands and of its result that nothing else reads (ONNX's scatters view their data as
+   rows): the host calls braze_scatter.h on the memory under the views, which writes the fill and
+   puts the rows in one pass per thread; a view as a kernel of its own would copy it.
 6. an ``attention_backward`` is an ``attention`` group of its own (braze_attention.h).
 7. every other node (pools, cumsum...) is its own ``opaque`` group.
 
@@ -78,8 +80,8 @@ from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
 from ..ir.loop import LIBM_UNARY
-from .node_classes import (BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, SCATTERS, VIEWS, WINDOWS, node_class,
-                           swaps_last_two)
+from .node_classes import (BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, SCATTERS, VIEWS, WINDOWS, before_views,
+                           node_class, swaps_last_two)
 
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
@@ -246,7 +248,7 @@ class _Fuser:
             if kind in classes:
                 return kind if len(nodes) == 1 else None
         if "scatter" in classes:
-            ops = [n.op for n in self._sorted(nodes)]
+            ops = [n.op for n in self._sorted(nodes) if n.op not in VIEWS]
             return "scatter" if ops[-1] in SCATTERS and ops[:-1] in ([], ["full"]) else None
         if "gemm" in classes or "conv" in classes:
             return self._validate_anchor(nodes, classes, esc)
@@ -378,21 +380,40 @@ class _Fuser:
         return "stitch"
 
     # --- phases ------------------------------------------------------------------------------
+    def _only_reader(self, v, n) -> bool:
+        return id(v) not in self.results and [id(u) for u in self.cons.get(id(v), ())] == [id(n)]
+
+    def _scatter_nodes(self, n) -> list:
+        """A scatter and what its group takes (rule 5): the views of its operands and of its result
+        that nothing else reads, and the ``full`` under its ``x``."""
+        around = []
+        for v in n.inputs:
+            node = n
+            while v is not None and v.producer is not None and self._only_reader(v, node) and \
+                    (v.producer.op in VIEWS or (v.producer.op == "full" and v is before_views(n.inputs[0]))):
+                node = v.producer
+                around.append(node)
+                v = node.inputs[0] if node.inputs else None
+        out = n.outputs[0]
+        while id(out) not in self.results and len(self.cons.get(id(out), ())) == 1 and \
+                self.cons[id(out)][0].op in VIEWS:
+            around.append(self.cons[id(out)][0])
+            out = around[-1].outputs[0]
+        return around + [n]
+
     def seed(self):
-        fills = {}  # id(full) -> the index_add it starts, the full's only reader
+        taken = {}  # id(node) -> the scatter group's nodes it joins (rule 5)
         for n in self.f.nodes:
-            x = n.inputs[0].producer if node_class(n) == "scatter" else None
-            if x is not None and x.op == "full" and len(self.cons.get(id(x.outputs[0]), ())) == 1 and \
-                    id(x.outputs[0]) not in self.results:
-                fills[id(x)] = n
+            if node_class(n) == "scatter":
+                nodes = self._scatter_nodes(n)
+                taken.update((id(m), nodes) for m in nodes)
         for n in self.f.nodes:
             c = node_class(n)
-            if c == "const" or id(n) in fills:
+            if c == "const" or (id(n) in taken and c != "scatter"):
                 continue
             kind = {"pw": "pointwise", "red": "reduction", "norm": "stitch", "gemm": "gemm",
                     "conv": "conv", "scatter": "scatter", "attention": "attention"}.get(c, "opaque")
-            x = n.inputs[0].producer if c == "scatter" else None
-            self.new_group([x, n] if x is not None and id(x) in fills else [n], kind)
+            self.new_group(taken[id(n)] if c == "scatter" else [n], kind)
 
     def _epilogue_ok(self, n, kind):
         if n.op in VIEWS:

@@ -49,7 +49,7 @@ from ..ir.graph import Function, Module, Value
 from ..ir.sym import IntLike
 from ..ops.registry import get_op
 from .common import top_functions
-from .node_classes import SCATTERS
+from .node_classes import SCATTERS, before_views
 
 ALIGN = 64
 
@@ -179,8 +179,9 @@ def in_place_inputs(module: Module, f: Function) -> dict[int, Value]:
             continue
         callee = module.functions[n.attrs["callee"]]
         add = next(m for m in callee.nodes if m.op in SCATTERS)
-        k = next((i for i, p in enumerate(callee.params) if p is add.inputs[0]), None)
-        if k is None or sum(v is add.inputs[0] for m in callee.nodes for v in m.inputs) != 1:
+        x = before_views(add.inputs[0])
+        k = next((i for i, p in enumerate(callee.params) if p is x), None)
+        if k is None or sum(v is x for m in callee.nodes for v in m.inputs) != 1:
             continue  # x is the group's own fill, or the group reads it twice
         x = n.inputs[k]
         p = x.producer

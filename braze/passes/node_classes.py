@@ -53,6 +53,14 @@ def node_class(n: Node) -> str:
     return "opaque"
 
 
+def before_views(v):
+    """``v`` with the views that make it (reshape, squeeze, ...) undone: the value whose memory it is.
+    A call group (a scatter's) takes its operands' and result's views inside: they move no data."""
+    while v.producer is not None and v.producer.op in VIEWS:
+        v = v.producer.inputs[0]
+    return v
+
+
 def swaps_last_two(n: Node) -> bool:
     """A ``permute`` that swaps the last two axes and keeps the rest: a matmul reads its input
     transposed in place (oneDNN's strides), so it needs no kernel of its own."""

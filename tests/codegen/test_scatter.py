@@ -12,6 +12,7 @@ import pytest
 import braze
 from braze.errors import InputError
 from braze.ops import Builder, tensor
+from braze.ir import sym as S
 from braze.ops.index import index_add_numpy, index_put_numpy
 from braze.pipeline import run_pipeline
 
@@ -140,3 +141,30 @@ def test_an_embedding_gradient_fills_then_adds_or_adds_in_place(tied):
             args += [h, g]
             want = h.T.astype(np.float64) @ g + want
         np.testing.assert_allclose(m(*args), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_scatter_group_takes_the_views_around_it():
+    """ONNX's scatters view their data as rows: the reshapes of x, the source and the result join the
+    scatter group (the helper reads the memory under them), where each would be a copy kernel; a
+    view something else reads stays outside."""
+    b = Builder()
+    N = b.sym("N")
+    x = b.param("x", tensor("f32", N, 4, 3))
+    idx, src = b.param("idx", tensor("i64", N, 2)), b.param("src", tensor("f32", N, 2, 3))
+    rows = b.reshape(x, shape=(S.mul(N, 4), 3))
+    put = b.index_put(rows, b.reshape(idx, shape=(S.mul(N, 2),)), b.reshape(src, shape=(S.mul(N, 2), 3)),
+                      axis=0, reduce="max")
+    b.ret(b.reshape(put, shape=(N, 4, 3)), b.add(rows, rows))  # rows is read twice: not taken
+    mod = b.module
+    planned = run_pipeline(mod)
+    groups = [n for n in planned.main.nodes if n.op == "fused"]
+    scatter = next(n for n in groups if n.attrs["kind"] == "scatter")
+    ops = [m.op for m in planned.functions[scatter.attrs["callee"]].nodes if m.op != "constant"]
+    assert ops.count("reshape") == 3 and ops[-1] == "reshape", ops  # idx's, src's and the result's
+    m = braze.compile(mod)
+    rng = np.random.default_rng(3)
+    for n in (1, 5):
+        args = (rng.standard_normal((n, 4, 3)).astype(np.float32), rng.integers(-4 * n, 4 * n, (n, 2)),
+                rng.standard_normal((n, 2, 3)).astype(np.float32))
+        for got, want in zip(m(*args), braze.reference.run(mod, *args)):
+            np.testing.assert_array_equal(got, want)

@@ -1,6 +1,6 @@
 """One compiled model called from many threads at once, at mixed shapes: every result is
 bit-identical to a single-threaded call (GEMM and convolution through oneDNN, fused chains, and
-the calls into braze_scatter.h and braze_attention.h)."""
+the calls into braze_scatter.h, adding and writing, and braze_attention.h)."""
 
 import numpy as np
 import pytest
@@ -60,7 +60,8 @@ def _fused_chain():
 
 
 def _scatter_and_attention():
-    """An embedding's gradient (index_add into zeros) and attention's backward with shared
+    """An embedding's gradient (index_add into zeros), the same rows written (index_put: repeated ids,
+    the last write winning) and attention's backward with shared
     key/value heads, a causal and a float mask (each thread its own scratch)."""
     rng = np.random.default_rng(3)
     b = Builder()
@@ -69,7 +70,8 @@ def _scatter_and_attention():
     q, k = b.param("q", tensor("f32", n, 4, s, 16)), b.param("k", tensor("f32", n, 2, s, 16))
     do, lse = b.param("do", tensor("f32", n, 4, s, 16)), b.param("lse", tensor("f32", n, 4, s))
     grads = b.attention_backward(q, k, k, q, do, lse, b.param("m", tensor("f32", s, s)), is_causal=True, scale=0.25)
-    b.ret(b.index_add(b.full(shape=(50, 16), value=0.0, dtype="f32"), ids, rows), *grads)
+    last = b.index_put(b.full(shape=(50, 16), value=0.0, dtype="f32"), ids, rows, axis=0, reduce="none")
+    b.ret(b.index_add(b.full(shape=(50, 16), value=0.0, dtype="f32"), ids, rows), last, *grads)
 
     def case(bb, ss):
         f = lambda *sh: rng.standard_normal(sh).astype(np.float32)  # noqa: E731
