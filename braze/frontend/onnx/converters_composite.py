@@ -142,8 +142,9 @@ def _q_param(ctx, i: int, x, axis: int, block: int):
             raise ctx.unsupported(f"a per-axis scale or zero point of rank {p.rank}", hint="give a vector")
         return ctx.op("reshape", p, shape=tuple(p.shape[0] if k == axis else 1 for k in range(x.rank)))
     if p.rank != x.rank:
-        raise ctx.unsupported(f"a blocked scale or zero point of rank {p.rank} for a rank-{x.rank} input")
-    idx = ctx.op("div", ctx.op("arange", start=0, end=x.shape[axis], step=1, dtype=I64), ctx.scalar(block, I64))
+        raise ctx.unsupported(f"a blocked scale or zero point of rank {p.rank} for a rank-{x.rank} input",
+                              hint="a blocked scale has the input's rank (ONNX's block_size rule)")
+    idx = ctx.op("div", ctx.iota(x.shape[axis]), ctx.scalar(block, I64))
     return ctx.op("gather", p, idx, axis=axis)
 
 
@@ -220,7 +221,8 @@ def _max_unpool(ctx):
     want = ctx.known_ints(2, "output_shape")
     more = [S.add(w, S.mul(-1, o)) for w, o in zip(want, out)]
     if len(want) != len(out) or any(S.is_symbolic(m) or m < 0 for m in more):
-        raise ctx.unsupported(f"output_shape {want} smaller than the unpooled shape {out}, or not known")
+        raise ctx.unsupported(f"output_shape {want} smaller than the unpooled shape {out}, or not known at import",
+                              hint="give output_shape as a constant at least the unpooled shape")
     return y if not any(more) else ctx.op("pad", y, pads=(0,) * len(out) + tuple(more), mode="constant", value=0.0)
 
 

@@ -28,7 +28,8 @@ def _shifted(ctx, i: int, zp_i: int, per_row: bool = False, per_channel_rank: in
     weight."""
     v = ctx.value(i)
     if v.dtype not in (DType.int8, DType.uint8):
-        raise ctx.unsupported(f"{v.dtype.name} input {i} (quantized inputs are int8 or uint8)")
+        raise ctx.unsupported(f"{v.dtype.name} input {i} (quantized inputs are int8 or uint8)",
+                              hint="quantize the input to 8 bits first (QuantizeLinear)")
     v = ctx.cast(v, I32)
     zp = ctx.value(zp_i) if ctx.tv(zp_i) is not None else None
     if zp is None:

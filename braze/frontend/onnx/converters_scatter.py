@@ -58,9 +58,9 @@ def _put(ctx, data, rows, upd, lead: int, reduction: str):
 def _check(ctx, data, idx, reduction):
     if reduction not in _REDUCTIONS:
         raise ctx.unsupported(f"reduction={reduction!r}", hint=f"one of {', '.join(_REDUCTIONS)}")
-    if data.dtype.itemsize == 2 and data.dtype.is_float or data.dtype == DType.bool:
+    if data.dtype.itemsize == 2 or data.dtype == DType.bool:  # braze_scatter.h's types (codegen/host.py)
         raise ctx.unsupported(f"{data.dtype.name} data (braze's scatters take 32- and 64-bit floats and integers, "
-                              "and 8- and 16-bit integers)", hint="cast the data to float32 around the scatter")
+                              "and 8-bit integers)", hint="cast the data to float32 around the scatter")
     if not idx.dtype.is_int or idx.dtype == DType.bool:
         raise ctx.unsupported(f"{idx.dtype.name} indices", hint="indices are int32 or int64")
 
