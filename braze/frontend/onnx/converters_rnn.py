@@ -70,6 +70,7 @@ class _Layer:
         self.dirs = ["forward", "reverse"] if direction == "bidirectional" else [direction]
         self.hidden = self.r.shape[-1]
         self.gates = gates
+        self.rt: dict = {}  # (direction, first gate, end gate) -> R^T's columns (_rh)
         self.clip = ctx.attr("clip")
         steps = self.x.shape[0]
         if S.is_symbolic(steps) or not 1 <= steps <= MAX_STEPS:
@@ -174,11 +175,15 @@ class _Layer:
         return self.outputs(ys, finals)
 
 
-def _rh(layer, d: int, h, k: int):
-    """H R_k^T: the hidden state's product with gate ``k``'s recurrence weights."""
-    ctx = layer.ctx
-    r = layer.part(layer.take(layer.r, d), k, axis=0)
-    return ctx.op("matmul", h, ctx.op("permute", r, perm=(1, 0)))
+def _rh(layer, d: int, h, k0: int, k1: int):
+    """H R^T for gates k0..k1-1 at once (one product per step, not one per gate): [batch, gates * hidden]."""
+    key = (d, k0, k1)
+    if key not in layer.rt:  # each direction's transposed weights, made once for every step
+        r = layer.take(layer.r, d)
+        if (k0, k1) != (0, layer.gates):
+            r = layer.ctx.op("slice", r, axis=0, start=S.mul(k0, layer.hidden), end=S.mul(k1, layer.hidden))
+        layer.rt[key] = layer.ctx.op("permute", r, perm=(1, 0))
+    return layer.ctx.op("matmul", h, layer.rt[key])
 
 
 @converter("RNN", attrs=_RNN_ATTRS)
@@ -187,7 +192,7 @@ def _rnn(ctx):
     f = _activations(ctx, ["Tanh"], len(layer.dirs))
 
     def step(d, xw, states):
-        h = f[d](layer.clipped(ctx.op("add", xw, _rh(layer, d, states[0], 0))))
+        h = f[d](layer.clipped(ctx.op("add", xw, _rh(layer, d, states[0], 0, 1))))
         return h, [h]
     return layer.run(step, 1, [layer.h0])
 
@@ -207,15 +212,18 @@ def _gru(ctx):
         zr = ctx.op("add", ctx.op("slice", wb, axis=0, start=0, end=h2), ctx.op("slice", rb, axis=0, start=0, end=h2))
         return ctx.op("concat", zr, layer.part(wb, 2, axis=0), axis=0)
 
+    rbh = [layer.part(layer.biases(d)[1], 2, axis=0) if layer.b is not None else None for d in range(len(layer.dirs))]
+
     def step(d, xw, states):
         f, g = acts[2 * d], acts[2 * d + 1]
         h = states[0]
-        rbh = layer.part(layer.biases(d)[1], 2, axis=0) if layer.b is not None else None
-        z = f(layer.clipped(ctx.op("add", layer.part(xw, 0), _rh(layer, d, h, 0))))
-        r = f(layer.clipped(ctx.op("add", layer.part(xw, 1), _rh(layer, d, h, 1))))
-        hr = _rh(layer, d, h if before else ctx.op("mul", r, h), 2)
-        if rbh is not None:
-            hr = ctx.op("add", hr, rbh)
+        # z and r from one product; h's gate from its own (of r * H unless linear_before_reset)
+        hz = _rh(layer, d, h, 0, 3 if before else 2)
+        z = f(layer.clipped(ctx.op("add", layer.part(xw, 0), layer.part(hz, 0))))
+        r = f(layer.clipped(ctx.op("add", layer.part(xw, 1), layer.part(hz, 1))))
+        hr = layer.part(hz, 2) if before else _rh(layer, d, ctx.op("mul", r, h), 2, 3)
+        if rbh[d] is not None:
+            hr = ctx.op("add", hr, rbh[d])
         n = g(layer.clipped(ctx.op("add", layer.part(xw, 2), ctx.op("mul", r, hr) if before else hr)))
         new = ctx.op("add", ctx.op("mul", ctx.op("sub", ctx.scalar(1, h.dtype), z), n), ctx.op("mul", z, h))
         return new, [new]
@@ -230,16 +238,20 @@ def _lstm(ctx):
     peep = ctx.value(7) if ctx.tv(7) is not None else None
     couple = bool(ctx.attr("input_forget", 0))
 
+    # each direction's peepholes (P holds i, o, f), sliced once for every step
+    peeps = [[layer.part(layer.take(peep, d), k, axis=0) for k in range(3)] if peep is not None else None
+             for d in range(len(layer.dirs))]
+
     def step(d, xw, states):
         f, g, hf = acts[3 * d: 3 * d + 3]
         h, c = states
-        p = layer.take(peep, d) if peep is not None else None
+        gates = ctx.op("add", xw, _rh(layer, d, h, 0, 4))  # every gate's input in one product
 
         def pre(k, pk=None, cell=None):
-            """Gate ``k``'s input (W's order i, o, f, c), with peephole ``pk`` of P (i, o, f) times ``cell``."""
-            v = ctx.op("add", layer.part(xw, k), _rh(layer, d, h, k))
-            if p is not None and pk is not None:
-                v = ctx.op("add", v, ctx.op("mul", layer.part(p, pk, axis=0), cell))
+            """Gate ``k``'s input (W's order i, o, f, c), with peephole ``pk`` times ``cell``."""
+            v = layer.part(gates, k)
+            if peeps[d] is not None and pk is not None:
+                v = ctx.op("add", v, ctx.op("mul", peeps[d][pk], cell))
             return layer.clipped(v)
         i = f(pre(0, 0, c))
         forget = ctx.op("sub", ctx.scalar(1, h.dtype), i) if couple else f(pre(2, 2, c))
