@@ -117,6 +117,7 @@ def run_function(module: Module, f: Function, arrays, env: Mapping[str, int], ch
     """
     from .ops.registry import RefCtx, get_op
 
+    env = dict(env)  # and the sizes its nodes decide (Module.data_symbols), bound as they run
     ctx = RefCtx(env, module.constants, module=module,
                  run=lambda g, xs: run_function(module, g, xs, env, check_types))
     vals: dict[int, np.ndarray] = {id(p): a for p, a in zip(f.params, arrays)}
@@ -137,6 +138,10 @@ def run_function(module: Module, f: Function, arrays, env: Mapping[str, int], ch
                              f"{len(node.outputs)}")
         for v, a in zip(node.outputs, outs):
             a = np.asarray(a)
+            if module.data_symbols and a.ndim == v.rank:
+                for d, k in zip(v.type.shape, a.shape):
+                    if isinstance(d, S.Sym) and d.name in module.data_symbols:
+                        env.setdefault(d.name, int(k))
             if check_types:
                 _check(node, v.type, a, env)
             vals[id(v)] = a

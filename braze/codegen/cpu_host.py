@@ -89,9 +89,9 @@ class CpuHost:
                    for i, k in enumerate(gen.kernels.values())]
         host = ['#include "braze_abi.h"\n#include "braze_team.h"\n#include "braze_omp.h"\n' +
                 ('#include "braze_dnnl.h"\n' + _ADOPT_HELPER_TEAMS if gen.uses_library else "") +
-                ('#include "braze_scatter.h"\n' if gen.scatters else "") +
+                "".join(f'#include "{h}"\n' for h in sorted(gen.helpers)) +
                 ('#include "braze_attention.h"\n' if gen.attention else "") +
-                "".join(f"{m}({k}, {', '.join(v)})\n" for k, (m, v) in gen.scatters.items()),
+                "".join(f"{m}({k}, {', '.join(v)})\n" for h in sorted(gen.helpers) for k, (m, v) in gen.helpers[h].items()),
                 C_DTYPE_NAMES, _ARENA_C, model, _profile_c(gen.profile_labels) if gen.profile else "",
                 *bodies]
         parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),

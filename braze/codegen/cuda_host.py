@@ -28,21 +28,21 @@ def _stub(k, index: int) -> str:
 def _check_supported(module) -> None:
     """What the CUDA target cannot run yet: sizes read from input values (the inputs are in device
     memory); braze_cuda_rt.h's GEMM and convolution take float32 only (no BRAZE_TYPES yet), and it has
-    no convolution gradients, no scatter-add and no fused attention backward (braze_scatter.h and
-    braze_attention.h are CPU code)."""
+    no convolution gradients, no scatter-add, no fused attention backward and no op that decides a
+    size (braze_scatter.h, braze_attention.h and braze_select.h are CPU code)."""
     from ..errors import UnsupportedOpError
     from ..ir.types import DType
     from ..passes.common import top_functions
-    from ..passes.node_classes import ATTENTIONS, BACKWARD_CONVS, SCATTERS
+    from ..passes.node_classes import ATTENTIONS, BACKWARD_CONVS, SCATTERS, SELECTS
     if module.value_symbols:  # the entry would read them from device memory
         (fn, param, _), name = next(iter(sorted(module.value_symbols.items())))
         raise UnsupportedOpError(f"the CUDA target cannot read sizes from input values yet (%{param} of @{fn} "
                                  f"gives {name})", hint="make the shape operand a constant, or compile for the CPU")
     for f in top_functions(module):
         for n in f.nodes:
-            if n.op == "fused" and n.attrs.get("kind") in ("scatter", "attention"):
+            if n.op == "fused" and n.attrs.get("kind") in ("scatter", "attention", "select"):
                 cpu_only = next(m.op for m in module.functions[n.attrs["callee"]].nodes
-                                if m.op in SCATTERS + ATTENTIONS)
+                                if m.op in SCATTERS + ATTENTIONS + SELECTS)
                 raise UnsupportedOpError(f"the CUDA target has no {cpu_only} yet (@{n.attrs['callee']})",
                                          where=str(n.loc) if n.loc else None,
                                          hint="compile the graph for the CPU")

@@ -22,13 +22,13 @@ from ..ir.constant import ConstantRef
 from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
 from ..passes.common import top_functions
-from ..passes.node_classes import BACKWARD_CONVS, SCATTERS, before_views
-from ..passes.memory import in_place_inputs
+from ..passes.memory import byte_size, in_place_inputs
+from ..passes.node_classes import BACKWARD_CONVS, SCATTERS, SELECTS, before_views
 from .c_expr import c_sym_name, int_expr, nbytes_c
-from .c_types import UNSIGNED, c_literal, ctype
+from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype
 from .cpu_host import CpuHost
 from .cuda_host import CudaHost
-from .host_checks import DTYPE_CODE, fail_c, validation_c
+from .host_checks import DTYPE_CODE, fact_checks, fail_c, validation_c
 from .host_library import DT_CODES, LibraryCalls
 
 # each target kind's host part (what its entries and instance add to the shared ones): a new
@@ -76,7 +76,9 @@ class HostGen:
         self.packed_conv: list[str] = []
         self.live_sites: list[str] = []
         self.uses_library = False
-        self.scatters: dict[str, tuple[str, tuple]] = {}  # braze_scatter.h helper -> (its macro, the macro's arguments)
+        # header (braze_scatter.h, braze_select.h) -> its functions this model calls: name -> (the macro
+        # that defines it, the macro's arguments)
+        self.helpers: dict[str, dict[str, tuple[str, tuple]]] = {}
         self.attention = False  # calls braze_attention.h
 
     # --- constants (fields of the model instance) ----------------------------------------
@@ -218,7 +220,8 @@ class _EntryWriter(LibraryCalls):
 
     def write(self, symbol: str) -> str:
         f = self.func
-        checks, _ = validation_c(f, self.module.constraints, self.module.input_notes, self.module.value_symbols)
+        checks, bound = validation_c(f, self.module.constraints, self.module.input_notes, self.module.value_symbols)
+        self.bound = {s.name for s in bound}
         if f.name not in self.module.arena_sizes:
             raise BrazeError(f"@{f.name} has no memory plan", hint="run the assign_memory pass before generating C")
         host = self.gen.host
@@ -228,18 +231,14 @@ class _EntryWriter(LibraryCalls):
         for n in f.nodes:
             if n.op == "constant":
                 self.ptr[id(n.outputs[0])] = f"((char *){self.gen.const(n.attrs['name'])})"
-        # outputs first: their shapes depend on the symbols only
-        out_lines = []
-        for k, r in enumerate(f.results):
-            shp = ", ".join(int_expr(d) for d in r.shape) or "0"
-            out_lines.append(f"{{ int64_t shp[{max(r.rank, 1)}] = {{{shp}}}; "
-                             f"out_{k} = (char *)alloc(alloc_ctx, {k}, {DTYPE_CODE[r.dtype]}, {r.rank}, shp); "
-                             f"if (!out_{k}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate output {k} of @{f.name}\"); }}")
-            out_lines += host.output_lines(k, r)
+        # outputs first: their shapes depend on the symbols only; those whose size a node decides
+        # (Module.data_symbols) are made in the arena, and allocated and copied once it has run
+        decided = {k for k, r in enumerate(f.results) if self.module.decided(r.type)}
+        out_lines = [ln for k, r in enumerate(f.results) if k not in decided for ln in self._alloc_output(k, r)]
         copies = []
         for k, r in enumerate(f.results):
-            if id(r) in self.ptr or any(r is q for q in f.results[:k]):
-                copies.append((k, r))  # a param, constant or repeated result: copied at the end
+            if id(r) in self.ptr or any(r is q for q in f.results[:k]) or k in decided:
+                copies.append((k, r))  # a param, constant, repeated or decided result: copied at the end
             else:
                 self.ptr[id(r)] = f"out_{k}"
         for x, r in in_place_inputs(self.module, f).items():  # made in the result it is added into
@@ -260,24 +259,40 @@ class _EntryWriter(LibraryCalls):
                 self._scatter(n)
             elif n.attrs["kind"] == "attention":
                 self._attention(n)
+            elif n.attrs["kind"] == "select":
+                self._select(n)
             else:
                 self._kernel(n)
             if self.gen.profile:
                 self._time(start, f"@{f.name}: {label}", *_traffic(self.module, n))
         for k, r in copies:
             src = self.ptr[id(r)] if not any(r is q for q in f.results[:k]) else f"out_{[q is r for q in f.results].index(True)}"
+            if k in decided:
+                self.lines += self._alloc_output(k, r)
             self.emit(f"{host.copy}(out_{k}, {src}, {nbytes_c(r)});")
-        head = [*checks, *host.begin(f),
+        sizes = sorted(self.module.data_symbols)  # declared whether or not this function decides them
+        head = [*checks, *(f"int64_t {c_sym_name(S.Sym(s, 0))} = 0; (void){c_sym_name(S.Sym(s, 0))};" for s in sizes),
+                *host.begin(f),
                 *(f"char *out_{k} = NULL;" for k in range(len(f.results))),
                 *out_lines,
                 f"size_t arena_bytes = (size_t)({int_expr(self.module.arena_sizes[f.name])});",
                 "char *arena = braze_arena(arena_bytes);",
                 "if (!arena && arena_bytes) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate %zu bytes of scratch memory\", arena_bytes);",
-                "(void)arena;", *host.prepare(self.prepares), *self._live_check()]
+                "(void)arena;", *host.prepare([p for p in self.prepares if not any(s.name in self.module.data_symbols
+                                                                                    for s in p[1])]),
+                *self._live_check()]
         body = "\n    ".join(head + self.lines + host.end() + ["return BRAZE_OK;"])
         params = "braze_tensor *inputs, int32_t n_inputs, braze_alloc_fn alloc, void *alloc_ctx, char *err, int32_t errlen"
         params = "const braze_instance *M, const " + params
         return host.entry(symbol, params, "M, inputs, n_inputs, alloc, alloc_ctx, err, errlen", body)
+
+    def _alloc_output(self, k: int, r) -> list[str]:
+        """C that allocates result ``k`` through the caller's ``alloc``, at its shape now."""
+        shp = ", ".join(int_expr(d) for d in r.shape) or "0"
+        return [f"{{ int64_t shp[{max(r.rank, 1)}] = {{{shp}}}; "
+                f"out_{k} = (char *)alloc(alloc_ctx, {k}, {DTYPE_CODE[r.dtype]}, {r.rank}, shp); "
+                f"if (!out_{k}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"could not allocate output {k} of @{self.func.name}\"); }}",
+                *self.gen.host.output_lines(k, r)]
 
     def _place(self, n: Node) -> None:
         """Each output's memory: the caller's output, or its offset in the arena (assign_memory)."""
@@ -295,6 +310,14 @@ class _EntryWriter(LibraryCalls):
             # compiler's time grows with it)
             name = f"a_{len(self.ptr)}"
             self.emit(f"char *const {name} = arena + {int_expr(off)};")
+            # planned at the bounds of its sizes: check the sizes found (a select group's own outputs are
+            # written within them by construction, before their size is known)
+            if self.module.decided(v.type) and {s.name for s in v.type.free_syms()} <= self.bound:
+                size, plan = S.mul(v.type.numel(), v.dtype.itemsize), self.module.bounded(byte_size(v))
+                self.emit(f"if ({int_expr(size)} > {int_expr(plan)}) " + fail_c(
+                    "BRAZE_ERR_INTERNAL", f"%{v.name} ({v.type}) needs %PLD bytes, more than the {plan} "
+                    "planned for it", f"(long long)({int_expr(size)})")
+                    + " /* a size outgrew its bound (Module.bounded): a braze bug */")
             self.ptr[id(v)] = name
 
     def _time(self, start: int, label: str, nbytes, flops) -> None:
@@ -395,7 +418,7 @@ class _EntryWriter(LibraryCalls):
             mode = add.attrs["reduce"]
             name, helper = f"bz_index_put_{mode}_{dt.name}_{it.name}", \
                 ("BZ_INDEX_PUT", args + (f"BZ_PUT_{mode.upper()}",))
-        self.gen.scatters[name] = helper
+        self.gen.helpers.setdefault("braze_scatter.h", {})[name] = helper
         shape = add.outputs[0].type.shape
         ax = add.attrs.get("axis", 0) % len(shape)
         outer, inner = (int_expr(S.prod(shape[:ax])), int_expr(S.prod(shape[ax + 1:])))
@@ -410,6 +433,59 @@ class _EntryWriter(LibraryCalls):
         self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"{add.op}{where}: index %PLD (position %PLD) is "
                                            f"outside [-%PLD, %PLD), the size of dim {ax}",
                                            f"(long long)((const {i_t} *){ip})[bad]", "(long long)bad", n_, n_) + " }")
+
+    def _select(self, n: Node) -> None:
+        """A ``select`` group: braze_select.h's function for its op and types writes the outputs and
+        returns the size it found into that size's variable; then the shape facts that use the size
+        are checked, as the entry checks its inputs'."""
+        callee = self.module.functions[n.attrs["callee"]]
+        op = next(m for m in callee.nodes if m.op in SELECTS)
+        size = op.attrs["size"]
+        result = {id(r): i for i, r in enumerate(callee.results)}
+        outs = [f"(int64_t *){self.ptr_of(n.outputs[result[id(o)]])}" if id(o) in result else "NULL"
+                for o in op.outputs]
+        ins = [self._operand(n, callee, v) if v is not None else None for v in op.inputs]
+        x = op.inputs[0]
+        dt = x.dtype
+        t = ctype(dt)
+        if op.op == "nonzero":
+            name = f"bz_nonzero_{dt.name}"
+            helper = ("BZ_NONZERO", (t, "BZ_NZ_HALF" if dt in HALF_SFX else "BZ_NZ"))
+            dims = ", ".join(int_expr(d) for d in x.shape)
+            call = (f"{name}((const {t} *){ins[0]}, {int_expr(x.type.numel())}, {x.rank}, "
+                    f"(const int64_t[]){{{dims}}}, {outs[0]})")
+        elif op.op == "unique":
+            if dt in HALF_SFX or dt == DType.bool:
+                raise UnsupportedOpError(f"unique of {dt.name} has no kernel yet", hint="cast to float32 first")
+            name = f"bz_unique_{dt.name}"
+            helper = ("BZ_UNIQUE", (t, "BZ_CMP_FLOAT" if dt.is_float else "BZ_CMP_INT"))
+            ax = op.attrs["axis"] % x.rank
+            outer, inner = int_expr(S.prod(x.shape[:ax])), int_expr(S.prod(x.shape[ax + 1:]))
+            call = (f"{name}((const {t} *){ins[0]}, {outer}, {int_expr(x.shape[ax])}, {inner}, "
+                    f"{int(bool(op.attrs['sorted']))}, {', '.join(outs)})")
+        else:
+            if dt not in (DType.float32, DType.float64):
+                raise UnsupportedOpError(f"non_max_suppression of {dt.name} boxes has no kernel yet",
+                                         hint="cast the boxes and scores to float32 first")
+            name = f"bz_nms_{dt.name}"
+            helper = ("BZ_NMS", (t,))
+            B, N, _ = x.shape
+            opt = [f"(const {w} *){p}" if p is not None else "NULL"
+                   for w, p in zip(("int64_t", t, t), ins[2:] + [None] * (5 - len(ins)))]
+            call = (f"{name}((const {t} *){ins[0]}, (const {t} *){ins[1]}, {int_expr(B)}, "
+                    f"{int_expr(op.inputs[1].shape[1])}, {int_expr(N)}, {', '.join(opt)}, "
+                    f"{op.attrs['center_point_box']}, {outs[0]})")
+        self.gen.helpers.setdefault("braze_select.h", {})[name] = helper
+        u = c_sym_name(size)
+        where = f" ({op.loc})" if op.loc else ""
+        self.emit(f"{u} = {call};")
+        self.emit(f"if ({u} < 0) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"{op.op}{where}: out of memory for its scratch\");")
+        self.bound.add(size.name)
+        names = sorted(self.bound)
+        self.lines += fact_checks(self.module.constraints, self.bound, size.name,
+                                  f"the size {size.name} that {op.op}{where} found breaks the model's shape "
+                                  "constraints: ", "\n  where: " + ", ".join(f"{k}=%PLD" for k in names),
+                                  [f"(long long){c_sym_name(S.Sym(k, 0))}" for k in names])
 
     def _live_check(self) -> list[str]:
         """The live weights' generations for this call (braze_dnnl_wtrack.c), checked at once."""

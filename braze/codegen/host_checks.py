@@ -115,8 +115,20 @@ def validation_c(func: Function, constraints: ConstraintStore, notes: dict | Non
         out.append(f"if ({' || '.join(conds)}) " + fail_c(
             "BRAZE_ERR_RANGE", prefix + f"{s.name} = %PLD is outside its range {s.range_str()}" + tail
             + (f"\n  hint: {note}" if note else ""), f"(long long){c_sym_name(s)}", *env_args))
+    out += fact_checks(constraints, set(bound), None, prefix, tail, env_args)
+    return out, list(bound.values())
+
+
+def fact_checks(constraints: ConstraintStore, bound: set, new: str | None, prefix: str, tail: str,
+                env_args: list) -> list[str]:
+    """C that fails when a fact of the store (an equality or a divisibility) does not hold, for each fact
+    whose symbols are all ``bound`` (and which uses the symbol ``new``, when given)."""
+    out = []
     for f in sorted(constraints.facts, key=lambda f: (f[0], *map(str, f[1:]))):
-        if f[0] == "range" or any(x.name not in bound for x in S.free_syms(f[1]) | S.free_syms(f[2] if f[0] == "eq" else 0)):
+        if f[0] == "range":
+            continue
+        syms = {x.name for x in S.free_syms(f[1]) | S.free_syms(f[2] if f[0] == "eq" else 0)}
+        if not syms <= bound or (new is not None and new not in syms):
             continue
         if f[0] == "eq":
             a, b = int_expr(f[1]), int_expr(f[2])
@@ -129,4 +141,4 @@ def validation_c(func: Function, constraints: ConstraintStore, notes: dict | Non
             out.append(f"if (bz_floormod({a}, {f[2]}) != 0) " + fail_c(
                 "BRAZE_ERR_CONSTRAINT", prefix + f"{f[1]} must be divisible by {f[2]}, but it is %PLD" + tail,
                 f"(long long)({a})", *env_args))
-    return out, list(bound.values())
+    return out

@@ -17,7 +17,7 @@ from typing import Any
 
 from .constant import ConstantRef, array_digest
 from .constraints import ConstraintStore
-from .sym import IntLike, Sym
+from .sym import IntLike, Sym, free_syms, subs
 from .value import Node, SourceLoc, Value
 
 
@@ -112,6 +112,10 @@ class Module:
         # (function, parameter, flat index) -> the symbol that element of the input binds at run time:
         # a shape operand fed as an input (an ONNX Reshape's target shape), read by the entry's checks
         self.value_symbols: dict[tuple[str, str, int], str] = {}
+        # symbol -> its upper bound (an expression in the other symbols): a size that an op's run
+        # decides (NonZero's count), bound when the node whose ``size`` attribute names it has run.
+        # Memory is planned for the bound; what runs after the node reads the size itself.
+        self.data_symbols: dict[str, IntLike] = {}
         # function -> the names its results had in the model file (an ONNX graph's outputs, a
         # torch program's output nodes): what users, the CLI and artifacts call them
         self.output_names: dict[str, list[str]] = {}
@@ -131,6 +135,21 @@ class Module:
     @property
     def symbols(self) -> dict[str, Sym]:
         return self.constraints.symbols
+
+    def decided(self, t) -> bool:
+        """Whether type ``t``'s shape uses a size a node decides at run time (``data_symbols``)."""
+        return bool(self.data_symbols) and any(s.name in self.data_symbols for s in t.free_syms())
+
+    def bounded(self, x: IntLike) -> IntLike:
+        """``x`` with each size a node decides replaced by its upper bound (``data_symbols``): what
+        memory is planned for. Sizes grow with their dims, so this bounds them; the host checks each
+        decided size against its plan all the same."""
+        for _ in range(len(self.data_symbols) + 1):
+            at = {s: self.data_symbols[s.name] for s in free_syms(x) if s.name in self.data_symbols}
+            if not at:
+                return x
+            x = subs(x, at)
+        raise ValueError(f"the sizes block's bounds refer to each other in a cycle: {self.data_symbols}")
 
     @property
     def main(self) -> Function:

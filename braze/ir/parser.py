@@ -35,7 +35,7 @@ _TOKEN_RE = re.compile(r"""
   | (?P<val>%(?:[A-Za-z0-9_.]+|(?=")))
   | (?P<glob>@(?:[A-Za-z0-9_.]+|(?=")))
   | (?P<dtype>\#[A-Za-z0-9_]+)
-  | (?P<op>->|==|//|[{}()\[\],:=+\-*%<>])
+  | (?P<op>->|==|<=|//|[{}()\[\],:=+\-*%<>])
   | (?P<str>(?="))
 """, re.VERBOSE)
 
@@ -321,7 +321,7 @@ class _Parser:
                 return DType.parse(t.value)
             except ValueError:
                 raise self.error(f"unknown dtype {t.text!r}") from None
-        if kind == "intlike":  # a symbol may be called anything, even 'inf' or 'true'
+        if kind in ("intlike", "size"):  # a symbol may be called anything, even 'inf' or 'true'
             f = self._float() if self.tok.kind == "float" or self.peek().kind == "float" else None
             return f if f is not None else self.expr()
         if t.kind == "id" and t.text in ("true", "false"):
@@ -364,6 +364,8 @@ class _Parser:
             self.notes_block(m)
         if self.accept("values"):
             self.values_block(m)
+        if self.accept("sizes"):
+            self.sizes_block(m)
         if self.accept("outputs"):
             self.outputs_block(m)
         if self.accept("precision"):
@@ -461,6 +463,16 @@ class _Parser:
             if m.constraints.symbol(t.text) is None:
                 raise self.error(f"'{t.text}' is not a symbol of the module's symbols block", t)
             m.value_symbols[(fn, param, index)] = t.text
+
+    def sizes_block(self, m: Module):
+        """``symbol <= bound`` lines: a size an op decides at run time (Module.data_symbols)."""
+        self.expect("{", "after 'sizes'")
+        while not self.accept("}"):
+            t = self.expect_kind("id", "a symbol name or '}'")
+            if m.constraints.symbol(t.text) is None:
+                raise self.error(f"'{t.text}' is not a symbol of the module's symbols block", t)
+            self.expect("<=", f"after the size symbol '{t.text}'")
+            m.data_symbols[t.text] = self.expr()
 
     def outputs_block(self, m: Module):
         """``@func "name" ...`` lines: the names a function's results had in the model file."""

@@ -255,6 +255,11 @@ class _Printer:
             for (fn, param, index), name in sorted(self.m.value_symbols.items()):
                 lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {index} {name}")
             lines.append("  }")
+        if self.m.data_symbols:
+            lines.append("  sizes {")
+            for name, bound in sorted(self.m.data_symbols.items()):
+                lines.append(f"    {name} <= {self.expr(bound)}")
+            lines.append("  }")
         if self.m.output_names:
             lines.append("  outputs {")
             for fn, names in sorted(self.m.output_names.items()):

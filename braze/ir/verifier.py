@@ -47,6 +47,13 @@ def verify_module(module: Module) -> None:
         if len(names) != len(f.results) or not all(isinstance(n, str) for n in names):
             raise VerifyError(f"@{fn} has {len(f.results)} results but {len(names)} output names: {names}",
                               hint="give one name (a string) per result")
+    for name, bound in module.data_symbols.items():
+        if module.constraints.symbol(name) is None:
+            raise VerifyError(f"size {name}: the module declares no such symbol")
+        for s in S.free_syms(bound):
+            if module.constraints.symbol(s.name) is None:
+                raise VerifyError(f"size {name}: its bound {bound} uses symbol '{s.name}', which the module does "
+                                  "not declare")
     for (fn, param, index), name in module.value_symbols.items():
         f = module.functions.get(fn)
         p = next((q for q in f.params if q.name == param), None) if f else None
@@ -67,6 +74,9 @@ class _FunctionVerifier:
         self.f = f
         self.store = store
         self.declared = module.constraints  # symbols must be declared in the module itself
+        # the data symbols (Module.data_symbols) bound at this point: by a node that ran, or by the
+        # caller (they appear in a parameter's type)
+        self.sizes: set[str] = set()
 
     def fail(self, what: str, node: Node | None = None, hint: str | None = None):
         where = None
@@ -86,6 +96,15 @@ class _FunctionVerifier:
             if isinstance(d, int) and d < 0:
                 self.fail(f"{what} has a negative dim {d}", node)
         self.check_syms(t.free_syms(), what, node)
+
+    def size_defined(self, s, n: Node):
+        """``n`` decides the size ``s`` when it runs (its ``size`` attribute)."""
+        if s.name not in self.m.data_symbols:
+            self.fail(f"'{n.op}' decides the size {s.name}, which the module's sizes block does not list", n,
+                      hint="a size symbol needs an upper bound: module.data_symbols[name] = bound")
+        if s.name in self.sizes:
+            self.fail(f"the size {s.name} is decided twice", n, hint="give each node its own size symbol")
+        self.sizes.add(s.name)
 
     def check_syms(self, syms, what: str, node: Node | None):
         for s in sorted(syms, key=lambda s: s.name):
@@ -110,6 +129,7 @@ class _FunctionVerifier:
                 self.fail(f"parameter %{p.name} appears twice in the parameter list")
             defined.add(id(p))
             self.check_type(p.type, f"parameter %{p.name}", None)
+            self.sizes |= {s.name for s in p.type.free_syms() if s.name in self.m.data_symbols}
         for n in f.nodes:
             self.node(n, defined, all_defs)
         for i, v in enumerate(f.results):
@@ -158,8 +178,10 @@ class _FunctionVerifier:
             v = n.attrs[k]
             if not (v is None and a.default is None) and not _well_kinded(v, a.kind):
                 self.fail(f"attribute '{k}' of '{n.op}' must be {a.kind}, got {v!r} ({type(v).__name__})", n)
-            if a.kind in ("intlike", "intlikes", "any"):
+            if a.kind in ("intlike", "intlikes", "any", "size"):
                 self.check_syms(_attr_syms(v), f"attribute '{k}'", n)
+            if a.kind == "size":
+                self.size_defined(v, n)
             full[k] = v
         if n.op == "constant":
             cname = full.get("name")
@@ -175,6 +197,16 @@ class _FunctionVerifier:
                 self.fail(f"output %{v.name}'s producer is not this node", n,
                           hint="a Value must be the output of exactly one node; make a new Value")
             self.check_type(v.type, f"output %{v.name}", n)
+        if n.op == "fused" and n.attrs.get("callee") in self.m.functions:
+            for m in self.m.functions[n.attrs["callee"]].nodes:  # what the group runs decides them here
+                self.sizes |= {v.name for k, v in m.attrs.items() if isinstance(v, S.Sym) and
+                               v.name in self.m.data_symbols}
+        for v in n.outputs:
+            early = sorted(s.name for s in v.type.free_syms()
+                           if s.name in self.m.data_symbols and s.name not in self.sizes)
+            if early:
+                self.fail(f"output %{v.name} ({v.type}) uses the size {early[0]} before a node decides it", n,
+                          hint="a size symbol is bound by the node whose 'size' attribute names it")
         # types: re-run inference
         ctx = InferCtx(n.op, self.store, n.loc, self.m.constants, module=self.m)
         in_types = [None if v is None else v.type for v in n.inputs]
@@ -233,6 +265,8 @@ def _well_kinded(v, kind: str) -> bool:
         return _is_intlike(v)
     if kind == "intlikes":
         return seq and all(_is_intlike(x) for x in v)
+    if kind == "size":
+        return isinstance(v, S.Sym)
     return True  # any
 
 

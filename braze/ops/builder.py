@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import BrazeError, ShapeError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, SourceLoc, Value
-from ..ir.sym import Sym
+from ..ir.sym import IntLike, Sym
 from ..ir.types import DType, TensorType
 from .registry import InferCtx, get_op
 
@@ -70,6 +70,16 @@ class Builder:
     # --- symbols, params, constants --------------------------------------------
     def sym(self, name: str, lo: int = 1, hi: int | None = None) -> Sym:
         return self.module.constraints.add_symbol(Sym(name, lo, hi))
+
+    def size_sym(self, bound: IntLike) -> Sym:
+        """A new size symbol that a node decides when it runs (its ``size`` attribute), at most ``bound``
+        (Module.data_symbols): ``u0``, ``u1``, ... as torch names its unbacked sizes."""
+        k = len(self.module.data_symbols)
+        while self.module.constraints.symbol(f"u{k}") is not None:
+            k += 1
+        s = self.module.constraints.add_symbol(Sym(f"u{k}", 0, bound if isinstance(bound, int) else None))
+        self.module.data_symbols[s.name] = bound
+        return s
 
     def param(self, name: str, type: TensorType) -> Value:
         for s in type.free_syms():

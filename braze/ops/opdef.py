@@ -26,7 +26,9 @@ from ..ir.types import DType
 REQUIRED = object()
 
 # attribute kinds: how a value is checked, printed and evaluated
-ATTR_KINDS = ("int", "float", "bool", "str", "dtype", "ints", "floats", "intlike", "intlikes", "any")
+# ("size": the symbol of a size the node decides when it runs, a Module.data_symbols entry; infer sees
+# the Sym, the reference too, unevaluated)
+ATTR_KINDS = ("int", "float", "bool", "str", "dtype", "ints", "floats", "intlike", "intlikes", "any", "size")
 
 # op kinds, used by later fusion passes
 OP_KINDS = ("elementwise", "broadcast", "injective", "reduction", "normalization", "gemm", "conv",
@@ -110,6 +112,8 @@ def _coerce(op, name, kind, v):
             return S.as_intlike(v)
         if kind == "intlikes":
             return tuple(S.as_intlike(x) for x in v)
+        if kind == "size" and not isinstance(v, S.Sym):
+            raise TypeError("not a symbol")
         return v
     except (TypeError, ValueError) as e:
         raise ShapeError(f"op '{op}' attribute '{name}' must be {kind}, got {v!r} ({e})") from None

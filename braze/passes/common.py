@@ -173,6 +173,7 @@ def copy_module(m: Module) -> Module:
     out.constraints = m.constraints.copy()
     out.input_notes = dict(m.input_notes)
     out.value_symbols = dict(m.value_symbols)
+    out.data_symbols = dict(m.data_symbols)
     out.output_names = {k: list(v) for k, v in m.output_names.items()}
     out.arena_sizes = dict(m.arena_sizes)
     out.precision = dict(m.precision)

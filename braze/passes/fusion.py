@@ -2,7 +2,7 @@
 calling a new sub-function ``@fused_N`` of the same module.
 
 The caller's node is ``fused(%a, %b, ...) {callee="fused_N", kind="<kind>"}`` with
-kind one of ``pointwise | reduction | stitch | gemm | conv | scatter | attention | opaque``. Its inputs
+kind one of ``pointwise | reduction | stitch | gemm | conv | scatter | attention | select | opaque``. Its inputs
 are the values the group reads from outside (parameters and other groups'
 outputs), its outputs the group's values that are used outside it (the
 original Value objects, so later nodes keep their inputs). Weights do not
@@ -61,7 +61,9 @@ of the 2 x layers consumers at batch x heads times its size.
    its operands and of its result that nothing else reads (ONNX's scatters view their data as
    rows): the host calls braze_scatter.h on the memory under the views, which writes the fill and
    puts the rows in one pass per thread; a view as a kernel of its own would copy it.
-6. an ``attention_backward`` is an ``attention`` group of its own (braze_attention.h).
+6. an ``attention_backward`` is an ``attention`` group of its own (braze_attention.h), and an op
+   whose output size its data decides (``nonzero``, ``unique``, ``non_max_suppression``) a
+   ``select`` group (braze_select.h): what reads its result needs the size it found.
 7. every other node (pools, cumsum...) is its own ``opaque`` group.
 
 No merge may create a cycle: two groups never merge when one reaches the
@@ -244,7 +246,7 @@ class _Fuser:
         if esc is None:
             esc = self.escaping(nodes)
         classes = [node_class(n) for n in nodes]
-        for kind in ("opaque", "attention"):
+        for kind in ("opaque", "attention", "select"):
             if kind in classes:
                 return kind if len(nodes) == 1 else None
         if "scatter" in classes:
@@ -412,7 +414,8 @@ class _Fuser:
             if c == "const" or (id(n) in taken and c != "scatter"):
                 continue
             kind = {"pw": "pointwise", "red": "reduction", "norm": "stitch", "gemm": "gemm",
-                    "conv": "conv", "scatter": "scatter", "attention": "attention"}.get(c, "opaque")
+                    "conv": "conv", "scatter": "scatter", "attention": "attention",
+                    "select": "select"}.get(c, "opaque")
             self.new_group(taken[id(n)] if c == "scatter" else [n], kind)
 
     def _epilogue_ok(self, n, kind):

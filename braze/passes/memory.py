@@ -259,9 +259,11 @@ def in_place_elementwise(module: Module, f: Function, last_use: dict[int, int] |
 def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
     f: Function = module.functions[func] if func else module.main
     store = module.constraints
-    results = {id(v) for v in f.results} | set(in_place_inputs(module, f))
+    # a result whose size a node decides is made in the arena, at its bound, and copied out at the end
+    results = {id(v) for v in f.results if not module.decided(v.type)} | set(in_place_inputs(module, f))
     params = {id(p) for p in f.params}
     last_use = _last_uses(f)
+    last_use.update((id(v), len(f.nodes)) for v in f.results if module.decided(v.type))
     plan = MemoryPlan(f.name)
     memo: dict = {}
 
@@ -290,7 +292,7 @@ def plan_memory(module: Module, func: str | None = None) -> MemoryPlan:
         for v in n.outputs:
             if id(v) in results or id(v) in params:
                 continue
-            b = Buffer(v, store.simplify(byte_size(v)), i, last_use.get(id(v), i))
+            b = Buffer(v, store.simplify(module.bounded(byte_size(v))), i, last_use.get(id(v), i))
             res = over.get(id(v))
             under = next((r for r in live if r.value is res), None) if res is not None else None
             if under is not None:  # the residual's slot passes to the output, and is freed after it

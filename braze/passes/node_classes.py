@@ -1,5 +1,5 @@
 """What fusion calls each node, and the group kinds: which ops anchor a library call (``GEMMS``,
-``CONVS``), which run as a call into a header (``SCATTERS``, ``ATTENTIONS``), and which group
+``CONVS``), which run as a call into a header (``SCATTERS``, ``ATTENTIONS``, ``SELECTS``), and which group
 kinds the host runs as calls (``CALL_KINDS``) rather than as generated kernels. Fusion
 (``passes/fusion.py``), the library offload, the pipeline and the host code read these."""
 
@@ -8,10 +8,11 @@ from __future__ import annotations
 from ..ir.graph import Node
 from ..ops.registry import get_op
 
-# groups the host runs as a call (oneDNN, braze_scatter.h, braze_attention.h), with no generated kernel
-CALL_KINDS = ("gemm", "conv", "scatter", "attention")
+# groups the host runs as a call (oneDNN, braze_scatter.h, braze_attention.h, braze_select.h), with no
+# generated kernel
+CALL_KINDS = ("gemm", "conv", "scatter", "attention", "select")
 # groups that fusion's merge rules (2 and 3 of passes/fusion.py) neither grow nor merge into
-CLOSED_KINDS = ("gemm", "conv", "scatter", "attention", "opaque")
+CLOSED_KINDS = ("gemm", "conv", "scatter", "attention", "select", "opaque")
 VIEWS = ("reshape", "flatten", "squeeze", "unsqueeze")
 RELAYOUTS = VIEWS + ("permute",)
 NORMS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
@@ -22,13 +23,15 @@ BACKWARD_CONVS = ("conv2d_backward_input", "conv2d_backward_weight", "conv_trans
 CONVS = ("conv2d",) + BACKWARD_CONVS
 SCATTERS = ("index_add", "index_put")
 ATTENTIONS = ("attention_backward",)
+# ops whose output size their data decides (ops/select.py): each alone in a ``select`` group
+SELECTS = ("nonzero", "unique", "non_max_suppression")
 # computed at any output index from a window of their input, like an elementwise op: they fuse
 # with the ops after them and the views before them (fusion.amplifies keeps what computes out)
 WINDOWS = ("direct_conv2d",)
 
 
 def node_class(n: Node) -> str:
-    """const | pw | red | norm | gemm | conv | scatter | attention | opaque"""
+    """const | pw | red | norm | gemm | conv | scatter | attention | select | opaque"""
     if n.op == "constant":
         return "const"
     if n.op in GEMMS:
@@ -39,6 +42,8 @@ def node_class(n: Node) -> str:
         return "scatter"
     if n.op in ATTENTIONS:
         return "attention"
+    if n.op in SELECTS:
+        return "select"
     if n.op in NORMS:
         return "norm"
     if n.op == "batch_norm" or n.op in WINDOWS:

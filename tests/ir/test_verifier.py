@@ -273,3 +273,43 @@ def test_parsed_placeholders_verify():
     text = m.to_text(inline_limit=0)
     back = parse(text)
     verify(back)
+
+
+def _decides(n_sizes: int = 1):
+    """nonzero(x) and what reads its size; ``n_sizes`` size symbols declared."""
+    b = Builder()
+    n = b.sym("n")
+    x = b.param("x", tensor("f32", n))
+    sizes = [b.size_sym(n) for _ in range(n_sizes)]
+    idx = b.nonzero(x, size=sizes[0])
+    b.ret(b.neg(idx))
+    return b, idx, sizes
+
+
+def test_a_size_a_node_decides_verifies_and_reads_back():
+    b, _, _ = _decides()
+    verify(b.module)
+    text = b.module.to_text()
+    assert "sizes {\n    u0 <= n\n  }" in text and "nonzero(%x) {size=u0}" in text
+    again = parse(text)
+    verify(again)
+    assert again == b.module and again.data_symbols == {"u0": Sym("n")}
+
+
+def test_a_size_outside_the_sizes_block_is_refused():
+    b, _, _ = _decides()
+    del b.module.data_symbols["u0"]
+    fails(b.module, "decides the size u0, which the module's sizes block does not list")
+
+
+def test_a_size_used_before_a_node_decides_it_is_refused():
+    b, idx, (u0, u1) = _decides(2)
+    b.func.nodes[-1].outputs[0].type = tensor("i64", 1, u1)
+    fails(b.module, "uses the size u1 before a node decides it")
+
+
+def test_a_size_decided_twice_is_refused():
+    b, idx, (u0,) = _decides()
+    x = b.func.params[0]
+    b.nonzero(x, size=u0)
+    fails(b.module, "the size u0 is decided twice")

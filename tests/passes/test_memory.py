@@ -194,3 +194,23 @@ def test_a_relu_after_a_convolution_runs_in_place_and_keeps_nan(tmp_path, monkey
         with torch.no_grad():
             want = net(x).numpy()
         np.testing.assert_allclose(cm(x).numpy(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_a_size_a_node_decides_is_planned_at_its_bound_and_a_decided_result_lives_to_the_end():
+    from braze.ir import Sym
+    from braze.ops import Builder, tensor
+    from braze.passes.memory import plan_memory
+    b = Builder()
+    n = b.sym("n")
+    x = b.param("x", tensor("f32", n))
+    u = b.size_sym(n)
+    first, inverse, counts = b.unique(x, axis=0, sorted=True, size=u)
+    b.ret(b.gather(x, first, axis=0), counts)
+    plan = plan_memory(b.module)
+    sizes = {bf.value.name: bf.size for bf in plan.buffers}
+    assert all(Sym("u0") not in getattr(s, "free_syms", lambda: ())() for s in sizes.values())
+    assert plan.buffer(counts).end == len(b.func.nodes)  # copied out after the last node
+    assert plan.buffer(first).size == 8 * n
+    env = {"n": 5}
+    plan.check(env)
+    assert len({plan.evaluate(env)[v.name][0] for v in (counts, first, b.func.results[0])}) == 3
