@@ -189,7 +189,8 @@ def p_tri(gen, op):
 
 
 RESIZE_MODES = ("nearest", "nearest", "linear", "linear", "cubic")
-RESIZE_COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+RESIZE_COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric",
+                 "tf_crop_and_resize")
 RESIZE_NEAREST = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 
 
@@ -224,6 +225,10 @@ def p_resize(gen, op):
                 raise Reject("an empty output axis")
         sizes.append(m)
     attrs = {"sizes": tuple(sizes), "mode": mode, "coord": gen.choice(RESIZE_COORDS)}
+    if attrs["coord"] == "tf_crop_and_resize":  # a crop, sometimes reaching past the input
+        attrs["roi"] = tuple(float(gen.choice([0.0, 0.1, -0.2])) for _ in range(k)) + \
+            tuple(float(gen.choice([1.0, 0.8, 1.25])) for _ in range(k))
+        attrs["extrapolation"] = float(gen.choice([0.0, -1.5]))
     if mode == "nearest":
         attrs["nearest"] = gen.choice(RESIZE_NEAREST)
     if mode == "cubic":

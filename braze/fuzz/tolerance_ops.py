@@ -217,7 +217,8 @@ def _resize(ctx, opdef, ins, es, outs, attrs):
     taps = 1
     for j, m in enumerate(sizes):
         ax = x.ndim - k + j
-        idx, w = axis_taps(x.shape[ax], int(m), None if scales is None else scales[j], cd=cd, **opts)
+        roi = None if attrs.get("roi") is None else (attrs["roi"][j], attrs["roi"][k + j])
+        idx, w = axis_taps(x.shape[ax], int(m), None if scales is None else scales[j], cd=cd, roi=roi, **opts)
         taps *= len(idx)
         shape = (int(m),) + (1,) * (x.ndim - ax - 1)
         ws = [np.abs(c.astype(np.float64)).reshape(shape) for c in w]

@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import sym as S
 from ..ir.loop import Compare, Expr, IndexValue
 from ..ir.types import DType
-from ..ops.resize import coord_dtype
+from ..ops.resize import antialias_offsets, antialias_weight, coord_dtype
 from .core import BOOL, I64, add, cast, const, div, lowering, mul, select, sub, un, vmax, vmin
 
 
@@ -50,8 +50,10 @@ def _cubic(t: Expr, a: float, cd) -> list:
     return [far(add(t, one)), near(t), near(u), far(add(u, one))]
 
 
-def _axis_taps(ctx, n, m, d, scale, attrs, cd) -> list:
-    """[(index, weight or None)] for output index d of one axis."""
+def _axis_taps(ctx, n, m, d, scale, attrs, cd, roi=None) -> tuple:
+    """([(index, weight or None)] for output index d of one axis, the condition that its source lies
+    outside the input (tf_crop_and_resize; else None), and what its weighted sum is divided by
+    (antialias; else None))."""
     mode, coord, nearest = attrs["mode"], attrs["coord"], attrs["nearest"]
     f = lambda v: const(v, cd)  # noqa: E731
     dv = _val(d, cd)
@@ -68,8 +70,19 @@ def _axis_taps(ctx, n, m, d, scale, attrs, cd) -> list:
         len_is_1 = bool(fs.dtype.type(n) * fs == 1) if isinstance(n, int) else None
         len_eq_1 = Compare("eq", length, f(1))
     half = coord == "half_pixel" or (coord == "pytorch_half_pixel" and len_is_1 is not True)
-    v = None
-    if coord == "align_corners":
+    v = outside = None
+    if coord == "tf_crop_and_resize":
+        s, e = f(roi[0]), f(roi[1])
+        n1 = _val(S.add(n, -1), cd)
+        start = mul(s, n1)
+        one = add(div(mul(sub(e, s), n1), f(2)), start)
+        src = one if len_is_1 is True else add(div(mul(mul(dv, sub(e, s)), n1), sub(length, f(1))), start)
+        if len_is_1 is None:
+            src = select(len_eq_1, one, src)
+        outside = select(Compare("lt", src, f(0)), const(True, BOOL), Compare("gt", src, n1))
+    elif coord == "half_pixel_symmetric":
+        src = add(sub(mul(add(dv, f(0.5)), r), f(0.5)), div(sub(_val(n, cd), mul(_val(m, cd), r)), f(2)))
+    elif coord == "align_corners":
         src = f(0) if len_is_1 is True else mul(dv, div(_val(S.add(n, -1), cd), sub(length, f(1))))
         if len_is_1 is None:
             src = select(len_eq_1, f(0), src)
@@ -82,6 +95,9 @@ def _axis_taps(ctx, n, m, d, scale, attrs, cd) -> list:
         src = select(len_eq_1, f(0), src)
         v = None  # the +-0.5 shortcut below would skip the L == 1 case
     hi = S.add(n, -1)
+    if attrs.get("antialias") and mode != "nearest":
+        taps, total = _antialias_taps(src, n, m, scale, attrs, cd)
+        return taps, outside, total
     if mode == "nearest":
         if v is not None and nearest == "round_prefer_ceil":
             i = un("floor", v)
@@ -112,7 +128,37 @@ def _axis_taps(ctx, n, m, d, scale, attrs, cd) -> list:
             taps = [(_clamp_index(i, n), w) for i, w in zip(raw, ws)]
     if attrs["torch_shortcuts"] and scale is not None:
         taps = _shortcuts(ctx, taps, n, m, d, mode, cd)
-    return taps
+    return taps, outside, None
+
+
+def _antialias_taps(src: Expr, n, m, scale, attrs, cd) -> list:
+    """The taps of an antialiased linear or cubic axis (braze/ops/resize.py), as the reference makes them."""
+    mode = attrs["mode"]
+    f = lambda v: const(v, cd)  # noqa: E731
+    s, ks = antialias_offsets(n, m, scale, mode)
+    i0f = un("floor", src)
+    t = sub(src, i0f)
+    whole = Compare("eq", t, f(0))
+    i0, t = cast(select(whole, sub(i0f, f(1)), i0f), I64), select(whole, f(1), t)
+    a = attrs["cubic_a"]
+
+    def near(x):
+        return add(mul(mul(sub(mul(add(f(a), f(2)), x), add(f(a), f(3))), x), x), f(1))
+
+    def far(x):
+        return sub(mul(add(mul(sub(mul(f(a), x), mul(f(5), f(a))), x), mul(f(8), f(a))), x), mul(f(4), f(a)))
+
+    ops = (lambda x, y: Compare("le", x, y), lambda x, y: Compare("lt", x, y), select, sub)
+    ws = [antialias_weight(un("abs", mul(sub(f(k), t), f(s))), mode, near, far, ops, (f(0), f(1), f(2))) for k in ks]
+    raw = [add(i0, const(k, I64)) for k in ks]
+    if attrs["exclude_outside"]:
+        hi = _val(S.add(n, -1), I64)
+        ws = [select(select(Compare("ge", i, const(0, I64)), Compare("le", i, hi), const(False, BOOL)), w, f(0))
+              for i, w in zip(raw, ws)]
+    total = ws[0]
+    for w in ws[1:]:
+        total = add(total, w)
+    return [(_clamp_index(i, n), w) for i, w in zip(raw, ws)], total
 
 
 def _shortcuts(ctx, taps, n, m, d, mode, cd):
@@ -143,9 +189,18 @@ def _lower_resize(ctx, x, **attrs):
     cd = coord_dtype(x.dtype)
     out_dt = ctx.out_type.dtype
 
+    roi = attrs.get("roi")
+
     def fn(idx):
-        taps = [_axis_taps(ctx, x.shape[lead + j], sizes[j], idx[lead + j], None if scales is None else scales[j],
-                           attrs, cd) for j in range(k)]
+        taps, totals, outside = [], [], None
+        for j in range(k):
+            t, out, total = _axis_taps(ctx, x.shape[lead + j], sizes[j], idx[lead + j],
+                                       None if scales is None else scales[j], attrs, cd,
+                                       None if roi is None else (roi[j], roi[k + j]))
+            taps.append(t)
+            totals.append(total)
+            if out is not None:
+                outside = out if outside is None else select(outside, const(True, BOOL), out)
 
         def combine(j, prefix):
             if j == k:
@@ -156,7 +211,8 @@ def _lower_resize(ctx, x, **attrs):
                 inner = combine(j + 1, prefix + [i])
                 term = inner if w is None else mul(w, inner)
                 acc = term if acc is None else add(acc, term)
-            return acc
+            return acc if totals[j] is None else div(acc, totals[j])
 
-        return cast(combine(0, []), out_dt)
+        y = cast(combine(0, []), out_dt)
+        return y if outside is None else select(outside, const(attrs["extrapolation"], out_dt), y)
     return fn

@@ -97,7 +97,9 @@ def test_linear_1d_and_3d_trailing_axes(rng):
 
 @pytest.mark.parametrize("attrs,match", [
     (dict(sizes=(3, 3), mode="bilinear"), "mode must be"),
-    (dict(sizes=(3, 3), coord="tf_crop_and_resize"), "coord must be"),
+    (dict(sizes=(3, 3), coord="crop"), "coord must be"),
+    (dict(sizes=(3, 3), coord="tf_crop_and_resize"), "takes a roi of 4 numbers"),
+    (dict(sizes=(3, 3), mode="linear", antialias=True), "antialias needs each axis's scale known"),
     (dict(sizes=(3, 3, 3, 3, 3)), "trailing axes"),
     (dict(sizes=(3, 3), scales=(2.0,)), "positive numbers"),
     (dict(sizes=(0, 3)), ">= 1"),

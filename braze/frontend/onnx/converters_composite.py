@@ -1,5 +1,5 @@
 """ONNX ops braze builds from its own: ArgMax/ArgMin (select_last_index through a reversed view),
-Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN, ReverseSequence, MaxUnpool (an index_put into
+Hardmax, OneHot, EyeLike, Shrink, LpNormalization, LRN, ReverseSequence, Det, MaxUnpool (an index_put into
 zeros), the preview domain's FlexAttention, and the (Dynamic)QuantizeLinear and DequantizeLinear of 8- and
 16-bit integers. Each is what ONNX's
 reference computes, op for op; none has a kernel of its own."""
@@ -266,3 +266,52 @@ def _flex_attention(ctx):
         return ctx.cast(ctx.imp.materialize(ctx.imp.run_subgraph(graph, [TV(value=t)])[0]), cd)
     probs = mod("prob_mod", ctx.op("softmax", mod("score_mod", scores), axis=-1))
     return ctx.cast(ctx.op("matmul", probs, ctx.cast(v, cd)), v.dtype)
+
+
+# unrolled elimination in one pointwise kernel, whose C repeats each row's expression wherever it is read:
+# 3 rows compile in 1 s, 4 took 53 s
+DET_MAX = 3
+
+
+@converter("Det")
+def _det(ctx):
+    """Gaussian elimination with partial pivoting (as LAPACK's LU, which numpy.linalg.det and ONNX's
+    reference use), unrolled over the static n: the matrix as n row tensors [..., n]; at step k the row
+    with the largest |x[i, k]| (the first of equals) swaps in, flipping the sign, and the rows below lose
+    their multiple of it. A zero pivot column gives 0, not NaN."""
+    x = ctx.value(0)
+    n = x.shape[-1] if x.rank >= 2 else None
+    if x.rank < 2 or not isinstance(n, int) or ctx.imp.module.constraints.equal(n, x.shape[-2]) is not True:
+        raise ctx.unsupported(f"input {x.type}", hint="Det takes [..., n, n] with n static")
+    if not 1 <= n <= DET_MAX or not x.dtype.is_float:
+        raise ctx.unsupported(f"a {n} x {n} {x.dtype.name} matrix",
+                              hint=f"braze's Det is unrolled: float matrices of 1 to {DET_MAX} rows")
+    r = x.rank
+    rows = [ctx.op("squeeze", ctx.op("slice", x, axis=r - 2, start=i, end=i + 1, step=1), axes=(r - 2,))
+            for i in range(n)]
+
+    def col(v, k):
+        return ctx.op("slice", v, axis=r - 2, start=k, end=k + 1, step=1)  # [..., 1]
+
+    zero, one = ctx.scalar(0, x.dtype), ctx.scalar(1, x.dtype)
+    det = None
+    for k in range(n):
+        best, piv = ctx.op("abs", col(rows[k], k)), ctx.scalar(k, I64)
+        for i in range(k + 1, n):
+            a = ctx.op("abs", col(rows[i], k))
+            take = ctx.op("greater", a, best)
+            best, piv = ctx.op("where", take, a, best), ctx.op("where", take, ctx.scalar(i, I64), piv)
+        pivot_row = rows[k]
+        for i in range(k + 1, n):
+            here = ctx.op("equal", piv, ctx.scalar(i, I64))
+            pivot_row, rows[i] = ctx.op("where", here, rows[i], pivot_row), ctx.op("where", here, rows[k], rows[i])
+        rows[k] = pivot_row
+        p = col(pivot_row, k)
+        sign = ctx.op("where", ctx.op("equal", piv, ctx.scalar(k, I64)), one, ctx.op("neg", one))
+        term = ctx.op("mul", p, sign)
+        det = term if det is None else ctx.op("mul", det, term)
+        nonzero = ctx.op("not_equal", p, zero)
+        for i in range(k + 1, n):
+            f = ctx.op("where", nonzero, ctx.op("div", col(rows[i], k), p), zero)
+            rows[i] = ctx.op("sub", rows[i], ctx.op("mul", f, pivot_row))
+    return ctx.op("squeeze", det, axes=(r - 2,))

@@ -8,6 +8,7 @@ import numpy as np
 
 from ...ir import sym as S
 from ...ir.types import DType
+from ...ops.resize import COORDS as _RESIZE_COORDS
 from ..sizes import floor_scaled
 from . import fold
 from .convert import converter
@@ -272,7 +273,6 @@ def _group_norm(ctx):
     return ctx.op("group_norm", x, scale, bias, groups=g, eps=float(ctx.attr("epsilon", 1e-5)))
 
 
-_RESIZE_COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
 
 
 @converter("Resize", attrs=("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a",
@@ -285,15 +285,15 @@ def _resize(ctx):
     if coord not in _RESIZE_COORDS:
         raise ctx.unsupported(f"coordinate_transformation_mode={coord!r}",
                               hint=f"braze supports {', '.join(_RESIZE_COORDS)}")
-    if ctx.attr("antialias", 0):
-        raise ctx.unsupported("antialias=1", hint="export without antialiasing")
     policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
     axes = [a % r for a in ctx.attr("axes", list(range(r)))]
     scales_t, sizes_t = ctx.tv(2), ctx.tv(3)
     scales = sizes = None
     if sizes_t is not None and sizes_t.shape and sizes_t.shape[0] != 0:
-        # fed at run time only where each size is the output's (policy stretch)
-        sizes = ctx.known_ints(3, "sizes", run_time=(1, None) if policy == "stretch" else None)
+        # fed at run time only where each size is the output's (policy stretch) and no kernel width
+        # depends on it (antialias)
+        sizes = ctx.known_ints(3, "sizes", run_time=(1, None) if policy == "stretch" and not ctx.attr("antialias", 0)
+                               else None)
     elif scales_t is not None and scales_t.shape and scales_t.shape[0] != 0:
         k = ctx.known(2)
         if k is None or fold.is_symbolic_array(k):
@@ -321,19 +321,34 @@ def _resize(ctx):
             if full_size[a] is None:
                 raise ctx.unsupported(f"the output size floor({x.shape[a]} * {scales[j]}) cannot be kept symbolic",
                                       hint="export with sizes instead of scales")
+    full_roi = [(0.0, 1.0)] * r
+    if coord == "tf_crop_and_resize":
+        k = ctx.known(1)
+        if k is None or fold.is_symbolic_array(k):
+            raise ctx._needs_known(1, "roi")
+        k = [float(v) for v in np.asarray(k, dtype=np.float64).reshape(-1)]
+        if len(k) != 2 * len(axes):
+            raise ctx.unsupported(f"a roi of {len(k)} numbers for {len(axes)} axes", hint="give a start and an end "
+                                  "per axis")
+        for j, a in enumerate(axes):
+            full_roi[a] = (k[j], k[len(axes) + j])
     eq = ctx.imp.module.constraints.equal
     changed = [a for a in range(r) if (sizes is not None and eq(full_size[a], x.shape[a]) is not True)
-               or (sizes is None and full_scale[a] != 1.0)]
+               or (sizes is None and full_scale[a] != 1.0) or full_roi[a] != (0.0, 1.0)]
     if not changed:
         return ctx.op("mul", x, ctx.scalar(1, x.dtype)) if x.dtype.is_float else ctx.tv(0)
     first = min(changed)  # resize the trailing axes from the first changed one (the others map to themselves)
     mode = ctx.attr("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
         raise ctx.unsupported(f"mode={mode!r}")
+    roi = None if coord != "tf_crop_and_resize" else \
+        tuple(s for s, _ in full_roi[first:]) + tuple(e for _, e in full_roi[first:])
     return ctx.op("resize", x, sizes=tuple(full_size[first:]), mode=mode, coord=coord,
                   nearest=ctx.attr("nearest_mode", "round_prefer_floor"),
                   scales=None if sizes is not None else tuple(full_scale[first:]),
-                  cubic_a=float(ctx.attr("cubic_coeff_a", -0.75)), exclude_outside=bool(ctx.attr("exclude_outside", 0)))
+                  cubic_a=float(ctx.attr("cubic_coeff_a", -0.75)), exclude_outside=bool(ctx.attr("exclude_outside", 0)),
+                  roi=roi, extrapolation=float(ctx.attr("extrapolation_value", 0.0)),
+                  antialias=bool(ctx.attr("antialias", 0)) and mode != "nearest")
 
 
 @converter("Col2Im", attrs=("dilations", "pads", "strides"))

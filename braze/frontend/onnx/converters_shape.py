@@ -401,22 +401,63 @@ def _space_to_depth(ctx):
 
 
 # ---------------------------------------------------------------------------
-# Einsum (one or two operands, no repeated index within an operand)
+# Einsum (one or two operands; an ellipsis; a repeated index within an operand takes its diagonal)
 # ---------------------------------------------------------------------------
+
+
+def _spell_ellipsis(ctx, eq: str, terms: list, out: str | None, vals) -> tuple[list, str | None]:
+    """The terms and output with each ``...`` replaced by capital letters, one per dim it covers
+    (aligned from the right; the operands' must agree)."""
+    ranks = [v.rank - (len(tm) - 3) for tm, v in zip(terms, vals) if "..." in tm]
+    k = max(ranks, default=0)
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:k]
+    if k > 26 or any(c.isupper() for c in eq):
+        raise ctx.unsupported(f"Einsum equation {eq!r} with an ellipsis and capital letters",
+                              hint="spell out the indices")
+    covered = [v.shape[tm.index("..."):][:k] for tm, v in zip(terms, vals) if "..." in tm]
+    if any(r != k for r in ranks) or any(ctx.imp.module.constraints.equal(a, b) is not True
+                                         for c in covered[1:] for a, b in zip(covered[0], c)):
+        raise ctx.unsupported(f"Einsum equation {eq!r}: the ellipses cover dims {[list(c) for c in covered]}, "
+                              "which would broadcast", hint="give every operand the same dims under the ellipsis")
+    terms = [tm.replace("...", letters) for tm in terms]
+    return terms, None if out is None else out.replace("...", letters)
+
+
+def _diagonal(ctx, tm: str, v):
+    """``v`` with each index that ``tm`` repeats reduced to its diagonal (moved last), and its term."""
+    while len(set(tm)) != len(tm):
+        c = next(c for c in tm if tm.count(c) > 1)
+        p, q = tm.index(c), tm.index(c, tm.index(c) + 1)
+        n = v.shape[p]
+        if ctx.imp.module.constraints.equal(n, v.shape[q]) is not True:
+            raise ctx.unsupported(f"a diagonal over dims {n} and {v.shape[q]} that may differ")
+        rest = [i for i in range(v.rank) if i not in (p, q)]
+        v = ctx.op("permute", v, perm=tuple(rest) + (p, q))
+        lead = tuple(v.shape[:-2])
+        v = ctx.op("reshape", v, shape=lead + (S.mul(n, n),))
+        idx = ctx.op("mul", ctx.iota(n), ctx.int_value(S.add(n, 1)))
+        v = ctx.op("gather", v, idx, axis=len(lead))
+        tm = "".join(tm[i] for i in rest) + c
+    return tm, v
 
 
 def einsum(ctx, eq: str):
     eq = eq.replace(" ", "")
-    if "..." in eq:
-        raise ctx.unsupported(f"Einsum equation {eq!r} with an ellipsis", hint="spell out the indices")
     lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
-    if not arrow:  # implicit output: the indices that appear once, sorted
-        out = "".join(sorted(c for c in set(lhs) if c.isalpha() and lhs.count(c) == 1))
-    if len(terms) > 2 or any(len(set(tm)) != len(tm) for tm in terms):
-        raise ctx.unsupported(f"Einsum equation {eq!r}",
-                              hint="braze supports one or two operands with an explicit output, no diagonals")
+    if len(terms) > 2:
+        raise ctx.unsupported(f"Einsum equation {eq!r}", hint="braze supports one or two operands")
     vals = [ctx.value(i) for i in range(len(terms))]
+    if "..." in eq:
+        terms, out = _spell_ellipsis(ctx, eq, terms, out if arrow else None, vals)
+        lhs = ",".join(terms)
+        if not arrow:  # implicit output: the ellipsis's dims, then the indices that appear once, sorted
+            out = "".join(sorted({c for c in lhs if c.isupper()})) + \
+                "".join(sorted(c for c in set(lhs) if c.islower() and lhs.count(c) == 1))
+    elif not arrow:  # implicit output: the indices that appear once, sorted
+        out = "".join(sorted(c for c in set(lhs) if c.isalpha() and lhs.count(c) == 1))
+    for i, tm in enumerate(terms):
+        terms[i], vals[i] = _diagonal(ctx, tm, vals[i])
     dims = {}
     for tm, v in zip(terms, vals):
         for c, d in zip(tm, v.shape):
