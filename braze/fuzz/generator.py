@@ -41,7 +41,7 @@ from ..ops import Builder, all_ops
 from ..ops.registry import InferCtx
 from .common import BOOL, F32, STATIC_DIMS, GVal, New, Reject
 from .operands import INT_LIMIT, choose_op, props
-from .proposers import PROPOSERS, propose_generic
+from .proposers import PROPOSERS, UNFUZZED, propose_generic
 
 MAX_NUMEL = 6000  # elements of any value at any run shape (keeps the reference fast)
 RUN_VALUES = (0, 1, 2, 3, 5, 7, 8, 13, 17, 33)  # symbol values the runs draw from
@@ -329,7 +329,7 @@ class Generator:
     # --- the main loop ----------------------------------------------------------------------------
     def run(self) -> RandomGraph:
         n_nodes = int(self.rng.integers(self.cfg.min_nodes, self.cfg.max_nodes + 1))
-        ops = [o for o in all_ops() if o not in ("constant", "fused")]
+        ops = [o for o in all_ops() if o not in ("constant", "fused") and o not in UNFUZZED]
         if self.cfg.ops is not None:
             ops = [o for o in ops if o in self.cfg.ops]
         built, tries = 0, 0

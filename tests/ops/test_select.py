@@ -80,7 +80,7 @@ def test_unique_along_an_axis_is_numpy_s(axis, rng):
 
 
 def _onnx_nms(boxes, scores, max_out, iou, score, center):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
     names = ["boxes", "scores", "max_out", "iou", "score"]
