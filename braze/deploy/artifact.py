@@ -209,7 +209,11 @@ def save(model, path) -> Path:
         "entry": entry,
         "inputs": [i.to_json() for i in model.inputs],
         "outputs": [o.to_json() for o in model.outputs],
-        "symbols": {n: {"min": s.lo, "max": s.hi} for n, s in model.module.symbols.items()},
+        "symbols": {n: {"min": s.lo, "max": s.hi,
+                        # a size the model decides when it runs (Module.data_symbols): its upper bound
+                        **({"decided_at_most": str(model.module.data_symbols[n])}
+                           if n in model.module.data_symbols else {})}
+                    for n, s in model.module.symbols.items()},
         "constraints": _constraints(model.module),
         "constants": names,
         "fusion": _fusion(model.module),

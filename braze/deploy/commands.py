@@ -91,7 +91,8 @@ def cmd_inspect_artifact(path: Path) -> int:
         print(f"  {v['name']}: {v['dtype']}[{', '.join(map(str, v['shape']))}]")
     print("symbols:")
     for n, r in meta["symbols"].items():
-        print(f"  {n} in [{r['min']}, {r['max'] if r['max'] is not None else 'inf'}]")
+        decided = f", decided by the model at run time (at most {r['decided_at_most']})" if "decided_at_most" in r else ""
+        print(f"  {n} in [{r['min']}, {r['max'] if r['max'] is not None else 'inf'}]{decided}")
     if meta.get("constraints"):
         print("constraints:")
         for c in meta["constraints"]:
