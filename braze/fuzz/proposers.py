@@ -618,7 +618,7 @@ def _required(a):
 # ops the generator leaves out, and why (their tests say where they are checked instead)
 UNFUZZED = {
     o: "its output's size comes from the data, and the generator fixes every shape before the graph runs "
-       "(tests/codegen/test_select.py and tests/frontend/test_onnx_select.py check it against the reference)"
+       "(tests/codegen/test_select_native.py and tests/frontend/test_onnx_select.py check it against the reference)"
     for o in ("nonzero", "unique", "non_max_suppression")}
 
 PROPOSERS = {
