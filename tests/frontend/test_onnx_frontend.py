@@ -312,14 +312,15 @@ def test_old_opset_that_does_not_convert(monkeypatch):
 
 
 def test_unsupported_op_names_op_node_and_opset(tmp_path):
-    m = _model([helper.make_node("NonZero", ["x"], ["y"], name="my_nonzero")],
-               [helper.make_tensor_value_info("x", F, ["n"])], [_out("y", 2, I64)])
+    m = _model([helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], name="my_roi_align")],
+               [helper.make_tensor_value_info("x", F, ["n", 2, 5, 5]), helper.make_tensor_value_info("r", F, ["k", 4]),
+                helper.make_tensor_value_info("b", I64, ["k"])], [_out("y", 4, F)])
     p = tmp_path / "nz.onnx"
     onnx.save(m, str(p))
     with pytest.raises(UnsupportedOpError) as e:
         braze.import_onnx(str(p))
     msg = str(e.value)
-    assert "NonZero" in msg and "my_nonzero" in msg and "opset 18" in msg and "nz.onnx" in msg
+    assert "RoiAlign" in msg and "my_roi_align" in msg and "opset 18" in msg and "nz.onnx" in msg
     assert "`braze ops`" in msg and "docs/" not in msg
 
 
