@@ -270,8 +270,9 @@ class _EntryWriter(LibraryCalls):
             if k in decided:
                 self.lines += self._alloc_output(k, r)
             self.emit(f"{host.copy}(out_{k}, {src}, {nbytes_c(r)});")
-        sizes = sorted(self.module.data_symbols)  # declared whether or not this function decides them
-        head = [*checks, *(f"int64_t {c_sym_name(S.Sym(s, 0))} = 0; (void){c_sym_name(S.Sym(s, 0))};" for s in sizes),
+        # declared whether or not this function decides them
+        sizes = [c_sym_name(self.module.constraints.symbol(s)) for s in sorted(self.module.data_symbols)]
+        head = [*checks, *(f"int64_t {c} = 0; (void){c};" for c in sizes),
                 *host.begin(f),
                 *(f"char *out_{k} = NULL;" for k in range(len(f.results))),
                 *out_lines,
@@ -485,7 +486,7 @@ class _EntryWriter(LibraryCalls):
         self.lines += fact_checks(self.module.constraints, self.bound, size.name,
                                   f"the size {size.name} that {op.op}{where} found breaks the model's shape "
                                   "constraints: ", "\n  where: " + ", ".join(f"{k}=%PLD" for k in names),
-                                  [f"(long long){c_sym_name(S.Sym(k, 0))}" for k in names])
+                                  [f"(long long){c_sym_name(self.module.constraints.symbol(k))}" for k in names])
 
     def _live_check(self) -> list[str]:
         """The live weights' generations for this call (braze_dnnl_wtrack.c), checked at once."""
