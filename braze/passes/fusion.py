@@ -82,8 +82,8 @@ from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
 from ..ir.loop import LIBM_UNARY
-from .node_classes import (BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, SCATTERS, VIEWS, WINDOWS, before_views,
-                           node_class, swaps_last_two)
+from .node_classes import (BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, SCATTERS, VIEWS, WINDOWS, node_class,
+                           scatter_group_nodes, swaps_last_two)
 
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
@@ -382,32 +382,11 @@ class _Fuser:
         return "stitch"
 
     # --- phases ------------------------------------------------------------------------------
-    def _only_reader(self, v, n) -> bool:
-        return id(v) not in self.results and [id(u) for u in self.cons.get(id(v), ())] == [id(n)]
-
-    def _scatter_nodes(self, n) -> list:
-        """A scatter and what its group takes (rule 5): the views of its operands and of its result
-        that nothing else reads, and the ``full`` under its ``x``."""
-        around = []
-        for v in n.inputs:
-            node = n
-            while v is not None and v.producer is not None and self._only_reader(v, node) and \
-                    (v.producer.op in VIEWS or (v.producer.op == "full" and v is before_views(n.inputs[0]))):
-                node = v.producer
-                around.append(node)
-                v = node.inputs[0] if node.inputs else None
-        out = n.outputs[0]
-        while id(out) not in self.results and len(self.cons.get(id(out), ())) == 1 and \
-                self.cons[id(out)][0].op in VIEWS:
-            around.append(self.cons[id(out)][0])
-            out = around[-1].outputs[0]
-        return around + [n]
-
     def seed(self):
         taken = {}  # id(node) -> the scatter group's nodes it joins (rule 5)
         for n in self.f.nodes:
             if node_class(n) == "scatter":
-                nodes = self._scatter_nodes(n)
+                nodes = scatter_group_nodes(n, self.results, self.cons)
                 taken.update((id(m), nodes) for m in nodes)
         for n in self.f.nodes:
             c = node_class(n)

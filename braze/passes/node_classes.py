@@ -1,5 +1,5 @@
-"""What fusion calls each node, and the group kinds: which ops anchor a library call (``GEMMS``,
-``CONVS``), which run as a call into a header (``SCATTERS``, ``ATTENTIONS``, ``SELECTS``), and which group
+"""What fusion calls each node, what a scatter group takes around it (``scatter_group_nodes``), and
+the group kinds: which ops anchor a library call (``GEMMS``, ``CONVS``), which run as a call into a header (``SCATTERS``, ``ATTENTIONS``, ``SELECTS``), and which group
 kinds the host runs as calls (``CALL_KINDS``) rather than as generated kernels. Fusion
 (``passes/fusion.py``), the library offload, the pipeline and the host code read these."""
 
@@ -64,6 +64,28 @@ def before_views(v):
     while v.producer is not None and v.producer.op in VIEWS:
         v = v.producer.inputs[0]
     return v
+
+
+def scatter_group_nodes(n: Node, results: set, cons: dict) -> list:
+    """A scatter and what its group takes (fusion rule 5): the views of its operands and of its result
+    that nothing else reads, and the ``full`` under its ``x``. ``results``: ids of the function's
+    results; ``cons``: id(value) -> the nodes that read it."""
+    def only_reader(v, node) -> bool:
+        return id(v) not in results and [id(u) for u in cons.get(id(v), ())] == [id(node)]
+
+    around = []
+    for v in n.inputs:
+        node = n
+        while v is not None and v.producer is not None and only_reader(v, node) and \
+                (v.producer.op in VIEWS or (v.producer.op == "full" and v is before_views(n.inputs[0]))):
+            node = v.producer
+            around.append(node)
+            v = node.inputs[0] if node.inputs else None
+    out = n.outputs[0]
+    while id(out) not in results and len(cons.get(id(out), ())) == 1 and cons[id(out)][0].op in VIEWS:
+        around.append(cons[id(out)][0])
+        out = around[-1].outputs[0]
+    return around + [n]
 
 
 def swaps_last_two(n: Node) -> bool:
