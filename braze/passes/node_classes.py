@@ -1,7 +1,8 @@
 """What fusion calls each node, what a scatter group takes around it (``scatter_group_nodes``), and
-the group kinds: which ops anchor a library call (``GEMMS``, ``CONVS``), which run as a call into a header (``SCATTERS``, ``ATTENTIONS``, ``SELECTS``), and which group
-kinds the host runs as calls (``CALL_KINDS``) rather than as generated kernels. Fusion
-(``passes/fusion.py``), the library offload, the pipeline and the host code read these."""
+the group kinds: which ops anchor a library call (``GEMMS``, ``CONVS``), which run as a call into a
+header (``SCATTERS``, ``ATTENTIONS``, ``SELECTS``), and which group kinds the host runs as calls
+(``CALL_KINDS``) rather than as generated kernels. Fusion (``passes/fusion.py``), the library
+offload, the pipeline and the host code read these."""
 
 from __future__ import annotations
 
