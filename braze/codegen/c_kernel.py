@@ -28,7 +28,7 @@ from ..ir.types import DType
 from ..schedule.vectorize import streamed_outputs
 from .c_expr import int_expr
 from .c_reduce import ReductionsC
-from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype
+from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype, narrow_cast
 
 F32, BOOL, I64 = DType.float32, DType.bool, DType.int64
 
@@ -237,6 +237,8 @@ class _Gen(ReductionsC):
         if isinstance(e, Select):
             return f"({self.sx(e.cond)} ? {self.sx(e.a)} : {self.sx(e.b)})"
         if isinstance(e, Cast):
+            if e.x.dtype.is_narrow or dt.is_narrow:
+                return narrow_cast(self.sx(e.x), e.x.dtype, dt)
             if e.x.dtype in HALF_SFX:  # stage widen: a 16-bit load, or an explicit rounding
                 sfx = HALF_SFX[e.x.dtype]
                 if dt == F32 and isinstance(e.x, Load):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 
 from ..errors import UnsupportedOpError
-from ..ir.types import DType
+from ..ir.types import NARROW, DType
 from .c_expr import c_int_lit
 
 CTYPE = {DType.float32: "float", DType.float64: "double", DType.int64: "int64_t", DType.int32: "int32_t",
          DType.int8: "int8_t", DType.uint8: "uint8_t", DType.bool: "uint8_t", DType.int16: "int16_t",
          DType.uint16: "uint16_t", DType.uint32: "uint32_t", DType.uint64: "uint64_t",
-         DType.bfloat16: "uint16_t", DType.float16: "uint16_t"}  # 16-bit floats: their bits (braze_half.h)
+         DType.bfloat16: "uint16_t", DType.float16: "uint16_t",  # 16-bit floats: their bits (braze_half.h)
+         **{d: "uint8_t" for d in NARROW}}  # narrow types: their bits (braze_narrow.h)
 
 # 16-bit float storage: braze_half.h's bz_<sfx>_to_f32, bz_f32_to_<sfx>, bz_ld_<sfx>, bz_st_<sfx>
 HALF_SFX = {DType.bfloat16: "bf16", DType.float16: "f16"}
@@ -34,6 +35,15 @@ def ctype(dt: DType) -> str:
     except KeyError:
         raise UnsupportedOpError(f"generated kernels do not support dtype {dt.name} yet",
                                  hint="cast to float32 around the kernel") from None
+
+
+def narrow_cast(x: str, src: DType, dt: DType) -> str:
+    """C for one of the four narrow casts lowering leaves (lowering/core.py, _narrow_cast)."""
+    if src.is_narrow:
+        return f"bz_dec_{src.short}({x})"
+    if dt.is_minifloat:
+        return f"bz_enc_{dt.short}((float)({x}))"
+    return f"bz_enc_{dt.short}{'_f' if src.is_float else ''}({x})"
 
 
 def c_literal(v, dt: DType) -> str:

@@ -56,7 +56,10 @@ def _weights(names: list[str], arrays: list[np.ndarray]) -> tuple[bytes, list[tu
     """safetensors bytes of the constants (named c0, c1, ... in braze_create order; the IR
     names in the metadata) and each one's (offset, nbytes) in the data section."""
     from safetensors.numpy import save
-    tensors = {f"c{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)}
+    # ml_dtypes' types (bfloat16, float8, int4, ...) as their bits: safetensors' NumPy API reads none of
+    # them back, and the library takes bytes; read_module views them as the module's dtypes again
+    tensors = {f"c{i}": np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if a.dtype.kind == "V"
+               else np.ascontiguousarray(a) for i, a in enumerate(arrays)}
     blob = save(tensors, metadata={"braze_names": json.dumps(names)})
     hlen = int.from_bytes(blob[:8], "little")
     header = json.loads(blob[8:8 + hlen])

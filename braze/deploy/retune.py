@@ -45,6 +45,8 @@ def read_module(path: Path, meta: dict):
         if not isinstance(c, ConstantRef):
             continue
         a = by_name.get(name)
+        if a is not None and a.dtype != c.type.dtype.numpy and a.dtype.itemsize == c.type.dtype.itemsize:
+            a = a.view(c.type.dtype.numpy)  # stored as its bits (artifact._weights)
         if a is None or array_digest(a) != c.digest:
             raise BrazeError(f"{path / MODULE}: constant @{name} is "
                              f"{'not in ' + WEIGHTS if a is None else 'not the one in ' + WEIGHTS}", hint=_HINT)

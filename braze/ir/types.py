@@ -26,6 +26,19 @@ class DType(enum.Enum):
     uint16 = "u16"
     uint32 = "u32"
     uint64 = "u64"
+    # narrow storage types: one element per byte (as ml_dtypes keeps them), read only through a
+    # cast (docs/semantics.md, "Narrow types"); minifloats keep their bits, 4- and 2-bit integers
+    # their two's complement bits in the low bits of the byte
+    float8_e4m3fn = "f8e4m3fn"
+    float8_e4m3fnuz = "f8e4m3fnuz"
+    float8_e5m2 = "f8e5m2"
+    float8_e5m2fnuz = "f8e5m2fnuz"
+    float8_e8m0fnu = "f8e8m0"
+    float4_e2m1fn = "f4e2m1"
+    int4 = "i4"
+    uint4 = "u4"
+    int2 = "i2"
+    uint2 = "u2"
 
     @property
     def short(self) -> str:
@@ -44,23 +57,34 @@ class DType(enum.Enum):
         return self in (DType.uint8, DType.uint16, DType.uint32, DType.uint64)
 
     @property
+    def is_narrow(self) -> bool:
+        """A storage type of under 16 bits that only a cast reads or writes (float8, float4, int4, int2)."""
+        return self in NARROW
+
+    @property
+    def is_minifloat(self) -> bool:
+        return self in NARROW and self not in NARROW_INTS
+
+    @property
     def numpy(self) -> np.dtype:
-        if self is DType.bfloat16:
+        if self in _ML_DTYPES:
             import ml_dtypes
-            return np.dtype(ml_dtypes.bfloat16)
+            return np.dtype(getattr(ml_dtypes, self.name))
         return np.dtype(_TO_NP[self])
 
     @property
     def finfo(self):
-        """The float type's limits (eps, max, tiny): numpy's finfo, ml_dtypes' for bfloat16."""
-        if self is DType.bfloat16:
+        """The float type's limits (eps, max, tiny): numpy's finfo, ml_dtypes' for bfloat16 and minifloats."""
+        if self in _ML_DTYPES:
             import ml_dtypes
-            return ml_dtypes.finfo(ml_dtypes.bfloat16)
+            return ml_dtypes.finfo(self.numpy)
         return np.finfo(_TO_NP[self])
 
     @property
     def itemsize(self) -> int:
-        return 2 if self is DType.bfloat16 else np.dtype(_TO_NP[self]).itemsize
+        if self in _ML_DTYPES:
+            return 2 if self is DType.bfloat16 else 1
+        return np.dtype(_TO_NP[self]).itemsize
 
     @staticmethod
     def parse(s: str) -> "DType":
@@ -74,8 +98,8 @@ class DType(enum.Enum):
     @staticmethod
     def from_numpy(dt) -> "DType":
         dt = np.dtype(dt)
-        if dt.name == "bfloat16":
-            return DType.bfloat16
+        if dt.name in _ML_NAMES:
+            return _ML_NAMES[dt.name]
         for k, v in _TO_NP.items():
             if np.dtype(v) == dt:
                 return k
@@ -98,6 +122,11 @@ _TO_NP = {
 _INTS = frozenset((DType.int64, DType.int32, DType.int16, DType.int8, DType.uint64, DType.uint32, DType.uint16,
                    DType.uint8))
 _BY_SHORT = {d.value: d for d in DType}
+NARROW_INTS = frozenset((DType.int4, DType.uint4, DType.int2, DType.uint2))
+NARROW = frozenset((DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz,
+                    DType.float8_e8m0fnu, DType.float4_e2m1fn)) | NARROW_INTS
+_ML_DTYPES = NARROW | {DType.bfloat16}  # numpy dtypes from ml_dtypes, named as the DType
+_ML_NAMES = {d.name: d for d in _ML_DTYPES}
 
 
 @dataclass(frozen=True)

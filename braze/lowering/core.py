@@ -139,6 +139,8 @@ def const(v, dt: DType) -> Const:
 def cast(e: Expr, dt: DType) -> Expr:
     if e.dtype == dt:
         return e
+    if e.dtype.is_narrow or dt.is_narrow:
+        return _narrow_cast(e, dt)
     if isinstance(e, Const):
         v = e.value
         if dt is BOOL:
@@ -148,6 +150,21 @@ def cast(e: Expr, dt: DType) -> Expr:
         if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
             return Cast(e, dt)
         return Const(int(v), dt)
+    return Cast(e, dt)
+
+
+def _narrow_cast(e: Expr, dt: DType) -> Expr:
+    """A cast from or to a narrow type, through the one wide type its C conversion takes or gives
+    (braze_narrow.h): float32 for a minifloat, int64 for a narrow integer (float sources convert
+    directly: truncation then wrap-around). The emitter sees only those four forms."""
+    src = e.dtype
+    if src.is_narrow:
+        wide = DType.float32 if src.is_minifloat else I64
+        return cast(Cast(e, wide), dt)
+    if dt.is_minifloat and src not in (DType.float32, DType.float64):
+        e = cast(e, DType.float32)
+    elif not dt.is_minifloat and not (src.is_int or src in (DType.float32, DType.float64)):
+        e = cast(e, DType.float32 if src.is_float else I64)
     return Cast(e, dt)
 
 

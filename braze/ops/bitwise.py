@@ -89,6 +89,6 @@ def _bitcast_infer(ctx, x: TensorType, *, dtype):
     return x.with_dtype(dtype)
 
 
-defop("bitcast", inputs=("x",), attrs={"dtype": Attr("dtype", doc="target dtype, of x's width")},
+defop("bitcast", narrow=True, inputs=("x",), attrs={"dtype": Attr("dtype", doc="target dtype, of x's width")},
       infer=_bitcast_infer, reference=lambda ctx, x, *, dtype: np.asarray(x).view(dtype.numpy),
       kind="elementwise", doc="x's bits read as dtype (same width; not float16/bfloat16)")

@@ -17,6 +17,11 @@ def promote(*dtypes: DType) -> DType:
     ds = [d for d in dtypes if d is not None]
     if not ds:
         raise ValueError("no dtypes to promote")
+    if any(d.is_narrow for d in ds):
+        if len(set(ds)) > 1:
+            raise TypeError(f"no common dtype of {', '.join(sorted({d.name for d in ds}))}: narrow types "
+                            "only meet their own type")
+        return ds[0]
     if any(d is DType.bfloat16 for d in ds) and any(d is DType.float16 for d in ds):
         return DType.float32
     if all(d.is_int or d is DType.bool for d in ds):

@@ -389,13 +389,36 @@ defop("where", inputs=("cond", "a", "b"), infer=_where_infer, reference=_where_r
       doc="a where cond else b, broadcast over all three")
 
 
+def _cast_infer(ctx, x, *, dtype):
+    src = x.dtype
+    if src.is_narrow or dtype.is_narrow:
+        if src.is_minifloat or dtype.is_minifloat:
+            ok = (src.is_float or dtype.is_float) and dtype is not DType.float8_e8m0fnu
+            want = "float types (and e8m0's bits through bitcast from uint8)"
+        else:
+            ok = not (src.is_narrow and dtype.is_narrow)
+            want = "integer, float and bool types"
+        if not ok:
+            raise ctx.error(f"cannot cast {src.name} to {dtype.name}",
+                            hint=f"{src.name if src.is_narrow else dtype.name} casts to and from {want}; "
+                                 "cast through float32 or int64")
+    return x.with_dtype(dtype)
+
+
 def _cast_ref(ctx, x, *, dtype):
-    if (dtype.is_int and np.issubdtype(x.dtype, np.floating)) or x.dtype.name == "bfloat16":
+    if dtype.is_narrow and DType.from_numpy(x.dtype).is_float:
+        if dtype.is_minifloat:  # braze_narrow.h rounds float32 (ml_dtypes rounds float64 through it too)
+            x = x.astype(np.float32, copy=False)
+        else:  # as ml_dtypes: truncated, wrapped, and 0 outside int32
+            with _errstate():
+                x = np.where(np.abs(x) < 2.0 ** 31, np.trunc(x.astype(np.float64)), 0).astype(np.int64)
+    elif (dtype.is_int and np.issubdtype(x.dtype, np.floating)) or x.dtype.name == "bfloat16":
         x = x.astype(np.float64, copy=False)  # truncation toward zero; also avoids bf16 -> int quirks
     with _errstate():
         return x.astype(dtype.numpy)
 
 
-defop("cast", inputs=("x",), attrs={"dtype": Attr("dtype", doc="target dtype")},
-      infer=lambda ctx, x, *, dtype: x.with_dtype(dtype), reference=_cast_ref, kind="elementwise",
-      doc="convert to dtype (floats to ints truncate toward zero; nonzero to bool is True)")
+defop("cast", narrow=True, inputs=("x",), attrs={"dtype": Attr("dtype", doc="target dtype")},
+      infer=_cast_infer, reference=_cast_ref, kind="elementwise",
+      doc="convert to dtype (floats to ints truncate toward zero; nonzero to bool is True; narrow types: "
+          "docs/semantics.md)")

@@ -31,7 +31,7 @@ def _gather_ref(ctx, x, idx, *, axis):
     return np.take(x, idx.astype(np.int64, copy=False), axis=axis)
 
 
-defop("gather", inputs=("x", "indices"), attrs={"axis": Attr("int", 0)},
+defop("gather", narrow=True, inputs=("x", "indices"), attrs={"axis": Attr("int", 0)},
       infer=_gather_infer, reference=_gather_ref, kind="injective",
       doc="numpy.take along an axis; negative indices wrap.")
 

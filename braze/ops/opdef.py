@@ -54,6 +54,7 @@ class OpDef:
     attrs: dict[str, Attr] = field(default_factory=dict)
     kind: str = "opaque"
     doc: str = ""
+    narrow: bool = False  # takes narrow dtypes (float8, int4, ...): ops that only move or convert elements
 
     @property
     def variadic(self) -> bool:
@@ -119,14 +120,27 @@ def _coerce(op, name, kind, v):
         raise ShapeError(f"op '{op}' attribute '{name}' must be {kind}, got {v!r} ({e})") from None
 
 
+def _no_narrow(infer):
+    """``infer``, refusing narrow inputs: their bytes are codes, not numbers, until a cast reads them."""
+    def checked(ctx, *types, **attrs):
+        for t in types:
+            if t is not None and t.dtype.is_narrow:
+                raise ctx.error(f"does not take {t.dtype.name} inputs",
+                                hint=f"cast the {t.dtype.name} tensor to float32 (or an integer type) first: "
+                                     "braze reads narrow types only through cast")
+        return infer(ctx, *types, **attrs)
+    return checked
+
+
 # every op defined so far, by name; braze.ops.registry looks ops up here once all op modules are loaded
 DEFINED: dict[str, OpDef] = {}
 
 
-def defop(name: str, *, inputs, infer, reference, attrs=None, kind="opaque", doc="") -> OpDef:
+def defop(name: str, *, inputs, infer, reference, attrs=None, kind="opaque", doc="", narrow=False) -> OpDef:
     if name in DEFINED:
         raise ValueError(f"op '{name}' is registered twice")
     assert kind in OP_KINDS, kind
-    op = OpDef(name, tuple(inputs), infer, reference, dict(attrs or {}), kind, doc)
+    op = OpDef(name, tuple(inputs), infer if narrow else _no_narrow(infer), reference, dict(attrs or {}), kind, doc,
+               narrow)
     DEFINED[name] = op
     return op

@@ -41,7 +41,7 @@ def _reshape_ref(ctx, x, *, shape):
     return np.reshape(x, tuple(shape))
 
 
-defop("reshape", inputs=("x",), attrs={"shape": Attr("intlikes", doc="target shape, no -1")},
+defop("reshape", narrow=True, inputs=("x",), attrs={"shape": Attr("intlikes", doc="target shape, no -1")},
       infer=_reshape_infer, reference=_reshape_ref, kind="injective",
       doc="Same elements (row-major) in a new shape.")
 
@@ -59,7 +59,7 @@ def _permute_ref(ctx, x, *, perm):
     return np.transpose(x, tuple(a % x.ndim for a in perm)) if x.ndim else x
 
 
-defop("permute", inputs=("x",), attrs={"perm": Attr("ints", doc="output axis i is input axis perm[i]")},
+defop("permute", narrow=True, inputs=("x",), attrs={"perm": Attr("ints", doc="output axis i is input axis perm[i]")},
       infer=_permute_infer, reference=_permute_ref, kind="injective",
       doc="Transpose axes (numpy.transpose).")
 
@@ -97,7 +97,7 @@ def _expand_ref(ctx, x, *, shape):
     return np.broadcast_to(x, tgt)
 
 
-defop("expand", inputs=("x",), attrs={"shape": Attr("intlikes", doc="target shape; -1 keeps the input dim")},
+defop("expand", narrow=True, inputs=("x",), attrs={"shape": Attr("intlikes", doc="target shape; -1 keeps the input dim")},
       infer=_expand_infer, reference=_expand_ref, kind="broadcast",
       doc="Broadcast size-1 dims (and new leading dims) to a shape.")
 
@@ -127,7 +127,11 @@ def _concat_infer(ctx, *xs, axis):
         total = S.add(total, t.shape[ax])
     out = [ctx.simplify(d) for d in out]
     out[ax] = ctx.simplify(total)
-    return TensorType(promote(*(t.dtype for t in xs)), tuple(out))
+    try:
+        dt = promote(*(t.dtype for t in xs))
+    except TypeError as e:
+        raise ctx.error(str(e), hint="cast the inputs to one dtype first") from None
+    return TensorType(dt, tuple(out))
 
 
 def _concat_ref(ctx, *xs, axis):
@@ -135,7 +139,7 @@ def _concat_ref(ctx, *xs, axis):
     return np.concatenate([a.astype(dt, copy=False) for a in xs], axis=axis)
 
 
-defop("concat", inputs=("xs*",), attrs={"axis": Attr("int", 0, "axis to join on")},
+defop("concat", narrow=True, inputs=("xs*",), attrs={"axis": Attr("int", 0, "axis to join on")},
       infer=_concat_infer, reference=_concat_ref, kind="injective",
       doc="Join tensors along an axis.")
 
@@ -165,7 +169,7 @@ def _split_ref(ctx, x, *, axis, sizes):
     return tuple(np.split(x, idx, axis=axis))
 
 
-defop("split", inputs=("x",), attrs={"axis": Attr("int", 0), "sizes": Attr("intlikes", doc="one per output")},
+defop("split", narrow=True, inputs=("x",), attrs={"axis": Attr("int", 0), "sizes": Attr("intlikes", doc="one per output")},
       infer=_split_infer, reference=_split_ref, kind="injective",
       doc="Split along an axis into pieces of the given sizes (one output each).")
 
@@ -246,7 +250,7 @@ def _slice_ref(ctx, x, *, axis, start, end, step):
     return x[tuple(ix)]
 
 
-defop("slice", inputs=("x",),
+defop("slice", narrow=True, inputs=("x",),
       attrs={"axis": Attr("int", doc="axis to slice"),
              "start": Attr("intlike", 0, "first index (negative counts from the end)"),
              "end": Attr("intlike", BIG, "one past the last index; >= 2**62 means the end"),
@@ -276,7 +280,7 @@ def _unsqueeze_ref(ctx, x, *, axes):
     return np.expand_dims(x, tuple(sorted(a % r for a in axes)))
 
 
-defop("unsqueeze", inputs=("x",), attrs={"axes": Attr("ints", doc="positions of the new dims in the output")},
+defop("unsqueeze", narrow=True, inputs=("x",), attrs={"axes": Attr("ints", doc="positions of the new dims in the output")},
       infer=_unsqueeze_infer, reference=_unsqueeze_ref, kind="injective",
       doc="Insert size-1 dims.")
 
@@ -311,7 +315,7 @@ def _squeeze_ref(ctx, x, *, axes):
     return np.squeeze(x, axis=tuple(sorted({a % x.ndim for a in axes})))
 
 
-defop("squeeze", inputs=("x",), attrs={"axes": Attr("ints", None, "dims to drop (must be 1); None: all 1s")},
+defop("squeeze", narrow=True, inputs=("x",), attrs={"axes": Attr("ints", None, "dims to drop (must be 1); None: all 1s")},
       infer=_squeeze_infer, reference=_squeeze_ref, kind="injective",
       doc="Remove size-1 dims.")
 
@@ -335,7 +339,7 @@ def _flatten_ref(ctx, x, *, start_axis, end_axis):
         x.reshape(x.shape[:s] + (int(np.prod(x.shape[s:e + 1])),) + x.shape[e + 1:])
 
 
-defop("flatten", inputs=("x",), attrs={"start_axis": Attr("int", 1), "end_axis": Attr("int", -1)},
+defop("flatten", narrow=True, inputs=("x",), attrs={"start_axis": Attr("int", 1), "end_axis": Attr("int", -1)},
       infer=_flatten_infer, reference=_flatten_ref, kind="injective",
       doc="Merge dims start_axis..end_axis (inclusive) into one.")
 
@@ -408,6 +412,6 @@ def _tile_ref(ctx, x, *, repeats):
     return np.tile(x, tuple(repeats))
 
 
-defop("tile", inputs=("x",), attrs={"repeats": Attr("intlikes", doc="per dim (numpy.tile)")},
+defop("tile", narrow=True, inputs=("x",), attrs={"repeats": Attr("intlikes", doc="per dim (numpy.tile)")},
       infer=_tile_infer, reference=_tile_ref, kind="injective",
       doc="Repeat the whole tensor along each dim (numpy.tile).")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..ir.types import DType
+from ..ir.types import NARROW, DType
 
 DTYPES: tuple[DType, ...] = tuple(DType)
 DTYPE_CODE: dict[DType, int] = {d: i for i, d in enumerate(DTYPES)}
@@ -23,8 +23,9 @@ ALIGN = 64  # bytes; alignment of outputs the runtime allocates
 
 _NP_CODE: dict[np.dtype, int] = {}
 _CODE_NP: list = [None] * len(DTYPES)
+_FROM_ML_DTYPES = (DType.bfloat16, *sorted(NARROW, key=DTYPES.index))  # imported only when one comes
 for _d, _i in DTYPE_CODE.items():
-    if _d is not DType.bfloat16:
+    if _d not in _FROM_ML_DTYPES:
         _NP_CODE[np.dtype(_d.numpy)] = _i
         _CODE_NP[_i] = np.dtype(_d.numpy)
 _bf16_loaded = False
@@ -67,9 +68,9 @@ def _load_bf16() -> None:
     global _bf16_loaded
     if not _bf16_loaded:
         _bf16_loaded = True
-        bf = DType.bfloat16.numpy  # imports ml_dtypes
-        _NP_CODE[bf] = DTYPE_CODE[DType.bfloat16]
-        _CODE_NP[DTYPE_CODE[DType.bfloat16]] = bf
+        for d in _FROM_ML_DTYPES:
+            _NP_CODE[d.numpy] = DTYPE_CODE[d]  # imports ml_dtypes
+            _CODE_NP[DTYPE_CODE[d]] = d.numpy
 
 
 def np_dtype_code(dt: np.dtype) -> int:
@@ -104,7 +105,10 @@ def _torch_tables():
                  DType.int64: torch.int64, DType.int32: torch.int32, DType.int8: torch.int8,
                  DType.uint8: torch.uint8, DType.bool: torch.bool, DType.int16: torch.int16,
                  DType.uint16: torch.uint16, DType.uint32: torch.uint32, DType.uint64: torch.uint64}
-        _CODE_TORCH = [pairs[d] for d in DTYPES]
+        for d in NARROW:  # torch's float8 types; its sub-byte integers are packed, so not these
+            if hasattr(torch, d.name):
+                pairs[d] = getattr(torch, d.name)
+        _CODE_TORCH = [pairs.get(d) for d in DTYPES]
         _TORCH_CODE = {t: DTYPE_CODE[d] for d, t in pairs.items()}
     return _TORCH_CODE, _CODE_TORCH
 
@@ -118,7 +122,11 @@ def torch_dtype_code(dt) -> int:
 
 
 def code_torch_dtype(code: int):
-    return _torch_tables()[1][code]
+    t = _torch_tables()[1][code]
+    if t is None:
+        raise InputError(f"torch has no dtype for braze's {DTYPES[code].name}",
+                         hint="call the model with NumPy arrays (ml_dtypes' types)")
+    return t
 
 
 def is_torch_tensor(x) -> bool:

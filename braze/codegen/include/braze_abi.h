@@ -78,7 +78,18 @@ typedef void *(*braze_alloc_fn)(void *ctx, int32_t index, int32_t dtype, int32_t
 #define BRAZE_UINT16 10
 #define BRAZE_UINT32 11
 #define BRAZE_UINT64 12
-#define BRAZE_NUM_DTYPES 13
+/* narrow types: one element per byte (docs/semantics.md, "Narrow types") */
+#define BRAZE_FLOAT8_E4M3FN 13
+#define BRAZE_FLOAT8_E4M3FNUZ 14
+#define BRAZE_FLOAT8_E5M2 15
+#define BRAZE_FLOAT8_E5M2FNUZ 16
+#define BRAZE_FLOAT8_E8M0FNU 17
+#define BRAZE_FLOAT4_E2M1FN 18
+#define BRAZE_INT4 19
+#define BRAZE_UINT4 20
+#define BRAZE_INT2 21
+#define BRAZE_UINT2 22
+#define BRAZE_NUM_DTYPES 23
 
 /* error codes. RANK..CONSTRAINT are the caller's fault (InputError in Python). */
 #define BRAZE_OK 0
@@ -92,12 +103,14 @@ typedef void *(*braze_alloc_fn)(void *ctx, int32_t index, int32_t dtype, int32_t
 
 static inline const char *braze_dtype_name(int32_t dtype) {
     static const char *const names[BRAZE_NUM_DTYPES] = {
-        "f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "bool", "i16", "u16", "u32", "u64"};
+        "f32", "f16", "bf16", "f64", "i64", "i32", "i8", "u8", "bool", "i16", "u16", "u32", "u64",
+        "f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz", "f8e8m0", "f4e2m1", "i4", "u4", "i2", "u2"};
     return (dtype >= 0 && dtype < BRAZE_NUM_DTYPES) ? names[dtype] : "?";
 }
 
 static inline int32_t braze_dtype_size(int32_t dtype) {
-    static const int32_t sizes[BRAZE_NUM_DTYPES] = {4, 2, 2, 8, 8, 4, 1, 1, 1, 2, 2, 4, 8};
+    static const int32_t sizes[BRAZE_NUM_DTYPES] = {4, 2, 2, 8, 8, 4, 1, 1, 1, 2, 2, 4, 8,
+                                                          1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     return (dtype >= 0 && dtype < BRAZE_NUM_DTYPES) ? sizes[dtype] : 0;
 }
 

@@ -428,4 +428,5 @@ BZ_INLINE float bz_sgelu_tanh(float x) {
     return 0.5f * bz_maxf(x, -3.40282347e+38f) * (1.0f + bz_stanh(u));
 }
 #include "braze_half.h" /* bfloat16 / float16 storage */
+#include "braze_narrow.h" /* float8, float4, int4, int2 storage */
 #endif /* BRAZE_VEC_H */

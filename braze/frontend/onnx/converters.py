@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.types import DType
-from . import fold
-from .common import onnx_dtype
+from . import fold, narrow
+from .common import is_symbolic_array, onnx_dtype
 from .convert import converter
 from .converters_shape import einsum
 
@@ -173,7 +173,7 @@ def _isinf(ctx):
     return outs[0] if len(outs) == 1 else ctx.op("logical_or", *outs)
 
 
-@converter("Identity")
+@converter("Identity", sequences=True)
 def _identity(ctx):
     return ctx.tv(0)
 
@@ -296,10 +296,7 @@ def _where(ctx):
 
 @converter("Cast", attrs=("to", "saturate", "round_mode"))
 def _cast(ctx):
-    to = onnx_dtype(ctx.attr("to"), ctx.where())
-    if ctx.attr("round_mode", "up") != "up":
-        raise ctx.unsupported(f"round_mode={ctx.attr('round_mode')!r}")
-    return _cast_to(ctx, to)
+    return _cast_to(ctx, onnx_dtype(ctx.attr("to"), ctx.where()))
 
 
 @converter("CastLike", attrs=("saturate", "round_mode"))
@@ -307,13 +304,25 @@ def _cast_like(ctx):
     return _cast_to(ctx, ctx.tv(1).dtype)
 
 
+_FLOAT8 = (DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz)
+
+
 def _cast_to(ctx, to: DType):
+    """ONNX's Cast: to a float8 type, ``saturate`` (the default) first clips to the type's largest
+    finite value, infinities included; float8_e8m0 is built from the float32 bits (narrow.to_e8m0)."""
     t = ctx.tv(0)
+    if to is DType.float8_e8m0fnu and t.dtype is not to:
+        return narrow.to_e8m0(ctx, ctx.value(0), bool(ctx.attr("saturate", 1)), ctx.attr("round_mode", "up"))
+    bound = float(to.finfo.max) if to in _FLOAT8 and ctx.attr("saturate", 1) and t.dtype.is_float else None
     if t.known is not None and t.known.size <= 1 << 16:
-        r = fold.cast(t.known, to)
+        k = t.known if bound is None or is_symbolic_array(t.known) else np.clip(t.known, -bound, bound)
+        r = fold.cast(k, to)
         if r is not None:
             return r
-    return ctx.cast(ctx.value(0), to)
+    v = ctx.value(0)
+    if bound is not None:
+        v = ctx.op("clamp", v, min=-bound, max=bound)
+    return ctx.cast(v, to)
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ reference computes, op for op; none has a kernel of its own."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ...ir import sym as S
@@ -153,8 +154,8 @@ def _dequantize(ctx):
     """(x - zero point) * scale, in float32 as ONNX's reference, then the scale's dtype (or output_dtype)."""
     x = ctx.value(0)
     axis, block = ctx.attr("axis", 1) % max(x.rank, 1), ctx.attr("block_size", 0)
-    if not x.dtype.is_int:
-        raise ctx.unsupported(f"{x.dtype.name} input", hint="braze dequantizes 8- to 32-bit integers")
+    if not (x.dtype.is_int or x.dtype.is_narrow):
+        raise ctx.unsupported(f"{x.dtype.name} input", hint="braze dequantizes integers and narrow types")
     scale, zp = _q_param(ctx, 1, x, axis, block), _q_param(ctx, 2, x, axis, block)
     dx = ctx.cast(x, DType.float32)
     if zp is not None:
@@ -172,11 +173,20 @@ def _quantize(ctx):
     scale, zp = _q_param(ctx, 1, x, axis, block), _q_param(ctx, 2, x, axis, block)
     out = zp.dtype if zp is not None else (onnx_dtype(ctx.attr("output_dtype"), ctx.where())
                                            if ctx.attr("output_dtype") else DType.uint8)
-    if out not in _Q_TYPES:
-        raise ctx.unsupported(f"quantizing to {out.name}", hint="braze quantizes to int8, uint8, int16 and uint16")
+    if out not in _Q_TYPES and not out.is_narrow:
+        raise ctx.unsupported(f"quantizing to {out.name}",
+                              hint="braze quantizes to 16-, 8-, 4- and 2-bit integers, float8 and float4")
     dt = onnx_dtype(ctx.attr("precision"), ctx.where()) if ctx.attr("precision") else x.dtype
-    q = ctx.op("round", ctx.op("div", ctx.cast(x, dt), ctx.cast(scale, dt)))
-    lo, hi = (int(v) for v in (np.iinfo(out.numpy).min, np.iinfo(out.numpy).max))
+    q = ctx.op("div", ctx.cast(x, dt), ctx.cast(scale, dt))
+    if out.is_minifloat:  # float8: the zero point is 0 (ONNX); float4 adds it, and saturates as it casts
+        if out is DType.float4_e2m1fn and zp is not None:
+            q = ctx.op("add", q, ctx.cast(zp, dt))
+        elif out is not DType.float4_e2m1fn and ctx.attr("saturate", 1):
+            q = ctx.op("clamp", q, min=-float(out.finfo.max), max=float(out.finfo.max))
+        return ctx.cast(q, out)
+    q = ctx.op("round", q)
+    info = ml_dtypes.iinfo(out.numpy) if out.is_narrow else np.iinfo(out.numpy)
+    lo, hi = int(info.min), int(info.max)
     # clipped before the cast, to int32's range: no float outside it is ever converted (undefined in C)
     q = ctx.cast(ctx.op("clamp", q, min=float(-2 ** 31), max=float(2 ** 31 - 128)), DType.int32)
     if zp is not None:
