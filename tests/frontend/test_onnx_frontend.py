@@ -267,11 +267,14 @@ def test_a_model_of_another_domain_only_names_it():
         braze.import_onnx(m)
 
 
-def test_sequence_test_data_is_unsupported_not_a_value_error():
-    from braze.frontend.onnx.backend import as_array
+def test_a_ragged_list_for_a_tensor_input_is_an_input_error_not_a_value_error():
+    from braze.frontend.onnx.backend import prepare
 
-    with pytest.raises(UnsupportedOpError, match="a sequence of 2 tensors"):
-        as_array([np.zeros(2), np.zeros(3)])  # ragged: numpy itself would raise ValueError
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", F, ["n"])],
+                          [helper.make_tensor_value_info("y", F, ["n"])])
+    rep = prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+    with pytest.raises(InputError, match="input 'x' is a tensor, given a list of 2 arrays"):
+        rep.run([[np.zeros(2), np.zeros(3)]])  # ragged: numpy itself would raise ValueError
 
 
 def test_old_opset_is_converted(caplog):

@@ -7,6 +7,10 @@ graph input. This backend's prepare() does not: its rep imports the model once p
 those inputs, bound as initializers, when run() sees them (``SpecializingRep``), as an interpreter
 would take them. ``run_node_test`` binds every shape operand as an initializer from the test data (what
 an exporter does when it writes them as constants; ``prepare_bound``).
+
+A model whose graph inputs are sequences or optionals is imported for the structure run() is given
+(how many tensors each sequence holds, whether an optional holds one: ``StructuredRep``), once per
+structure; a sequence output comes back as a list, an empty optional as None (structure.py).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from onnx.backend.base import Backend, BackendRep
 
 from ... import reference
 from ...errors import InputError, UnsupportedOpError
-from .importer import import_onnx
+from .importer import import_structured
+from .structure import STRUCTURED, flatten, group, spec_of
 
 log = logging.getLogger("braze.frontend")
 
@@ -29,12 +34,39 @@ class BrazeRep(BackendRep):
     """One imported module. With ``model`` (what prepare() gives), a value its shape operands read at
     run time that the module cannot take (a Reshape's -1, a Slice's negative end: an InputError) makes
     it import the model again with those operands bound (a ``SpecializingRep``), as an interpreter
-    would take them."""
+    would take them. ``structure`` rebuilds sequence and optional outputs (structure.group)."""
 
-    def __init__(self, module, model: onnx.ModelProto | None = None):
+    def __init__(self, module, model: onnx.ModelProto | None = None, structure: list | None = None,
+                 sequences: dict | None = None):
         self.module = module
         self.model = model
+        self.structure = structure
+        self.sequences = sequences  # the specs it was imported for
         self._special = None
+
+    def module_for(self, inputs: list) -> tuple:
+        """The module these inputs run, the inputs as its parameters take them, and its outputs'
+        structure (for a caller that compiles the module itself)."""
+        return self.module, self._flat(inputs), self.structure
+
+    def _flat(self, inputs: list) -> list:
+        """The arrays of the graph's inputs, a sequence's elements one each; a list given for a tensor
+        input becomes an array, or an InputError where its elements differ in shape."""
+        names = [i.name for i in self.model.graph.input] if self.model is not None else []
+        out = []
+        for k, v in enumerate(inputs):
+            name = names[k] if k < len(names) else f"#{k}"
+            if name in (self.sequences or {}):
+                out += flatten(v)
+            elif isinstance(v, (list, tuple)):
+                try:
+                    out.append(np.asarray(v))
+                except ValueError:
+                    raise InputError(f"input '{name}' is a tensor, given a list of {len(v)} arrays of different "
+                                     "shapes", hint="pass one array") from None
+            else:
+                out.append(v)
+        return out
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, np.ndarray):
@@ -43,17 +75,67 @@ class BrazeRep(BackendRep):
             names = [p.name for p in self.module.main.params]
             inputs = [inputs[n] for n in names]
         try:
-            out = reference.run(self.module, *inputs)
+            out = reference.run(self.module, *self._flat(inputs))
         except InputError:
             if self.model is None or not self.module.value_symbols:
                 raise
             if self._special is None:
                 names = [i.name for i in self.model.graph.input]
+                owners = _owners(names, inputs)
                 params = [p.name for p in self.module.main.params]
-                read = {names[params.index(p)] for (_, p, _) in self.module.value_symbols}
-                self._special = SpecializingRep(self.model, [n for n in names if n in read])
+                read = {owners[params.index(p)] for (_, p, _) in self.module.value_symbols}
+                self._special = SpecializingRep(self.model, [n for n in names if n in read], self.sequences)
             return self._special.run(inputs)
-        return list(out) if isinstance(out, tuple) else [out]
+        out = list(out) if isinstance(out, tuple) else [out]
+        return group(self.structure, out) if self.structure else out
+
+
+def _owners(names: list[str], inputs: list) -> list[str]:
+    """The graph input each module parameter comes from (a sequence's elements are one each)."""
+    return [n for n, v in zip(names, inputs) for _ in flatten(v)]
+
+
+def _import(model: onnx.ModelProto, sequences: dict | None = None, bound: onnx.ModelProto | None = None) -> BrazeRep:
+    module, structure = import_structured(bound or model, sequences=sequences)
+    return BrazeRep(module, bound or model, structure, sequences)
+
+
+def structured_inputs(model: onnx.ModelProto) -> list[str]:
+    """The graph inputs that are sequences or optionals."""
+    return [i.name for i in model.graph.input if i.type.WhichOneof("value") in STRUCTURED]
+
+
+class StructuredRep(BackendRep):
+    """A model with sequence or optional graph inputs: run() imports it for the structure of the values
+    it is given (structure.spec_of), once per structure (at most ``MAX_KEPT`` kept)."""
+
+    MAX_KEPT = 16
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.names = [i.name for i in model.graph.input]
+        self.structured = structured_inputs(model)
+        self._reps: dict = {}
+        self._lock = threading.Lock()
+
+    def rep_for(self, inputs: list) -> BrazeRep:
+        specs = {n: spec_of(v) for n, v in zip(self.names, inputs) if n in self.structured}
+        key = repr(sorted(specs.items()))
+        with self._lock:
+            rep = self._reps.get(key)
+            if rep is None:
+                rep = prepare(self.model, sequences=specs)
+                if len(self._reps) >= self.MAX_KEPT:
+                    self._reps.pop(next(iter(self._reps)))
+                self._reps[key] = rep
+        return rep
+
+    def module_for(self, inputs: list) -> tuple:
+        return self.rep_for(inputs).module_for(inputs)
+
+    def run(self, inputs, **kwargs):
+        inputs = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+        return self.rep_for(inputs).run(inputs)
 
 
 # a graph input of at most this many elements (by its declared shape) may be a shape operand: where the
@@ -90,10 +172,11 @@ class SpecializingRep(BackendRep):
 
     MAX_VALUES = 16
 
-    def __init__(self, model: onnx.ModelProto, first: list[str]):
+    def __init__(self, model: onnx.ModelProto, first: list[str], sequences: dict | None = None):
         self.model = model
         self.names = [i.name for i in model.graph.input]
         self.bind = list(first)  # the inputs bound so far, in the order the import asked for them
+        self.sequences = sequences
         self._reps: dict = {}
         self._lock = threading.Lock()
 
@@ -106,8 +189,7 @@ class SpecializingRep(BackendRep):
                 if rep is not None:
                     return rep, frozenset(self.bind)
                 try:
-                    bound = bind_inputs(self.model, {n: feed[n] for n in self.bind})
-                    rep = BrazeRep(import_onnx(bound), bound)
+                    rep = _import(self.model, self.sequences, bind_inputs(self.model, {n: feed[n] for n in self.bind}))
                 except UnsupportedOpError as e:
                     more = to_bind(self.model, e, self.bind)
                     if not more:
@@ -133,17 +215,27 @@ class SpecializingRep(BackendRep):
         rep, bound = self._rep(feed)
         return rep.run([feed[n] for n in self.names if n not in bound])
 
+    def module_for(self, inputs: list) -> tuple:
+        feed = dict(zip(self.names, inputs))
+        rep, bound = self._rep(feed)
+        return rep.module_for([feed[n] for n in self.names if n not in bound])
+
 
 class BrazeBackend(Backend):
     @classmethod
-    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> BackendRep:
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", sequences: dict | None = None,
+                **kwargs) -> BackendRep:
+        """A rep of ``model``; ``sequences`` gives the structure of its sequence and optional inputs
+        (structure.py), without which a model that has them gets a ``StructuredRep``."""
         super().prepare(model, device, **kwargs)
+        if sequences is None and structured_inputs(model):
+            return StructuredRep(model)
         try:
-            return BrazeRep(import_onnx(model), model)
+            return _import(model, sequences)
         except UnsupportedOpError as e:
             first = to_bind(model, e, ())
             if first:
-                return SpecializingRep(model, first)
+                return SpecializingRep(model, first, sequences)
             raise
 
     @classmethod
@@ -170,26 +262,29 @@ def bind_inputs(model: onnx.ModelProto, values: dict) -> onnx.ModelProto:
 
 
 def as_array(a):
-    """A NumPy array from an array or a TensorProto (ONNX test data for bfloat16 and friends); a list
-    (a sequence's test data, maybe ragged) is an UnsupportedOpError: braze imports tensor graphs."""
+    """A NumPy array from an array or a TensorProto (ONNX test data for bfloat16 and friends); a list (a
+    sequence's test data) as a list of arrays, and None (an empty optional) as None."""
+    if a is None:
+        return None
     if isinstance(a, (list, tuple)):
-        raise UnsupportedOpError(f"a sequence of {len(a)} tensors as an input",
-                                 hint="braze imports graphs of tensors, not sequences or optionals")
+        return [as_array(x) for x in a]
     if isinstance(a, onnx.TensorProto):
         from onnx import numpy_helper
         return numpy_helper.to_array(a)
     return np.asarray(a)
 
 
-def prepare_bound(model: onnx.ModelProto, feed: dict) -> tuple[BrazeRep, dict]:
+def prepare_bound(model: onnx.ModelProto, feed: dict) -> tuple[BackendRep, dict]:
     """Import ``model`` with its shape operands bound as initializers from ``feed`` (what an exporter
     writes as constants): those the import needs (``to_bind``) and those it would read at run time (the
-    module's value symbols). Returns the rep and what was bound."""
+    module's value symbols); sequence and optional inputs imported for the structure ``feed`` gives.
+    Returns the rep and what was bound."""
     names = [i.name for i in model.graph.input]
+    specs = {n: spec_of(feed[n]) for n in structured_inputs(model)}
     bound: dict = {}
     for _ in range(len(names) + 1):
         try:
-            rep = BrazeRep(import_onnx(bind_inputs(model, bound) if bound else model))
+            rep = _import(model, specs, bind_inputs(model, bound) if bound else None)
         except UnsupportedOpError as e:
             more = to_bind(model, e, bound)
             if not more:
@@ -198,7 +293,8 @@ def prepare_bound(model: onnx.ModelProto, feed: dict) -> tuple[BrazeRep, dict]:
             continue
         params = [p.name for p in rep.module.main.params]  # the graph inputs left, in order
         left = [n for n in names if n not in bound]
-        read = {left[params.index(p)] for (_, p, _) in rep.module.value_symbols}
+        owners = _owners(left, [feed[n] for n in left])
+        read = {owners[params.index(p)] for (_, p, _) in rep.module.value_symbols}
         if not read:
             return rep, bound
         bound.update((n, feed[n]) for n in read)

@@ -14,7 +14,10 @@ from ...ir.types import DType
 # ONNX TensorProto data type -> braze DType (the others are unsupported)
 _ONNX_DTYPES = {1: DType.float32, 10: DType.float16, 16: DType.bfloat16, 11: DType.float64,
                 7: DType.int64, 6: DType.int32, 3: DType.int8, 2: DType.uint8, 9: DType.bool,
-                5: DType.int16, 4: DType.uint16, 12: DType.uint32, 13: DType.uint64}
+                5: DType.int16, 4: DType.uint16, 12: DType.uint32, 13: DType.uint64,
+                17: DType.float8_e4m3fn, 18: DType.float8_e4m3fnuz, 19: DType.float8_e5m2, 20: DType.float8_e5m2fnuz,
+                21: DType.uint4, 22: DType.int4, 23: DType.float4_e2m1fn, 24: DType.float8_e8m0fnu, 25: DType.uint2,
+                26: DType.int2}
 _ONNX_DTYPE_NAMES = {0: "undefined", 1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
                      7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32",
                      13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16", 17: "float8e4m3fn",
@@ -65,6 +68,35 @@ class TV:
 
     def __repr__(self):
         return f"TV({self.name}: {self.dtype}{list(self.shape)}{' known' if self.known is not None else ''})"
+
+
+class Seq:
+    """An ONNX sequence during import: its tensors, as many as the import knows (a sequence braze
+    imports has a length fixed at import: built by its ops, or a graph input of a given length), and
+    its element type (an empty sequence still has one)."""
+
+    __slots__ = ("items", "dtype", "name")
+
+    def __init__(self, items: list, dtype: DType, name: str | None = None):
+        self.items = list(items)
+        self.dtype = dtype
+        self.name = name
+
+    def __repr__(self):
+        return f"Seq({self.name}: {len(self.items)} x {self.dtype})"
+
+
+class Opt:
+    """An ONNX optional during import: a TV or a Seq, or None (empty)."""
+
+    __slots__ = ("item", "name")
+
+    def __init__(self, item, name: str | None = None):
+        self.item = item
+        self.name = name
+
+    def __repr__(self):
+        return f"Opt({self.name}: {self.item!r})"
 
 
 def is_symbolic_array(a: np.ndarray) -> bool:

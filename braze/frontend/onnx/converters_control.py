@@ -11,7 +11,7 @@ import numpy as np
 
 from ...ir import sym as S
 from ...ir.types import DType
-from .common import TV
+from .common import TV, Opt, Seq
 from .convert import converter
 
 MAX_STEPS = 256  # an unrolled body per step: past this the graph, and its compile, grow too large
@@ -65,7 +65,7 @@ def _known_bool(t: TV | None) -> bool | None:
     return bool(t.known.reshape(-1)[0])
 
 
-@converter("If", attrs=("then_branch", "else_branch"))
+@converter("If", attrs=("then_branch", "else_branch"), sequences=True)
 def _if(ctx):
     cond = ctx.tv(0)
     pick = _known_bool(cond)
@@ -77,8 +77,15 @@ def _if(ctx):
     if c.rank != 0 and S.prod(tuple(c.shape)) != 1:
         raise ctx.unsupported(f"a condition of shape {list(c.shape)}", hint="the condition is one bool")
     c = ctx.op("reshape", ctx.cast(c, DType.bool), shape=())
-    outs = []
-    for k, (a, b) in enumerate(zip(then, other)):
+
+    def select(k, a, b):
+        """where(c, a, b), element by element through sequences and optionals of one structure."""
+        if isinstance(a, Seq) and isinstance(b, Seq) and len(a.items) == len(b.items):
+            return Seq([select(k, x, y) for x, y in zip(a.items, b.items)], a.dtype)
+        if isinstance(a, Opt) and isinstance(b, Opt) and (a.item is None) == (b.item is None):
+            return Opt(None if a.item is None else select(k, a.item, b.item))
+        if not (isinstance(a, TV) and isinstance(b, TV)):
+            raise ctx._needs_known(0, f"condition (output {k} is {a!r} in one branch and {b!r} in the other)")
         a, b = ctx.imp.materialize(a), ctx.imp.materialize(b)
         same = a.dtype == b.dtype and a.rank == b.rank and all(
             ctx.imp.module.constraints.equal(x, y) is True for x, y in zip(a.shape, b.shape))
@@ -86,11 +93,12 @@ def _if(ctx):
             raise ctx.unsupported(f"output {k} is {a.type} in one branch and {b.type} in the other, with a "
                                   "condition known only at run time",
                                   hint="give both branches one output shape, or make the condition a constant")
-        outs.append(ctx.op("where", c, a, b))
-    return outs
+        return TV(value=ctx.op("where", c, a, b))
+
+    return [select(k, a, b) for k, (a, b) in enumerate(zip(then, other))]
 
 
-@converter("Loop", attrs=("body",))
+@converter("Loop", attrs=("body",), sequences=True)
 def _loop(ctx):
     """Unrolled: the trip count (input 0) and the condition (input 1, and the body's each step) known
     at import; ``MAX_STEPS`` steps at most."""

@@ -23,8 +23,9 @@ from ...ir.graph import Module, SourceLoc, Value
 from ...ir.sym import Sym
 from ...ir.types import DType, TensorType
 from ...ops.builder import Builder, sanitize, unique_names
-from .common import TV, is_symbolic_array, onnx_dtype
-from .convert import op_key
+from .common import TV, Opt, Seq, is_symbolic_array, onnx_dtype
+from .convert import TAKES_SEQUENCES, op_key
+from .structure import STRUCTURED, flatten_output, structured_input
 
 MIN_OPSET = 13
 TARGET_OPSET = 21  # opsets 13..21 are the target; newer ones load where op semantics are unchanged
@@ -265,8 +266,10 @@ def node_names(names: list[str]) -> str:
 
 
 class Importer:
-    def __init__(self, proto, path: str | None, dim_ranges):
+    def __init__(self, proto, path: str | None, dim_ranges, sequences=None):
         self._start(path, dim_ranges)
+        self.sequences = dict(sequences or {})  # structure.structured_input's specs, by graph input
+        self.output_structure: list = []  # each graph output's, as structure.flatten_output gives it
         self.proto = proto
         self.graph = proto.graph
         self.opset = self._opset()
@@ -393,29 +396,40 @@ class Importer:
         return lo, hi
 
     def _input_type(self, vi) -> TensorType:
-        where = f"graph input '{vi.name}'" + (f" in {self.path}" if self.path else "")
         tt = vi.type
         if not tt.HasField("tensor_type"):
+            where = f"graph input '{vi.name}'" + (f" in {self.path}" if self.path else "")
             raise UnsupportedOpError(f"graph input '{vi.name}' is not a tensor ({tt.WhichOneof('value')})",
                                      where=where, hint="braze imports models whose inputs are tensors")
-        t = tt.tensor_type
+        return self.tensor_type(vi.name, tt.tensor_type)
+
+    def tensor_type(self, name: str, t, rank: int | None = None, element: bool = False) -> TensorType:
+        """The type of graph input ``name`` from its ONNX tensor type; one without a shape takes ``rank``
+        symbolic dims, where the caller knows the rank. A sequence's ``element`` gets symbols of its own
+        for dims the type leaves open: a dim_param there names no dim shared between elements."""
+        where = f"graph input '{name}'" + (f" in {self.path}" if self.path else "")
         dt = onnx_dtype(t.elem_type, where)
         if not t.HasField("shape"):
-            raise ModelFormatError(f"graph input '{vi.name}' has no shape (not even a rank)", where=where,
+            if rank is not None:
+                return TensorType(dt, tuple(self._symbol(None, name, axis) for axis in range(rank)))
+            raise ModelFormatError(f"graph input '{name}' has no shape (not even a rank)", where=where,
                                    hint="export with input shapes (torch.onnx.export(..., dynamic_axes=...)) or set "
                                         "them with onnx.tools.update_model_dims.update_inputs_outputs_dims")
         dims = []
         for axis, d in enumerate(t.shape.dim):
             if d.HasField("dim_value"):
                 if d.dim_value < 0:
-                    raise ModelFormatError(f"graph input '{vi.name}' dim {axis} is {d.dim_value}", where=where)
+                    raise ModelFormatError(f"graph input '{name}' dim {axis} is {d.dim_value}", where=where)
                 dims.append(int(d.dim_value))
             else:
-                dims.append(self._symbol(d.dim_param or None, vi.name, axis))
+                dims.append(self._symbol(None if element else d.dim_param or None, name, axis))
         return TensorType(dt, tuple(dims))
 
     # --- known values -> graph values -----------------------------------------
     def materialize(self, t: TV) -> Value:
+        if not isinstance(t, TV):
+            raise UnsupportedOpError(f"{t!r} where a tensor is needed", where=self.model_where(),
+                                     hint="take the tensor out of the sequence or optional first")
         if t.value is not None:
             return t.value
         a = t.known
@@ -458,6 +472,9 @@ class Importer:
         self.env = dict(saved)
         try:
             for vi, t in zip(graph.input, feeds):
+                if not isinstance(t, TV):  # a sequence or an optional, as it is
+                    self.env[vi.name] = t
+                    continue
                 self.env[vi.name] = TV(value=t.value, known=t.known, dtype=t.dtype, name=vi.name) \
                     if t.value is None else TV(value=t.value, known=t.known, name=vi.name)
             for init in graph.initializer:
@@ -491,28 +508,37 @@ class Importer:
         for vi in g.input:
             if vi.name in inits:
                 continue  # an initializer listed as input (old exporters): a constant
-            p = self.b.param(vi.name, self._input_type(vi))
-            self.env[vi.name] = TV(value=p, name=vi.name)
-            for axis, d in enumerate(p.type.shape):
-                if isinstance(d, int):  # input errors say why the dim is fixed
-                    self.module.input_notes[(self.b.func.name, p.name, axis)] = (
-                        f"the ONNX model fixes this dim to {d} (its graph input has a dim_value, not a dim_param); "
-                        "to serve other sizes, export the model with this dim dynamic")
+            if not vi.type.HasField("tensor_type") and vi.type.WhichOneof("value") in STRUCTURED:
+                self.env[vi.name] = structured_input(self, vi, self.sequences)
+                continue
+            self.env[vi.name] = TV(value=self.param(vi.name, self._input_type(vi)), name=vi.name)
         self._check_ops()
         for idx, node in enumerate(g.node):
             self._node_idx = idx
             self._convert(node)
         self._check_ranges()  # after the walk: shape operands fed as inputs name their symbols in it
-        results = []
+        results, names = [], []
         for o in g.output:
             t = self.env.get(o.name)
             if t is None:
                 raise ModelFormatError(f"graph output '{o.name}' is not produced by any node", where=self.path)
-            v = self.materialize(t)
-            results.append(v)
+            tensors, shape = flatten_output(t, o.name)
+            self.output_structure.append(shape)
+            results += [self.materialize(x) for x, _ in tensors]
+            names += [n for _, n in tensors]
         self.b.ret(*results)
-        self.module.output_names[self.b.func.name] = unique_names([o.name for o in g.output])
+        self.module.output_names[self.b.func.name] = unique_names(names)
         return self.module
+
+    def param(self, name: str, type: TensorType) -> Value:
+        """A graph input's parameter (a sequence's element is one too)."""
+        p = self.b.param(name, type)
+        for axis, d in enumerate(p.type.shape):
+            if isinstance(d, int):  # input errors say why the dim is fixed
+                self.module.input_notes[(self.b.func.name, p.name, axis)] = (
+                    f"the ONNX model fixes this dim to {d} (its graph input has a dim_value, not a dim_param); "
+                    "to serve other sizes, export the model with this dim dynamic")
+        return p
 
     def _check_ops(self):
         """One error naming every op type braze cannot convert, with counts and node names."""
@@ -566,6 +592,13 @@ class Importer:
         if entry is None:
             raise UnsupportedOpError(f"ONNX op '{node.op_type}' is not supported", where=ctx.where(),
                                      hint=UNSUPPORTED_HINT)
+        if op_key(node.domain, node.op_type) not in TAKES_SEQUENCES:
+            for k, t in enumerate(inputs):
+                if isinstance(t, (Seq, Opt)):
+                    what = "a sequence" if isinstance(t, Seq) else "an optional"
+                    raise ctx.unsupported(f"input {k} ('{node.input[k]}') is {what}; this op takes tensors",
+                                          hint="take the tensor out first (SequenceAt, ConcatFromSequence, "
+                                               "OptionalGetElement)")
         fn, attrs = entry
         for a in node.attribute:
             if a.name not in attrs:
@@ -593,15 +626,24 @@ class Importer:
             self.env[name] = o
 
 
-def import_onnx(model, dim_ranges=None) -> Module:
+def import_onnx(model, dim_ranges=None, sequences=None) -> Module:
     """An ONNX model (path, bytes or ModelProto) as a braze Module.
 
     Graph inputs' ``dim_param`` names become symbols (sanitized), ranged by
     ``dim_ranges={'batch': (1, 64)}`` (default ``[1, inf)``); unnamed dynamic
-    dims get fresh symbols named ``<input>_dim<axis>``.
+    dims get fresh symbols named ``<input>_dim<axis>``. A graph input that is a
+    sequence or an optional needs its structure in ``sequences``
+    (structure.structured_input); a sequence output gives one output per element.
     """
+    return import_structured(model, dim_ranges, sequences)[0]
+
+
+def import_structured(model, dim_ranges=None, sequences=None) -> tuple[Module, list]:
+    """``import_onnx``'s module, and each graph output's structure (structure.group rebuilds a
+    sequence or optional output from the module's flat outputs)."""
     from ...errors import require
 
     require("onnx", "onnx")
     proto, path = load_model(model)
-    return Importer(proto, path, dim_ranges).run()
+    imp = Importer(proto, path, dim_ranges, sequences)
+    return imp.run(), imp.output_structure
