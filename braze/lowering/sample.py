@@ -1,10 +1,12 @@
-"""Lowering of ``grid_sample``: per output element, the grid point's coordinates (in x's dtype, the
+"""Lowering of ``grid_sample`` (2-D and 3-D): per output element, the grid point's coordinates (in x's dtype, the
 reference's formulas in its order: braze/ops/sample.py), then each tap's load, 0 outside the image,
 times its weight.
 A tap's index is cast to int64 only where it lies inside the image, so no out-of-range or NaN float
 is ever converted (undefined in C)."""
 
 from __future__ import annotations
+
+import itertools
 
 from ..ir import sym as S
 from ..ir.loop import Binary, Compare, Expr
@@ -20,7 +22,6 @@ def _and(a: Expr, b: Expr) -> Expr:
 def _lower_grid_sample(ctx, x, grid, *, mode, padding_mode, align_corners):
     dt = x.dtype
     f = lambda v: const(v, dt)  # noqa: E731
-    h, w = x.shape[2], x.shape[3]
 
     def unnormalize(g, size):
         if align_corners:
@@ -42,43 +43,60 @@ def _lower_grid_sample(ctx, x, grid, *, mode, padding_mode, align_corners):
             return c
         if padding_mode == "reflection":
             c = reflect(c, size)
-        c = select(Compare("gt", c, f(0)), c, f(0))  # NaN to 0: compares, not NaN-keeping max/min
+        # by compares, as torch clamps: NaN to 0 in 2-D, to the last pixel in 3-D (braze/ops/sample._clip)
+        c = select(Compare("lt", c, f(0)), f(0), c) if len(x.shape) == 5 else select(Compare("gt", c, f(0)), c, f(0))
         hi = intlike_value(S.add(size, -1), dt)
         return select(Compare("lt", c, hi), c, hi)
 
-    def fn(idx):
-        n, c, ho, wo = idx
-        gx, gy = grid((n, ho, wo, 0)), grid((n, ho, wo, 1))
+    sizes = x.shape[2:]
+    s = len(sizes)
 
-        def tap(iy, ix):
-            ok = _and(_and(Compare("ge", ix, f(0)), Compare("le", ix, intlike_value(S.add(w, -1), dt))),
-                      _and(Compare("ge", iy, f(0)), Compare("le", iy, intlike_value(S.add(h, -1), dt))))
-            yi, xi = cast(select(ok, iy, f(0)), I64), cast(select(ok, ix, f(0)), I64)
-            return ok, x((n, c, yi, xi))
+    def fn(idx):
+        n, c, out = idx[0], idx[1], tuple(idx[2:])
+        g = [grid((n, *out, s - 1 - a)) for a in range(s)]  # x's spatial axis a reads grid component s-1-a
+
+        def tap(coords):
+            ok = None
+            for co, size in zip(coords, sizes):
+                inside = _and(Compare("ge", co, f(0)), Compare("le", co, intlike_value(S.add(size, -1), dt)))
+                ok = inside if ok is None else _and(ok, inside)
+            return ok, x((n, c, *(cast(select(ok, co, f(0)), I64) for co in coords)))
 
         def weighted(taps):
             total = None
             for (ok, v), wgt in taps:
                 t = mul(select(ok, v, f(0)), wgt)
+                if s == 3:  # torch's volume kernel adds only the taps inside (braze/ops/sample.py)
+                    t = select(ok, t, f(0))
                 total = t if total is None else add(total, t)
             return total
 
         if mode == "bicubic":
-            ix, iy = unnormalize(gx, w), unnormalize(gy, h)
-            x0, y0 = un("floor", ix), un("floor", iy)
-            wx, wy = _cubic(sub(ix, x0), f), _cubic(sub(iy, y0), f)
-            # each axis's four padded coordinates once (16 taps share them: one expression each in the C)
-            cxs, cys = [pad(add(x0, f(j - 1)), w) for j in range(4)], [pad(add(y0, f(i - 1)), h) for i in range(4)]
-            return weighted([(tap(cys[i], cxs[j]), mul(wy[i], wx[j])) for i in range(4) for j in range(4)])
-        ix, iy = pad(unnormalize(gx, w), w), pad(unnormalize(gy, h), h)
+            ix = [unnormalize(co, size) for co, size in zip(g, sizes)]
+            i0 = [un("floor", co) for co in ix]
+            wts = [_cubic(sub(co, c0), f) for co, c0 in zip(ix, i0)]
+            # each axis's four padded coordinates once (the taps share them: one expression each in the C)
+            cs = [[pad(add(c0, f(t - 1)), size) for t in range(4)] for c0, size in zip(i0, sizes)]
+            return weighted([(tap([cs[a][t] for a, t in enumerate(taps)]), _product([w[t] for w, t in zip(wts, taps)]))
+                             for taps in itertools.product(range(4), repeat=s)])
+        ix = [pad(unnormalize(co, size), size) for co, size in zip(g, sizes)]
         if mode == "nearest":
-            ok, v = tap(un("round", iy), un("round", ix))
+            ok, v = tap([un("round", co) for co in ix])
             return select(ok, v, f(0))
-        x0, y0 = un("floor", ix), un("floor", iy)
-        x1, y1 = add(x0, f(1)), add(y0, f(1))
-        return weighted([(tap(y0, x0), mul(sub(x1, ix), sub(y1, iy))), (tap(y0, x1), mul(sub(ix, x0), sub(y1, iy))),
-                         (tap(y1, x0), mul(sub(x1, ix), sub(iy, y0))), (tap(y1, x1), mul(sub(ix, x0), sub(iy, y0)))])
+        i0 = [un("floor", co) for co in ix]
+        i1 = [add(c0, f(1)) for c0 in i0]
+        return weighted([(tap([(c0, c1)[t] for c0, c1, t in zip(i0, i1, taps)]),
+                          _product([sub(c1, co) if t == 0 else sub(co, c0) for co, c0, c1, t in zip(ix, i0, i1, taps)]))
+                         for taps in itertools.product((0, 1), repeat=s)])
     return fn
+
+
+def _product(weights: list) -> Expr:
+    """braze/ops/sample._product: from the last axis (x) to the first."""
+    w = weights[-1]
+    for v in weights[-2::-1]:
+        w = mul(w, v)
+    return w
 
 
 def _cubic(t: Expr, f) -> list:

@@ -80,3 +80,31 @@ def test_an_empty_image_is_an_input_error_and_a_bad_grid_a_shape_error():
         cm(np.ones((1, 1, 4, 0), np.float32), np.zeros((1, 1, 3, 2), np.float32))
     with pytest.raises(ShapeError, match="grid \\[N, Ho, Wo, 2\\]"):
         build([tensor("f32", N, 1, H, W), tensor("f32", N, 3, 3)], lambda b, x, g: b.op("grid_sample", [x, g]))
+
+
+D, DO = Sym("d"), Sym("do")
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_volume_grid_sample_vs_torch(mode):
+    """x [N, C, D, H, W] at a grid [N, Do, Ho, Wo, 3] of (x, y, z): trilinear (torch's "bilinear") and
+    nearest, every padding and align_corners, one compile for 1-voxel and odd sizes, and special points."""
+    rng = np.random.default_rng(1)
+    m, ys = _module(mode, (N, 2, D, H, W), (N, DO, HO, WO, 3), VARIANTS)
+    assert all(y.type.shape == (N, 2, DO, HO, WO) for y in ys)
+    cm = braze.compile(m)
+    for n, d, h, w, do, ho, wo in ((1, 1, 1, 1, 1, 1, 1), (2, 3, 5, 4, 2, 3, 5), (1, 4, 1, 3, 3, 1, 2)):
+        x = rng.standard_normal((n, 2, d, h, w)).astype(np.float32)
+        g = rng.uniform(-1.3, 1.3, (n, do, ho, wo, 3)).astype(np.float32)
+        g[0, 0, 0, 0] = (1.0, -1.0, 1.0)
+        g.reshape(-1, 3)[-1] = (np.nan, 0.0, np.inf)
+        for (p, a), ref, got, want in zip(VARIANTS, braze.reference.run(m, x, g), cm(x, g), _torch(x, g, mode, VARIANTS)):
+            what = f"{mode} {p} align={a} at {x.shape}, {g.shape}"
+            assert_close(ref, want, rtol=1e-5, atol=3e-6, what="reference " + what)
+            assert_close(got, want, rtol=1e-5, atol=3e-6, what="native " + what)
+
+
+def test_bicubic_volume_is_refused():
+    with pytest.raises(ShapeError, match="bicubic sampling of a volume"):
+        build([tensor("f32", N, 1, D, H, W), tensor("f32", N, 2, 2, 2, 3)],
+              lambda b, x, g: b.op("grid_sample", [x, g], mode="bicubic"))

@@ -243,12 +243,14 @@ def _lp_pool(ctx):
 @converter("GridSample", attrs=("align_corners", "mode", "padding_mode"))
 def _grid_sample(ctx):
     x = ctx.value(0)
-    if x.rank != 4:
-        raise ctx.unsupported(f"{x.rank - 2}-D GridSample (input {x.type})", hint="braze samples 2-D grids")
+    if x.rank not in (4, 5):
+        raise ctx.unsupported(f"{x.rank - 2}-D GridSample (input {x.type})", hint="braze samples 2-D and 3-D grids")
     if x.dtype not in (DType.float32, DType.float64) or ctx.value(1).dtype is not x.dtype:
         raise ctx.unsupported(f"{x.dtype.name} operands", hint="braze's GridSample is float32 or float64")
     mode = ctx.attr("mode", "bilinear" if ctx.version < 20 else "linear")
     mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)  # opset 20's names
+    if x.rank == 5 and mode == "bicubic":
+        raise ctx.unsupported("cubic sampling of a volume", hint="braze samples volumes linear or nearest")
     return ctx.op("grid_sample", x, ctx.value(1), mode=mode, padding_mode=ctx.attr("padding_mode", "zeros"),
                   align_corners=bool(ctx.attr("align_corners", 0)))
 
