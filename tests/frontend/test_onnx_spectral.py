@@ -93,3 +93,25 @@ def test_windows_are_torch_s(op, torch_fn, periodic):
 def test_a_symbolic_signal_length_is_refused_by_name():
     with pytest.raises(UnsupportedOpError, match="static lengths"):
         braze.import_onnx(_dft_model(["b", "n", 2], 1))
+
+
+def _mel_model(bins, length, rate, lo, hi):
+    I32 = TensorProto.INT32
+    c = lambda name, t, v: helper.make_node("Constant", [], [name], value=helper.make_tensor(name, t, [], [v]))  # noqa: E731
+    nodes = [c("b", I32, bins), c("n", I32, length), c("r", I32, rate), c("lo", F, lo), c("hi", F, hi),
+             helper.make_node("MelWeightMatrix", ["b", "n", "r", "lo", "hi"], ["y"])]
+    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("y", F, [length // 2 + 1, bins])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("bins, length, rate, lo, hi", [(8, 64, 16000, 0.0, 8000.0), (5, 33, 8000, 100.0, 3000.0)])
+def test_mel_weight_matrix_is_onnx_s(bins, length, rate, lo, hi):
+    from onnx.reference import ReferenceEvaluator
+
+    m = _mel_model(bins, length, rate, lo, hi)
+    np.testing.assert_array_equal(braze.compile(m)(), ReferenceEvaluator(m).run(None, {})[0])
+
+
+def test_mel_edges_past_nyquist_are_refused():
+    with pytest.raises(UnsupportedOpError, match="upper_edge_hertz <= sample_rate / 2"):
+        braze.import_onnx(_mel_model(8, 64, 16000, 0.0, 20000.0))

@@ -164,3 +164,33 @@ def _windows(ctx):
         raise ctx.unsupported(f"a window of size {size}")
     dt = onnx_dtype(ctx.attr("output_datatype", 1), "output_datatype")
     return ctx.const(_window(ctx.node.op_type, size, bool(ctx.attr("periodic", 1))), dt)
+
+
+@converter("MelWeightMatrix", attrs=("output_datatype",))
+def _mel_weight_matrix(ctx):
+    """[dft_length // 2 + 1, num_mel_bins] triangular filters, evenly spaced on the mel scale between the
+    edges: a constant built at import (its inputs known there), as ONNX's reference builds it."""
+    bins, length, rate = (int(ctx.const_scalar(i, what)) for i, what in
+                          ((0, "num_mel_bins"), (1, "dft_length"), (2, "sample_rate")))
+    lo, hi = (ctx.const_scalar(i, what) for i, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")))
+    if bins < 1 or not 1 <= length <= MAX_LENGTH or rate < 1:
+        raise ctx.unsupported(f"num_mel_bins {bins}, dft_length {length}, sample_rate {rate}",
+                              hint=f"give positive values, a dft_length of at most {MAX_LENGTH}")
+    # in the reference's dtypes: the edges are float32 inputs, the mel arithmetic float64 numpy scalars
+    lo, hi = np.float32(lo), np.float32(hi)
+    mel_lo, mel_hi = (2595 * np.log1p(e / 700) / np.log(10) for e in (lo, hi))
+    points = np.arange(bins + 2) * ((mel_hi - mel_lo) / (bins + 2)) + mel_lo
+    edges = ((length + 1) * (700 * np.expm1(points / 2595 * np.log(10))) // rate).astype(int)
+    out = np.zeros((length // 2 + 1, bins))
+    if not 0 <= lo < hi or edges.min() < 0 or edges.max() >= out.shape[0]:
+        raise ctx.unsupported(f"edges {lo} to {hi} Hz for {out.shape[0]} frequency bins at {rate} Hz",
+                              hint="give 0 <= lower_edge_hertz < upper_edge_hertz <= sample_rate / 2")
+    for i in range(bins):
+        left, centre, right = edges[i], edges[i + 1], edges[i + 2]
+        if centre == left:
+            out[centre, i] = 1
+        else:
+            out[left:centre + 1, i] = (np.arange(left, centre + 1) - left) / (centre - left)
+        if right > centre:
+            out[centre:right, i] = (right - np.arange(centre, right)) / (right - centre)
+    return ctx.const(out, onnx_dtype(ctx.attr("output_datatype", 1), "output_datatype"))
