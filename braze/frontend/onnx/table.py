@@ -6,7 +6,7 @@ from __future__ import annotations
 # each registers its converters
 from . import converters, converters_composite, converters_control, converters_nn  # noqa: F401
 from . import converters_quantized, converters_rnn, converters_scatter, converters_select  # noqa: F401
-from . import converters_sequence, converters_shape, converters_spectral  # noqa: F401
+from . import converters_sampling, converters_sequence, converters_shape, converters_spectral  # noqa: F401
 from .convert import CONVERTERS
 
 
