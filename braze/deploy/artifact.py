@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BrazeError
+from ..ir.types import is_ml_dtype
 from ..runtime.digest import sha256_file
 from ..runtime.tensors import DTYPE_CODE
 
@@ -58,7 +59,7 @@ def _weights(names: list[str], arrays: list[np.ndarray]) -> tuple[bytes, list[tu
     from safetensors.numpy import save
     # ml_dtypes' types (bfloat16, float8, int4, ...) as their bits: safetensors' NumPy API reads none of
     # them back, and the library takes bytes; read_module views them as the module's dtypes again
-    tensors = {f"c{i}": np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if a.dtype.kind == "V"
+    tensors = {f"c{i}": np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if is_ml_dtype(a.dtype)
                else np.ascontiguousarray(a) for i, a in enumerate(arrays)}
     blob = save(tensors, metadata={"braze_names": json.dumps(names)})
     hlen = int.from_bytes(blob[:8], "little")

@@ -129,6 +129,13 @@ _ML_DTYPES = NARROW | {DType.bfloat16}  # numpy dtypes from ml_dtypes, named as 
 _ML_NAMES = {d.name: d for d in _ML_DTYPES}
 
 
+def is_ml_dtype(dt) -> bool:
+    """Whether a NumPy dtype is one of ml_dtypes' (bfloat16, float8, int4, ...), which NumPy's own
+    functions (comparisons, isnan, safetensors) mostly do not take. Its ``kind`` does not say: float8_e5m2
+    reports "f", the others "V"."""
+    return np.dtype(dt).name in _ML_NAMES
+
+
 @dataclass(frozen=True)
 class TensorType:
     dtype: DType

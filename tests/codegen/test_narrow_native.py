@@ -15,7 +15,7 @@ import braze.reference
 from braze.errors import BrazeError
 from braze.ir import parse
 from braze.ir.printer import print_module
-from braze.ir.types import NARROW, DType, TensorType
+from braze.ir.types import NARROW, DType, TensorType, is_ml_dtype
 from braze.ops import Builder
 
 pytestmark = pytest.mark.usefixtures("module_cache")
@@ -50,7 +50,7 @@ def _casts(src: DType, targets, sym="n"):
 
 def _same(got, want):
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
-    if want.dtype.kind == "V" and want.dtype.itemsize == 1:
+    if want.dtype.itemsize == 1 and is_ml_dtype(want.dtype):
         np.testing.assert_array_equal(_bits(got), _bits(want))
     else:
         np.testing.assert_array_equal(got, want)  # NaN equals NaN here
@@ -167,3 +167,27 @@ def test_numpy_inputs_of_ml_dtypes_types_are_taken():
     np.testing.assert_array_equal(cm(x), [1.5, -448, 0.0625])
     with pytest.raises(BrazeError, match="dtype"):
         cm(x.view(np.uint8))  # the codes, but not typed as float8: a dtype error, not a guess
+
+
+def test_the_cuda_target_converts_as_the_cpu(tmp_path, monkeypatch):
+    """braze_narrow.h compiled as device code (NVRTC), run without a GPU: the model's .cu over cuda_emu.h
+    and the fake driver (tests/codegen/cuda_emu_build.py), every float32 edge and every code."""
+    from cuda_emu_build import build_emulated, gxx
+    if gxx() is None:
+        pytest.skip("g++ is needed to emulate the CUDA kernels")
+    try:
+        from braze.codegen.nvrtc import nvrtc_version
+        nvrtc_version()
+    except BrazeError as e:
+        pytest.skip(f"NVRTC is not installed ({e}); pip install 'braze[cuda]'")
+    targets = [d for d in MINIFLOATS if d is not DType.float8_e8m0fnu] + INTS
+    b = Builder()
+    x = b.param("x", TensorType(DType.float32, (b.sym("n"),)))
+    codes = [b.cast(x, dtype=t) for t in targets]
+    b.ret(*codes, *(b.cast(q, dtype=DType.float32) for q in codes))
+    cm = braze.compile(b.module, target="cuda:sm_90")
+    for k, v in build_emulated(cm, tmp_path).items():
+        monkeypatch.setenv(k, v)  # read by the library at its first call
+    xs = _float32_edges()[::7]
+    for g, w in zip(cm(xs), braze.reference.run(b.module, xs)):
+        _same(np.asarray(g), w)

@@ -16,6 +16,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 from braze.frontend.onnx import supported_ops  # noqa: E402
+from braze.ir.types import is_ml_dtype  # noqa: E402
 from braze.frontend.onnx.backend import as_array, run_node_test  # noqa: E402
 from braze.frontend.onnx.backend_exclusions import EXCLUSIONS, exclusion_reason  # noqa: E402
 from braze.frontend.onnx.convert import op_key  # noqa: E402
@@ -58,7 +59,7 @@ def _same(g, e, case, what):
 def _numeric(a):
     """``a``, or its values in float64 where its dtype is ml_dtypes' (bfloat16, float8, int4, ...),
     which NumPy's comparisons do not take."""
-    return a.astype(np.float64) if a.dtype.kind == "V" else a
+    return a.astype(np.float64) if is_ml_dtype(a.dtype) else a
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
