@@ -11,6 +11,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx_models import onnx_model as _model  # noqa: E402
 
 import braze  # noqa: E402
 from braze import reference  # noqa: E402
@@ -24,12 +25,6 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "onnx_more_cache"))
 
 
-def _model(nodes, inputs, outputs, inits=(), opset=18):
-    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m
 
 
 def _vi(name, dims, dt=F32):

@@ -10,6 +10,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper  # noqa: E402
+from onnx_models import onnx_model as _model  # noqa: E402
 
 import braze  # noqa: E402
 from braze.errors import InputError, UnsupportedOpError  # noqa: E402
@@ -17,12 +18,6 @@ from braze.errors import InputError, UnsupportedOpError  # noqa: E402
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _model(nodes, inputs, outputs):
-    g = helper.make_graph(nodes, "g", inputs, outputs)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m
 
 
 def _vi(name, dt, shape):

@@ -12,6 +12,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
+from onnx_models import onnx_model as _model  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import braze  # noqa: E402
@@ -23,11 +24,6 @@ pytestmark = pytest.mark.usefixtures("module_cache")
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
-def _model(nodes, inputs, outputs, initializers=()):
-    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    onnx.checker.check_model(m)
-    return m
 
 
 def _seq_info(name, elem=F, shape=None):
