@@ -36,6 +36,20 @@ def gxx() -> str | None:
     return shutil.which("g++")
 
 
+def require_emulation() -> None:
+    """pytest.skip, saying why, unless g++ (for the kernels) and NVRTC (the CUDA target's compiler) are here."""
+    import pytest
+
+    from braze.errors import MissingDependencyError
+    if gxx() is None:
+        pytest.skip("g++ is needed to emulate the CUDA kernels")
+    try:
+        from braze.codegen.nvrtc import nvrtc_version
+        nvrtc_version()
+    except MissingDependencyError as e:
+        pytest.skip(f"NVRTC is not installed ({e}); pip install 'braze[cuda]'")
+
+
 def kernel_params(source: str) -> dict[str, list[str]]:
     """{kernel name: [C type of each parameter]} for every `extern "C" __global__ void` in source"""
     out = {}

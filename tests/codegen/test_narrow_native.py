@@ -172,14 +172,8 @@ def test_numpy_inputs_of_ml_dtypes_types_are_taken():
 def test_the_cuda_target_converts_as_the_cpu(tmp_path, monkeypatch):
     """braze_narrow.h compiled as device code (NVRTC), run without a GPU: the model's .cu over cuda_emu.h
     and the fake driver (tests/codegen/cuda_emu_build.py), every float32 edge and every code."""
-    from cuda_emu_build import build_emulated, gxx
-    if gxx() is None:
-        pytest.skip("g++ is needed to emulate the CUDA kernels")
-    try:
-        from braze.codegen.nvrtc import nvrtc_version
-        nvrtc_version()
-    except BrazeError as e:
-        pytest.skip(f"NVRTC is not installed ({e}); pip install 'braze[cuda]'")
+    from cuda_emu_build import build_emulated, require_emulation
+    require_emulation()
     targets = [d for d in MINIFLOATS if d is not DType.float8_e8m0fnu] + INTS
     b = Builder()
     x = b.param("x", TensorType(DType.float32, (b.sym("n"),)))
