@@ -185,3 +185,19 @@ def test_the_cuda_target_converts_as_the_cpu(tmp_path, monkeypatch):
     xs = _float32_edges()[::7]
     for g, w in zip(cm(xs), braze.reference.run(b.module, xs)):
         _same(np.asarray(g), w)
+
+
+def test_a_fused_quantize_dequantize_chain_and_a_reduction(rng):
+    """relu(f32(f8(3x)) + 1) and a row sum of int4-wrapped values: narrow casts inside fused kernels,
+    next to vectorizable float32 arithmetic, at 1, 5 and 300 rows."""
+    b = Builder()
+    x = b.param("x", TensorType(DType.float32, (b.sym("n"), 37)))
+    q = b.cast(b.mul(x, b.constant(np.float32(3.0))), dtype=DType.float8_e4m3fn)
+    y = b.relu(b.add(b.cast(q, dtype=DType.float32), b.constant(np.float32(1.0))))
+    s = b.reduce_sum(b.cast(b.cast(x, dtype=DType.int4), dtype=DType.float32), axes=(1,))
+    b.ret(y, s)
+    cm = braze.compile(b.module)
+    for rows in (1, 5, 300):
+        xv = (rng.standard_normal((rows, 37)) * 50).astype(np.float32)
+        for g, w in zip(cm(xv), braze.reference.run(b.module, xv)):
+            np.testing.assert_array_equal(g, w)
