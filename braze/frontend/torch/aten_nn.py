@@ -653,12 +653,13 @@ for _name, (_k, _attrs) in _UPSAMPLE.items():
     conv(_name)(_upsample(_name, _k, _attrs))
 
 
-@conv("grid_sampler", "grid_sampler_2d")
+@conv("grid_sampler", "grid_sampler_2d", "grid_sampler_3d")
 def _grid_sampler(cx, n, x, grid, interpolation_mode, padding_mode, align_corners, *rest):
     """F.grid_sample's ATen form: modes as integers (0 bilinear, 1 nearest, 2 bicubic; 0 zeros,
-    1 border, 2 reflection)."""
-    if x.rank != 4 or x.dtype not in (DType.float32, DType.float64) or grid.dtype is not x.dtype:
-        raise UnsupportedOpError(f"grid_sample of a rank-{x.rank} {x.dtype.name} input (braze samples 4-D float32 "
-                                 "and float64)", where=str(cx.loc), hint=ISSUES_HINT)
+    1 border, 2 reflection); a volume (5-D) bilinear or nearest, as torch's."""
+    if x.rank not in (4, 5) or x.dtype not in (DType.float32, DType.float64) or grid.dtype is not x.dtype \
+            or (x.rank == 5 and interpolation_mode == 2):
+        raise UnsupportedOpError(f"grid_sample of a rank-{x.rank} {x.dtype.name} input (braze samples 4-D and 5-D "
+                                 "float32 and float64, 5-D bilinear or nearest)", where=str(cx.loc), hint=ISSUES_HINT)
     return op(cx, "grid_sample", [x, grid], mode=("bilinear", "nearest", "bicubic")[interpolation_mode],
               padding_mode=("zeros", "border", "reflection")[padding_mode], align_corners=bool(align_corners))
