@@ -134,7 +134,7 @@ class StructuredRep(BackendRep):
         return self.rep_for(inputs).module_for(inputs)
 
     def run(self, inputs, **kwargs):
-        inputs = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+        inputs = [inputs[n] for n in self.names] if isinstance(inputs, dict) else list(inputs)
         return self.rep_for(inputs).run(inputs)
 
 
