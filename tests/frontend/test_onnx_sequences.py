@@ -108,6 +108,8 @@ def test_the_backend_imports_per_structure(rng):
         assert int(n) == len(xs) and len(ys) == len(xs)
         for y, x in zip(ys, xs):
             np.testing.assert_array_equal(y, x)
+        n2, ys2 = rep.run({"xs": xs})  # by name
+        assert int(n2) == len(xs) and all(np.array_equal(a, b) for a, b in zip(ys2, xs))
 
 
 def test_if_over_sequences_with_a_condition_known_at_run_time(rng):

@@ -72,7 +72,8 @@ class BrazeRep(BackendRep):
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
         elif isinstance(inputs, dict):
-            names = [p.name for p in self.module.main.params]
+            names = [i.name for i in self.model.graph.input] if self.model is not None else \
+                [p.name for p in self.module.main.params]
             inputs = [inputs[n] for n in names]
         try:
             out = reference.run(self.module, *self._flat(inputs))
