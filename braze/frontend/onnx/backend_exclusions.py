@@ -18,8 +18,6 @@ EXCLUSIONS: dict[str, str] = {
         "generator, which braze does not reproduce)",
     r"^test_scan_sum$": "Scan at opset 8 (a batch axis): onnx.version_converter's model declares the initial state "
                         "without the batch axis the test data has",
-    r"^test_convtranspose_3d$": "3-D ConvTranspose (braze has 1-D and 2-D transposed convolutions)",
-    r"^test_col2im_5d$": "Col2Im of a 3-D image (braze folds 1-D and 2-D images)",
     r"^test_dft_inverse(_opset19)?$":
         "ONNX's reference computes the inverse in float32 (numpy's single-precision FFT): where the exact "
         "result is 0 it gives 1.9e-7, above the test's atol of 1e-7; braze's result there is below 1e-14",

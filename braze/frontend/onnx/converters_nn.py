@@ -12,6 +12,7 @@ from ...ops.resize import COORDS as _RESIZE_COORDS
 from ..sizes import floor_scaled
 from . import fold
 from .convert import converter
+from .converters_fold import conv_transpose_nd, fold_blocks
 
 
 def _spatial(ctx, x, dims=(1, 2)) -> int:
@@ -108,7 +109,12 @@ def _conv(ctx):
 @converter("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape",
                                    "pads", "strides"))
 def _conv_transpose(ctx):
-    x, w, b, n, kernel = _conv_operands(ctx)
+    """1-D and 2-D: braze's conv_transpose2d (oneDNN); 3-D: a product folded back (converters_fold)."""
+    x, w, b = ctx.value(0), ctx.value(1), ctx.value(2)
+    n = _spatial(ctx, x, (1, 2, 3))
+    kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
+    if any(S.is_symbolic(k) for k in kernel):
+        raise ctx.unsupported("a kernel with symbolic size")
     if x.dtype is not DType.float32 or w.dtype is not DType.float32:
         raise ctx.unsupported(f"{x.dtype.name} operands", hint="braze's transposed convolution is float32")
     strides = list(ctx.attr("strides", [1] * n))
@@ -138,6 +144,9 @@ def _conv_transpose(ctx):
         pads = [0] * (2 * n) if auto == "VALID" else list(ctx.attr("pads", [0] * (2 * n)))
     else:
         raise ctx.unsupported(f"auto_pad={auto!r}")
+    if n == 3:
+        y = conv_transpose_nd(ctx, x, w, strides, dil, pads, opad, ctx.attr("group", 1))
+        return y if b is None else ctx.op("add", y, ctx.op("reshape", b, shape=(b.shape[0], 1, 1, 1)))
     if n == 1:
         x, w = _to2d(ctx, x, w)
         strides, dil, opad = [1] + strides, [1] + dil, [0] + opad
@@ -362,8 +371,8 @@ def _col2im(ctx):
     image = [int(v) for v in ctx.known_ints(1, "image_shape")]
     block = [int(v) for v in ctx.known_ints(2, "block_shape")]
     n = len(image)
-    if n not in (1, 2) or len(block) != n:
-        raise ctx.unsupported(f"a {n}-D image", hint="braze folds 1-D and 2-D images")
+    if n not in (1, 2, 3) or len(block) != n:
+        raise ctx.unsupported(f"a {n}-D image", hint="braze folds 1-D, 2-D and 3-D images")
     if x.dtype is not DType.float32:
         raise ctx.unsupported(f"{x.dtype.name} input", hint="braze's transposed convolution is float32")
     strides = list(ctx.attr("strides", [1] * n))
@@ -381,6 +390,8 @@ def _col2im(ctx):
             raise ctx.unsupported(f"a block of {block[i]} (dilation {dil[i]}) larger than the padded image")
         grid.append(span // strides[i] + 1)
         extra.append(span % strides[i])
+    if n == 3:
+        return fold_blocks(ctx, x, N, C, image, block, grid, strides, dil, pads)
     if n == 1:
         image, block, strides, dil, pads = [1] + image, [1] + block, [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
         grid, extra = [1] + grid, [0] + extra
