@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BrazeError
-from ..ir.types import is_ml_dtype
+from ..ir.types import DType
 from ..runtime.digest import sha256_file
 from ..runtime.tensors import DTYPE_CODE
 
@@ -57,9 +57,9 @@ def _weights(names: list[str], arrays: list[np.ndarray]) -> tuple[bytes, list[tu
     """safetensors bytes of the constants (named c0, c1, ... in braze_create order; the IR
     names in the metadata) and each one's (offset, nbytes) in the data section."""
     from safetensors.numpy import save
-    # ml_dtypes' types (bfloat16, float8, int4, ...) as their bits: safetensors' NumPy API reads none of
-    # them back, and the library takes bytes; read_module views them as the module's dtypes again
-    tensors = {f"c{i}": np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}") if is_ml_dtype(a.dtype)
+    # the narrow types (float8, int4, ...) as their bits: safetensors has no int4 or float4 type, and the
+    # library takes bytes; retune.read_module reads every constant as the module's dtype again
+    tensors = {f"c{i}": np.ascontiguousarray(a).view(np.uint8) if DType.from_numpy(a.dtype).is_narrow
                else np.ascontiguousarray(a) for i, a in enumerate(arrays)}
     blob = save(tensors, metadata={"braze_names": json.dumps(names)})
     hlen = int.from_bytes(blob[:8], "little")

@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import BrazeError
 from .artifact import MODULE, TUNE_DB, WEIGHTS
 from .load import _check_files, _read_meta
@@ -29,24 +31,34 @@ from .load import _check_files, _read_meta
 _HINT = "save the model again with this braze (CompiledModel.save, or braze compile -o DIR)"
 
 
+def _tensor_bytes(file: Path) -> dict:
+    """Each tensor's bytes in a safetensors file, by name: an 8-byte header length, a JSON header of
+    data offsets, the data (the format's whole definition)."""
+    blob = file.read_bytes()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    return {k: blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in header.items() if k != "__metadata__"}
+
+
 def read_module(path: Path, meta: dict):
     """The artifact's module, every named constant read from its weights and checked."""
-    from safetensors.numpy import load_file
-
     from ..ir import parse, verify
     from ..ir.graph import ConstantRef, array_digest
     if MODULE not in meta.get("files", {}):
         raise BrazeError(f"{path} was saved by braze {meta.get('braze_version')} without its module ({MODULE}), "
                          "so its kernels cannot be chosen again", hint=_HINT)
     m = parse((path / MODULE).read_text())
-    arrays = load_file(str(path / WEIGHTS))
-    by_name = {n: arrays.get(f"c{i}") for i, n in enumerate(meta.get("constants", []))}
+    raw = _tensor_bytes(path / WEIGHTS)
+    by_name = {n: raw.get(f"c{i}") for i, n in enumerate(meta.get("constants", []))}
     for name, c in list(m.constants.items()):
         if not isinstance(c, ConstantRef):
             continue
         a = by_name.get(name)
-        if a is not None and a.dtype != c.type.dtype.numpy and a.dtype.itemsize == c.type.dtype.itemsize:
-            a = a.view(c.type.dtype.numpy)  # stored as its bits (artifact._weights)
+        if a is not None:  # as the module's dtype: safetensors' NumPy API reads no bfloat16 or float8
+            dt = c.type.dtype.numpy
+            a = np.frombuffer(a, dt).reshape(c.type.shape) if len(a) == dt.itemsize * int(np.prod(
+                c.type.shape)) and all(isinstance(d, int) for d in c.type.shape) else None
         if a is None or array_digest(a) != c.digest:
             raise BrazeError(f"{path / MODULE}: constant @{name} is "
                              f"{'not in ' + WEIGHTS if a is None else 'not the one in ' + WEIGHTS}", hint=_HINT)

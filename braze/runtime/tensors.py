@@ -105,8 +105,8 @@ def _torch_tables():
                  DType.int64: torch.int64, DType.int32: torch.int32, DType.int8: torch.int8,
                  DType.uint8: torch.uint8, DType.bool: torch.bool, DType.int16: torch.int16,
                  DType.uint16: torch.uint16, DType.uint32: torch.uint32, DType.uint64: torch.uint64}
-        for d in NARROW:  # torch's float8 types; its sub-byte integers are packed, so not these
-            if hasattr(torch, d.name):
+        for d in NARROW:  # torch's float8 types; its sub-byte types are packed, so not these
+            if d.is_minifloat and hasattr(torch, d.name):
                 pairs[d] = getattr(torch, d.name)
         _CODE_TORCH = [pairs.get(d) for d in DTYPES]
         _TORCH_CODE = {t: DTYPE_CODE[d] for d, t in pairs.items()}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "aea3f71a65c767a8945588db5d2495e457f8a841573c350d4f369675ed05bf6d",
-          "cnn": "d0590ab578935061a71af43bb29c7ca099e82ff2ac2eb31c2b4cd2656f3284fa"}
+PINNED = {"gpt": "c87386289ad05522136b268dd1a95e5f4e464cadbbed8c07862abfc59067f5a5",
+          "cnn": "91a71348cb64ba952c8255b51685432f706fc6cc1a1edb0386b3bd60fb12223e"}
 
 SCRIPT = """
 import hashlib, sys, warnings

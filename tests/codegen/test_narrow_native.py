@@ -122,19 +122,25 @@ def test_narrow_tensors_move_as_bits_and_are_read_by_a_cast(rng):
 
 
 def test_int4_constant_dequantized_and_saved(tmp_path, rng):
-    """A weight kept as int4 (one code per byte) and dequantized where it is used; the artifact keeps
-    its codes (safetensors reads none of ml_dtypes' types back, so it stores the bits)."""
+    """A weight kept as int4 (one code per byte): its rows gathered at run time, then dequantized. The
+    artifact keeps its codes (safetensors has no int4 type, so it stores the bits), and `braze tune
+    --artifact` reads them back as int4."""
     w = rng.integers(-8, 8, (6, 5)).astype(DType.int4.numpy)
     b = Builder()
     x = b.param("x", TensorType(DType.float32, (b.sym("n"), 5)))
-    wd = b.mul(b.cast(b.constant(w), dtype=DType.float32), b.constant(np.float32(0.25)))
-    b.ret(b.matmul(x, b.permute(wd, perm=(1, 0))))
+    idx = b.param("idx", TensorType(DType.int64, (b.sym("k"),)))
+    rows = b.mul(b.cast(b.gather(b.constant(w), idx, axis=0), dtype=DType.float32), b.constant(np.float32(0.25)))
+    b.ret(b.matmul(x, b.permute(rows, perm=(1, 0))))
     cm = braze.compile(b.module)
-    xv = rng.standard_normal((3, 5)).astype(np.float32)
-    want = xv @ (w.astype(np.float32) * 0.25).T
-    np.testing.assert_allclose(cm(xv), want, rtol=1e-5, atol=1e-5)
+    xv, iv = rng.standard_normal((3, 5)).astype(np.float32), np.array([4, 0, 5, 5])
+    want = xv @ (w[iv].astype(np.float32) * 0.25).T
+    np.testing.assert_allclose(cm(xv, iv), want, rtol=1e-5, atol=1e-5)
     cm.save(tmp_path / "a")
-    np.testing.assert_allclose(braze.load(tmp_path / "a")(xv), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(braze.load(tmp_path / "a")(xv, iv), want, rtol=1e-5, atol=1e-5)
+    from braze.deploy.load import _read_meta
+    from braze.deploy.retune import read_module
+    back = read_module(tmp_path / "a", _read_meta(tmp_path / "a"))  # each constant checked by its digest
+    assert any(c.dtype == DType.int4.numpy and np.array_equal(c, w) for c in back.constants.values())
 
 
 def test_narrow_types_print_and_parse():

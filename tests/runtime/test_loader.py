@@ -102,9 +102,11 @@ def test_torch_inputs_and_outputs(add1, info):
             r = add1(w)
         assert not r.requires_grad and torch.equal(r, torch.full((3,), 2.0))
     assert torch.equal(add1(torch.zeros(0, 3)), torch.ones(0, 3))
-    # dtype codes incl. bfloat16
+    # dtype codes incl. bfloat16 and torch's float8 types (its sub-byte types are packed: not braze's)
     for code, d in enumerate(DType):
-        td = getattr(torch, {"bool": "bool"}.get(d.name, d.name))
+        if d.is_narrow and not (d.is_minifloat and hasattr(torch, d.name)):
+            continue
+        td = getattr(torch, d.name)
         assert info(torch.zeros(2, dtype=td))[1].item() == code
     with pytest.raises(InputError, match="f64"):
         add1(torch.zeros(2, dtype=torch.float64))
