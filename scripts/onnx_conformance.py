@@ -167,9 +167,17 @@ def main(argv=None) -> int:
         print(f"  {v:4d}  {k}")
     if a.json:
         import onnx
-        Path(a.json).write_text(json.dumps({"onnx": onnx.__version__, "native": a.native, "onnxruntime": ort_version, "counts": c,
-                                            "tests": results}, indent=0))
+        Path(a.json).write_text(json.dumps({"onnx": onnx.__version__, "native": a.native, "onnxruntime": ort_version,
+                                            "machine": machine(), "counts": c, "tests": results}, indent=0))
     return 0
+
+
+def machine() -> dict:
+    """Where the counts were made: the CPU, the ISA braze compiled for, the cores."""
+    import os
+
+    from braze.codegen.isa import cpu_model, host_isa
+    return {"cpu": cpu_model(), "isa": host_isa().name, "cores": os.cpu_count()}
 
 
 def counts(results: dict) -> dict:

@@ -88,3 +88,4 @@ def tiny_models():
     """name -> (torch module, example inputs, dynamic_shapes): a small GPT and a small CNN that
     cover gathers, stitch kernels, attention, gemm and conv groups, and compile in seconds."""
     return _tiny_models()
+

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from braze.testing import one_line_error, run_cli
+from hardware import needs_small_m_kernel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,6 +151,7 @@ def test_internal_errors_are_one_line_unless_debugging(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
+@needs_small_m_kernel
 def test_tune_measures_a_model_once_and_prints_its_tables(tmp_path):
     onnx = pytest.importorskip("onnx")
     import numpy as np

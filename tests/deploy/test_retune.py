@@ -14,8 +14,9 @@ from braze.errors import BrazeError, BrazeWarning
 from braze.ops import Builder, tensor
 from braze.testing import one_line_error
 from braze.testing import run_cli as braze_cli
+from hardware import needs_small_m_kernel  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("module_cache", "no_load_wait")
+pytestmark = [needs_small_m_kernel, pytest.mark.usefixtures("module_cache", "no_load_wait")]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import pytest
 from braze.tune import search
 from braze.tune.db import Database, env_key, environment
 from braze.tune.products import ProductSite
+from hardware import needs_small_m_kernel  # noqa: E402
 
 SITE = ProductSite(128, 64, 1, True, False, 2)
 
@@ -82,6 +83,7 @@ def test_measure_records_every_bucket_and_a_failed_child_keeps_the_default(tmp_p
     assert search.missing(again, env_key(env), SITE, 1, 5000, "fast")[-1] == (512, 1023)  # fast stops below 1024
 
 
+@needs_small_m_kernel
 def test_the_measuring_process_times_and_checks_every_kernel():
     job = {"rounds": 3, "warmup": 1, "sites": [
         {"id": 0, "site": {"n": 128, "k": 64, "transposed": 1, "bias": True, "residual": True, "act": 2},
@@ -105,6 +107,7 @@ def test_a_job_the_measuring_process_cannot_read_is_a_failure_not_a_crash():
     assert lines == [] and "KeyError" in failure
 
 
+@needs_small_m_kernel
 @pytest.mark.parametrize("mode", ["fast"])
 def test_a_fast_compile_measures_once_then_reads_the_database(mlp, tmp_path, mode, monkeypatch):
     import braze
