@@ -67,7 +67,7 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        if self in _ML_DTYPES:
+        if self in ML_DTYPES:
             import ml_dtypes
             return np.dtype(getattr(ml_dtypes, self.name))
         return np.dtype(_TO_NP[self])
@@ -75,14 +75,14 @@ class DType(enum.Enum):
     @property
     def finfo(self):
         """The float type's limits (eps, max, tiny): numpy's finfo, ml_dtypes' for bfloat16 and minifloats."""
-        if self in _ML_DTYPES:
+        if self in ML_DTYPES:
             import ml_dtypes
             return ml_dtypes.finfo(self.numpy)
         return np.finfo(_TO_NP[self])
 
     @property
     def itemsize(self) -> int:
-        if self in _ML_DTYPES:
+        if self in ML_DTYPES:
             return 2 if self is DType.bfloat16 else 1
         return np.dtype(_TO_NP[self]).itemsize
 
@@ -125,8 +125,8 @@ _BY_SHORT = {d.value: d for d in DType}
 NARROW_INTS = frozenset((DType.int4, DType.uint4, DType.int2, DType.uint2))
 NARROW = frozenset((DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz,
                     DType.float8_e8m0fnu, DType.float4_e2m1fn)) | NARROW_INTS
-_ML_DTYPES = NARROW | {DType.bfloat16}  # numpy dtypes from ml_dtypes, named as the DType
-_ML_NAMES = {d.name: d for d in _ML_DTYPES}
+ML_DTYPES = NARROW | {DType.bfloat16}  # numpy dtypes from ml_dtypes, named as the DType
+_ML_NAMES = {d.name: d for d in ML_DTYPES}
 
 
 def is_ml_dtype(dt) -> bool:

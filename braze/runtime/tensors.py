@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..ir.types import NARROW, DType
+from ..ir.types import ML_DTYPES, NARROW, DType
 
 DTYPES: tuple[DType, ...] = tuple(DType)
 DTYPE_CODE: dict[DType, int] = {d: i for i, d in enumerate(DTYPES)}
@@ -23,12 +23,11 @@ ALIGN = 64  # bytes; alignment of outputs the runtime allocates
 
 _NP_CODE: dict[np.dtype, int] = {}
 _CODE_NP: list = [None] * len(DTYPES)
-_FROM_ML_DTYPES = (DType.bfloat16, *sorted(NARROW, key=DTYPES.index))  # imported only when one comes
 for _d, _i in DTYPE_CODE.items():
-    if _d not in _FROM_ML_DTYPES:
+    if _d not in ML_DTYPES:  # ml_dtypes is imported only when one comes
         _NP_CODE[np.dtype(_d.numpy)] = _i
         _CODE_NP[_i] = np.dtype(_d.numpy)
-_bf16_loaded = False
+_ml_loaded = False
 
 _TORCH_CODE: dict | None = None
 _CODE_TORCH: list | None = None
@@ -64,11 +63,11 @@ def _as_dtype(d) -> DType | None:
     return DType.from_numpy(d)
 
 
-def _load_bf16() -> None:
-    global _bf16_loaded
-    if not _bf16_loaded:
-        _bf16_loaded = True
-        for d in _FROM_ML_DTYPES:
+def _load_ml_dtypes() -> None:
+    global _ml_loaded
+    if not _ml_loaded:
+        _ml_loaded = True
+        for d in ML_DTYPES:
             _NP_CODE[d.numpy] = DTYPE_CODE[d]  # imports ml_dtypes
             _CODE_NP[DTYPE_CODE[d]] = d.numpy
 
@@ -76,8 +75,8 @@ def _load_bf16() -> None:
 def np_dtype_code(dt: np.dtype) -> int:
     """The ABI code of a numpy dtype; InputError when braze has no such dtype."""
     code = _NP_CODE.get(dt)
-    if code is None and not _bf16_loaded:
-        _load_bf16()
+    if code is None and not _ml_loaded:
+        _load_ml_dtypes()
         code = _NP_CODE.get(dt)
     if code is None:
         raise InputError(f"dtype {dt} is not supported by braze",
@@ -91,7 +90,7 @@ def code_np_dtype(code: int) -> np.dtype:
         raise ValueError(f"invalid dtype code {code}")
     dt = _CODE_NP[code]
     if dt is None:
-        _load_bf16()
+        _load_ml_dtypes()
         dt = _CODE_NP[code]
     return dt
 

@@ -9,8 +9,6 @@ the image sent to one extra row that is cut off after, so the adds are one ``ind
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from ...ir import sym as S
@@ -19,16 +17,21 @@ from ...ir.types import DType
 I64 = DType.int64
 
 
+def image_strides(image) -> list[int]:
+    """Row-major element strides of an image's axes."""
+    return [int(np.prod(image[i + 1:])) for i in range(len(image))]
+
+
 def fold_blocks(ctx, cols, n, c: int, image, block, grid, strides, dil, pads):
     """cols [n, c * prod(block), prod(grid)] summed into [n, c, *image]."""
     k, length, size = int(np.prod(block)), int(np.prod(grid)), int(np.prod(image))
     rank = len(image)
-    target = np.full((k, length), size, np.int64)  # size: the extra row, cut off after
-    for j, tap in enumerate(itertools.product(*(range(b) for b in block))):
-        for l, at in enumerate(itertools.product(*(range(g) for g in grid))):
-            o = [at[i] * strides[i] - pads[i] + tap[i] * dil[i] for i in range(rank)]
-            if all(0 <= o[i] < image[i] for i in range(rank)):
-                target[j, l] = int(np.ravel_multi_index(o, image))
+    taps = np.stack(np.unravel_index(np.arange(k), block), axis=1)  # [k, rank], row-major as the rows
+    at = np.stack(np.unravel_index(np.arange(length), grid), axis=1)  # [length, rank]
+    o = at[None] * np.array(strides) - np.array(pads[:rank]) + taps[:, None] * np.array(dil)  # [k, length, rank]
+    inside = ((o >= 0) & (o < np.array(image))).all(axis=2)
+    flat = (o * np.array(image_strides(image))).sum(axis=2)
+    target = np.where(inside, flat, size)  # size: the extra row, cut off after
     rows = ctx.op("reshape", ctx.op("permute", ctx.op("reshape", cols, shape=(n, c, k, length)), perm=(2, 3, 0, 1)),
                   shape=(k * length, n, c))
     zeros = ctx.op("full", shape=(size + 1, n, c), value=0.0, dtype=cols.dtype)
