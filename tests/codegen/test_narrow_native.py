@@ -207,3 +207,26 @@ def test_a_fused_quantize_dequantize_chain_and_a_reduction(rng):
         xv = (rng.standard_normal((rows, 37)) * 50).astype(np.float32)
         for g, w in zip(cm(xv), braze.reference.run(b.module, xv)):
             np.testing.assert_array_equal(g, w)
+
+
+def test_threads_calling_one_narrow_model_get_the_reference(rng):
+    """One compiled model, four threads, each at shapes of its own: the same codes every call."""
+    import threading
+    m = _casts(DType.float32, [DType.float8_e4m3fn, DType.int4])
+    cm = braze.compile(m)
+    inputs = [(rng.standard_normal(n) * 100).astype(np.float32) for n in (1, 7, 300, 4096)]
+    wants = [braze.reference.run(m, x) for x in inputs]
+    bad = []
+
+    def work(k):
+        for i in range(25):
+            j = (k + i) % len(inputs)
+            for g, w in zip(cm(inputs[j]), wants[j]):
+                if not np.array_equal(_bits(np.asarray(g)), _bits(w)):
+                    bad.append((k, i))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad

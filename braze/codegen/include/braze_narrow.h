@@ -27,13 +27,6 @@
 
 enum { BZ_MINI_IEEE, BZ_MINI_FN, BZ_MINI_FNUZ, BZ_MINI_FINITE, BZ_MINI_E8M0 };
 
-/* the largest finite value of a minifloat with E exponent and M mantissa bits */
-BZ_INLINE double bz_mini_max(int E, int M, int bias, int kind) {
-    int emax = (1 << E) - 1 - bias - (kind == BZ_MINI_IEEE);
-    double frac = 2.0 - ldexp(1.0, kind == BZ_MINI_FN ? 1 - M : -M);  /* fn: all ones is NaN */
-    return ldexp(frac, emax);
-}
-
 BZ_INLINE float bz_dec_mini(uint32_t b, int E, int M, int bias, int kind) {
     uint32_t emask = (1u << E) - 1, mmask = (1u << M) - 1, sbit = 1u << (E + M);
     uint32_t e = (b >> M) & emask, m = b & mmask;
@@ -46,35 +39,41 @@ BZ_INLINE float bz_dec_mini(uint32_t b, int E, int M, int bias, int kind) {
     return sign * ldexpf(1.0f + (float)m / (float)(1u << M), (int)e - bias);
 }
 
+/* the largest finite code's magnitude bits: IEEE reserves the top exponent, fn the all-ones code */
+BZ_INLINE uint32_t bz_mini_max_code(int E, int M, int kind) {
+    uint32_t top = (1u << E) - 1 - (kind == BZ_MINI_IEEE), mant = (1u << M) - 1 - (kind == BZ_MINI_FN);
+    return (top << M) | mant;
+}
+
+/* Rounds on the float32's bits: a normal result keeps the top M mantissa bits, rounded to nearest
+ * even by adding just under half an ulp plus the kept lowest bit (a carry moves into the exponent),
+ * then rebiases the exponent; a subnormal result is the value scaled by 2^(bias - 1 + M), an exact
+ * power-of-two scaling, rounded to an integer by nearbyintf (to nearest even): its code is that
+ * integer, and 2^M there is the smallest normal's code. */
 BZ_INLINE uint8_t bz_enc_mini(float x, int E, int M, int bias, int kind) {
     uint32_t sbit = 1u << (E + M), emask = (1u << E) - 1;
-    uint32_t s = signbit(x) ? sbit : 0u;
-    if (isnan(x)) {
+    uint32_t u = bz_f32_bits(x), s = (u >> 31) ? sbit : 0u, a = u & 0x7fffffffu, code;
+    if (a > 0x7f800000u) {
         if (kind == BZ_MINI_FNUZ) return (uint8_t)sbit;
         if (kind == BZ_MINI_FN) return (uint8_t)(s | (sbit - 1));
         if (kind == BZ_MINI_IEEE) return (uint8_t)(s | (emask << M) | (1u << (M - 1)));
         return (uint8_t)(s ^ sbit);
     }
-    double a = fabs((double)x), maxv = bz_mini_max(E, M, bias, kind);
-    double minnorm = ldexp(1.0, 1 - bias), sub = ldexp(1.0, 1 - bias - M), q = sub, r;
-    if (isinf(a)) {
-        r = INFINITY;
+    if (a >= (uint32_t)(128 - bias) << 23) { /* at least the smallest normal, 2^(1 - bias) */
+        int shift = 23 - M;
+        a += (1u << (shift - 1)) - 1 + ((a >> shift) & 1u);
+        code = (a >> shift) - ((uint32_t)(127 - bias) << M);
     } else {
-        if (a >= minnorm) { int e; frexp(a, &e); q = ldexp(1.0, e - 1 - M); }
-        r = nearbyint(a / q) * q;  /* a / q is exact: q is a power of two */
+        code = (uint32_t)nearbyintf(bz_bits_f32(a) * ldexpf(1.0f, bias - 1 + M));
     }
-    if (r > maxv) {
+    if (code > bz_mini_max_code(E, M, kind)) {
         if (kind == BZ_MINI_IEEE) return (uint8_t)(s | (emask << M));
         if (kind == BZ_MINI_FN) return (uint8_t)(s | (sbit - 1));
         if (kind == BZ_MINI_FNUZ) return (uint8_t)sbit;
-        r = maxv;
+        code = bz_mini_max_code(E, M, kind);
     }
-    if (r == 0.0) return (uint8_t)(kind == BZ_MINI_FNUZ ? 0u : s);
-    if (r < minnorm) return (uint8_t)(s | (uint32_t)(r / sub));
-    int e;
-    frexp(r, &e);
-    uint32_t m = (uint32_t)(r / ldexp(1.0, e - 1 - M)) - (1u << M);
-    return (uint8_t)(s | ((uint32_t)(e - 1 + bias) << M) | m);
+    if (code == 0) return (uint8_t)(kind == BZ_MINI_FNUZ ? 0u : s);
+    return (uint8_t)(s | code);
 }
 
 #define BZ_MINIFLOAT(t, E, M, bias, kind)                                                 \
