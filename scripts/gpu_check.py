@@ -1,7 +1,7 @@
 """The CUDA target on a real GPU, as one prepared run (the `device` tool lends a GPU for minutes).
 
     python scripts/gpu_check.py [--compile-only] [--models bert,gpt2,resnet50,llama] [--out DIR]
-                                [--inductor bert,gpt2] [--reps 30]
+                                [--inductor bert,gpt2] [--plugin bert,gpt2] [--profile bert] [--reps 30]
 
 For each zoo model: export it, compile it with braze for this machine's GPU (``target="cuda"``;
 with ``--compile-only``, for cuda:sm_90, which needs no GPU), run it at three shapes against
@@ -9,6 +9,13 @@ torch CUDA eager in float32 (TF32 off), count braze's native compiles across the
 compile must serve them all), and time braze, eager and inductor (``torch.compile``) at the
 middle shape, all with CUDA tensors in and out (``braze_numpy_ms``: braze called with NumPy
 arrays, so its inputs are copied to the GPU and its outputs back).
+
+``--plugin`` models also run through ``torch.compile(backend="braze", dynamic=True)`` on CUDA
+tensors: correct at the three shapes, braze's native compiles and PyTorch's fallback warnings
+counted, timed at the middle shape. ``--profile`` models get a kernel breakdown (torch.profiler,
+whose CUPTI trace sees braze's kernels too: they run in the same primary context): kernels per
+call, their GPU time against the call's wall time, and the costliest kernels, for braze and for
+inductor.
 
 Every result is one JSON line in OUT/gpu_check.jsonl, written as it comes, so a run cut short
 still reports what it did; OUT/gpu_check.md is the table. OUT defaults to $OUT, else ".".
@@ -161,6 +168,143 @@ def check_model(name: str, args, report: Report) -> None:
            inductor_ms=None if t_ind is None else round(t_ind, 3),
            braze_over_eager=round(t_braze / t_eager, 2),
            braze_over_inductor=None if t_ind is None else round(t_braze / t_ind, 2))
+    if name in args.profile:
+        with torch.no_grad():
+            report(model=name, event="profile", runner="braze", dims=dims, **kernel_profile(lambda: cm(*dev)))
+            if t_ind is not None:
+                report(model=name, event="profile", runner="inductor", dims=dims,
+                       **kernel_profile(lambda: ind(*dev)))
+    if name in args.plugin:
+        check_plugin(name, zm, gpu, shapes, args, report)
+
+
+def kernel_profile(fn, calls: int = 5) -> dict:
+    """GPU kernels per call of fn, their summed GPU time against the call's wall time, and the 12
+    costliest (torch.profiler: CUPTI sees every kernel of the process's context, braze's included)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t) / calls
+    kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    def us(e):
+        return float(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0)
+    by_name: dict[str, list] = {}
+    for e in kernels:
+        c = by_name.setdefault(e.name, [0, 0.0])
+        c[0] += 1
+        c[1] += us(e)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:12]
+    return {"kernels_per_call": round(len(kernels) / calls, 1), "gpu_ms_per_call": round(sum(map(us, kernels)) /
+            calls / 1e3, 3), "wall_ms_per_call": round(wall * 1e3, 3),
+            "top": [{"kernel": k[:80], "per_call": round(n / calls, 1), "ms_per_call": round(t / calls / 1e3, 4)}
+                    for k, (n, t) in top]}
+
+
+def check_plugin(name: str, zm, gpu, shapes, args, report: Report) -> None:
+    """torch.compile(backend="braze") on CUDA tensors: correct at every shape, compiles counted, timed."""
+    import warnings
+
+    import torch
+
+    from braze.runtime import stats
+    torch._dynamo.reset()
+    if "braze" not in torch._dynamo.list_backends():  # braze on PYTHONPATH, not installed: no entry point
+        from torch._dynamo.backends.registry import register_backend
+
+        from braze.plugin import backend
+        register_backend(name="braze")(backend)
+        report(model=name, event="plugin_backend", registered="by gpu_check (braze is not pip-installed here)")
+    f = torch.compile(gpu, backend="braze", dynamic=True)
+    c0 = stats()["native_compiles"]
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        t = time.perf_counter()
+        for i, dims in enumerate(shapes):
+            dev = [x.cuda() for x in zm.make_inputs(**dims)]
+            got, ref = first(f(*dev)), first(gpu(*dev))
+            if i == 0:
+                report(model=name, event="plugin_first_call", seconds=round(time.perf_counter() - t, 1))
+            err = float((got.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30))
+            report(model=name, event="plugin_correct", dims=dims, device=str(got.device), max_rel_err=err,
+                   ok=err <= 1e-4 and got.is_cuda)
+        report(model=name, event="plugin_recompiles", native_compiles=stats()["native_compiles"] - c0,
+               shapes=len(shapes), torch_warnings=sorted({str(w.message)[:200] for w in caught
+                                                          if "braze" in str(w.message)}))
+        dev = [x.cuda() for x in zm.make_inputs(**shapes[1])]
+        t_plugin = median_ms(lambda: f(*dev), args.reps, torch.cuda.synchronize)
+    report(model=name, event="plugin_latency", dims=shapes[1], plugin_ms=round(t_plugin, 3))
+
+
+ROW_KERNELS = {  # row kernels at sizes where memory, not launches, bounds them: name -> (rows, row length)
+    "layer_norm": (32768, 768),
+    "softmax": (16384, 2048),
+    "gelu": (32768, 3072),  # a pointwise kernel, for comparison
+}
+
+
+def check_row_kernels(args, report: Report) -> None:
+    """Row kernels (one block per row, the block's reductions by warp shuffles) and a pointwise one,
+    at large sizes: time per call and bytes moved per second (each input read once, the output
+    written once), against torch eager. Whether a stitch kernel should keep its row in shared
+    memory rather than read it again from L1/L2 shows here: near the copy rate, it need not."""
+    import torch
+
+    import braze
+    nn, Dim = torch.nn, torch.export.Dim
+    mods = {"layer_norm": nn.LayerNorm(768), "softmax": nn.Softmax(-1), "gelu": nn.GELU()}
+    for name, (rows, n) in ROW_KERNELS.items():
+        m = mods[name].eval()
+        cm = braze.compile(m, (torch.randn(4, n),), ({0: Dim("rows", min=1, max=1 << 20)},), target="cuda")
+        gpu = m.cuda()
+        x = torch.randn(rows, n, device="cuda")
+        with torch.no_grad():
+            err = float((cm(x) - gpu(x)).abs().max() / gpu(x).abs().max())
+            t_b = median_ms(lambda: cm(x), args.reps, torch.cuda.synchronize)
+            t_e = median_ms(lambda: gpu(x), args.reps, torch.cuda.synchronize)
+        gb = 2 * x.numel() * 4 / 1e9
+        report(model=f"row:{name}", event="row_kernel", shape=[rows, n], max_rel_err=err, braze_ms=round(t_b, 4),
+               eager_ms=round(t_e, 4), braze_gb_s=round(gb / t_b * 1e3), eager_gb_s=round(gb / t_e * 1e3))
+
+
+def check_training(report: Report) -> None:
+    """A training step through torch.compile(backend="braze") on CUDA tensors: the loss and every
+    gradient against eager's, at three batch sizes (forward and backward graphs compile for the GPU)."""
+    import copy
+    import warnings
+
+    import torch
+
+    from braze.runtime import stats
+    torch.manual_seed(0)
+    nn = torch.nn
+    eager = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.LayerNorm(256), nn.Linear(256, 10)).cuda()
+    model = copy.deepcopy(eager)
+    torch._dynamo.reset()
+    step = torch.compile(lambda m, x, y: nn.functional.cross_entropy(m(x), y), backend="braze", dynamic=True)
+    c0 = stats()["native_compiles"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for b in (1, 16, 37):
+            x, y = torch.randn(b, 64, device="cuda"), torch.randint(0, 10, (b,), device="cuda")
+            for m in (eager, model):
+                m.zero_grad()
+            ref = nn.functional.cross_entropy(eager(x), y)
+            ref.backward()
+            loss = step(model, x, y)
+            loss.backward()
+            err = max(float((p.grad - q.grad).abs().max() / q.grad.abs().max().clamp_min(1e-30))
+                      for p, q in zip(model.parameters(), eager.parameters()))
+            lerr = float((loss - ref).abs() / ref.abs())
+            report(model="train:mlp", event="train_step", batch=b, loss_rel_err=lerr, max_grad_rel_err=err,
+                   ok=max(err, lerr) <= 1e-4)
+    report(model="train:mlp", event="train_compiles", native_compiles=stats()["native_compiles"] - c0,
+           torch_warnings=sorted({str(w.message)[:200] for w in caught if "braze" in str(w.message)}))
 
 
 def _small_models():
@@ -247,7 +391,8 @@ def table(rows: list[dict]) -> str:
              "medians of the timed calls, one run; torch eager and inductor in float32 with TF32 off", "",
              "| model | shapes correct (max rel err) | recompiles | braze ms | eager ms | inductor ms | "
              "braze/eager | braze/inductor |", "|---|---|---|---|---|---|---|---|"]
-    for m in dict.fromkeys(r["model"] for r in rows if "model" in r):
+    main = ("compiled", "correct", "latency", "error")  # the other events have tables of their own, below
+    for m in dict.fromkeys(r["model"] for r in rows if "model" in r and r.get("event") in main):
         mine = [r for r in rows if r.get("model") == m]
         corr = [r for r in mine if r["event"] == "correct"]
         errs = ", ".join(f"{r['max_rel_err']:.1e}" for r in corr)
@@ -258,6 +403,46 @@ def table(rows: list[dict]) -> str:
                      f"{rec} | {lat.get('braze_ms', '-')} | {lat.get('eager_ms', '-')} | "
                      f"{lat.get('inductor_ms') or '-'} | {lat.get('braze_over_eager', '-')} | "
                      f"{lat.get('braze_over_inductor') or '-'} |")
+    plug = [m for m in dict.fromkeys(r["model"] for r in rows if r.get("event") == "plugin_correct")]
+    if plug:
+        lines += ["", "torch.compile(backend=\"braze\", dynamic=True) on CUDA tensors:", "",
+                  "| model | shapes correct (max rel err) | braze compiles | PyTorch fallback warnings | ms | "
+                  "/ braze.compile | / inductor |", "|---|---|---|---|---|---|---|"]
+        for m in plug:
+            mine = [r for r in rows if r.get("model") == m]
+            corr = [r for r in mine if r["event"] == "plugin_correct"]
+            rec = next((r for r in mine if r["event"] == "plugin_recompiles"), {})
+            ms = next((r["plugin_ms"] for r in mine if r["event"] == "plugin_latency"), None)
+            lat = next((r for r in mine if r["event"] == "latency"), {})
+            ratio = lambda k: round(ms / lat[k], 2) if ms and lat.get(k) else "-"  # noqa: E731
+            errs = ", ".join(f"{r['max_rel_err']:.1e}" for r in corr)
+            lines.append(f"| {m} | {sum(r['ok'] for r in corr)}/{len(corr)} ({errs}) | "
+                         f"{rec.get('native_compiles', '-')} | {len(rec.get('torch_warnings', []))} | {ms or '-'} | "
+                         f"{ratio('braze_ms')} | {ratio('inductor_ms')} |")
+    tr = [r for r in rows if r.get("event") == "train_step"]
+    if tr:
+        comp = next((r for r in rows if r.get("event") == "train_compiles"), {})
+        lines += ["", "A training step (torch.compile(backend=\"braze\"), CUDA tensors) against eager, "
+                  f"{comp.get('native_compiles', '-')} braze compiles, "
+                  f"{len(comp.get('torch_warnings', []))} PyTorch fallback warnings:", "",
+                  "| batch | loss rel err | max grad rel err | ok |", "|---|---|---|---|"]
+        lines += [f"| {r['batch']} | {r['loss_rel_err']:.1e} | {r['max_grad_rel_err']:.1e} | {r['ok']} |" for r in tr]
+    rk = [r for r in rows if r.get("event") == "row_kernel"]
+    if rk:
+        lines += ["", "Row and pointwise kernels at large sizes (input read once, output written once):", "",
+                  "| kernel | shape | max rel err | braze ms | braze GB/s | eager ms | eager GB/s |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model'][4:]} | {r['shape'][0]} x {r['shape'][1]} | {r['max_rel_err']:.1e} | {r['braze_ms']} | "
+                  f"{r['braze_gb_s']} | {r['eager_ms']} | {r['eager_gb_s']} |" for r in rk]
+    prof = [r for r in rows if r.get("event") == "profile"]
+    if prof:
+        lines += ["", "Kernels per call (torch.profiler), GPU time summed against the call's wall time:", "",
+                  "| model | runner | kernels per call | GPU ms | wall ms | costliest kernels (ms per call) |",
+                  "|---|---|---|---|---|---|"]
+        for r in prof:
+            top = "; ".join(f"{t['kernel'][:40]} {t['ms_per_call']}" for t in r["top"][:4])
+            lines.append(f"| {r['model']} | {r['runner']} | {r['kernels_per_call']} | {r['gpu_ms_per_call']} | "
+                         f"{r['wall_ms_per_call']} | {top} |")
     return "\n".join(lines) + "\n"
 
 
@@ -266,6 +451,13 @@ def main(argv=None) -> int:
     p.add_argument("--compile-only", action="store_true", help="compile for cuda:sm_90; no GPU needed")
     p.add_argument("--models", default="bert,gpt2,resnet50,llama")
     p.add_argument("--inductor", default="bert,gpt2", help="models also timed with torch.compile (inductor)")
+    p.add_argument("--plugin", default="bert,gpt2",
+                   help="models also run through torch.compile(backend='braze') on CUDA tensors")
+    p.add_argument("--profile", default="bert", help="models whose kernels are profiled (braze and inductor)")
+    p.add_argument("--training", action="store_true", help="also check a training step through "
+                   "torch.compile(backend='braze') on CUDA tensors against eager")
+    p.add_argument("--row-kernels", action="store_true", help="also time row kernels (layer norm, softmax) and "
+                   "a pointwise one at large sizes, in GB/s against torch eager")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--out", default=os.environ.get("OUT") or ".")
     p.add_argument("--prepare-artifacts", metavar="DIR", help="cross-compile small models for cuda:sm_90 into "
@@ -281,7 +473,8 @@ def main(argv=None) -> int:
     if args.prepare_artifacts:
         prepare_artifacts(Path(args.prepare_artifacts))
         return 0
-    args.inductor = set(filter(None, args.inductor.split(",")))
+    for key in ("inductor", "plugin", "profile"):
+        setattr(args, key, set(filter(None, getattr(args, key).split(","))))
     report = Report(Path(args.out))
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, for the reference too
@@ -291,6 +484,17 @@ def main(argv=None) -> int:
            gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, python=sys.version.split()[0])
     if args.artifacts:
         check_artifacts(Path(args.artifacts), report)
+    if args.training and not args.compile_only:
+        try:
+            check_training(report)
+        except Exception as e:
+            report(model="train:mlp", event="error", error=f"{type(e).__name__}: {e}",
+                   trace=traceback.format_exc()[-3000:])
+    if args.row_kernels and not args.compile_only:
+        try:
+            check_row_kernels(args, report)
+        except Exception as e:
+            report(model="row", event="error", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-3000:])
     for name in filter(None, args.models.split(",")):
         try:
             check_model(name, args, report)

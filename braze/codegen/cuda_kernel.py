@@ -54,8 +54,10 @@ class _CudaGen(_Gen):
             self.line(f"for (int64_t {g} = blockIdx.x; {g} < {' * '.join(exts)}; {g} += gridDim.x) {{")
         self.ind += 1
         self.line(f"int64_t {t} = {g};")
-        for n, loop in reversed(list(zip(exts, chain))):  # the innermost varies fastest
+        # the innermost varies fastest; the outermost is what is left (g < the product of the extents)
+        for n, loop in reversed(list(zip(exts[1:], chain[1:]))):
             self.line(f"const int64_t {loop.var.name} = {t} % {n}; {t} /= {n};")
+        self.line(f"const int64_t {chain[0].var.name} = {t};")
         self.push(barrier=chain[-1].var)
         self.coop = f.kind == "block"
         self.body(chain[-1].body)

@@ -137,11 +137,10 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
         warnings.warn(BrazeWarning(f"torch.compile mode={mode!r} has no meaning for braze; it is ignored"),
                       stacklevel=2)
     real = [x if isinstance(x, torch.Tensor) else None for x in example_inputs]
-    device = next((x.device for x in real if x is not None and x.device.type != "cpu"), None)
-    if device is not None:  # the plug-in compiles for the CPU (docs/cuda.md: the GPU through braze.compile)
-        in_torch(gm, BrazeError(f"the graph's tensors are on {device}, and braze's torch.compile backend compiles "
-                                "for the CPU only; compile the model with braze.compile(..., target='cuda') to "
-                                "run it on the GPU"))
+    try:
+        opts = device_options(real, opts)
+    except BrazeError as e:
+        in_torch(gm, e)
         return gm.forward
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     names = [weight_name(n, i) for i, n in enumerate(places)]
@@ -211,6 +210,29 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
             raise
         in_torch(gm, e)
         return gm.forward
+
+
+def device_options(real: list, opts: Options) -> Options:
+    """The options for a graph's device: a graph whose tensors are on cuda:0 compiles for this
+    machine's GPU (``target="cuda"``, unless the options name a CUDA arch already); a CPU graph
+    keeps the options' target (``BRAZE_TARGET=cuda:sm_90`` runs it on the GPU, its tensors copied
+    there and back). A BrazeError for any other device: PyTorch runs that graph."""
+    from ..target import parse_target
+    devices = {x.device for x in real if x is not None and x.device.type != "cpu"}
+    if not devices:
+        return opts
+    if len(devices) > 1:
+        raise BrazeError(f"the graph's tensors are on {', '.join(sorted(map(str, devices)))}; braze compiles a "
+                         "graph for one device")
+    device = devices.pop()
+    if device.type != "cuda":
+        raise BrazeError(f"the graph's tensors are on {device}; braze compiles for the CPU and for NVIDIA GPUs")
+    if device.index not in (None, 0):  # braze_cuda_rt.h opens GPU 0
+        raise BrazeError(f"the graph's tensors are on {device}; braze runs on cuda:0 for now",
+                         hint="make that GPU the first visible one: CUDA_VISIBLE_DEVICES")
+    if opts.target.startswith("cuda:"):
+        return opts
+    return opts.replace(target=parse_target("cuda").name)
 
 
 def dynamo_control(e: Exception) -> bool:

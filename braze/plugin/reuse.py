@@ -170,10 +170,10 @@ def _dynamo_reset_check() -> None:
 
 
 def _compiled_with(opts) -> tuple:
-    """The options a library's code or calls depend on: one compiled under another precision,
-    thread count or tuning setting (its GEMMs' dispatch tables), or that keeps its outputs for reuse
-    where this graph must not, is not this graph's, whatever its IR."""
-    return (opts.precision, opts.precision_keep, opts.threads, opts.adapt_threads,
+    """The options a library's code or calls depend on: one compiled for another target, under
+    another precision, thread count or tuning setting (its GEMMs' dispatch tables), or that keeps
+    its outputs for reuse where this graph must not, is not this graph's, whatever its IR."""
+    return (opts.target, opts.precision, opts.precision_keep, opts.threads, opts.adapt_threads,
             opts.reuse_outputs, opts.tune, opts.tune_db) if opts is not None else None
 
 

@@ -2,6 +2,8 @@
 
     env = build_emulated(cm, tmp_path)   # {"BRAZE_LIBCUDA": fake driver .so, "BRAZE_EMU_KERNELS": kernels .so,
                                          #  "BRAZE_LIBCUBLAS": fake cuBLAS .so}
+    add_emulated(cm, kernels_dir)        # several models (a torch.compile graph's regions): BRAZE_EMU_KERNELS
+                                         # names kernels_dir, where each model's image finds its own kernels
 
 The model's host library (cm.library.path) is the real one: it dlopens BRAZE_LIBCUDA at its first call
 and runs everything through the driver API. fake_libcuda.cpp serves that API from host memory, and its
@@ -130,6 +132,26 @@ def build_kernels(cuda_source: str, out_dir: Path) -> Path:
     return so
 
 
+def image_key(image: bytes) -> str:
+    """The name fake_libcuda gives a module image's kernels in a BRAZE_EMU_KERNELS directory: FNV-1a 64."""
+    h = 1469598103934665603
+    for b in image:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def add_emulated(cm, kernels_dir) -> None:
+    """cm's kernels, compiled for emulation, under the names its cubin and its PTX load by."""
+    out = Path(kernels_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    so = build_kernels(cm._native.cuda_source, out)
+    binary = cm._native.cuda_binary
+    for image in (binary.cubin, binary.ptx.rstrip(b"\0")):
+        link = out / f"{image_key(image)}.so"
+        if not link.exists():
+            shutil.copyfile(so, link)
+
+
 def build_emulated(cm, tmp_path) -> dict[str, str]:
     """env vars that make cm's library run its kernels under emulation (set them before its first call)"""
     if gxx() is None:
@@ -142,5 +164,5 @@ def build_emulated(cm, tmp_path) -> dict[str, str]:
             "BRAZE_LIBCUBLAS": str(build_fake_cublas(out))}
 
 
-__all__ = ["build_emulated", "build_fake_cublas", "build_fake_driver", "build_kernels", "emulated_source",
-           "kernel_params", "trampolines"]
+__all__ = ["add_emulated", "build_emulated", "build_fake_cublas", "build_fake_driver", "build_kernels",
+           "emulated_source", "image_key", "kernel_params", "trampolines"]

@@ -7,6 +7,8 @@
  * - one device, compute capability 9.0; streams are dummies; copies and launches are synchronous;
  * - cuModuleLoadData ignores the image (cubin or PTX) and dlopens the shared library named by
  *   BRAZE_EMU_KERNELS: the model's .cu compiled with g++ over cuda_emu.h (tests/codegen/cuda_emu_build.py);
+ *   where BRAZE_EMU_KERNELS is a directory, it opens DIR/<FNV-1a 64 of the image, 16 hex digits>.so, so
+ *   that several models (a torch.compile graph's regions) each find their own kernels;
  * - cuModuleGetFunction(name) is that library's `bzemu_<name>` trampoline, which cuLaunchKernel calls as
  *   void (unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **args);
  * - a launch checks that every non-NULL pointer argument points into a live allocation (the trampolines
@@ -22,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -98,6 +102,33 @@ API CUresult cuCtxSetCurrent(CUcontext c) { return c == &fake_context || c == NU
 
 API CUresult cuCtxSynchronize(void) { return FAKE_SUCCESS; }
 
+/* an image's length: a cubin's from its ELF header (the furthest of its tables and sections), PTX's up to
+ * its NUL */
+static size_t image_size(const unsigned char *p) {
+    if (memcmp(p, "\177ELF", 4) != 0) return strlen((const char *)p);
+    uint64_t shoff, phoff, end;
+    uint16_t phent, phnum, shent, shnum;
+    memcpy(&phoff, p + 0x20, 8); memcpy(&shoff, p + 0x28, 8);
+    memcpy(&phent, p + 0x36, 2); memcpy(&phnum, p + 0x38, 2);
+    memcpy(&shent, p + 0x3A, 2); memcpy(&shnum, p + 0x3C, 2);
+    end = std::max(phoff + (uint64_t)phent * phnum, shoff + (uint64_t)shent * shnum);
+    for (unsigned i = 0; i < shnum; ++i) {
+        const unsigned char *sh = p + shoff + (uint64_t)i * shent;
+        uint32_t type;
+        uint64_t off, size;
+        memcpy(&type, sh + 4, 4); memcpy(&off, sh + 0x18, 8); memcpy(&size, sh + 0x20, 8);
+        if (type != 8) end = std::max(end, off + size); /* SHT_NOBITS takes no bytes */
+    }
+    return (size_t)end;
+}
+
+static uint64_t image_hash(const void *image) { /* FNV-1a 64 (cuda_emu_build.image_key) */
+    const unsigned char *p = (const unsigned char *)image;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0, n = image_size(p); i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 API CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     if (!m || !image) return FAKE_INVALID_VALUE;
     if (int e = fake_env("FAKE_CUDA_LOAD_ERROR", 0)) return (CUresult)e;
@@ -106,7 +137,14 @@ API CUresult cuModuleLoadData(CUmodule *m, const void *image) {
         fprintf(stderr, "fake_libcuda: BRAZE_EMU_KERNELS is not set\n");
         return FAKE_INVALID_IMAGE;
     }
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    std::string file = path;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        char name[32];
+        snprintf(name, sizeof name, "/%016llx.so", (unsigned long long)image_hash(image));
+        file += name;
+    }
+    void *h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fprintf(stderr, "fake_libcuda: %s\n", dlerror());
         return FAKE_INVALID_IMAGE;

@@ -190,11 +190,14 @@ extern "C" __global__ void bz_conv2d(int64_t N, int64_t C, int64_t H, int64_t W,
 
 
 /* ---- a block's reduction (codegen/cuda_kernel.py's block rows) ----------------------------
- * Every thread of the block calls it with its partial; every thread gets the whole result. A
- * shared-memory tree over blockDim.x (a power of two, at most 256: bzc_launch's 256), with no
- * warp shuffles, so cuda_emu.h runs it as it is. op: 0 sum, 1 prod, 2 max, 3 min; float max/min
- * are braze_vec.h's (NaN-propagating, as the CPU kernels). The first barrier keeps a previous
- * call's readers of buf[0] ahead of this call's writers. */
+ * Every thread of the block calls it with its partial; every thread gets the whole result.
+ * blockDim.x is a power of two from 32 to 1024 (bzc_launch's 256). Each warp reduces its 32
+ * partials by shuffles, lane 0 of each writes one to shared memory, and every warp then reduces
+ * those (lane l reads partial l % warps, so each aligned group of `warps` lanes holds them all):
+ * two barriers instead of a tree's log2(blockDim) + 1, and the order of the adds is fixed, so a
+ * row's sum is the same at every call. op: 0 sum, 1 prod, 2 max, 3 min; float max/min are
+ * braze_vec.h's (NaN-propagating, as the CPU kernels). The first barrier keeps a previous call's
+ * readers of part[] ahead of this call's writers. cuda_emu.h emulates the shuffles. */
 template <class T> static __device__ __forceinline__ T bz_comb(int op, T a, T b) {
     return op == 0 ? (T)(a + b) : op == 1 ? (T)(a * b) : op == 2 ? (a > b ? a : b) : (a < b ? a : b);
 }
@@ -204,16 +207,20 @@ static __device__ __forceinline__ float bz_comb(int op, float a, float b) {
 static __device__ __forceinline__ double bz_comb(int op, double a, double b) {
     return op == 0 ? a + b : op == 1 ? a * b : op == 2 ? bz_maxd(a, b) : bz_mind(a, b);
 }
+template <class T> static __device__ __forceinline__ T bz_shfl_xor(T v, int lanes) {
+    if constexpr (sizeof(T) < 4) return (T)__shfl_xor_sync(0xffffffffu, (int)v, lanes); /* bool, 8/16-bit */
+    else return __shfl_xor_sync(0xffffffffu, v, lanes);
+}
 template <class T> static __device__ T bz_block_reduce(int op, T v) {
-    __shared__ T buf[256];
+    __shared__ T part[32];
+    for (int o = 16; o > 0; o >>= 1) v = bz_comb(op, v, bz_shfl_xor(v, o));
+    const unsigned lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     __syncthreads();
-    buf[threadIdx.x] = v;
+    if (lane == 0) part[threadIdx.x >> 5] = v;
     __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) buf[threadIdx.x] = bz_comb(op, buf[threadIdx.x], buf[threadIdx.x + s]);
-        __syncthreads();
-    }
-    return buf[0];
+    v = part[lane & (warps - 1)];
+    for (unsigned o = warps >> 1; o > 0; o >>= 1) v = bz_comb(op, v, bz_shfl_xor(v, (int)o));
+    return v;
 }
 
 

@@ -8,12 +8,15 @@
  * the last one is done (its contents carry over, which is as undefined as on the GPU). The cost: one
  * launch at a time per process, and no `extern __shared__` (dynamic shared memory).
  * A thread that returns early drops out of __syncthreads for the rest of its block, as on the hardware.
+ * Warp shuffles exchange through a block-wide slot per thread between two __syncthreads, so every
+ * thread of the block must reach them together (bz_block_reduce's calls do), not only its warp's.
  */
 #ifndef BRAZE_CUDA_EMU_H
 #define BRAZE_CUDA_EMU_H
 
 #include <barrier>
 #include <cstdlib>
+#include <cstring>
 #include <bit>
 #include <cstdint>
 #include <optional>
@@ -40,6 +43,17 @@ inline void __syncthreads() { bz_emu_sync->arrive_and_wait(); }
 inline void __trap() { std::abort(); } /* a kernel's failed device-heap allocation */
 inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
 inline int __float_as_int(float f) { return std::bit_cast<int>(f); }
+template <class T> T __shfl_xor_sync(unsigned, T v, int lanes, int width = 32) {
+    static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+    static uint64_t slot[1024]; /* one per thread of the running block (one launch at a time) */
+    const unsigned t = threadIdx.x, src = (t & ~(unsigned)(width - 1)) | ((t ^ (unsigned)lanes) & (width - 1));
+    __syncthreads(); /* every read of the last exchange is done */
+    std::memcpy(&slot[t], &v, sizeof v);
+    __syncthreads();
+    T out;
+    std::memcpy(&out, &slot[src < blockDim.x ? src : t], sizeof out);
+    return out;
+}
 
 template <class... P, class... A>
 void bz_emu_launch(void (*k)(P...), dim3 grid, dim3 block, A... args) {
