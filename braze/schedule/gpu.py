@@ -15,7 +15,8 @@ the grid spans all of it (``_sink``).
 
 A stitch or reduction kernel, whose rows reduce (a Let or Store of a long reduction at the
 row's level), gets a ``block`` nest instead: each row is one block of threads; its reductions
-are shared by the block's threads (a strided partial each, then a tree in shared memory) and
+are shared by the block's threads (a strided partial each, then warp shuffles and one step
+through shared memory: braze_cuda_lib.cuh's bz_block_reduce) and
 its loops become ``thread`` loops, strided over them:
 
     grid for _i1 in 0..b:            block for _i1 in 0..b:
@@ -35,7 +36,7 @@ from dataclasses import replace
 
 from ..ir import sym as S
 from ..ir.loop import (Binary, Cast, Compare, Const, For, IndexValue, Kernel, Let, Load, Reduce, Select,
-                       Store, Unary, Var, stmt_exprs, walk)
+                       Store, Unary, Var, stmt_exprs, walk, walk_stmts)
 from .collapse import collapse
 from .flatten import flatten
 from .hoist import hoist
@@ -89,16 +90,6 @@ def _lets(body) -> int:
 _SCALAR = (Const, Var, Unary, Binary, Compare, Select, Cast, IndexValue)
 
 
-def _written(stmts) -> set[str]:
-    out = set()
-    for s in stmts:
-        if isinstance(s, Store):
-            out.add(s.buffer.name)
-        elif isinstance(s, For):
-            out |= _written(s.body)
-    return out
-
-
 def _repeatable(s, written: set[str]) -> bool:
     return isinstance(s, Let) and all(isinstance(x, _SCALAR) or (isinstance(x, Load) and x.buffer.name not in written)
                                       for e in stmt_exprs(s) for x in walk(e))
@@ -124,7 +115,7 @@ def grid(kernel: Kernel) -> Kernel:
     body = list(kernel.body)
     n = _lets(body)
     if len(body) == n + 1 and isinstance(body[n], For) and body[n].kind == "serial":
-        nest = _sink(body[n], _written(body))
+        nest = _sink(body[n], {s.buffer.name for s in walk_stmts(body) if isinstance(s, Store)})
         body[n] = _mark(nest, "block" if _row_reductions(_innermost(nest)) else "grid")
     return replace(kernel, body=body)
 
