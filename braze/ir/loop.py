@@ -92,6 +92,9 @@ class Expr:
 
     __repr__ = __str__
 
+    def __getstate__(self):  # pickle and copy: not what nodes cache (_cache_hash, _node_cached)
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
 
 Index = Union[IntLike, Expr]
 
@@ -194,6 +197,27 @@ class Reduce(Expr):
     vector: bool = False
 
 
+def _cache_hash(cls):
+    """Expressions are trees that passes key dicts by (hoist's memo, CSE): the dataclass hash walks
+    the whole tree at every lookup, which made a large kernel's schedule quadratic (a trilinear
+    volume grid_sample: 2.3M hash calls, 30 s). Computed once per node instead, in its __dict__;
+    ``Expr.__getstate__`` leaves it out, since string hashes differ between processes."""
+    tree_hash = cls.__hash__
+
+    def __hash__(self):
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = tree_hash(self)
+            object.__setattr__(self, "_hash", h)
+        return h
+    cls.__hash__ = __hash__
+    return cls
+
+
+for _cls in (Const, Var, Load, Unary, Binary, Compare, Select, Cast, IndexValue, Reduce):
+    _cache_hash(_cls)
+
+
 def children(e: Expr) -> tuple:
     """Sub-expressions of ``e`` (including integer Exprs inside indices)."""
     if isinstance(e, (Unary, Cast)):
@@ -209,66 +233,71 @@ def children(e: Expr) -> tuple:
     return ()
 
 
+def _int_syms(x, kids: list) -> frozenset:
+    out = frozenset().union(*kids)
+    if isinstance(x, IndexValue):
+        out |= S.free_syms(x.value)
+    elif isinstance(x, Load):
+        for i in x.index:
+            if not isinstance(i, Expr) and i is not None:
+                out |= S.free_syms(i)
+    elif isinstance(x, Reduce):
+        for _, ext in x.loops:
+            out |= S.free_syms(ext)
+    return out
+
+
 def int_syms(e: Expr) -> frozenset:
     """Symbols appearing in IntLike parts of ``e`` (indices, IndexValues, extents)."""
-    out = frozenset()
-    stack = [e]
+    return _node_cached(e, "_int_syms", _int_syms)
+
+
+def _node_cached(e: Expr, key: str, combine):
+    """``combine(node, [its children's values])``, bottom-up, kept on each node under ``key``: an
+    expression never changes, and the schedule asks for these of every node of a tree (hoist), which
+    walking the subtree each time made quadratic. Iterative, as deep trees exist."""
+    stack = [(e, False)]
     while stack:
-        x = stack.pop()
-        if isinstance(x, IndexValue):
-            out |= S.free_syms(x.value)
-        elif isinstance(x, Load):
-            for i in x.index:
-                if not isinstance(i, Expr) and i is not None:
-                    out |= S.free_syms(i)
-        elif isinstance(x, Reduce):
-            for v, ext in x.loops:
-                out |= S.free_syms(ext)
-        stack.extend(children(x))
-    return out
+        x, ready = stack.pop()
+        if key in x.__dict__:
+            continue
+        kids = children(x)
+        if ready:
+            object.__setattr__(x, key, combine(x, [c.__dict__[key] for c in kids]))
+        else:
+            stack.append((x, True))
+            stack.extend((c, False) for c in kids if key not in c.__dict__)
+    return e.__dict__[key]
+
+
+def _loop_syms(i) -> frozenset:
+    return frozenset(s for s in S.free_syms(i) if is_loop_var(s))
+
+
+def _free_lv(e, kids: list) -> frozenset:
+    r = frozenset().union(*kids)
+    if isinstance(e, IndexValue):
+        r = _loop_syms(e.value)
+    elif isinstance(e, Load):
+        for i in e.index:
+            if not isinstance(i, Expr) and i is not None:
+                r |= _loop_syms(i)
+    elif isinstance(e, Reduce):
+        for _, ext in e.loops:
+            r |= _loop_syms(ext)
+        r = r - frozenset(v for v, _ in e.loops)
+    return r
 
 
 def free_loop_vars(e: Expr) -> frozenset:
     """Loop vars ``e`` depends on (a Reduce's own loop vars are bound inside it)."""
-    return _free_lv(e, {})
-
-
-def _free_lv(e, memo):
-    k = id(e)
-    if k in memo:
-        return memo[k][1]
-    if isinstance(e, IndexValue):
-        r = frozenset(s for s in S.free_syms(e.value) if is_loop_var(s))
-    elif isinstance(e, Load):
-        r = frozenset()
-        for i in e.index:
-            if isinstance(i, Expr):
-                r |= _free_lv(i, memo)
-            elif i is not None:
-                r |= frozenset(s for s in S.free_syms(i) if is_loop_var(s))
-    elif isinstance(e, Reduce):
-        r = _free_lv(e.body, memo)
-        for v, ext in e.loops:
-            r |= frozenset(s for s in S.free_syms(ext) if is_loop_var(s))
-        r = r - frozenset(v for v, _ in e.loops)
-    else:
-        r = frozenset()
-        for c in children(e):
-            r |= _free_lv(c, memo)
-    memo[k] = (e, r)
-    return r
+    return _node_cached(e, "_free_loop_vars", _free_lv)
 
 
 def vars_used(e: Expr) -> frozenset:
     """Names of the Let-bound ``Var``s ``e`` reads."""
-    out = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Var):
-            out.add(x.name)
-        stack.extend(children(x))
-    return frozenset(out)
+    return _node_cached(e, "_vars_used", lambda x, kids: frozenset([x.name]).union(*kids) if isinstance(x, Var)
+                        else frozenset().union(*kids))
 
 
 def map_expr(e: Expr, fn, index_fn=None) -> Expr:
