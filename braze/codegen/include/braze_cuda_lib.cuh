@@ -194,7 +194,7 @@ extern "C" __global__ void bz_conv2d(int64_t N, int64_t C, int64_t H, int64_t W,
  * blockDim.x is a power of two from 32 to 1024 (bzc_launch's 256). Each warp reduces its 32
  * partials by shuffles, lane 0 of each writes one to shared memory, and every warp then reduces
  * those (lane l reads partial l % warps, so each aligned group of `warps` lanes holds them all):
- * two barriers instead of a tree's log2(blockDim) + 1, and the order of the adds is fixed, so a
+ * two barriers instead of a tree's log2(blockDim) + 2, and the order of the adds is fixed, so a
  * row's sum is the same at every call. op: 0 sum, 1 prod, 2 max, 3 min; float max/min are
  * braze_vec.h's (NaN-propagating, as the CPU kernels). The first barrier keeps a previous call's
  * readers of part[] ahead of this call's writers. cuda_emu.h emulates the shuffles. */
