@@ -5,8 +5,9 @@
                                 [--no-training] [--no-row-kernels] [--artifacts DIR] [--reps 30]
 
 With no options it runs the whole check (3.3 minutes on an H200 with inductor on BERT and GPT-2
-only; inductor's compiles are the longest part): on the device tool, `PYTHONPATH=. python3 scripts/gpu_check.py --artifacts
-.gpu_artifacts --reps 20`, the artifacts made here by `--prepare-artifacts .gpu_artifacts`.
+only; inductor's compiles are the longest part). On the device tool:
+`PYTHONPATH=. python3 scripts/gpu_check.py --artifacts .gpu_artifacts --reps 20`, the artifacts
+made here first by `--prepare-artifacts .gpu_artifacts`.
 
 For each zoo model: export it, compile it with braze for this machine's GPU (``target="cuda"``;
 with ``--compile-only``, for cuda:sm_90, which needs no GPU), run it at three shapes against
@@ -88,6 +89,15 @@ def median_ms(fn, reps: int, sync) -> float:
     return statistics.median(times) * 1e3
 
 
+def rel_err(got, ref) -> float:
+    """braze.testing.rel_error (max |got - ref| / max |ref|) of NumPy arrays or torch tensors, on the GPU too."""
+    from braze.testing import rel_error
+
+    def host(t):
+        return t.detach().float().cpu().numpy() if hasattr(t, "detach") else t
+    return rel_error(host(got), host(ref))
+
+
 def first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
@@ -137,7 +147,7 @@ def check_model(name: str, args, report: Report) -> None:
             report(model=name, event="correct", dims=dims, ok=False, max_rel_err=float("nan"),
                    error=f"{type(e).__name__}: {str(e)[:300]}")
             continue
-        err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30)) if ref.size else 0.0
+        err = rel_err(got, ref)
         report(model=name, event="correct", dims=dims, shape=list(ref.shape), max_rel_err=err, ok=err <= 1e-4,
                finite=bool(np.isfinite(got).all()))
     blas = ctypes.CDLL(str(cm.library.path)).braze_cuda_blas
@@ -150,7 +160,7 @@ def check_model(name: str, args, report: Report) -> None:
     with torch.no_grad():  # CUDA tensors in: the outputs are CUDA tensors, nothing crosses the bus
         on_gpu = first(cm(*dev))
         ref = first(gpu(*dev)).float()
-    err = float((on_gpu - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    err = rel_err(on_gpu, ref)
     report(model=name, event="correct_cuda_tensors", dims=dims, device=str(on_gpu.device), max_rel_err=err,
            ok=err <= 1e-4 and on_gpu.is_cuda)
     report(model=name, event="recompiles", native_compiles=stats()["native_compiles"] - compiles0,
@@ -235,7 +245,7 @@ def check_plugin(name: str, zm, gpu, shapes, args, report: Report) -> None:
             got, ref = first(f(*dev)), first(gpu(*dev))
             if i == 0:
                 report(model=name, event="plugin_first_call", seconds=round(time.perf_counter() - t, 1))
-            err = float((got.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30))
+            err = rel_err(got, ref)
             report(model=name, event="plugin_correct", dims=dims, device=str(got.device), max_rel_err=err,
                    ok=err <= 1e-4 and got.is_cuda)
         report(model=name, event="plugin_recompiles", native_compiles=stats()["native_compiles"] - c0,
@@ -270,7 +280,7 @@ def check_row_kernels(args, report: Report) -> None:
         gpu = m.cuda()
         x = torch.randn(rows, n, device="cuda")
         with torch.no_grad():
-            err = float((cm(x) - gpu(x)).abs().max() / gpu(x).abs().max())
+            err = rel_err(cm(x), gpu(x))
             t_b = median_ms(lambda: cm(x), args.reps, torch.cuda.synchronize)
             t_e = median_ms(lambda: gpu(x), args.reps, torch.cuda.synchronize)
         gb = 2 * x.numel() * 4 / 1e9
@@ -304,9 +314,8 @@ def check_training(report: Report) -> None:
             ref.backward()
             loss = step(model, x, y)
             loss.backward()
-            err = max(float((p.grad - q.grad).abs().max() / q.grad.abs().max().clamp_min(1e-30))
-                      for p, q in zip(model.parameters(), eager.parameters()))
-            lerr = float((loss - ref).abs() / ref.abs())
+            err = max(rel_err(p.grad, q.grad) for p, q in zip(model.parameters(), eager.parameters()))
+            lerr = rel_err(loss, ref)
             report(model="train:mlp", event="train_step", batch=b, loss_rel_err=lerr, max_grad_rel_err=err,
                    ok=max(err, lerr) <= 1e-4)
     report(model="train:mlp", event="train_compiles", native_compiles=stats()["native_compiles"] - c0,
@@ -384,7 +393,7 @@ def check_artifacts(root: Path, report: Report) -> None:
             data = np.load(d / "check.npz")
             for i in range(len(data.files) // 2):
                 got, ref = np.asarray(model(data[f"in{i}"])), data[f"out{i}"]
-                err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+                err = rel_err(got, ref)
                 report(model=f"artifact:{d.name}", event="correct", dims=list(data[f"in{i}"].shape),
                        max_rel_err=err, ok=err <= 1e-4)
         except Exception as e:
@@ -438,8 +447,8 @@ def table(rows: list[dict]) -> str:
         lines += ["", "Row and pointwise kernels at large sizes (input read once, output written once):", "",
                   "| kernel | shape | max rel err | braze ms | braze GB/s | eager ms | eager GB/s |",
                   "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['model'][4:]} | {r['shape'][0]} x {r['shape'][1]} | {r['max_rel_err']:.1e} | {r['braze_ms']} | "
-                  f"{r['braze_gb_s']} | {r['eager_ms']} | {r['eager_gb_s']} |" for r in rk]
+        lines += [f"| {r['model'][4:]} | {r['shape'][0]} x {r['shape'][1]} | {r['max_rel_err']:.1e} | "
+                  f"{r['braze_ms']} | {r['braze_gb_s']} | {r['eager_ms']} | {r['eager_gb_s']} |" for r in rk]
     prof = [r for r in rows if r.get("event") == "profile"]
     if prof:
         lines += ["", "Kernels per call (torch.profiler), GPU time summed against the call's wall time:", "",

@@ -139,7 +139,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     real = [x if isinstance(x, torch.Tensor) else None for x in example_inputs]
     try:
         opts = device_options(real, opts)
-    except BrazeError as e:
+    except Exception as e:  # noqa: BLE001 -- no device braze serves, or no driver: PyTorch runs the graph
         in_torch(gm, e)
         return gm.forward
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -216,20 +216,23 @@ def device_options(real: list, opts: Options) -> Options:
     """The options for a graph's device: a graph whose tensors are on cuda:0 compiles for this
     machine's GPU (``target="cuda"``, unless the options name a CUDA arch already); a CPU graph
     keeps the options' target (``BRAZE_TARGET=cuda:sm_90`` runs it on the GPU, its tensors copied
-    there and back). A BrazeError for any other device: PyTorch runs that graph."""
+    there and back). A BrazeError for any other device, or when no driver answers for cuda:0:
+    PyTorch runs that graph."""
     from ..target import parse_target
     devices = {x.device for x in real if x is not None and x.device.type != "cpu"}
     if not devices:
         return opts
+    # the first line is what the plug-in's warning shows: each says what to do
     if len(devices) > 1:
         raise BrazeError(f"the graph's tensors are on {', '.join(sorted(map(str, devices)))}; braze compiles a "
-                         "graph for one device")
+                         "graph for one device: keep the model and its inputs on one")
     device = devices.pop()
     if device.type != "cuda":
-        raise BrazeError(f"the graph's tensors are on {device}; braze compiles for the CPU and for NVIDIA GPUs")
+        raise BrazeError(f"the graph's tensors are on {device}; braze compiles for the CPU and for NVIDIA GPUs: "
+                         "move the model and its inputs to one of those")
     if device.index not in (None, 0):  # braze_cuda_rt.h opens GPU 0
-        raise BrazeError(f"the graph's tensors are on {device}; braze runs on cuda:0 for now",
-                         hint="make that GPU the first visible one: CUDA_VISIBLE_DEVICES")
+        raise BrazeError(f"the graph's tensors are on {device}; braze runs on cuda:0 for now: make that GPU the "
+                         "first visible one (CUDA_VISIBLE_DEVICES)")
     if opts.target.startswith("cuda:"):
         return opts
     return opts.replace(target=parse_target("cuda").name)

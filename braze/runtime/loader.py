@@ -425,7 +425,7 @@ class NativeFunction:
         dims = []
         np_code = T._NP_CODE
         tensor, torch_code, grad = _torch_fast_path()
-        device, cuda = None, self.lib.cuda
+        device = None
         for i, x in enumerate(inputs):
             if type(x) is np.ndarray and x.flags.c_contiguous and (code := np_code.get(x.dtype, -1)) >= 0:
                 shape = x.shape
@@ -437,8 +437,9 @@ class NativeFunction:
                     (code := torch_code.get(x.dtype, -1)) >= 0 and not (x.requires_grad and grad()):
                 # plug-in mode passes every weight at every call: 0.5 us each here, 2.8 through _convert
                 ptr, shape, use_torch = x.data_ptr() or _EMPTY_ADDR, x.shape, True
-            elif cuda and isinstance(x, tensor) and x.is_cuda and x.get_device() == 0 and x.is_contiguous() and \
-                    (code := torch_code.get(x.dtype, -1)) >= 0 and not (x.requires_grad and grad()):
+            elif isinstance(x, tensor) and x.is_cuda and self.lib.cuda and x.get_device() == 0 and \
+                    x.is_contiguous() and (code := torch_code.get(x.dtype, -1)) >= 0 and \
+                    not (x.requires_grad and grad()):
                 ptr, shape, use_torch = x.data_ptr() or _EMPTY_ADDR, x.shape, True  # as the CPU's, on GPU 0
                 if device is None:
                     device = x.device

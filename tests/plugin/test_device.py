@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from braze.testing import rel_error
+
 torch = pytest.importorskip("torch")
 
 HERE = Path(__file__).resolve().parent
@@ -113,7 +115,7 @@ def _emulate_each_compile(kernels_dir: str) -> list:
 
 def _child(kernels_dir: str) -> None:
     """In a child process (the fake driver stays loaded): torch.compile at every shape of SHAPES, then
-    a weight changed through .data. Prints RESULT json."""
+    a weight changed through .data, then a second instance of the model. Prints RESULT json."""
     targets = _emulate_each_compile(kernels_dir)
     torch.manual_seed(0)
     m = Block().eval()
@@ -124,11 +126,16 @@ def _child(kernels_dir: str) -> None:
             x = torch.randn(b, s, 32)
             y, ref = f(x), m(x)
             devices.add(str(y.device))
-            errs.append(float((y - ref).abs().max() / ref.abs().max()))
+            errs.append(rel_error(y, ref))
         m.mlp[2].weight.data.mul_(-1.5)  # a weight changed in place: read at the next call
         x = torch.randn(2, 5, 32)
-        changed = float((f(x) - m(x)).abs().max() / m(x).abs().max())
-    print("RESULT " + json.dumps({"errs": errs, "changed": changed, "targets": targets, "devices": sorted(devices)}))
+        changed = rel_error(f(x), m(x))
+        other = Block().eval()  # a second instance, its own weights: the same library, called with them
+        g = torch.compile(other, backend="braze", dynamic=True)
+        second = rel_error(g(x), other(x))
+        first_again = rel_error(f(x), m(x))
+    print("RESULT " + json.dumps({"errs": errs, "changed": changed, "second": second, "first_again": first_again,
+                                  "targets": targets, "devices": sorted(devices)}))
 
 
 def _child_training(kernels_dir: str) -> None:
@@ -144,8 +151,7 @@ def _child_training(kernels_dir: str) -> None:
         x = torch.randn(b, s, 32)
         eager(x).square().mean().backward()
         step(model, x).backward()
-        grad_errs.append(max(float((p.grad - q.grad).abs().max() / q.grad.abs().max())
-                             for p, q in zip(model.parameters(), eager.parameters())))
+        grad_errs.append(max(rel_error(p.grad, q.grad) for p, q in zip(model.parameters(), eager.parameters())))
         for mod in (eager, model):
             mod.zero_grad()
     print("RESULT " + json.dumps({"targets": targets, "grad_errs": grad_errs}))
@@ -177,6 +183,7 @@ def test_cuda_plugin_matches_eager(tmp_path):
     assert res["devices"] == ["cpu"], res  # CPU tensors in: copied to the GPU and back
     assert all(e <= 1e-5 for e in res["errs"]), res
     assert res["changed"] <= 1e-5, res
+    assert res["second"] <= 1e-5 and res["first_again"] <= 1e-5, res
 
 
 @pytest.mark.slow  # its forward and backward libraries, built and emulated: 27 s alone on 2 cores

@@ -17,11 +17,6 @@ from ...ir.types import DType
 I64 = DType.int64
 
 
-def image_strides(image) -> list[int]:
-    """Row-major element strides of an image's axes."""
-    return [int(np.prod(image[i + 1:])) for i in range(len(image))]
-
-
 def fold_blocks(ctx, cols, n, c: int, image, block, grid, strides, dil, pads):
     """cols [n, c * prod(block), prod(grid)] summed into [n, c, *image]."""
     k, length, size = int(np.prod(block)), int(np.prod(grid)), int(np.prod(image))
@@ -30,7 +25,7 @@ def fold_blocks(ctx, cols, n, c: int, image, block, grid, strides, dil, pads):
     at = np.stack(np.unravel_index(np.arange(length), grid), axis=1)  # [length, rank]
     o = at[None] * np.array(strides) - np.array(pads[:rank]) + taps[:, None] * np.array(dil)  # [k, length, rank]
     inside = ((o >= 0) & (o < np.array(image))).all(axis=2)
-    flat = (o * np.array(image_strides(image))).sum(axis=2)
+    flat = np.ravel_multi_index(tuple(np.moveaxis(np.where(inside[..., None], o, 0), 2, 0)), image)
     target = np.where(inside, flat, size)  # size: the extra row, cut off after
     rows = ctx.op("reshape", ctx.op("permute", ctx.op("reshape", cols, shape=(n, c, k, length)), perm=(2, 3, 0, 1)),
                   shape=(k * length, n, c))
