@@ -5,7 +5,8 @@
 
 At small M a linear layer is one pass over its weight (docs/gemm.md). This packs the 72 weights
 of BERT-base's 12 encoder layers (random, [N, K] as torch's linear holds them; 340 MB in float32,
-170 MB in bfloat16, so they do not fit in the caches) with the helper (``braze_pack_b_typed``),
+170 MB in bfloat16, so they do not fit in the caches) with the helper (``braze_pack_b_const``, as a model
+does: an AVX2 build's kernel reads the kept float32 constant, up to M = 12, docs/gemm.md),
 then per M runs all 72 products (bias, GELU on the FFN's first) once through braze's kernel and
 once through oneDNN's (``braze_dnnl_set_small_m(0)``), alternating, ``--rounds`` times. It reports
 the median time of each path, the ratio (the median over rounds of each round's oneDNN / kernel:
@@ -39,14 +40,15 @@ def measure(lib, dtype: str, ms: list[int], rounds: int) -> list[dict]:
     np_dt = np.float32 if dtype == "f32" else ml_dtypes.bfloat16
     rng = np.random.default_rng(0)
     err = C.create_string_buffer(1024)
-    packed, biases = [], []
+    packed, biases, kept = [], [], []
     for _ in range(LAYERS):
         for n, k, act in LAYER:
             w = rng.standard_normal((n, k), dtype=np.float32)
-            pb = lib.braze_pack_b_typed(w.ctypes.data, 0, code, n, k, 1, err, 1024)
+            pb = lib.braze_pack_b_const(w.ctypes.data, 0, code, n, k, 1, err, 1024)
             if not pb:
                 raise RuntimeError(err.value.decode())
             packed.append((pb, n, k, act))
+            kept.append(w)  # the constant the packed weight may read: alive while packed
             biases.append(rng.standard_normal(n, dtype=np.float32))
     types = (code << 12) | (0 << 14) | (0 << 16)  # operands in dtype, float32 result and bias
     weight_bytes = sum(n * k for _, n, k, _ in packed) * (4 if dtype == "f32" else 2)
@@ -95,7 +97,9 @@ def to_markdown(doc: dict) -> str:
              f"first), all of them per call, braze's small-M kernel and oneDNN's alternating in one process, "
              f"{m['rounds']} rounds; `oneDNN / kernel` is the median over rounds of each round's ratio (above "
              f"1.00x the kernel is faster), the kernel forced at every M; models take it at M <= {m['small_m']} "
-             f"(`braze_dnnl_small_m`).", ""]
+             f"(`braze_dnnl_small_m`)."
+             + ("" if "avx512f" in mach["isa"] else " Without AVX-512 the kernel takes a packed weight at M <= 12 only "
+                "(braze_dnnl_smallm_avx2.c): above, both columns are oneDNN's."), ""]
     lines += ["| dtype | M | kernel ms | oneDNN ms | oneDNN / kernel | kernel weight GB/s |",
               "|---|---:|---:|---:|---:|---:|"]
     for dt, rows in doc["results"].items():

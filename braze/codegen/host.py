@@ -94,10 +94,9 @@ class HostGen:
             raise BrazeError(f"weight @{wname} has a symbolic shape [{n}, {k}]; constant weights must be static")
         h = f"M->pb[{len(self.packed_b)}]"
         self.packed_b.append(h)
-        w_dt = self._const_dt(wname)
-        call = (f"braze_pack_b_typed({self.const(wname)}, {w_dt}, {dt}, {n}, {k}, {transposed}, err, errlen)"
-                if dt or w_dt else
-                f"braze_pack_b_err((const float *){self.const(wname)}, {n}, {k}, {transposed}, err, errlen)")
+        # _const: the constant outlives the handle unchanged, so a kernel may read it (braze_dnnl.h)
+        call = (f"braze_pack_b_const({self.const(wname)}, {self._const_dt(wname)}, {dt}, {n}, {k}, {transposed}, "
+                "err, errlen)")
         self.init_lines.append(f"{h} = {call}; if (!{h}) goto fail;")
         return h
 

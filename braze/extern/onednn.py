@@ -396,6 +396,7 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_conv2d_bwd_weights": (i32, [i64, i64, i64, vp, vp, vp, i64, i64, vp, cp, i32]),
         # 16-bit operands (BRAZE_TYPES)
         "braze_pack_b_typed": (vp, [vp, i32, i32, i64, i64, i32, cp, i32]),
+        "braze_pack_b_const": (vp, [vp, i32, i32, i64, i64, i32, cp, i32]),
         "braze_batch_matmul_typed": (i32, [i32, i32, vp, vp, i64, i64, i64, vp, i32, vp, i32, C.c_float, vp, cp,
                                            i32]),
         "braze_pack_conv_typed": (vp, [vp, i32, i32, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64,

@@ -42,7 +42,7 @@ def test_every_path_computes_the_product(lib, n, k, m, epilogue):
         act, ref = 2, _gelu(ref) + res
     elif epilogue == "residual-in-place":
         ref = ref + res
-    pb = lib.braze_pack_b_err(w.ctypes.data, n, k, 1, err, len(err))
+    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))  # as a model packs its constants
     assert pb, err.value
     try:
         for name, code in PATHS.items():
@@ -80,3 +80,51 @@ def test_the_timing_loop_runs_the_calls_and_reports_bad_arguments(lib):
         assert b"K=31" in err.value
     finally:
         lib.braze_free_packed_b(pb)
+
+
+def _created(lib) -> int:
+    created, hits = C.c_int64(), C.c_int64()
+    lib.braze_dnnl_stats(C.byref(created), C.byref(hits))
+    return created.value
+
+
+def test_avx2_small_m_kernel_reads_the_kept_constant(lib):
+    """An AVX2 build has no packed form for its small-M kernel: it reads the [N, K] float32 constant
+    that braze_pack_b_const kept, up to M = 12, with no oneDNN primitive; from M = 13, and for a
+    weight packed without keeping it, oneDNN runs. Each against float64 NumPy, every fused
+    activation, the residual in place among them."""
+    from braze.codegen.isa import host_isa
+    if host_isa().name != "avx2":
+        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    rng = np.random.default_rng(5)
+    err = C.create_string_buffer(512)
+    n, k = 75, 41  # N not a multiple of the kernel's 4-row blocks, K not of its 8 lanes
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    kept = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
+    plain = lib.braze_pack_b_err(w.ctypes.data, n, k, 1, err, len(err))
+    kn = lib.braze_pack_b_const(np.ascontiguousarray(w.T).ctypes.data, 0, 0, n, k, 0, err, len(err))
+    assert kept and plain and kn, err.value
+    try:
+        assert lib.braze_packed_b_small_m_rows(kept) == k
+        assert lib.braze_packed_b_small_m_rows(plain) == 0 and lib.braze_packed_b_small_m_rows(kn) == 0
+        bias = rng.standard_normal(n, dtype=np.float32)
+        for m in (1, 2, 5, 12, 13):
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            res = rng.standard_normal((m, n), dtype=np.float32)
+            base = a.astype(np.float64) @ w.T.astype(np.float64) + bias
+            for act, want in ((0, base), (1, np.maximum(base, 0)), (2, _gelu(base)), (0x102, _gelu(base + res))):
+                c = res.copy()
+                before = _created(lib)
+                path = PATHS["smallm"] << 20
+                assert lib.braze_matmul(m, n, k, a.ctypes.data, kept, bias.ctypes.data,
+                                        c.ctypes.data if act & 0x100 else None, act | path, c.ctypes.data, err,
+                                        len(err)) == 0, err.value
+                assert np.abs(c - want).max() / np.abs(want).max() < 1e-5, (m, act)
+                if m <= 12:
+                    assert _created(lib) == before, f"M={m}: a oneDNN primitive was made"
+            c = np.empty((m, n), np.float32)
+            assert lib.braze_matmul(m, n, k, a.ctypes.data, kept, None, None, 0, c.ctypes.data, err, len(err)) == 0
+            assert np.abs(c - (base - bias)).max() / np.abs(base - bias).max() < 1e-5
+    finally:
+        for pb in (kept, plain, kn):
+            lib.braze_free_packed_b(pb)

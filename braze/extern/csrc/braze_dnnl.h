@@ -87,7 +87,8 @@ int braze_dnnl_small_m(void);
 void braze_dnnl_set_conv_gemm_m(int max_m);
 int braze_dnnl_conv_gemm_m(void);
 /* The packed weight's K rows (padded) if the small-M kernel can read it, else 0 (another
- * layout, or a helper built without AVX-512: then oneDNN runs every M). */
+ * layout; on AVX2 builds, a weight braze_pack_b_const did not keep; a helper built without
+ * AVX-512 or AVX2: then oneDNN runs every M). */
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B);
 
 /* A 64-bit fingerprint of n bytes (XXH3-style; the same in every process and for every thread
@@ -105,6 +106,11 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
 /* The same from a weight W stored in w_dt, packed in dt (a float32 weight packed in bfloat16:
  * rounded once, here). */
 braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
+                                   char *err, int errlen);
+/* The same for a constant: W stays valid and unchanged while B lives (a model's weight). A float32
+ * [N,K] W packed in float32 is kept, and AVX2 builds' small-M kernel reads it at M <= 12, where
+ * oneDNN's gemm:jit on the packed weight took 1.15-1.8x its time (docs/gemm.md). */
+braze_packed_b *braze_pack_b_const(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
                                    char *err, int errlen);
 void braze_free_packed_b(braze_packed_b *B);
 

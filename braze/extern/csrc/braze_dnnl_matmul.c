@@ -9,6 +9,8 @@ struct braze_packed_b {
     dnnl_memory_desc_t md; /* layout of data (a K x N weights md) */
     void *data;
     int64_t smallm_kp; /* data is BA16a64b with K padded to this: the small-M path reads it (else 0) */
+    const float *src;  /* the caller's float32 [N,K] weight, kept by braze_pack_b_const (else NULL): what
+                        * AVX2 builds' small-M kernel reads, as it has no packed form */
 };
 
 #define SMALLM_DEFAULT_MAX 48 /* measured: docs/gemm.md */
@@ -16,10 +18,18 @@ struct braze_packed_b {
 static int g_smallm_max = SMALLM_DEFAULT_MAX;
 void braze_dnnl_set_small_m(int max_m) { __atomic_store_n(&g_smallm_max, max_m, __ATOMIC_RELAXED); }
 int braze_dnnl_small_m(void) { return __atomic_load_n(&g_smallm_max, __ATOMIC_RELAXED); }
-int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) { return B ? B->smallm_kp : 0; }
-/* braze_dnnl_smallm.c: whether it can take a call with this weight and epilogue (at any M); the
+int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) {
+#if defined(__AVX512F__)
+    return B ? B->smallm_kp : 0;
+#elif defined(__AVX2__) && defined(__FMA__)
+    return B && B->src ? B->K : 0;
+#else
+    return 0;
+#endif
+}
+/* braze_dnnl_smallm.c: whether it can take a call with this weight, M and epilogue; the
  * product, where it can (1 if it ran, 0 without the scratch memory it needed) */
-static int smallm_fits(const braze_packed_b *B, int act);
+static int smallm_fits(const braze_packed_b *B, int64_t M, int act);
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
                          const void *bias, const void *res, int act, void *C);
 /* the same for a plain run-time weight (braze_matmul_w) */
@@ -105,8 +115,8 @@ static int mm_kernel(int64_t M, const braze_packed_b *B, int path, int act, int 
     switch (path) {
     case BRAZE_PATH_DNNL: return runtime_m_forced() ? MM_RUNTIME_M : MM_PER_M; /* BRAZE_DNNL_RUNTIME_M */
     case BRAZE_PATH_DNNL_RT: return has_res ? MM_PER_M : MM_RUNTIME_M;
-    case BRAZE_PATH_SMALLM: return smallm_fits(B, act) && braze_dnnl_small_m() > 0 ? MM_SMALLM : dnnl_rule(M, has_res);
-    default: return smallm_fits(B, act) && M <= braze_dnnl_small_m() ? MM_SMALLM : dnnl_rule(M, has_res);
+    case BRAZE_PATH_SMALLM: return smallm_fits(B, M, act) && braze_dnnl_small_m() > 0 ? MM_SMALLM : dnnl_rule(M, has_res);
+    default: return smallm_fits(B, M, act) && M <= braze_dnnl_small_m() ? MM_SMALLM : dnnl_rule(M, has_res);
     }
 }
 
@@ -174,6 +184,13 @@ fail:
 braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int transposed_layout,
                                  char *err, int errlen) {
     return braze_pack_b_typed(W, BRAZE_DT_F32, BRAZE_DT_F32, N, K, transposed_layout, err, errlen);
+}
+
+braze_packed_b *braze_pack_b_const(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
+                                   char *err, int errlen) {
+    braze_packed_b *B = braze_pack_b_typed(W, w_dt, dt, N, K, transposed_layout, err, errlen);
+    if (B && w_dt == BRAZE_DT_F32 && dt == BRAZE_DT_F32 && transposed_layout) B->src = (const float *)W;
+    return B;
 }
 
 braze_packed_b *braze_pack_b(const float *W, int64_t N, int64_t K, int transposed_layout) {

@@ -207,7 +207,8 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
     }
 }
 
-static int smallm_fits(const braze_packed_b *B, int act) {
+static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
+    (void)M; /* any M: the dispatch table or braze_dnnl_small_m() bounds it */
     int types_ok = B->dt == BRAZE_DT_F32 ? !(act & BRAZE_TYPES_MASK)
                                          : B->dt == BRAZE_DT_BF16 && SRC_DT(act) == BRAZE_DT_BF16 &&
                                                DST_DT(act) != BRAZE_DT_F16 && BIAS_DT(act) != BRAZE_DT_F16;
@@ -624,10 +625,9 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
     (void)M, (void)N, (void)K, (void)A, (void)W, (void)transposed, (void)bias, (void)res, (void)act, (void)C;
     return 0;
 }
-#endif
 
-static int smallm_fits(const braze_packed_b *B, int act) {
-    (void)B, (void)act;
+static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
+    (void)B, (void)M, (void)act;
     return 0;
 }
 
@@ -636,4 +636,5 @@ static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const b
     (void)M, (void)N, (void)K, (void)A, (void)B, (void)bias, (void)res, (void)act, (void)C;
     return 0;
 }
+#endif
 #endif

@@ -213,4 +213,21 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
     if (!smallm_w_applies(M, N, K, transposed, act)) return 0;
     return sw2_nk_matmul(M, N, K, A, W, K, bias, res, act, C);
 }
+
+/* A packed weight: this kernel has no packed form, so it reads the [N,K] constant that
+ * braze_pack_b_const kept, up to SW2_PACKED_MAX rows. Against oneDNN's gemm:jit on the packed
+ * weight (BERT-base's 72 weights, 340 MB, interleaved, AMD EPYC AVX2, 2 threads), oneDNN took 1.15,
+ * 1.61, 1.78, 1.46 and 1.17x its time at M = 1, 2, 4, 8, 12, and 0.94x at 16 and 20 (docs/gemm.md). */
+#define SW2_PACKED_MAX 12
+
+static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
+    return B->src && B->dt == BRAZE_DT_F32 && M <= SW2_PACKED_MAX && !(act & BRAZE_TYPES_MASK) && sw2_act_ok(act);
+}
+
+static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
+                         const void *bias, const void *res, int act, void *C) {
+    return smallm_fits(B, M, act) &&
+           smallm_w_matmul(M, N, K, (const float *)A, B->src, 1, (const float *)bias, (const float *)res, act,
+                           (float *)C);
+}
 #endif
