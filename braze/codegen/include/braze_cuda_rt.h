@@ -330,6 +330,15 @@ static braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, in
     B->w = W; B->N = N; B->K = K; B->transposed = transposed;
     return B;
 }
+/* the host's call for a constant (braze_dnnl.h): the device weight is float32 and outlives B */
+static braze_packed_b *braze_pack_b_const(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed,
+                                          char *err, int errlen) {
+    if (w_dt || dt) {
+        braze_fail(err, errlen, BRAZE_ERR_DTYPE, "a GEMM weight in a 16-bit type: the CUDA target runs float32");
+        return NULL;
+    }
+    return braze_pack_b_err((const float *)W, N, K, transposed, err, errlen);
+}
 static void braze_free_packed_b(braze_packed_b *B) { free(B); }
 static int braze_matmul_prepare(int64_t M, const braze_packed_b *B, int has_bias, int has_res, int act) {
     (void)M; (void)B; (void)has_bias; (void)has_res; (void)act;
