@@ -21,6 +21,12 @@ Rules (each checks that the replacement has the node's exact type; names as coun
   In every case the constant must not broadcast the result to a larger shape or
   promote its dtype.
 
+* ``weight_as_linear``: ``matmul(x, C)`` with ``C`` a float32 ``[K, N]`` constant that nothing
+  else reads (ONNX's MatMul initializers, GPT-2's ``Conv1D``, TF's MatMul) -> ``linear(x, C')``,
+  ``C'`` the ``[N, K]`` transpose made here. The same product: the library packs either into one
+  layout, and ``[N, K]`` is the one every GEMM kernel reads (AVX2's small-M kernel reads only
+  that: docs/gemm.md).
+
 ``canonicalize(module)`` mutates the module and returns it; nodes made dead are removed.
 """
 
@@ -30,8 +36,9 @@ import numpy as np
 
 from ..errors import BrazeError
 from ..ir.graph import Function, Module, Node, Value
+from ..ir.types import DType
 from ..ops.shape import BIG
-from .common import Namer, apply_replacements, constant_value, follow, make_node, same_shape
+from .common import Namer, apply_replacements, constant_node, constant_value, follow, make_node, same_shape
 from .dce import dce_function, drop_unused_constants
 from .rules import Rule, rule
 
@@ -211,8 +218,47 @@ def canonicalize_function(module: Module, f: Function, max_rounds: int = 4) -> i
     return changed_total
 
 
+def _weight_as_linear(module: Module, f: Function, namer: Namer, n: Node):
+    """(the transposed constant's node, the linear node) replacing ``n``, or None."""
+    if n.op != "matmul" or len(n.inputs) != 2 or n.inputs[0] is None or n.inputs[0].rank < 2:
+        return None
+    x, c = n.inputs
+    w = constant_value(module, c)
+    if w is None or w.ndim != 2 or w.dtype != np.float32 or x.dtype != DType.float32 or _uses(f, c) != 1:
+        return None
+    t = constant_node(module, np.ascontiguousarray(w.T), hint=f"{c.producer.attrs['name']}_t", namer=namer,
+                      loc=c.producer.loc)
+    lin = make_node(module, "linear", [x, t.outputs[0]], {"out_dtype": n.attrs.get("out_dtype")}, loc=n.loc,
+                    name=n.outputs[0].name)
+    return (t, lin) if lin.outputs[0].type == n.outputs[0].type else None
+
+
+_WEIGHT_AS_LINEAR = Rule(PASS, "weight_as_linear", _weight_as_linear)
+
+
+def _uses(f: Function, v: Value) -> int:
+    return sum(1 for m in f.nodes for i in m.inputs if i is v) + sum(1 for r in f.results if r is v)
+
+
+def _weights_as_linear(module: Module, f: Function) -> None:
+    namer = Namer(f)
+    nodes, repl = [], {}
+    for n in f.nodes:
+        r = _WEIGHT_AS_LINEAR(module, f, namer, n)
+        if r is None:
+            nodes.append(n)
+            continue
+        nodes.extend(r)
+        repl[id(n.outputs[0])] = r[1].outputs[0]
+    if repl:
+        f.nodes = nodes
+        apply_replacements(f, repl)
+        dce_function(f)
+
+
 def canonicalize(module: Module) -> Module:
     for f in module.functions.values():
+        _weights_as_linear(module, f)
         canonicalize_function(module, f)
     drop_unused_constants(module)
     return module

@@ -132,3 +132,38 @@ def test_idempotent_on_zoo_like_graph(P):
     again = canonicalize(P.parse(str(after)))
     assert str(again) == str(after)
     P.check_equiv(before, after, ENVS)
+
+
+def test_a_constant_kn_weight_becomes_a_linear_weight(P):
+    """matmul(x, C) by a float32 [K, N] constant read once -> linear(x, C transposed), a new [N, K]
+    constant (the old one dropped): the layout every GEMM kernel reads. A constant another node
+    also reads, and a float64 one, stay as they are."""
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5.5
+    vals = ", ".join(f"{v:.1f}" for v in w.ravel())
+    text = HEAD + f"""  constants {{
+    @w : f32[4, 3] = [{vals}]
+    @s : f32[4, 3] = [{vals}]
+    @d : f64[4, 3] = [{vals}]
+  }}
+""" + """  func @main(%x: f32[n, 2, 4], %y: f64[n, 4]) -> (f32[n, 2, 3], f32[n, 3], f32[4, 3], f64[n, 3]) {
+    %w = constant() {name="w"} : f32[4, 3]
+    %s = constant() {name="s"} : f32[4, 3]
+    %d = constant() {name="d"} : f64[4, 3]
+    %0 = matmul(%x, %w) : f32[n, 2, 3]
+    %1 = reshape(%x) {shape=[n, 8]} : f32[n, 8]
+    %2 = slice(%1) {axis=1, start=0, end=4, step=1} : f32[n, 4]
+    %3 = matmul(%2, %s) : f32[n, 3]
+    %4 = matmul(%y, %d) : f64[n, 3]
+    return %0, %3, %s, %4
+  }
+}
+"""
+    before, after = P.run_pass(canonicalize, text)
+    lines = P.body(after)
+    assert any(line.startswith("%0 = linear(%x, %") for line in lines), lines
+    assert any(line.startswith("%3 = matmul(") for line in lines) and any(line.startswith("%4 = matmul(") for line in lines)
+    assert "w" not in after.constants
+    (name,) = [k for k in after.constants if k.startswith("w_t")]
+    np.testing.assert_array_equal(after.constants[name], w.T)
+    assert after.constants[name].flags["C_CONTIGUOUS"]
+    P.check_equiv(before, after, ENVS)
