@@ -32,6 +32,8 @@ Rules (each checks that the replacement has the node's exact type; names as coun
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from ..errors import BrazeError
@@ -218,13 +220,14 @@ def canonicalize_function(module: Module, f: Function, max_rounds: int = 4) -> i
     return changed_total
 
 
-def _weight_as_linear(module: Module, f: Function, namer: Namer, n: Node):
-    """(the transposed constant's node, the linear node) replacing ``n``, or None."""
+def _weight_as_linear(module: Module, namer: Namer, uses: Counter, n: Node):
+    """(the transposed constant's node, the linear node) replacing ``n``, or None. ``uses``: how many
+    times each value (by id) is read in the function."""
     if n.op != "matmul" or len(n.inputs) != 2 or n.inputs[0] is None or n.inputs[0].rank < 2:
         return None
     x, c = n.inputs
     w = constant_value(module, c)
-    if w is None or w.ndim != 2 or w.dtype != np.float32 or x.dtype != DType.float32 or _uses(f, c) != 1:
+    if w is None or w.ndim != 2 or w.dtype != np.float32 or x.dtype != DType.float32 or uses[id(c)] != 1:
         return None
     t = constant_node(module, np.ascontiguousarray(w.T), hint=f"{c.producer.attrs['name']}_t", namer=namer,
                       loc=c.producer.loc)
@@ -236,15 +239,12 @@ def _weight_as_linear(module: Module, f: Function, namer: Namer, n: Node):
 _WEIGHT_AS_LINEAR = Rule(PASS, "weight_as_linear", _weight_as_linear)
 
 
-def _uses(f: Function, v: Value) -> int:
-    return sum(1 for m in f.nodes for i in m.inputs if i is v) + sum(1 for r in f.results if r is v)
-
-
 def _weights_as_linear(module: Module, f: Function) -> None:
     namer = Namer(f)
+    uses = Counter(id(v) for v in [*(i for m in f.nodes for i in m.inputs), *f.results] if v is not None)
     nodes, repl = [], {}
     for n in f.nodes:
-        r = _WEIGHT_AS_LINEAR(module, f, namer, n)
+        r = _WEIGHT_AS_LINEAR(module, namer, uses, n)
         if r is None:
             nodes.append(n)
             continue
