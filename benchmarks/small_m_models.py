@@ -8,8 +8,8 @@ Each model is compiled once (``tune="off"``: the default dispatch rule, the kern
 limit). Per shape (batch x seq) it is called in blocks of ``--calls`` with the kernel off
 (``braze_dnnl_set_small_m(0)``: every product on oneDNN, the rule before the kernel existed on
 this ISA) and on, the order alternating each round. It reports each side's median call, the median
-over rounds of each round's off / on (above 1, the kernel is faster) and the two outputs' largest
-difference relative to the output's largest value.
+over rounds of each round's off / on (above 1, the kernel is faster) and the first outputs' difference
+(``braze.testing.rel_error``).
 
 Writes ``STEM.json`` and ``STEM.md`` to ``--out``. Time nothing else on the machine meanwhile.
 """
@@ -22,17 +22,11 @@ import statistics
 import time
 
 
-def _first(out):
-    import numpy as np
-    return np.asarray(out[0] if isinstance(out, (tuple, list)) else out)
-
-
 def measure(name: str, shapes: list[tuple[int, int]], rounds: int, calls: int, threads: int) -> list[dict]:
-    import numpy as np
-
     import braze
     from braze import zoo
     from braze.extern import onednn
+    from braze.testing import flatten_outputs, rel_error
     lib = onednn.load_standalone()
     limit = lib.braze_dnnl_small_m()
     zm = zoo.get(name)
@@ -55,10 +49,10 @@ def measure(name: str, shapes: list[tuple[int, int]], rounds: int, calls: int, t
             for r in range(rounds):
                 for flag, ts in ((False, off), (True, on)) if r % 2 == 0 else ((True, on), (False, off)):
                     ts.append(run(flag))
-            a, c = _first(outs[False]), _first(outs[True])
+            first = [next(flatten_outputs(outs[flag])) for flag in (False, True)]
             row = {"model": name, "batch": b, "seq": s, "off_ms": statistics.median(off) * 1e3,
                    "on_ms": statistics.median(on) * 1e3, "off_over_on": statistics.median(x / y for x, y in zip(off, on)),
-                   "rel_diff": float(np.abs(a - c).max() / max(float(np.abs(a).max()), 1e-30))}
+                   "rel_diff": rel_error(first[1], first[0])}
             rows.append(row)
             print(f"  {name} {b}x{s}: off {row['off_ms']:.2f} ms, on {row['on_ms']:.2f} ms, "
                   f"off / on {row['off_over_on']:.3f}x, rel diff {row['rel_diff']:.1e}", flush=True)

@@ -128,3 +128,42 @@ def test_avx2_small_m_kernel_reads_the_kept_constant(lib):
     finally:
         for pb in (kept, plain, kn):
             lib.braze_free_packed_b(pb)
+
+
+def test_avx2_kept_constant_from_many_threads_is_deterministic(lib):
+    """8 threads at once on one kept constant, M on both sides of the kernel's limit of 12: each
+    result has the bits of the same call alone."""
+    from braze.codegen.isa import host_isa
+    from braze.testing import run_threads
+    if host_isa().name != "avx2":
+        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    rng = np.random.default_rng(6)
+    err = C.create_string_buffer(512)
+    n, k = 768, 768
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
+    assert pb, err.value
+    bias = rng.standard_normal(n, dtype=np.float32)
+    ms = [1, 4, 12, 13, 31]
+    xs = {m: rng.standard_normal((m, k), dtype=np.float32) for m in ms}
+
+    def call(m):
+        out = np.empty((m, n), np.float32)
+        e = C.create_string_buffer(512)
+        assert lib.braze_matmul(m, n, k, xs[m].ctypes.data, pb, bias.ctypes.data, None,
+                                2 | (PATHS["smallm"] << 20), out.ctypes.data, e, len(e)) == 0, e.value
+        return out
+
+    try:
+        alone = {m: call(m) for m in ms}
+        for m in ms:
+            want = _gelu(xs[m].astype(np.float64) @ w.T.astype(np.float64) + bias)
+            assert np.abs(alone[m] - want).max() / np.abs(want).max() < 1e-5, m
+
+        def work(t):
+            for i in range(20):
+                m = ms[(t + i) % len(ms)]
+                np.testing.assert_array_equal(call(m), alone[m])
+        assert run_threads(work, 8) == []
+    finally:
+        lib.braze_free_packed_b(pb)

@@ -221,7 +221,7 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
 #define SW2_PACKED_MAX 12
 
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
-    return B->src && B->dt == BRAZE_DT_F32 && M <= SW2_PACKED_MAX && !(act & BRAZE_TYPES_MASK) && sw2_act_ok(act);
+    return B->src && M <= SW2_PACKED_MAX && !(act & BRAZE_TYPES_MASK) && sw2_act_ok(act); /* src: float32 only */
 }
 
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
