@@ -334,7 +334,7 @@ static braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, in
 static braze_packed_b *braze_pack_b_const(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed,
                                           char *err, int errlen) {
     if (w_dt || dt) {
-        braze_fail(err, errlen, BRAZE_ERR_DTYPE, "a GEMM weight in a 16-bit type: the CUDA target runs float32");
+        braze_fail(err, errlen, BRAZE_ERR_DTYPE, "braze_pack_b_const: a GEMM weight in a 16-bit type; the CUDA target runs float32 GEMMs: give the model float32 weights and precision=\"fp32\"");
         return NULL;
     }
     return braze_pack_b_err((const float *)W, N, K, transposed, err, errlen);
