@@ -6,7 +6,8 @@
 At small M a linear layer is one pass over its weight (docs/gemm.md). This packs the 72 weights
 of BERT-base's 12 encoder layers (random, [N, K] as torch's linear holds them; 340 MB in float32,
 170 MB in bfloat16, so they do not fit in the caches) with the helper (``braze_pack_b_const``, as a model
-does: an AVX2 build's kernel reads the kept float32 constant, up to M = 12, docs/gemm.md),
+does: an AVX2 build's kernels read the kept float32 constant up to M = 12 and their own 16-column
+panels of it up to 127, docs/gemm.md),
 then per M runs all 72 products (bias, GELU on the FFN's first) once through braze's kernel and
 once through oneDNN's (``braze_dnnl_set_small_m(0)``), alternating, ``--rounds`` times. It reports
 the median time of each path, the ratio (the median over rounds of each round's oneDNN / kernel:
@@ -98,8 +99,9 @@ def to_markdown(doc: dict) -> str:
              f"{m['rounds']} rounds; `oneDNN / kernel` is the median over rounds of each round's ratio (above "
              f"1.00x the kernel is faster), the kernel forced at every M; models take it at M <= {m['small_m']} "
              f"(`braze_dnnl_small_m`)."
-             + ("" if "avx512f" in mach["isa"] else " Without AVX-512 the kernel takes a packed weight at M <= 12 only "
-                "(braze_dnnl_smallm_avx2.c): above, both columns are oneDNN's."), ""]
+             + ("" if "avx512f" in mach["isa"] else " Without AVX-512 the kernel takes a packed weight up to M = 127 "
+                "(braze_dnnl_smallm_avx2.c: dot products on the kept constant to 12, its 16-column panels from 13): "
+                "above, both columns are oneDNN's."), ""]
     lines += ["| dtype | M | kernel ms | oneDNN ms | oneDNN / kernel | kernel weight GB/s |",
               "|---|---:|---:|---:|---:|---:|"]
     for dt, rows in doc["results"].items():

@@ -88,17 +88,22 @@ def _created(lib) -> int:
     return created.value
 
 
-def test_avx2_small_m_kernel_reads_the_kept_constant(lib):
-    """An AVX2 build has no packed form for its small-M kernel: it reads the [N, K] float32 constant
-    that braze_pack_b_const kept, up to M = 12, with no oneDNN primitive; from M = 13, and for a
-    weight packed without keeping it, oneDNN runs. Each against float64 NumPy, every fused
-    activation, the residual in place among them."""
+def _silu(v):
+    return v / (1 + np.exp(-v))
+
+
+def test_avx2_small_m_kernels_read_the_kept_constant_and_its_panels(lib):
+    """An AVX2 build's small-M kernels take a weight braze_pack_b_const packed from float32 [N, K]:
+    up to M = 12 the dot products on the kept constant, from 13 to 127 braze's 16-column panels of
+    it, with no oneDNN primitive; from M = 128, for a weight packed without keeping it, and for one
+    whose K is over the long-K limit (4096: no panels), oneDNN runs. Each against float64 NumPy,
+    every activation the kernels fuse, the residual in place among them."""
     from braze.codegen.isa import host_isa
     if host_isa().name != "avx2":
         pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
     rng = np.random.default_rng(5)
     err = C.create_string_buffer(512)
-    n, k = 75, 41  # N not a multiple of the kernel's 4-row blocks, K not of its 8 lanes
+    n, k = 75, 41  # N not a multiple of the 4-row blocks nor of the 16-column panels, K not of 8 lanes
     w = rng.standard_normal((n, k), dtype=np.float32)
     kept = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
     plain = lib.braze_pack_b_err(w.ctypes.data, n, k, 1, err, len(err))
@@ -108,19 +113,21 @@ def test_avx2_small_m_kernel_reads_the_kept_constant(lib):
         assert lib.braze_packed_b_small_m_rows(kept) == k
         assert lib.braze_packed_b_small_m_rows(plain) == 0 and lib.braze_packed_b_small_m_rows(kn) == 0
         bias = rng.standard_normal(n, dtype=np.float32)
-        for m in (1, 2, 5, 12, 13):
+        for m in (1, 2, 5, 12, 13, 17, 48, 96, 127, 128):
             a = rng.standard_normal((m, k), dtype=np.float32)
             res = rng.standard_normal((m, n), dtype=np.float32)
             base = a.astype(np.float64) @ w.T.astype(np.float64) + bias
-            for act, want in ((0, base), (1, np.maximum(base, 0)), (2, _gelu(base)), (0x102, _gelu(base + res))):
-                c = res.copy()
+            cases = ((0, None, base), (1, None, np.maximum(base, 0)), (2, None, _gelu(base)), (4, None, _silu(base)),
+                     (5, None, 1 / (1 + np.exp(-base))), (0x102, "in place", _gelu(base + res)),
+                     (4, "apart", _silu(base) + res))  # 0x100: the activation after the residual
+            for act, residual, want in cases:
+                c = res.copy() if residual == "in place" else np.full((m, n), np.nan, np.float32)
+                r = c.ctypes.data if residual == "in place" else res.ctypes.data if residual else None
                 before = _created(lib)
-                path = PATHS["smallm"] << 20
-                assert lib.braze_matmul(m, n, k, a.ctypes.data, kept, bias.ctypes.data,
-                                        c.ctypes.data if act & 0x100 else None, act | path, c.ctypes.data, err,
-                                        len(err)) == 0, err.value
-                assert np.abs(c - want).max() / np.abs(want).max() < 1e-5, (m, act)
-                if m <= 12:
+                assert lib.braze_matmul(m, n, k, a.ctypes.data, kept, bias.ctypes.data, r, act | PATHS["smallm"] << 20,
+                                        c.ctypes.data, err, len(err)) == 0, err.value
+                assert np.abs(c - want).max() / np.abs(want).max() < 1e-5, (m, act, residual)
+                if m <= 127:
                     assert _created(lib) == before, f"M={m}: a oneDNN primitive was made"
             c = np.empty((m, n), np.float32)
             assert lib.braze_matmul(m, n, k, a.ctypes.data, kept, None, None, 0, c.ctypes.data, err, len(err)) == 0
@@ -128,11 +135,26 @@ def test_avx2_small_m_kernel_reads_the_kept_constant(lib):
     finally:
         for pb in (kept, plain, kn):
             lib.braze_free_packed_b(pb)
+    n, k, m = 20, 4097, 13  # over the long-K limit: oneDNN's, correct all the same
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
+    assert pb, err.value
+    try:
+        c = np.empty((m, n), np.float32)
+        before = _created(lib)
+        assert lib.braze_matmul(m, n, k, a.ctypes.data, pb, None, None, PATHS["smallm"] << 20, c.ctypes.data, err,
+                                len(err)) == 0, err.value
+        assert _created(lib) > before
+        want = a.astype(np.float64) @ w.T.astype(np.float64)
+        assert np.abs(c - want).max() / np.abs(want).max() < 1e-5
+    finally:
+        lib.braze_free_packed_b(pb)
 
 
 def test_avx2_kept_constant_from_many_threads_is_deterministic(lib):
-    """8 threads at once on one kept constant, M on both sides of the kernel's limit of 12: each
-    result has the bits of the same call alone."""
+    """8 threads at once on one kept constant, M on both sides of each kernel's limit (12: the dot
+    products, 127: the panels): each result has the bits of the same call alone."""
     from braze.codegen.isa import host_isa
     from braze.testing import run_threads
     if host_isa().name != "avx2":
@@ -144,7 +166,7 @@ def test_avx2_kept_constant_from_many_threads_is_deterministic(lib):
     pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
     assert pb, err.value
     bias = rng.standard_normal(n, dtype=np.float32)
-    ms = [1, 4, 12, 13, 31]
+    ms = [1, 4, 12, 13, 31, 127, 128]
     xs = {m: rng.standard_normal((m, k), dtype=np.float32) for m in ms}
 
     def call(m):
@@ -165,5 +187,34 @@ def test_avx2_kept_constant_from_many_threads_is_deterministic(lib):
                 m = ms[(t + i) % len(ms)]
                 np.testing.assert_array_equal(call(m), alone[m])
         assert run_threads(work, 8) == []
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+@pytest.mark.parametrize("m", [4, 16])  # the dot products and the panels
+def test_avx2_kept_constant_special_values_match_onednn(lib, m):
+    """NaN and infinite products give oneDNN's values through either AVX2 kernel, every activation
+    (relu(NaN) is 0 in both), so a model's special values do not change across a dispatch limit."""
+    from braze.codegen.isa import host_isa
+    if host_isa().name != "avx2":
+        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    err = C.create_string_buffer(512)
+    w = np.ones((16, 16), np.float32)
+    a = np.ones((m, 16), np.float32)
+    a[0, 0], a[1, 0], a[2, 0] = np.nan, np.inf, -np.inf
+    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, 16, 16, 1, err, len(err))
+    assert pb, err.value
+
+    def run(act, path):
+        out = np.empty((m, 16), np.float32)
+        assert lib.braze_matmul(m, 16, 16, a.ctypes.data, pb, None, None, act | PATHS[path] << 20, out.ctypes.data,
+                                err, len(err)) == 0, err.value
+        return out
+    try:
+        for act in (0, 1, 2, 3, 4, 5):
+            small, dnn = run(act, "smallm"), run(act, "dnnl")
+            np.testing.assert_array_equal(np.isnan(small), np.isnan(dnn), err_msg=f"act {act}")
+            np.testing.assert_allclose(small, dnn, rtol=1e-6, equal_nan=True)
+        np.testing.assert_array_equal(run(1, "smallm")[:4, 0], [0.0, np.inf, 0.0, 16.0])
     finally:
         lib.braze_free_packed_b(pb)

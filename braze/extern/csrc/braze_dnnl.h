@@ -108,8 +108,9 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
 braze_packed_b *braze_pack_b_typed(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
                                    char *err, int errlen);
 /* The same for a constant: W stays valid and unchanged while B lives (a model's weight). A float32
- * [N,K] W packed in float32 is kept, and AVX2 builds' small-M kernel reads it at M <= 12, where
- * oneDNN's gemm:jit on the packed weight took 1.15-1.8x its time (docs/gemm.md). */
+ * [N,K] W packed in float32 is kept: AVX2 builds' small-M kernels read it at M <= 12 and their own
+ * copy of it in 16-column panels (made here) up to M = 127, where oneDNN's gemm:jit on the packed
+ * weight took up to 1.85x their time (docs/gemm.md). */
 braze_packed_b *braze_pack_b_const(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
                                    char *err, int errlen);
 void braze_free_packed_b(braze_packed_b *B);

@@ -10,7 +10,9 @@ struct braze_packed_b {
     void *data;
     int64_t smallm_kp; /* data is BA16a64b with K padded to this: the small-M path reads it (else 0) */
     const float *src;  /* the caller's float32 [N,K] weight, kept by braze_pack_b_const (else NULL): what
-                        * AVX2 builds' small-M kernel reads, as it has no packed form */
+                        * AVX2 builds' small-M kernel reads up to 12 rows */
+    float *panels;     /* AVX2 builds: src copied into the kernel's 16-column panels (its 13 to 127 rows;
+                        * braze_dnnl_smallm_avx2.c), else NULL */
 };
 
 #define SMALLM_DEFAULT_MAX 48 /* measured: docs/gemm.md */
@@ -32,6 +34,8 @@ int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) {
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act);
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
                          const void *bias, const void *res, int act, void *C);
+/* the small-M kernel's own copy of a kept float32 [N,K] constant, where it has one (else NULL) */
+static float *smallm_own_panels(const float *W, int64_t N, int64_t K);
 /* the same for a plain run-time weight (braze_matmul_w) */
 static int smallm_w_applies(int64_t M, int64_t N, int64_t K, int transposed, int act);
 static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *W, int transposed,
@@ -189,7 +193,10 @@ braze_packed_b *braze_pack_b_err(const float *W, int64_t N, int64_t K, int trans
 braze_packed_b *braze_pack_b_const(const void *W, int w_dt, int dt, int64_t N, int64_t K, int transposed_layout,
                                    char *err, int errlen) {
     braze_packed_b *B = braze_pack_b_typed(W, w_dt, dt, N, K, transposed_layout, err, errlen);
-    if (B && w_dt == BRAZE_DT_F32 && dt == BRAZE_DT_F32 && transposed_layout) B->src = (const float *)W;
+    if (B && w_dt == BRAZE_DT_F32 && dt == BRAZE_DT_F32 && transposed_layout) {
+        B->src = (const float *)W;
+        B->panels = smallm_own_panels(B->src, N, K);
+    }
     return B;
 }
 
@@ -202,6 +209,7 @@ void braze_free_packed_b(braze_packed_b *B) {
     if (B->owner) cache_drop_owner(B->owner);
     if (B->md) dnnl_memory_desc_destroy(B->md);
     free(B->data);
+    free(B->panels);
     free(B);
 }
 

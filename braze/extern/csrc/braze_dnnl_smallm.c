@@ -207,6 +207,11 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
     }
 }
 
+static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
+    (void)W, (void)N, (void)K;
+    return NULL; /* the kernel reads oneDNN's packed weight (smallm_layout) */
+}
+
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
     (void)M; /* any M: the dispatch table or braze_dnnl_small_m() bounds it */
     int types_ok = B->dt == BRAZE_DT_F32 ? !(act & BRAZE_TYPES_MASK)
@@ -624,6 +629,11 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
                            const float *bias, const float *res, int act, float *C) {
     (void)M, (void)N, (void)K, (void)A, (void)W, (void)transposed, (void)bias, (void)res, (void)act, (void)C;
     return 0;
+}
+
+static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
+    (void)W, (void)N, (void)K;
+    return NULL;
 }
 
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {

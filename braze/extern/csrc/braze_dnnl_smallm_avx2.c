@@ -1,7 +1,9 @@
-/* braze_dnnl_smallm_avx2.c: braze_matmul_w's small-M kernel for AVX2 builds (no AVX-512):
- * C[M,N] = epilogue(A[M,K] @ W^T) with W the caller's plain [N,K] weight (torch's linear, a
- * convolution's OIHW as a GEMM), read once per call as it is. Follows braze_dnnl_smallm.c (the
- * AVX-512 kernels) in one translation unit.
+/* braze_dnnl_smallm_avx2.c: the small-M kernels of AVX2 builds (no AVX-512), C[M,N] =
+ * epilogue(A[M,K] @ W^T) for a [N,K] weight W (torch's linear, a convolution's OIHW as a GEMM):
+ * - braze_matmul_w's, on the caller's plain W read once per call as it is (dot products along K),
+ *   which also serves a packed constant up to 12 rows (braze_pack_b_const keeps W);
+ * - a packed constant's from 13 to 127 rows, on braze's own copy of W in 16-column panels.
+ * Follows braze_dnnl_smallm.c (the AVX-512 kernels) in one translation unit.
  *
  * Why: oneDNN 3.2's AVX2 gemm:jit on a plain [N,K] weight took 1.2-1.8x this kernel's time at
  * M = 8-12 and 1.0-1.3x at M = 16-20 on a Zen 3 (BERT's layers, weights from memory); from
@@ -214,20 +216,120 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
     return sw2_nk_matmul(M, N, K, A, W, K, bias, res, act, C);
 }
 
-/* A packed weight: this kernel has no packed form, so it reads the [N,K] constant that
- * braze_pack_b_const kept, up to SW2_PACKED_MAX rows. Against oneDNN's gemm:jit on the packed
- * weight (BERT-base's 72 weights, 340 MB, interleaved, AMD EPYC AVX2, 2 threads), oneDNN took 1.15,
- * 1.61, 1.78, 1.46 and 1.17x its time at M = 1, 2, 4, 8, 12, and 0.94x at 16 and 20 (docs/gemm.md). */
+/* ------------------------------------------------------------------ 16-column panels
+ * From 13 rows the dot products above lose to oneDNN: A's rows no longer stay in L1 beside the
+ * weight's, and each output ends in a sum across lanes. Here the weight is braze's own copy in
+ * panels of 16 columns, P[n / 16][k][n % 16] (the last one padded with zero columns), and a tile
+ * is SP2_MR rows of A against one panel over all of K: 12 accumulators, 2 weight vectors and a
+ * broadcast of A, every FMA fed from registers and L1. Each thread takes a contiguous range of
+ * panels, so its weight is one stream, front to back; the first tile of a panel asks L2 for the
+ * panel SP2_AHEAD after it, one line per row of K, and the panel's other tiles read it from L2. */
+
+#define SP2_MR 6
+#define SP2_AHEAD 2 /* panels; in a standalone test at M = 16, 1 ran 103 GFLOP/s against 123 (one run each) */
+
+/* C[0 : MR, n0 : n0 + nr] = epilogue(A[0 : MR, :] @ P), A's rows K apart, C's and res's N apart */
+BZ_INLINE void sp2_tile(const int MR, int64_t N, int64_t K, const float *A, const float *P, const float *pf,
+                        int64_t n0, int nr, const float *bias, const float *res, int act, float *C) {
+    __m256 c[SP2_MR][2];
+    for (int i = 0; i < MR; i++) c[i][0] = c[i][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        if (pf) _mm_prefetch((const char *)(pf + k * 16), _MM_HINT_T1);
+        __m256 w0 = _mm256_load_ps(P + k * 16), w1 = _mm256_load_ps(P + k * 16 + 8);
+        for (int i = 0; i < MR; i++) {
+            __m256 a = _mm256_broadcast_ss(A + i * K + k);
+            c[i][0] = _mm256_fmadd_ps(a, w0, c[i][0]);
+            c[i][1] = _mm256_fmadd_ps(a, w1, c[i][1]);
+        }
+    }
+    /* through memory: an epilogue loop over c itself would keep c on the stack inside the k loop */
+    float out[SP2_MR][16] __attribute__((aligned(32)));
+    for (int i = 0; i < MR; i++) {
+        _mm256_store_ps(out[i], c[i][0]);
+        _mm256_store_ps(out[i] + 8, c[i][1]);
+    }
+    __m256i k0 = sw2_mask(nr < 8 ? nr : 8), k1 = sw2_mask(nr > 8 ? nr - 8 : 0);
+    __m256 b0 = bias ? _mm256_maskload_ps(bias + n0, k0) : _mm256_setzero_ps();
+    __m256 b1 = bias ? _mm256_maskload_ps(bias + n0 + 8, k1) : _mm256_setzero_ps();
+    for (int i = 0; i < MR; i++) {
+        int64_t off = i * N + n0;
+        __m256 r0 = res ? _mm256_maskload_ps(res + off, k0) : _mm256_setzero_ps();
+        __m256 r1 = res ? _mm256_maskload_ps(res + off + 8, k1) : _mm256_setzero_ps();
+        _mm256_maskstore_ps(C + off, k0, sw2_epi(act, _mm256_load_ps(out[i]), b0, r0));
+        _mm256_maskstore_ps(C + off + 8, k1, sw2_epi(act, _mm256_load_ps(out[i] + 8), b1, r1));
+    }
+}
+
+static void sp2_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *P, const float *bias,
+                       const float *res, int act, float *C) {
+    int64_t np = (N + 15) / 16;
+#pragma omp parallel if (np > 1)
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t p1 = np * (t + 1) / nt;
+        for (int64_t p = np * t / nt; p < p1; p++) {
+            const float *Pp = P + p * K * 16, *pf = p + SP2_AHEAD < p1 ? Pp + SP2_AHEAD * K * 16 : NULL;
+            int64_t n0 = p * 16;
+            int nr = N - n0 < 16 ? (int)(N - n0) : 16;
+            int64_t m = 0;
+#define SP2_TILE(MR) \
+    sp2_tile(MR, N, K, A + m * K, Pp, m == 0 ? pf : NULL, n0, nr, bias, res ? res + m * N : NULL, act, C + m * N)
+            for (; m + SP2_MR <= M; m += SP2_MR) SP2_TILE(SP2_MR);
+            switch (M - m) { /* constant row counts: the tile's loops unroll */
+            case 5: SP2_TILE(5); break;
+            case 4: SP2_TILE(4); break;
+            case 3: SP2_TILE(3); break;
+            case 2: SP2_TILE(2); break;
+            case 1: SP2_TILE(1); break;
+            default: break;
+            }
+#undef SP2_TILE
+        }
+    }
+}
+
+/* W ([N,K], rows K apart) in the panels sp2_matmul reads, or NULL: without the memory, or for a K
+ * the kernel leaves to oneDNN (over SMALLM_LONG_K) */
+static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
+    if (N <= 0 || K <= 0 || K > SMALLM_LONG_K) return NULL;
+    int64_t np = (N + 15) / 16;
+    /* on huge pages where it is large: panels on 4 KB pages made the kernel 14-17% slower at M = 13-16
+     * and 2-5% at 24-96 (docs/gemm.md) */
+    float *P = (float *)weight_alloc((size_t)(np * K * 16) * sizeof(float));
+    if (!P) return NULL;
+    /* a row of W at a time into its column of the panel (which stays in L2): W read in order */
+#pragma omp parallel for if (np > 1)
+    for (int64_t p = 0; p < np; p++) {
+        float *Pp = P + p * K * 16;
+        for (int64_t j = 0; j < 16; j++) {
+            const float *w = p * 16 + j < N ? W + (p * 16 + j) * K : NULL;
+            for (int64_t k = 0; k < K; k++) Pp[k * 16 + j] = w ? w[k] : 0.0f;
+        }
+    }
+    return P;
+}
+
+/* A packed weight: up to SW2_PACKED_MAX rows the dot products above on the [N,K] constant that
+ * braze_pack_b_const kept, then up to SP2_MAX the panels. Against oneDNN's gemm:jit on its packed
+ * weight (AMD EPYC AVX2, 2 threads, weights from memory, interleaved; docs/gemm.md): the dot
+ * kernel on BERT-base's 72 weights, 340 MB, 1.15-1.78x faster at M = 1-8, 1.05-1.10x at 12, 0.94x at
+ * 16; the panels on BERT's and GPT-2's four weight shapes, 1.0-1.5x at M = 13-48 and 1.0-1.05x at
+ * 64-96, 1.01-1.17x at 112-127; from M = 1024 oneDNN was 5-14% faster. */
 #define SW2_PACKED_MAX 12
+#define SP2_MAX 127 /* the top of the tuner's [64, 127] bucket: it measures both ends of a bucket */
 
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
-    return B->src && M <= SW2_PACKED_MAX && !(act & BRAZE_TYPES_MASK) && sw2_act_ok(act); /* src: float32 only */
+    return B->src && (M <= SW2_PACKED_MAX || (B->panels && M <= SP2_MAX)) && !(act & BRAZE_TYPES_MASK) &&
+           sw2_act_ok(act); /* src: float32 only */
 }
 
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
                          const void *bias, const void *res, int act, void *C) {
-    return smallm_fits(B, M, act) &&
-           smallm_w_matmul(M, N, K, (const float *)A, B->src, 1, (const float *)bias, (const float *)res, act,
-                           (float *)C);
+    if (!smallm_fits(B, M, act)) return 0;
+    if (M <= SW2_PACKED_MAX)
+        return smallm_w_matmul(M, N, K, (const float *)A, B->src, 1, (const float *)bias, (const float *)res, act,
+                               (float *)C);
+    sp2_matmul(M, N, K, (const float *)A, B->panels, (const float *)bias, (const float *)res, act, (float *)C);
+    return 1;
 }
 #endif
