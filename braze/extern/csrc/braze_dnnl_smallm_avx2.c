@@ -313,8 +313,8 @@ static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
  * braze_pack_b_const kept, then up to SP2_MAX the panels. Against oneDNN's gemm:jit on its packed
  * weight (AMD EPYC AVX2, 2 threads, weights from memory, interleaved; docs/gemm.md): the dot
  * kernel on BERT-base's 72 weights, 340 MB, 1.15-1.78x faster at M = 1-8, 1.05-1.10x at 12, 0.94x at
- * 16; the panels on BERT's and GPT-2's four weight shapes, 1.0-1.5x at M = 13-48 and 1.0-1.05x at
- * 64-96, 1.01-1.17x at 112-127; from M = 1024 oneDNN was 5-14% faster. */
+ * 16; the panels on BERT's and GPT-2's four weight shapes, 0.98-1.48x at M = 13-48, 1.02-1.07x at
+ * 64-96 and 1.01-1.17x at 112-127; from M = 1024 oneDNN was 5-14% faster. */
 #define SW2_PACKED_MAX 12
 #define SP2_MAX 127 /* the top of the tuner's [64, 127] bucket: it measures both ends of a bucket */
 
