@@ -207,11 +207,6 @@ static void smallm_panel(int64_t M, int64_t K, int64_t kp, int64_t N, const floa
     }
 }
 
-static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
-    (void)W, (void)N, (void)K;
-    return NULL; /* the kernel reads oneDNN's packed weight (smallm_layout) */
-}
-
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
     (void)M; /* any M: the dispatch table or braze_dnnl_small_m() bounds it */
     int types_ok = B->dt == BRAZE_DT_F32 ? !(act & BRAZE_TYPES_MASK)
@@ -631,11 +626,6 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
     return 0;
 }
 
-static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
-    (void)W, (void)N, (void)K;
-    return NULL;
-}
-
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
     (void)B, (void)M, (void)act;
     return 0;
@@ -647,4 +637,13 @@ static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const b
     return 0;
 }
 #endif
+#endif
+
+#if defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__)) /* AVX2 builds: braze_dnnl_smallm_avx2.c's */
+/* no copy of its own: AVX-512's kernel reads oneDNN's packed weight (smallm_layout), and builds
+ * without AVX2 have no kernel */
+static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
+    (void)W, (void)N, (void)K;
+    return NULL;
+}
 #endif
