@@ -8,8 +8,11 @@ Per model, in one process: ``braze.compile`` with the zoo's dynamic dims, called
 the export example's shape (so later shapes are new to it, and one-time set-up is not
 counted). Then per shape (benchmarks.run's shape lists):
 
-* first call: the dynamic model's first call at this shape (shape-specific set-up:
-  oneDNN primitives, output and scratch pages), against its steady call;
+* first call: the dynamic model's first call at this shape, right after a call at the export
+  example's shape (so its threads are awake, as in the steady calls: what is timed is this
+  shape's set-up, oneDNN's primitives and the pages of memory no call touched before), against
+  its steady call; and the minor page faults during it (a shape larger than any before touches
+  new pages, which the kernel zeroes: braze_arena.h);
 * dynamic / static: ``braze.compile`` of the same module with no dynamic dims at this
   shape's inputs, then the two called in turn (interleaved, so machine noise hits both)
   until ``--min-time`` seconds and >= 10 rounds; medians.
@@ -19,6 +22,7 @@ Writes ``dynamic.json`` and ``dynamic.md`` to ``--out``.
 
 from __future__ import annotations
 
+import resource
 import statistics
 import time
 
@@ -35,11 +39,15 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
     zm = zoo.get(name)
     with torch.no_grad():
         dyn = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)
-        dyn(*zm.example_inputs())
+        warm = zm.example_inputs()
+        dyn(*warm)
         rows = []
         for dims in shapes:
             x = zm.make_inputs(**dims)
+            dyn(*warm)
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             first = time_once(dyn, x)
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
             static = braze.compile(zm.module, example_inputs=x)
             static(*x)
             d, s = [], []
@@ -48,10 +56,11 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
                 d.append(time_once(dyn, x))
                 s.append(time_once(static, x))
             dm, sm = statistics.median(d), statistics.median(s)
-            rows.append({"shape": shape_str(dims), "dims": dims, "first_ms": first * 1e3, "dynamic_ms": dm * 1e3,
-                         "static_ms": sm * 1e3, "first_over_steady": first / dm, "dynamic_over_static": dm / sm,
-                         "rounds": len(d)})
-            print(f"  {name} {shape_str(dims)}: first {first * 1e3:.2f} ms ({first / dm:.2f}x steady), "
+            rows.append({"shape": shape_str(dims), "dims": dims, "first_ms": first * 1e3, "first_faults": faults,
+                         "dynamic_ms": dm * 1e3, "static_ms": sm * 1e3, "first_over_steady": first / dm,
+                         "dynamic_over_static": dm / sm, "rounds": len(d)})
+            print(f"  {name} {shape_str(dims)}: first {first * 1e3:.2f} ms ({first / dm:.2f}x steady, "
+                  f"{faults} page faults), "
                   f"dynamic {dm * 1e3:.3f} ms, static {sm * 1e3:.3f} ms ({dm / sm:.2f}x)", flush=True)
     return {"model": name, "shapes": rows}
 
@@ -59,10 +68,11 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
 def to_markdown(doc: dict) -> str:
     return per_model_markdown(
         doc, "dynamic = one compile with symbolic dims, static = a compile for this shape only, called in turn; "
-        "medians. First call: the dynamic compile's first call at a shape it had not seen.",
-        ["dynamic ms", "static ms", "dynamic / static", "first call ms", "first / steady"],
+        "medians. First call: the dynamic compile's first call at a shape it had not seen, right after a call at "
+        "the export example's shape; its page faults: the minor faults during it (new memory, zeroed by the kernel).",
+        ["dynamic ms", "static ms", "dynamic / static", "first call ms", "first / steady", "first call page faults"],
         lambda s: [f"{s['dynamic_ms']:.3f}", f"{s['static_ms']:.3f}", f"{s['dynamic_over_static']:.2f}x",
-                   f"{s['first_ms']:.2f}", f"{s['first_over_steady']:.2f}x"])
+                   f"{s['first_ms']:.2f}", f"{s['first_over_steady']:.2f}x", str(s.get("first_faults", "-"))])
 
 
 def main(argv=None) -> int:

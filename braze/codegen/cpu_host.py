@@ -87,12 +87,13 @@ class CpuHost:
         from .c_kernel import c_prelude, kernel_prototype, kernel_to_c
         kernels = [_in_unit(i + 1, kernel_prototype(k), kernel_to_c(k, self.isa))
                    for i, k in enumerate(gen.kernels.values())]
-        host = ['#include "braze_abi.h"\n#include "braze_team.h"\n#include "braze_omp.h"\n' +
+        host = ['#include "braze_abi.h"\n#include "braze_arena.h"\n#include "braze_team.h"\n'
+                '#include "braze_omp.h"\n' +
                 ('#include "braze_dnnl.h"\n' + _ADOPT_HELPER_TEAMS if gen.uses_library else "") +
                 "".join(f'#include "{h}"\n' for h in sorted(gen.helpers)) +
                 ('#include "braze_attention.h"\n' if gen.attention else "") +
                 "".join(f"{m}({k}, {', '.join(v)})\n" for h in sorted(gen.helpers) for k, (m, v) in gen.helpers[h].items()),
-                C_DTYPE_NAMES, _ARENA_C, model, _profile_c(gen.profile_labels) if gen.profile else "",
+                C_DTYPE_NAMES, model, _profile_c(gen.profile_labels) if gen.profile else "",
                 *bodies]
         parts = ["#include <stdlib.h>\n#include <string.h>\n#include <omp.h>\n", c_prelude(self.isa),
                  *kernels, _in_unit(0, "", "\n".join(host))]
@@ -116,20 +117,5 @@ def _profile_c(labels: list[str]) -> str:
             f"    return {len(labels)};\n}}\n")
 
 
-_ARENA_C = """
-/* grow-only scratch memory, one per thread, so concurrent calls never share intermediates */
-static _Thread_local char *tls_arena;
-static _Thread_local size_t tls_arena_size;
-static char *braze_arena(size_t need) {
-    if (need <= tls_arena_size && tls_arena) return tls_arena;
-    free(tls_arena);
-    /* never NULL, and a line past the end: a kernel may read element 0 of an empty intermediate
-       before a loop that runs no times (a hoisted load), so an empty arena is still memory */
-    size_t n = (need + 64 + 4095) & ~(size_t)4095;
-    tls_arena = (char *)aligned_alloc(64, n);
-    tls_arena_size = tls_arena ? n : 0;
-    return tls_arena;
-}
-"""
 
 __all__ = ["CpuHost"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "1eba6fd1625305454f582f6582aa4da091d033e95637069019313d8359916ba7",
-          "cnn": "021436f378379d4d0f07835dae0c2c6f3edc371d46f2ca079fa21a4c374fa4cd"}
+PINNED = {"gpt": "2b27326a541415cadaea61fffece8f7f0dfbbea57967a2e7acd0726d06dba2da",
+          "cnn": "db265c0151fca25bdd70b800edb077e7a1c650c2c2a2c6aebcfc835bc9dfe80d"}
 
 SCRIPT = """
 import hashlib, sys, warnings
