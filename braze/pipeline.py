@@ -244,23 +244,31 @@ def target_precision(policy: str, isa, keep: tuple[str, ...] = ()) -> dict:
     return out
 
 
+def kernel_rules(isa) -> str:
+    """The default dispatch rules of the helper built for ``isa`` (braze/tune/products.py's RULES):
+    "avx2" where it has AVX2 and FMA but not AVX-512 (braze_dnnl_smallm_avx2.c), else ""."""
+    return "avx2" if getattr(isa, "kind", "cpu") == "cpu" and isa.name == "avx2" and "fma" in isa.features else ""
+
+
 def tuning_block(opts: Options, isa) -> dict:
-    """The module's ``tuning`` block for these options (braze/tune/dispatch.py): empty (the default
+    """The module's ``tuning`` block for these options (braze/tune/dispatch.py): the helper's
+    default ``rules`` where they are not the usual ones (kernel_rules), and no more (the default
     rules) with ``tune="off"``, on a CUDA target, and at a ``cpu-x86:LEVEL`` below the host's ISA
     (the database holds this host's measurements, made with kernels built for its ISA)."""
+    rules = {"rules": r} if (r := kernel_rules(isa)) else {}
     if opts.tune == "off" or is_cuda(isa):
-        return {}
+        return rules
     from .codegen.isa import host_isa
     host = host_isa().name
     if isa.name != host:
         _log.info("tuning: the default rules, as %s is not this host's ISA (%s), which the tuning database "
                   "measures", isa.name, host)
-        return {}
+        return rules
     from .runtime.compiler import resolve_cache_dir
     from .tune.db import db_path, resolved_threads
     db = Path(opts.tune_db).expanduser().resolve() if opts.tune_db else db_path(opts.cache_dir)
     out = {"mode": opts.tune, "db": str(db), "cache": str(resolve_cache_dir(opts.cache_dir)),
-           "threads": resolved_threads(opts.threads), "budget_s": int(opts.tune_budget_s)}
+           "threads": resolved_threads(opts.threads), "budget_s": int(opts.tune_budget_s), **rules}
     if opts.tune_shapes:
         out["shapes"] = str(Path(opts.tune_shapes).expanduser().resolve())
     return out

@@ -236,8 +236,9 @@ def save(model, path) -> Path:
 
 def _measured(model) -> bool:
     """Whether any dispatch table differs from its default rule (a measurement chose it)."""
-    from ..tune.products import DEFAULTS
-    return any(tuple(t) not in DEFAULTS.values() for _, _, t in model.dispatch_tables())
+    from ..tune.products import dispatched_calls
+    return any(c is not None and tuple(tuple(p) for p in n.attrs["dispatch"]) != c.default
+               for n, c in dispatched_calls(model.module))
 
 
 def _tuning_records(model) -> list[dict]:

@@ -3,7 +3,7 @@ a 1x1 convolution; products.py) gets its dispatch table, ``dispatch=[[48, "small
 on its ``fused`` node, which the host turns into range tests on M.
 
 The module's ``tuning`` block says where tables come from: none (or ``mode "off"``) gives every
-call its default rule (products.DEFAULTS); ``cached`` reads the tuning database (db.py) for this
+call its default rule (products.DEFAULTS, or with ``rules "avx2"`` an AVX2 helper's, AVX2_DEFAULTS); ``cached`` reads the tuning database (db.py) for this
 machine, threads and helper build, and overrides the default in each bucket a measurement won;
 ``fast`` and ``full`` first measure the buckets the database lacks (search.py), within
 ``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory;
@@ -28,7 +28,7 @@ from ..ir.graph import Module
 from ..passes.common import top_functions
 from .buckets import override
 from .db import Database, env_key, environment
-from .products import library_call
+from .products import RULES, library_call
 from .search import MODES, PLANS, measure, missing
 from .shapes import bucket_counts, read_histogram
 
@@ -73,6 +73,11 @@ def dispatch(m: Module) -> Module:
         raise BrazeError(f"tuning mode {mode!r} is not one of {', '.join(MODES)}",
                          hint="off: default rules; cached: the database's choices, no measuring; fast / full: "
                               "measure what the database lacks first")
+    if m.tuning.get("rules", "") not in RULES:
+        raise BrazeError(f"the tuning block's default rules {m.tuning['rules']!r} are not one of "
+                         f"{', '.join(repr(r) for r in RULES if r)}",
+                         hint="the rules of the helper's kernels (braze/tune/products.py); leave the line out "
+                              "for the others")
     tables: dict[str, tuple] = {}
     sites = {}
     for _, c in calls:

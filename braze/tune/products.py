@@ -12,15 +12,20 @@ straight from the packed weight (where the weight's layout, dtypes and activatio
 oneDNN); ``dnnl``, a oneDNN primitive per M, created at the first call with that M; ``dnnl_rt``,
 one oneDNN primitive with a run-time M (none to create at a new M).
 
-``DEFAULTS`` are the rules braze ran before measuring: for a GEMM the small-M kernel up to
-``SMALL_M_MAX`` rows (measured on BERT-base's GEMMs, docs/gemm.md), for a 1x1 convolution
-oneDNN's convolution. The dispatch pass writes a table on every such call (``dispatch`` on its
-``fused`` node); the host turns it into range tests on M.
+``DEFAULTS`` are the rules braze runs where nothing was measured: for a GEMM the small-M kernel up
+to ``SMALL_M_MAX`` rows (measured on BERT-base's GEMMs, docs/gemm.md), for a 1x1 convolution
+oneDNN's convolution. A helper built for AVX2 without AVX-512 has kernels of its own
+(braze_dnnl_smallm_avx2.c), with its own rules, ``AVX2_DEFAULTS``: the small-M kernel up to
+``AVX2_SMALL_M_MAX`` rows, and up to ``AVX2_TINY_MAX_M`` for a weight of at most
+``AVX2_TINY_WEIGHT`` elements (no oneDNN primitive to create at a new shape). The module's
+``tuning`` block names the rules (``rules "avx2"``; none: ``DEFAULTS``). The dispatch pass writes
+a table on every such call (``dispatch`` on its ``fused`` node); the host turns it into range
+tests on M.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..codegen.host_library import ACTIVATION_CODES as ACT_CODES
 from ..ir import sym as S
@@ -31,8 +36,28 @@ from ..passes.offload import ANCHORS, transposed_operands
 
 SMALL_M_MAX = 48  # the helper's SMALLM_DEFAULT_MAX (braze_dnnl_matmul.c)
 DEFAULTS = {"gemm": ((SMALL_M_MAX, "smallm"), (None, "dnnl")), "conv1x1": ((None, "conv"),)}
+# AVX2 (braze_dnnl_smallm_avx2.c): its panels to SP2_MAX rows ran BERT-base's GEMMs 1.04-1.09x
+# faster than oneDNN at 64-96 rows and 1.01-1.17x at 112-127. A weight of at most SP2_TINY_W
+# elements takes them at any M, with no oneDNN primitive to create at a new shape: the depthwise
+# convnet's 1x1 convolutions took 0.80-0.93x oneDNN's time at 1024 and 4608 pixels, 1.04-1.06x at
+# 100352, so up to AVX2_TINY_MAX_M rows (docs/gemm.md)
+AVX2_SMALL_M_MAX = 127
+AVX2_TINY_WEIGHT = 1024
+AVX2_TINY_MAX_M = (1 << 14) - 1
+AVX2_DEFAULTS = {"gemm": ((AVX2_SMALL_M_MAX, "smallm"), (None, "dnnl")), "conv1x1": ((None, "conv"),)}
+RULES = {"": DEFAULTS, "avx2": AVX2_DEFAULTS}
+AVX2_TINY = {"gemm": ((AVX2_TINY_MAX_M, "smallm"), (None, "dnnl")),
+             "conv1x1": ((AVX2_TINY_MAX_M, "smallm"), (None, "conv"))}
 CHOICES = {"gemm": ("smallm", "dnnl", "dnnl_rt"), "conv1x1": ("conv", "smallm", "dnnl", "dnnl_rt")}
 DEFAULT = DEFAULTS["gemm"]
+
+
+def default_rule(kind: str, rules: str = "", n: int | None = None, k: int | None = None) -> tuple:
+    """The table braze runs for a product of this kind where nothing was measured, under the
+    helper's ``rules`` ("" or "avx2"), for a weight of ``n`` x ``k`` (None: not known)."""
+    if rules == "avx2" and n is not None and k is not None and n * k <= AVX2_TINY_WEIGHT:
+        return AVX2_TINY[kind]
+    return RULES[rules][kind]
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,7 @@ class ProductSite:
     act: int  # ACT_CODES' value, 0 for none
     dtype: str = "float32"
     kind: str = "gemm"  # or "conv1x1"
+    rules: str = field(default="", compare=False)  # the module's default rules: not part of the key
 
     @property
     def key(self) -> str:
@@ -54,7 +80,7 @@ class ProductSite:
 
     @property
     def default(self) -> tuple:
-        return DEFAULTS[self.kind]
+        return default_rule(self.kind, self.rules, self.n, self.k)
 
     @property
     def choices(self) -> tuple:
@@ -73,10 +99,11 @@ class Call:
     kind: str
     M: object
     site: ProductSite | None
+    rules: str = ""
 
     @property
     def default(self) -> tuple:
-        return DEFAULTS[self.kind]
+        return self.site.default if self.site is not None else default_rule(self.kind, self.rules)
 
 
 def _epilogue(n: Node, anchor: Node) -> tuple[bool, bool, int]:
@@ -122,7 +149,8 @@ def library_call(module: Module, n: Node) -> Call | None:
             return None
         N = w.shape[0] if anchor.op == "linear" else w.shape[1]
         K, M, transposed = x.shape[-1], S.prod(x.shape[:-1]), 1 if anchor.op == "linear" or tb else 0
+    rules = module.tuning.get("rules", "")
     if not (isinstance(N, int) and isinstance(K, int)) or not _float32(n, x, w):
-        return Call(kind, M, None)
+        return Call(kind, M, None, rules)
     bias, residual, act = _epilogue(n, anchor)
-    return Call(kind, M, ProductSite(N, K, transposed, bias, residual, act, kind=kind))
+    return Call(kind, M, ProductSite(N, K, transposed, bias, residual, act, kind=kind, rules=rules), rules)

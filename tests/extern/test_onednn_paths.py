@@ -152,21 +152,53 @@ def test_avx2_small_m_kernels_read_the_kept_constant_and_its_panels(lib):
         lib.braze_free_packed_b(pb)
 
 
-def test_avx2_kept_constant_from_many_threads_is_deterministic(lib):
+@pytest.mark.parametrize("n, k", [(64, 16), (16, 64), (75, 13)])  # whole panels; one; a partial one
+def test_avx2_panels_take_a_tiny_weight_at_every_m(lib, n, k):
+    """A weight of at most 1024 elements (SP2_TINY_W) runs on the panels at every M, each thread a
+    range of rows, with no oneDNN primitive: against float64 NumPy, the residual in place and apart,
+    M not a multiple of the 6-row tiles."""
+    from braze.codegen.isa import host_isa
+    if host_isa().name != "avx2":
+        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    rng = np.random.default_rng(n + k)
+    err = C.create_string_buffer(512)
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
+    assert pb, err.value
+    bias = rng.standard_normal(n, dtype=np.float32)
+    try:
+        for m in (128, 1001, 4099):
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            res = rng.standard_normal((m, n), dtype=np.float32)
+            base = a.astype(np.float64) @ w.T.astype(np.float64) + bias
+            for act, residual, want in ((0, None, base), (2, "in place", _gelu(base) + res),
+                                        (0x104, "apart", _silu(base + res))):
+                c = res.copy() if residual == "in place" else np.full((m, n), np.nan, np.float32)
+                r = c.ctypes.data if residual == "in place" else res.ctypes.data if residual else None
+                before = _created(lib)
+                assert lib.braze_matmul(m, n, k, a.ctypes.data, pb, bias.ctypes.data, r, act | PATHS["smallm"] << 20,
+                                        c.ctypes.data, err, len(err)) == 0, err.value
+                assert _created(lib) == before, f"M={m}: a oneDNN primitive was made"
+                assert np.abs(c - want).max() / np.abs(want).max() < 1e-5, (m, act, residual)
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
+@pytest.mark.parametrize("n, k, ms", [(768, 768, [1, 4, 12, 13, 31, 127, 128]), (64, 16, [127, 128, 1001])])
+def test_avx2_kept_constant_from_many_threads_is_deterministic(lib, n, k, ms):
     """8 threads at once on one kept constant, M on both sides of each kernel's limit (12: the dot
-    products, 127: the panels): each result has the bits of the same call alone."""
+    products, 127: the panels; a tiny weight's panels by rows above): each result has the bits of
+    the same call alone."""
     from braze.codegen.isa import host_isa
     from braze.testing import run_threads
     if host_isa().name != "avx2":
         pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
     rng = np.random.default_rng(6)
     err = C.create_string_buffer(512)
-    n, k = 768, 768
     w = rng.standard_normal((n, k), dtype=np.float32)
     pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
     assert pb, err.value
     bias = rng.standard_normal(n, dtype=np.float32)
-    ms = [1, 4, 12, 13, 31, 127, 128]
     xs = {m: rng.standard_normal((m, k), dtype=np.float32) for m in ms}
 
     def call(m):
@@ -191,7 +223,7 @@ def test_avx2_kept_constant_from_many_threads_is_deterministic(lib):
         lib.braze_free_packed_b(pb)
 
 
-@pytest.mark.parametrize("m", [4, 16])  # the dot products and the panels
+@pytest.mark.parametrize("m", [4, 16, 200])  # the dot products, the panels, and a tiny weight's rows
 def test_avx2_kept_constant_special_values_match_onednn(lib, m):
     """NaN and infinite products give oneDNN's values through either AVX2 kernel, every activation
     (relu(NaN) is 0 in both), so a model's special values do not change across a dispatch limit."""

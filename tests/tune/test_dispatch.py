@@ -11,8 +11,13 @@ from braze.errors import BrazeError, BrazeWarning
 from braze.ir.parser import parse_module
 from braze.options import Options
 from braze.pipeline import compile_to_c
+from braze.tune.buckets import override
 from braze.tune.db import env_key, environment
-from braze.tune.products import DEFAULT, library_call
+from braze.pipeline import kernel_rules
+from braze.tune.products import DEFAULT, default_rule, library_call
+
+RULES = kernel_rules(host_isa())  # this host's helper's default rules ("avx2" or none)
+RULE = default_rule("gemm", RULES)  # the MLP's products' default (neither weight is tiny)
 
 
 def _imported(model, ex, dyn):
@@ -43,9 +48,46 @@ def _write(path, records, extra=""):
 
 def test_every_gemm_gets_the_default_rule_without_tuning(module_of):
     native, m = compile_to_c(module_of(), host_isa(), options=Options(tune="off"))
-    assert _tables(m) == [DEFAULT, DEFAULT]
-    assert not m.tuning
-    assert "(sym_batch <= 48 ? BRAZE_PATH(1) : BRAZE_PATH(2))" in native.source
+    assert _tables(m) == [RULE, RULE]
+    assert m.tuning == ({"rules": RULES} if RULES else {})
+    assert f"(sym_batch <= {RULE[0][0]} ? BRAZE_PATH(1) : BRAZE_PATH(2))" in native.source
+
+
+def test_the_helpers_rules_come_from_the_target():
+    """An AVX2 helper's kernels have their own default rules, named in the tuning block whatever
+    the mode; every other target has none (braze/tune/products.py)."""
+    from braze.codegen.isa import ISA
+    from braze.pipeline import kernel_rules, tuning_block
+    avx2 = ISA("avx2", 32, features=frozenset({"avx", "avx2", "fma"}))
+    assert kernel_rules(avx2) == "avx2"
+    assert kernel_rules(ISA("avx2", 32, features=frozenset({"avx", "avx2"}))) == ""  # no FMA: no AVX2 kernels
+    for other in (ISA("avx512", 64, features=frozenset({"avx2", "fma", "avx512f"})), ISA("sse", 16), ISA("scalar", 0)):
+        assert kernel_rules(other) == ""
+    assert tuning_block(Options(tune="off"), avx2) == {"rules": "avx2"}
+
+
+def test_the_avx2_rules_in_the_ir():
+    """This IR in (``rules "avx2"`` in its tuning block), these tables out: the small-M kernel up to
+    127 rows, and up to 16383 for a weight of at most 1024 elements; an unknown name is an error."""
+    torch = pytest.importorskip("torch")
+    from torch.export import Dim
+
+    from braze.pipeline import run_pipeline
+    from braze.tune.dispatch import dispatch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).eval()
+    m = run_pipeline(_imported(model, (torch.randn(3, 64),), {"input": {0: Dim("batch", min=1, max=300)}}),
+                     options=Options(tune="off"))
+    m.tuning = {"rules": "avx2"}
+    assert _tables(dispatch(m)) == [((127, "smallm"), (None, "dnnl")), ((16383, "smallm"), (None, "dnnl"))]  # 8x128
+    m.tuning = {}
+    assert _tables(dispatch(m)) == [DEFAULT, DEFAULT]
+    m.tuning = {"rules": "avx2"}
+    text = str(dispatch(parse_module(str(m))))  # the rules print and parse back
+    assert 'dispatch=[[16383, "smallm"], [none, "dnnl"]]' in text and 'rules "avx2"' in text
+    m.tuning = {"rules": "avx3"}
+    with pytest.raises(BrazeError, match="default rules 'avx3'"):
+        dispatch(m)
 
 
 def test_a_database_choice_reaches_the_table_and_the_c(module_of, tmp_path):
@@ -55,11 +97,15 @@ def test_a_database_choice_reaches_the_table_and_the_c(module_of, tmp_path):
                 _record(first, (128, 255), "default")])
     opts = Options(tune="cached", tune_db=str(db))
     native, m = compile_to_c(module_of(), host_isa(), options=opts)
-    assert _tables(m) == [((1, "dnnl_rt"), (48, "smallm"), (63, "dnnl"), (127, "smallm"), (None, "dnnl")), DEFAULT]
     assert m.tuning["mode"] == "cached" and m.tuning["db"] == str(db)
     assert m.tune_measurements == 0
-    assert ("(sym_batch <= 1 ? BRAZE_PATH(3) : (sym_batch <= 48 ? BRAZE_PATH(1) : (sym_batch <= 63 ? "
-            "BRAZE_PATH(2) : (sym_batch <= 127 ? BRAZE_PATH(1) : BRAZE_PATH(2)))))") in native.source
+    if RULES == "avx2":  # smallm to 127 is its default rule already
+        assert _tables(m) == [((1, "dnnl_rt"), (127, "smallm"), (None, "dnnl")), RULE]
+        assert "(sym_batch <= 1 ? BRAZE_PATH(3) : (sym_batch <= 127 ? BRAZE_PATH(1) : BRAZE_PATH(2)))" in native.source
+    else:
+        assert _tables(m) == [((1, "dnnl_rt"), (48, "smallm"), (63, "dnnl"), (127, "smallm"), (None, "dnnl")), DEFAULT]
+        assert ("(sym_batch <= 1 ? BRAZE_PATH(3) : (sym_batch <= 48 ? BRAZE_PATH(1) : (sym_batch <= 63 ? "
+                "BRAZE_PATH(2) : (sym_batch <= 127 ? BRAZE_PATH(1) : BRAZE_PATH(2)))))") in native.source
     again, _ = compile_to_c(module_of(), host_isa(), options=opts)
     assert again.source == native.source  # the same database, byte for byte the same C
     text = str(m)
@@ -76,7 +122,7 @@ def test_a_tuned_model_computes_the_same_at_every_bucket(mlp, tmp_path):
     _write(db, [_record(first, b, w) for b, w in (((1, 1), "dnnl"), ((2, 3), "dnnl_rt"), ((4, 7), "dnnl"),
                                                  ((64, 127), "smallm"), ((128, 255), "dnnl_rt"))])
     cm = braze.compile(model, ex, dyn, options={"tune_db": str(db)})
-    assert cm.dispatch_tables()[0][2] != DEFAULT
+    assert cm.dispatch_tables()[0][2] != RULE
     for b in (1, 2, 3, 5, 48, 49, 64, 127, 128, 255, 300):
         x = torch.randn(b, 64)
         np.testing.assert_allclose(cm(x).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5, err_msg=str(b))
@@ -88,7 +134,7 @@ def test_lines_that_are_not_records_are_skipped_with_one_warning(module_of, tmp_
     _write(db, [_record(first, (64, 127), "smallm")], extra='{"v": 1, "env": "x"\nnot json at all\n')
     with pytest.warns(BrazeWarning, match="2 line"):
         _, m = compile_to_c(module_of(), host_isa(), options=Options(tune_db=str(db)))
-    assert _tables(m)[0] == ((48, "smallm"), (63, "dnnl"), (127, "smallm"), (None, "dnnl"))
+    assert _tables(m)[0] == override(RULE, 64, 127, "smallm")
 
 
 def test_another_machines_database_gives_the_default_rule_with_one_warning(module_of, tmp_path):
@@ -99,7 +145,7 @@ def test_another_machines_database_gives_the_default_rule_with_one_warning(modul
     dispatch._WARNED.discard(db.as_posix())
     with pytest.warns(BrazeWarning, match="another setting only: cpu 'Some Other CPU'"):
         _, m = compile_to_c(module_of(), host_isa(), options=Options(tune_db=str(db)))
-    assert _tables(m) == [DEFAULT, DEFAULT]
+    assert _tables(m) == [RULE, RULE]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compile_to_c(module_of(), host_isa(), options=Options(tune_db=str(db)))  # once per file
@@ -133,8 +179,9 @@ def test_a_1x1_convolution_runs_as_a_gemm_where_its_table_says(tmp_path):
     import torch
     from torch.export import Dim
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 24, 1),
-                            torch.nn.GELU(), torch.nn.Conv2d(24, 24, 1, stride=2)).eval()
+    # 48 -> 32: over the 1024 elements an AVX2 helper's kernel takes at every M
+    m = torch.nn.Sequential(torch.nn.Conv2d(8, 48, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(48, 32, 1),
+                            torch.nn.GELU(), torch.nn.Conv2d(32, 32, 1, stride=2)).eval()
     dims = {"input": {0: Dim("b", min=1, max=8), 2: Dim("h", min=3, max=40), 3: Dim("w", min=3, max=40)}}
     ex = (torch.randn(2, 8, 5, 6),)
     plain = braze.compile(m, ex, dims, tune="off")
@@ -142,7 +189,7 @@ def test_a_1x1_convolution_runs_as_a_gemm_where_its_table_says(tmp_path):
     calls = [c for n in plain.module.main.nodes if (c := library_call(plain.module, n)) is not None]
     assert [c.kind for c in calls] == ["conv1x1"]  # not the 3x3 one, nor the strided 1x1
     key = calls[0].site.key
-    assert key.startswith("conv1x1 n=24 k=16 ")
+    assert key.startswith("conv1x1 n=32 k=48 ")
     db = tmp_path / "tune.jsonl"
     _write(db, [_record(key, b, w) for b, w in (((1, 1), "smallm"), ((2, 3), "dnnl"), ((16, 31), "smallm"),
                                                ((32, 63), "dnnl_rt"), ((64, 127), "smallm"))])

@@ -226,6 +226,12 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
  * panel SP2_AHEAD after it, one line per row of K, and the panel's other tiles read it from L2. */
 
 #define SP2_MR 6
+#define SP2_MAX 127 /* the top of the tuner's [64, 127] bucket: it measures both ends of a bucket */
+/* A weight of at most this many elements (4 KB) at any M: 1x1 convolutions of 16 -> 64 channels
+ * took 0.97-1.08x the time of oneDNN's at 1024-25088 pixels, with no primitive to create at a new
+ * shape; of 32 -> 128 (4096) 1.03-1.13x, of 64 -> 256 1.01-1.24x (docs/gemm.md) */
+#define SP2_TINY_W 1024
+#define SP2_ROW_BLOCK 48 /* rows: A's and C's for every panel in L1 */
 #define SP2_AHEAD 2 /* panels; in a standalone test at M = 16, 1 ran 103 GFLOP/s against 123 (one run each) */
 
 /* C[0 : MR, n0 : n0 + nr] = epilogue(A[0 : MR, :] @ P), A's rows K apart, C's and res's N apart */
@@ -248,6 +254,20 @@ BZ_INLINE void sp2_tile(const int MR, int64_t N, int64_t K, const float *A, cons
         _mm256_store_ps(out[i], c[i][0]);
         _mm256_store_ps(out[i] + 8, c[i][1]);
     }
+    if (nr == 16) { /* a whole panel: AMD's masked stores are microcoded. With them, the depthwise
+                     * convnet's 1x1 convolutions here took it to 1.18x and 1.56x oneDNN's time at
+                     * 2x96x96 and 8x224x224; with these, 0.94x and 1.00x (docs/gemm.md) */
+        __m256 b0 = bias ? _mm256_loadu_ps(bias + n0) : _mm256_setzero_ps();
+        __m256 b1 = bias ? _mm256_loadu_ps(bias + n0 + 8) : _mm256_setzero_ps();
+        for (int i = 0; i < MR; i++) {
+            int64_t off = i * N + n0;
+            __m256 r0 = res ? _mm256_loadu_ps(res + off) : _mm256_setzero_ps();
+            __m256 r1 = res ? _mm256_loadu_ps(res + off + 8) : _mm256_setzero_ps();
+            _mm256_storeu_ps(C + off, sw2_epi(act, _mm256_load_ps(out[i]), b0, r0));
+            _mm256_storeu_ps(C + off + 8, sw2_epi(act, _mm256_load_ps(out[i] + 8), b1, r1));
+        }
+        return;
+    }
     __m256i k0 = sw2_mask(nr < 8 ? nr : 8), k1 = sw2_mask(nr > 8 ? nr - 8 : 0);
     __m256 b0 = bias ? _mm256_maskload_ps(bias + n0, k0) : _mm256_setzero_ps();
     __m256 b1 = bias ? _mm256_maskload_ps(bias + n0 + 8, k1) : _mm256_setzero_ps();
@@ -260,22 +280,31 @@ BZ_INLINE void sp2_tile(const int MR, int64_t N, int64_t K, const float *A, cons
     }
 }
 
+/* Up to SP2_MAX rows each thread takes a range of panels over all rows; above (a tiny weight,
+ * SP2_TINY_W), a range of rows over all panels, each a whole number of tiles but the last. */
 static void sp2_matmul(int64_t M, int64_t N, int64_t K, const float *A, const float *P, const float *bias,
                        const float *res, int act, float *C) {
     int64_t np = (N + 15) / 16;
-#pragma omp parallel if (np > 1)
+    int by_rows = M > SP2_MAX;
+#pragma omp parallel if (np > 1 || by_rows)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int64_t p1 = np * (t + 1) / nt;
-        for (int64_t p = np * t / nt; p < p1; p++) {
+        int64_t tiles = M / SP2_MR, p0 = by_rows ? 0 : np * t / nt, p1 = by_rows ? np : np * (t + 1) / nt;
+        int64_t r0 = by_rows ? tiles * t / nt * SP2_MR : 0,
+                r1 = !by_rows || t == nt - 1 ? M : tiles * (t + 1) / nt * SP2_MR;
+        for (int64_t b0 = r0; b0 < r1; b0 += by_rows ? SP2_ROW_BLOCK : M) {
+        int64_t rows = by_rows && r1 - b0 > SP2_ROW_BLOCK ? SP2_ROW_BLOCK : r1 - b0;
+        const float *At = A + b0 * K, *Rt = res ? res + b0 * N : NULL;
+        float *Ct = C + b0 * N;
+        for (int64_t p = p0; p < p1; p++) {
             const float *Pp = P + p * K * 16, *pf = p + SP2_AHEAD < p1 ? Pp + SP2_AHEAD * K * 16 : NULL;
             int64_t n0 = p * 16;
             int nr = N - n0 < 16 ? (int)(N - n0) : 16;
             int64_t m = 0;
 #define SP2_TILE(MR) \
-    sp2_tile(MR, N, K, A + m * K, Pp, m == 0 ? pf : NULL, n0, nr, bias, res ? res + m * N : NULL, act, C + m * N)
-            for (; m + SP2_MR <= M; m += SP2_MR) SP2_TILE(SP2_MR);
-            switch (M - m) { /* constant row counts: the tile's loops unroll */
+    sp2_tile(MR, N, K, At + m * K, Pp, m == 0 ? pf : NULL, n0, nr, bias, Rt ? Rt + m * N : NULL, act, Ct + m * N)
+            for (; m + SP2_MR <= rows; m += SP2_MR) SP2_TILE(SP2_MR);
+            switch (rows - m) { /* constant row counts: the tile's loops unroll */
             case 5: SP2_TILE(5); break;
             case 4: SP2_TILE(4); break;
             case 3: SP2_TILE(3); break;
@@ -284,6 +313,7 @@ static void sp2_matmul(int64_t M, int64_t N, int64_t K, const float *A, const fl
             default: break;
             }
 #undef SP2_TILE
+        }
         }
     }
 }
@@ -310,17 +340,17 @@ static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
 }
 
 /* A packed weight: up to SW2_PACKED_MAX rows the dot products above on the [N,K] constant that
- * braze_pack_b_const kept, then up to SP2_MAX the panels. Against oneDNN's gemm:jit on its packed
+ * braze_pack_b_const kept, then up to SP2_MAX the panels (a weight of at most SP2_TINY_W elements: at
+ * every M). Against oneDNN's gemm:jit on its packed
  * weight (AMD EPYC AVX2, 2 threads, weights from memory, interleaved; docs/gemm.md): the dot
  * kernel on BERT-base's 72 weights, 340 MB, 1.15-1.78x faster at M = 1-8, 1.05-1.10x at 12, 0.94x at
  * 16; the panels on BERT's and GPT-2's four weight shapes, 0.98-1.48x at M = 13-48, 1.02-1.07x at
  * 64-96 and 1.01-1.17x at 112-127; from M = 1024 oneDNN was 5-14% faster. */
 #define SW2_PACKED_MAX 12
-#define SP2_MAX 127 /* the top of the tuner's [64, 127] bucket: it measures both ends of a bucket */
 
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
-    return B->src && (M <= SW2_PACKED_MAX || (B->panels && M <= SP2_MAX)) && !(act & BRAZE_TYPES_MASK) &&
-           sw2_act_ok(act); /* src: float32 only */
+    return B->src && (M <= SW2_PACKED_MAX || (B->panels && (M <= SP2_MAX || B->N * B->K <= SP2_TINY_W))) &&
+           !(act & BRAZE_TYPES_MASK) && sw2_act_ok(act); /* src: float32 only */
 }
 
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
