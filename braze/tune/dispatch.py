@@ -3,10 +3,11 @@ a 1x1 convolution; products.py) gets its dispatch table, ``dispatch=[[48, "small
 on its ``fused`` node, which the host turns into range tests on M.
 
 The module's ``tuning`` block says where tables come from: none (or ``mode "off"``) gives every
-call its default rule (products.DEFAULTS, or with ``rules "avx2"`` an AVX2 helper's, AVX2_DEFAULTS); ``cached`` reads the tuning database (db.py) for this
-machine, threads and helper build, and overrides the default in each bucket a measurement won;
-``fast`` and ``full`` first measure the buckets the database lacks (search.py), within
-``budget_s`` seconds, in a child process that loads the helper library from the ``cache`` directory;
+call its default rule (products.DEFAULTS, or with ``rules "avx2"`` an AVX2 helper's,
+products.default_rule); ``cached`` reads the tuning database (db.py) for this machine, threads and
+helper build, and overrides the default in each bucket a measurement won; ``fast`` and ``full``
+first measure the buckets the database lacks (search.py), within ``budget_s`` seconds, in a child
+process that loads the helper library from the ``cache`` directory;
 with a ``shapes`` histogram (shapes.py), only the buckets its shapes reach, the most called
 products first.
 The same database gives the same tables, hence the same C.

@@ -39,7 +39,7 @@ DEFAULTS = {"gemm": ((SMALL_M_MAX, "smallm"), (None, "dnnl")), "conv1x1": ((None
 # AVX2 (braze_dnnl_smallm_avx2.c): its panels to SP2_MAX rows ran BERT-base's GEMMs 1.04-1.09x
 # faster than oneDNN at 64-96 rows and 1.01-1.17x at 112-127. A weight of at most SP2_TINY_W
 # elements takes them at any M, with no oneDNN primitive to create at a new shape: the depthwise
-# convnet's 1x1 convolutions took 0.80-0.93x oneDNN's time at 1024 and 4608 pixels, 1.04-1.06x at
+# convnet's 1x1 convolutions took 0.75-0.95x oneDNN's time at 1024 and 4608 pixels, 1.04-1.06x at
 # 100352, so up to AVX2_TINY_MAX_M rows (docs/gemm.md)
 AVX2_SMALL_M_MAX = 127
 AVX2_TINY_WEIGHT = 1024

@@ -228,8 +228,9 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
 #define SP2_MR 6
 #define SP2_MAX 127 /* the top of the tuner's [64, 127] bucket: it measures both ends of a bucket */
 /* A weight of at most this many elements (4 KB) at any M: 1x1 convolutions of 16 -> 64 channels
- * took 0.97-1.08x the time of oneDNN's at 1024-25088 pixels, with no primitive to create at a new
- * shape; of 32 -> 128 (4096) 1.03-1.13x, of 64 -> 256 1.01-1.24x (docs/gemm.md) */
+ * took 0.97-1.08x the time of oneDNN's at 1024-25088 pixels (a stack of them with GELU), with no
+ * primitive to create at a new shape; of 32 -> 128 (4096) 1.03-1.13x, of 64 -> 256 1.01-1.24x
+ * (docs/gemm.md) */
 #define SP2_TINY_W 1024
 #define SP2_ROW_BLOCK 48 /* rows: A's and C's for every panel in L1 */
 #define SP2_AHEAD 2 /* panels; in a standalone test at M = 16, 1 ran 103 GFLOP/s against 123 (one run each) */
@@ -293,27 +294,27 @@ static void sp2_matmul(int64_t M, int64_t N, int64_t K, const float *A, const fl
         int64_t r0 = by_rows ? tiles * t / nt * SP2_MR : 0,
                 r1 = !by_rows || t == nt - 1 ? M : tiles * (t + 1) / nt * SP2_MR;
         for (int64_t b0 = r0; b0 < r1; b0 += by_rows ? SP2_ROW_BLOCK : M) {
-        int64_t rows = by_rows && r1 - b0 > SP2_ROW_BLOCK ? SP2_ROW_BLOCK : r1 - b0;
-        const float *At = A + b0 * K, *Rt = res ? res + b0 * N : NULL;
-        float *Ct = C + b0 * N;
-        for (int64_t p = p0; p < p1; p++) {
-            const float *Pp = P + p * K * 16, *pf = p + SP2_AHEAD < p1 ? Pp + SP2_AHEAD * K * 16 : NULL;
-            int64_t n0 = p * 16;
-            int nr = N - n0 < 16 ? (int)(N - n0) : 16;
-            int64_t m = 0;
+            int64_t rows = by_rows && r1 - b0 > SP2_ROW_BLOCK ? SP2_ROW_BLOCK : r1 - b0;
+            const float *At = A + b0 * K, *Rt = res ? res + b0 * N : NULL;
+            float *Ct = C + b0 * N;
+            for (int64_t p = p0; p < p1; p++) {
+                const float *Pp = P + p * K * 16, *pf = p + SP2_AHEAD < p1 ? Pp + SP2_AHEAD * K * 16 : NULL;
+                int64_t n0 = p * 16;
+                int nr = N - n0 < 16 ? (int)(N - n0) : 16;
+                int64_t m = 0;
 #define SP2_TILE(MR) \
     sp2_tile(MR, N, K, At + m * K, Pp, m == 0 ? pf : NULL, n0, nr, bias, Rt ? Rt + m * N : NULL, act, Ct + m * N)
-            for (; m + SP2_MR <= rows; m += SP2_MR) SP2_TILE(SP2_MR);
-            switch (rows - m) { /* constant row counts: the tile's loops unroll */
-            case 5: SP2_TILE(5); break;
-            case 4: SP2_TILE(4); break;
-            case 3: SP2_TILE(3); break;
-            case 2: SP2_TILE(2); break;
-            case 1: SP2_TILE(1); break;
-            default: break;
-            }
+                for (; m + SP2_MR <= rows; m += SP2_MR) SP2_TILE(SP2_MR);
+                switch (rows - m) { /* constant row counts: the tile's loops unroll */
+                case 5: SP2_TILE(5); break;
+                case 4: SP2_TILE(4); break;
+                case 3: SP2_TILE(3); break;
+                case 2: SP2_TILE(2); break;
+                case 1: SP2_TILE(1); break;
+                default: break;
+                }
 #undef SP2_TILE
-        }
+            }
         }
     }
 }
@@ -340,9 +341,9 @@ static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
 }
 
 /* A packed weight: up to SW2_PACKED_MAX rows the dot products above on the [N,K] constant that
- * braze_pack_b_const kept, then up to SP2_MAX the panels (a weight of at most SP2_TINY_W elements: at
- * every M). Against oneDNN's gemm:jit on its packed
- * weight (AMD EPYC AVX2, 2 threads, weights from memory, interleaved; docs/gemm.md): the dot
+ * braze_pack_b_const kept, then up to SP2_MAX the panels (a weight of at most SP2_TINY_W elements:
+ * at every M). Against oneDNN's gemm:jit on its packed weight (AMD EPYC AVX2, 2 threads, weights
+ * from memory, interleaved; docs/gemm.md): the dot
  * kernel on BERT-base's 72 weights, 340 MB, 1.15-1.78x faster at M = 1-8, 1.05-1.10x at 12, 0.94x at
  * 16; the panels on BERT's and GPT-2's four weight shapes, 0.98-1.48x at M = 13-48, 1.02-1.07x at
  * 64-96 and 1.01-1.17x at 112-127; from M = 1024 oneDNN was 5-14% faster. */
