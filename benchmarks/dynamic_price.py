@@ -45,15 +45,16 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
         dyn(*warm)
         rows = []
         for dims in shapes:
-            firsts, faults = [], []
+            last = list(dims)[-1]
+            firsts, faults = [], None
             for extra in range(FIRST_SHAPES):
-                last = list(dims)[-1]
                 y = zm.make_inputs(**dict(dims, **{last: dims[last] + extra}))
                 dyn(*warm)
                 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 firsts.append(time_once(dyn, y))
-                faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-            first, own, faults = statistics.median(firsts), firsts[0], faults[0]
+                if faults is None:  # the shape's own first call
+                    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+            first, own = statistics.median(firsts), firsts[0]
             x = zm.make_inputs(**dims)
             static = braze.compile(zm.module, example_inputs=x)
             static(*x)

@@ -184,6 +184,35 @@ def test_avx2_panels_take_a_tiny_weight_at_every_m(lib, n, k):
         lib.braze_free_packed_b(pb)
 
 
+def test_avx2_tiny_weight_limit_is_the_dispatch_rules(lib):
+    """The helper's tiny-weight limit (SP2_TINY_W) and the AVX2 default rule's (products.py) are one
+    number: a weight of that many elements runs the panels at the rule's last row, one with more
+    falls to oneDNN above 127 rows (and not at 127)."""
+    from braze.codegen.isa import host_isa
+    from braze.tune.products import AVX2_SMALL_M_MAX, AVX2_TINY_MAX_M, AVX2_TINY_WEIGHT
+    if host_isa().name != "avx2":
+        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    rng = np.random.default_rng(8)
+    err = C.create_string_buffer(512)
+    k = 16
+    for n, m, made in ((AVX2_TINY_WEIGHT // k, AVX2_TINY_MAX_M, False), (AVX2_TINY_WEIGHT // k + 1, 128, True),
+                       (AVX2_TINY_WEIGHT // k + 1, AVX2_SMALL_M_MAX, False)):
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
+        assert pb, err.value
+        try:
+            c = np.empty((m, n), np.float32)
+            before = _created(lib)
+            assert lib.braze_matmul(m, n, k, a.ctypes.data, pb, None, None, PATHS["smallm"] << 20, c.ctypes.data,
+                                    err, len(err)) == 0, err.value
+            assert (_created(lib) > before) == made, (n, m)
+            want = a.astype(np.float64) @ w.T.astype(np.float64)
+            assert np.abs(c - want).max() / np.abs(want).max() < 1e-5
+        finally:
+            lib.braze_free_packed_b(pb)
+
+
 @pytest.mark.parametrize("n, k, ms", [(768, 768, [1, 4, 12, 13, 31, 127, 128]), (64, 16, [127, 128, 1001])])
 def test_avx2_kept_constant_from_many_threads_is_deterministic(lib, n, k, ms):
     """8 threads at once on one kept constant, M on both sides of each kernel's limit (12: the dot

@@ -235,6 +235,29 @@ static int smallm_w_matmul(int64_t M, int64_t N, int64_t K, const float *A, cons
 #define SP2_ROW_BLOCK 48 /* rows: A's and C's for every panel in L1 */
 #define SP2_AHEAD 2 /* panels; in a standalone test at M = 16, 1 ran 103 GFLOP/s against 123 (one run each) */
 
+/* C[0 : MR, n0 : n0 + nr] = epilogue(out), plain loads and stores for a whole panel (full) */
+BZ_INLINE void sp2_store(const int full, const int MR, int64_t N, int64_t n0, int nr, float (*out)[16],
+                         const float *bias, const float *res, int act, float *C) {
+    __m256i k0 = sw2_mask(nr < 8 ? nr : 8), k1 = sw2_mask(nr > 8 ? nr - 8 : 0);
+#define SP2_LD(p, k) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, k))
+    __m256 b0 = bias ? SP2_LD(bias + n0, k0) : _mm256_setzero_ps();
+    __m256 b1 = bias ? SP2_LD(bias + n0 + 8, k1) : _mm256_setzero_ps();
+    for (int i = 0; i < MR; i++) {
+        int64_t off = i * N + n0;
+        __m256 r0 = res ? SP2_LD(res + off, k0) : _mm256_setzero_ps();
+        __m256 r1 = res ? SP2_LD(res + off + 8, k1) : _mm256_setzero_ps();
+        __m256 v0 = sw2_epi(act, _mm256_load_ps(out[i]), b0, r0), v1 = sw2_epi(act, _mm256_load_ps(out[i] + 8), b1, r1);
+        if (full) {
+            _mm256_storeu_ps(C + off, v0);
+            _mm256_storeu_ps(C + off + 8, v1);
+        } else {
+            _mm256_maskstore_ps(C + off, k0, v0);
+            _mm256_maskstore_ps(C + off + 8, k1, v1);
+        }
+    }
+#undef SP2_LD
+}
+
 /* C[0 : MR, n0 : n0 + nr] = epilogue(A[0 : MR, :] @ P), A's rows K apart, C's and res's N apart */
 BZ_INLINE void sp2_tile(const int MR, int64_t N, int64_t K, const float *A, const float *P, const float *pf,
                         int64_t n0, int nr, const float *bias, const float *res, int act, float *C) {
@@ -255,30 +278,13 @@ BZ_INLINE void sp2_tile(const int MR, int64_t N, int64_t K, const float *A, cons
         _mm256_store_ps(out[i], c[i][0]);
         _mm256_store_ps(out[i] + 8, c[i][1]);
     }
-    if (nr == 16) { /* a whole panel: AMD's masked stores are microcoded. With them, the depthwise
-                     * convnet's 1x1 convolutions here took it to 1.18x and 1.56x oneDNN's time at
-                     * 2x96x96 and 8x224x224; with these, 0.94x and 1.00x (docs/gemm.md) */
-        __m256 b0 = bias ? _mm256_loadu_ps(bias + n0) : _mm256_setzero_ps();
-        __m256 b1 = bias ? _mm256_loadu_ps(bias + n0 + 8) : _mm256_setzero_ps();
-        for (int i = 0; i < MR; i++) {
-            int64_t off = i * N + n0;
-            __m256 r0 = res ? _mm256_loadu_ps(res + off) : _mm256_setzero_ps();
-            __m256 r1 = res ? _mm256_loadu_ps(res + off + 8) : _mm256_setzero_ps();
-            _mm256_storeu_ps(C + off, sw2_epi(act, _mm256_load_ps(out[i]), b0, r0));
-            _mm256_storeu_ps(C + off + 8, sw2_epi(act, _mm256_load_ps(out[i] + 8), b1, r1));
-        }
-        return;
-    }
-    __m256i k0 = sw2_mask(nr < 8 ? nr : 8), k1 = sw2_mask(nr > 8 ? nr - 8 : 0);
-    __m256 b0 = bias ? _mm256_maskload_ps(bias + n0, k0) : _mm256_setzero_ps();
-    __m256 b1 = bias ? _mm256_maskload_ps(bias + n0 + 8, k1) : _mm256_setzero_ps();
-    for (int i = 0; i < MR; i++) {
-        int64_t off = i * N + n0;
-        __m256 r0 = res ? _mm256_maskload_ps(res + off, k0) : _mm256_setzero_ps();
-        __m256 r1 = res ? _mm256_maskload_ps(res + off + 8, k1) : _mm256_setzero_ps();
-        _mm256_maskstore_ps(C + off, k0, sw2_epi(act, _mm256_load_ps(out[i]), b0, r0));
-        _mm256_maskstore_ps(C + off + 8, k1, sw2_epi(act, _mm256_load_ps(out[i] + 8), b1, r1));
-    }
+    /* a whole panel with plain loads and stores: AMD's masked ones are microcoded. With masks
+     * everywhere, the depthwise convnet's 1x1 convolutions here took 1.18x and 1.56x oneDNN's time
+     * at 2x96x96 and 8x224x224; so, 0.94x and 1.00x (docs/gemm.md). A constant `full`: one body each. */
+    if (nr == 16)
+        sp2_store(1, MR, N, n0, 16, out, bias, res, act, C);
+    else
+        sp2_store(0, MR, N, n0, nr, out, bias, res, act, C);
 }
 
 /* Up to SP2_MAX rows each thread takes a range of panels over all rows; above (a tiny weight,
@@ -293,8 +299,9 @@ static void sp2_matmul(int64_t M, int64_t N, int64_t K, const float *A, const fl
         int64_t tiles = M / SP2_MR, p0 = by_rows ? 0 : np * t / nt, p1 = by_rows ? np : np * (t + 1) / nt;
         int64_t r0 = by_rows ? tiles * t / nt * SP2_MR : 0,
                 r1 = !by_rows || t == nt - 1 ? M : tiles * (t + 1) / nt * SP2_MR;
-        for (int64_t b0 = r0; b0 < r1; b0 += by_rows ? SP2_ROW_BLOCK : M) {
-            int64_t rows = by_rows && r1 - b0 > SP2_ROW_BLOCK ? SP2_ROW_BLOCK : r1 - b0;
+        int64_t block = by_rows ? SP2_ROW_BLOCK : M;
+        for (int64_t b0 = r0; b0 < r1; b0 += block) {
+            int64_t rows = r1 - b0 < block ? r1 - b0 : block;
             const float *At = A + b0 * K, *Rt = res ? res + b0 * N : NULL;
             float *Ct = C + b0 * N;
             for (int64_t p = p0; p < p1; p++) {
@@ -343,10 +350,10 @@ static float *smallm_own_panels(const float *W, int64_t N, int64_t K) {
 /* A packed weight: up to SW2_PACKED_MAX rows the dot products above on the [N,K] constant that
  * braze_pack_b_const kept, then up to SP2_MAX the panels (a weight of at most SP2_TINY_W elements:
  * at every M). Against oneDNN's gemm:jit on its packed weight (AMD EPYC AVX2, 2 threads, weights
- * from memory, interleaved; docs/gemm.md): the dot
- * kernel on BERT-base's 72 weights, 340 MB, 1.15-1.78x faster at M = 1-8, 1.05-1.10x at 12, 0.94x at
- * 16; the panels on BERT's and GPT-2's four weight shapes, 0.98-1.48x at M = 13-48, 1.02-1.07x at
- * 64-96 and 1.01-1.17x at 112-127; from M = 1024 oneDNN was 5-14% faster. */
+ * from memory, interleaved; docs/gemm.md): the dot kernel on BERT-base's 72 weights, 340 MB,
+ * 1.15-1.78x faster at M = 1-8, 1.05-1.10x at 12, 0.94x at 16; the panels on BERT's and GPT-2's four
+ * weight shapes, 0.98-1.48x at M = 13-48, 1.02-1.07x at 64-96 and 1.01-1.17x at 112-127; from
+ * M = 1024 oneDNN was 5-14% faster. */
 #define SW2_PACKED_MAX 12
 
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act) {
