@@ -92,15 +92,38 @@ def _silu(v):
     return v / (1 + np.exp(-v))
 
 
+def _needs_avx2_helper():
+    from braze.codegen.isa import host_isa
+    if host_isa().name != "avx2":
+        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+
+
+def _product_alone(lib, w, a, path="smallm"):
+    """A @ w.T through braze_matmul on w packed as a model's constant, no epilogue: (its error
+    against float64 over the largest value, whether a oneDNN primitive was made)."""
+    err = C.create_string_buffer(512)
+    (n, k), m = w.shape, a.shape[0]
+    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
+    assert pb, err.value
+    try:
+        c = np.empty((m, n), np.float32)
+        before = _created(lib)
+        assert lib.braze_matmul(m, n, k, a.ctypes.data, pb, None, None, PATHS[path] << 20, c.ctypes.data, err,
+                                len(err)) == 0, err.value
+        made = _created(lib) > before
+    finally:
+        lib.braze_free_packed_b(pb)
+    want = a.astype(np.float64) @ w.T.astype(np.float64)
+    return np.abs(c - want).max() / np.abs(want).max(), made
+
+
 def test_avx2_small_m_kernels_read_the_kept_constant_and_its_panels(lib):
     """An AVX2 build's small-M kernels take a weight braze_pack_b_const packed from float32 [N, K]:
     up to M = 12 the dot products on the kept constant, from 13 to 127 braze's 16-column panels of
     it, with no oneDNN primitive; from M = 128, for a weight packed without keeping it, and for one
     whose K is over the long-K limit (4096: no panels), oneDNN runs. Each against float64 NumPy,
     every activation the kernels fuse, the residual in place among them."""
-    from braze.codegen.isa import host_isa
-    if host_isa().name != "avx2":
-        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    _needs_avx2_helper()
     rng = np.random.default_rng(5)
     err = C.create_string_buffer(512)
     n, k = 75, 41  # N not a multiple of the 4-row blocks nor of the 16-column panels, K not of 8 lanes
@@ -136,20 +159,9 @@ def test_avx2_small_m_kernels_read_the_kept_constant_and_its_panels(lib):
         for pb in (kept, plain, kn):
             lib.braze_free_packed_b(pb)
     n, k, m = 20, 4097, 13  # over the long-K limit: oneDNN's, correct all the same
-    w = rng.standard_normal((n, k), dtype=np.float32)
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
-    assert pb, err.value
-    try:
-        c = np.empty((m, n), np.float32)
-        before = _created(lib)
-        assert lib.braze_matmul(m, n, k, a.ctypes.data, pb, None, None, PATHS["smallm"] << 20, c.ctypes.data, err,
-                                len(err)) == 0, err.value
-        assert _created(lib) > before
-        want = a.astype(np.float64) @ w.T.astype(np.float64)
-        assert np.abs(c - want).max() / np.abs(want).max() < 1e-5
-    finally:
-        lib.braze_free_packed_b(pb)
+    e, made = _product_alone(lib, rng.standard_normal((n, k), dtype=np.float32),
+                             rng.standard_normal((m, k), dtype=np.float32))
+    assert made and e < 1e-5
 
 
 @pytest.mark.parametrize("n, k", [(64, 16), (16, 64), (75, 13)])  # whole panels; one; a partial one
@@ -157,9 +169,7 @@ def test_avx2_panels_take_a_tiny_weight_at_every_m(lib, n, k):
     """A weight of at most 1024 elements (SP2_TINY_W) runs on the panels at every M, each thread a
     range of rows, with no oneDNN primitive: against float64 NumPy, the residual in place and apart,
     M not a multiple of the 6-row tiles."""
-    from braze.codegen.isa import host_isa
-    if host_isa().name != "avx2":
-        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    _needs_avx2_helper()
     rng = np.random.default_rng(n + k)
     err = C.create_string_buffer(512)
     w = rng.standard_normal((n, k), dtype=np.float32)
@@ -188,29 +198,15 @@ def test_avx2_tiny_weight_limit_is_the_dispatch_rules(lib):
     """The helper's tiny-weight limit (SP2_TINY_W) and the AVX2 default rule's (products.py) are one
     number: a weight of that many elements runs the panels at the rule's last row, one with more
     falls to oneDNN above 127 rows (and not at 127)."""
-    from braze.codegen.isa import host_isa
     from braze.tune.products import AVX2_SMALL_M_MAX, AVX2_TINY_MAX_M, AVX2_TINY_WEIGHT
-    if host_isa().name != "avx2":
-        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    _needs_avx2_helper()
     rng = np.random.default_rng(8)
-    err = C.create_string_buffer(512)
     k = 16
     for n, m, made in ((AVX2_TINY_WEIGHT // k, AVX2_TINY_MAX_M, False), (AVX2_TINY_WEIGHT // k + 1, 128, True),
                        (AVX2_TINY_WEIGHT // k + 1, AVX2_SMALL_M_MAX, False)):
-        w = rng.standard_normal((n, k), dtype=np.float32)
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
-        assert pb, err.value
-        try:
-            c = np.empty((m, n), np.float32)
-            before = _created(lib)
-            assert lib.braze_matmul(m, n, k, a.ctypes.data, pb, None, None, PATHS["smallm"] << 20, c.ctypes.data,
-                                    err, len(err)) == 0, err.value
-            assert (_created(lib) > before) == made, (n, m)
-            want = a.astype(np.float64) @ w.T.astype(np.float64)
-            assert np.abs(c - want).max() / np.abs(want).max() < 1e-5
-        finally:
-            lib.braze_free_packed_b(pb)
+        e, got = _product_alone(lib, rng.standard_normal((n, k), dtype=np.float32),
+                                rng.standard_normal((m, k), dtype=np.float32))
+        assert got == made and e < 1e-5, (n, m, got, e)
 
 
 @pytest.mark.parametrize("n, k, ms", [(768, 768, [1, 4, 12, 13, 31, 127, 128]), (64, 16, [127, 128, 1001])])
@@ -218,10 +214,8 @@ def test_avx2_kept_constant_from_many_threads_is_deterministic(lib, n, k, ms):
     """8 threads at once on one kept constant, M on both sides of each kernel's limit (12: the dot
     products, 127: the panels; a tiny weight's panels by rows above): each result has the bits of
     the same call alone."""
-    from braze.codegen.isa import host_isa
     from braze.testing import run_threads
-    if host_isa().name != "avx2":
-        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    _needs_avx2_helper()
     rng = np.random.default_rng(6)
     err = C.create_string_buffer(512)
     w = rng.standard_normal((n, k), dtype=np.float32)
@@ -256,9 +250,7 @@ def test_avx2_kept_constant_from_many_threads_is_deterministic(lib, n, k, ms):
 def test_avx2_kept_constant_special_values_match_onednn(lib, m):
     """NaN and infinite products give oneDNN's values through either AVX2 kernel, every activation
     (relu(NaN) is 0 in both), so a model's special values do not change across a dispatch limit."""
-    from braze.codegen.isa import host_isa
-    if host_isa().name != "avx2":
-        pytest.skip(f"the helper is built for {host_isa().name}: its small-M kernel reads the packed weight")
+    _needs_avx2_helper()
     err = C.create_string_buffer(512)
     w = np.ones((16, 16), np.float32)
     a = np.ones((m, 16), np.float32)
