@@ -362,6 +362,7 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_dnnl_set_conv_gemm_m": (None, [i32]),
         "braze_dnnl_conv_gemm_m": (i32, []),
         "braze_packed_b_small_m_rows": (i64, [vp]),
+        "braze_packed_b_small_m_takes": (i32, [vp, i64, i32]),
         "braze_dnnl_stats": (None, [C.POINTER(i64), C.POINTER(i64)]),
         "braze_pack_b_err": (vp, [vp, i64, i64, i32, cp, i32]),
         "braze_pack_b": (vp, [vp, i64, i64, i32]),

@@ -88,7 +88,12 @@ class _Site:
         self.arr = (C.c_void_p * copies)(*self.packed)
         self.conv_arr = (C.c_void_p * copies)(*self.convs) if self.convs else None
         self.bias = rng.standard_normal(n, dtype=np.float32) if site["bias"] else None
-        self.smallm_fits = lib.braze_packed_b_small_m_rows(self.packed[0]) > 0 and site["act"] in (0, 2, 3, 4, 6)
+
+    def runs_as_itself(self, path: str, m: int) -> bool:
+        """False where ``path`` is ``smallm`` and the helper would run one of oneDNN's primitives
+        for it at M=m (a weight, an M or an epilogue its kernels do not take): the same code as
+        ``dnnl``, so not a candidate of its own there."""
+        return path != "smallm" or bool(self.lib.braze_packed_b_small_m_takes(self.packed[0], m, self.s["act"]))
 
     def close(self):
         for pb in self.packed:
@@ -156,7 +161,7 @@ def run_job(job: dict, emit) -> None:
     lib = onednn.load_standalone(cache_dir=job.get("cache_dir"))
     paths = onednn.GEMM_PATHS
     for spec in job["sites"]:
-        out = {"id": spec["id"], "times": {}, "rejected": {}, "skipped": False}
+        out = {"id": spec["id"], "times": {}, "rejected": {}, "pruned": {}, "skipped": False}
         if time.time() > job.get("deadline", math.inf):
             out["skipped"] = True
             emit(out)
@@ -164,19 +169,26 @@ def run_job(job: dict, emit) -> None:
         rng = np.random.default_rng(spec["id"])
         site = _Site(lib, spec["site"], paths, rng)
         try:
-            cands = [p for p in spec["paths"] if p != "smallm" or site.smallm_fits]
+            pts = spec["points"]
+            cands = [p for p in spec["paths"] if any(site.runs_as_itself(p, m) for m in pts)]
             for p in spec["paths"]:
                 if p not in cands:
                     out["rejected"][p] = "the small-M kernel does not take this weight or activation"
             for p in list(cands):
-                why = site.check(min(spec["points"]), p, rng) or site.check(max(spec["points"]), p, rng)
+                # checked at the lowest and highest M where it runs as itself
+                at = [m for m in pts if site.runs_as_itself(p, m)]
+                why = site.check(at[0], p, rng) or site.check(at[-1], p, rng)
                 if why:
                     out["rejected"][p] = why
                     cands.remove(p)
-            for m in spec["points"]:
-                if len(cands) < 2:
-                    break
-                for p, t in site.time(m, cands, job["rounds"], job.get("warmup", 3), rng).items():
+            for m in pts:
+                here = [p for p in cands if site.runs_as_itself(p, m)]
+                for p in cands:
+                    if p not in here:
+                        out["pruned"].setdefault(p, []).append(m)
+                if len(here) < 2:
+                    continue
+                for p, t in site.time(m, here, job["rounds"], job.get("warmup", 3), rng).items():
                     out["times"].setdefault(p, {})[str(m)] = t
         finally:
             site.close()

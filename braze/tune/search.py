@@ -195,6 +195,9 @@ def measure(db: Database, env: dict, todo: list[tuple[ProductSite, int, int, lis
                                        if m in pts} for p, ts in r["times"].items()}
                 if r["rejected"]:
                     rec["rejected"] = r["rejected"]
+                pruned = {p: ms for p, at in r.get("pruned", {}).items() if (ms := [m for m in rec["points"] if m in at])}
+                if pruned:  # not timed there: it would have run another kernel's code (measure.py)
+                    rec["pruned"] = pruned
                 if (i, b) in first and (i, b) not in confirmed:
                     rec["unconfirmed"] = first[(i, b)]
             records.append(rec)

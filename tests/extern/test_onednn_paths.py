@@ -202,11 +202,20 @@ def test_avx2_tiny_weight_limit_is_the_dispatch_rules(lib):
     _needs_avx2_helper()
     rng = np.random.default_rng(8)
     k = 16
+    err = C.create_string_buffer(512)
     for n, m, made in ((AVX2_TINY_WEIGHT // k, AVX2_TINY_MAX_M, False), (AVX2_TINY_WEIGHT // k + 1, 128, True),
                        (AVX2_TINY_WEIGHT // k + 1, AVX2_SMALL_M_MAX, False)):
-        e, got = _product_alone(lib, rng.standard_normal((n, k), dtype=np.float32),
-                                rng.standard_normal((m, k), dtype=np.float32))
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        e, got = _product_alone(lib, w, rng.standard_normal((m, k), dtype=np.float32))
         assert got == made and e < 1e-5, (n, m, got, e)
+        # what the tuner asks before it times the kernel (measure.py): the same answer
+        pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, n, k, 1, err, len(err))
+        assert pb, err.value
+        try:
+            assert lib.braze_packed_b_small_m_takes(pb, m, 0) == (not made), (n, m)
+            assert lib.braze_packed_b_small_m_takes(pb, m, 6) == 0  # tanh: not in the panels' epilogue
+        finally:
+            lib.braze_free_packed_b(pb)
 
 
 @pytest.mark.parametrize("n, k, ms", [(768, 768, [1, 4, 12, 13, 31, 127, 128]), (64, 16, [127, 128, 1001])])

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from braze.codegen.isa import host_isa
+from braze.pipeline import kernel_rules
 from braze.tune import search
 from braze.tune.db import Database, env_key, environment
 from braze.tune.products import ProductSite
@@ -100,6 +102,28 @@ def test_the_measuring_process_times_and_checks_every_kernel():
         for per_point in r["times"].values():
             assert set(per_point) == points
             assert all(len(xs) == 3 and min(xs) > 0 for xs in per_point.values())  # one sample a round
+
+
+@needs_small_m_kernel
+def test_the_measuring_process_does_not_time_the_small_m_path_where_onednn_would_run_it():
+    """Where the small-M kernel does not take a call (an AVX2 helper's panels stop at 127 rows for a
+    weight over 1024 elements; no kernel has tanh in its epilogue), ``smallm`` would run oneDNN's
+    primitive: the point is recorded as pruned and not timed, and a point left with one kernel is
+    not timed at all."""
+    job = {"rounds": 3, "warmup": 1, "sites": [
+        {"id": 0, "site": {"n": 128, "k": 64, "transposed": 1, "bias": True, "residual": False, "act": 0},
+         "points": [63, 200], "paths": ["smallm", "dnnl"]},
+        {"id": 1, "site": {"n": 128, "k": 64, "transposed": 1, "bias": True, "residual": False, "act": 6},
+         "points": [4, 63], "paths": ["smallm", "dnnl", "dnnl_rt"]}]}
+    lines, failure = search._child(job, 2, 120)
+    assert failure == ""
+    first, tanh = lines
+    # an AVX2 helper's panels stop at 127 rows; AVX-512's kernel takes any M
+    pruned = {"smallm": [200]} if kernel_rules(host_isa()) == "avx2" else {}
+    assert first["pruned"] == pruned
+    timed = {"63"} if pruned else {"63", "200"}
+    assert set(first["times"]["smallm"]) == set(first["times"]["dnnl"]) == timed  # alone at 200: not timed
+    assert "smallm" in tanh["rejected"] and set(tanh["times"]) == {"dnnl", "dnnl_rt"}
 
 
 def test_a_job_the_measuring_process_cannot_read_is_a_failure_not_a_crash():

@@ -90,6 +90,10 @@ int braze_dnnl_conv_gemm_m(void);
  * layout; on AVX2 builds, a weight braze_pack_b_const did not keep; a helper built without
  * AVX-512 or AVX2: then oneDNN runs every M). */
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B);
+/* 1 if the small-M kernel runs a call on this weight at this M with this epilogue (act's low
+ * bits and dtypes), 0 if BRAZE_PATH_SMALLM would run one of oneDNN's primitives instead: what the
+ * tuner need not time twice. */
+int braze_packed_b_small_m_takes(const braze_packed_b *B, int64_t M, int act);
 
 /* A 64-bit fingerprint of n bytes (XXH3-style; the same in every process and for every thread
  * count): what braze_conv2d_w checks its cached copy of a weight against. */

@@ -32,6 +32,9 @@ int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) {
 /* braze_dnnl_smallm.c: whether it can take a call with this weight, M and epilogue; the
  * product, where it can (1 if it ran, 0 without the scratch memory it needed) */
 static int smallm_fits(const braze_packed_b *B, int64_t M, int act);
+int braze_packed_b_small_m_takes(const braze_packed_b *B, int64_t M, int act) {
+    return B && M > 0 && smallm_fits(B, M, act);
+}
 static int smallm_matmul(int64_t M, int64_t N, int64_t K, const void *A, const braze_packed_b *B,
                          const void *bias, const void *res, int act, void *C);
 /* the small-M kernel's own copy of a kept float32 [N,K] constant, where it has one (else NULL) */
