@@ -1,6 +1,9 @@
-"""Shared test settings: deterministic seeds, one torch thread per xdist worker, tiny models."""
+"""Shared test settings: deterministic seeds, one torch thread per xdist worker, the oneDNN helper
+built once per session, tiny models."""
 
 import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +17,49 @@ def pytest_configure(config):
             torch.set_num_threads(1)
         except ImportError:
             pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _helper_built_once(tmp_path_factory):
+    """Many tests give braze a compile cache of their own, and each would build the oneDNN helper
+    library into it (about 7 s of a 2-core machine: most of such a test's time). The helper's cache
+    key covers its source, flags and compiler, not the cache: its first build in this session, in a
+    cache the xdist workers share, is copied into the other caches as they ask for it (a cache hit
+    there, the same bytes). ``force`` rebuilds stay real, and so does every build in a test marked
+    ``builds_helper`` (the tests of that build and its counters)."""
+    from braze.extern.onednn import HELPER_FILE
+    from braze.runtime import compiler
+    base = tmp_path_factory.getbasetemp()
+    seed = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "braze-helper-seed"
+    seed.mkdir(exist_ok=True)
+    real = compiler._build
+
+    def build(root, job, force):
+        if job.filename != HELPER_FILE or force or Path(root) == seed or _REAL_BUILDS:
+            return real(root, job, force)
+        made = compiler._lookup(seed, job.key, job.filename) or real(seed, job, False)
+        entry = Path(root) / job.key[:2] / job.key
+        shutil.copytree(made.parent, entry, dirs_exist_ok=True)  # a copy: a test may damage its own
+        return compiler._hit(job, entry / job.filename) if compiler._entry_ok(entry, job.filename) \
+            else real(root, job, force)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(compiler, "_build", build)
+    yield
+    mp.undo()
+
+
+_REAL_BUILDS: list = []  # non-empty while a ``builds_helper`` test runs
+
+
+@pytest.fixture(autouse=True)
+def _builds_helper(request):
+    if request.node.get_closest_marker("builds_helper"):
+        _REAL_BUILDS.append(request.node.nodeid)
+        yield
+        _REAL_BUILDS.clear()
+    else:
+        yield
 
 
 @pytest.fixture

@@ -22,6 +22,8 @@ from braze.ops import Builder, tensor
 from braze.options import Options
 from braze.testing import run_threads
 
+pytestmark = pytest.mark.builds_helper  # its subject: the helper built once per cache, and its counters
+
 if not onednn.available():
     pytest.skip(f"oneDNN is not installed ({onednn.PIP_INSTALL})", allow_module_level=True)
 
