@@ -335,3 +335,17 @@ def test_tf_models_times_braze_against_tf(tmp_path):
     for s in r["shapes"]:
         assert s["max_rel_err"] < 1e-4 and all(s[f"{k}_ms"] > 0 for k in ("braze", "eager", "tf.function"))
     assert "| 1x64x64 |" in (tmp_path / "tf_models.md").read_text()
+
+
+def test_conv_layouts_lists_resnet50s_convolutions_and_times_both_layouts(tmp_path):
+    from benchmarks.conv_layouts import resnet50_convs
+    convs = resnet50_convs(224, 224)
+    assert sum(c[-1] for c in convs) == 53  # the stem, 16 blocks of three, 4 shortcuts
+    assert (3, 64, 224, 224, 7, 2, 1) in convs and (512, 512, 7, 7, 3, 1, 2) in convs
+    p = subprocess.run([sys.executable, "-m", "benchmarks.conv_layouts", "--shape", "1x32x32", "--rounds", "1",
+                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads((tmp_path / "conv_layouts.json").read_text())
+    assert len(doc["rows"]) == len(resnet50_convs(32, 32))
+    assert all(r["nhwc_ms"] > 0 and r["blocked_ms"] > 0 and r["nhwc_impl"] and r["blocked_impl"] for r in doc["rows"])
+    assert "faster of the two per layer" in (tmp_path / "conv_layouts.md").read_text()
