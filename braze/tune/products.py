@@ -52,9 +52,18 @@ CHOICES = {"gemm": ("smallm", "dnnl", "dnnl_rt"), "conv1x1": ("conv", "smallm", 
 DEFAULT = DEFAULTS["gemm"]
 
 
-def default_rule(kind: str, rules: str = "", n: int | None = None, k: int | None = None) -> tuple:
+# the activations the small-M kernels apply in their epilogue (smallm_act_ok in
+# braze_dnnl_smallm*.c): with another (tanh), ``smallm`` would run oneDNN's primitive
+SMALLM_ACTS = frozenset({0, ACT_CODES["gelu"], ACT_CODES["gelu_tanh"], ACT_CODES["silu"]})
+ONEDNN_PATH = {"gemm": "dnnl", "conv1x1": "conv"}
+
+
+def default_rule(kind: str, rules: str = "", n: int | None = None, k: int | None = None, act: int = 0) -> tuple:
     """The table braze runs for a product of this kind where nothing was measured, under the
-    helper's ``rules`` ("" or "avx2"), for a weight of ``n`` x ``k`` (None: not known)."""
+    helper's ``rules`` ("" or "avx2"), for a weight of ``n`` x ``k`` (None: not known) and the
+    activation ``act`` (ACT_CODES' value) in its epilogue: oneDNN's where no small-M kernel takes it."""
+    if act not in SMALLM_ACTS:
+        return ((None, ONEDNN_PATH[kind]),)
     if rules == "avx2" and n is not None and k is not None and n * k <= AVX2_TINY_WEIGHT:
         return AVX2_TINY[kind]
     return RULES[rules][kind]
@@ -80,7 +89,7 @@ class ProductSite:
 
     @property
     def default(self) -> tuple:
-        return default_rule(self.kind, self.rules, self.n, self.k)
+        return default_rule(self.kind, self.rules, self.n, self.k, self.act)
 
     @property
     def choices(self) -> tuple:

@@ -218,6 +218,25 @@ def test_avx2_tiny_weight_limit_is_the_dispatch_rules(lib):
             lib.braze_free_packed_b(pb)
 
 
+def test_the_small_m_kernels_activations_are_the_dispatch_rules(lib):
+    """products.SMALLM_ACTS, the activations whose products the default rule gives the small-M
+    kernels, are the ones the helper's kernels take (a default table never names a kernel that
+    would run oneDNN's primitive instead)."""
+    from braze.codegen.host_library import ACTIVATION_CODES
+    from braze.tune.products import SMALLM_ACTS
+    err = C.create_string_buffer(512)
+    w = np.ones((64, 32), np.float32)
+    pb = lib.braze_pack_b_const(w.ctypes.data, 0, 0, 64, 32, 1, err, len(err))
+    assert pb, err.value
+    try:
+        if not lib.braze_packed_b_small_m_rows(pb):
+            pytest.skip("this helper has no small-M kernel (AVX-512 or AVX2 with FMA)")
+        for code in (0, *ACTIVATION_CODES.values()):
+            assert bool(lib.braze_packed_b_small_m_takes(pb, 8, code)) == (code in SMALLM_ACTS), code
+    finally:
+        lib.braze_free_packed_b(pb)
+
+
 @pytest.mark.parametrize("n, k, ms", [(768, 768, [1, 4, 12, 13, 31, 127, 128]), (64, 16, [127, 128, 1001])])
 def test_avx2_kept_constant_from_many_threads_is_deterministic(lib, n, k, ms):
     """8 threads at once on one kept constant, M on both sides of each kernel's limit (12: the dot

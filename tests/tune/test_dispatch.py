@@ -90,6 +90,24 @@ def test_the_avx2_rules_in_the_ir():
         dispatch(m)
 
 
+def test_a_product_whose_activation_no_small_m_kernel_applies_gets_onednn_everywhere():
+    """BERT's pooler (a linear, then tanh): the small-M kernels have no tanh, so its default table
+    names oneDNN at every M, under either rules; GELU keeps the small-M rows."""
+    torch = pytest.importorskip("torch")
+    from torch.export import Dim
+
+    from braze.pipeline import run_pipeline
+    from braze.tune.dispatch import dispatch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 96),
+                                torch.nn.GELU()).eval()
+    m = run_pipeline(_imported(model, (torch.randn(3, 64),), {"input": {0: Dim("batch", min=1, max=300)}}),
+                     options=Options(tune="off"))
+    for rules, gelu in (("", DEFAULT), ("avx2", ((127, "smallm"), (None, "dnnl")))):
+        m.tuning = {"rules": rules} if rules else {}
+        assert _tables(dispatch(m)) == [((None, "dnnl"),), gelu]
+
+
 def test_a_database_choice_reaches_the_table_and_the_c(module_of, tmp_path):
     db = tmp_path / "tune.jsonl"
     first = _site_keys(module_of())[0]
