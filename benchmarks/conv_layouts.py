@@ -167,12 +167,11 @@ def to_markdown(doc: dict) -> str:
             f"Every layer once per count: NHWC {tot['nhwc']:.2f} ms, blocked {tot['blocked']:.2f} ms "
             f"({tot['blocked'] / tot['nhwc']:.3f}x); the faster of the two per layer {best:.2f} ms "
             f"({best / tot['nhwc']:.3f}x), reorders between them not included.")
-    lines = [head, "", "| layer | count | nhwc ms | blocked ms | blocked / nhwc | nhwc kernel | blocked kernel |",
-             "|---|---|---|---|---|---|---|"]
-    for r in doc["rows"]:
-        lines.append(f"| {r['layer']} | {r['count']} | {r['nhwc_ms']:.3f} | {r['blocked_ms']:.3f} | {r['ratio']:.3f}x | "
-                     f"{r['nhwc_impl']} | {r['blocked_impl']} |")
-    return "\n".join(lines) + "\n"
+    from .run import _md_table
+    body = [[r["layer"], r["count"], f"{r['nhwc_ms']:.3f}", f"{r['blocked_ms']:.3f}", f"{r['ratio']:.3f}x",
+             r["nhwc_impl"], r["blocked_impl"]] for r in doc["rows"]]
+    return "\n".join([head, "", _md_table(["layer", "count", "nhwc ms", "blocked ms", "blocked / nhwc", "nhwc kernel",
+                                          "blocked kernel"], body)]) + "\n"
 
 
 def main(argv=None) -> int:
