@@ -35,7 +35,7 @@ def _helper_built_once(tmp_path_factory):
     real = compiler._build
 
     def build(root, job, force):
-        if job.filename != HELPER_FILE or force or Path(root) == seed or _REAL_BUILDS:
+        if job.filename != HELPER_FILE or force or Path(root) == seed or _REAL_BUILDS["on"]:
             return real(root, job, force)
         made = compiler._lookup(seed, job.key, job.filename) or real(seed, job, False)
         entry = Path(root) / job.key[:2] / job.key
@@ -49,17 +49,14 @@ def _helper_built_once(tmp_path_factory):
     mp.undo()
 
 
-_REAL_BUILDS: list = []  # non-empty while a ``builds_helper`` test runs
+_REAL_BUILDS = {"on": False}  # while a ``builds_helper`` test runs
 
 
 @pytest.fixture(autouse=True)
 def _builds_helper(request):
-    if request.node.get_closest_marker("builds_helper"):
-        _REAL_BUILDS.append(request.node.nodeid)
-        yield
-        _REAL_BUILDS.clear()
-    else:
-        yield
+    _REAL_BUILDS["on"] = request.node.get_closest_marker("builds_helper") is not None
+    yield
+    _REAL_BUILDS["on"] = False
 
 
 @pytest.fixture

@@ -169,23 +169,22 @@ def run_job(job: dict, emit) -> None:
         rng = np.random.default_rng(spec["id"])
         site = _Site(lib, spec["site"], paths, rng)
         try:
-            pts = spec["points"]
-            cands = [p for p in spec["paths"] if any(site.runs_as_itself(p, m) for m in pts)]
+            # each path's points where it runs as itself
+            at = {p: [m for m in spec["points"] if site.runs_as_itself(p, m)] for p in spec["paths"]}
+            cands = []
             for p in spec["paths"]:
-                if p not in cands:
-                    out["rejected"][p] = "the small-M kernel does not take this weight or activation"
-            for p in list(cands):
                 # checked at the lowest and highest M where it runs as itself
-                at = [m for m in pts if site.runs_as_itself(p, m)]
-                why = site.check(at[0], p, rng) or site.check(at[-1], p, rng)
+                why = ("the small-M kernel does not take this weight or activation" if not at[p] else
+                       site.check(at[p][0], p, rng) or site.check(at[p][-1], p, rng))
                 if why:
                     out["rejected"][p] = why
-                    cands.remove(p)
-            for m in pts:
-                here = [p for p in cands if site.runs_as_itself(p, m)]
-                for p in cands:
-                    if p not in here:
-                        out["pruned"].setdefault(p, []).append(m)
+                else:
+                    cands.append(p)
+            for p in cands:
+                if len(at[p]) < len(spec["points"]):
+                    out["pruned"][p] = [m for m in spec["points"] if m not in at[p]]
+            for m in spec["points"]:
+                here = [p for p in cands if m in at[p]]
                 if len(here) < 2:
                     continue
                 for p, t in site.time(m, here, job["rounds"], job.get("warmup", 3), rng).items():

@@ -53,17 +53,23 @@ DEFAULT = DEFAULTS["gemm"]
 
 
 # the activations the small-M kernels apply in their epilogue (smallm_act_ok in
-# braze_dnnl_smallm*.c): with another (tanh), ``smallm`` would run oneDNN's primitive
+# braze_dnnl_smallm*.c): with another (tanh), ``smallm`` runs oneDNN's primitives instead, the
+# run-time-M one on the plain weight up to GEMV_ROWS rows without a residual, else one per M
+# (braze_dnnl_matmul.c's dnnl_rule, SMALL_M); such a product's table names those
 SMALLM_ACTS = frozenset({0, ACT_CODES["gelu"], ACT_CODES["gelu_tanh"], ACT_CODES["silu"]})
-ONEDNN_PATH = {"gemm": "dnnl", "conv1x1": "conv"}
+GEMV_ROWS = 2
 
 
-def default_rule(kind: str, rules: str = "", n: int | None = None, k: int | None = None, act: int = 0) -> tuple:
+def default_rule(kind: str, rules: str = "", n: int | None = None, k: int | None = None, act: int = 0,
+                 residual: bool = False) -> tuple:
     """The table braze runs for a product of this kind where nothing was measured, under the
-    helper's ``rules`` ("" or "avx2"), for a weight of ``n`` x ``k`` (None: not known) and the
-    activation ``act`` (ACT_CODES' value) in its epilogue: oneDNN's where no small-M kernel takes it."""
+    helper's ``rules`` ("" or "avx2"), for a weight of ``n`` x ``k`` (None: not known), the
+    activation ``act`` (ACT_CODES' value) in its epilogue and whether it adds a residual: oneDNN's
+    kernels where no small-M kernel takes the activation."""
     if act not in SMALLM_ACTS:
-        return ((None, ONEDNN_PATH[kind]),)
+        if kind == "conv1x1":
+            return ((None, "conv"),)
+        return ((None, "dnnl"),) if residual else ((GEMV_ROWS, "dnnl_rt"), (None, "dnnl"))
     if rules == "avx2" and n is not None and k is not None and n * k <= AVX2_TINY_WEIGHT:
         return AVX2_TINY[kind]
     return RULES[rules][kind]
@@ -89,7 +95,7 @@ class ProductSite:
 
     @property
     def default(self) -> tuple:
-        return default_rule(self.kind, self.rules, self.n, self.k, self.act)
+        return default_rule(self.kind, self.rules, self.n, self.k, self.act, self.residual)
 
     @property
     def choices(self) -> tuple:

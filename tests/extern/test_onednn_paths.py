@@ -237,6 +237,17 @@ def test_the_small_m_kernels_activations_are_the_dispatch_rules(lib):
         lib.braze_free_packed_b(pb)
 
 
+def test_the_rows_that_run_onednns_run_time_m_primitive_are_the_dispatch_rules():
+    """products.GEMV_ROWS, up to which a table names ``dnnl_rt`` where the small-M kernels cannot
+    apply the activation, is the helper's SMALL_M: up to it, ``smallm`` ran that primitive."""
+    import re
+
+    from braze.extern.onednn import _CSRC
+    from braze.tune.products import GEMV_ROWS
+    src = (_CSRC / "braze_dnnl_matmul.c").read_text()
+    assert int(re.search(r"#define SMALL_M (\d+)", src).group(1)) == GEMV_ROWS
+
+
 @pytest.mark.parametrize("n, k, ms", [(768, 768, [1, 4, 12, 13, 31, 127, 128]), (64, 16, [127, 128, 1001])])
 def test_avx2_kept_constant_from_many_threads_is_deterministic(lib, n, k, ms):
     """8 threads at once on one kept constant, M on both sides of each kernel's limit (12: the dot
