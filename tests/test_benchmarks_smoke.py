@@ -141,6 +141,26 @@ def test_threads_per_kernel_times_three_libraries_and_their_generated_kernels(tm
     assert "| depthwise | batch=1,height=32,width=32 |" in (tmp_path / "threads_per_kernel.md").read_text()
 
 
+@pytest.mark.slow  # 12 s on 2 cores: two compiles of the depthwise convnet
+def test_ab_stage_times_a_model_with_and_without_a_stage(tmp_path):
+    """The depthwise convnet at 1x32x32 with and without stage jam, in one process: every kernel's
+    ratio and their sum; a name that is no stage is refused with the list."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.ab_stage", "--without", "jam", "--models", "depthwise",
+                        "--shapes", "tiny", "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads((tmp_path / "ab_stage.json").read_text())
+    (row,) = doc["results"][0]["shapes"]
+    kernels = {k["kernel"]: k for k in row["kernels"]}
+    assert row["blocks"] >= 9 and {"all kernels", "fused_0"} <= set(kernels)
+    assert all(k["with_over_without"] > 0 and k["with_us"] > 0 for k in kernels.values())
+    assert "without stage `jam`" in (tmp_path / "ab_stage.md").read_text()
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.ab_stage", "--without", "nosuch", "--models", "depthwise",
+                          "--shapes", "tiny", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode != 0 and "partition" in bad.stdout + bad.stderr
+
+
 def test_conv_layers_matches_each_convolution_to_openvinos(tmp_path):
     """The depthwise convnet at 1x32x32: its four convolutions by signature on both sides, each
     counted once, and the counters covering most of each call."""

@@ -18,6 +18,8 @@ The kernel is emitted as it is given: scheduling it is the caller's step, not th
 
 from __future__ import annotations
 
+import itertools
+
 from ..errors import BrazeError
 from ..ir import loop as L
 from ..ir import sym as S
@@ -120,6 +122,7 @@ class _Gen(ReductionsC):
         self.frees: list = []  # per open block: the buffers it allocated
         self.hoisted: set = set()  # Allocs made before an enclosing loop
         self.tail_of = None  # the vector loop whose scalar remainder is being emitted
+        self.accumulate = False  # in a jam loop: a vector sum of 3+ terms goes into one variable
         # output buffer -> the C flag that streams its vector stores past the caches
         self.stream: dict = {}
 
@@ -190,6 +193,8 @@ class _Gen(ReductionsC):
         if hit is not None:
             return hit
         vec = self.varying(e)
+        if vec and self.accumulate and _sum_terms(e) is not None:
+            return self.accumulated(e)
         if vec:
             code, kind = self.vexpr(e)
         else:
@@ -491,6 +496,36 @@ class _Gen(ReductionsC):
         self.hoisted.update(out)
         return out
 
+    def accumulated(self, e: Binary):
+        """A float vector sum of three or more terms, added left to right into one variable, as
+        the expression would: gcc spilled the same sum written as a chain of constants."""
+        terms = _sum_terms(e)
+        acc = self.tmp("acc")
+        self.line(f"bz_vf {acc} = {self.vx(terms[0])};")
+        for t in terms[1:]:
+            self.line(f"{acc} = ({acc} + {self.vx(t)});")
+        self.scopes[-1][e] = res = (acc, True)
+        return res
+
+    def jammed(self, f: For, copies: int):
+        """The ``copies`` whole vectors of the jam loop ``f`` (all of them), each emitted in a scope
+        of its own at its offset, their lines then interleaved one by one: each copy's lines keep
+        their order, and no copy reads another's temporaries. No C loop around them: gcc hoisted
+        the broadcasts out of even a one-trip loop, then spilled them."""
+        v = f.var.name
+        saved_vvar, saved_rename, saved_lines = self.vvar, dict(self.rename), self.lines
+        self.vvar, self.accumulate = f.var, True
+        parts = []
+        for k in range(copies):
+            self.lines = []
+            self.rename[v] = f"({v} + {k * self.vl})" if k else v
+            self.push(barrier=f.var)
+            self.body(f.body)
+            self.pop()
+            parts.append(self.lines)
+        self.vvar, self.rename, self.lines, self.accumulate = saved_vvar, saved_rename, saved_lines, False
+        self.lines.extend(line for group in itertools.zip_longest(*parts) for line in group if line is not None)
+
     def for_(self, f: For):
         v = f.var.name
         n = self.tmp("n")
@@ -499,25 +534,33 @@ class _Gen(ReductionsC):
             self.line("{")
             self.ind += 1
             self.line(f"int64_t {v} = 0;")
-            self.line(f"for (; {v} + {self.vl} <= {n}; {v} += {self.vl}) {{")
-            self.ind += 1
-            saved = self.vvar
-            self.vvar = f.var
-            self.push(barrier=f.var)
-            self.body(f.body)
-            self.pop()
-            self.vvar = saved
-            self.ind -= 1
-            self.line("}")
-            self.line(f"for (; {v} < {n}; {v}++) {{")
-            self.ind += 1
-            self.push(barrier=f.var)
-            saved_tail, self.tail_of = self.tail_of, f.var  # its reductions as vreduce's lanes do them
-            self.body(f.body)
-            self.tail_of = saved_tail
-            self.pop()
-            self.ind -= 1
-            self.line("}")
+            # a jam loop's extent is a constant: its whole vectors all go side by side, in no C loop
+            whole = f.extent // self.vl if f.jam and isinstance(f.extent, int) else 0
+            if whole > 1:
+                self.jammed(f, whole)
+                if f.extent % self.vl:
+                    self.line(f"{v} = {whole * self.vl};")
+            else:
+                self.line(f"for (; {v} + {self.vl} <= {n}; {v} += {self.vl}) {{")
+                self.ind += 1
+                saved = self.vvar
+                self.vvar = f.var
+                self.push(barrier=f.var)
+                self.body(f.body)
+                self.pop()
+                self.vvar = saved
+                self.ind -= 1
+                self.line("}")
+            if not (whole > 1 and f.extent % self.vl == 0):
+                self.line(f"for (; {v} < {n}; {v}++) {{")
+                self.ind += 1
+                self.push(barrier=f.var)
+                saved_tail, self.tail_of = self.tail_of, f.var  # its reductions as vreduce's lanes do them
+                self.body(f.body)
+                self.tail_of = saved_tail
+                self.pop()
+                self.ind -= 1
+                self.line("}")
             self.ind -= 1
             self.line("}")
             return
@@ -560,6 +603,19 @@ class _Gen(ReductionsC):
                 self.line(f"free({buffer_cname(a.buffer)});")
             self.ind -= 1
             self.line("}")
+
+
+def _sum_terms(e) -> list | None:
+    """The terms of ``e`` if it is a float32 sum of three or more, left-deep (``(a + b) + c``),
+    in the order they are added; else None."""
+    terms = []
+    while isinstance(e, Binary) and e.op == "add" and e.dtype == F32:
+        terms.append(e.b)
+        e = e.a
+    if len(terms) < 2:
+        return None
+    terms.append(e)
+    return terms[::-1]
 
 
 def require_flat(kernel: Kernel, run: str) -> None:

@@ -415,6 +415,7 @@ class For(Stmt):
     kind: str = "serial"
     work: IntLike | None = None  # parallel: run threads only when work >= grain
     grain: int = 32768
+    jam: bool = False  # vector: whole vectors emitted side by side, their statements interleaved (schedule/jam.py)
 
     def __post_init__(self):
         assert self.kind in FOR_KINDS, self.kind

@@ -272,24 +272,30 @@ class _KernelParser(_Parser):
             raise self.error("loops start at 0", self.toks[self.i - 1])
         self.expect("..", "between a loop's bounds (0..extent)")
         ext = self.expr()
-        work, grain = None, _DEFAULT_GRAIN
+        work, grain, jam = None, _DEFAULT_GRAIN, False
         if self.accept("("):
-            if self.accept("threads"):
+            if self.accept("jam"):
+                jam = True
+            elif self.accept("threads"):
                 self.expect("if", "after 'threads'")
                 work = self.expr()
                 self.expect(">=", "after a loop's work")
                 grain = self.expect_int("a loop's grain (an integer)")
             else:
-                self.expect("grain", "in a loop's (threads if WORK >= GRAIN) or (grain G)")
+                self.expect("grain", "in a loop's (threads if WORK >= GRAIN), (grain G) or (jam)")
                 grain = self.expect_int("a loop's grain (an integer)")
-            self.expect(")", "to close a loop's threads clause")
+            self.expect(")", "to close a loop's clause")
+            if not jam and self.accept("("):
+                self.expect("jam", "in a loop's second clause (jam)")
+                self.expect(")", "to close a loop's (jam)")
+                jam = True
         self.expect(":", "to end a loop's header")
         self.end_of_line(head.line, "a loop's header")
         var = L.LoopVar(vt.value, ext if own is None else own)
         saved = self.bind(var)
         body = self.block(head.col)
         self.unbind(saved)
-        return L.For(var, ext, body, kind, work, grain)
+        return L.For(var, ext, body, kind, work, grain, jam)
 
     def binding(self):
         """A loop variable where a loop binds it: (name token, its own extent or None)."""

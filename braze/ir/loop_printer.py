@@ -20,7 +20,8 @@ The text holds every field that C generation reads:
 * symbols in argument order with their ranges (``in [lo, hi]``, left out for the default
   ``[1, inf]``): index simplification and C's ``/``-for-floordiv depend on them;
 * loops: kind (``serial`` is left out), extent, ``(threads if WORK >= GRAIN)`` (``(grain G)``
-  without a work); a loop variable whose own extent differs from its loop's: ``VAR (extent E)``;
+  without a work), ``(jam)`` (a vector loop whose vectors C computes side by side); a loop
+  variable whose own extent differs from its loop's: ``VAR (extent E)``;
 * names: bare identifiers, else JSON-quoted (``"c_ln1.weight"``; a variable named ``inf``
   prints ``"inf"``, a bare ``inf`` is the number);
 * loads and stores: per-dim ``buf[i, j]`` or flat ``buf[[offset]]``; an index that is a
@@ -181,6 +182,8 @@ class _Printer:
                 head += f"  (threads if {s.work} >= {s.grain})"
             elif s.grain != _field_default(s, "grain"):
                 head += f"  (grain {s.grain})"
+            if s.jam:
+                head += "  (jam)"
             out = [head + ":"]
             for b in s.body:
                 out.extend(self.stmt_lines(b, depth + 1))

@@ -8,6 +8,7 @@ from .collapse import collapse
 from .default import CHUNK, GRAIN, KERNEL_STAGES, Stage, schedule
 from .flatten import flatten
 from .hoist import hoist
+from .jam import jam
 from .keep import keep
 from .materialize import materialize
 from .nest import next_loop_index
@@ -17,5 +18,5 @@ from .tile import tile
 from .vectorize import vectorize
 from .widen import widen
 
-__all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "keep", "materialize",
+__all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "collapse", "flatten", "hoist", "jam", "keep", "materialize",
            "next_loop_index", "parallelize", "partition", "schedule", "tile", "vectorize", "widen"]

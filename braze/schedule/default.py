@@ -14,6 +14,7 @@ text between any two stages can be printed, dumped and read back:
 8. ``vectorize``    contiguous float32 innermost loops and reductions marked vector
 9. ``parallelize``  outer loops parallel above a grain; a lone vector loop split into chunks
 10. ``partition``   a loop with border tests runs as border, interior (tests gone) and border loops
+11. ``jam``         a few whole vectors that share many broadcast values computed side by side
 
 A stage's output depends on its input only: new Let and temp names are numbered past
 the kernel's (``used_names``), new loop variables past its largest (``next_loop_index``).
@@ -33,6 +34,7 @@ from ..ir.loop import Kernel
 from .collapse import collapse
 from .flatten import flatten
 from .hoist import hoist
+from .jam import jam
 from .keep import keep
 from .materialize import materialize
 from .nest import coeff, flat_offset, next_loop_index
@@ -44,7 +46,8 @@ from .widen import widen
 
 Stage = Callable[[Kernel], Kernel]
 
-KERNEL_STAGES: tuple = (flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize, partition)
+KERNEL_STAGES: tuple = (flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize, partition,
+                         jam)
 
 
 def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
@@ -60,5 +63,5 @@ def schedule(kernel: Kernel, stages: Sequence[Stage] | None = None) -> Kernel:
 
 
 __all__ = ["CHUNK", "GRAIN", "KERNEL_STAGES", "Stage", "coeff", "collapse", "flat_offset", "flatten", "hoist",
-           "keep", "materialize", "next_loop_index", "parallelize", "partition", "schedule", "tile", "vector_ok",
+           "jam", "keep", "materialize", "next_loop_index", "parallelize", "partition", "schedule", "tile", "vector_ok",
            "vectorize", "widen"]

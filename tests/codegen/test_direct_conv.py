@@ -33,6 +33,7 @@ CASES = [  # (in, out, kernel, stride, padding, dilation, groups)
     (8, 8, 5, 1, 2, 1, 8),      # depthwise 5x5
     (24, 24, 3, 1, 2, 2, 24),   # dilated
     (3, 16, 3, 2, 1, 1, 1),     # an RGB stem
+    (3, 20, 3, 2, 1, 1, 1),     # its channels jammed (AVX2: two vectors side by side, then a tail)
     (3, 8, 3, 1, 0, 1, 1),      # unpadded
     (8, 8, 3, 1, 1, 1, 4),      # two input channels per group
     (17, 17, (3, 1), 1, (1, 0), 1, 17),  # a 3x1 window, 17 channels (a vector and a tail)

@@ -183,7 +183,7 @@ def test_a_relu_after_a_convolution_runs_in_place_and_keeps_nan(tmp_path, monkey
     dump = tmp_path / "dump"
     monkeypatch.setenv("BRAZE_DUMP", str(dump))
     cm = braze.compile(net, example_inputs=(torch.randn(2, 8, 9, 9),), dynamic_shapes=({2: h, 3: h},))
-    (relu,) = [k for k in parse_kernels((dump / "29_partition.loop").read_text()) if k.in_place]
+    (relu,) = [k for k in parse_kernels((dump / "30_jam.loop").read_text()) if k.in_place]
     assert str(relu).splitlines()[0].endswith("[pointwise, in_place, stream 50331648]")
     assert f"int {relu.name}(const float * b_" in cm._native.source
     plan = plan_memory(cm.module)

@@ -24,6 +24,7 @@ from braze.schedule import (
     collapse,
     flatten,
     hoist,
+    jam,
     keep,
     materialize,
     parallelize,
@@ -35,7 +36,7 @@ from braze.schedule import (
 )
 
 NAMES = ["flatten", "collapse", "tile", "materialize", "hoist", "keep", "widen", "vectorize", "parallelize",
-         "partition"]
+         "partition", "jam"]
 
 
 def lowered(b: Builder) -> L.Kernel:
@@ -157,7 +158,7 @@ FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax
 def test_the_stages_are_named_and_ordered():
     assert [s.__name__ for s in KERNEL_STAGES] == NAMES
     assert list(KERNEL_STAGES) == [flatten, collapse, tile, materialize, hoist, keep, widen, vectorize, parallelize,
-                                   partition]
+                                   partition, jam]
 
 
 # --- each stage ---------------------------------------------------------------------------
