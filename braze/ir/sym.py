@@ -24,7 +24,7 @@ _INF = math.inf
 class SymExpr:
     """Base of all symbolic integer expressions (immutable, hashable)."""
 
-    __slots__ = ("_hash",)
+    __slots__ = ("_hash", "_str")
 
     # --- identity -----------------------------------------------------------
     def _key(self) -> tuple:
@@ -45,6 +45,18 @@ class SymExpr:
 
     def __ne__(self, other) -> bool:
         return not self.__eq__(other)
+
+    def __str__(self) -> str:
+        # printed once: the ordering of a polynomial's terms prints its atoms again and again
+        try:
+            return self._str
+        except AttributeError:
+            t = self._text()
+            object.__setattr__(self, "_str", t)
+            return t
+
+    def _text(self) -> str:
+        raise NotImplementedError
 
     def __bool__(self) -> bool:
         raise TypeError(f"the truth value of symbolic expression '{self}' is unknown; "
@@ -135,7 +147,7 @@ class Sym(SymExpr):
     def range_str(self) -> str:
         return f"[{self.lo}, {'inf' if self.hi is None else self.hi}]"
 
-    def __str__(self):
+    def _text(self):
         return self.name
 
 
@@ -166,7 +178,7 @@ class FloorDiv(SymExpr):
         cands = [_fdiv(x, y) for x in (alo, ahi) for y in (blo, bhi)]
         return (min(cands), max(cands))
 
-    def __str__(self):
+    def _text(self):
         return f"({_paren(self.a)} // {_paren(self.b)})"
 
 
@@ -200,7 +212,7 @@ class Mod(SymExpr):
             hi = min(hi, ahi)
         return (lo, hi)
 
-    def __str__(self):
+    def _text(self):
         return f"({_paren(self.a)} % {_paren(self.b)})"
 
 
@@ -233,7 +245,7 @@ class _MinMax(SymExpr):
         f = type(self)._fn
         return (f(b[0] for b in bs), f(b[1] for b in bs))
 
-    def __str__(self):
+    def _text(self):
         return f"{self._tag}({', '.join(str(a) for a in self.args)})"
 
 
@@ -336,7 +348,7 @@ class Poly(SymExpr):
         # the sum takes integer values only
         return (math.ceil(lo) if lo > -_INF else lo, math.floor(hi) if hi < _INF else hi)
 
-    def __str__(self):
+    def _text(self):
         parts = []
         # constant last, higher-degree first, for readable output
         for mono, c in sorted(self.terms, key=lambda t: (len(t[0]) == 0, -len(t[0]), [_atom_sort_key(a) for a in t[0]])):
