@@ -524,6 +524,9 @@ class _Gen(ReductionsC):
             self.pop()
             parts.append(self.lines)
         self.vvar, self.rename, self.lines, self.accumulate = saved_vvar, saved_rename, saved_lines, False
+        if any(line.rstrip().endswith(("{", "}")) for part in parts for line in part):  # a lane loop (a gather)
+            self.lines.extend(line for part in parts for line in part)  # blocks do not interleave
+            return
         self.lines.extend(line for group in itertools.zip_longest(*parts) for line in group if line is not None)
 
     def for_(self, f: For):

@@ -8,8 +8,8 @@ interleaved, docs/gemm.md). The values and their order of evaluation stay the sa
 
 A loop is jammed when its extent is a constant of at most ``JAM_LANES`` floats (whole
 vectors only: 16 channels are two AVX2 vectors, one AVX-512 vector, which is left as it was),
-its body is stores alone, and they read at least ``JAM_MIN_SCALARS`` float values that do
-not vary in it (lets made outside, or loads of one element).
+its body is stores alone with no reduction, and they read at least ``JAM_MIN_SCALARS`` float
+values that do not vary in it (lets made outside, or loads of one element).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import loop as L
-from ..ir.loop import For, Kernel, Load, Store, Var
+from ..ir.loop import For, Kernel, Load, Reduce, Store, Var
 from ..ir.types import DType
 from .nest import with_body
 
@@ -41,6 +41,7 @@ def _broadcasts(f: For) -> int:
 def _jams(f: For) -> bool:
     return (f.kind == "vector" and not f.jam and isinstance(f.extent, int) and f.extent <= JAM_LANES
             and bool(f.body) and all(isinstance(s, Store) and s.flat for s in f.body)
+            and not any(isinstance(x, Reduce) for s in f.body for e in L.stmt_exprs(s) for x in L.walk(e))
             and _broadcasts(f) >= JAM_MIN_SCALARS)
 
 

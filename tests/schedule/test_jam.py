@@ -21,13 +21,15 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "jam_cache"))
 
 
-def taps_kernel(channels, taps=9, extra_let=False) -> L.Kernel:
+def taps_kernel(channels, taps=9, extra_let=False, stride=1) -> L.Kernel:
     """A direct convolution's shape: per pixel ``taps`` scalars loaded once (lets), each times a
-    row of weights, summed in order over ``channels`` output channels, plus a bias."""
-    s = "(t0 * w[[_i2]])"
+    row of weights (every ``stride``-th: a gather), summed in order over ``channels`` output
+    channels, plus a bias."""
+    row = stride * channels
+    s = f"(t0 * w[[{stride}*_i2]])"
     for k in range(1, taps):
-        s = f"({s} + (t{k} * w[[_i2 + {k * channels}]]))"
-    lines = [f"kernel k(in x: f32[n, {taps}], in w: f32[{taps}, {channels}], in b: f32[{channels}], "
+        s = f"({s} + (t{k} * w[[{stride}*_i2 + {k * row}]]))"
+    lines = [f"kernel k(in x: f32[n, {taps}], in w: f32[{taps}, {row}], in b: f32[{channels}], "
              f"out y: f32[n, {channels}]); syms n  [pointwise]",
              "  for _i1 in 0..n:"]
     lines += [f"    let t{k}: f32 = x[[{taps}*_i1 + {k}]]" for k in range(taps)]
@@ -64,6 +66,11 @@ def test_jam_leaves_a_loop_with_lets_inside():
     assert not any(f.jam for f in vector_loops(jam(taps_kernel(16, extra_let=True))))
 
 
+def test_jam_leaves_a_loop_with_a_reduction():
+    k = parse_kernel(str(taps_kernel(16)).replace("+ b[[_i2]])", "+ sum(_r3 < 4: b[[_i2]]))"))
+    assert "sum(" in str(k) and str(jam(k)) == str(k)
+
+
 def _run(kernel, vb, n, rng):
     from braze.runtime.compiler import compile_shared
     src = c_prelude(vb) + "\n" + kernel_to_c(kernel, vb) + "\n" + kernel_entry(kernel, "bz_test_entry")
@@ -77,12 +84,13 @@ def _run(kernel, vb, n, rng):
     return arrays
 
 
-@pytest.mark.parametrize("channels", [16, 20, 24, 32])
-def test_jammed_c_gives_the_bits_of_the_loop(channels):
+@pytest.mark.parametrize("channels,stride", [(16, 1), (20, 1), (24, 1), (32, 1), (16, 2)])
+def test_jammed_c_gives_the_bits_of_the_loop(channels, stride):
     """AVX2-width C (8 lanes): 2, 2 and a scalar tail of 4, 3, and 4 vectors side by side, in no
     C loop, each sum in one variable; the same bits as the unjammed loop, and the sums of a NumPy
-    reference taken in the same order."""
-    k = taps_kernel(channels)
+    reference taken in the same order. Weights read with a stride are gathered lane by lane, in
+    loops C cannot interleave: the copies then follow one another."""
+    k = taps_kernel(channels, stride=stride)
     jammed = jam(k)
     c = kernel_to_c(jammed, 32)
     assert "_i2 + 8 <=" not in c and "bz_vf acc" in c
@@ -91,9 +99,9 @@ def test_jammed_c_gives_the_bits_of_the_loop(channels):
         x, w, b, got = _run(jammed, 32, n, np.random.default_rng(n))
         *_, want = _run(k, 32, n, np.random.default_rng(n))
         np.testing.assert_array_equal(got, want)
-        ref = x[:, :1] * w[0]
+        ref = x[:, :1] * w[0, ::stride]
         for t in range(1, x.shape[1]):
-            ref = ref + x[:, t:t + 1] * w[t]
+            ref = ref + x[:, t:t + 1] * w[t, ::stride]
         np.testing.assert_array_equal(got, ref + b)
 
 
