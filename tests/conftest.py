@@ -1,5 +1,5 @@
 """Shared test settings: deterministic seeds, one torch thread per xdist worker, the oneDNN helper
-built once per session, tiny models."""
+and the precompiled headers built once per session, tiny models."""
 
 import os
 import shutil
@@ -26,9 +26,10 @@ def _helper_built_once(tmp_path_factory):
     key covers its source, flags and compiler, not the cache: its first build in this session, in a
     cache the xdist workers share, is copied into the other caches as they ask for it (a cache hit
     there, the same bytes). ``force`` rebuilds stay real, and so does every build in a test marked
-    ``builds_helper`` (the tests of that build and its counters)."""
+    ``builds_helper`` (the tests of that build and its counters). The precompiled system headers
+    (braze/runtime/pch.py) are built once there too, and every cache uses them."""
     from braze.extern.onednn import HELPER_FILE
-    from braze.runtime import compiler
+    from braze.runtime import compiler, pch
     base = tmp_path_factory.getbasetemp()
     seed = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "braze-helper-seed"
     seed.mkdir(exist_ok=True)
@@ -45,6 +46,7 @@ def _helper_built_once(tmp_path_factory):
 
     mp = pytest.MonkeyPatch()
     mp.setattr(compiler, "_build", build)
+    mp.setattr(pch, "pch_root", lambda cache_root: seed / "pch")
     yield
     mp.undo()
 

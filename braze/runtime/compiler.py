@@ -39,7 +39,8 @@ code generator's choice: the math in braze_vmath.h calls bz_fmaf/bz_vfma
 explicitly, identically in its vector and scalar forms; kernel expressions
 round every operation, as the reference does. ``-fno-math-errno`` only stops
 libm calls setting errno, which lets sqrt and friends become single
-instructions.
+instructions. With gcc, a generated model's system headers come precompiled
+(``-include`` of runtime/pch.py's header): the same library, 0.3 s less a compile.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from pathlib import Path
 from .. import log as _logging
 from ..codegen.toolchain import compiler_version, find_compiler
 from ..errors import BrazeError, BrazeWarning
+from . import pch
 from .digest import sha256_file
 from .threads import usable_cpus
 
@@ -420,12 +422,13 @@ def _compile_into(entry: Path, job: _Job) -> None:
     objs = [f"{tmp}.{i}.o" for i in range(units)] if units > 1 else []
     try:
         inc = [f"-I{d}" for d in job.inc]
+        pre = pch.prelude_args(entry.parent.parent, job.source, job.cc, job.version, job.cflags, job.inc)
         if units == 1:
-            steps = [[[*job.cc, *job.cflags, *inc, "-o", tmp, str(src_path), *job.link]]]
+            steps = [[[*job.cc, *job.cflags, *inc, *pre, "-o", tmp, str(src_path), *job.link]]]
         else:  # the units in parallel, then one link
             unit_flags = [f for f in job.cflags if f != "-shared"]
-            steps = [[[*job.cc, *unit_flags, f"-DBRAZE_UNITS={units}", f"-DBRAZE_UNIT={i}", *inc, "-c", "-o", o,
-                       str(src_path)] for i, o in enumerate(objs)],
+            steps = [[[*job.cc, *unit_flags, f"-DBRAZE_UNITS={units}", f"-DBRAZE_UNIT={i}", *inc, *pre, "-c", "-o",
+                       o, str(src_path)] for i, o in enumerate(objs)],
                      [[*job.cc, "-shared", "-fopenmp", "-o", tmp, *objs, *job.link]]]
         job.log.info("cache miss for %r: running the C compiler into %s%s", job.name, entry,
                      f" ({units} translation units in parallel)" if units > 1 else "")
@@ -464,6 +467,7 @@ def _compile_into(entry: Path, job: _Job) -> None:
         "compiler": job.cc, "compiler_version": job.version.splitlines()[0] if job.version else "",
         "cflags": job.cflags, "include_dirs": job.inc, "link": job.link, "isa": job.isa,
         "braze_version": job.braze_version, "compile_seconds": round(seconds, 3), "units": units,
+        "precompiled_header": pre[1] if pre else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     _write_atomic(entry / "meta.json", json.dumps(meta, indent=1))
