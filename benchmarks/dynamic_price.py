@@ -5,13 +5,17 @@ to each shape, and the first call at a shape never seen before.
                                        [--threads 2] [--min-time 1.0] [--out benchmarks/results]
 
 Per model, in one process: ``braze.compile`` with the zoo's dynamic dims, called once at
-the export example's shape (so later shapes are new to it, and one-time set-up is not
-counted). Then per shape (benchmarks.run's shape lists):
+the export example's shape, then at ``WARMUP_SHAPES`` other shapes no row measures (the
+first shape's last dim larger by ``FIRST_SHAPES`` and more), so that later shapes are new to it
+and what happens once per process is not counted (on the depthwise convnet, an AVX2 VM, the
+first new shape in a process took 2.0-2.2x a steady call in two runs; with these calls first,
+the median first call at 1x64x64 read 1.87x: ``dynamic_avx2_warm.md``). Then per shape
+(benchmarks.run's shape lists):
 
 * first call: the dynamic model's first call at a shape, right after a call at the export
   example's shape (so its threads are awake, as in the steady calls: what is timed is the
   shape's set-up, oneDNN's primitives and the pages of memory no call touched before), the
-  median over this shape and two more with its last dim 1 and 2 larger (``FIRST_SHAPES``),
+  median over this shape and ``FIRST_SHAPES - 1`` more with its last dim 1, 2, ... larger,
   against this shape's steady call; and this shape's own first call with its minor page faults
   (a shape larger than any before touches new pages, which the kernel zeroes: braze_arena.h);
 * dynamic / static: ``braze.compile`` of the same module with no dynamic dims at this
@@ -30,7 +34,10 @@ import time
 from .run import per_model_main, per_model_markdown, shape_str, time_once
 
 DEFAULT_MODELS = ["llama", "bert", "resnet50"]
-FIRST_SHAPES = 3  # the shape, then its last dim 1 and 2 larger: one sample each moved by up to 1.5x here
+# the shape, then its last dim 1 to 8 larger: one first call of the depthwise convnet (0.1 ms) at
+# each of three such shapes read 0.93-1.83x its steady call in repeated runs
+FIRST_SHAPES = 9
+WARMUP_SHAPES = 2
 
 
 def measure(name: str, shapes: list[dict], min_time: float) -> dict:
@@ -43,6 +50,9 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
         dyn = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes)
         warm = zm.example_inputs()
         dyn(*warm)
+        last = list(shapes[0])[-1]
+        for k in range(WARMUP_SHAPES):  # beyond every first-call shape of the smallest row
+            dyn(*zm.make_inputs(**dict(shapes[0], **{last: shapes[0][last] + FIRST_SHAPES + k})))
         rows = []
         for dims in shapes:
             last = list(dims)[-1]
@@ -71,15 +81,20 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
             print(f"  {name} {shape_str(dims)}: first {first * 1e3:.2f} ms ({first / dm:.2f}x steady; this shape's "
                   f"{own * 1e3:.2f} ms, {faults} page faults), "
                   f"dynamic {dm * 1e3:.3f} ms, static {sm * 1e3:.3f} ms ({dm / sm:.2f}x)", flush=True)
-    return {"model": name, "shapes": rows}
+    return {"model": name, "shapes": rows, "first_shapes": FIRST_SHAPES, "warmup_shapes": WARMUP_SHAPES}
 
 
 def to_markdown(doc: dict) -> str:
+    r0 = doc["results"][0] if doc["results"] else {}
+    first, warmup = r0.get("first_shapes", 3), r0.get("warmup_shapes", 0)  # runs before 2026-12-01: 3, none
+    warmed = (f" (after calls at {warmup} other new shapes, so that what happens once per process is not counted)"
+              if warmup else "")
     return per_model_markdown(
         doc, "dynamic = one compile with symbolic dims, static = a compile for this shape only, called in turn; "
         "medians. First call: the dynamic compile's first call at a shape it had not seen, right after a call at "
-        "the export example's shape, the median over the shape and two with its last dim 1 and 2 larger; then the "
-        "shape's own first call and its minor page faults (new memory, zeroed by the kernel).",
+        f"the export example's shape, the median over the shape and {first - 1} more with its last dim 1, 2, ... "
+        f"larger{warmed}; then the shape's own first call and its minor page faults (new memory, zeroed by the "
+        "kernel).",
         ["dynamic ms", "static ms", "dynamic / static", "first call ms", "first / steady",
          "this shape's first call ms", "its page faults"],
         lambda s: [f"{s['dynamic_ms']:.3f}", f"{s['static_ms']:.3f}", f"{s['dynamic_over_static']:.2f}x",
