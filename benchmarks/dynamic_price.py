@@ -34,8 +34,8 @@ import time
 from .run import per_model_main, per_model_markdown, shape_str, time_once
 
 DEFAULT_MODELS = ["llama", "bert", "resnet50"]
-# the shape, then its last dim 1 to 8 larger: one first call of the depthwise convnet (0.1 ms) at
-# each of three such shapes read 0.93-1.83x its steady call in repeated runs
+# the shape, then its last dim 1 to 8 larger: single first calls of the depthwise convnet (0.1 ms)
+# at new shapes near 1x64x64 read 0.93-1.83x its steady call in repeated runs
 FIRST_SHAPES = 9
 WARMUP_SHAPES = 2
 

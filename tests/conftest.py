@@ -20,7 +20,7 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _helper_built_once(tmp_path_factory):
+def _built_once_per_session(tmp_path_factory):
     """Many tests give braze a compile cache of their own, and each would build the oneDNN helper
     library into it (about 7 s of a 2-core machine: most of such a test's time). The helper's cache
     key covers its source, flags and compiler, not the cache: its first build in this session, in a

@@ -193,8 +193,8 @@ class _Gen(ReductionsC):
         if hit is not None:
             return hit
         vec = self.varying(e)
-        if vec and self.accumulate and _sum_terms(e) is not None:
-            return self.accumulated(e)
+        if vec and self.accumulate and (terms := _sum_terms(e)) is not None:
+            return self.accumulated(e, terms)
         if vec:
             code, kind = self.vexpr(e)
         else:
@@ -496,10 +496,9 @@ class _Gen(ReductionsC):
         self.hoisted.update(out)
         return out
 
-    def accumulated(self, e: Binary):
-        """A float vector sum of three or more terms, added left to right into one variable, as
-        the expression would: gcc spilled the same sum written as a chain of constants."""
-        terms = _sum_terms(e)
+    def accumulated(self, e: Binary, terms: list):
+        """The float vector sum ``e`` of three or more ``terms``, added left to right into one
+        variable, as the expression would: gcc spilled the same sum written as a chain of constants."""
         acc = self.tmp("acc")
         self.line(f"bz_vf {acc} = {self.vx(terms[0])};")
         for t in terms[1:]:

@@ -7,8 +7,8 @@ the library's bytes were the same. ``prelude_args`` gives ``["-include", .../bra
 a source that opens with ``PRELUDE`` when gcc has, or can build, a precompiled copy of those
 headers for the same flags (``braze_sys.h.gch`` beside it, in the compile cache under ``pch/``).
 Other sources (the oneDNN helper defines _GNU_SOURCE before its first include, which headers
-read first would not see) and other compilers get ``[]``, as does a failed build: the compile
-then reads the headers itself. The library's cache key leaves this out, since the library is the
+read first would not see) and other compilers get ``[]``, as does a failed build (remembered
+beside it, so not tried again): the compile then reads the headers itself. The library's cache key leaves this out, since the library is the
 same; ``meta.json`` records the header used.
 """
 
@@ -40,8 +40,8 @@ def pch_root(cache_root: Path) -> Path:
 
 def _is_gcc(cc: list, version: str) -> bool:
     # ccache and other wrappers would compile without the precompiled header or refuse it
-    return len(cc) == 1 and "clang" not in version.lower() and ("gcc" in version.lower()
-                                                                  or "free software foundation" in version.lower())
+    v = version.lower()
+    return len(cc) == 1 and "clang" not in v and ("gcc" in v or "free software foundation" in v)
 
 
 def prelude_args(cache_root: Path, source: str, cc: list, version: str, cflags: list, inc: list) -> list[str]:
@@ -53,9 +53,11 @@ def prelude_args(cache_root: Path, source: str, cc: list, version: str, cflags: 
     text = "".join(f"#include <{h}>\n" for h in HEADERS + (X86_HEADERS if x86 else ()))
     key = hashlib.sha256("\0".join([*cc, version, *flags, *inc, text]).encode()).hexdigest()[:24]
     d = pch_root(cache_root) / key
-    header, gch = d / HEADER, d / (HEADER + ".gch")
+    header, gch, failed = d / HEADER, d / (HEADER + ".gch"), d / "failed"
     if gch.is_file() and header.is_file():
         return ["-include", str(header)]
+    if failed.exists():  # tried for these flags before: not again at every compile
+        return []
     try:
         d.mkdir(parents=True, exist_ok=True)
         if not header.is_file():
@@ -65,6 +67,8 @@ def prelude_args(cache_root: Path, source: str, cc: list, version: str, cflags: 
             check=True, capture_output=True, timeout=300))
     except (OSError, subprocess.SubprocessError) as e:
         _log.debug("no precompiled headers in %s: %s", d, e)
+        with contextlib.suppress(OSError):
+            failed.touch()
         return []
     _log.info("precompiled the system headers into %s", gch)
     return ["-include", str(header)]

@@ -64,9 +64,13 @@ def test_other_compilers_and_wrappers_get_none(own_root):
     assert pch.prelude_args(own_root, MODEL_SOURCE, ["/usr/bin/clang"], "clang version 17", _flags(), []) == []
 
 
-def test_a_failed_build_leaves_the_compile_as_it_was(own_root):
-    assert pch.prelude_args(own_root, MODEL_SOURCE, CC, VERSION, [*_flags(), "-mno-such-flag"], []) == []
-    assert not list((own_root / "pch").rglob("*.gch"))
+def test_a_failed_build_leaves_the_compile_as_it_was(own_root, monkeypatch):
+    """No precompiled header, and the failure is remembered: the next compile does not run gcc again."""
+    bad = [*_flags(), "-mno-such-flag"]
+    assert pch.prelude_args(own_root, MODEL_SOURCE, CC, VERSION, bad, []) == []
+    assert not list((own_root / "pch").rglob("*.gch")) and list((own_root / "pch").rglob("failed"))
+    monkeypatch.setattr(pch.subprocess, "run", lambda *a, **k: pytest.fail("gcc ran again"))
+    assert pch.prelude_args(own_root, MODEL_SOURCE, CC, VERSION, bad, []) == []
 
 
 def test_the_library_is_the_same_bytes(own_root):
