@@ -121,8 +121,9 @@ def test_dynamic_price_writes_its_table(tmp_path):
     """Dynamic and static compiles called in turn, and the first call at a new shape."""
     row = _per_model("dynamic_price", "dynamic", tmp_path)
     assert row["rounds"] >= 10
-    for k in ("first_ms", "dynamic_ms", "static_ms"):
+    for k in ("first_ms", "dynamic_ms", "static_ms", "first_over_steady", "switched_over_steady"):
         assert row[k] > 0
+    assert len(row["first_ratios"]) == 9 and row["first_over_steady"] == sorted(row["first_ratios"])[4]
 
 
 @pytest.mark.slow  # 7 s on 2 cores; a one-off measurement's tool (issue 25), not a benchmark users run
