@@ -15,8 +15,9 @@ from ..passes.node_classes import BACKWARD_CONVS
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from .c_expr import int_expr
 
-# the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py)
-ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6}
+# the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py); relu and
+# relu6 are its _EAGER ones, applied by the helper itself (its oneDNN-valued relu and sigmoid go unused)
+ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6, "relu": 7, "relu6": 8}
 
 
 def _residual_kind(residual, dst) -> int:

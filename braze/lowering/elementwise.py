@@ -161,12 +161,16 @@ def _lower_clamp(ctx, x, *, min, max):
         lo = None if lo is None else int(np.clip(math.ceil(lo), info.min, info.max))
         hi = None if hi is None else int(np.clip(math.floor(hi), info.min, info.max))
 
+    # x < lo ? lo : x, then x > hi ? hi : x, as eager's clamp: NaN and -0 kept (clamp(-0, 0, 6) is
+    # -0), the values the helper's relu and relu6 post-ops give (passes/offload.py)
     def fn(idx):
         v = x(idx)
         if lo is not None:
-            v = vmax(v, const(lo, dt))
+            c = const(lo, dt)
+            v = select(cmp("lt", v, c), c, v)
         if hi is not None:
-            v = vmin(v, const(hi, dt))
+            c = const(hi, dt)
+            v = select(cmp("gt", v, c), c, v)
         return v
     return fn
 

@@ -356,10 +356,12 @@ def _clamp_ref(ctx, x, *, min, max):
         info = np.iinfo(dt.numpy)
         lo = None if lo is None else int(np.clip(math.ceil(lo), info.min, info.max))
         hi = None if hi is None else int(np.clip(math.floor(hi), info.min, info.max))
+    # a bound only where x is beyond it, like torch.clamp: NaN propagates and -0 stays -0 (np.maximum
+    # gives +0); min > max gives max everywhere, like torch
     if lo is not None:
-        y = np.maximum(y, lo)  # NaN propagates, like torch.clamp
+        y = np.where(y < lo, y.dtype.type(lo), y)
     if hi is not None:
-        y = np.minimum(y, hi)  # min > max gives max everywhere, like torch
+        y = np.where(y > hi, y.dtype.type(hi), y)
     return _out(y, dt)
 
 

@@ -25,10 +25,10 @@ destination, so the helper otherwise copies the residual there first, on one thr
 (ResNet-50: 16 copies, 22 MB a call at batch 1, 224 x 224; in place its calls took
 0.89-0.99x the time, docs/compiler-design.md). A ``pointwise`` group of elementwise ops
 writes its result over an input of its type that it reads last (``in_place_elementwise``):
-each element is read at its own index in the loop iteration that stores it. A ReLU that
-oneDNN cannot apply (it would map NaN to 0) then runs over the convolution's result: the
-depthwise convnet at 8x224x224 took 0.93x the time, ResNet-50 at 1x224x224 0.97x (its
-arena a third smaller). Its loop kernel is marked ``in_place`` (its C declares no restrict
+each element is read at its own index in the loop iteration that stores it. An activation
+no library call applies (a leaky ReLU; ReLUs were such, before the helper applied them: the
+depthwise convnet at 8x224x224 took 0.93x the time, ResNet-50 at 1x224x224 0.97x, its arena a
+third smaller) then runs over the convolution's result. Its loop kernel is marked ``in_place`` (its C declares no restrict
 pointers). These are the places a node's input and output share memory.
 
 A ``scatter`` group whose result is a function result puts in place into its
@@ -239,7 +239,7 @@ def in_place_elementwise(module: Module, f: Function, last_use: dict[int, int] |
     """id(output) -> the input it is written over, for each ``pointwise`` group of elementwise ops
     only (each output element reads its operands at its own index, in the same loop iteration
     that stores it) with an input of the output's type that a fused group made and that no later
-    node reads: a ReLU after a convolution writes over the convolution's result."""
+    node reads: a leaky ReLU after a convolution writes over the convolution's result."""
     last_use = _last_uses(f) if last_use is None else last_use
     results = {id(v) for v in f.results}
     out = {}

@@ -28,21 +28,28 @@ from .precision import HALF
 
 ANCHORS = {"gemm": GEMMS, "conv": CONVS}
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
-# activations oneDNN applies as post-ops. Not relu: oneDNN's maps NaN to 0 (a max with 0),
-# which would hide a NaN that eager shows. braze's own relu kernel after a conv runs over the
-# conv's result (memory.in_place_elementwise); before it did, ResNet-50 with relu as a post-op
-# took 0.98x the time at 1x224x224 and 1.02x at 2x96x128 (interleaved, AMD Zen 5). Not
+# activations a library call applies after its product. oneDNN applies the first four as
+# post-ops; its gelu and silu give NaN at +-inf, as eager does (docs/semantics.md). Not
 # sigmoid: some of oneDNN's convolutions (few channels, a pad as tall as the kernel) map NaN to
-# 0 in it too (fuzz seed 986). oneDNN's gelu and silu give NaN
-# at +-inf, as eager does (docs/semantics.md).
-ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh")
+# 0 in it (fuzz seed 986). relu and relu6 (a clamp to [0, 6]) are EAGER_ACTIVATIONS: oneDNN's
+# relu and clip would turn NaN into a number, so the helper applies them itself as eager does
+# (x < 0 ? 0 : x, NaN and -0 kept): in its small-M kernels' epilogue, else over the result after
+# oneDNN's primitive. Nothing is absorbed after them, and only in float32 products. A separate
+# pass over the result had taken 5.6-7.9% of the depthwise convnet's call after its expand 1x1
+# convolution (AMD EPYC, AVX2).
+EAGER_ACTIVATIONS = ("relu", "relu6")
+ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh") + EAGER_ACTIVATIONS
 POST_OPS = ("bias", "residual", "cast") + ACTIVATIONS
 
 
 def activation_name(n: Node) -> str | None:
-    """The post-op name of an activation node oneDNN can apply, else None."""
-    name = ("gelu_tanh" if n.attrs.get("approximate") == "tanh" else "gelu") if n.op == "gelu" else n.op
-    return name if name in ACTIVATIONS else None
+    """The post-op name of an activation node a library call can apply, else None."""
+    if n.op == "gelu":
+        return "gelu_tanh" if n.attrs.get("approximate") == "tanh" else "gelu"
+    if n.op == "clamp":
+        lo, hi = n.attrs.get("min"), n.attrs.get("max")
+        return {(0.0, None): "relu", (0.0, 6.0): "relu6"}.get((lo, hi)) if n.outputs[0].dtype.is_float else None
+    return n.op if n.op in ACTIVATIONS else None
 
 
 def offload(module: Module) -> Module:
@@ -137,6 +144,12 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         if m.op in VIEW_OPS and m.inputs[0] is chain:
             pass
         elif act and not any(p in ACTIVATIONS or p == "residual" for p in post) and m.inputs[0] is chain:
+            if act in EAGER_ACTIVATIONS:
+                if not all(v.dtype == DType.float32 for v in (*anchor.inputs[:2], m.outputs[0])):
+                    break
+                post.append(act)
+                i += 1
+                break
             post.append(act)
         elif m.op == "add" and not has_bias and chain is anchor.outputs[0] and _is_bias(m, chain, in_memory, anchor):
             post.append("bias")
@@ -261,4 +274,5 @@ def _fresh(used: set) -> str:
     return f"fused_{k}"
 
 
-__all__ = ["offload", "activation_name", "transposed_operands", "ACTIVATIONS", "ANCHORS", "POST_OPS", "VIEW_OPS"]
+__all__ = ["offload", "activation_name", "transposed_operands", "ACTIVATIONS", "EAGER_ACTIVATIONS", "ANCHORS",
+           "POST_OPS", "VIEW_OPS"]

@@ -56,7 +56,7 @@ DEFAULT = DEFAULTS["gemm"]
 # braze_dnnl_smallm*.c): with another (tanh), ``smallm`` runs oneDNN's primitives instead, the
 # run-time-M one on the plain weight up to GEMV_ROWS rows without a residual, else one per M
 # (braze_dnnl_matmul.c's dnnl_rule, SMALL_M); such a product's table names those
-SMALLM_ACTS = frozenset({0, ACT_CODES["gelu"], ACT_CODES["gelu_tanh"], ACT_CODES["silu"]})
+SMALLM_ACTS = frozenset({0, *(ACT_CODES[a] for a in ("gelu", "gelu_tanh", "silu", "relu", "relu6"))})
 GEMV_ROWS = 2
 
 

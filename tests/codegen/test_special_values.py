@@ -418,3 +418,43 @@ def test_activations_after_a_padded_conv_keep_nan(act):
     got, want = m(xs), reference.run(b.module, xs)
     assert np.isnan(want).sum() >= 3
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6"])
+def test_relu_and_relu6_after_a_product_keep_nan_on_every_path(act):
+    """relu and relu6 after a float32 linear or convolution are post-ops the helper applies itself
+    (passes/offload.py): in its small-M kernels' epilogue at few rows, after oneDNN's primitive at
+    many (the small-M limit of a 16 x 64 weight is 16383 rows on AVX2). Either way NaN stays NaN
+    and infinities clamp as eager's do."""
+    import braze
+    from braze.ops import Builder, tensor
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    clamp = {"min": 0.0, "max": 6.0} if act == "relu6" else {"min": 0.0}
+    b = Builder()
+    n = b.sym("n", 1, 1 << 16)
+    lin = b.op("linear", [b.param("x", tensor("f32", n, 16)), b.constant(w, "w"), b.constant(bias, "b")])
+    b.ret(b.op("clamp", [lin], **clamp) if act == "relu6" else b.relu(lin))
+    b2 = Builder()
+    h = b2.sym("h", 1, 4096)
+    conv = b2.conv2d(b2.param("x", tensor("f32", 1, 16, h, 8)), b2.constant(w.reshape(64, 16, 1, 1), "w"),
+                     b2.constant(bias, "b"), stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+    b2.ret(b2.op("clamp", [conv], **clamp))
+    linear, conv1x1 = braze.compile(b.module), braze.compile(b2.module)
+    for cm in (linear, conv1x1):
+        lib = next(nd for nd in cm.module.main.nodes if nd.op == "fused" and nd.attrs["kind"] in ("gemm", "conv"))
+        assert lib.attrs["post_ops"][-1] == act
+    tw, tb = torch.from_numpy(w), torch.from_numpy(bias)
+    eager = (lambda y: F.relu6(y)) if act == "relu6" else F.relu
+    for rows in (3, 200, 20000):
+        x = rng.standard_normal((rows, 16)).astype(np.float32)
+        x[0, 0], x[1, 3], x[2, 5] = np.nan, np.inf, -np.inf
+        want = eager(F.linear(torch.from_numpy(x), tw, tb)).numpy()
+        assert np.isnan(want).sum() >= 64 and (want == 0).any() and ((want == 6).any() or act == "relu")
+        np.testing.assert_allclose(linear(x), want, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{rows} rows")
+        xc = np.ascontiguousarray(np.resize(x, (max(rows // 8, 1), 8, 16)).transpose(2, 0, 1))[None]
+        want = eager(F.conv2d(torch.from_numpy(xc), tw.reshape(64, 16, 1, 1), tb)).numpy()
+        assert np.isnan(want).sum() >= 64
+        np.testing.assert_allclose(conv1x1(xc), want, rtol=1e-5, atol=1e-5, equal_nan=True,
+                                   err_msg=f"{xc.shape} input")

@@ -124,3 +124,23 @@ def test_conv_gradient_errors_name_the_call(lib):
     finally:
         lib.braze_free_packed_conv(packed)
         lib.braze_free_packed_conv(P)
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+def test_the_gradients_of_an_empty_convolution_output_are_zeros(lib, layout):
+    """A dilated kernel wider than the padded input: the forward output has no columns, so both
+    gradients are zeros (oneDNN takes no zero-sized dims; fuzz seed 5532 raised here)."""
+    case = (4, 3, 4, 5, 2, 3, 1, 1, 2, 1)
+    P = _geometry(lib, case, layout)
+    try:
+        assert _out_shape(case, 4, 5, 2)[2:] == (3, 0)
+        dX = np.full((4, 5, 2, 3) if layout else (4, 3, 5, 2), np.nan, np.float32)
+        dW = np.full((4, 3, 3, 3), np.nan, np.float32)
+        X, dY, Wt = np.ones(dX.shape, np.float32), np.ones((1,), np.float32), np.ones(dW.shape, np.float32)
+        err = _err()
+        assert lib.braze_conv2d_bwd_data(4, 5, 2, _p(dY), P, _p(Wt), 3, 0, _p(dX), err, ERRLEN) == 0, err.value
+        assert lib.braze_conv2d_bwd_weights(4, 5, 2, _p(X), _p(dY), P, 3, 0, _p(dW), err, ERRLEN) == 0, err.value
+        assert not dX.any() and not dW.any()
+        assert lib.braze_conv2d_bwd_data(4, 5, 2, _p(dY), P, _p(Wt), 3, 1, _p(dX), err, ERRLEN) != 0  # 1 is not 0
+    finally:
+        lib.braze_free_packed_conv(P)

@@ -166,10 +166,10 @@ def test_a_conv_writes_over_the_residual_it_reads_last(tmp_path, monkeypatch):
         np.testing.assert_allclose(cm(x).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_relu_after_a_convolution_runs_in_place_and_keeps_nan(tmp_path, monkeypatch):
-    """oneDNN's ReLU would map NaN to 0, so braze's own kernel runs it after the convolution, over
-    the convolution's result: its loop kernel says so (``in_place``), and its C declares no
-    restrict pointers. NaN and infinities come out as torch's."""
+def test_an_activation_after_a_convolution_runs_in_place_and_keeps_nan(tmp_path, monkeypatch):
+    """An activation no library call applies (a leaky ReLU) runs as braze's own kernel after the
+    convolution, over the convolution's result: its loop kernel says so (``in_place``), and its C
+    declares no restrict pointers. NaN and infinities come out as torch's."""
     import numpy as np
     import torch
 
@@ -177,15 +177,15 @@ def test_a_relu_after_a_convolution_runs_in_place_and_keeps_nan(tmp_path, monkey
     from braze.ir.loop_parser import parse_kernels
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.LeakyReLU(0.1),
                               torch.nn.Conv2d(16, 8, 3, padding=1)).eval()
     h = torch.export.Dim("h", min=2, max=64)
     dump = tmp_path / "dump"
     monkeypatch.setenv("BRAZE_DUMP", str(dump))
     cm = braze.compile(net, example_inputs=(torch.randn(2, 8, 9, 9),), dynamic_shapes=({2: h, 3: h},))
-    (relu,) = [k for k in parse_kernels((dump / "30_jam.loop").read_text()) if k.in_place]
-    assert str(relu).splitlines()[0].endswith("[pointwise, in_place, stream 50331648]")
-    assert f"int {relu.name}(const float * b_" in cm._native.source
+    (act,) = [k for k in parse_kernels((dump / "30_jam.loop").read_text()) if k.in_place]
+    assert str(act).splitlines()[0].endswith("[pointwise, in_place, stream 50331648]")
+    assert f"int {act.name}(const float * b_" in cm._native.source
     plan = plan_memory(cm.module)
     assert sum(b.over is not None for b in plan.buffers) == 1
     for n in (2, 9, 31):

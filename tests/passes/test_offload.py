@@ -108,18 +108,28 @@ def test_a_transposed_left_operand_takes_no_post_ops(P):
     P.check_equiv(before, after, ENVS)
 
 
-def test_relu_stays_generated_code(P):
-    # oneDNN's relu maps NaN to 0; eager keeps the NaN (docs/semantics.md)
-    text = HEAD + """  func @main(%x: f32[n, 4]) -> (f32[n, 2]) {
-    %w = constant() {name="w"} : f32[2, 4]
+@pytest.mark.parametrize("act, post, rest", [
+    ("relu(%0)", ["relu"], []),
+    ('clamp(%0) {min=0.0, max=6.0}', ["relu6"], []),  # ReLU6
+    ('clamp(%0) {min=0.0}', ["relu"], []),
+    ('clamp(%0) {min=0.0, max=5.0}', [], ["clamp"]),  # no post-op of the helper's
+    ('clamp(%0) {min=-1.0, max=1.0}', [], ["clamp"]),
+])
+def test_relu_and_relu6_are_post_ops_the_helper_applies_itself(P, act, post, rest):
+    # the helper's eager relu keeps NaN and -0 (oneDNN's would not: braze_dnnl.h); nothing is
+    # absorbed after it, so the residual add stays generated code
+    text = HEAD + f"""  func @main(%x: f32[n, 4], %r: f32[n, 2]) -> (f32[n, 2]) {{
+    %w = constant() {{name="w"}} : f32[2, 4]
     %0 = linear(%x, %w) : f32[n, 2]
-    %1 = relu(%0) : f32[n, 2]
-    return %1
-  }
-}
+    %1 = {act} : f32[n, 2]
+    %2 = add(%1, %r) : f32[n, 2]
+    return %2
+  }}
+}}
 """
     before, after = P.run_pass(fuse_then_offload, text)
-    assert groups(after) == [("gemm", [], ["linear"]), ("pointwise", None, ["relu"])]
+    op = act.partition("(")[0]
+    assert groups(after) == [("gemm", post, ["linear", op][:1 + len(post)]), ("pointwise", None, [*rest, "add"])]
     P.check_equiv(before, after, ENVS)
 
 
@@ -152,6 +162,21 @@ def test_a_last_cast_to_the_operands_dtype_is_the_calls_destination(P, res, cast
     lib = next(nd for nd in after.main.nodes if nd.op == "fused")
     assert lib.attrs["post_ops"] == want
     assert (lib.outputs[0].dtype.short == cast_to) == (want[-1] == "cast")
+    P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
+
+
+def test_relu_after_a_16_bit_product_stays_generated_code(P):
+    # the helper's eager relu runs on float32 products only (braze_dnnl.h)
+    text = HALF_HEAD + """  func @main(%x: bf16[n, 4]) -> (f32[n, 2]) {
+    %w = constant() {name="w"} : bf16[2, 4]
+    %0 = linear(%x, %w) {out_dtype=#f32} : f32[n, 2]
+    %1 = relu(%0) : f32[n, 2]
+    return %1
+  }
+}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", [], ["linear"]), ("pointwise", None, ["relu"])]
     P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
 
 

@@ -21,13 +21,16 @@
 #define BZ_ACT_SILU 4
 #define BZ_ACT_SIGMOID 5
 #define BZ_ACT_TANH 6
+#define BZ_ACT_RELU_EAGER 7 /* braze_dnnl.h's: on the GPU the same as BZ_ACT_RELU */
+#define BZ_ACT_RELU6_EAGER 8
 #define BZ_ACT_AFTER_RESIDUAL 0x100
 
 /* not inlined: the epilogue calls it at 32 sites per GEMM thread, and inlining every activation's body at
  * each one multiplied the PTX by ~10 */
 static __device__ __noinline__ float bz_cuda_act(float v, int act) {
     switch (act & 0xff) {
-    case BZ_ACT_RELU: return v < 0.0f ? 0.0f : v; /* NaN propagates, as braze's relu */
+    case BZ_ACT_RELU: case BZ_ACT_RELU_EAGER: return v < 0.0f ? 0.0f : v; /* NaN propagates, as braze's relu */
+    case BZ_ACT_RELU6_EAGER: v = v > 6.0f ? 6.0f : v; return v < 0.0f ? 0.0f : v;
     case BZ_ACT_GELU: return bz_sgelu(v);
     case BZ_ACT_GELU_TANH: return bz_sgelu_tanh(v);
     case BZ_ACT_SILU: return bz_ssilu(v);

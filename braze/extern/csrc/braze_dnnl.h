@@ -37,6 +37,12 @@ enum {
     BRAZE_ACT_SILU = 4,
     BRAZE_ACT_SIGMOID = 5,
     BRAZE_ACT_TANH = 6,
+    /* eager's relu and relu6 (x < 0 ? 0 : x, then x > 6 ? 6 : x: NaN and -0 kept), which oneDNN's
+     * eltwise would not give (its relu and clip map NaN to a number). braze applies them itself:
+     * in its small-M kernels' epilogue, else over C after oneDNN's primitive (braze_after_act),
+     * so nothing may follow them: no residual, float32 operands only. */
+    BRAZE_ACT_RELU_EAGER = 7,
+    BRAZE_ACT_RELU6_EAGER = 8,
     /* OR-ed into `act`: apply the activation after the residual add
      * (ResNet: relu(conv + bias + residual)) instead of before it. */
     BRAZE_ACT_AFTER_RESIDUAL = 0x100

@@ -419,7 +419,7 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
     {
         dnnl_alg_kind_t alg;
         float al;
-        if (act_alg(act, &alg, &al) < 0) {
+        if (act_alg(act, &alg, &al) < 0 || !eager_act_fits(act, residual != NULL)) {
             set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
             return 1;
         }
@@ -481,6 +481,7 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
         if (residual && residual != Y)
             memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * dt_size(DST_DT(act)));
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
+        braze_after_act(act, (float *)Y, 1, N * OH * OW * P->OC, N * OH * OW * P->OC);
     }
     rc = 0;
 fail:

@@ -458,10 +458,45 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+static int eager_act(int act) {
+    return (act & 0xff) == BRAZE_ACT_RELU_EAGER || (act & 0xff) == BRAZE_ACT_RELU6_EAGER;
+}
+
+/* eager's relu and relu6: NaN and -0 kept */
+static inline float eager_relu(int act, float v) {
+    if ((act & 0xff) == BRAZE_ACT_RELU6_EAGER) v = v > 6.f ? 6.f : v;
+    return v < 0.f ? 0.f : v;
+}
+
+/* An eager activation over C (rows x n, rows ld floats apart) after oneDNN's primitive wrote
+ * it, in the calling thread's team, as braze's own kernel after the product would have. */
+static void braze_after_act(int act, float *C, int64_t rows, int64_t n, int64_t ld) {
+    if (!eager_act(act) || rows <= 0 || n <= 0) return;
+    if (ld == n) {
+        n *= rows;
+        rows = 1;
+    }
+    int64_t chunk = 16384, pieces = rows * ((n + chunk - 1) / chunk), per_row = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (rows * n >= 65536)
+    for (int64_t p = 0; p < pieces; p++) {
+        float *c = C + (p / per_row) * ld;
+        int64_t j1 = (p % per_row) * chunk + chunk < n ? (p % per_row) * chunk + chunk : n;
+        for (int64_t j = (p % per_row) * chunk; j < j1; j++) c[j] = eager_relu(act, c[j]);
+    }
+}
+
+/* An eager activation is applied after everything oneDNN's primitive did: a residual only before it */
+static int eager_act_fits(int act, int has_res) {
+    return !eager_act(act) || !has_res || (act & BRAZE_ACT_AFTER_RESIDUAL);
+}
+
+/* 1: an oneDNN eltwise post-op (alg, alpha); 0: none (no activation, or one braze applies after
+ * the primitive: eager_act, float32 only); -1: an act it cannot take */
 static int act_alg(int act, dnnl_alg_kind_t *alg, float *alpha) {
     *alpha = 0.f;
     if (act & ~(BRAZE_ACT_AFTER_RESIDUAL | 0xff | BRAZE_TYPES_MASK)) return -1;
     if (SRC_DT(act) == 3 || DST_DT(act) == 3 || BIAS_DT(act) == 3) return -1;
+    if (eager_act(act)) return act & BRAZE_TYPES_MASK ? -1 : 0;
     switch (act & 0xff) {
     case BRAZE_ACT_NONE: return 0;
     case BRAZE_ACT_RELU: *alg = dnnl_eltwise_relu; return 1;

@@ -288,6 +288,7 @@ static float scalar_act(int act, float v) {
     case BRAZE_ACT_SILU: return v / (1.f + expf(-v));
     case BRAZE_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
     case BRAZE_ACT_TANH: return tanhf(v);
+    case BRAZE_ACT_RELU_EAGER: case BRAZE_ACT_RELU6_EAGER: return eager_relu(act, v);
     default: return v;
     }
 }
@@ -339,7 +340,7 @@ static int matmul_args(int64_t M, int64_t N, int64_t K, const void *A, int w_ok,
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; A=%p C=%p)", ctx, (const void *)A, (void *)C);
         return 1;
     }
-    if (act_alg(act, &alg, &al) < 0) {
+    if (act_alg(act, &alg, &al) < 0 || !eager_act_fits(act, residual != NULL)) {
         set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
         return 1;
     }
@@ -384,6 +385,7 @@ static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, con
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1, mr};
         }
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
+        braze_after_act(act, (float *)C, M, N, N);
     }
     rc = 0;
 fail:

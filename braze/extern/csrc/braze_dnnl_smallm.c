@@ -40,7 +40,7 @@
 static int smallm_act_ok(int act) {
     switch (act & 0xff) {
     case BRAZE_ACT_NONE: case BRAZE_ACT_RELU: case BRAZE_ACT_GELU_ERF: case BRAZE_ACT_GELU_TANH:
-    case BRAZE_ACT_SILU: case BRAZE_ACT_SIGMOID: return 1;
+    case BRAZE_ACT_SILU: case BRAZE_ACT_SIGMOID: case BRAZE_ACT_RELU_EAGER: case BRAZE_ACT_RELU6_EAGER: return 1;
     default: return 0; /* tanh: oneDNN's */
     }
 }
@@ -60,6 +60,11 @@ BZ_INLINE __m512 smallm_act(int act, __m512 v) {
     case BRAZE_ACT_SILU:
         return _mm512_mask_mov_ps((__m512)bz_vsilu((bz_vf)v), _mm512_cmp_ps_mask(v, -inf, _CMP_EQ_OQ), nan);
     case BRAZE_ACT_SIGMOID: return (__m512)bz_vsigmoid((bz_vf)v);
+    case BRAZE_ACT_RELU6_EAGER: /* as eager_relu (braze_dnnl_core.c) */
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(6.f), _CMP_GT_OQ), _mm512_set1_ps(6.f));
+        /* fall through */
+    case BRAZE_ACT_RELU_EAGER:
+        return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
     default: return v;
     }
 }

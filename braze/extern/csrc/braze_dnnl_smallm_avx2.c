@@ -34,7 +34,7 @@ BZ_INLINE __m256i sw2_mask(int64_t n) { return _mm256_loadu_si256((const __m256i
 static int sw2_act_ok(int act) {
     switch (act & 0xff) {
     case BRAZE_ACT_NONE: case BRAZE_ACT_RELU: case BRAZE_ACT_GELU_ERF: case BRAZE_ACT_GELU_TANH:
-    case BRAZE_ACT_SILU: case BRAZE_ACT_SIGMOID: return 1;
+    case BRAZE_ACT_SILU: case BRAZE_ACT_SIGMOID: case BRAZE_ACT_RELU_EAGER: case BRAZE_ACT_RELU6_EAGER: return 1;
     default: return 0; /* tanh: oneDNN's */
     }
 }
@@ -47,6 +47,11 @@ BZ_INLINE __m256 sw2_act(int act, __m256 v) {
     case BRAZE_ACT_GELU_TANH: r = (__m256)bz_vgelu_tanh((bz_vf)v); break;
     case BRAZE_ACT_SILU: r = (__m256)bz_vsilu((bz_vf)v); break;
     case BRAZE_ACT_SIGMOID: return (__m256)bz_vsigmoid((bz_vf)v);
+    case BRAZE_ACT_RELU6_EAGER: /* as eager_relu (braze_dnnl_core.c) */
+        v = _mm256_blendv_ps(v, _mm256_set1_ps(6.f), _mm256_cmp_ps(v, _mm256_set1_ps(6.f), _CMP_GT_OQ));
+        /* fall through */
+    case BRAZE_ACT_RELU_EAGER:
+        return _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
     default: return v;
     }
     const __m256 inf = _mm256_set1_ps(INFINITY);
