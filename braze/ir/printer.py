@@ -102,7 +102,7 @@ class _Printer:
             return str(x)
         if isinstance(x, int):
             return str(x)
-        k = x._key()
+        k = x.key()
         s = self._expr_cache.get(k)
         if s is None:
             s = str(self.normalize(x))

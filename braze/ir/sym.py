@@ -24,23 +24,33 @@ _INF = math.inf
 class SymExpr:
     """Base of all symbolic integer expressions (immutable, hashable)."""
 
-    __slots__ = ("_hash", "_str")
+    __slots__ = ("_hash", "_str", "_kc", "_bc")
 
     # --- identity -----------------------------------------------------------
     def _key(self) -> tuple:
         raise NotImplementedError
 
+    def key(self) -> tuple:
+        """The structural identity (equal keys: the same expression), made once: simplifying a
+        min or max compares its arguments' keys again and again (partition's substitutions)."""
+        try:
+            return self._kc
+        except AttributeError:
+            k = self._key()
+            object.__setattr__(self, "_kc", k)
+            return k
+
     def __hash__(self) -> int:
         try:
             return self._hash
         except AttributeError:
-            h = hash(self._key())
+            h = hash(self.key())
             object.__setattr__(self, "_hash", h)
             return h
 
     def __eq__(self, other) -> bool:
         if isinstance(other, SymExpr):
-            return self._key() == other._key()
+            return self is other or self.key() == other.key()
         return False
 
     def __ne__(self, other) -> bool:
@@ -92,7 +102,16 @@ class SymExpr:
         raise NotImplementedError
 
     def bounds(self) -> tuple[float, float]:
-        """Interval containing every value, from symbol ranges (may be +-inf)."""
+        """Interval containing every value, from symbol ranges (may be +-inf); made once (an
+        expression and its symbols never change), as simplifying a min or max asks it often."""
+        try:
+            return self._bc
+        except AttributeError:
+            b = self._bounds()
+            object.__setattr__(self, "_bc", b)
+            return b
+
+    def _bounds(self) -> tuple[float, float]:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -141,7 +160,7 @@ class Sym(SymExpr):
             return mapping[self.name]
         return self
 
-    def bounds(self):
+    def _bounds(self):
         return (self.lo, _INF if self.hi is None else self.hi)
 
     def range_str(self) -> str:
@@ -170,7 +189,7 @@ class FloorDiv(SymExpr):
     def subs(self, m):
         return floordiv(subs(self.a, m), subs(self.b, m))
 
-    def bounds(self):
+    def _bounds(self):
         alo, ahi = bounds(self.a)
         blo, bhi = bounds(self.b)
         if blo <= 0:
@@ -201,7 +220,7 @@ class Mod(SymExpr):
     def subs(self, m):
         return mod(subs(self.a, m), subs(self.b, m))
 
-    def bounds(self):
+    def _bounds(self):
         blo, bhi = bounds(self.b)
         if blo <= 0:
             return (-_INF, _INF)
@@ -240,7 +259,7 @@ class _MinMax(SymExpr):
         ctor = smin if self._tag == "min" else smax
         return ctor(*(subs(a, m) for a in self.args))
 
-    def bounds(self):
+    def _bounds(self):
         bs = [bounds(a) for a in self.args]
         f = type(self)._fn
         return (f(b[0] for b in bs), f(b[1] for b in bs))
@@ -309,7 +328,7 @@ class Poly(SymExpr):
             total = add(total, v)
         return total
 
-    def bounds(self):
+    def _bounds(self):
         lo = hi = 0.0
         for mono, c in self.terms:
             tlo, thi = float(c), float(c)
@@ -393,7 +412,7 @@ def _fdiv(x, y):
 
 
 def _k(x):
-    return x._key() if isinstance(x, SymExpr) else ("i", x)
+    return x.key() if isinstance(x, SymExpr) else ("i", x)
 
 
 def _fs(x):

@@ -31,7 +31,7 @@ def attr_key(v):
     if isinstance(v, (int, np.integer)):
         return ("i", int(v))
     if isinstance(v, S.SymExpr):
-        return ("s", v._key())
+        return ("s", v.key())
     if isinstance(v, DType):
         return ("d", v.name)
     if isinstance(v, str):

@@ -151,7 +151,7 @@ class MemoryPlan:
 
 
 def _key(x: IntLike):
-    return x._key() if isinstance(x, S.SymExpr) else x
+    return x.key() if isinstance(x, S.SymExpr) else x
 
 
 def _provably_le(store, a: IntLike, b: IntLike) -> bool:
