@@ -92,8 +92,8 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
                          "first_over_steady": ratio, "first_ratios": ratios,
                          "adjacent_steady_ms": statistics.median(steadies) * 1e3, "switched_over_steady": switch,
                          "dynamic_over_static": dm / sm, "rounds": len(d)})
-            print(f"  {name} {shape_str(dims)}: first {first * 1e3:.2f} ms ({ratio:.2f}x steady, {switch:.2f}x when seen "
-                  f"before; this shape's "
+            print(f"  {name} {shape_str(dims)}: first {first * 1e3:.2f} ms ({ratio:.2f}x steady, "
+                  f"{switch:.2f}x when seen before; this shape's "
                   f"{own * 1e3:.2f} ms, {faults} page faults), "
                   f"dynamic {dm * 1e3:.3f} ms, static {sm * 1e3:.3f} ms ({dm / sm:.2f}x)", flush=True)
     return {"model": name, "shapes": rows, "first_shapes": FIRST_SHAPES, "warmup_shapes": WARMUP_SHAPES}

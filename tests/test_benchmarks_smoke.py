@@ -227,7 +227,7 @@ def test_training_merges_runs_into_medians(tmp_path):
     assert "median of 3 runs" in md and "| 1.20 0.90 1.00 |" in md
 
 
-@pytest.mark.slow  # 12 s on 2 cores; a one-off measurement's tool: tests/plugin checks what the plug-in leaves to PyTorch
+@pytest.mark.slow  # 12 s on 2 cores; a one-off measurement's tool (tests/plugin: what the plug-in leaves)
 def test_torch_ops_counts_what_torch_still_runs(tmp_path):
     """The MLP's training step: eager's ATen ops counted in both graphs, none left to PyTorch."""
     row = _per_model("torch_ops", "torch_ops", tmp_path)

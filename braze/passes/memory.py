@@ -28,8 +28,8 @@ writes its result over an input of its type that it reads last (``in_place_eleme
 each element is read at its own index in the loop iteration that stores it. An activation
 no library call applies (a leaky ReLU; ReLUs were such, before the helper applied them: the
 depthwise convnet at 8x224x224 took 0.93x the time, ResNet-50 at 1x224x224 0.97x, its arena a
-third smaller) then runs over the convolution's result. Its loop kernel is marked ``in_place`` (its C declares no restrict
-pointers). These are the places a node's input and output share memory.
+third smaller) then runs over the convolution's result. Its loop kernel is marked
+``in_place`` (its C declares no restrict pointers). These are the places a node's input and output share memory.
 
 A ``scatter`` group whose result is a function result puts in place into its
 ``x`` (``in_place_inputs``) when nothing else reads ``x`` and a group of this

@@ -441,8 +441,12 @@ def test_relu_and_relu6_after_a_product_keep_nan_on_every_path(act):
     conv = b2.conv2d(b2.param("x", tensor("f32", 1, 16, h, 8)), b2.constant(w.reshape(64, 16, 1, 1), "w"),
                      b2.constant(bias, "b"), stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
     b2.ret(b2.op("clamp", [conv], **clamp))
-    linear, conv1x1 = braze.compile(b.module), braze.compile(b2.module)
-    for cm in (linear, conv1x1):
+    b3 = Builder()  # a weight read at each call (the plug-in's live weights)
+    m = b3.sym("m", 1, 1 << 16)
+    lw = b3.op("linear", [b3.param("x", tensor("f32", m, 16)), b3.param("w", tensor("f32", 64, 16))])
+    b3.ret(b3.op("clamp", [lw], **clamp))
+    linear, conv1x1, live = braze.compile(b.module), braze.compile(b2.module), braze.compile(b3.module)
+    for cm in (linear, conv1x1, live):
         lib = next(nd for nd in cm.module.main.nodes if nd.op == "fused" and nd.attrs["kind"] in ("gemm", "conv"))
         assert lib.attrs["post_ops"][-1] == act
     tw, tb = torch.from_numpy(w), torch.from_numpy(bias)
@@ -453,6 +457,8 @@ def test_relu_and_relu6_after_a_product_keep_nan_on_every_path(act):
         want = eager(F.linear(torch.from_numpy(x), tw, tb)).numpy()
         assert np.isnan(want).sum() >= 64 and (want == 0).any() and ((want == 6).any() or act == "relu")
         np.testing.assert_allclose(linear(x), want, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{rows} rows")
+        want = eager(F.linear(torch.from_numpy(x), tw)).numpy()
+        np.testing.assert_allclose(live(x, w), want, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{rows} rows, live")
         xc = np.ascontiguousarray(np.resize(x, (max(rows // 8, 1), 8, 16)).transpose(2, 0, 1))[None]
         want = eager(F.conv2d(torch.from_numpy(xc), tw.reshape(64, 16, 1, 1), tb)).numpy()
         assert np.isnan(want).sum() >= 64

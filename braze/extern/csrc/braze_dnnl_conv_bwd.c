@@ -151,7 +151,8 @@ static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *d
     if (N >= 0 && H > 0 && W > 0 && OH == CONV_OH(P, H) && OW == CONV_OW(P, W) && (OH == 0 || OW == 0)) {
         /* the forward convolution's output is empty (a dilated kernel wider than the padded input,
          * fuzz seed 5532): both gradients are zeros (oneDNN takes no zero-sized dims) */
-        size_t n = dir == CONV_BWD_DATA ? (size_t)(N * P->IC * H * W) : (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW);
+        size_t n = dir == CONV_BWD_DATA ? (size_t)(N * P->IC * H * W)
+                                        : (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW);
         if (n && out) memset(out, 0, n * 4);
         return 0;
     }
