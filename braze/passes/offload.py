@@ -19,6 +19,8 @@ run raises ``UnsupportedOpError`` here, with the op's source location.
 
 from __future__ import annotations
 
+import math
+
 from ..errors import BrazeError, UnsupportedOpError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
@@ -46,9 +48,11 @@ def activation_name(n: Node) -> str | None:
     """The post-op name of an activation node a library call can apply, else None."""
     if n.op == "gelu":
         return "gelu_tanh" if n.attrs.get("approximate") == "tanh" else "gelu"
-    if n.op == "clamp":
+    if n.op == "clamp":  # a lower bound of +0 (clamp(x, -0.0) gives -0 below it)
         lo, hi = n.attrs.get("min"), n.attrs.get("max")
-        return {(0.0, None): "relu", (0.0, 6.0): "relu6"}.get((lo, hi)) if n.outputs[0].dtype.is_float else None
+        if lo != 0 or math.copysign(1.0, lo) < 0 or not n.outputs[0].dtype.is_float:
+            return None
+        return {None: "relu", 6.0: "relu6"}.get(hi)
     return n.op if n.op in ACTIVATIONS else None
 
 

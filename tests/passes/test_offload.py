@@ -114,6 +114,7 @@ def test_a_transposed_left_operand_takes_no_post_ops(P):
     ('clamp(%0) {min=0.0}', ["relu"], []),
     ('clamp(%0) {min=0.0, max=5.0}', [], ["clamp"]),  # no post-op of the helper's
     ('clamp(%0) {min=-1.0, max=1.0}', [], ["clamp"]),
+    ('clamp(%0) {min=-0.0, max=6.0}', [], ["clamp"]),  # -0 below the bound, where the helper gives +0
 ])
 def test_relu_and_relu6_are_post_ops_the_helper_applies_itself(P, act, post, rest):
     # the helper's eager relu keeps NaN and -0 (oneDNN's would not: braze_dnnl.h); nothing is
