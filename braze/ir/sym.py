@@ -26,6 +26,12 @@ class SymExpr:
 
     __slots__ = ("_hash", "_str", "_kc", "_bc")
 
+    def _made(self, slot: str, value):
+        """``value`` kept in ``slot`` (an expression never changes, so what it makes once holds):
+        the fast path of key, hash, str and bounds reads the slot itself."""
+        object.__setattr__(self, slot, value)
+        return value
+
     # --- identity -----------------------------------------------------------
     def _key(self) -> tuple:
         raise NotImplementedError
@@ -36,17 +42,13 @@ class SymExpr:
         try:
             return self._kc
         except AttributeError:
-            k = self._key()
-            object.__setattr__(self, "_kc", k)
-            return k
+            return self._made("_kc", self._key())
 
     def __hash__(self) -> int:
         try:
             return self._hash
         except AttributeError:
-            h = hash(self.key())
-            object.__setattr__(self, "_hash", h)
-            return h
+            return self._made("_hash", hash(self.key()))
 
     def __eq__(self, other) -> bool:
         if isinstance(other, SymExpr):
@@ -61,9 +63,7 @@ class SymExpr:
         try:
             return self._str
         except AttributeError:
-            t = self._text()
-            object.__setattr__(self, "_str", t)
-            return t
+            return self._made("_str", self._text())
 
     def _text(self) -> str:
         raise NotImplementedError
@@ -107,9 +107,7 @@ class SymExpr:
         try:
             return self._bc
         except AttributeError:
-            b = self._bounds()
-            object.__setattr__(self, "_bc", b)
-            return b
+            return self._made("_bc", self._bounds())
 
     def _bounds(self) -> tuple[float, float]:
         raise NotImplementedError
