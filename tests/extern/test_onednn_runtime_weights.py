@@ -356,3 +356,20 @@ def _fingerprint_ref(data: bytes) -> int:
 def test_fingerprint_matches_reference(lib, nbytes):
     a = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
     assert lib.braze_fingerprint(_p(a), nbytes) == _fingerprint_ref(a.tobytes())
+
+
+@pytest.mark.parametrize("M", [3, 200])  # the small-M kernel's rows and oneDNN's
+def test_an_eager_relu_before_a_residual_is_refused_with_what_to_do(lib, M):
+    """BRAZE_ACT_RELU_EAGER / RELU6_EAGER run after the product (braze_dnnl.h), so before a
+    residual add they are an error that says so; after it (BRAZE_ACT_AFTER_RESIDUAL) they run."""
+    rng = np.random.default_rng(0)
+    A, W = rng.standard_normal((M, 16), dtype=np.float32), rng.standard_normal((8, 16), dtype=np.float32)
+    r, out = rng.standard_normal((M, 8), dtype=np.float32), np.empty((M, 8), np.float32)
+    err = _err()
+    for act in (7, 8):
+        assert lib.braze_matmul_w(M, 8, 16, _p(A), _p(W), 1, None, _p(r), act, _p(out), err, ERRLEN) != 0
+        assert b"cannot come before a residual add" in err.value and b"BRAZE_ACT_AFTER_RESIDUAL" in err.value
+        assert lib.braze_matmul_w(M, 8, 16, _p(A), _p(W), 1, None, _p(r), act | 0x100, _p(out), err,
+                                  ERRLEN) == 0, err.value
+        want = np.maximum(A @ W.T + r, 0)
+        np.testing.assert_allclose(out, np.minimum(want, 6) if act == 8 else want, rtol=1e-5, atol=1e-5)

@@ -419,10 +419,11 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
     {
         dnnl_alg_kind_t alg;
         float al;
-        if (act_alg(act, &alg, &al) < 0 || !eager_act_fits(act, residual != NULL)) {
+        if (act_alg(act, &alg, &al) < 0) {
             set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
             return 1;
         }
+        if (eager_act_refused(act, residual != NULL, ctx, err, errlen)) return 1;
         if (SRC_DT(act) != P->dt) {
             set_err(err, errlen, "braze_dnnl: the input is %s but the weights are %s (%s)", dt_name(SRC_DT(act)),
                     dt_name(P->dt), ctx);
@@ -481,7 +482,7 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
         if (residual && residual != Y)
             memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * dt_size(DST_DT(act)));
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
-        braze_after_act(act, (float *)Y, 1, N * OH * OW * P->OC, N * OH * OW * P->OC);
+        braze_after_act(act, (float *)Y, N * OH * OW * P->OC);
     }
     rc = 0;
 fail:

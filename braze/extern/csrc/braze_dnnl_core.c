@@ -468,26 +468,23 @@ static inline float eager_relu(int act, float v) {
     return v < 0.f ? 0.f : v;
 }
 
-/* An eager activation over C (rows x n, rows ld floats apart) after oneDNN's primitive wrote
- * it, in the calling thread's team, as braze's own kernel after the product would have. */
-static void braze_after_act(int act, float *C, int64_t rows, int64_t n, int64_t ld) {
-    if (!eager_act(act) || rows <= 0 || n <= 0) return;
-    if (ld == n) {
-        n *= rows;
-        rows = 1;
-    }
-    int64_t chunk = 16384, pieces = rows * ((n + chunk - 1) / chunk), per_row = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (rows * n >= 65536)
-    for (int64_t p = 0; p < pieces; p++) {
-        float *c = C + (p / per_row) * ld;
-        int64_t j1 = (p % per_row) * chunk + chunk < n ? (p % per_row) * chunk + chunk : n;
-        for (int64_t j = (p % per_row) * chunk; j < j1; j++) c[j] = eager_relu(act, c[j]);
-    }
+/* An eager activation over the n floats of C after oneDNN's primitive wrote them (dense: a
+ * matmul's M x N, a convolution's output), in the calling thread's team, as braze's own kernel
+ * after the product would have. */
+static void braze_after_act(int act, float *C, int64_t n) {
+    if (!eager_act(act) || n <= 0) return;
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; i++) C[i] = eager_relu(act, C[i]);
 }
 
-/* An eager activation is applied after everything oneDNN's primitive did: a residual only before it */
-static int eager_act_fits(int act, int has_res) {
-    return !eager_act(act) || !has_res || (act & BRAZE_ACT_AFTER_RESIDUAL);
+/* An eager activation is applied after everything oneDNN's primitive did, so a residual only
+ * before it: 0, or 1 with err set (saying so, in ctx) */
+static int eager_act_refused(int act, int has_res, const char *ctx, char *err, int errlen) {
+    if (!eager_act(act) || !has_res || (act & BRAZE_ACT_AFTER_RESIDUAL)) return 0;
+    set_err(err, errlen, "braze_dnnl: activation %d (eager relu/relu6) is applied after the product, so it cannot "
+            "come before a residual add; pass BRAZE_ACT_AFTER_RESIDUAL or add the residual after the call (%s)",
+            act, ctx);
+    return 1;
 }
 
 /* 1: an oneDNN eltwise post-op (alg, alpha); 0: none (no activation, or one braze applies after

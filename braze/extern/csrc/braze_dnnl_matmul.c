@@ -340,10 +340,11 @@ static int matmul_args(int64_t M, int64_t N, int64_t K, const void *A, int w_ok,
         set_err(err, errlen, "braze_dnnl: invalid arguments (%s; A=%p C=%p)", ctx, (const void *)A, (void *)C);
         return 1;
     }
-    if (act_alg(act, &alg, &al) < 0 || !eager_act_fits(act, residual != NULL)) {
+    if (act_alg(act, &alg, &al) < 0) {
         set_err(err, errlen, "braze_dnnl: unknown activation code %d (%s)", act, ctx);
         return 1;
     }
+    if (eager_act_refused(act, residual != NULL, ctx, err, errlen)) return 1;
     if (M == 0 || N == 0) return 2;
     if (K == 0) {
         empty_k_epilogue(M, N, bias, residual, act, C);
@@ -385,7 +386,7 @@ static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, con
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1, mr};
         }
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
-        braze_after_act(act, (float *)C, M, N, N);
+        braze_after_act(act, (float *)C, M * N);
     }
     rc = 0;
 fail:
