@@ -1,11 +1,13 @@
 """Convolutions layer by layer: braze's kernel counters next to OpenVINO's per-layer counters.
 
     python -m benchmarks.conv_layers [--models resnet50,depthwise] [--shapes full] [--threads 2]
-                                     [--min-time 2.0] [--out benchmarks/results] [--stem conv_layers]
+                                     [--min-time 2.0] [--precision fp32|bf16]
+                                     [--out benchmarks/results] [--stem conv_layers]
 
 Per model, in one process: braze compiles the zoo model once (dynamic dims, ``debug=3``: a
 time counter around every kernel). OpenVINO compiles the same model's .onnx for each shape
-(static, ``PERF_COUNT``, f32, the thread count, LATENCY): with dynamic dims its counters missed up
+(static, ``PERF_COUNT``, f32, the thread count, LATENCY; with ``--precision bf16``, braze's
+``precision="bf16"`` policy against OpenVINO's bf16 hint): with dynamic dims its counters missed up
 to a third of a call (ResNet-50 at 2x96x128: 7.4 of 12.2 ms). Per shape, blocks of calls alternate between the two (a pause between blocks lets the other's threads go
 idle) until ``--min-time`` seconds and at least 5 blocks each; per layer, the median over blocks
 of the time per call.
@@ -13,14 +15,16 @@ of the time per call.
 Layers are matched by what they compute, not by name: a convolution's signature is its kernel,
 stride, channels, groups and output size (``3x3/s1 64->64 g1 @56x56``). braze's time for a
 signature is its convolution kernels plus the elementwise kernels that only apply an activation
-to their output (a ReLU braze runs apart, over the result in place), since OpenVINO fuses those
-into the convolution; so is a residual add, which both fuse. Everything else is one row per kind
+to their output (a ReLU braze runs apart, over the result in place, or a cast to 16 bits), since
+OpenVINO fuses those into the convolution; so is a residual add, which both fuse. Everything else is one row per kind
 of kernel (braze) or layer type (OpenVINO). The counters cost time of their own, so the totals
 are above a plain call's.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -30,7 +34,9 @@ from .run import per_model_main, per_model_markdown, shape_str
 
 DEFAULT_MODELS = ["resnet50", "depthwise"]
 BLOCK_S = 0.2  # seconds of calls per block
-_ACTIVATIONS = {"relu", "clamp"}
+_ACTIVATIONS = {"relu", "clamp", "cast"}  # a cast stands for the store to 16 bits that OpenVINO fuses
+# braze's precision= policy -> OpenVINO's INFERENCE_PRECISION_HINT
+OV_PRECISION = {"fp32": "f32", "bf16": "bf16"}
 
 
 def _sig(kh, kw, stride, ic, oc, groups, oh, ow) -> str:
@@ -75,7 +81,7 @@ def braze_layers(module, dims: dict) -> tuple[dict[str, str], Counter]:
             convs[sig] += 1
         elif {m.op for m in f.nodes if m.op not in ("constant",)} <= _ACTIVATIONS and \
                 id(n.inputs[0]) in made:
-            out[callee] = made[id(n.inputs[0])]
+            out[callee] = made[id(n.outputs[0])] = made[id(n.inputs[0])]
         else:
             out[callee] = f"other: {kind}"
     return out, convs
@@ -100,7 +106,7 @@ def ov_layers(model) -> dict[str, str]:
     return out
 
 
-def measure(name: str, shapes: list[dict], min_time: float) -> dict:
+def measure(name: str, shapes: list[dict], min_time: float, precision: str = "fp32") -> dict:
     import numpy as np
     import openvino as ov
     import torch
@@ -112,7 +118,7 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
     zm = zoo.get(name)
     with torch.no_grad():
         cm = braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes,
-                           options={"debug": 3})
+                           precision=precision, options={"debug": 3})
     onnx_dir = tempfile.mkdtemp(prefix="conv_layers_")
     path, _ = _onnx_file(zm, onnx_dir)
     core = ov.Core()
@@ -128,7 +134,8 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
         static.reshape({k: list(v.shape) for k, v in feed.items()})
         ov_map = ov_layers(static)
         req = core.compile_model(static, "CPU", {
-            "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
+            "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": OV_PRECISION[precision],
             "PERF_COUNT": "YES"}).create_infer_request()
         for _ in range(3):
             cm(*x)
@@ -221,7 +228,11 @@ def to_markdown(doc: dict) -> str:
 
 
 def main(argv=None) -> int:
-    return per_model_main(argv, __doc__, DEFAULT_MODELS, measure, to_markdown, "conv_layers", 2.0)
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--precision", choices=list(OV_PRECISION), default="fp32")
+    known, rest = ap.parse_known_args(argv)
+    return per_model_main(rest, __doc__, DEFAULT_MODELS, functools.partial(measure, precision=known.precision),
+                          to_markdown, "conv_layers", 2.0)
 
 
 if __name__ == "__main__":

@@ -230,13 +230,13 @@ def compile_to_c(module: Module, isa, options: Options | None = None, copy: bool
 
 def target_precision(policy: str, isa, keep: tuple[str, ...] = ()) -> dict:
     """The module's ``precision`` block for this policy on this CPU (passes/precision.py). A 16-bit
-    policy the library does not run natively here compiles float32, with a warning."""
-    from .passes.precision import POLICY_DTYPES, library_dtypes
+    policy whose products would not be faster here (``policy_pays``) compiles float32, with a warning."""
+    from .passes.precision import POLICY_FEATURES, library_dtypes, policy_pays
     library = library_dtypes(isa.host_features)
-    if POLICY_DTYPES[policy].name not in library:
-        feature = {"bf16": "AVX512_BF16 or AMX-BF16", "fp16": "AVX512_FP16 or AMX-FP16"}[policy]
-        warnings.warn(BrazeWarning(f"precision={policy!r}: this CPU has no {feature}, so its {policy} GEMMs and "
-                                   f"convolutions would be slower than float32; compiling float32"))
+    if not policy_pays(policy, isa.host_features):
+        warnings.warn(BrazeWarning(f"precision={policy!r}: this CPU has no {POLICY_FEATURES[policy][1]}, so its "
+                                   f"{policy} GEMMs and convolutions would not be faster than float32; compiling "
+                                   f"float32"))
         policy = "fp32"
     out = {"policy": policy, "library": library}
     if keep and policy != "fp32":
@@ -246,8 +246,13 @@ def target_precision(policy: str, isa, keep: tuple[str, ...] = ()) -> dict:
 
 def kernel_rules(isa) -> str:
     """The default dispatch rules of the helper built for ``isa`` (braze/tune/products.py's RULES):
-    "avx2" where it has AVX2 and FMA but not AVX-512 (braze_dnnl_smallm_avx2.c), else ""."""
-    return "avx2" if getattr(isa, "kind", "cpu") == "cpu" and isa.name == "avx2" and "fma" in isa.features else ""
+    "avx2" where it has AVX2 and FMA but not AVX-512 (braze_dnnl_smallm_avx2.c), "amx" at AVX-512 on
+    a CPU with AMX-BF16 (oneDNN's bfloat16 products run on its tiles there), else ""."""
+    if getattr(isa, "kind", "cpu") != "cpu":
+        return ""
+    if isa.name == "avx2" and "fma" in isa.features:
+        return "avx2"
+    return "amx" if isa.name == "avx512" and "amx_bf16" in isa.host_features else ""
 
 
 def tuning_block(opts: Options, isa) -> dict:

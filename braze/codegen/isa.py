@@ -73,6 +73,9 @@ _MACRO = {
     "avx512vl": "__AVX512VL__", "avx512dq": "__AVX512DQ__", "avx512cd": "__AVX512CD__",
     "avx512_bf16": "__AVX512BF16__", "avx512_vnni": "__AVX512VNNI__",
     "avx512_fp16": "__AVX512FP16__",
+    # run-time features only (no flag enables them in braze's C): oneDNN's AMX kernels, which the
+    # default dispatch rules and the precision policy depend on
+    "amx_tile": "__AMX_TILE__", "amx_bf16": "__AMX_BF16__", "amx_fp16": "__AMX_FP16__",
 }
 
 

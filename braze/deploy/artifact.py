@@ -27,13 +27,22 @@ from ..runtime.tensors import DTYPE_CODE
 
 ARTIFACT_ABI = 1  # the artifact's layout and C API; braze.load and the loader refuse others
 LIBRARY = "libbraze_model.so"
-HELPER = "libbraze_dnnl.so"
 WEIGHTS = "weights.safetensors"
 META = "meta.json"
 HEADER = "braze_model.h"
 MODULE = "module.braze"  # the module after the graph passes: `braze tune --artifact` compiles it again
 TUNE_DB = "tune.jsonl"  # the tuning database's records of this model's products (braze/tune/db.py)
 _CSRC = Path(__file__).resolve().parent / "csrc"
+
+def helper_name(isa) -> str:
+    """The file name and soname of an artifact's copy of the oneDNN helper: one per helper build
+    (source, oneDNN, ISA flags). The dynamic loader takes a library whose soname it already holds
+    for any other that names it, so two artifacts saved at two ISA levels, loaded in one process,
+    would otherwise both run the first one's kernels."""
+    from ..extern import onednn
+    key = hashlib.sha256(" ".join([onednn.helper_build_id(), *isa.cflags]).encode()).hexdigest()[:16]
+    return f"libbraze_dnnl-{key}.so"
+
 
 # cpuinfo flag -> __builtin_cpu_supports name
 _CPU_NAME = {"avx512_bf16": "avx512bf16", "avx512_vnni": "avx512vnni", "avx512_fp16": "avx512fp16",
@@ -156,6 +165,7 @@ def save(model, path) -> Path:
 
     link_inputs = []
     if native.uses_library:
+        HELPER = helper_name(isa)
         helper = compile_shared(onednn.helper_text(), name="braze_dnnl", include_dirs=onednn.include_dirs(),
                                 library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=["$ORIGIN"],
                                 extra_cflags=[*onednn.extra_link_flags(), f"-Wl,-soname,{HELPER}"],

@@ -262,8 +262,9 @@ def add_parsers(sub, add_dim) -> None:
                    "runtime's)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="the dtype GEMMs, batched matmuls and convolutions of a float32 model compute in: fp32, "
-                        "or bf16 / fp16 (about twice as fast where the CPU has AVX512_BF16 / AVX512_FP16 or AMX; "
-                        "the weights are saved in it; docs/precision.md). Default: BRAZE_PRECISION, else fp32")
+                        "or bf16 (2x or more where the CPU has AVX512_BF16 or AMX-BF16) or fp16 (where it has AMX-FP16; "
+                        "elsewhere either compiles fp32, with a warning); the weights are saved in it; "
+                        "docs/precision.md). Default: BRAZE_PRECISION, else fp32")
     p.add_argument("--target", default=None, metavar="TARGET",
                    help="cpu (this machine at its best instruction set, the default); cpu-x86:LEVEL (avx512, "
                         "avx2, sse or scalar: for CPUs with that level, no higher than this machine's); or "

@@ -5,7 +5,8 @@
 module's ``precision`` block): ``policy`` is "fp32", "bf16" or "fp16"; ``library`` lists the
 operand dtypes the GEMM / convolution library runs natively here (float32 always; bfloat16
 with AVX512_BF16 or AMX-BF16; float16 with AVX512_FP16 or AMX-FP16); ``keep`` lists op names
-and module paths the user keeps in float32 (``Options.precision_keep``).
+and module paths the user keeps in float32 (``Options.precision_keep``). A 16-bit policy is
+taken only where its products are faster than float32's (``policy_pays``: fp16 needs AMX-FP16).
 
 For every product in ``LOW_PRECISION_OPS`` this pass:
 
@@ -55,6 +56,20 @@ HALF = (DType.bfloat16, DType.float16)
 # -0 aside: a negative that rounds to -0 stays -0, as in a 16-bit model), and moves no element
 # into another; a cast to 16 bits moves above them
 COMMUTES_WITH_ROUNDING = ("relu", "max_pool2d", "permute", "reshape")
+
+
+# the CPU features under which a 16-bit policy's products beat float32's, with the words a
+# warning names them by. AVX512_FP16 alone is not one: oneDNN 3.2's float16 kernels there
+# (brg:avx512_core_fp16) widen to float32 for the FMAs, and the fp16 policy took 1.02-1.12x float32's
+# time on BERT-base (Xeon with AMX-BF16 but not AMX-FP16), where bf16 took 0.28-0.32x
+POLICY_FEATURES = {"bf16": (("avx512_bf16", "amx_bf16"), "AVX512_BF16 or AMX-BF16"),
+                   "fp16": (("amx_fp16",), "AMX-FP16")}
+
+
+def policy_pays(policy: str, host_features) -> bool:
+    """Whether a ``precision=policy`` compile's 16-bit products are faster than float32 on a CPU
+    with these features (float32 always "pays")."""
+    return policy == "fp32" or bool(set(POLICY_FEATURES[policy][0]) & set(host_features))
 
 
 def library_dtypes(host_features) -> tuple[str, ...]:

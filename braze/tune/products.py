@@ -17,8 +17,10 @@ to ``SMALL_M_MAX`` rows (measured on BERT-base's GEMMs, docs/gemm.md), for a 1x1
 oneDNN's convolution. A helper built for AVX2 without AVX-512 has kernels of its own
 (braze_dnnl_smallm_avx2.c), with its own rules, ``AVX2_DEFAULTS``: the small-M kernel up to
 ``AVX2_SMALL_M_MAX`` rows, and up to ``AVX2_TINY_MAX_M`` for a weight of at most
-``AVX2_TINY_WEIGHT`` elements (no oneDNN primitive to create at a new shape). The module's
-``tuning`` block names the rules (``rules "avx2"``; none: ``DEFAULTS``). The dispatch pass writes
+``AVX2_TINY_WEIGHT`` elements (no oneDNN primitive to create at a new shape). On a CPU with
+AMX-BF16, ``AMX_DEFAULTS`` give a bfloat16 GEMM the small-M kernel up to
+``AMX_BF16_SMALL_M_MAX`` rows only. The module's ``tuning`` block names the rules
+(``rules "avx2"``, ``rules "amx"``; none: ``DEFAULTS``). The dispatch pass writes
 a table on every such call (``dispatch`` on its ``fused`` node); the host turns it into range
 tests on M.
 """
@@ -45,7 +47,12 @@ AVX2_SMALL_M_MAX = 127
 AVX2_TINY_WEIGHT = 1024
 AVX2_TINY_MAX_M = (1 << 14) - 1
 AVX2_DEFAULTS = {"gemm": ((AVX2_SMALL_M_MAX, "smallm"), (None, "dnnl")), "conv1x1": ((None, "conv"),)}
-RULES = {"": DEFAULTS, "avx2": AVX2_DEFAULTS}
+# AMX-BF16: oneDNN's bfloat16 products run on the tiles, and on BERT-base's weights took 0.81x the
+# small-M kernel's (VDPBF16PS) time at 8 rows and 0.32x at 48, 1.00x at 4 and 1.7-1.8x at 1-2
+# (benchmarks.small_m, Xeon with AMX); float32 keeps DEFAULTS
+AMX_BF16_SMALL_M_MAX = 4
+AMX_DEFAULTS = {**DEFAULTS, "gemm bfloat16": ((AMX_BF16_SMALL_M_MAX, "smallm"), (None, "dnnl"))}
+RULES = {"": DEFAULTS, "avx2": AVX2_DEFAULTS, "amx": AMX_DEFAULTS}
 AVX2_TINY = {"gemm": ((AVX2_TINY_MAX_M, "smallm"), (None, "dnnl")),
              "conv1x1": ((AVX2_TINY_MAX_M, "smallm"), (None, "conv"))}
 CHOICES = {"gemm": ("smallm", "dnnl", "dnnl_rt"), "conv1x1": ("conv", "smallm", "dnnl", "dnnl_rt")}
@@ -61,18 +68,19 @@ GEMV_ROWS = 2
 
 
 def default_rule(kind: str, rules: str = "", n: int | None = None, k: int | None = None, act: int = 0,
-                 residual: bool = False) -> tuple:
+                 residual: bool = False, dtype: str = "float32") -> tuple:
     """The table braze runs for a product of this kind where nothing was measured, under the
-    helper's ``rules`` ("" or "avx2"), for a weight of ``n`` x ``k`` (None: not known), the
-    activation ``act`` (ACT_CODES' value) in its epilogue and whether it adds a residual: oneDNN's
-    kernels where no small-M kernel takes the activation."""
+    helper's ``rules`` (RULES' keys), for a weight of ``n`` x ``k`` (None: not known), the
+    activation ``act`` (ACT_CODES' value) in its epilogue, whether it adds a residual, and its
+    operands' ``dtype`` (a rule set may have one of its own: "gemm bfloat16"): oneDNN's kernels
+    where no small-M kernel takes the activation."""
     if act not in SMALLM_ACTS:
         if kind == "conv1x1":
             return ((None, "conv"),)
         return ((None, "dnnl"),) if residual else ((GEMV_ROWS, "dnnl_rt"), (None, "dnnl"))
     if rules == "avx2" and n is not None and k is not None and n * k <= AVX2_TINY_WEIGHT:
         return AVX2_TINY[kind]
-    return RULES[rules][kind]
+    return RULES[rules].get(f"{kind} {dtype}", RULES[rules][kind])
 
 
 @dataclass(frozen=True)
@@ -115,10 +123,12 @@ class Call:
     M: object
     site: ProductSite | None
     rules: str = ""
+    dtype: str = "float32"  # the left operand's
 
     @property
     def default(self) -> tuple:
-        return self.site.default if self.site is not None else default_rule(self.kind, self.rules)
+        return self.site.default if self.site is not None else \
+            default_rule(self.kind, self.rules, dtype=self.dtype)
 
 
 def _epilogue(n: Node, anchor: Node) -> tuple[bool, bool, int]:
@@ -166,6 +176,6 @@ def library_call(module: Module, n: Node) -> Call | None:
         K, M, transposed = x.shape[-1], S.prod(x.shape[:-1]), 1 if anchor.op == "linear" or tb else 0
     rules = module.tuning.get("rules", "")
     if not (isinstance(N, int) and isinstance(K, int)) or not _float32(n, x, w):
-        return Call(kind, M, None, rules)
+        return Call(kind, M, None, rules, x.dtype.name)
     bias, residual, act = _epilogue(n, anchor)
     return Call(kind, M, ProductSite(N, K, transposed, bias, residual, act, kind=kind, rules=rules), rules)

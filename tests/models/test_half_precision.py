@@ -22,12 +22,11 @@ pytest.importorskip("transformers")
 import braze  # noqa: E402
 from braze import zoo_archs  # noqa: E402
 from braze.codegen.isa import host_isa  # noqa: E402
-from braze.passes.precision import library_dtypes  # noqa: E402
+from braze.passes.precision import policy_pays  # noqa: E402
 from braze.testing import rel_error  # noqa: E402
 
 # a policy whose dtype the CPU has no fast GEMMs for compiles float32, with one warning
-POLICY_RUNS = {"bf16": "bfloat16" in library_dtypes(host_isa().host_features),
-               "fp16": "float16" in library_dtypes(host_isa().host_features)}
+POLICY_RUNS = {p: policy_pays(p, host_isa().host_features) for p in ("bf16", "fp16")}
 
 pytestmark = pytest.mark.usefixtures("module_cache")
 

@@ -207,6 +207,13 @@ def test_a_policy_the_cpu_cannot_run_compiles_float32_with_a_warning():
         assert target_precision("bf16", isa) == {"policy": "fp32", "library": ("float32",)}
     bf16_cpu = types.SimpleNamespace(host_features=frozenset({"avx512_bf16"}))
     assert target_precision("bf16", bf16_cpu)["policy"] == "bf16"
+    # AVX512_FP16 runs float16 natively (a float16 model's products), but widens it for the FMAs:
+    # the policy would be no faster than float32 there
+    fp16_cpu = types.SimpleNamespace(host_features=frozenset({"avx512_bf16", "avx512_fp16", "amx_bf16"}))
+    with pytest.warns(BrazeWarning, match="no AMX-FP16.*not be faster than float32; compiling float32"):
+        assert target_precision("fp16", fp16_cpu) == {"policy": "fp32", "library": ("float32", "bfloat16", "float16")}
+    amx_fp16 = types.SimpleNamespace(host_features=frozenset({"avx512_fp16", "amx_fp16"}))
+    assert target_precision("fp16", amx_fp16)["policy"] == "fp16"
 
 
 def test_the_precision_block_round_trips(P):

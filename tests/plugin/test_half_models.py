@@ -121,8 +121,8 @@ def test_the_bf16_policy_reads_live_weights_at_every_call(fresh_warnings):
         check(5)
     said = [str(w.message) for w in caught if issubclass(w.category, BrazeWarning)]
     from braze.codegen.isa import host_isa
-    from braze.passes.precision import library_dtypes
-    if "bfloat16" in library_dtypes(host_isa().host_features):
+    from braze.passes.precision import policy_pays
+    if policy_pays("bf16", host_isa().host_features):
         assert not said
     else:  # a CPU without AVX512_BF16 or AMX-BF16 compiles float32, and says so
         assert said and all("compiling float32" in m for m in said), said

@@ -116,6 +116,16 @@ def test_lower_host_and_asking_higher(monkeypatch, fresh_detection):
 
 
 @pytest.mark.skipif(not X86, reason="x86 host")
+def test_amx_is_a_host_feature_no_flag_enables(monkeypatch, fresh_detection):
+    """AMX's tiles are oneDNN's to use (the default dispatch rules depend on them), never braze's C."""
+    avx2 = {"sse2", "sse3", "avx", "avx2", "fma"}
+    monkeypatch.setattr(I, "_cpuinfo_flags", lambda: avx2 | {"amx_tile", "amx_bf16", "frobnicate"})
+    isa = I.host_isa()
+    assert {"amx_tile", "amx_bf16"} <= isa.host_features and "frobnicate" not in isa.host_features
+    assert not {"amx_tile", "amx_bf16"} & isa.features and not any("amx" in f for f in isa.cflags)
+
+
+@pytest.mark.skipif(not X86, reason="x86 host")
 def test_compiler_rejecting_flags_falls_back(monkeypatch, fresh_detection):
     real = I._compiler_accepts.__wrapped__
 
@@ -165,13 +175,19 @@ def test_a_cpu_level_target_compiles_and_saves_for_that_level(tmp_path):
     m.save(tmp_path / "art")
     saved = json.loads((tmp_path / "art" / "meta.json").read_text())["isa"]
     assert saved["name"] == "avx2" and not any(f.startswith("avx512") for f in saved["features"])
-    np.testing.assert_array_equal(braze.load(tmp_path / "art")(a), m(a))
     # the host's best level in the same process: a second helper build, loaded beside the first
     best = braze.compile(b.module, target="cpu", options={"cache_dir": str(tmp_path / "cache")})
     assert best._native.isa == I.host_isa().name
     np.testing.assert_allclose(best(a), m(a), rtol=1e-5)
+    # each artifact runs its own helper's kernels, whichever was loaded first (a helper of one name
+    # for every level ran the first one's for both: other bits than the model it was saved from)
+    best.save(tmp_path / "best")
+    np.testing.assert_array_equal(braze.load(tmp_path / "best")(a), best(a))
+    np.testing.assert_array_equal(braze.load(tmp_path / "art")(a), m(a))
     # the tuning database measures this host's kernels: a lower level keeps the default rules
-    assert (m.module.tuning == {}) == (best._native.isa != "avx2") and best.module.tuning["mode"] == "cached"
+    # (the AVX2 helper's own default rules, named whatever the level's host)
+    assert ("mode" not in m.module.tuning) == (best._native.isa != "avx2") and best.module.tuning["mode"] == "cached"
+    assert m.module.tuning["rules"] == "avx2"
 
 
 @pytest.mark.skipif(not X86, reason="x86 host")

@@ -16,7 +16,7 @@ from braze.tune.db import env_key, environment
 from braze.pipeline import kernel_rules
 from braze.tune.products import DEFAULT, default_rule, library_call
 
-RULES = kernel_rules(host_isa())  # this host's helper's default rules ("avx2" or none)
+RULES = kernel_rules(host_isa())  # this host's helper's default rules ("avx2", "amx" or none)
 RULE = default_rule("gemm", RULES)  # the MLP's products' default (neither weight is tiny)
 
 
@@ -64,6 +64,11 @@ def test_the_helpers_rules_come_from_the_target():
     for other in (ISA("avx512", 64, features=frozenset({"avx2", "fma", "avx512f"})), ISA("sse", 16), ISA("scalar", 0)):
         assert kernel_rules(other) == ""
     assert tuning_block(Options(tune="off"), avx2) == {"rules": "avx2"}
+    # oneDNN's bfloat16 products run on AMX tiles where the CPU has them, whatever braze's C uses
+    amx = ISA("avx512", 64, features=frozenset({"avx2", "fma", "avx512f"}), host_features=frozenset({"amx_bf16"}))
+    assert kernel_rules(amx) == "amx"
+    assert kernel_rules(ISA("avx2", 32, features=frozenset({"avx", "avx2", "fma"}),
+                            host_features=frozenset({"amx_bf16"}))) == "avx2"
 
 
 def test_the_avx2_rules_in_the_ir():
@@ -88,6 +93,28 @@ def test_the_avx2_rules_in_the_ir():
     m.tuning = {"rules": "avx3"}
     with pytest.raises(BrazeError, match="default rules 'avx3'"):
         dispatch(m)
+
+
+def test_the_amx_rules_in_the_ir():
+    """This IR in (``rules "amx"``), these tables out: a bfloat16 product takes the small-M kernel
+    up to 4 rows only (AMX's tiles are faster from 8), a float32 one the usual 48."""
+    torch = pytest.importorskip("torch")
+    from torch.export import Dim
+
+    from braze.pipeline import run_pipeline
+    from braze.tune.dispatch import dispatch
+    from braze.tune.products import AMX_BF16_SMALL_M_MAX
+    torch.manual_seed(0)
+    for dtype, table in ((torch.bfloat16, ((AMX_BF16_SMALL_M_MAX, "smallm"), (None, "dnnl"))),
+                         (torch.float32, DEFAULT)):
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).eval()
+        mod = _imported(model.to(dtype), (torch.randn(3, 64, dtype=dtype),), {"input": {0: Dim("batch", min=1, max=300)}})
+        mod.precision = {"policy": "fp32", "library": ("float32", "bfloat16")}  # bf16 products stay bf16
+        m = run_pipeline(mod, options=Options(tune="off"))
+        m.tuning = {"rules": "amx"}
+        assert _tables(dispatch(parse_module(str(m)))) == [table, table]
+        m.tuning = {}
+        assert _tables(dispatch(m)) == [DEFAULT, DEFAULT]
 
 
 def test_a_product_whose_activation_no_small_m_kernel_applies_gets_onednn_everywhere():
