@@ -203,14 +203,12 @@ def lower_kernels(module: Module) -> Kernels:
 
 
 def _writes_over_an_input(n) -> bool:
-    """Whether memory planning put the fused node's output where one of its inputs was."""
-    at = (n.attrs.get("arena") or [-1])[0]
-    if at == -1:
-        return False
+    """Whether memory planning put one of the fused node's outputs where one of its inputs was."""
+    outs = {str(at) for at in n.attrs.get("arena") or () if at != -1}
     for x in n.inputs:
         p = x.producer
         if p is not None and p.op == "fused" and p.attrs.get("arena") is not None:
-            if str(p.attrs["arena"][p.outputs.index(x)]) == str(at):
+            if str(p.attrs["arena"][p.outputs.index(x)]) in outs:
                 return True
     return False
 

@@ -239,20 +239,24 @@ def in_place_elementwise(module: Module, f: Function, last_use: dict[int, int] |
     """id(output) -> the input it is written over, for each ``pointwise`` group of elementwise ops
     only (each output element reads its operands at its own index, in the same loop iteration
     that stores it) with an input of the output's type that a fused group made and that no later
-    node reads: a leaky ReLU after a convolution writes over the convolution's result."""
+    node reads: a leaky ReLU after a convolution writes over the convolution's result (and under a
+    bf16 policy ResNet's relu after its residual add, which also stores the bfloat16 copy)."""
     last_use = _last_uses(f) if last_use is None else last_use
     results = {id(v) for v in f.results}
     out = {}
     for i, n in enumerate(f.nodes):
-        if n.op != "fused" or n.attrs.get("kind") != "pointwise" or len(n.outputs) != 1:
+        if n.op != "fused" or n.attrs.get("kind") != "pointwise":
             continue
         callee = module.functions[n.attrs["callee"]]
         if not all(m.op == "constant" or get_op(m.op).kind == "elementwise" for m in callee.nodes):
             continue
-        y = n.outputs[0]
-        x = next((x for x in n.inputs if x.type == y.type and _dies_here(x, n, i, last_use, results)), None)
-        if x is not None:
-            out[id(y)] = x
+        taken: set[int] = set()  # an input is written over by one output at most
+        for y in n.outputs:  # (a group's outputs all have its loop's shape)
+            x = next((x for x in n.inputs if x.type == y.type and id(x) not in taken
+                      and _dies_here(x, n, i, last_use, results)), None)
+            if x is not None:
+                out[id(y)] = x
+                taken.add(id(x))
     return out
 
 

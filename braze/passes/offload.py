@@ -61,13 +61,42 @@ def offload(module: Module) -> Module:
     used = set(module.functions)
     for f in top_functions(module):
         out: list[Node] = []
+        epilogues: list[Node] = []
         for n in f.nodes:
             if n.op == "fused" and n.attrs.get("kind") in ANCHORS and n.attrs.get("post_ops") is None:
-                out.extend(_split(module, f, n, used))
+                split = _split(module, f, n, used)
+                out.extend(split)
+                epilogues += split[1:]
             else:
                 out.append(n)
         f.nodes = out
+        for e in epilogues:
+            _join_reader(module, f, e)
     return module
+
+
+def _join_reader(module: Module, f: Function, e: Node) -> None:
+    """A pointwise group that reads only the generated epilogue ``e``'s result, elementwise, joins
+    it: one kernel, one read of the result. (fuse kept it apart, as the epilogue was then inside
+    the product's group: under a bf16 policy ResNet's ``relu(conv + residual)`` and the cast of it
+    to bfloat16 for the next convolution, which read the float32 result twice.)"""
+    v = e.outputs[0]
+    readers = users(f).get(id(v), [])
+    r = next((m for m in readers if m.op == "fused" and m.attrs.get("kind") == "pointwise" and len(m.inputs) == 1
+              and all(o.type.shape == v.type.shape for o in m.outputs)), None)
+    if r is None:
+        return
+    mine, theirs = module.functions[e.attrs["callee"]], module.functions.pop(r.attrs["callee"])
+    inner, p = mine.results[0], theirs.params[0]
+    for m in theirs.nodes:
+        m.inputs = [inner if x is p else x for x in m.inputs]
+    mine.nodes += theirs.nodes
+    keep = len(readers) > 1 or id(v) in result_ids(f)  # the result itself is still read
+    mine.results = ([inner] if keep else []) + [inner if x is p else x for x in theirs.results]
+    e.outputs = ([v] if keep else []) + list(r.outputs)
+    for o in r.outputs:
+        o.producer = e
+    f.nodes.remove(r)
 
 
 def _where(n: Node) -> str | None:

@@ -129,3 +129,39 @@ def test_the_bf16_policy_stores_convolutions_in_bf16_and_keeps_nan():
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         ok = ~np.isnan(want)
         assert rel_error(got[ok], want[ok]) <= 2e-2, shape
+
+
+@pytest.mark.skipif(not POLICY_RUNS["bf16"], reason="this CPU has no bf16 GEMMs: the policy compiles float32 "
+                    "(test_half_models_under_the_plugin checks that warning)")
+def test_the_bf16_policy_rounds_a_residual_blocks_relu_in_the_same_kernel():
+    """relu(conv(x) + x), read again as the next block's residual (float32) and as its convolution's
+    operand (bfloat16): one kernel writes both, the float32 one over the convolution's result, and
+    a NaN still reaches the outputs eager's reaches."""
+    torch.manual_seed(0)
+
+    class Blocks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 1)
+            self.c3 = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.c1(x) + x)
+            return self.c3(torch.relu(self.c2(y) + y))
+
+    m = Blocks().eval()
+    b, h = torch.export.Dim("b", max=8), torch.export.Dim("h", min=4, max=64)
+    cm = braze.compile(m, example_inputs=(torch.randn(2, 8, 12, 10),), dynamic_shapes={"x": {0: b, 2: h}},
+                       precision="bf16")
+    joined = [[v.dtype.short for v in n.outputs] for n in cm.module.main.nodes if n.op == "fused"
+              and [q.op for q in cm.module.functions[n.attrs["callee"]].nodes] == ["relu", "cast"]]
+    assert joined == [["f32", "bf16"]], joined  # (the second block's relu is read once: cast, then relu)
+    for shape in [(1, 8, 4, 10), (3, 8, 13, 10), (2, 8, 33, 10)]:
+        x = torch.randn(shape)
+        x[0, 1, 2, 3] = float("nan")
+        with torch.no_grad():
+            want = m(x).numpy()
+        got = np.asarray(cm(x.numpy()))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        assert rel_error(got[ok], want[ok]) <= 2e-2, shape

@@ -57,6 +57,44 @@ def test_an_elementwise_group_writes_over_the_input_it_reads_last(P):
     assert plan.buffers[0].slot != plan.buffers[1].slot
 
 
+TWO_OUTPUTS = """module {
+  symbols {
+    n in [1, 64]
+  }
+  func @main(%x: f32[n, 8]) -> (f32[n, 8]) {
+    %0 = fused(%x) {callee="f0", kind="pointwise"} : f32[n, 8]
+    %1, %2 = fused(%0) {callee="f1", kind="pointwise"} : f32[n, 8], bf16[n, 8]
+    %3 = fused(%1, %2) {callee="f2", kind="pointwise"} : f32[n, 8]
+    return %3
+  }
+  func @f0(%x: f32[n, 8]) -> (f32[n, 8]) {
+    %0 = exp(%x) : f32[n, 8]
+    return %0
+  }
+  func @f1(%x: f32[n, 8]) -> (f32[n, 8], bf16[n, 8]) {
+    %0 = relu(%x) : f32[n, 8]
+    %1 = cast(%0) {dtype=#bf16} : bf16[n, 8]
+    return %0, %1
+  }
+  func @f2(%x: f32[n, 8], %y: bf16[n, 8]) -> (f32[n, 8]) {
+    %0 = cast(%y) {dtype=#f32} : f32[n, 8]
+    %1 = add(%x, %0) : f32[n, 8]
+    return %1
+  }
+}
+"""
+
+
+def test_a_two_output_elementwise_group_writes_one_output_over_its_input(P):
+    """The output of the input's type takes the dying input's memory; the other has its own."""
+    m = P.parse(TWO_OUTPUTS)
+    plan = plan_memory(m)
+    over = {b.value.name: b.over.name if b.over else None for b in plan.buffers}
+    assert over["1"] == "0" and over["2"] is None, over
+    for n in (1, 7):
+        plan.check({"n": n})
+
+
 READ_AGAIN = """module {
   symbols {
     n in [1, 64]

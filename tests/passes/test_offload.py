@@ -181,6 +181,32 @@ def test_relu_after_a_16_bit_product_stays_generated_code(P):
     P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("read_again", [True, False])
+def test_a_pointwise_group_reading_only_the_epilogue_joins_it(P, read_again):
+    """A bf16 policy's ResNet block end: relu(product + residual) is generated code after the call,
+    and the cast of it to bfloat16 (the next product's operand) joins that kernel: the float32
+    result is read once. The relu's own result stays an output while something else reads it."""
+    ret = "%3, %4" if read_again else "%4"
+    types = "f32[n, 2], bf16[n, 2]" if read_again else "bf16[n, 2]"
+    text = HALF_HEAD + f"""  func @main(%x: bf16[n, 4], %r: f32[n, 2]) -> ({types}) {{
+    %w = constant() {{name="w"}} : bf16[2, 4]
+    %0 = linear(%x, %w) {{out_dtype=#f32}} : f32[n, 2]
+    %2 = add(%0, %r) : f32[n, 2]
+    %3 = relu(%2) : f32[n, 2]
+    %4 = cast(%3) {{dtype=#bf16}} : bf16[n, 2]
+    return {ret}
+  }}
+}}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", ["residual"], ["linear", "add"]), ("pointwise", None, ["relu", "cast"])]
+    epi = [nd for nd in after.main.nodes if nd.op == "fused"][1]
+    assert [v.dtype.short for v in epi.outputs] == (["f32", "bf16"] if read_again else ["bf16"])
+    assert all(v.producer is nd for nd in after.main.nodes for v in nd.outputs)
+    P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
+    assert str(offload(P.parse(str(after)))) == str(after)  # printed, parsed and offloaded again: the same
+
+
 def test_a_group_the_library_cannot_run_is_refused_here_with_its_location(P):
     text = """module {
   symbols {
