@@ -105,6 +105,14 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
 _FAIL = "__atomic_store_n(&bz_fail, 1, __ATOMIC_RELAXED);"
 
 
+def _moved(value: Expr, dtype: DType) -> Load | None:
+    """The load of a ``dtype`` element that ``value`` (a store's rounding to ``dtype``) only widened."""
+    x = value.x
+    if isinstance(x, Cast) and x.dtype == DType.float32 and isinstance(x.x, Load) and x.x.dtype == dtype:
+        return x.x
+    return None
+
+
 class _Gen(ReductionsC):
     def __init__(self, k: Kernel, vb: int):
         self.k = k
@@ -453,7 +461,13 @@ class _Gen(ReductionsC):
                 raise BrazeError(f"codegen bug: a store into {s.buffer.dtype.name} of an unrounded value "
                                  "(stage widen did not run)")
             where = f"{buffer_cname(s.buffer)}[{self.offset(s.index)}]"
-            if self.vvar is not None:
+            moved = _moved(s.value, s.buffer.dtype)
+            if moved is not None and (self.vvar is None or self.unit_stride(moved)):
+                # a 16-bit element stored as it was loaded (a permute, a copy): its bits, not a
+                # round trip through float32, which costs the rounding and quiets a NaN's payload
+                src = f"{buffer_cname(moved.buffer)}[{self.offset(moved.index)}]"
+                self.line(f"bz_mv16(&{where}, &{src});" if self.vvar is not None else f"{where} = {src};")
+            elif self.vvar is not None:
                 self.line(f"bz_st_{sfx}(&{where}, {self.vx(s.value.x)});")
             else:
                 self.line(f"{where} = bz_f32_to_{sfx}({self.sx(s.value.x)});")

@@ -5,6 +5,7 @@
  *   bz_bf16_to_f32 / bz_f32_to_bf16      scalar, bits in a uint16_t
  *   bz_f16_to_f32  / bz_f32_to_f16
  *   bz_ld_bf16 / bz_st_bf16 / bz_ld_f16 / bz_st_f16   BZ_VL lanes (braze_vec.h's bz_vf)
+ *   bz_mv16                                           BZ_VL 16-bit elements, moved as they are
  *
  * Rounding is to nearest, ties to even, with subnormals kept (never flushed), overflow to
  * infinity, as ml_dtypes and torch round. NaN stays NaN with its sign: bfloat16 gives
@@ -91,6 +92,13 @@ BZ_INLINE void bz_st_bf16(uint16_t *p, bz_vf v) {
     bz_vu nan = (bz_vu)((bz_vi)a > 0x7f800000); /* all ones in NaN lanes */
     r = (r & ~nan) | ((((u >> 16) & 0x8000u) | 0x7fc0u) & nan);
     bz_vh h = __builtin_convertvector(r, bz_vh);
+    __builtin_memcpy(p, &h, sizeof h);
+}
+
+/* BZ_VL 16-bit elements copied as they are (a permute of a 16-bit tensor) */
+BZ_INLINE void bz_mv16(uint16_t *p, const uint16_t *q) {
+    bz_vh h;
+    __builtin_memcpy(&h, q, sizeof h);
     __builtin_memcpy(p, &h, sizeof h);
 }
 
