@@ -34,6 +34,7 @@ MODULE = "module.braze"  # the module after the graph passes: `braze tune --arti
 TUNE_DB = "tune.jsonl"  # the tuning database's records of this model's products (braze/tune/db.py)
 _CSRC = Path(__file__).resolve().parent / "csrc"
 
+
 def helper_name(isa) -> str:
     """The file name and soname of an artifact's copy of the oneDNN helper: one per helper build
     (source, oneDNN, ISA flags). The dynamic loader takes a library whose soname it already holds
@@ -165,21 +166,21 @@ def save(model, path) -> Path:
 
     link_inputs = []
     if native.uses_library:
-        HELPER = helper_name(isa)
+        helper_file = helper_name(isa)
         helper = compile_shared(onednn.helper_text(), name="braze_dnnl", include_dirs=onednn.include_dirs(),
                                 library_dirs=onednn.library_dirs(), libraries=onednn.libraries(), rpaths=["$ORIGIN"],
-                                extra_cflags=[*onednn.extra_link_flags(), f"-Wl,-soname,{HELPER}"],
-                                cache_dir=cache, filename=HELPER, log_channel="cache.helper", isa=isa)
-        _copy(helper, path / HELPER)
+                                extra_cflags=[*onednn.extra_link_flags(), f"-Wl,-soname,{helper_file}"],
+                                cache_dir=cache, filename=helper_file, log_channel="cache.helper", isa=isa)
+        _copy(helper, path / helper_file)
         lib = onednn.locate().library
         dnnl_name = _soname(lib)
         if not dnnl_name:
             raise BrazeError(f"cannot read the SONAME of {lib}, so the artifact would not find it",
                              hint="install binutils (readelf), which the C toolchain normally brings")
         _copy(os.path.realpath(lib), path / dnnl_name)
-        files[HELPER] = sha256_file(path / HELPER)
+        files[helper_file] = sha256_file(path / helper_file)
         files[dnnl_name] = sha256_file(path / dnnl_name)
-        link_inputs = [str(path / HELPER)]
+        link_inputs = [str(path / helper_file)]
     if cuda is not None:
         for name, data in (("kernels.cubin", cuda.cubin), ("kernels.ptx", cuda.ptx)):
             (path / name).write_bytes(data)

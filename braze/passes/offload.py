@@ -24,6 +24,7 @@ import math
 from ..errors import BrazeError, UnsupportedOpError
 from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
+from ..ops.registry import get_op
 from .common import result_ids, top_functions, users
 from .node_classes import BACKWARD_CONVS, CONVS, GEMMS, swaps_last_two
 from .precision import HALF
@@ -83,7 +84,9 @@ def _join_reader(module: Module, f: Function, e: Node) -> None:
     v = e.outputs[0]
     readers = users(f).get(id(v), [])
     r = next((m for m in readers if m.op == "fused" and m.attrs.get("kind") == "pointwise" and len(m.inputs) == 1
-              and all(o.type.shape == v.type.shape for o in m.outputs)), None)
+              and all(o.type.shape == v.type.shape for o in m.outputs)
+              and all(q.op == "constant" or get_op(q.op).kind == "elementwise"
+                      for q in module.functions[m.attrs["callee"]].nodes)), None)
     if r is None:
         return
     mine, theirs = module.functions[e.attrs["callee"]], module.functions.pop(r.attrs["callee"])
