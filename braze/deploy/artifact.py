@@ -3,7 +3,7 @@
 The directory holds ``libbraze_model.so`` (the model's C, compiled again with the loader of
 ``csrc/braze_artifact.c`` and a block of this artifact's facts), ``braze_model.h`` and
 ``braze_abi.h``, ``weights.safetensors``, ``meta.json`` and, for a model that calls oneDNN,
-``libbraze_dnnl.so`` and ``libdnnl.so.3``: every library it needs beyond the C and C++
+``libbraze_dnnl-<key>.so`` (helper_name) and ``libdnnl.so.3``: every library it needs beyond the C and C++
 runtimes and OpenMP, found through ``$ORIGIN``, so the directory can move. A CUDA target's
 artifact holds its kernels in the library (and as ``kernels.cubin`` / ``kernels.ptx`` beside it,
 for tools) and needs the GPU's driver alone.

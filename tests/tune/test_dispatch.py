@@ -108,7 +108,8 @@ def test_the_amx_rules_in_the_ir():
     for dtype, table in ((torch.bfloat16, ((AMX_BF16_SMALL_M_MAX, "smallm"), (None, "dnnl"))),
                          (torch.float32, DEFAULT)):
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).eval()
-        mod = _imported(model.to(dtype), (torch.randn(3, 64, dtype=dtype),), {"input": {0: Dim("batch", min=1, max=300)}})
+        mod = _imported(model.to(dtype), (torch.randn(3, 64, dtype=dtype),),
+                        {"input": {0: Dim("batch", min=1, max=300)}})
         mod.precision = {"policy": "fp32", "library": ("float32", "bfloat16")}  # bf16 products stay bf16
         m = run_pipeline(mod, options=Options(tune="off"))
         m.tuning = {"rules": "amx"}
