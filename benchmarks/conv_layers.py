@@ -8,16 +8,17 @@ Per model, in one process: braze compiles the zoo model once (dynamic dims, ``de
 time counter around every kernel). OpenVINO compiles the same model's .onnx for each shape
 (static, ``PERF_COUNT``, f32, the thread count, LATENCY; with ``--precision bf16``, braze's
 ``precision="bf16"`` policy against OpenVINO's bf16 hint): with dynamic dims its counters missed up
-to a third of a call (ResNet-50 at 2x96x128: 7.4 of 12.2 ms). Per shape, blocks of calls alternate between the two (a pause between blocks lets the other's threads go
-idle) until ``--min-time`` seconds and at least 5 blocks each; per layer, the median over blocks
-of the time per call.
+to a third of a call (ResNet-50 at 2x96x128: 7.4 of 12.2 ms). Per shape, blocks of calls
+alternate between the two (a pause between blocks lets the other's threads go idle) until
+``--min-time`` seconds and at least 5 blocks each; per layer, the median over blocks of the time
+per call.
 
 Layers are matched by what they compute, not by name: a convolution's signature is its kernel,
 stride, channels, groups and output size (``3x3/s1 64->64 g1 @56x56``). braze's time for a
 signature is its convolution kernels plus the elementwise kernels that only apply an activation
 to their output (a ReLU braze runs apart, over the result in place, or a cast to 16 bits), since
-OpenVINO fuses those into the convolution; so is a residual add, which both fuse. Everything else is one row per kind
-of kernel (braze) or layer type (OpenVINO). The counters cost time of their own, so the totals
+OpenVINO fuses those into the convolution; so is a residual add, which both fuse. Everything else
+is one row per kind of kernel (braze) or layer type (OpenVINO). The counters cost time of their own, so the totals
 are above a plain call's.
 """
 

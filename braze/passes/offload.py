@@ -71,18 +71,18 @@ def offload(module: Module) -> Module:
             else:
                 out.append(n)
         f.nodes = out
+        readers = users(f)  # a join moves only nodes that read one epilogue: the others' readers hold
         for e in epilogues:
-            _join_reader(module, f, e)
+            _join_reader(module, f, e, readers.get(id(e.outputs[0]), []))
     return module
 
 
-def _join_reader(module: Module, f: Function, e: Node) -> None:
+def _join_reader(module: Module, f: Function, e: Node, readers: list[Node]) -> None:
     """A pointwise group that reads only the generated epilogue ``e``'s result, elementwise, joins
     it: one kernel, one read of the result. (fuse kept it apart, as the epilogue was then inside
     the product's group: under a bf16 policy ResNet's ``relu(conv + residual)`` and the cast of it
     to bfloat16 for the next convolution, which read the float32 result twice.)"""
     v = e.outputs[0]
-    readers = users(f).get(id(v), [])
     r = next((m for m in readers if m.op == "fused" and m.attrs.get("kind") == "pointwise" and len(m.inputs) == 1
               and all(o.type.shape == v.type.shape for o in m.outputs)
               and all(q.op == "constant" or get_op(q.op).kind == "elementwise"

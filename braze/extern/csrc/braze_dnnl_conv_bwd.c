@@ -146,8 +146,12 @@ static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *d
              (long long)OW, (long long)P->KH, (long long)P->KW, (long long)P->sh, (long long)P->sw, (long long)P->ph,
              (long long)P->pw, (long long)P->ph_end, (long long)P->pw_end, (long long)P->dh, (long long)P->dw,
              (long long)P->G, P->layout ? "nhwc" : "nchw");
-    if (dir == CONV_BWD_DATA && N >= 0 && (H == 0 || W == 0) && OH > 0 && OW > 0)
-        return 0; /* an empty result (a transposed convolution's padding can eat all of it): nothing to write */
+    if (N >= 0 && (H == 0 || W == 0) && OH >= 0 && OW >= 0) {
+        /* an empty input (a transposed convolution's padding can eat all of it; fuzz seed 7442: a
+         * zero-sized dim): no input gradient to write, a zero weight gradient */
+        if (dir == CONV_BWD_WEIGHTS && out) memset(out, 0, (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * 4);
+        return 0;
+    }
     if (N >= 0 && H > 0 && W > 0 && OH == CONV_OH(P, H) && OW == CONV_OW(P, W) && (OH == 0 || OW == 0)) {
         /* the forward convolution's output is empty (a dilated kernel wider than the padded input,
          * fuzz seed 5532): both gradients are zeros (oneDNN takes no zero-sized dims) */
