@@ -60,6 +60,15 @@
 #define BZ_OMP_MASTER_SPIN_NS 1000000L
 #define BZ_OMP_BARRIER_SPIN_NS 5000L
 #define BZ_OMP_SPIN_QUIET_NS 50000L /* while the workers keep up */
+/* A paced pool runs one window unpaced after this many paced windows. Paced, a worker sleeps at
+ * once, so where regions are shorter than a worker's wake-up the master runs their shares even on
+ * a quiet machine, and a window with 5% or fewer may never come. So it was on a Xeon with AMX
+ * (docs/threads.md): BERT-base in bf16 took 6.8-9.2 ms a call at 1x16, against 6.4-7.0 with this
+ * (and a new pool unpaced); beside a busy process, BERT-base at 2x48 in float32 took 77.2-78.9 ms
+ * against 76.6-77.5 */
+#define BZ_OMP_PROBE_WINDOWS 16
+/* ... and twice as many after each unpaced window that fell behind (a busy machine), up to this */
+#define BZ_OMP_PROBE_MAX_WINDOWS 1024
 #define BZ_OMP_MAX_THREADS 1024
 #define BZ_OMP_WS_SLOTS 8     /* dynamic loops in flight at once in one region (nowait) */
 #define BZ_OMP_MASK_BYTES (BZ_OMP_MAX_THREADS / 8) /* an affinity mask of up to 1024 CPUs */
@@ -174,6 +183,8 @@ typedef struct bz_omp_pool {
     uint32_t gen;
     int64_t spin, master_spin, bar_spin; /* how long its workers, its master and a barrier spin */
     int window, window_taken;       /* regions since the last pace, worker shares the master ran */
+    int paced_windows;              /* windows paced since the last unpaced one */
+    int probe_after, probing;       /* paced windows before the next unpaced one; 1: this one is it */
     int master_cpu;                 /* the CPU the master launched the job on, while paced; else -1 */
     int pending __attribute__((aligned(64)));   /* shares of the job (1 .. n-1) not yet done */
     uint32_t done;                              /* bumped when pending reaches 0 */
@@ -354,11 +365,12 @@ static bz_omp_pool *bz_omp_pool_for(int workers) {
             return NULL;
         }
         pthread_mutex_init(&p->ws_mu, NULL);
-        p->spin = BZ_OMP_SPIN_NS;
-        p->master_spin = BZ_OMP_MASTER_SPIN_NS;
-        p->bar_spin = BZ_OMP_BARRIER_SPIN_NS;
+        p->spin = BZ_OMP_SPIN_QUIET_NS; /* unpaced until its workers fall behind */
+        p->master_spin = BZ_OMP_SPIN_QUIET_NS;
+        p->bar_spin = BZ_OMP_SPIN_QUIET_NS;
         p->fork_epoch = __atomic_load_n(&bz_omp_epoch, __ATOMIC_ACQUIRE);
         p->master_cpu = -1;
+        p->probe_after = BZ_OMP_PROBE_WINDOWS;
         bz_omp_mine = p;
         pthread_setspecific(bz_omp_key, p);
     }
@@ -416,14 +428,22 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
  * master ran a worker's share in more than 15% of them, the workers are being descheduled (here
  * 21-32% of them beside one busy process, 2-7% on a quiet machine): the workers sleep at once
  * and the master spins long (BZ_OMP_SPIN_NS), until a window has 5% or fewer (so a window of
- * a few kept-up regions does not bring the spinning workers back). Otherwise all spin 50 us,
- * so a worker is still awake for the next region: with 5 us always, ResNet-50 at 1x64x64
- * (about a hundred regions in 3 ms) paid a wake-up in many of them and took 1.028x libgomp's
- * time; paced, 0.977x. Set by the master alone. */
+ * a few kept-up regions does not bring the spinning workers back), and for one window after
+ * BZ_OMP_PROBE_WINDOWS paced ones (more after each such window that fell behind). Otherwise all spin 50 us, so a worker is still awake for the
+ * next region: with 5 us always, ResNet-50 at 1x64x64 (about a hundred regions in 3 ms) paid a
+ * wake-up in many of them and took 1.028x libgomp's time; paced, 0.977x. Set by the master
+ * alone. */
 static void bz_omp_pace(bz_omp_pool *p, int taken) {
+    int paced = p->spin == BZ_OMP_SPIN_NS;
     p->window_taken += taken > 0;
     if (++p->window < 64) return;
-    int busy = p->window_taken * 100 > (p->spin == BZ_OMP_SPIN_NS ? 5 : 15) * p->window;
+    int busy = p->window_taken * 100 > (paced ? 5 : 15) * p->window;
+    if (p->probing || (paced && !busy)) /* the machine is quiet again, or (a probe that fell behind) still busy */
+        p->probe_after = !busy ? BZ_OMP_PROBE_WINDOWS
+                       : p->probe_after < BZ_OMP_PROBE_MAX_WINDOWS ? 2 * p->probe_after : BZ_OMP_PROBE_MAX_WINDOWS;
+    p->probing = busy && paced && ++p->paced_windows >= p->probe_after;
+    if (p->probing) busy = 0;
+    if (!busy) p->paced_windows = 0;
     __atomic_store_n(&p->spin, busy ? BZ_OMP_SPIN_NS : BZ_OMP_SPIN_QUIET_NS, __ATOMIC_RELAXED);
     p->master_spin = busy ? BZ_OMP_MASTER_SPIN_NS : BZ_OMP_SPIN_QUIET_NS;
     __atomic_store_n(&p->bar_spin, busy ? BZ_OMP_BARRIER_SPIN_NS : BZ_OMP_SPIN_QUIET_NS, __ATOMIC_RELAXED);
