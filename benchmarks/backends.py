@@ -636,6 +636,50 @@ class BrazeBf16(Braze):
         return _braze_prepared(zm, zm.module, lambda x: x, precision="bf16")
 
 
+class BrazeBf16Untuned(BrazeBf16):
+    name = "braze-bf16-untuned"
+    label = "braze precision=bf16 tune=off"
+    description = "as 'braze-bf16', with every product on its default rule (BRAZE_TUNE=off): the A side of a tuning A/B"
+    env = {"BRAZE_TUNE": "off"}
+
+
+class BrazeBf16Tuned(BrazeBf16):
+    name = "braze-bf16-tuned"
+    label = "braze precision=bf16 tune=fast"
+    description = ("as 'braze-bf16', compiled with BRAZE_TUNE=fast: its bfloat16 products measured per bucket of M "
+                   "(docs/tuning.md)")
+    env = {"BRAZE_TUNE": "fast"}
+
+
+ALT_ONEDNN = "BRAZE_BENCH_ONEDNN_ROOT"
+
+
+class _AltOneDNN:
+    """Runs with the oneDNN under $BRAZE_BENCH_ONEDNN_ROOT (BRAZE_DNNL_ROOT in its process): braze's
+    helper built against another oneDNN, such as one built from source (docs/gemm.md)."""
+    default = False
+
+    @property
+    def env(self) -> dict:
+        root = os.environ.get(ALT_ONEDNN)
+        if not root:
+            raise SystemExit(f"{self.name}: set {ALT_ONEDNN} to the prefix of a oneDNN build "
+                             "(lib/libdnnl.so, include/oneapi/dnnl/dnnl.h)")
+        return {"BRAZE_DNNL_ROOT": root}
+
+
+class BrazeAltOneDNN(_AltOneDNN, Braze):
+    name = "braze-alt-onednn"
+    label = "braze, another oneDNN"
+    description = "as 'braze', with the oneDNN under $BRAZE_BENCH_ONEDNN_ROOT"
+
+
+class BrazeBf16AltOneDNN(_AltOneDNN, BrazeBf16):
+    name = "braze-bf16-alt-onednn"
+    label = "braze precision=bf16, another oneDNN"
+    description = "as 'braze-bf16', with the oneDNN under $BRAZE_BENCH_ONEDNN_ROOT"
+
+
 class BrazeBf16Model(Braze):
     name = "braze-bf16-model"
     label = "braze bf16 model"
@@ -655,7 +699,8 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in
                                  OpenVINO(), TVM(), Braze(), BrazeAdaptThreads(), BrazeOpenMP(), BrazeUntuned(),
                                  BrazeTuned(), BrazeOneDNNConv(), BrazePlugin(),
                                  BrazeReference(),
-                                 EagerBf16(), InductorBf16(), OpenVINODefault(), BrazeBf16(), BrazeBf16Model())}
+                                 EagerBf16(), InductorBf16(), OpenVINODefault(), BrazeBf16(), BrazeBf16Untuned(),
+                                 BrazeBf16Tuned(), BrazeAltOneDNN(), BrazeBf16AltOneDNN(), BrazeBf16Model())}
 DEFAULT_BACKENDS = [n for n, b in BACKENDS.items() if b.default]
 PEERS = [n for n, b in BACKENDS.items() if not n.startswith("braze") and b.precision == "fp32"]
 # the 16-bit rows: braze-bf16 is compared with these (and with braze's float32)

@@ -1,7 +1,7 @@
 """What tuning costs and what it chooses, per zoo model (docs/tuning.md).
 
     python -m benchmarks.tuning [--models mlp,bert,gpt2,llama,block,resnet50,depthwise] [--threads 2]
-                                [--out benchmarks/results] [--stem tuning]
+                                [--precision fp32|bf16|fp16] [--out benchmarks/results] [--stem tuning]
 
 Per model, in one process: ``braze.compile(..., tune="fast")`` twice from two empty tuning
 databases (two independent tunings: their time, their measurements, and how many of their
@@ -25,11 +25,11 @@ from .run import DEFAULT_OUT, _machine, _md_table, _versions, write_results
 MODELS = ["mlp", "bert", "gpt2", "llama", "block", "resnet50", "depthwise"]
 
 
-def _compile(zm, tune: str, db: str, threads: int):
+def _compile(zm, tune: str, db: str, threads: int, precision: str):
     import braze
     t = time.perf_counter()
     cm = braze.compile(zm.module, zm.example_inputs(), zm.dynamic_shapes, threads=threads, tune=tune,
-                       options={"tune_db": db})
+                       precision=precision, options={"tune_db": db})
     return cm, time.perf_counter() - t
 
 
@@ -41,17 +41,17 @@ def _winners(db: str) -> dict:
     return out
 
 
-def measure(name: str, threads: int) -> dict:
+def measure(name: str, threads: int, precision: str = "fp32") -> dict:
     from braze import zoo
     from braze.tune.buckets import summary
     zm = zoo.get(name)
-    _compile(zm, "off", "/nonexistent", threads)  # the export, the helper and the C library: cached from here
+    _compile(zm, "off", "/nonexistent", threads, precision)  # the export, the helper and the C library: cached from here
     with tempfile.TemporaryDirectory() as tmp:
         a, b = str(Path(tmp) / "a.jsonl"), str(Path(tmp) / "b.jsonl")
-        cm_a, t_a = _compile(zm, "fast", a, threads)
-        cm_b, t_b = _compile(zm, "fast", b, threads)
-        warm, t_warm = _compile(zm, "fast", a, threads)
-        off, t_off = _compile(zm, "off", a, threads)
+        cm_a, t_a = _compile(zm, "fast", a, threads, precision)
+        cm_b, t_b = _compile(zm, "fast", b, threads, precision)
+        warm, t_warm = _compile(zm, "fast", a, threads, precision)
+        off, t_off = _compile(zm, "off", a, threads, precision)
         wa, wb = _winners(a), _winners(b)
         both = set(wa) & set(wb)
         return {"model": name, "sites": len({s for s, _ in wa}), "buckets": len(wa),
@@ -67,7 +67,8 @@ def measure(name: str, threads: int) -> dict:
 def to_markdown(doc: dict) -> str:
     m = doc["machine"]
     head = (f"Run {doc['started']} on {m.get('cpu')} ({m.get('cores')} cores, ISA {' '.join(m.get('isa', []))}), "
-            f"{doc['threads']} threads, braze {doc['versions'].get('braze')}. Per model: two `tune=\"fast\"` "
+            f"{doc['threads']} threads, braze {doc['versions'].get('braze')}, precision {doc.get('precision', 'fp32')}. "
+            "Per model: two `tune=\"fast\"` "
             "compiles from empty databases (A, B), then a warm one on A. `tuning s` is a fast compile's time less a "
             "`tune=\"off\"` compile's (export, C library cached); `warm adds s` the same for the warm compile; "
             "`same` counts buckets where A and B chose the same kernel (\"default\" included); `C = untuned C`: "
@@ -88,11 +89,13 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--stem", default="tuning")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="the compiles' precision= (the products are measured in its dtypes)")
     a = ap.parse_args(argv)
     doc = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": _machine(a.threads), "threads": a.threads,
-           "versions": _versions(), "rows": []}
+           "precision": a.precision, "versions": _versions(), "rows": []}
     for name in a.models.split(","):
-        row = measure(name, a.threads)
+        row = measure(name, a.threads, a.precision)
         print(json.dumps(row), flush=True)
         doc["rows"].append(row)
     print(write_results(a.out, a.stem, doc, to_markdown))

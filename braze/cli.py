@@ -124,12 +124,16 @@ def cmd_tune(args) -> int:
     import time
 
     import braze
+    from .deploy.commands import precision_options
     from .frontend.files import load_model_file
     from .options import Options
     from .tune.buckets import summary
     if args.artifact is not None:
         if args.model is not None or args.dim or args.dims:
             raise UsageError("--artifact re-tunes a saved model: give no MODEL and no --dim (its dims are fixed)")
+        if args.precision is not None or args.precision_keep is not None:
+            raise UsageError("--artifact re-tunes a saved model in the precision it was compiled with: give no "
+                             "--precision or --precision-keep")
         from .deploy.commands import cmd_tune_artifact
         return cmd_tune_artifact(args)
     if args.output is not None:
@@ -139,11 +143,11 @@ def cmd_tune(args) -> int:
     check_model_arg(args.model)
     show_tune_progress()
     module = load_model_file(args.model, **model_naming(args))
-    opts = Options.from_env().replace(tune=args.mode, tune_budget_s=args.budget)
+    opts = precision_options(args, Options.from_env().replace(tune=args.mode, tune_budget_s=args.budget))
     if args.shapes:
         opts = opts.replace(tune_shapes=args.shapes)
     t0 = time.perf_counter()
-    cm = braze.compile(module, threads=args.threads, options=opts)
+    cm = braze.compile(module, threads=args.threads, precision=args.precision, options=opts)
     tables = cm.dispatch_tables()
     db = cm.module.tuning.get("db")
     print(f"tuned {args.model} in {time.perf_counter() - t0:.1f} s: {cm.tune_measurements} measurement(s), "
@@ -164,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     sub.add_parser("demo", add_help=False, help="compile a bundled model once and run it at several shapes "
                    "against PyTorch eager (braze demo --help)")
-    from .deploy.commands import add_parsers
+    from .deploy.commands import add_parsers, add_precision
     add_parsers(sub, _add_dim)
     p = sub.add_parser(
         "inspect", help="print a model file's IR, or an artifact's signature",
@@ -239,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="the thread count the model will run with "
                    "(default: this process's CPUs; with --artifact, the artifact's setting); measurements are kept "
                    "per thread count")
+    add_precision(p, "its products are measured in the dtypes they run in, so tune with the precision the model "
+                     "will be compiled with")
     return ap
 
 

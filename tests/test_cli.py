@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from braze.testing import one_line_error, run_cli
-from hardware import needs_small_m_kernel  # noqa: E402
+from hardware import needs_bf16_products, needs_small_m_kernel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,6 +105,8 @@ def test_inspect_a_pt2(tmp_path):
     (["demo", "--repeat", "0"], ["positive integer"]),
     (["tune", "m.onnx", "--budget", "soon"], ["bad --budget", "10m"]),
     (["tune", "m.onnx", "--mode", "slow"], ["invalid choice", "slow"]),
+    (["tune", "m.onnx", "--precision", "int8"], ["invalid choice", "int8"]),
+    (["tune", "--artifact", "dir", "--precision", "bf16"], ["--artifact", "precision it was compiled with"]),
 ])
 def test_usage_errors_are_one_line_with_status_2(args, words):
     one_line_error(braze_cli(*args), 2, *words)
@@ -151,8 +154,8 @@ def test_internal_errors_are_one_line_unless_debugging(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
-@needs_small_m_kernel
-def test_tune_measures_a_model_once_and_prints_its_tables(tmp_path):
+def _matmul_onnx(tmp_path):
+    """An ONNX MatMul of a [batch, 32] input by a constant 32 x 64 weight."""
     onnx = pytest.importorskip("onnx")
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
@@ -162,6 +165,12 @@ def test_tune_measures_a_model_once_and_prints_its_tables(tmp_path):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [w])
     model = tmp_path / "mm.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(model))
+    return model
+
+
+@needs_small_m_kernel
+def test_tune_measures_a_model_once_and_prints_its_tables(tmp_path):
+    model = _matmul_onnx(tmp_path)
     env = dict(os.environ, BRAZE_TUNE_DB=str(tmp_path / "db.jsonl"))
     first = braze_cli("tune", model, "--dim", "batch=1:40", "--budget", "20s", env=env)
     assert first.returncode == 0, first.stderr
@@ -172,3 +181,18 @@ def test_tune_measures_a_model_once_and_prints_its_tables(tmp_path):
     again = braze_cli("tune", model, "--dim", "batch=1:40", "--budget", "20s", env=env)
     assert count(again) == 0
     assert again.stdout.splitlines()[1:] == first.stdout.splitlines()[1:]
+
+
+@needs_bf16_products
+def test_tune_measures_the_products_in_the_precision_they_will_run_in(tmp_path):
+    """Under --precision bf16 the product is measured with bfloat16 operands: a site of its own, which
+    a float32 tuning of the same model neither measured nor reads."""
+    model = _matmul_onnx(tmp_path)
+    env = dict(os.environ, BRAZE_TUNE_DB=str(tmp_path / "db.jsonl"))
+    f32 = braze_cli("tune", model, "--dim", "batch=1:40", "--budget", "20s", env=env)
+    bf16 = braze_cli("tune", model, "--dim", "batch=1:40", "--budget", "20s", "--precision", "bf16", env=env)
+    assert f32.returncode == 0 and bf16.returncode == 0, f32.stderr + bf16.stderr
+    assert "64x32 bfloat16 -> float32" in bf16.stderr  # progress names the site's dtypes
+    assert int(re.search(r"s: (\d+) measurement", bf16.stdout).group(1)) > 0
+    sites = {json.loads(line)["site"] for line in (tmp_path / "db.jsonl").read_text().splitlines()}
+    assert {s.split(" ", 7)[-1] for s in sites} == {"float32", "bfloat16 out=float32"}

@@ -53,9 +53,7 @@ def cmd_compile(args) -> int:
     _progress(f"importing {args.model} ...")
     module = load_model_file(args.model, **model_naming(args))
     _progress(f"compiling ({time.perf_counter() - t0:.1f} s so far) ...")
-    opts = Options.from_env()
-    if args.precision_keep:
-        opts = opts.replace(precision_keep=tuple(k for k in args.precision_keep.split(",") if k.strip()))
+    opts = precision_options(args, Options.from_env())
     cm = braze.compile(module, threads=args.threads, precision=args.precision, target=args.target, options=opts)
     _progress(f"saving to {out} ({time.perf_counter() - t0:.1f} s so far) ...")
     cm.save(out)
@@ -240,6 +238,27 @@ def _artifact_parser(sub, name: str, help: str, description: str):
     return p
 
 
+def add_precision(p, what: str) -> None:
+    """``--precision`` and ``--precision-keep``, as ``braze compile`` and ``braze tune`` take them;
+    ``what`` says what else the precision decides there."""
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="the dtype GEMMs, batched matmuls and convolutions of a float32 model compute in: fp32, "
+                        "or bf16 (2x or more where the CPU has AVX512_BF16 or AMX-BF16) or fp16 (where it has "
+                        f"AMX-FP16; elsewhere either compiles fp32, with a warning); {what}; docs/precision.md. "
+                        "Default: BRAZE_PRECISION, else fp32")
+    p.add_argument("--precision-keep", metavar="NAMES", default=None,
+                   help="comma-separated op names (matmul, linear, conv2d) or module paths (lm_head, "
+                        "encoder.layer.0) whose products stay float32 under --precision bf16/fp16 "
+                        "(default: BRAZE_PRECISION_KEEP)")
+
+
+def precision_options(args, opts: Options) -> Options:
+    """``opts`` with what add_precision's arguments say (``--precision`` goes to braze.compile's own argument)."""
+    if args.precision_keep:
+        opts = opts.replace(precision_keep=tuple(k for k in args.precision_keep.split(",") if k.strip()))
+    return opts
+
+
 def add_parsers(sub, add_dim) -> None:
     """The compile, run and bench commands; ``add_dim`` adds the --dim option braze inspect has too."""
     import argparse
@@ -260,20 +279,12 @@ def add_parsers(sub, add_dim) -> None:
     add_dim(p)
     p.add_argument("--threads", type=int, metavar="N", help="OpenMP threads the model runs with (default: the "
                    "runtime's)")
-    p.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help="the dtype GEMMs, batched matmuls and convolutions of a float32 model compute in: fp32, "
-                        "or bf16 (2x or more where the CPU has AVX512_BF16 or AMX-BF16) or fp16 (where it has AMX-FP16; "
-                        "elsewhere either compiles fp32, with a warning); the weights are saved in it; "
-                        "docs/precision.md). Default: BRAZE_PRECISION, else fp32")
+    add_precision(p, "the weights are saved in it")
     p.add_argument("--target", default=None, metavar="TARGET",
                    help="cpu (this machine at its best instruction set, the default); cpu-x86:LEVEL (avx512, "
                         "avx2, sse or scalar: for CPUs with that level, no higher than this machine's); or "
                         "cuda:sm_XX, e.g. cuda:sm_90 for an H100 or H200: compiles anywhere, runs where that GPU "
                         "and its driver are (docs/cuda.md). Default: BRAZE_TARGET, else cpu")
-    p.add_argument("--precision-keep", metavar="NAMES", default=None,
-                   help="comma-separated op names (matmul, linear, conv2d) or module paths (lm_head, "
-                        "encoder.layer.0) whose products stay float32 under --precision bf16/fp16 "
-                        "(default: BRAZE_PRECISION_KEEP)")
     p = _artifact_parser(
         sub, "run", help="run an artifact on .npy inputs",
         description="Load an artifact directory and run it once on inputs from .npy files, named as the "

@@ -30,7 +30,10 @@ import numpy as np
 
 SAMPLE_NS = 2_000_000
 CHECK_ROWS = 16
-TOLERANCE = 1e-4  # |result - float64 reference| / max |reference|, float32 (measured ~1e-6)
+# |result - float64 reference| / max |reference| by the result's dtype: float32 measured ~1e-6; a
+# 16-bit result rounds once (bfloat16 2^-9, float16 2^-12 of an element), from operands the
+# reference rounds as the kernels' inputs are
+TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-2, "float16": 2e-3}
 
 
 def _cache_bytes(index: int, default: int) -> int:
@@ -54,6 +57,14 @@ def _activation(code: int, v: np.ndarray) -> np.ndarray:
     return v
 
 
+def _dtype(name: str):
+    """The NumPy dtype (ml_dtypes' for bfloat16) and the helper's BRAZE_DT_* code of a DType name."""
+    from ..codegen.host_library import DT_CODES
+    from ..ir.types import DType
+    dt = DType.parse(name)
+    return dt.numpy, DT_CODES[dt]
+
+
 def _image(m: int) -> tuple[int, int]:
     """The squarest h x w = m (oneDNN's convolution blocks along rows of the image)."""
     h = max(d for d in range(1, math.isqrt(m) + 1) if m % d == 0)
@@ -65,7 +76,11 @@ class _Site:
         self.lib, self.s, self.paths = lib, site, paths
         n, k = site["n"], site["k"]
         self.err = C.create_string_buffer(512)
+        (self.dt, dt), (self.out_dt, out), (self.bias_dt, bias) = (
+            _dtype(site.get(f, "float32")) for f in ("dtype", "out_dtype", "bias_dtype"))
+        self.types = (dt << 12) | (out << 14) | (bias << 16)  # BRAZE_TYPES(src, dst, bias)
         w = rng.standard_normal((n, k) if site["transposed"] else (k, n), dtype=np.float32) / math.sqrt(k)
+        w = w.astype(self.dt)
         self.wt = w if site["transposed"] else w.T  # [N, K] either way
         copies = 1
         if w.nbytes > _cache_bytes(2, 1 << 20):  # at most 64 copies and 1 GiB
@@ -75,25 +90,26 @@ class _Site:
         self.sources = [w] + [w.copy() for _ in range(copies - 1)]
         self.packed, self.convs = [], []
         for src in self.sources:
-            pb = lib.braze_pack_b_const(src.ctypes.data, 0, 0, n, k, site["transposed"], self.err, len(self.err))
+            pb = lib.braze_pack_b_const(src.ctypes.data, dt, dt, n, k, site["transposed"], self.err, len(self.err))
             if not pb:
                 raise RuntimeError(self.err.value.decode(errors="replace"))
             self.packed.append(pb)
             if site.get("kind") == "conv1x1":  # [OC, IC, 1, 1]: the same memory as [N, K]
-                pc = lib.braze_pack_conv_weights(src.ctypes.data, n, k, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, self.err,
-                                                 len(self.err))
+                pc = lib.braze_pack_conv_typed(src.ctypes.data, dt, dt, n, k, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1,
+                                               self.err, len(self.err))
                 if not pc:
                     raise RuntimeError(self.err.value.decode(errors="replace"))
                 self.convs.append(pc)
         self.arr = (C.c_void_p * copies)(*self.packed)
         self.conv_arr = (C.c_void_p * copies)(*self.convs) if self.convs else None
-        self.bias = rng.standard_normal(n, dtype=np.float32) if site["bias"] else None
+        self.bias = rng.standard_normal(n, dtype=np.float32).astype(self.bias_dt) if site["bias"] else None
 
     def runs_as_itself(self, path: str, m: int) -> bool:
         """False where ``path`` is ``smallm`` and the helper would run one of oneDNN's primitives
         for it at M=m (a weight, an M or an epilogue its kernels do not take): the same code as
         ``dnnl``, so not a candidate of its own there."""
-        return path != "smallm" or bool(self.lib.braze_packed_b_small_m_takes(self.packed[0], m, self.s["act"]))
+        return path != "smallm" or bool(self.lib.braze_packed_b_small_m_takes(self.packed[0], m,
+                                                                              self.s["act"] | self.types))
 
     def close(self):
         for pb in self.packed:
@@ -109,10 +125,11 @@ class _Site:
         if path == "conv":
             h, w = _image(m)
             ns = self.lib.braze_time_conv2d(reps, 1, h, w, a.ctypes.data, self.conv_arr, len(self.convs), bias, res,
-                                            self.s["act"], h, w, c.ctypes.data, self.err, len(self.err))
+                                            self.s["act"] | self.types, h, w, c.ctypes.data, self.err, len(self.err))
         else:
             ns = self.lib.braze_time_matmul(reps, m, self.s["n"], self.s["k"], a.ctypes.data, self.arr,
-                                            len(self.packed), bias, res, self.s["act"] | (self.paths[path] << 20),
+                                            len(self.packed), bias, res,
+                                            self.s["act"] | self.types | (self.paths[path] << 20),
                                             c.ctypes.data, self.err, len(self.err))
         if ns < 0:
             raise RuntimeError(self.err.value.decode(errors="replace"))
@@ -120,9 +137,9 @@ class _Site:
 
     def check(self, m: int, path: str, rng) -> str | None:
         """Why ``path``'s result at M=m is wrong, or None."""
-        a = rng.standard_normal((m, self.s["k"]), dtype=np.float32)
-        res = rng.standard_normal((m, self.s["n"]), dtype=np.float32) if self.s["residual"] else None
-        c = np.empty((m, self.s["n"]), np.float32) if res is None else res.copy()
+        a = self._rows(rng, m, self.s["k"], self.dt)
+        res = self._rows(rng, m, self.s["n"], self.out_dt) if self.s["residual"] else None
+        c = np.empty((m, self.s["n"]), self.out_dt) if res is None else res.copy()
         try:
             self._run(1, m, path, a, c)
         except RuntimeError as e:
@@ -130,20 +147,25 @@ class _Site:
         r = min(m, CHECK_ROWS)
         ref = a[:r].astype(np.float64) @ self.wt.T.astype(np.float64)
         if self.bias is not None:
-            ref = ref + self.bias
+            ref = ref + self.bias.astype(np.float64)
         ref = _activation(self.s["act"], ref)
         if res is not None:
-            ref = ref + res[:r]
+            ref = ref + res[:r].astype(np.float64)
         got = c[:r].astype(np.float64)
         if not np.isfinite(got).all():
             return "non-finite results"
         e = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-        return None if e <= TOLERANCE else f"max relative error {e:.1e} above {TOLERANCE:.0e}"
+        tol = TOLERANCE[self.s.get("out_dtype", "float32")]
+        return None if e <= tol else f"max relative error {e:.1e} above {tol:.0e}"
+
+    @staticmethod
+    def _rows(rng, m: int, n: int, dt) -> np.ndarray:
+        return rng.standard_normal((m, n), dtype=np.float32).astype(dt)
 
     def time(self, m: int, paths: list[str], rounds: int, warmup: int, rng) -> dict[str, list[float]]:
         """Each path's ns per call, one sample per round (the same round of every path adjacent)."""
-        a = rng.standard_normal((m, self.s["k"]), dtype=np.float32)
-        c = np.zeros((m, self.s["n"]), np.float32)
+        a = self._rows(rng, m, self.s["k"], self.dt)
+        c = np.zeros((m, self.s["n"]), self.out_dt)
         reps = {}
         for p in paths:
             est = self._run(max(1, warmup), m, p, a, c)

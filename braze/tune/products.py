@@ -23,6 +23,10 @@ AMX-BF16, ``AMX_DEFAULTS`` give a bfloat16 GEMM the small-M kernel up to
 (``rules "avx2"``, ``rules "amx"``; none: ``DEFAULTS``). The dispatch pass writes
 a table on every such call (``dispatch`` on its ``fused`` node); the host turns it into range
 tests on M.
+
+A site is measured in its own dtypes: the operands' (float32, bfloat16 or float16, one for both),
+the result's (theirs, or float32: the bf16 policy keeps a product's result float32 unless it
+rounds as it stores) and the bias's, all in its database key.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from ..ir import sym as S
 from ..ir.graph import Module, Node
 from ..ir.types import DType
 from ..ops.conv import is_pointwise_conv
-from ..passes.offload import ANCHORS, transposed_operands
+from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
+from ..passes.precision import PRODUCT_DTYPES
 
 SMALL_M_MAX = 48  # the helper's SMALLM_DEFAULT_MAX (braze_dnnl_matmul.c)
 DEFAULTS = {"gemm": ((SMALL_M_MAX, "smallm"), (None, "dnnl")), "conv1x1": ((None, "conv"),)}
@@ -92,18 +97,24 @@ class ProductSite:
     bias: bool
     residual: bool
     act: int  # ACT_CODES' value, 0 for none
-    dtype: str = "float32"
+    dtype: str = "float32"  # the operands'
     kind: str = "gemm"  # or "conv1x1"
     rules: str = field(default="", compare=False)  # the module's default rules: not part of the key
+    out_dtype: str = "float32"  # the result's (and the residual's): a 16-bit product may round as it stores
+    bias_dtype: str = "float32"
 
     @property
     def key(self) -> str:
-        return (f"{self.kind} n={self.n} k={self.k} transposed={self.transposed} bias={int(self.bias)} "
-                f"residual={int(self.residual)} act={self.act} {self.dtype}")
+        key = (f"{self.kind} n={self.n} k={self.k} transposed={self.transposed} bias={int(self.bias)} "
+               f"residual={int(self.residual)} act={self.act} {self.dtype}")
+        # a float32 product's key is the one it had before 16-bit products were measured
+        if (self.dtype, self.out_dtype, self.bias_dtype) != ("float32",) * 3:
+            key += f" out={self.out_dtype}" + (f" bias_dtype={self.bias_dtype}" if self.bias else "")
+        return key
 
     @property
     def default(self) -> tuple:
-        return default_rule(self.kind, self.rules, self.n, self.k, self.act, self.residual)
+        return default_rule(self.kind, self.rules, self.n, self.k, self.act, self.residual, self.dtype)
 
     @property
     def choices(self) -> tuple:
@@ -112,13 +123,15 @@ class ProductSite:
     def describe(self) -> str:
         act = next((k for k, v in ACT_CODES.items() if v == self.act), f"act{self.act}")
         epi = "+".join(x for x, on in (("bias", self.bias), (act, self.act), ("residual", self.residual)) if on)
-        return ("1x1 conv " if self.kind == "conv1x1" else "") + f"{self.n}x{self.k}" + (f" {epi}" if epi else "")
+        types = "" if self.dtype == "float32" else f" {self.dtype}" + (
+            f" -> {self.out_dtype}" if self.out_dtype != self.dtype else "")
+        return ("1x1 conv " if self.kind == "conv1x1" else "") + f"{self.n}x{self.k}" + (f" {epi}" if epi else "") + types
 
 
 @dataclass(frozen=True)
 class Call:
     """A call with the knob: its kind, its M (symbolic), and its site (None where N or K is
-    symbolic, or the operands are not all float32: those keep the default and are never measured)."""
+    symbolic, or the operands' dtypes differ: those keep the default and are never measured)."""
     kind: str
     M: object
     site: ProductSite | None
@@ -131,15 +144,27 @@ class Call:
             default_rule(self.kind, self.rules, dtype=self.dtype)
 
 
-def _epilogue(n: Node, anchor: Node) -> tuple[bool, bool, int]:
+def _epilogue(n: Node, callee, anchor: Node) -> tuple[bool, bool, int, DType]:
+    """Whether the call adds a bias and a residual, its activation's code, and the bias's dtype."""
     post_ops = tuple(n.attrs["post_ops"])
-    bias = "bias" in post_ops or (anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2
-                                  and anchor.inputs[2] is not None)
-    return bias, "residual" in post_ops, next((ACT_CODES[p] for p in post_ops if p in ACT_CODES), 0)
+    bias_dtype = DType.float32
+    in_anchor = anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None
+    if in_anchor:
+        bias_dtype = anchor.inputs[2].dtype
+    elif "bias" in post_ops:  # the post-ops' nodes follow the anchor in order, views aside (host_library)
+        chain, todo = anchor.outputs[0], list(post_ops)
+        for m in callee.nodes[callee.nodes.index(anchor) + 1:]:
+            if m.op not in VIEW_OPS and todo and chain in m.inputs and todo.pop(0) == "bias":
+                bias_dtype = next(v for v in m.inputs if v is not chain).dtype
+            chain = m.outputs[0]
+    return in_anchor or "bias" in post_ops, "residual" in post_ops, \
+        next((ACT_CODES[p] for p in post_ops if p in ACT_CODES), 0), bias_dtype
 
 
-def _float32(n: Node, *vs) -> bool:
-    return all(v.dtype == DType.float32 for v in (*vs, n.outputs[0])) and "cast" not in n.attrs["post_ops"]
+def _measurable(x, w, y) -> bool:
+    """The operands share a dtype the library multiplies, and the result is in it or in float32 (a
+    16-bit product under a policy keeps a float32 result, or rounds as it stores)."""
+    return x.dtype == w.dtype and x.dtype in PRODUCT_DTYPES and y.dtype in (x.dtype, DType.float32)
 
 
 def dispatched_calls(module: Module):
@@ -175,7 +200,9 @@ def library_call(module: Module, n: Node) -> Call | None:
         N = w.shape[0] if anchor.op == "linear" else w.shape[1]
         K, M, transposed = x.shape[-1], S.prod(x.shape[:-1]), 1 if anchor.op == "linear" or tb else 0
     rules = module.tuning.get("rules", "")
-    if not (isinstance(N, int) and isinstance(K, int)) or not _float32(n, x, w):
+    y = n.outputs[0]
+    if not (isinstance(N, int) and isinstance(K, int)) or not _measurable(x, w, y):
         return Call(kind, M, None, rules, x.dtype.name)
-    bias, residual, act = _epilogue(n, anchor)
-    return Call(kind, M, ProductSite(N, K, transposed, bias, residual, act, kind=kind, rules=rules), rules)
+    bias, residual, act, bias_dtype = _epilogue(n, callee, anchor)
+    site = ProductSite(N, K, transposed, bias, residual, act, x.dtype.name, kind, rules, y.dtype.name, bias_dtype.name)
+    return Call(kind, M, site, rules, x.dtype.name)

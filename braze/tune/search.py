@@ -160,7 +160,8 @@ def measure(db: Database, env: dict, todo: list[tuple[ProductSite, int, int, lis
     deadline = t0 + budget_s
     load = _wait_for_quiet(threads, budget_s)
     sites = [{"id": i, "site": {"n": s.n, "k": s.k, "transposed": s.transposed, "bias": s.bias,
-                                "residual": s.residual, "act": s.act, "kind": s.kind},
+                                "residual": s.residual, "act": s.act, "kind": s.kind, "dtype": s.dtype,
+                                "out_dtype": s.out_dtype, "bias_dtype": s.bias_dtype},
               "points": sorted({m for b in bs for m in _points(b, lo, hi)}), "paths": list(plan["paths"][s.kind])}
              for i, (s, lo, hi, bs) in enumerate(todo)]
     job = {"rounds": plan["rounds"], "warmup": 3, "deadline": deadline, "cache_dir": cache_dir, "sites": sites}

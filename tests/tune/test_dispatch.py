@@ -118,6 +118,40 @@ def test_the_amx_rules_in_the_ir():
         assert _tables(dispatch(m)) == [DEFAULT, DEFAULT]
 
 
+def test_a_16_bit_product_is_a_site_of_its_own_dtypes():
+    """Under the bf16 policy a product multiplies bfloat16 operands into a float32 result, or rounds
+    it into bfloat16 as it stores where the next product reads it; in a bfloat16 model into
+    bfloat16, with a bfloat16 bias. Each is a site of its own, whose key names
+    the dtypes and whose default is its dtype's rule; a float32 product keeps the key the database
+    has always had."""
+    torch = pytest.importorskip("torch")
+    from torch.export import Dim
+
+    from braze.pipeline import run_pipeline
+    torch.manual_seed(0)
+    keys, defaults = {}, {}
+    for name, dtype, policy in (("f32", torch.float32, "fp32"), ("policy", torch.float32, "bf16"),
+                                ("model", torch.bfloat16, "fp32")):
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).eval()
+        mod = _imported(model.to(dtype), (torch.randn(3, 64, dtype=dtype),),
+                        {"input": {0: Dim("batch", min=1, max=300)}})
+        mod.precision = {"policy": policy, "library": ("float32", "bfloat16")}
+        m = run_pipeline(mod, options=Options(tune="off"))
+        m.tuning = {"rules": "amx"}
+        calls = [c for n in m.main.nodes if (c := library_call(m, n)) is not None]
+        keys[name] = [c.site.key for c in calls]
+        defaults[name] = [c.default for c in calls]
+    assert keys["f32"] == ["gemm n=128 k=64 transposed=1 bias=1 residual=0 act=2 float32",
+                           "gemm n=8 k=128 transposed=1 bias=1 residual=0 act=0 float32"]
+    assert keys["policy"] == ["gemm n=128 k=64 transposed=1 bias=1 residual=0 act=2 bfloat16 out=bfloat16 "
+                              "bias_dtype=float32",
+                              "gemm n=8 k=128 transposed=1 bias=1 residual=0 act=0 bfloat16 out=float32 "
+                              "bias_dtype=float32"]
+    assert [k.rsplit(" ", 3)[1:] for k in keys["model"]] == [["bfloat16", "out=bfloat16", "bias_dtype=bfloat16"]] * 2
+    assert defaults["f32"] == [DEFAULT] * 2
+    assert defaults["policy"] == defaults["model"] == [default_rule("gemm", "amx", dtype="bfloat16")] * 2
+
+
 def test_a_product_whose_activation_no_small_m_kernel_applies_gets_onednn_everywhere():
     """BERT's pooler (a linear, then tanh): the small-M kernels have no tanh, so its default table
     names the oneDNN primitives the helper ran for ``smallm`` there (run-time M up to 2 rows, then

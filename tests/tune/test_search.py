@@ -10,7 +10,7 @@ from braze.pipeline import kernel_rules
 from braze.tune import search
 from braze.tune.db import Database, env_key, environment
 from braze.tune.products import ProductSite
-from hardware import needs_small_m_kernel  # noqa: E402
+from hardware import needs_bf16_products, needs_small_m_kernel  # noqa: E402
 
 SITE = ProductSite(128, 64, 1, True, False, 2)
 
@@ -102,6 +102,25 @@ def test_the_measuring_process_times_and_checks_every_kernel():
         for per_point in r["times"].values():
             assert set(per_point) == points
             assert all(len(xs) == 3 and min(xs) > 0 for xs in per_point.values())  # one sample a round
+
+
+@needs_bf16_products
+def test_the_measuring_process_times_16_bit_products_in_their_dtypes():
+    """A bfloat16 product into a float32 result (the policy's), and a 1x1 convolution of a bfloat16
+    model rounding into bfloat16 with its residual: each kernel is checked against the reference of
+    the rounded operands, at the 16-bit result's tolerance, and timed."""
+    job = {"rounds": 3, "warmup": 1, "sites": [
+        {"id": 0, "site": {"n": 128, "k": 64, "transposed": 1, "bias": True, "residual": False, "act": 2,
+                           "dtype": "bfloat16", "out_dtype": "float32", "bias_dtype": "float32"},
+         "points": [1, 63], "paths": ["smallm", "dnnl", "dnnl_rt"]},
+        {"id": 1, "site": {"n": 48, "k": 40, "transposed": 1, "bias": True, "residual": True, "act": 0,
+                           "kind": "conv1x1", "dtype": "bfloat16", "out_dtype": "bfloat16",
+                           "bias_dtype": "bfloat16"}, "points": [7, 64], "paths": ["conv", "smallm", "dnnl"]}]}
+    lines, failure = search._child(job, 2, 120)
+    assert failure == ""
+    for r, paths in zip(lines, ({"smallm", "dnnl", "dnnl_rt"}, {"conv", "smallm", "dnnl"})):
+        assert r["rejected"] == {} and set(r["times"]) == paths
+        assert all(min(xs) > 0 for per_point in r["times"].values() for xs in per_point.values())
 
 
 @needs_small_m_kernel
