@@ -588,22 +588,30 @@ class BrazeOpenMP(Braze):
     env = {"BRAZE_OMP": "openmp", "BRAZE_ADAPT_THREADS": "1"}
 
 
-class BrazeUntuned(Braze):
-    name = "braze-untuned"
-    label = "braze tune=off"
-    description = ("as 'braze', with every GEMM on the default rule (BRAZE_TUNE=off: braze's small-M kernel up to "
-                   "M = 48, oneDNN above; braze/tune/products.py): the A side of a tuning A/B")
+class _Untuned:
+    """The A side of a tuning A/B: its process started with BRAZE_TUNE=off."""
     default = False
     env = {"BRAZE_TUNE": "off"}
 
 
-class BrazeTuned(Braze):
+class _Tuned:
+    """The B side: its process started with BRAZE_TUNE=fast."""
+    default = False
+    env = {"BRAZE_TUNE": "fast"}
+
+
+class BrazeUntuned(_Untuned, Braze):
+    name = "braze-untuned"
+    label = "braze tune=off"
+    description = ("as 'braze', with every GEMM on the default rule (BRAZE_TUNE=off: braze's small-M kernel up to "
+                   "M = 48, oneDNN above; braze/tune/products.py): the A side of a tuning A/B")
+
+
+class BrazeTuned(_Tuned, Braze):
     name = "braze-tuned"
     label = "braze tune=fast"
     description = ("as 'braze', compiled with BRAZE_TUNE=fast: the compile measures each GEMM's kernels per bucket "
                    "of M that the tuning database in its cache dir lacks (docs/tuning.md), then uses the winners")
-    default = False
-    env = {"BRAZE_TUNE": "fast"}
 
 
 class BrazeOneDNNConv(Braze):
@@ -636,19 +644,17 @@ class BrazeBf16(Braze):
         return _braze_prepared(zm, zm.module, lambda x: x, precision="bf16")
 
 
-class BrazeBf16Untuned(BrazeBf16):
+class BrazeBf16Untuned(_Untuned, BrazeBf16):
     name = "braze-bf16-untuned"
     label = "braze precision=bf16 tune=off"
     description = "as 'braze-bf16', with every product on its default rule (BRAZE_TUNE=off): the A side of a tuning A/B"
-    env = {"BRAZE_TUNE": "off"}
 
 
-class BrazeBf16Tuned(BrazeBf16):
+class BrazeBf16Tuned(_Tuned, BrazeBf16):
     name = "braze-bf16-tuned"
     label = "braze precision=bf16 tune=fast"
     description = ("as 'braze-bf16', compiled with BRAZE_TUNE=fast: its bfloat16 products measured per bucket of M "
                    "(docs/tuning.md)")
-    env = {"BRAZE_TUNE": "fast"}
 
 
 ALT_ONEDNN = "BRAZE_BENCH_ONEDNN_ROOT"
