@@ -375,3 +375,16 @@ def test_conv_layouts_lists_resnet50s_convolutions_and_times_both_layouts(tmp_pa
     assert len(doc["rows"]) == len(resnet50_convs(32, 32))
     assert all(r["nhwc_ms"] > 0 and r["blocked_ms"] > 0 and r["nhwc_impl"] and r["blocked_impl"] for r in doc["rows"])
     assert "faster of the two per layer" in (tmp_path / "conv_layouts.md").read_text()
+
+
+@pytest.mark.slow  # 12 s on 2 cores: it tunes the model; a one-off A/B's tool (issue 25)
+def test_tuning_ab_times_the_tuned_and_untuned_compiles_in_turn(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.tuning_ab", "--models", "block", "--rounds", "2",
+                        "--round-time", "0.01", "--out", str(tmp_path), "--stem", "t"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert row["measurements"] > 0 and row["tables"] >= 1
+    assert [x["shape"] for x in row["rows"]] == ["rows=63", "rows=511", "rows=4095"]  # the last dim one smaller
+    assert all(x["ratio"] > 0 and x["diff"] == 0.0 for x in row["rows"])  # the same choices here: the same bits
+    assert "tuned / untuned" in (tmp_path / "t.md").read_text()
