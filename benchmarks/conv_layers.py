@@ -18,8 +18,8 @@ stride, channels, groups and output size (``3x3/s1 64->64 g1 @56x56``). braze's 
 signature is its convolution kernels plus the elementwise kernels that only apply an activation
 to their output (a ReLU braze runs apart, over the result in place, or a cast to 16 bits), since
 OpenVINO fuses those into the convolution; so is a residual add, which both fuse. Everything else
-is one row per kind of kernel (braze) or layer type (OpenVINO). The counters cost time of their own, so the totals
-are above a plain call's.
+is one row per kind of kernel (braze) or layer type (OpenVINO). The counters cost time of their
+own, so the totals are above a plain call's.
 """
 
 from __future__ import annotations

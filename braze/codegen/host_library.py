@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..errors import BrazeError, UnsupportedOpError
 from ..extern.onednn import GEMM_PATHS
 from ..ir import sym as S
-from ..ir.graph import Node
+from ..ir.graph import Node, Value
 from ..ir.types import DType
 from ..ops.conv import is_pointwise_conv, pads4
 from ..passes.node_classes import BACKWARD_CONVS
@@ -18,6 +18,25 @@ from .c_expr import int_expr
 # the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py); relu and
 # relu6 are its _EAGER ones, applied by the helper itself (its oneDNN-valued relu and sigmoid go unused)
 ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6, "relu": 7, "relu6": 8}
+
+
+def post_op_operands(name: str, after: list[Node], anchor: Node, post_ops) -> list[tuple[str, Value | None]]:
+    """Each of a library call's ``post_ops`` with the operand its node adds (a bias, a residual; None
+    for an activation or a cast), in order. ``after`` is the group's nodes after the anchor,
+    constants aside: each one that is not a view is the next post-op's, reading the one before."""
+    out = []
+    todo = list(post_ops)
+    chain = anchor.outputs[0]
+    for m in after:  # views only rename the result
+        if m.op not in VIEW_OPS:
+            if not todo or chain not in m.inputs:
+                raise BrazeError(f"@{name} does not match its post_ops {list(post_ops)} at '{m.op}'",
+                                 hint="this is a braze bug; please report it")
+            out.append((todo.pop(0), next((v for v in m.inputs if v is not chain), None)))
+        chain = m.outputs[0]
+    if todo:
+        raise BrazeError(f"@{name} lacks the nodes of its post_ops {todo}", hint="this is a braze bug; please report it")
+    return out
 
 
 def _residual_kind(residual, dst) -> int:
@@ -53,30 +72,16 @@ class LibraryCalls:
         if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
             bias = cptr[id(anchor.inputs[2])]
             bias_dt = anchor.inputs[2].dtype
-        todo = list(post_ops)
-        chain = anchor.outputs[0]
-        for m in nodes[anchor_i + 1:]:  # views only rename the result; each other node is the next post-op
-            if m.op in VIEW_OPS:
-                pass
-            elif not todo or chain not in m.inputs:
-                raise BrazeError(f"@{callee.name} does not match its post_ops {post_ops} at '{m.op}'",
-                                 hint="this is a braze bug; please report it")
+        for op, other in post_op_operands(callee.name, nodes[anchor_i + 1:], anchor, post_ops):
+            if op == "cast":
+                pass  # the destination's dtype (n's output) is the cast's: the call rounds as it stores
+            elif op in ACTIVATION_CODES:
+                act = ACTIVATION_CODES[op]
+            elif op == "bias":
+                bias = cptr[id(other)]
+                bias_dt = other.dtype
             else:
-                op = todo.pop(0)
-                other = next((v for v in m.inputs if v is not chain), None)
-                if op == "cast":
-                    pass  # the destination's dtype (n's output) is the cast's: the call rounds as it stores
-                elif op in ACTIVATION_CODES:
-                    act = ACTIVATION_CODES[op]
-                elif op == "bias":
-                    bias = cptr[id(other)]
-                    bias_dt = other.dtype
-                else:
-                    residual = cptr[id(other)]
-            chain = m.outputs[0]
-        if todo:
-            raise BrazeError(f"@{callee.name} lacks the nodes of its post_ops {todo}",
-                             hint="this is a braze bug; please report it")
+                residual = cptr[id(other)]
         self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]),
                            _types(anchor.inputs[0].dtype, n.outputs[0].dtype, bias_dt),
                            transposed_operands(callee, anchor), n.attrs.get("dispatch"))

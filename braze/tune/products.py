@@ -34,11 +34,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..codegen.host_library import ACTIVATION_CODES as ACT_CODES
+from ..codegen.host_library import post_op_operands
 from ..ir import sym as S
 from ..ir.graph import Module, Node
 from ..ir.types import DType
 from ..ops.conv import is_pointwise_conv
-from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
+from ..passes.offload import ANCHORS, transposed_operands
 from ..passes.precision import PRODUCT_DTYPES
 
 SMALL_M_MAX = 48  # the helper's SMALLM_DEFAULT_MAX (braze_dnnl_matmul.c)
@@ -151,12 +152,9 @@ def _epilogue(n: Node, callee, anchor: Node) -> tuple[bool, bool, int, DType]:
     in_anchor = anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None
     if in_anchor:
         bias_dtype = anchor.inputs[2].dtype
-    elif "bias" in post_ops:  # the post-ops' nodes follow the anchor in order, views aside (host_library)
-        chain, todo = anchor.outputs[0], list(post_ops)
-        for m in callee.nodes[callee.nodes.index(anchor) + 1:]:
-            if m.op not in VIEW_OPS and todo and chain in m.inputs and todo.pop(0) == "bias":
-                bias_dtype = next(v for v in m.inputs if v is not chain).dtype
-            chain = m.outputs[0]
+    elif "bias" in post_ops:
+        after = [m for m in callee.nodes[callee.nodes.index(anchor) + 1:] if m.op != "constant"]
+        bias_dtype = dict(post_op_operands(callee.name, after, anchor, post_ops))["bias"].dtype
     return in_anchor or "bias" in post_ops, "residual" in post_ops, \
         next((ACT_CODES[p] for p in post_ops if p in ACT_CODES), 0), bias_dtype
 

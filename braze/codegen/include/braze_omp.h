@@ -429,18 +429,17 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
  * 21-32% of them beside one busy process, 2-7% on a quiet machine): the workers sleep at once
  * and the master spins long (BZ_OMP_SPIN_NS), until a window has 5% or fewer (so a window of
  * a few kept-up regions does not bring the spinning workers back), and for one window after
- * BZ_OMP_PROBE_WINDOWS paced ones (more after each such window that fell behind). Otherwise all spin 50 us, so a worker is still awake for the
- * next region: with 5 us always, ResNet-50 at 1x64x64 (about a hundred regions in 3 ms) paid a
- * wake-up in many of them and took 1.028x libgomp's time; paced, 0.977x. Set by the master
- * alone. */
+ * BZ_OMP_PROBE_WINDOWS paced ones (more after each such window that fell behind). Otherwise all
+ * spin 50 us, so a worker is still awake for the next region: with 5 us always, ResNet-50 at
+ * 1x64x64 (about a hundred regions in 3 ms) paid a wake-up in many of them and took 1.028x
+ * libgomp's time; paced, 0.977x. Set by the master alone. */
 static void bz_omp_pace(bz_omp_pool *p, int taken) {
     int paced = p->spin == BZ_OMP_SPIN_NS;
     p->window_taken += taken > 0;
     if (++p->window < 64) return;
     int busy = p->window_taken * 100 > (paced ? 5 : 15) * p->window;
-    if (p->probing || (paced && !busy)) /* the machine is quiet again, or (a probe that fell behind) still busy */
-        p->probe_after = !busy ? BZ_OMP_PROBE_WINDOWS
-                       : p->probe_after < BZ_OMP_PROBE_MAX_WINDOWS ? 2 * p->probe_after : BZ_OMP_PROBE_MAX_WINDOWS;
+    if (!busy && (paced || p->probing)) p->probe_after = BZ_OMP_PROBE_WINDOWS; /* quiet again */
+    else if (p->probing && p->probe_after < BZ_OMP_PROBE_MAX_WINDOWS) p->probe_after *= 2; /* still busy */
     p->probing = busy && paced && ++p->paced_windows >= p->probe_after;
     if (p->probing) busy = 0;
     if (!busy) p->paced_windows = 0;

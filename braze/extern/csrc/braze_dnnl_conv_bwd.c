@@ -127,6 +127,12 @@ static void *conv_bwd_buffer(int slot, const_dnnl_memory_desc_t md, const char *
     return b;
 }
 
+/* a gradient of no pixels: no input gradient to write, a zero weight gradient (float32) */
+static int conv_bwd_of_nothing(int dir, const braze_packed_conv *P, void *out) {
+    if (dir == CONV_BWD_WEIGHTS && out) memset(out, 0, (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * 4);
+    return 0;
+}
+
 static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *dY, const void *other,
                          const braze_packed_conv *P, int64_t OH, int64_t OW, void *out, char *err, int errlen) {
     char ctx[300];
@@ -146,12 +152,9 @@ static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *d
              (long long)OW, (long long)P->KH, (long long)P->KW, (long long)P->sh, (long long)P->sw, (long long)P->ph,
              (long long)P->pw, (long long)P->ph_end, (long long)P->pw_end, (long long)P->dh, (long long)P->dw,
              (long long)P->G, P->layout ? "nhwc" : "nchw");
-    if (N >= 0 && (H == 0 || W == 0) && OH >= 0 && OW >= 0) {
-        /* an empty input (a transposed convolution's padding can eat all of it; fuzz seed 7442: a
-         * zero-sized dim): no input gradient to write, a zero weight gradient */
-        if (dir == CONV_BWD_WEIGHTS && out) memset(out, 0, (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * 4);
-        return 0;
-    }
+    if (N >= 0 && (H == 0 || W == 0) && OH >= 0 && OW >= 0) /* an empty input (a transposed convolution's
+        padding can eat all of it; fuzz seed 7442: a zero-sized dim) */
+        return conv_bwd_of_nothing(dir, P, out);
     if (N >= 0 && H > 0 && W > 0 && OH == CONV_OH(P, H) && OW == CONV_OW(P, W) && (OH == 0 || OW == 0)) {
         /* the forward convolution's output is empty (a dilated kernel wider than the padded input,
          * fuzz seed 5532): both gradients are zeros (oneDNN takes no zero-sized dims) */
@@ -166,10 +169,7 @@ static int conv_bwd_call(int dir, int64_t N, int64_t H, int64_t W, const void *d
                 (long long)CONV_OH(P, H), (long long)CONV_OW(P, W));
         return 1;
     }
-    if (N == 0) { /* an empty batch: no input gradient, a zero weight gradient */
-        if (dir == CONV_BWD_WEIGHTS && out) memset(out, 0, (size_t)(P->OC * (P->IC / P->G) * P->KH * P->KW) * 4);
-        return 0;
-    }
+    if (N == 0) return conv_bwd_of_nothing(dir, P, out); /* an empty batch */
     if (!dY || !other || !out) {
         set_err(err, errlen, "braze_dnnl: a NULL tensor (%s)", ctx);
         return 1;
