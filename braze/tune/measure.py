@@ -46,6 +46,10 @@ def _cache_bytes(index: int, default: int) -> int:
 
 
 def _activation(code: int, v: np.ndarray) -> np.ndarray:
+    """braze_dnnl.h's activation ``code`` (its low byte) of v."""
+    code &= 0xff
+    if code in (7, 8):  # eager relu, relu6
+        return np.where(v < 0, 0.0, np.minimum(v, 6.0) if code == 8 else v)
     if code == 2:
         return 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
     if code == 3:
@@ -148,8 +152,12 @@ class _Site:
         ref = a[:r].astype(np.float64) @ self.wt.T.astype(np.float64)
         if self.bias is not None:
             ref = ref + self.bias.astype(np.float64)
-        ref = _activation(self.s["act"], ref)
-        if res is not None:
+        from ..codegen.host_library import AFTER_RESIDUAL
+        act, late = self.s["act"], self.s["act"] & AFTER_RESIDUAL
+        if res is not None and late:
+            ref = ref + res[:r].astype(np.float64)
+        ref = _activation(act, ref)
+        if res is not None and not late:
             ref = ref + res[:r].astype(np.float64)
         got = c[:r].astype(np.float64)
         if not np.isfinite(got).all():

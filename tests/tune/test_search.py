@@ -104,6 +104,18 @@ def test_the_measuring_process_times_and_checks_every_kernel():
             assert all(len(xs) == 3 and min(xs) > 0 for xs in per_point.values())  # one sample a round
 
 
+@pytest.mark.parametrize("act, residual", [(7, False), (8, False), (0x107, True)])
+def test_a_product_with_relu_is_checked_against_a_relu(act, residual):
+    """relu and relu6 (braze's eager ones), and relu after the residual: every kernel matches its
+    reference, so each is timed (a reference without the relu had rejected them all)."""
+    job = {"rounds": 3, "warmup": 1, "sites": [
+        {"id": 0, "site": {"n": 64, "k": 64, "transposed": 1, "bias": True, "residual": residual, "act": act,
+                           "kind": "conv1x1"}, "points": [9, 64], "paths": ["conv", "dnnl"]}]}
+    (r,), failure = search._child(job, 2, 120)
+    assert failure == ""
+    assert r["rejected"] == {} and set(r["times"]) == {"conv", "dnnl"}
+
+
 @needs_bf16_products
 def test_the_measuring_process_times_16_bit_products_in_their_dtypes():
     """A bfloat16 product into a float32 result (the policy's), and a 1x1 convolution of a bfloat16
