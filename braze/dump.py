@@ -22,6 +22,7 @@ from . import log as _logging
 from .errors import BrazeError
 from .instruments import Instrument
 from .ir.graph import ConstantRef, Module, array_digest
+from .ir.types import ML_DTYPES
 
 STAGE_FILE = re.compile(r"^(\d\d)_([A-Za-z0-9_]+)\.(braze|loop|c)$")
 
@@ -116,6 +117,8 @@ def read_module(path) -> Module:
             raise BrazeError(f"constant @{name} of {path.name} is not in the dump ({f} is missing)",
                              hint="dump again with BRAZE_DUMP set; the directory must keep its constants/ folder")
         a = np.load(f, allow_pickle=False)
+        if a.dtype.kind == "V" and a.dtype.itemsize == c.type.dtype.itemsize and c.type.dtype in ML_DTYPES:
+            a = a.view(c.type.dtype.numpy)  # .npy keeps ml_dtypes' bfloat16 and float8 as raw bytes
         if tuple(a.shape) != tuple(c.type.shape) or str(a.dtype) != c.type.dtype.name:
             raise BrazeError(f"constant @{name} in {f} is {a.dtype}{list(a.shape)}, but {path.name} declares it "
                              f"{c.type}", hint="the dump's constants/ folder is from another compile; dump again")

@@ -158,3 +158,15 @@ def test_a_dump_at_a_cpu_level_resumes_at_that_level_when_asked(tiny, tmp_path):
         warnings.simplefilter("error", BrazeWarning)
         again = braze.resume(tmp_path / stage("assign_memory"), options={"target": "cpu-x86:scalar"})
     assert again._native.source == (tmp_path / "model.c").read_text()
+
+
+def test_a_bfloat16_constant_resumes(tmp_path):
+    """NumPy saves ml_dtypes' bfloat16 as raw 2-byte records; a resume reads them back as
+    bfloat16 (a bf16 policy's dump once failed to resume at every stage)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from braze.ops import Builder, tensor
+    b = Builder()
+    n = b.sym("n", 1, 8)
+    w = b.constant(np.linspace(-2, 2, 4096).reshape(64, 64).astype(ml_dtypes.bfloat16), "w")
+    b.ret(b.add(b.param("x", tensor("f32", n, 64, 64)), b.op("cast", [w], dtype="float32")))
+    dump_and_resume_everywhere(b.module, tmp_path)  # every stage: the same C
