@@ -18,6 +18,18 @@ from .c_expr import int_expr
 # the post-op activations' codes in braze_dnnl.h (which ones oneDNN runs: passes/offload.py); relu and
 # relu6 are its _EAGER ones, applied by the helper itself (its oneDNN-valued relu and sigmoid go unused)
 ACTIVATION_CODES = {"gelu": 2, "gelu_tanh": 3, "silu": 4, "tanh": 6, "relu": 7, "relu6": 8}
+AFTER_RESIDUAL = 0x100  # BRAZE_ACT_AFTER_RESIDUAL: act(product + bias + residual)
+
+
+def act_code(post_ops) -> int:
+    """The ``act`` a library call with these post-ops takes (without its dtypes): the activation's
+    code, with AFTER_RESIDUAL when the residual add comes first; 0 for none."""
+    ops = list(post_ops)
+    act = next((a for a in ops if a in ACTIVATION_CODES), None)
+    if act is None:
+        return 0
+    late = "residual" in ops and ops.index("residual") < ops.index(act)
+    return ACTIVATION_CODES[act] | (AFTER_RESIDUAL if late else 0)
 
 
 def post_op_operands(name: str, after: list[Node], anchor: Node, post_ops) -> list[tuple[str, Value | None]]:
@@ -67,7 +79,7 @@ class LibraryCalls:
         for m in nodes[:anchor_i]:  # prologue views and transposes read their input where it is
             cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]
         bias = residual = None
-        act = 0
+        act = act_code(post_ops)
         bias_dt = DType.float32
         if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
             bias = cptr[id(anchor.inputs[2])]
@@ -76,7 +88,7 @@ class LibraryCalls:
             if op == "cast":
                 pass  # the destination's dtype (n's output) is the cast's: the call rounds as it stores
             elif op in ACTIVATION_CODES:
-                act = ACTIVATION_CODES[op]
+                pass  # act_code's
             elif op == "bias":
                 bias = cptr[id(other)]
                 bias_dt = other.dtype

@@ -10,7 +10,8 @@ names them on the ``fused`` node, ``post_ops=["bias", "gelu_tanh", "residual"]``
 in the order of the callee's nodes, and moves the rest of the epilogue into a new
 ``pointwise`` group that reads the library's result. A last ``cast`` of the float32
 result to the operands' 16-bit dtype, with no residual, is the post-op ``cast``: the
-call stores that dtype, rounding once. The host generator then only
+call stores that dtype, rounding once; a relu after it is the one post-op that may follow
+(``post_ops=["cast", "relu"]``: relu(round(x))). The host generator then only
 translates: it decides nothing.
 
 ``offload(module)`` mutates the module and returns it. A group the library cannot
@@ -37,9 +38,13 @@ VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 # 0 in it (fuzz seed 986). relu and relu6 (a clamp to [0, 6]) are EAGER_ACTIVATIONS: oneDNN's
 # relu and clip would turn NaN into a number, so the helper applies them itself as eager does
 # (x < 0 ? 0 : x, NaN and -0 kept): in its small-M kernels' epilogue, else over the result after
-# oneDNN's primitive. Nothing is absorbed after them, and only in float32 products. A separate
+# oneDNN's primitive, in the result's dtype. So nothing is absorbed after them, and they are the
+# one post-op after a cast (hoist_casts puts ResNet's relus there under a bf16 policy). A separate
 # pass over the result had taken 5.6-7.9% of the depthwise convnet's call after its expand 1x1
-# convolution (AMD EPYC, AVX2).
+# convolution (AMD EPYC, AVX2). Only on a result in the operands' dtype: a bf16 policy's float32
+# result (ResNet's relu(conv + residual)) is rounded by a kernel of its own for the next product,
+# which applies the relu on the way; the helper's pass before it took 1.00-1.06x the time.
+# Any activation may follow the residual add (BRAZE_ACT_AFTER_RESIDUAL).
 EAGER_ACTIVATIONS = ("relu", "relu6")
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh") + EAGER_ACTIVATIONS
 POST_OPS = ("bias", "residual", "cast") + ACTIVATIONS
@@ -177,12 +182,14 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         if len(readers.get(id(chain), ())) + (id(chain) in results) != 1:
             break
         act = activation_name(m)
+        if "cast" in post and act not in EAGER_ACTIVATIONS and m.op not in VIEW_OPS:
+            break  # other post-ops run on the float32 accumulator, before the rounding
         if m.op in VIEW_OPS and m.inputs[0] is chain:
             pass
-        elif act and not any(p in ACTIVATIONS or p == "residual" for p in post) and m.inputs[0] is chain:
-            if act in EAGER_ACTIVATIONS:
-                if not all(v.dtype == DType.float32 for v in (*anchor.inputs[:2], m.outputs[0])):
-                    break
+        elif act and not any(p in ACTIVATIONS for p in post) and m.inputs[0] is chain:
+            if act in EAGER_ACTIVATIONS:  # the helper's own pass, after all the rest
+                if m.outputs[0].dtype != anchor.inputs[0].dtype:
+                    break  # a policy's float32 result: the kernel that rounds it for the next product applies it
                 post.append(act)
                 i += 1
                 break
@@ -193,12 +200,8 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         elif m.op == "add" and "residual" not in post and _is_residual(module, m, chain, in_memory):
             post.append("residual")
         elif _stores_half(m, chain, anchor) and "residual" not in post:
-            # the helper reads a residual in the destination's dtype, so a cast after one stays
-            # out; nothing follows a cast: post-ops run on the float32 accumulator
+            # the helper reads a residual in the destination's dtype, so a cast after one stays out
             post.append("cast")
-            chain = m.outputs[0]
-            i += 1
-            break
         else:
             break
         chain = m.outputs[0]

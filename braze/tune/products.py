@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..codegen.host_library import ACTIVATION_CODES as ACT_CODES
-from ..codegen.host_library import post_op_operands
+from ..codegen.host_library import AFTER_RESIDUAL, act_code, post_op_operands
 from ..ir import sym as S
 from ..ir.graph import Module, Node
 from ..ir.types import DType
@@ -122,8 +122,10 @@ class ProductSite:
         return CHOICES[self.kind]
 
     def describe(self) -> str:
-        act = next((k for k, v in ACT_CODES.items() if v == self.act), f"act{self.act}")
-        epi = "+".join(x for x, on in (("bias", self.bias), (act, self.act), ("residual", self.residual)) if on)
+        act = next((k for k, v in ACT_CODES.items() if v == self.act & ~AFTER_RESIDUAL), f"act{self.act}")
+        order = (("bias", self.bias), ("residual", self.residual), (act, self.act)) if self.act & AFTER_RESIDUAL \
+            else (("bias", self.bias), (act, self.act), ("residual", self.residual))
+        epi = "+".join(x for x, on in order if on)
         types = "" if self.dtype == "float32" else f" {self.dtype}" + (
             f" -> {self.out_dtype}" if self.out_dtype != self.dtype else "")
         return ("1x1 conv " if self.kind == "conv1x1" else "") + f"{self.n}x{self.k}" + (f" {epi}" if epi else "") + types
@@ -155,8 +157,7 @@ def _epilogue(n: Node, callee, anchor: Node) -> tuple[bool, bool, int, DType]:
     elif "bias" in post_ops:
         after = [m for m in callee.nodes[callee.nodes.index(anchor) + 1:] if m.op != "constant"]
         bias_dtype = dict(post_op_operands(callee.name, after, anchor, post_ops))["bias"].dtype
-    return in_anchor or "bias" in post_ops, "residual" in post_ops, \
-        next((ACT_CODES[p] for p in post_ops if p in ACT_CODES), 0), bias_dtype
+    return in_anchor or "bias" in post_ops, "residual" in post_ops, act_code(post_ops), bias_dtype
 
 
 def _measurable(x, w, y) -> bool:

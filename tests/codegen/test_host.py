@@ -87,6 +87,13 @@ def test_every_post_op_activation_has_its_library_code():
     assert set(ACTIVATION_CODES) == set(ACTIVATIONS)
 
 
+def test_an_activation_after_the_residual_add_is_flagged_so():
+    from braze.codegen.host_library import AFTER_RESIDUAL, act_code
+    assert act_code(["bias", "gelu_tanh", "residual"]) == 3  # act(x + b) + r
+    assert act_code(["residual", "relu"]) == 7 | AFTER_RESIDUAL == 0x107  # relu(x + r): ResNet's block end
+    assert act_code(["cast", "relu"]) == 7 and act_code(["bias"]) == act_code([]) == 0
+
+
 def test_the_same_ir_gives_the_same_c():
     assert emit() == emit()
 

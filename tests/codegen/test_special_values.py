@@ -464,3 +464,30 @@ def test_relu_and_relu6_after_a_product_keep_nan_on_every_path(act):
         assert np.isnan(want).sum() >= 64
         np.testing.assert_allclose(conv1x1(xc), want, rtol=1e-5, atol=1e-5, equal_nan=True,
                                    err_msg=f"{xc.shape} input")
+
+
+def test_relu_after_a_residual_add_keeps_nan_on_every_path():
+    """relu(x @ w.T + b + r) is one library call (post_ops residual, relu: BRAZE_ACT_AFTER_RESIDUAL)
+    at few rows (the small-M kernel) and many (oneDNN's primitive, then the helper's pass): a NaN
+    or inf from either operand, and a residual that makes the sum negative, give eager's values."""
+    import braze
+    from braze.ops import Builder, tensor
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    b = Builder()
+    n = b.sym("n", 1, 1 << 16)
+    lin = b.op("linear", [b.param("x", tensor("f32", n, 16)), b.constant(w, "w"), b.constant(bias, "b")])
+    b.ret(b.relu(b.add(lin, b.param("r", tensor("f32", n, 64)))))
+    cm = braze.compile(b.module)
+    lib, = [nd for nd in cm.module.main.nodes if nd.op == "fused"]
+    assert lib.attrs["post_ops"] == ["residual", "relu"]
+    for rows in (3, 200, 20000):
+        x = rng.standard_normal((rows, 16)).astype(np.float32)
+        r = rng.standard_normal((rows, 64)).astype(np.float32)
+        x[0, 0], x[1, 3] = np.nan, np.inf
+        r[2, :8], r[2, 8:16] = np.nan, -np.inf
+        want = F.relu(F.linear(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias))
+                      + torch.from_numpy(r)).numpy()
+        assert np.isnan(want).sum() >= 72 and (want == 0).any()
+        np.testing.assert_allclose(cm(x, r), want, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{rows} rows")

@@ -331,3 +331,84 @@ def test_bf16_small_m_kernel_special_values_match_onednn(lib):
                 assert np.isnan(got[0]).all() and np.isposinf(got[1]).all() and np.isneginf(got[2]).all()
     finally:
         lib.braze_free_packed_b(pb)
+
+
+RELU, RELU6 = 7, 8  # braze_dnnl.h's eager relu and relu6: NaN and -0 kept
+# float32 results around what a 16-bit relu must tell apart: NaN of either sign, infinities,
+# a negative that rounds to -0 (kept), -0 and +0 sums, and numbers either side of 6 (1e6 is inf in
+# float16)
+SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, -1e-45, 1e-45, -3.0, -0.0, 0.0, 5.5, 6.0, 7.0, 1e6, -1e6,
+                     0.25, -0.25], np.float32)
+
+
+def _eager_relu(y, act):
+    """eager's relu or relu6 of a 16-bit array, in float32 and back: exact"""
+    f = y.astype(np.float32)
+    if act == RELU6:
+        f = np.where(f > 6, np.float32(6), f)
+    return np.where(f < 0, np.float32(0), f).astype(y.dtype)
+
+
+def _same_bits(got, want):
+    """equal bit for bit, but a NaN is any NaN (its payload is the rounding's)"""
+    g, w = got.astype(np.float32), want.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    ok = ~np.isnan(w)
+    np.testing.assert_array_equal(got.view(np.uint16)[ok], want.view(np.uint16)[ok])
+
+
+@pytest.mark.parametrize("src", HALF)
+@pytest.mark.parametrize("act", [RELU, RELU6])
+@pytest.mark.parametrize("way", ["small_m", "onednn", "no_terms"])
+def test_an_eager_relu_after_a_16_bit_store_runs_on_the_rounded_result(lib, src, act, way):
+    """passes/offload.py hands the helper ``post_ops=["cast", "relu"]``: relu(round(x)), in every
+    way a product runs. The float32 results are 0 + the bias (A is 0), so the rounding is exact to
+    predict: -1e-45 rounds to -0 and stays -0, NaN stays NaN, -inf becomes 0."""
+    M, N, K = 3, SPECIALS.size, 0 if way == "no_terms" else 8
+    small_m = lib.braze_dnnl_small_m()
+    err = _err()
+    pb = lib.braze_pack_b_typed(_p(np.ones((N, K), np.float32)), F32, src, N, K, 1, err, ERRLEN)
+    assert pb, err.value
+    if way == "small_m" and not lib.braze_packed_b_small_m_takes(pb, M, act | types(src, src)):
+        lib.braze_free_packed_b(pb)
+        pytest.skip("the small-M kernel takes no such product on this CPU (bfloat16 with AVX512_BF16 only)")
+    lib.braze_dnnl_set_small_m(small_m if way == "small_m" else 0)
+    try:
+        c0 = _created(lib)
+        out = np.zeros((M, N), NP[src])
+        A = np.zeros((M, K), NP[src])
+        assert lib.braze_matmul(M, N, K, _p(A), pb, _p(SPECIALS), None, act | types(src, src), _p(out), err,
+                                ERRLEN) == 0, err.value
+        assert (_created(lib) == c0) == (way != "onednn"), "the call did not run the way the test names"
+        y = np.float32(0) + SPECIALS  # the float32 sum: a -0 bias gives +0
+        with np.errstate(over="ignore"):  # 1e6 is inf in float16
+            want = np.broadcast_to(y.astype(NP[src]), (M, N))
+        _same_bits(out, _eager_relu(want, act))
+    finally:
+        lib.braze_dnnl_set_small_m(small_m)
+        lib.braze_free_packed_b(pb)
+
+
+@pytest.mark.parametrize("src", HALF)
+@pytest.mark.parametrize("act", [RELU, RELU6])
+@pytest.mark.parametrize("N, H", [(1, 5), (2, 48)])  # 2x48x48x64: the helper's pass runs in the team
+def test_a_16_bit_convolution_with_an_eager_relu_is_the_relu_of_its_rounded_result(lib, src, act, N, H):
+    """The same call with and without the relu, then NumPy's relu on the bits: equal bit for bit,
+    with random numbers, then with the special values in the bias of a zero input."""
+    IC, OC = 16, 64
+    rng = np.random.default_rng(H + act)
+    W32 = rng.standard_normal((OC, IC, 3, 3)).astype(np.float32)
+    err = _err()
+    pc = lib.braze_pack_conv_typed(_p(W32), F32, src, OC, IC, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, err, ERRLEN)
+    assert pc, err.value
+    try:
+        for X, b in ((_rounded(rng, (N, H, H, IC), src) * 4, rng.standard_normal(OC).astype(np.float32)),
+                     (np.zeros((N, H, H, IC), NP[src]), np.resize(SPECIALS, OC))):
+            plain, got = np.zeros((N, H, H, OC), NP[src]), np.zeros((N, H, H, OC), NP[src])
+            for a, out in ((0, plain), (act, got)):
+                assert lib.braze_conv2d(N, H, H, _p(X), pc, _p(b), None, a | types(src, src), H, H, _p(out), err,
+                                        ERRLEN) == 0, err.value
+            assert (plain < 0).any() and (got.view(np.uint16) == 0).any()
+            _same_bits(got, _eager_relu(plain, act))
+    finally:
+        lib.braze_free_packed_conv(pc)

@@ -107,8 +107,8 @@ def test_braze_compile_of_a_half_model_and_of_the_policy(dtype, precision):
                     "(test_half_models_under_the_plugin checks that warning)")
 def test_the_bf16_policy_stores_convolutions_in_bf16_and_keeps_nan():
     """conv -> relu -> max_pool -> conv -> relu -> conv: a convolution that feeds another stores its result in bfloat16 (the
-    relus and the pool move up behind the rounding), and a NaN still reaches the outputs eager's
-    reaches."""
+    relus and the pool move up behind the rounding, and the call applies the relu), and a NaN
+    still reaches the outputs eager's reaches."""
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                             torch.nn.Conv2d(16, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
@@ -116,8 +116,9 @@ def test_the_bf16_policy_stores_convolutions_in_bf16_and_keeps_nan():
     cm = braze.compile(m, example_inputs=(torch.randn(2, 3, 12, 10),), dynamic_shapes={"input": {0: b, 2: h, 3: w}},
                        precision="bf16")
     convs = [n for n in cm.module.main.nodes if n.op == "fused" and n.attrs["kind"] == "conv"]
-    # the last one's result is the model's output, which stays float32
-    assert [n.attrs["post_ops"][-1:] for n in convs] == [["cast"], ["cast"], []]
+    # the last one's result is the model's output, which stays float32; the helper applies the
+    # relus to the rounded results itself
+    assert [n.attrs["post_ops"][-2:] for n in convs] == [["cast", "relu"], ["cast", "relu"], []]
     assert [n.outputs[0].dtype.short for n in convs] == ["bf16", "bf16", "f32"]
     for shape in [(1, 3, 8, 8), (3, 3, 13, 9), (2, 3, 32, 17)]:
         x = torch.randn(shape)

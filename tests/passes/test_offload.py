@@ -134,6 +134,26 @@ def test_relu_and_relu6_are_post_ops_the_helper_applies_itself(P, act, post, res
     P.check_equiv(before, after, ENVS)
 
 
+@pytest.mark.parametrize("act, post", [("relu(%1)", ["residual", "relu"]),
+                                       ('gelu(%1) {approximate="none"}', ["residual", "gelu"])])
+def test_an_activation_after_the_residual_add_is_the_calls(P, act, post):
+    # relu(x @ w + b + r), ResNet's block end: the helper applies it after the residual
+    # (BRAZE_ACT_AFTER_RESIDUAL), so no kernel reads the result again
+    text = HEAD + f"""  func @main(%x: f32[n, 4], %r: f32[n, 2]) -> (f32[n, 2]) {{
+    %w = constant() {{name="w"}} : f32[2, 4]
+    %b = constant() {{name="b"}} : f32[2]
+    %0 = linear(%x, %w, %b) : f32[n, 2]
+    %1 = add(%0, %r) : f32[n, 2]
+    %2 = {act} : f32[n, 2]
+    return %2
+  }}
+}}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", post, ["linear", "add", act.partition("(")[0]])]
+    P.check_equiv(before, after, ENVS)
+
+
 HALF_HEAD = HEAD.replace("@w : f32[2, 4]", "@w : bf16[2, 4]") + """  precision {
     policy bf16
     library f32 bf16
@@ -166,18 +186,45 @@ def test_a_last_cast_to_the_operands_dtype_is_the_calls_destination(P, res, cast
     P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
 
 
-def test_relu_after_a_16_bit_product_stays_generated_code(P):
-    # the helper's eager relu runs on float32 products only (braze_dnnl.h)
-    text = HALF_HEAD + """  func @main(%x: bf16[n, 4]) -> (f32[n, 2]) {
-    %w = constant() {name="w"} : bf16[2, 4]
-    %0 = linear(%x, %w) {out_dtype=#f32} : f32[n, 2]
-    %1 = relu(%0) : f32[n, 2]
-    return %1
-  }
-}
+@pytest.mark.parametrize("out, post", [("f32", []), ("bf16", ["cast", "relu"])])
+def test_relu_after_a_16_bit_product_is_the_helpers_once_it_is_rounded(P, out, post):
+    # the helper's eager relu runs on the result in its dtype: after a cast, on the rounded value
+    # (relu(round(x)), what hoist_casts made of a bf16 policy's ResNet); a float32 result of a
+    # 16-bit product is the policy's, whose relu joins the kernel that rounds it
+    cast = '%1 = cast(%0) {dtype=#bf16} : bf16[n, 2]' if out == "bf16" else '%1 = reshape(%0) {shape=[n, 2]} : f32[n, 2]'
+    text = HALF_HEAD + f"""  func @main(%x: bf16[n, 4]) -> ({out}[n, 2]) {{
+    %w = constant() {{name="w"}} : bf16[2, 4]
+    %0 = linear(%x, %w) {{out_dtype=#f32}} : f32[n, 2]
+    {cast}
+    %2 = relu(%1) : {out}[n, 2]
+    return %2
+  }}
+}}
 """
     before, after = P.run_pass(fuse_then_offload, text)
-    assert groups(after) == [("gemm", [], ["linear"]), ("pointwise", None, ["relu"])]
+    if out == "bf16":
+        assert groups(after) == [("gemm", post, ["linear", "cast", "relu"])]
+    else:
+        assert groups(after) == [("gemm", post, ["linear", "reshape"]), ("pointwise", None, ["relu"])]
+    P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("after_cast, rest", [
+    ("gelu(%1) {approximate=\"none\"}", ["gelu"]),  # not an eager act: it ran on the accumulator
+    ("add(%1, %r)", ["add"]),  # a residual is read in the destination's dtype, before the rounding
+])
+def test_only_an_eager_relu_follows_a_cast(P, after_cast, rest):
+    text = HALF_HEAD + f"""  func @main(%x: bf16[n, 4], %r: bf16[n, 2]) -> (bf16[n, 2]) {{
+    %w = constant() {{name="w"}} : bf16[2, 4]
+    %0 = linear(%x, %w) {{out_dtype=#f32}} : f32[n, 2]
+    %1 = cast(%0) {{dtype=#bf16}} : bf16[n, 2]
+    %2 = {after_cast} : bf16[n, 2]
+    return %2
+  }}
+}}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("gemm", ["cast"], ["linear", "cast"]), ("pointwise", None, rest)]
     P.check_equiv(before, after, ENVS, rtol=1e-2, atol=1e-2)
 
 

@@ -40,7 +40,8 @@ enum {
     /* eager's relu and relu6 (x < 0 ? 0 : x, then x > 6 ? 6 : x: NaN and -0 kept), which oneDNN's
      * eltwise would not give (its relu and clip map NaN to a number). braze applies them itself:
      * in its small-M kernels' epilogue, else over C after oneDNN's primitive (braze_after_act),
-     * so nothing may follow them: no residual, float32 operands only. */
+     * so nothing may follow them: a residual comes first (BRAZE_ACT_AFTER_RESIDUAL), and a 16-bit
+     * C takes them after its rounding, on the stored bits. */
     BRAZE_ACT_RELU_EAGER = 7,
     BRAZE_ACT_RELU6_EAGER = 8,
     /* OR-ed into `act`: apply the activation after the residual add

@@ -482,7 +482,7 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
         if (residual && residual != Y)
             memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * dt_size(DST_DT(act)));
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
-        braze_after_act(act, (float *)Y, N * OH * OW * P->OC);
+        braze_after_act(act, Y, N * OH * OW * P->OC);
     }
     rc = 0;
 fail:

@@ -468,13 +468,37 @@ static inline float eager_relu(int act, float v) {
     return v < 0.f ? 0.f : v;
 }
 
-/* An eager activation over the n floats of C after oneDNN's primitive wrote them (dense: a
- * matmul's M x N, a convolution's output), in the calling thread's team, as braze's own kernel
- * after the product would have. */
-static void braze_after_act(int act, float *C, int64_t n) {
+/* eager's relu and relu6 on a 16-bit value's bits, as eager_relu on its value: a negative number
+ * (not -0, not NaN) becomes +0, and for relu6 a number above 6 becomes 6. Both 16-bit formats order
+ * magnitudes up to inf as integers; inf is 0x7f80 (bfloat16) or 0x7c00 (float16), 6 is 0x40c0 or
+ * 0x4600. Integer lanes: 32 to a vector, with no widening and no rounding. */
+static inline uint16_t eager_relu16(int relu6, uint16_t u, uint16_t inf, uint16_t six) {
+    uint16_t a = u & 0x7fffu;
+    if (relu6 && u > six && u <= inf) u = six; /* u > six: positive too */
+    return (u & 0x8000u) && a != 0 && a <= inf ? 0 : u;
+}
+
+/* the n elements of C (act's DST_DT: 16 bits) through eager_relu16, in the calling thread */
+static void eager_relu16_span(int act, uint16_t *C, int64_t n) {
+    int relu6 = (act & 0xff) == BRAZE_ACT_RELU6_EAGER, f16 = DST_DT(act) == BRAZE_DT_F16;
+    uint16_t inf = f16 ? 0x7c00u : 0x7f80u, six = f16 ? 0x4600u : 0x40c0u;
+    for (int64_t i = 0; i < n; i++) C[i] = eager_relu16(relu6, C[i], inf, six);
+}
+
+/* An eager activation over the n elements of C (its dtype: act's DST_DT) after oneDNN's
+ * primitive wrote them (dense: a matmul's M x N, a convolution's output), in the calling
+ * thread's team, as braze's own kernel after the product would have: after the residual, and
+ * for a 16-bit C after the rounding (passes/offload.py absorbs it only after a cast). */
+static void braze_after_act(int act, void *C, int64_t n) {
     if (!eager_act(act) || n <= 0) return;
+    if (DST_DT(act) != BRAZE_DT_F32) {
+#pragma omp parallel for schedule(static) if (n >= 131072)
+        for (int64_t i = 0; i < n; i += 4096) eager_relu16_span(act, (uint16_t *)C + i, n - i < 4096 ? n - i : 4096);
+        return;
+    }
+    float *c = (float *)C;
 #pragma omp parallel for schedule(static) if (n >= 65536)
-    for (int64_t i = 0; i < n; i++) C[i] = eager_relu(act, C[i]);
+    for (int64_t i = 0; i < n; i++) c[i] = eager_relu(act, c[i]);
 }
 
 /* An eager activation is applied after everything oneDNN's primitive did, so a residual only
@@ -488,12 +512,12 @@ static int eager_act_refused(int act, int has_res, const char *ctx, char *err, i
 }
 
 /* 1: an oneDNN eltwise post-op (alg, alpha); 0: none (no activation, or one braze applies after
- * the primitive: eager_act, float32 only); -1: an act it cannot take */
+ * the primitive: eager_act, in any dtype); -1: an act it cannot take */
 static int act_alg(int act, dnnl_alg_kind_t *alg, float *alpha) {
     *alpha = 0.f;
     if (act & ~(BRAZE_ACT_AFTER_RESIDUAL | 0xff | BRAZE_TYPES_MASK)) return -1;
     if (SRC_DT(act) == 3 || DST_DT(act) == 3 || BIAS_DT(act) == 3) return -1;
-    if (eager_act(act)) return act & BRAZE_TYPES_MASK ? -1 : 0;
+    if (eager_act(act)) return 0;
     switch (act & 0xff) {
     case BRAZE_ACT_NONE: return 0;
     case BRAZE_ACT_RELU: *alg = dnnl_eltwise_relu; return 1;

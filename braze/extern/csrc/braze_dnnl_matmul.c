@@ -288,19 +288,20 @@ static float scalar_act(int act, float v) {
     case BRAZE_ACT_SILU: return v / (1.f + expf(-v));
     case BRAZE_ACT_SIGMOID: return 1.f / (1.f + expf(-v));
     case BRAZE_ACT_TANH: return tanhf(v);
-    case BRAZE_ACT_RELU_EAGER: case BRAZE_ACT_RELU6_EAGER: return eager_relu(act, v);
     default: return v;
     }
 }
 
 static void empty_k_epilogue(int64_t M, int64_t N, const void *bias, const void *residual, int act, void *C) {
-    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0, dd = DST_DT(act);
+    /* an eager act comes last, after the rounding too: braze_after_act's, as after a primitive */
+    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0, dd = DST_DT(act), a = eager_act(act) ? 0 : act;
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
             float v = bias ? dt_load(bias, n, BIAS_DT(act)) : 0.f;
             float r = residual ? dt_load(residual, m * N + n, dd) : 0.f;
-            dt_store(C, m * N + n, dd, late ? scalar_act(act, v + r) : scalar_act(act, v) + r);
+            dt_store(C, m * N + n, dd, late ? scalar_act(a, v + r) : scalar_act(a, v) + r);
         }
+    braze_after_act(act, C, M * N);
 }
 
 /* The cache entry (the primitive) for this call's shape and epilogue, created if new: rm, one
@@ -386,7 +387,7 @@ static int run_matmul(const cache_entry *e, int64_t M, int64_t N, int64_t K, con
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1, mr};
         }
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
-        braze_after_act(act, (float *)C, M * N);
+        braze_after_act(act, C, M * N);
     }
     rc = 0;
 fail:

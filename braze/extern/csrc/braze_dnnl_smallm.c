@@ -174,6 +174,9 @@ static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const fl
     int nv = N - n0 < 64 ? (int)(N - n0) : 64, late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0;
     int bdt = BIAS_DT(act), cdt = DST_DT(act);
     size_t bs = dt_size(bdt), cs = dt_size(cdt);
+    /* a 16-bit C takes an eager act after the rounding, as after a primitive (braze_after_act) */
+    int act16 = cdt != BRAZE_DT_F32 && eager_act(act) ? act : 0;
+    if (act16) act &= ~0xff;
     for (int j = 0; j < 4 && nv > 16 * j; j++) {
         int left = nv - 16 * j;
         __mmask16 mk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
@@ -184,6 +187,7 @@ static void smallm_store(int64_t m0, int64_t mb, int64_t N, int64_t n0, const fl
             __m512 r = res ? smallm_load(cdt, mk, (const char *)res + off * cs) : _mm512_setzero_ps();
             v = late ? smallm_act(act, _mm512_add_ps(v, r)) : _mm512_add_ps(smallm_act(act, v), r);
             smallm_put(cdt, mk, (char *)C + off * cs, v);
+            if (act16) eager_relu16_span(act16, (uint16_t *)((char *)C + off * cs), left < 16 ? left : 16);
         }
     }
 }
