@@ -47,9 +47,10 @@ def resolved_threads(threads: int | None) -> int:
 def environment(threads: int | None) -> dict:
     from ..codegen.isa import cpu_model, host_isa
     from ..extern.onednn import helper_build_id
+    from .measure import VERSION
     isa = host_isa()  # what the measurements ran at: tuning_block leaves lower levels untuned
     return {"cpu": cpu_model(), "isa": isa.name, "features": sorted(isa.host_features),
-            "threads": resolved_threads(threads), "helper": helper_build_id()}
+            "threads": resolved_threads(threads), "helper": helper_build_id(), "measure": VERSION}
 
 
 def env_key(env: dict) -> str:

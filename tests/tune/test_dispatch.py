@@ -218,13 +218,15 @@ def test_lines_that_are_not_records_are_skipped_with_one_warning(module_of, tmp_
     assert _tables(m)[0] == override(RULE, 64, 127, "smallm")
 
 
-def test_another_machines_database_gives_the_default_rule_with_one_warning(module_of, tmp_path):
+@pytest.mark.parametrize("change, says", [({"cpu": "Some Other CPU"}, "cpu 'Some Other CPU'"),
+                                          ({"measure": 1}, "measure 1")])  # an older measuring process's
+def test_another_machines_database_gives_the_default_rule_with_one_warning(module_of, tmp_path, change, says):
     db = tmp_path / "tune.jsonl"
     first = _site_keys(module_of())[0]
-    _write(db, [_record(first, (64, 127), "smallm", cpu="Some Other CPU")])
+    _write(db, [_record(first, (64, 127), "smallm", **change)])
     from braze.tune import dispatch
     dispatch._WARNED.discard(db.as_posix())
-    with pytest.warns(BrazeWarning, match="another setting only: cpu 'Some Other CPU'"):
+    with pytest.warns(BrazeWarning, match=f"another setting only: {says}"):
         _, m = compile_to_c(module_of(), host_isa(), options=Options(tune_db=str(db)))
     assert _tables(m) == [RULE, RULE]
     with warnings.catch_warnings():
