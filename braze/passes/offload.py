@@ -43,7 +43,7 @@ VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 # pass over the result had taken 5.6-7.9% of the depthwise convnet's call after its expand 1x1
 # convolution (AMD EPYC, AVX2). Only on a result in the operands' dtype: a bf16 policy's float32
 # result (ResNet's relu(conv + residual)) is rounded by a kernel of its own for the next product,
-# which applies the relu on the way; the helper's pass before it took 1.00-1.06x the time.
+# which applies the relu on the way; the helper's pass before it took 0.999-1.061x the time.
 # Any activation may follow the residual add (BRAZE_ACT_AFTER_RESIDUAL).
 EAGER_ACTIVATIONS = ("relu", "relu6")
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh") + EAGER_ACTIVATIONS

@@ -80,7 +80,7 @@ def default_rule(kind: str, rules: str = "", n: int | None = None, k: int | None
     activation ``act`` (ACT_CODES' value) in its epilogue, whether it adds a residual, and its
     operands' ``dtype`` (a rule set may have one of its own: "gemm bfloat16"): oneDNN's kernels
     where no small-M kernel takes the activation."""
-    if act not in SMALLM_ACTS:
+    if act & ~AFTER_RESIDUAL not in SMALLM_ACTS:  # the small-M kernels apply any of them after the residual too
         if kind == "conv1x1":
             return ((None, "conv"),)
         return ((None, "dnnl"),) if residual else ((GEMV_ROWS, "dnnl_rt"), (None, "dnnl"))

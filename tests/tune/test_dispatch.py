@@ -171,6 +171,15 @@ def test_a_product_whose_activation_no_small_m_kernel_applies_gets_onednn_everyw
         assert _tables(dispatch(m)) == [((2, "dnnl_rt"), (None, "dnnl")), gelu]
 
 
+def test_relu_after_the_residual_keeps_the_small_m_rows():
+    """relu(x @ w.T + b + r): the small-M kernels apply the relu after the residual
+    (BRAZE_ACT_AFTER_RESIDUAL, act 0x107), so its default table is a plain residual product's."""
+    from braze.tune.products import default_rule
+    for rules in ("", "avx2"):
+        assert default_rule("gemm", rules, 64, 64, 0x107, True) == default_rule("gemm", rules, 64, 64, 0, True)
+        assert default_rule("gemm", rules, 64, 64, 0x106, True) == ((None, "dnnl"),)  # tanh: oneDNN's only
+
+
 def test_a_database_choice_reaches_the_table_and_the_c(module_of, tmp_path):
     db = tmp_path / "tune.jsonl"
     first = _site_keys(module_of())[0]
