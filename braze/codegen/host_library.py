@@ -84,15 +84,12 @@ class LibraryCalls:
         if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
             bias = cptr[id(anchor.inputs[2])]
             bias_dt = anchor.inputs[2].dtype
+        # the activation is act's; a cast is the destination's dtype (n's output): the call rounds as it stores
         for op, other in post_op_operands(callee.name, nodes[anchor_i + 1:], anchor, post_ops):
-            if op == "cast":
-                pass  # the destination's dtype (n's output) is the cast's: the call rounds as it stores
-            elif op in ACTIVATION_CODES:
-                pass  # act_code's
-            elif op == "bias":
+            if op == "bias":
                 bias = cptr[id(other)]
                 bias_dt = other.dtype
-            else:
+            elif op == "residual":
                 residual = cptr[id(other)]
         self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]),
                            _types(anchor.inputs[0].dtype, n.outputs[0].dtype, bias_dt),
