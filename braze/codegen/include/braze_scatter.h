@@ -34,8 +34,9 @@
 #define BZ_PUT_ADD(T, U, d, s) (T)((U)(d) + (U)(s))
 #define BZ_PUT_MUL(T, U, d, s) (T)((U)(d) * (U)(s))
 #define BZ_PUT_NONE(T, U, d, s) (s)
-#define BZ_PUT_MAX(T, U, d, s) ((s) != (s) || (s) > (d) ? (s) : (d))
-#define BZ_PUT_MIN(T, U, d, s) ((s) != (s) || (s) < (d) ? (s) : (d))
+/* | not ||: gcc 12.2 miscompiled a float || of this shape when it vectorized it (braze_vec.h) */
+#define BZ_PUT_MAX(T, U, d, s) ((((s) != (s)) | ((s) > (d))) ? (s) : (d))
+#define BZ_PUT_MIN(T, U, d, s) ((((s) != (s)) | ((s) < (d))) ? (s) : (d))
 #define BZ_INDEX_ADD(NAME, T, U, I) BZ_INDEX_PUT(NAME, T, U, I, BZ_PUT_ADD)
 
 #define BZ_INDEX_PUT(NAME, T, U, I, PUT)                                                             \
