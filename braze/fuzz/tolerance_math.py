@@ -57,7 +57,9 @@ def any_err(e, shape):
 
 
 def clean(p, *errs):
-    """A propagated part: NaN -> unbounded, and exactly 0 where every operand error is 0."""
+    """A propagated part: NaN -> unbounded, exactly 0 where every operand error is 0, and
+    unbounded where an operand's is: such an operand may be NaN (an overflowed product times
+    0, seed 10785), which a bounded function (atan) keeps, whatever its interval says."""
     p = np.asarray(p, dtype=np.float64)
     p = np.where(np.isnan(p), np.inf, p)
     if errs:
@@ -65,8 +67,18 @@ def clean(p, *errs):
         for e in errs:
             if e is not None:
                 hit = hit | any_err(e, p.shape)
+                p = np.where(_inf_at(e, p.shape), np.inf, p)
         p = np.where(hit, p, 0.0)
     return p
+
+
+def _inf_at(e, shape):
+    """Where an operand's error is unbounded, at the output's shape; nowhere when it does not
+    broadcast (a reduction's or a matmul's rule sums the errors it needs)."""
+    try:
+        return np.broadcast_to(np.isinf(np.asarray(e)), shape)
+    except ValueError:
+        return np.zeros(shape, dtype=bool)
 
 
 def unbounded_if(errs, shape):

@@ -143,6 +143,17 @@ def test_nan_must_match_nan_and_inf_must_match_inf():
     assert not compare(np.array([np.nan, np.inf, np.nan], np.float32), want, err)[0]
 
 
+def test_an_unbounded_operand_leaves_a_bounded_function_unbounded():
+    """A product that overflows float32 on the way, times a 0, is NaN or 0 by the order of its
+    factors (seed 10785); atan of it is NaN or 0, although atan's range is bounded."""
+    from braze.ops import tensor
+    x = np.array([[3e30, 3e30, 0.0], [1.0, 2.0, 3.0]], np.float32)
+    want, err = _bound_of(lambda b, x: b.atan(b.reduce_prod(x, axes=[1])), [tensor("f32", 2, 3)], [x])
+    assert want[0] == 0 and np.isinf(err[0])
+    assert np.isfinite(err[1]) and err[1] > 0
+    assert compare(np.array([np.nan, want[1]], np.float32), want, err)[0]
+
+
 def test_the_bound_grows_with_the_condition_of_the_graph():
     """x - mean(x) of nearly equal values, then divided by a small norm: the bound must widen."""
     from braze.ops import tensor
