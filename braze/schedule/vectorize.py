@@ -152,6 +152,8 @@ def _vectorize_nest(s: For) -> None:
         if inner.kind != "serial" or not stores or not all(isinstance(x, Store) for x in stores):
             continue
         v = inner.var
+        if isinstance(inner.extent, int) and inner.extent < MIN_LANES:  # its vector part would never run
+            continue
         if all(_store_vector_ok(x, v) and vector_ok(_stored(x), v) and not _gathering_reduction(_stored(x), v)
                for x in stores):
             inner.kind = "vector"

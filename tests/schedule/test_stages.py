@@ -148,8 +148,16 @@ def f_nhwc_to_nchw():
     return b
 
 
+def f_nchw_to_nhwc_rgb():
+    """An RGB image, NCHW in, NHWC out (a convnet's input for its first convolution)."""
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), 3, b.sym("H"), b.sym("W")))
+    b.ret(b.permute(x, perm=(0, 2, 3, 1)))
+    return b
+
+
 FUNCS = [f_exp, f_transpose, f_layer_norm, f_column_mean, f_mixed, f_log_softmax_axis0, f_batch_norm_grad,
-         f_nhwc_to_nchw]
+         f_nhwc_to_nchw, f_nchw_to_nhwc_rgb]
 
 
 # --- the stage list -----------------------------------------------------------------------
@@ -229,6 +237,30 @@ def test_tile_blocks_a_transposing_nest():
     plain = upto(lowered(f_exp()), collapse)
     assert str(tile(plain)) == str(plain)
     assert str(tile(tile(k))) == str(tile(k))
+
+
+def test_tile_blocks_the_pixels_of_a_few_channels_gathered():
+    """(n, hw, c) of 3 channels reading NCHW: blocks of 64 pixels with the channels inside, then the
+    rest; the loop of 3 stays scalar (a vector loop of it would never run its vector part), so the
+    C compiler sees static loops of 64 and 3 (interleaved stores)."""
+    k = upto(lowered(f_nchw_to_nhwc_rgb()), collapse)
+    main, rest = fors(tile(k))
+    assert [str(f.extent) for f in chain(main)] == ["N", "((H*W) // 64)", "64", "3"]
+    assert [str(f.extent) for f in chain(rest)] == ["N", "((H*W) % 64)", "3"]
+    assert str(tile(tile(k))) == str(tile(k))
+    done = schedule(lowered(f_nchw_to_nhwc_rgb()))
+    assert not [f for f in L.walk_stmts(done.body) if isinstance(f, L.For) and f.kind == "vector"]
+    m = braze.compile(f_nchw_to_nhwc_rgb().module)
+    rng = np.random.default_rng(0)
+    for shp in [(1, 3, 1, 1), (2, 3, 7, 9), (1, 3, 8, 8), (3, 3, 13, 11), (2, 3, 96, 129)]:
+        a = rng.standard_normal(shp).astype(np.float32)
+        np.testing.assert_array_equal(m(a), a.transpose(0, 2, 3, 1), err_msg=str(shp))
+    # 8 channels or more keep their vector loop (the gather of a vector of channels)
+    b = Builder()
+    x = b.param("x", tensor("f32", b.sym("N"), 8, b.sym("H"), b.sym("W")))
+    b.ret(b.permute(x, perm=(0, 2, 3, 1)))
+    k8 = upto(lowered(b), collapse)
+    assert str(tile(k8)) == str(k8)
 
 
 def test_collapse_drops_unit_loops():
