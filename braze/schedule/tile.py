@@ -17,10 +17,12 @@ The mirror image, a copy from NCHW to NHWC with a few channels (a convnet's RGB 
 innermost loop ``v`` of 3 channels, strided in the load, and ``u`` the pixels), is tiled too:
 ``(..., u, v)`` becomes ``(..., ub, ui, v)`` with a static ``ui`` of ``TILE``. Untiled, the parallel
 loop that stage ``parallelize`` joins from the batch and the pixels paid a division and a modulo
-per pixel for 3 elements, and its loop of 3 was a vector loop whose vector part never ran: 173 us
-a call for ResNet-50's 2x3x96x128 input. With static inner loops the C compiler vectorizes the
-block as interleaved stores (33 -> 5 us in C alone, 2 threads). Only a ``v`` of a static extent
-below ``vectorize.MIN_LANES`` is tiled so; stage ``vectorize`` leaves such a loop scalar.
+per pixel for 3 elements, and its loop of 3 was a vector loop whose vector part never ran. With
+static inner loops the C compiler vectorizes the block as interleaved stores: 33 -> 5 us in C
+alone with the data in cache (2x3x96x128, 2 threads), and in ResNet-50, whose input comes from
+memory, 0.68-0.87x the kernel's time at the four benchmark shapes
+(``benchmarks/results/ab_tile_resnet50_amx.md``). Only a ``v`` of a static extent below
+``vectorize.MIN_LANES`` is tiled so; stage ``vectorize`` leaves such a loop scalar.
 """
 
 from __future__ import annotations

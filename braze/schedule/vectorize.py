@@ -1,7 +1,8 @@
 """Stage ``vectorize``: the innermost loop of a nest becomes ``kind="vector"`` when its
 body is float32 arithmetic (16-bit loads and stores widened and rounded by stage ``widen``
 included) over contiguous or invariant accesses (C code gives it a
-vector main loop and a scalar remainder, so any run-time extent works); a reduction
+vector main loop and a scalar remainder, so any run-time extent works; a static extent below
+``MIN_LANES`` stays scalar, as its vector part would never run); a reduction
 whose innermost loop is contiguous gets ``Reduce.vector`` (vector lanes, then a
 horizontal combine). Needs flat accesses.
 """
