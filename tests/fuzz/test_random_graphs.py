@@ -180,6 +180,10 @@ def test_bounds_of_resize_topk_group_norm_and_fmod():
             assert np.all(err == 0)
         else:
             assert np.all(err > 0) and np.all(err < 1e-5 * np.abs(x).max())
+    # outside tf_crop_and_resize's roi the extrapolation value is exact, whatever its sign
+    _, err = _bound_of(lambda b, x: b.resize(b.cos(x), sizes=(7, 9), mode="nearest", coord="tf_crop_and_resize",
+                                             roi=(-0.2, 0.1, 1.0, 1.25), extrapolation=-1.5), t, [x])
+    assert np.all(err >= 0) and np.any(err == 0) and np.any(err > 0)
     _, err = _bound_of(lambda b, x, y: b.fmod(x, y), t * 2, [x, y])
     assert np.all(err == 0)
     want, err = _bound_of(lambda b, x: b.group_norm(x, groups=2), t, [x])
