@@ -188,7 +188,7 @@ class _ProcessTeams:
         if self.table is None:
             return "none loaded"
         name = OmpOps.at(self.table).name.decode()
-        return ("braze's teams (a waiting thread spins up to 50 us, then sleeps; while the cores are shared, "
+        return ("braze's teams (a waiting thread spins up to 100 us, then sleeps; while the cores are shared, "
                 "workers sleep at once, the calling thread spins up to 1 ms, and a worker woken on its CPU moves off "
                 "it: braze_omp.h)" if name == "braze"
                 else "libgomp's (BRAZE_OMP=openmp, or libdnnl unbound)")

@@ -210,7 +210,7 @@ def test_a_pool_is_paced_while_its_workers_fall_behind_and_tries_unpaced_again(h
 
 
 def test_no_cpu_after_the_last_region(harness):
-    """Workers spin at most 50 us after a region and then sleep: under 1% of a core over the next second
+    """Workers spin at most 100 us after a region and then sleep: under 1% of a core over the next second
     (libgomp's took about 1%, torch's process aside)."""
     _, lib = harness
     _constructs(lib, 2)

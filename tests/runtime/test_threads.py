@@ -107,7 +107,7 @@ def test_a_mask_shrunk_after_start_gives_one_thread_unless_threads_is_set(tmp_pa
 @needs_cc
 def test_no_cpu_is_taken_after_a_call():
     """After a call, the model's threads wait without spinning for long: the process takes under
-    1% of a core over the next second (issue 29's bound; braze's teams spin at most 50 us before
+    1% of a core over the next second (issue 29's bound; braze's teams spin at most 100 us before
     they sleep, libgomp's spun a few ms and took about 1%; a runtime that kept spinning would take
     about 100% per idle worker)."""
     b = Builder()

@@ -12,7 +12,7 @@
  * What: each library defines the GOMP_* and omp_* entry points that GCC's OpenMP code calls,
  * hidden, so the library's own regions bind to them and never to libgomp (the helper also
  * points libdnnl's imports at them: braze_dnnl_threads.c). They run a team of braze's threads
- * that spin for at most 50 us and then sleep on a futex. Once the workers are being
+ * that spin for at most 100 us and then sleep on a futex. Once the workers are being
  * descheduled (bz_omp_pace), a worker sleeps at once and the master spins up to 1 ms, so the
  * master keeps its core and a worker takes turns on the other (BZ_OMP_SPIN_NS); a worker woken
  * on the master's CPU moves off it (bz_omp_part).
@@ -54,12 +54,17 @@
  * them under 66 (the runs are bimodal, by where the scheduler puts the threads), against
  * 76.9-78.6 in 7 runs with every wait at 5 us (ONNX Runtime: 66.5-67.4; one thread: 75;
  * docs/threads.md). The slow mode is both threads on one core; bz_omp_part ends it. Quiet, all
- * spin 50 us: a worker that slept at once paid a wake-up per region (1x16: 9.8 ms against 9.0
+ * spin (BZ_OMP_SPIN_QUIET_NS): a worker that slept at once paid a wake-up per region (1x16: 9.8 ms against 9.0
  * at 1 us) */
 #define BZ_OMP_SPIN_NS 0L
 #define BZ_OMP_MASTER_SPIN_NS 1000000L
 #define BZ_OMP_BARRIER_SPIN_NS 5000L
-#define BZ_OMP_SPIN_QUIET_NS 50000L /* while the workers keep up */
+/* While the workers keep up. 100 us and not 50: a call through torch.compile starts after dynamo's
+ * guards and AOT's wrappers, 55-75 us of Python on the Xeon of docs/threads.md, so at 50 us its
+ * first region found the workers asleep, and the master ran their shares: a 48 us model took 159.5
+ * us a call through the plug-in at 50 us and 120.7 at 100 us (results/plugin_overhead_amx.md and
+ * _spin50_amx.md); beside one busy process no change showed beyond run-to-run noise */
+#define BZ_OMP_SPIN_QUIET_NS 100000L
 /* A paced pool runs one window unpaced after this many paced windows. Paced, a worker sleeps at
  * once, so where regions are shorter than a worker's wake-up the master runs their shares even on
  * a quiet machine, and a window with 5% or fewer may never come. So it was on a Xeon with AMX
@@ -430,7 +435,7 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
  * and the master spins long (BZ_OMP_SPIN_NS), until a window has 5% or fewer (so a window of
  * a few kept-up regions does not bring the spinning workers back), and for one window after
  * BZ_OMP_PROBE_WINDOWS paced ones (more after each such window that fell behind). Otherwise all
- * spin 50 us, so a worker is still awake for the next region: with 5 us always, ResNet-50 at
+ * spin BZ_OMP_SPIN_QUIET_NS, so a worker is still awake for the next region: with 5 us always, ResNet-50 at
  * 1x64x64 (about a hundred regions in 3 ms) paid a wake-up in many of them and took 1.028x
  * libgomp's time; paced, 0.977x. Set by the master alone. */
 static void bz_omp_pace(bz_omp_pool *p, int taken) {
