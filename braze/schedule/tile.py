@@ -94,6 +94,8 @@ def _tile_pixels(vars_, exts, stores) -> list:
     main = build_nest([*vars_[:-2], ub, ui, v], [*exts[:-2], blocks, TILE, ev],
                       [subs_store(s, {u: S.add(S.mul(ub, TILE), ui)}) for s in stores])
     rest_ext = S.mod(eu, TILE)
+    if rest_ext == 0:  # a static multiple of TILE pixels (ViT's 224x224 image)
+        return main
     ut = L.loop_var(rest_ext, "t")
     rest = build_nest([*vars_[:-2], ut, v], [*exts[:-2], rest_ext, ev],
                       [subs_store(s, {u: S.add(S.mul(blocks, TILE), ut)}) for s in stores])
@@ -115,6 +117,8 @@ def tile_nest(vars_, exts, stores) -> list:
     main = build_nest([*vars_[:-2], vb, u, vi], [*exts[:-2], blocks, eu, TILE],
                       [subs_store(s, {v: S.add(S.mul(vb, TILE), vi)}) for s in stores])
     rest_ext = S.mod(ev, TILE)
+    if rest_ext == 0:
+        return main
     vt = L.loop_var(rest_ext, "t")
     rest = build_nest([*vars_[:-1], vt], [*exts[:-1], rest_ext],
                       [subs_store(s, {v: S.add(S.mul(blocks, TILE), vt)}) for s in stores])

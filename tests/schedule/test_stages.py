@@ -237,6 +237,11 @@ def test_tile_blocks_a_transposing_nest():
     plain = upto(lowered(f_exp()), collapse)
     assert str(tile(plain)) == str(plain)
     assert str(tile(tile(k))) == str(tile(k))
+    # a static multiple of 64 pixels has no rest nest
+    b = Builder()
+    b.ret(b.permute(b.param("x", tensor("f32", b.sym("N"), 16, 8, 32)), perm=(0, 3, 1, 2)))
+    (main,) = fors(tile(upto(lowered(b), collapse)))
+    assert [str(f.extent) for f in chain(main)] == ["N", "2", "32", "64"]
 
 
 def test_tile_blocks_the_pixels_of_a_few_channels_gathered():
@@ -255,6 +260,11 @@ def test_tile_blocks_the_pixels_of_a_few_channels_gathered():
     for shp in [(1, 3, 1, 1), (2, 3, 7, 9), (1, 3, 8, 8), (3, 3, 13, 11), (2, 3, 96, 129)]:
         a = rng.standard_normal(shp).astype(np.float32)
         np.testing.assert_array_equal(m(a), a.transpose(0, 2, 3, 1), err_msg=str(shp))
+    # a static multiple of 64 pixels has no rest nest
+    b = Builder()
+    b.ret(b.permute(b.param("x", tensor("f32", b.sym("N"), 3, 16, 8)), perm=(0, 2, 3, 1)))
+    (main,) = fors(tile(upto(lowered(b), collapse)))
+    assert [str(f.extent) for f in chain(main)] == ["N", "2", "64", "3"]
     # 8 channels or more keep their vector loop (the gather of a vector of channels)
     b = Builder()
     x = b.param("x", tensor("f32", b.sym("N"), 8, b.sym("H"), b.sym("W")))
