@@ -37,13 +37,12 @@ TILE = 64  # pixels a block: 4 vectors of 16
 MAX_INNER = 2048  # channels: a block of TILE x 2048 floats is 512 KB, about an L2
 
 
-def _transposes(vars_, exts, stores) -> bool:
+def _reads_across(vars_, stores) -> bool:
+    """Flat stores without reductions, contiguous along the innermost loop ``v``, and a load that
+    reads contiguously along the loop ``u`` outside it and strided along ``v``."""
     if len(vars_) < 2 or not is_flat(stores):
         return False
     u, v = vars_[-2], vars_[-1]
-    eu, ev = exts[-2], exts[-1]
-    if not isinstance(eu, int) or not 1 < eu <= MAX_INNER or (isinstance(ev, int) and ev <= TILE):
-        return False
     if any(coeff(s.index[0], v) != 1 or s.index[1] is not None for s in stores) or \
             any(isinstance(x, Reduce) for s in stores for x in L.walk(s.value)):
         return False
@@ -59,70 +58,53 @@ def _transposes(vars_, exts, stores) -> bool:
     return strided
 
 
-def _gathers_few(vars_, exts, stores) -> bool:
-    """The mirror pattern: ``v`` a few channels, contiguous in every store and strided in a load
-    that ``u`` reads contiguously."""
-    if len(vars_) < 2 or not is_flat(stores):
+def _transposes(vars_, exts, stores) -> bool:
+    """``u`` the channels (a static count), ``v`` more pixels than a tile."""
+    eu, ev = exts[-2:] if len(exts) > 1 else (None, None)
+    if not isinstance(eu, int) or not 1 < eu <= MAX_INNER or (isinstance(ev, int) and ev <= TILE):
         return False
-    u, v = vars_[-2], vars_[-1]
-    eu, ev = exts[-2], exts[-1]
+    return _reads_across(vars_, stores)
+
+
+def _gathers_few(vars_, exts, stores) -> bool:
+    """The mirror pattern: ``v`` a few channels, ``u`` more pixels than a tile, the stores
+    contiguous over both."""
+    eu, ev = exts[-2:] if len(exts) > 1 else (None, None)
     if not isinstance(ev, int) or not 1 < ev < MIN_LANES or (isinstance(eu, int) and eu <= TILE):
         return False
-    if any(coeff(s.index[0], v) != 1 or coeff(s.index[0], u) != ev or s.index[1] is not None for s in stores) or \
-            any(isinstance(x, Reduce) for s in stores for x in L.walk(s.value)):
-        return False
-    loads, other = accesses([], [s.value for s in stores])
-    if u in other or v in other:
-        return False
-    strided = False
-    for p in loads:
-        cu, cv = coeff(p, u), coeff(p, v)
-        if cu is None or cv is None:
-            return False
-        strided |= cv not in (0, 1) and cu == 1
-    return strided
+    return _reads_across(vars_, stores) and all(coeff(s.index[0], vars_[-2]) == ev for s in stores)
 
 
-def _tile_pixels(vars_, exts, stores) -> list:
-    """``(..., u, v)`` as ``(..., ub, ui, v)`` over blocks of TILE of ``u``, and the rest."""
-    u, v = vars_[-2], vars_[-1]
-    eu, ev = exts[-2], exts[-1]
-    blocks = S.floordiv(eu, TILE)
+def _blocked(vars_, exts, stores, k: int) -> list:
+    """The nest with loop ``k`` (-1 or -2) in blocks of TILE: the block loop goes outside the
+    last two, the loop within a block takes ``k``'s place, and a second nest in the original
+    order runs the last ``ext(k) mod TILE``."""
+    w, ew = vars_[k], exts[k]
+    blocks = S.floordiv(ew, TILE)
     if blocks == 0:  # the rest of a tiled nest: fewer than TILE pixels
         return build_nest(vars_, exts, stores)
-    ub, ui = L.loop_var(blocks, "b"), L.loop_var(TILE, "t")
-    main = build_nest([*vars_[:-2], ub, ui, v], [*exts[:-2], blocks, TILE, ev],
-                      [subs_store(s, {u: S.add(S.mul(ub, TILE), ui)}) for s in stores])
-    rest_ext = S.mod(eu, TILE)
+    wb, wi = L.loop_var(blocks, "b"), L.loop_var(TILE, "t")
+    tail, tail_ext = list(vars_[-2:]), list(exts[-2:])
+    tail[k], tail_ext[k] = wi, TILE
+    main = build_nest([*vars_[:-2], wb, *tail], [*exts[:-2], blocks, *tail_ext],
+                      [subs_store(s, {w: S.add(S.mul(wb, TILE), wi)}) for s in stores])
+    rest_ext = S.mod(ew, TILE)
     if rest_ext == 0:  # a static multiple of TILE pixels (ViT's 224x224 image)
         return main
-    ut = L.loop_var(rest_ext, "t")
-    rest = build_nest([*vars_[:-2], ut, v], [*exts[:-2], rest_ext, ev],
-                      [subs_store(s, {u: S.add(S.mul(blocks, TILE), ut)}) for s in stores])
+    wt = L.loop_var(rest_ext, "t")
+    rest_vars, rest_exts = list(vars_), list(exts)
+    rest_vars[k], rest_exts[k] = wt, rest_ext
+    rest = build_nest(rest_vars, rest_exts, [subs_store(s, {w: S.add(S.mul(blocks, TILE), wt)}) for s in stores])
     return main + rest
 
 
 def tile_nest(vars_, exts, stores) -> list:
-    """The nest as it is, or tiled (module docstring) when it transposes."""
+    """The nest as it is, or tiled (module docstring) when it transposes or gathers a few channels."""
     if _gathers_few(vars_, exts, stores):
-        return _tile_pixels(vars_, exts, stores)
-    if not _transposes(vars_, exts, stores):
-        return build_nest(vars_, exts, stores)
-    u, v = vars_[-2], vars_[-1]
-    eu, ev = exts[-2], exts[-1]
-    blocks = S.floordiv(ev, TILE)
-    if blocks == 0:  # the rest of a tiled nest: fewer than TILE pixels
-        return build_nest(vars_, exts, stores)
-    vb, vi = L.loop_var(blocks, "b"), L.loop_var(TILE, "t")
-    main = build_nest([*vars_[:-2], vb, u, vi], [*exts[:-2], blocks, eu, TILE],
-                      [subs_store(s, {v: S.add(S.mul(vb, TILE), vi)}) for s in stores])
-    rest_ext = S.mod(ev, TILE)
-    if rest_ext == 0:
-        return main
-    vt = L.loop_var(rest_ext, "t")
-    rest = build_nest([*vars_[:-1], vt], [*exts[:-1], rest_ext],
-                      [subs_store(s, {v: S.add(S.mul(blocks, TILE), vt)}) for s in stores])
-    return main + rest
+        return _blocked(vars_, exts, stores, -2)
+    if _transposes(vars_, exts, stores):
+        return _blocked(vars_, exts, stores, -1)
+    return build_nest(vars_, exts, stores)
 
 
 def tile(kernel: Kernel) -> Kernel:
