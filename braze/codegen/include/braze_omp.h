@@ -54,8 +54,8 @@
  * them under 66 (the runs are bimodal, by where the scheduler puts the threads), against
  * 76.9-78.6 in 7 runs with every wait at 5 us (ONNX Runtime: 66.5-67.4; one thread: 75;
  * docs/threads.md). The slow mode is both threads on one core; bz_omp_part ends it. Quiet, all
- * spin (BZ_OMP_SPIN_QUIET_NS): a worker that slept at once paid a wake-up per region (1x16: 9.8 ms against 9.0
- * at 1 us) */
+ * spin (BZ_OMP_SPIN_QUIET_NS): a worker that slept at once paid a wake-up per region (1x16:
+ * 9.8 ms against 9.0 at 1 us) */
 #define BZ_OMP_SPIN_NS 0L
 #define BZ_OMP_MASTER_SPIN_NS 1000000L
 #define BZ_OMP_BARRIER_SPIN_NS 5000L
@@ -435,9 +435,9 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
  * and the master spins long (BZ_OMP_SPIN_NS), until a window has 5% or fewer (so a window of
  * a few kept-up regions does not bring the spinning workers back), and for one window after
  * BZ_OMP_PROBE_WINDOWS paced ones (more after each such window that fell behind). Otherwise all
- * spin BZ_OMP_SPIN_QUIET_NS, so a worker is still awake for the next region: with 5 us always, ResNet-50 at
- * 1x64x64 (about a hundred regions in 3 ms) paid a wake-up in many of them and took 1.028x
- * libgomp's time; paced, 0.977x. Set by the master alone. */
+ * spin BZ_OMP_SPIN_QUIET_NS, so a worker is still awake for the next region: with 5 us always,
+ * ResNet-50 at 1x64x64 (about a hundred regions in 3 ms) paid a wake-up in many of them and took
+ * 1.028x libgomp's time; paced, 0.977x. Set by the master alone. */
 static void bz_omp_pace(bz_omp_pool *p, int taken) {
     int paced = p->spin == BZ_OMP_SPIN_NS;
     p->window_taken += taken > 0;
