@@ -291,7 +291,9 @@ def _grid_sample(ctx, opdef, ins, es, outs, attrs):
     k, wsum = (16, 2.0) if attrs["mode"] == "bicubic" else (4, 1.0)
     big = np.max(x.reshape(n, c, plane), axis=-1, initial=0.0)[:, :, None, None]
     err = np.max(f64(es[0]).reshape(n, c, plane), axis=-1, initial=0.0)[:, :, None, None]
-    r = wsum * err + (k + 8) * unit(out) * wsum * big + np.zeros(out.shape)
+    # a plane near the dtype's largest value: a partial sum of the taps (bicubic's weights reach
+    # past 1 and below 0) may overflow in float32 where the reference's float64 does not (seed 14051)
+    r = wsum * err + (k + 8) * unit(out) * wsum * big + overflow(wsum * big, out) + np.zeros(out.shape)
     return np.where(unbounded_if([es[1]], out.shape) > 0, np.inf, r) + rnd(out, 2)
 
 

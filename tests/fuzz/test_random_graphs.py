@@ -154,6 +154,19 @@ def test_an_unbounded_operand_leaves_a_bounded_function_unbounded():
     assert compare(np.array([np.nan, want[1]], np.float32), want, err)[0]
 
 
+def test_a_grid_sample_of_values_near_the_largest_float_is_unbounded():
+    """bicubic's weights reach past 1 and below 0, so a float32 sum of taps near 3.4e38 may
+    overflow where the reference's float64 does not (seed 14051); a plane of small values stays
+    bounded."""
+    from braze.ops import tensor
+    x = np.array([[[[-3.3e38, -3.3e38, 1.0], [-3.3e38, -3.3e38, 2.0]], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]]],
+                 np.float32)
+    g = np.array([[[[0.1, 0.2], [-0.3, 0.4]]]], np.float32)
+    _, err = _bound_of(lambda b, x, g: b.grid_sample(x, g, mode="bicubic", padding_mode="border"),
+                       [tensor("f32", 1, 2, 2, 3), tensor("f32", 1, 1, 2, 2)], [x, g])
+    assert np.all(np.isinf(err[0, 0])) and np.all(np.isfinite(err[0, 1]))
+
+
 def test_the_bound_grows_with_the_condition_of_the_graph():
     """x - mean(x) of nearly equal values, then divided by a small norm: the bound must widen."""
     from braze.ops import tensor
