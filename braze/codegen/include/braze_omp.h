@@ -60,7 +60,7 @@
 #define BZ_OMP_MASTER_SPIN_NS 1000000L
 #define BZ_OMP_BARRIER_SPIN_NS 5000L
 /* While the workers keep up. 100 us and not 50: a call through torch.compile starts after dynamo's
- * guards and AOT's wrappers, 55-75 us of Python on the Xeon of docs/threads.md, so at 50 us its
+ * guards and AOT's wrappers, 53-75 us of Python on the Xeon of docs/threads.md, so at 50 us its
  * first region found the workers asleep, and the master ran their shares: a 48 us model took 159.5
  * us a call through the plug-in at 50 us and 120.7 at 100 us (results/plugin_overhead_amx.md and
  * _spin50_amx.md); beside one busy process no change showed beyond run-to-run noise */
