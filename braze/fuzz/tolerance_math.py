@@ -46,14 +46,19 @@ def rnd(out, c=1.0, absolute=0.0):
     return c * u * np.minimum(mag(out), fi.max) + absolute + (float(fi.tiny) if c > 0 else 0.0)
 
 
+def _at(mask, shape, otherwise: bool):
+    """An operand's ``mask`` at the output's shape; where it does not broadcast (a reduction's or
+    a matmul's operand), everywhere if ``otherwise`` and any element is set, else nowhere."""
+    try:
+        return np.broadcast_to(mask, shape)
+    except ValueError:
+        return np.full(shape, otherwise and bool(mask.any()))
+
+
 def any_err(e, shape):
     """Where an operand's error is nonzero, at the output's shape (everywhere when the
-    operand does not broadcast to it: a reduction's or a matmul's operand)."""
-    nz = np.asarray(e) != 0  # NaN counts as an error
-    try:
-        return np.broadcast_to(nz, shape)
-    except ValueError:
-        return np.full(shape, bool(nz.any()))
+    operand does not broadcast to it)."""
+    return _at(np.asarray(e) != 0, shape, True)  # NaN counts as an error
 
 
 def clean(p, *errs):
@@ -67,18 +72,10 @@ def clean(p, *errs):
         for e in errs:
             if e is not None:
                 hit = hit | any_err(e, p.shape)
-                p = np.where(_inf_at(e, p.shape), np.inf, p)
+                # a reduction's or a matmul's rule sums the errors it needs: nowhere if apart
+                p = np.where(_at(np.isinf(np.asarray(e)), p.shape, False), np.inf, p)
         p = np.where(hit, p, 0.0)
     return p
-
-
-def _inf_at(e, shape):
-    """Where an operand's error is unbounded, at the output's shape; nowhere when it does not
-    broadcast (a reduction's or a matmul's rule sums the errors it needs)."""
-    try:
-        return np.broadcast_to(np.isinf(np.asarray(e)), shape)
-    except ValueError:
-        return np.zeros(shape, dtype=bool)
 
 
 def unbounded_if(errs, shape):

@@ -108,6 +108,6 @@ def tile_nest(vars_, exts, stores) -> list:
 
 
 def tile(kernel: Kernel) -> Kernel:
-    """Every flat perfect nest that transposes, tiled."""
+    """Every flat perfect nest that transposes or gathers a few channels, tiled."""
     with L.kernel_names(next_loop_index(kernel)):
         return map_nests(kernel, tile_nest)
