@@ -39,6 +39,7 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
 
     import braze
     from braze import zoo
+    from braze.testing import rel_error
     zm = zoo.get(name)
     fns = {"direct": braze.compile(zm.module, example_inputs=zm.example_inputs(), dynamic_shapes=zm.dynamic_shapes),
            "plugin": torch.compile(zm.module, backend="braze", dynamic=True)}
@@ -52,6 +53,8 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
                     fn(*x)
         for dims in shapes:
             x = zm.make_inputs(**dims)
+            want = zoo.first_output(zm.module(*x)).numpy()
+            errs = {k: rel_error(zoo.first_output(fn(*x)).numpy(), want) for k, fn in fns.items()}
             times = {k: [] for k in fns}
             n = max(3, round(BLOCK_S / _block(fns["direct"], x, 3)))
             t0 = time.perf_counter()
@@ -63,7 +66,8 @@ def measure(name: str, shapes: list[dict], min_time: float) -> dict:
             med = {k: statistics.median(v) for k, v in times.items()}
             ratio = {"plugin_over_direct": statistics.median(p / q for p, q in zip(times["plugin"], times["direct"]))}
             rows.append({"shape": shape_str(dims), "dims": dims, "blocks": i, "calls_per_block": n,
-                         **{f"{k}_us": v * 1e6 for k, v in med.items()}, **ratio})
+                         **{f"{k}_us": v * 1e6 for k, v in med.items()}, **ratio,
+                         **{f"rel_error_{k}": e for k, e in errs.items()}})
             print(f"  {name} {shape_str(dims)}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in med.items())
                   + f"; plugin / direct {ratio['plugin_over_direct']:.3f}x", flush=True)
     return {"model": name, "shapes": rows}

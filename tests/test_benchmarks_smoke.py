@@ -190,6 +190,14 @@ def test_live_weights_writes_its_table(tmp_path):
     assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
 
 
+def test_plugin_overhead_writes_its_table(tmp_path):
+    """The plug-in and braze.compile called in turn, both within tolerance of eager."""
+    row = _per_model("plugin_overhead", "plugin_overhead", tmp_path)
+    assert row["blocks"] >= 9 and row["calls_per_block"] >= 3
+    assert row["direct_us"] > 0 and row["plugin_us"] > 0 and row["plugin_over_direct"] > 0
+    assert row["rel_error_direct"] < 1e-4 and row["rel_error_plugin"] < 1e-4
+
+
 def _merged(module: str, doc: dict, runs: list[dict], tmp_path) -> tuple[dict, str]:
     """``--merge`` of ``doc`` with its first point's record replaced by each of ``runs``: the merged
     first point and the markdown."""
