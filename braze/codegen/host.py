@@ -440,6 +440,8 @@ class _EntryWriter(LibraryCalls):
         are checked, as the entry checks its inputs'."""
         callee = self.module.functions[n.attrs["callee"]]
         op = next(m for m in callee.nodes if m.op in SELECTS)
+        if op.op == "topk":
+            return self._topk(n, callee, op)
         size = op.attrs["size"]
         result = {id(r): i for i, r in enumerate(callee.results)}
         outs = [f"(int64_t *){self.ptr_of(n.outputs[result[id(o)]])}" if id(o) in result else "NULL"
@@ -479,13 +481,32 @@ class _EntryWriter(LibraryCalls):
         u = c_sym_name(size)
         where = f" ({op.loc})" if op.loc else ""
         self.emit(f"{u} = {call};")
-        self.emit(f"if ({u} < 0) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"{op.op}{where}: out of memory for its scratch\");")
+        self.emit(f"if ({u} < 0) " + fail_c("BRAZE_ERR_ALLOC", f"{op.op}{where}: out of memory for its scratch"))
         self.bound.add(size.name)
         names = sorted(self.bound)
         self.lines += fact_checks(self.module.constraints, self.bound, size.name,
                                   f"the size {size.name} that {op.op}{where} found breaks the model's shape "
                                   "constraints: ", "\n  where: " + ", ".join(f"{k}=%PLD" for k in names),
                                   [f"(long long){c_sym_name(self.module.constraints.symbol(k))}" for k in names])
+
+    def _topk(self, n: Node, callee, op: Node) -> None:
+        """A long-row ``topk`` (passes/decompose.py): braze_select.h's BZ_TOPK for its dtype writes
+        the values and indices a later node reads (NULL: the other) of each row of x along the axis."""
+        x = op.inputs[0]
+        dt, a = x.dtype, op.attrs["axis"] % x.rank
+        t = ctype(dt)
+        name = f"bz_topk_{dt.name}"
+        self.gen.helpers.setdefault("braze_select.h", {})[name] = \
+            ("BZ_TOPK", (t, f"BZ_CMP_{HALF_SFX[dt].upper()}" if dt in HALF_SFX else
+                         "BZ_CMP_FLOAT" if dt.is_float else "BZ_CMP_INT"))
+        result = {id(r): i for i, r in enumerate(callee.results)}
+        vals, idx = (f"({c} *){self.ptr_of(n.outputs[result[id(o)]])}" if id(o) in result else "NULL"
+                     for c, o in zip((t, "int64_t"), op.outputs))
+        outer, inner = int_expr(S.prod(x.shape[:a])), int_expr(S.prod(x.shape[a + 1:]))
+        where = f" ({op.loc})" if op.loc else ""
+        self.emit(f"if ({name}((const {t} *){self._operand(n, callee, x)}, {outer}, {int_expr(x.shape[a])}, "
+                  f"{inner}, {int_expr(op.attrs['k'])}, {int(bool(op.attrs['largest']))}, {vals}, {idx})) "
+                  + fail_c("BRAZE_ERR_ALLOC", f"topk{where}: out of memory for its scratch"))
 
     def _live_check(self) -> list[str]:
         """The live weights' generations for this call (braze_dnnl_wtrack.c), checked at once."""

@@ -34,7 +34,7 @@ defop("constant", inputs=(), attrs={"name": Attr("str", doc="key in Module.const
 # fused: a call of a fusion group's sub-function (made by braze.passes.fusion)
 # ---------------------------------------------------------------------------
 
-FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "scatter", "attention", "opaque")
+FUSED_KINDS = ("pointwise", "reduction", "stitch", "gemm", "conv", "scatter", "attention", "select", "opaque")
 
 
 def _callee(ctx, callee):

@@ -8,8 +8,9 @@ orders ties by whatever its std::nth_element / std::partial_sort leave, which is
 specified; the values always agree, and so do the indices wherever there are no ties.
 ``sorted=False`` gives the same (sorted) order, one of the orders torch allows.
 
-It has no kernel of its own: ``passes/decompose.py`` rewrites it with compares and
-reductions (each element's rank, then the element of each rank), O(n^2) per row.
+``passes/decompose.py`` rewrites a row of at most 64 elements with compares and reductions
+(each element's rank, then the element of each rank), O(n^2) per row; a longer row is a host
+call into braze_select.h (``BZ_TOPK``: a heap of the k best, or a stable merge sort).
 """
 
 from __future__ import annotations

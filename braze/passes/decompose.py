@@ -35,6 +35,12 @@ ranges do not prove it and the dim is a symbol, the symbol's lower bound becomes
 it is an expression, the constraint ``min(n, k) == k`` is recorded. A smaller size is then
 an input error, checked on every call (torch raises too).
 
+That is n^2 compares per row, so only a row of at most ``TOPK_LOOPS_MAX`` elements (its
+static size or its range's upper bound) becomes these loops. A longer row (a vocabulary's logits: 2.5e9 compares a row at 50257) stays
+``topk``, with the same k <= n fact: fusion gives it a ``select`` group, which the host runs
+with braze_select.h's ``BZ_TOPK`` (an insertion of each element into the k best so far, or
+a stable merge sort of the row's indices for a larger k). The CUDA target has no such call.
+
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
 as they are (libraries and fused kernels handle them), except:
 
@@ -138,6 +144,18 @@ def _decompose_group_norm(module: Module, n: Node, namer: Namer):
     return emit.nodes, y
 
 
+# the longest row topk's compares and sums compute (n^2 compares a row); braze_select.h's BZ_TOPK
+# takes longer ones
+TOPK_LOOPS_MAX = 64
+
+
+def _long_row(store, n) -> bool:
+    """Whether a topk row of n elements goes to braze_select.h rather than the loops."""
+    n = store.simplify(n)
+    hi = S.bounds(store._with_ranges(n))[1] if S.is_symbolic(n) else n
+    return hi > TOPK_LOOPS_MAX
+
+
 def _decompose_topk(module: Module, n: Node, namer: Namer):
     from ..ops.sort import k_may_exceed
     x = n.inputs[0]
@@ -161,6 +179,8 @@ def _decompose_topk(module: Module, n: Node, namer: Namer):
             store.add_range(s, int(lo), store.symbols[s.name].hi)
         else:  # an expression (or an unbounded k): the fact min(n, k) == k
             store.add_equal(S.smin(cnt, k), k)
+    if _long_row(store, cnt):
+        return None  # stays topk: braze_select.h (the host's select group)
     perm = tuple(d for d in range(r) if d != a) + (a,)
     xt = emit("permute", x, perm=perm, name="rows") if a != r - 1 else x
     xi = emit("unsqueeze", xt, axes=(r,), name="xi")  # [..., n, 1]: the element ranked

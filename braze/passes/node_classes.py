@@ -24,8 +24,9 @@ BACKWARD_CONVS = ("conv2d_backward_input", "conv2d_backward_weight", "conv_trans
 CONVS = ("conv2d",) + BACKWARD_CONVS
 SCATTERS = ("index_add", "index_put")
 ATTENTIONS = ("attention_backward",)
-# ops whose output size their data decides (ops/select.py): each alone in a ``select`` group
-SELECTS = ("nonzero", "unique", "non_max_suppression")
+# ops braze_select.h runs, each alone in a ``select`` group: those whose output size their data
+# decides (ops/select.py), and a topk whose rows are too long for its loops (passes/decompose.py)
+SELECTS = ("nonzero", "unique", "non_max_suppression", "topk")
 # computed at any output index from a window of their input, like an elementwise op: they fuse
 # with the ops after them and the views before them (fusion.amplifies keeps what computes out)
 WINDOWS = ("direct_conv2d",)

@@ -1,6 +1,8 @@
 """Ops compiled through their decompositions (topk, group_norm) against the reference,
-natively, with symbolic dims at sizes 1, odd and even, one compile per module."""
+natively, with symbolic dims at sizes 1, odd and even, one compile per module. A topk row longer
+than the decomposition takes runs braze_select.h's BZ_TOPK (passes/decompose.py)."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -41,6 +43,37 @@ def test_topk_native_matches_reference_exactly():
             np.testing.assert_array_equal(g, w, err_msg=f"output {k} at {shp}")
     with pytest.raises(InputError, match="range"):  # s < k: rejected, as torch raises
         m(np.zeros((1, 3, 3), np.float32), np.zeros((1, 3), np.int64))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "bf16", "f16", "i32", "i8"])
+def test_a_long_topk_row_runs_braze_select_and_matches_the_reference_exactly(dtype):
+    """Both of BZ_TOPK's ways (a heap of the k best, a sort for k above a quarter of the row), rows
+    across the axis (inner > 1), the threads' split of many rows, one output read alone, k = 0."""
+    b = Builder()
+    n, s = b.sym("n"), b.sym("s", 1, 70000)
+    x = b.param("x", tensor(dtype, n, s, 2))
+    v1, i1 = b.topk(x, k=1, axis=1)
+    v5, _ = b.topk(x, k=5, axis=1, largest=False)
+    _, i17 = b.topk(x, k=17, axis=1)
+    vs, is_ = b.topk(x, k=s, axis=1, largest=False)
+    v0, i0 = b.topk(x, k=0, axis=1)
+    b.ret(v1, i1, v5, i17, vs, is_, v0, i0)
+    m = _compile_once(b.module)
+    assert [f.attrs["kind"] for f in m.module.main.nodes if f.op == "fused"].count("select") == 5
+    rng = np.random.default_rng(3)
+    np_dt = {"f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "i32": np.int32,
+             "i8": np.int8}[dtype]
+    for shp in [(1, 68), (3, 101), (2, 1000), (1, 40000)]:
+        if not dtype.startswith("i"):
+            xs = rng.standard_normal(shp + (2,)).astype(np_dt)
+            for val, p in ((np.nan, 0.05), (1.0, 0.2), (-0.0, 0.05), (0.0, 0.05), (np.inf, 0.02), (-np.inf, 0.02)):
+                xs[rng.random(xs.shape) < p] = val  # NaNs, ties, -0 against 0, infinities
+        else:
+            xs = rng.integers(-100, 100, size=shp + (2,)).astype(np_dt)
+        for k, (g, w) in enumerate(zip(m(xs), reference.run(b.module, xs))):
+            assert g.dtype == w.dtype and g.shape == w.shape, (k, shp)
+            np.testing.assert_array_equal(np.ascontiguousarray(g).view(np.uint8), np.ascontiguousarray(w).view(np.uint8),
+                                          err_msg=f"output {k} at {shp}")  # bits: -0 and NaN too
 
 
 def test_group_norm_native_matches_reference():

@@ -1,5 +1,5 @@
 """The torch frontend on fmod/roll, F.interpolate (every mode, size and scale_factor, with and
-without torch's decompositions), group_norm, weight norm and topk: the reference against
+without torch's decompositions), group_norm, weight norm, topk and sort: the reference against
 eager and the native build against the reference, at symbolic dims (1, odd and even sizes)."""
 
 from __future__ import annotations
@@ -171,6 +171,47 @@ def test_topk_values_and_indices():
     inputs = [(torch.randn(2, n, 5, generator=g), torch.randperm(3 * n, generator=g).reshape(3, n))
               for n in (4, 7, 65)]  # distinct values: torch's indices are unambiguous
     check(Fn(f), inputs, ({1: s}, {1: s}), exact=True)
+
+
+def test_sort_argsort_and_msort_are_topk_of_the_whole_axis():
+    """With NaN (last ascending, first descending) and a stable sort's ties exact; the other sorts'
+    indices point at the sorted values (torch's unstable sort may order ties otherwise)."""
+    def f(self, x):
+        st = torch.sort(x, dim=1, stable=True)
+        return (st.values, st.indices, torch.sort(x, dim=0, descending=True, stable=True).indices,
+                x.sort(-1, descending=True).values, x.msort(), torch.sort(x[0, 0]).values)
+
+    def g(self, x):
+        return x.argsort(1), x.sort(dim=-1, descending=True).indices
+
+    s = Dim("s", min=1, max=512)
+    gen = torch.Generator().manual_seed(0)
+    inputs = []
+    for n in (1, 7, 70, 300):  # braze_select.h (the axis may be 512 long): a merge sort of each row
+        x = torch.randint(-3, 3, (3, n, 2), generator=gen).float()  # many ties
+        x[0, 0, 0] = x[2, n - 1, 1] = float("nan")
+        inputs.append((x,))
+    check(Fn(f), inputs, ({1: s},), exact=True)
+    ep = torch.export.export(Fn(g), inputs[-1], dynamic_shapes=(({1: s},),), strict=False)
+    cm = braze.compile(ep)
+    for (x,) in inputs:
+        for got, d in zip(cm(x), (1, -1)):
+            got = torch.from_numpy(np.asarray(got))
+            want_vals = torch.sort(x, dim=d, stable=True, descending=d == -1).values
+            np.testing.assert_array_equal(x.gather(d, got).numpy(), want_vals.numpy())
+
+
+def test_a_select_group_compiles_with_quotes_in_its_line_and_the_verifier_on():
+    """The group's source line goes into a C string (an out-of-memory message), and debug=1 verifies
+    every stage, ``fused`` nodes of kind select included."""
+    def f(self, x):
+        return torch.sort(x, dim=-1).values * {"two": 2}["two"]
+
+    ep = torch.export.export(Fn(f), (torch.randn(2, 100),), dynamic_shapes=(({1: Dim("s")},),), strict=False)
+    cm = braze.compile(ep, options={"debug": 1})
+    assert any(n.attrs.get("kind") == "select" for n in cm.module.main.nodes if n.op == "fused")
+    x = torch.randn(2, 70)
+    np.testing.assert_array_equal(np.asarray(cm(x)), (torch.sort(x, dim=-1).values * 2).numpy())
 
 
 def test_derived_dims_become_input_symbols():

@@ -10,6 +10,7 @@ import braze
 from braze import ir
 from braze.ops import Builder, tensor
 from braze.passes import copy_module, decompose
+from braze.passes.decompose import TOPK_LOOPS_MAX
 
 ENVS = [{"b": 1, "s": 1}, {"b": 2, "s": 5}, {"b": 3, "s": 9}]
 
@@ -163,17 +164,20 @@ def test_topk_decomposes_to_compares_and_sums(P, dtype, axis, largest):
     P.check_equiv(before, after, [{"b": 1, "s": 3}, {"b": 2, "s": 7}, {"b": 3, "s": 12}], rtol=0, atol=0)
 
 
-def test_topk_needs_k_at_most_the_dim():
-    """A dim that may be smaller than k gets k as its lower bound (an input error, as in torch)."""
+@pytest.mark.parametrize("hi", [64, 65])
+def test_topk_needs_k_at_most_the_dim(hi):
+    """A dim that may be smaller than k gets k as its lower bound (an input error, as in torch),
+    whether the row becomes loops (at most TOPK_LOOPS_MAX long) or stays topk for braze_select.h."""
+    assert TOPK_LOOPS_MAX == 64
     b = Builder()
-    n = b.sym("n", 1, 100)
+    n = b.sym("n", 1, hi)
     x = b.param("x", tensor("f32", 2, n))
     b.ret(*b.topk(x, k=5))
     after = decompose(copy_module(b.module))
-    assert "topk" not in [m.op for m in after.main.nodes]
-    assert after.constraints.symbols["n"].lo == 5 and after.constraints.symbols["n"].hi == 100
+    assert ("topk" in [m.op for m in after.main.nodes]) == (hi > TOPK_LOOPS_MAX)
+    assert after.constraints.symbols["n"].lo == 5 and after.constraints.symbols["n"].hi == hi
     b = Builder()
-    n = b.sym("n", 1, 100)
+    n = b.sym("n", 1, 128)
     x = b.param("x", tensor("f32", 2, n))
     b.ret(*b.topk(b.slice(x, axis=1, start=1, end=2 ** 62, step=2), k=5))  # an expression: n // 2 >= 5
     after = decompose(copy_module(b.module))  # (found by the fuzzer: it stayed topk, which has no kernel)
@@ -181,6 +185,16 @@ def test_topk_needs_k_at_most_the_dim():
     assert after.constraints.symbols["n"].lo == 1
     assert after.constraints.violations({"n": 10}) == [] and after.constraints.violations({"n": 9})
     assert ir.parse(after.to_text(), constants=after.constants).to_text() == after.to_text()
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i32", "i64", "bf16", "f16"])
+def test_a_long_row_stays_topk_for_braze_select(dtype):
+    """A vocabulary-long row made n^2 compares a row (half a second per call at 2x50257)."""
+    b = Builder()
+    x = b.param("x", tensor(dtype, b.sym("b", 1, 8), 50257))
+    b.ret(*b.topk(x, k=50))
+    ops = [m.op for m in decompose(copy_module(b.module)).main.nodes]
+    assert "topk" in ops and "reduce_sum" not in ops
 
 
 def test_empty_contraction_becomes_zeros(P):

@@ -10,7 +10,11 @@
  *   (outer, inner) order, after which the lower index comes first, so a merge sort's order is total
  *   and each group starts at its first index.
  * BZ_NMS(name, T): ONNX NonMaxSuppression on boxes [B, N, 4] and scores [B, C, N], in T, as ONNX's
- *   reference computes it. */
+ *   reference computes it.
+ * BZ_TOPK(name, T, CMP): topk (braze/ops/sort.py) of x [outer, n, inner] along n, for a row too long
+ *   for the compares and sums decompose.py makes of it: values and indices [outer, k, inner] (either
+ *   NULL: not wanted), best first, NaN best for largest and last otherwise, ties in index order.
+ *   Returns 0, or -1 when it could not allocate its scratch (no size to decide). */
 #ifndef BRAZE_SELECT_H
 #define BRAZE_SELECT_H
 
@@ -21,6 +25,10 @@
 /* numbers in order, NaN above them all and equal to NaN; -0 == 0 */
 #define BZ_CMP_FLOAT(a, b) (((a) != (a) || (b) != (b)) ? ((a) != (a)) - ((b) != (b)) : ((a) > (b)) - ((a) < (b)))
 #define BZ_CMP_INT(a, b) (((a) > (b)) - ((a) < (b)))
+/* 16-bit floats, their bits, compared as their float32 values (exact: widening is) with
+ * braze_half.h's conversions, which the C including this header has */
+#define BZ_CMP_BF16(a, b) BZ_CMP_FLOAT(bz_bf16_to_f32(a), bz_bf16_to_f32(b))
+#define BZ_CMP_F16(a, b) BZ_CMP_FLOAT(bz_f16_to_f32(a), bz_f16_to_f32(b))
 #define BZ_NZ(v) ((v) != 0)
 #define BZ_NZ_HALF(v) (((v) & 0x7fff) != 0) /* a 16-bit float's bits: only +-0 are zero */
 
@@ -162,6 +170,67 @@ static int64_t NAME(const T *boxes, const T *scores, int64_t B, int64_t C, int64
         }                                                                                            \
     free(cand);                                                                                      \
     return count;                                                                                    \
+}
+
+/* A k of at most a quarter of the row keeps the k best so far in a heap whose root is the worst of
+ * them, in the total order "better value, else lower index": each element is compared with the root
+ * and most are dropped at once (O(n log k) at worst), and the k left are sorted at the end. A larger
+ * k sorts the row's indices with the stable merge sort above (O(n log n)). Rows run in parallel when
+ * there is enough work, each thread with its own scratch. */
+#define BZ_TOPK(NAME, T, CMP)                                                                        \
+typedef struct { const T *x; int64_t inner; int sign; } NAME##_row;                                  \
+static int NAME##_order(const void *ctx, int64_t a, int64_t b) {                                     \
+    const NAME##_row *r = (const NAME##_row *)ctx;                                                   \
+    int c = r->sign * CMP(r->x[a * r->inner], r->x[b * r->inner]);                                   \
+    return c ? c : BZ_CMP_INT(a, b);                                                                 \
+}                                                                                                    \
+static void NAME##_sift(const NAME##_row *r, int64_t *h, int64_t k, int64_t p) {                     \
+    for (;;) {                                                                                       \
+        int64_t c = 2 * p + 1;                                                                       \
+        if (c >= k) return;                                                                          \
+        if (c + 1 < k && NAME##_order(r, h[c + 1], h[c]) > 0) c++;                                   \
+        if (NAME##_order(r, h[c], h[p]) <= 0) return;                                                \
+        int64_t t = h[c]; h[c] = h[p]; h[p] = t; p = c;                                              \
+    }                                                                                                \
+}                                                                                                    \
+static int NAME(const T *x, int64_t outer, int64_t n, int64_t inner, int64_t k, int largest, T *vals, \
+                int64_t *idx) {                                                                      \
+    const int64_t rows = outer * inner;                                                              \
+    const int sign = largest ? -1 : 1, sort = 4 * k > n;                                             \
+    int bad = 0;                                                                                     \
+    if (k <= 0 || rows <= 0) return 0;                                                               \
+    _Pragma("omp parallel if (rows > 1 && rows * n >= 32768)")                                       \
+    {                                                                                                \
+        int64_t *buf = (int64_t *)malloc((size_t)(sort ? n : k) * 2 * sizeof(int64_t));              \
+        if (!buf) __atomic_store_n(&bad, 1, __ATOMIC_RELAXED);                                       \
+        _Pragma("omp for schedule(static)")                                                          \
+        for (int64_t r = 0; r < rows; r++) {                                                         \
+            if (!buf) continue;                                                                      \
+            int64_t o = r / inner, i = r % inner;                                                    \
+            NAME##_row row = {x + o * n * inner + i, inner, sign};                                    \
+            if (sort) {                                                                              \
+                for (int64_t j = 0; j < n; j++) buf[j] = j;                                          \
+                bz_sort_idx(buf, buf + n, n, NAME##_order, &row);                                    \
+            } else {                                                                                 \
+                for (int64_t j = 0; j < k; j++) { /* a heap of the first k: each placed above */      \
+                    int64_t p = j;                                                                   \
+                    for (; p > 0 && NAME##_order(&row, j, buf[(p - 1) / 2]) > 0; p = (p - 1) / 2)   \
+                        buf[p] = buf[(p - 1) / 2];                                                   \
+                    buf[p] = j;                                                                      \
+                }                                                                                    \
+                for (int64_t j = k; j < n; j++)                                                      \
+                    if (NAME##_order(&row, j, buf[0]) < 0) { buf[0] = j; NAME##_sift(&row, buf, k, 0); } \
+                bz_sort_idx(buf, buf + k, k, NAME##_order, &row);                                    \
+            }                                                                                        \
+            for (int64_t j = 0; j < k; j++) {                                                        \
+                int64_t at = (o * k + j) * inner + i;                                                \
+                if (vals) vals[at] = row.x[buf[j] * inner];                                          \
+                if (idx) idx[at] = buf[j];                                                           \
+            }                                                                                        \
+        }                                                                                            \
+        free(buf);                                                                                   \
+    }                                                                                                \
+    return bad ? -1 : 0;                                                                             \
 }
 
 #endif

@@ -421,3 +421,13 @@ def _norm(cx, x, ord: float, ax, keep: bool):
 @conv("topk")
 def _topk(cx, n, x, k, dim=-1, largest=True, sorted=True):
     return op(cx, "topk", [x], k=k, axis=axis(cx, dim, x.rank), largest=bool(largest), sorted=bool(sorted))
+
+
+@conv("sort")
+def _sort(cx, n, x, dim=-1, descending=False, stable=None):
+    """The whole axis's topk: NaN last ascending and first descending, as torch's; equal values in
+    index order (torch's stable=True; stable=False allows any order of them)."""
+    if x.rank == 0:
+        return op(cx, "topk", [x], k=1, axis=-1, largest=bool(descending), sorted=True)
+    a = axis(cx, dim, x.rank)
+    return op(cx, "topk", [x], k=x.shape[a], axis=a, largest=bool(descending), sorted=True)
