@@ -36,10 +36,11 @@ it is an expression, the constraint ``min(n, k) == k`` is recorded. A smaller si
 an input error, checked on every call (torch raises too).
 
 That is n^2 compares per row, so only a row of at most ``TOPK_LOOPS_MAX`` elements (its
-static size or its range's upper bound) becomes these loops. A longer row (a vocabulary's logits: 2.5e9 compares a row at 50257) stays
-``topk``, with the same k <= n fact: fusion gives it a ``select`` group, which the host runs
-with braze_select.h's ``BZ_TOPK`` (an insertion of each element into the k best so far, or
-a stable merge sort of the row's indices for a larger k). The CUDA target has no such call.
+static size or its range's upper bound) becomes these loops. A longer row (a vocabulary's
+logits: 2.5e9 compares a row at 50257) stays ``topk``, with the same k <= n fact: fusion gives
+it a ``select`` group, which the host runs with braze_select.h's ``BZ_TOPK`` (a heap of the k
+best so far, or a stable merge sort of the row's indices for k above a quarter of the row).
+The CUDA target has no such call yet.
 
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
 as they are (libraries and fused kernels handle them), except:
