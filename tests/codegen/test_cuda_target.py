@@ -221,3 +221,19 @@ def test_a_scatter_add_is_refused_for_cuda_by_name():
                       b.param("s", tensor("f32", n, 3))))
     with pytest.raises(UnsupportedOpError, match="CUDA target has no index_add"):
         braze.compile(b.module, target="cuda:sm_90")
+
+
+def test_a_long_topk_row_is_refused_for_cuda_by_name_and_a_short_one_compiles():
+    """A topk row that may be longer than 64 runs braze_select.h on the CPU (passes/decompose.py);
+    a shorter one is compares and sums, which the GPU schedule takes."""
+    import braze
+    from braze.errors import UnsupportedOpError
+    from braze.ops import Builder, tensor
+    for n, refused in ((1000, True), (64, False)):
+        b = Builder()
+        b.ret(*b.topk(b.param("x", tensor("f32", b.sym("b", 1, 8), n)), k=5))
+        if refused:
+            with pytest.raises(UnsupportedOpError, match="CUDA target has no topk"):
+                braze.compile(b.module, target="cuda:sm_90")
+        else:
+            braze.compile(b.module, target="cuda:sm_90")
