@@ -102,7 +102,8 @@ def _lower_split(ctx, x, *, axis, sizes):
 
 
 def _clamp_index(i, d):
-    """i clamped into [0, d-1] (keeps speculative loads in bounds)."""
+    """i clamped into [0, d-1] (keeps speculative loads in bounds), and never below 0: for a d
+    that may be 0 the upper clamp alone gave -1, a read before the buffer."""
     if isinstance(i, Expr):
         hi = IndexValue(S.add(d, -1))
         return Binary("max", Binary("min", cast(i, I64), hi, I64), Const(0, I64), I64)
@@ -110,6 +111,7 @@ def _clamp_index(i, d):
     r = i
     if not _in_range(i, d):
         r = S.smin(r, S.add(d, -1))
+        lo = min(lo, S.bounds(S.add(d, -1))[0])
     if lo < 0:
         r = S.smax(r, 0)
     return r
@@ -125,6 +127,10 @@ def _lower_concat(ctx, *xs, axis):
     for x in xs:
         offs.append(o)
         o = S.add(o, x.shape[ax])
+    # a piece of static size 0 holds nothing to read (its clamped index was -1: a read before its
+    # buffer, hoisted out of the select and run at every call)
+    kept = [k for k, x in enumerate(xs) if not (isinstance(x.shape[ax], int) and x.shape[ax] == 0)] or [0]
+    xs, offs = [xs[k] for k in kept], [offs[k] for k in kept]
 
     def fn(idx):
         i = idx[ax]

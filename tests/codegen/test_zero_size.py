@@ -64,6 +64,21 @@ def test_concat_of_a_tiled_input_with_a_dim_that_may_be_empty_does_not_trap():
            lambda x, c: torch.cat([x.repeat(1, 2, 1), c], dim=2).mean(dim=(0, 1, 2), keepdim=True))
 
 
+def test_concat_never_reads_an_empty_piece():
+    """Fuzz seed 16614 (tests/fuzz's once-failed seeds): a static 0-size piece's clamped index was
+    negative, and the hoisted load read before its arena slot at every call (a segfault where the
+    arena began a page). Such pieces are dropped; one whose size may be 0 at run time is read at
+    index 0 at the lowest. The results here are the same either way: the read is never selected."""
+    n, z = Sym("n", 1, 8), Sym("z", 0, 4)
+    m, _ = build([tensor("f32", 0, 3), tensor("f32", n, 3)],
+                 lambda b, e, x: b.concat(b.atan(e), b.atan(e), x, axis=0))
+    _check(m, [(np.zeros((0, 3), np.float32), np.full((k, 3), 0.25, np.float32)) for k in (1, 3, 8)],
+           lambda e, x: torch.cat([e.atan(), e.atan(), x]))
+    m, _ = build([tensor("f32", z, 3), tensor("f32", n, 3)], lambda b, y, x: b.concat(y, x, axis=0))
+    _check(m, [(np.ones((zz, 3), np.float32), np.full((k, 3), 0.25, np.float32)) for k, zz in ((1, 0), (3, 2), (8, 4))],
+           lambda y, x: torch.cat([y, x]))
+
+
 @pytest.mark.parametrize("n_lo", [0, 1])
 def test_mean_of_values_near_the_float_limit_and_of_an_empty_row(n_lo):
     # the differences from the row's first element overflowed float32 where the mean does not
