@@ -42,6 +42,12 @@ it a ``select`` group, which the host runs with braze_select.h's ``BZ_TOPK`` (a 
 best so far, or a stable merge sort of the row's indices for k above a quarter of the row).
 The CUDA target has no such call yet.
 
+A forward inclusive ``cumsum`` / ``cumprod`` of a row that may be longer than
+``SCAN_LOOPS_MAX`` (each output of its loops re-sums its prefix: n^2 / 2 a row) becomes,
+in blocks of B = ``SCAN_BLOCK`` (the row padded with the identity to whole blocks)::
+
+    y[blk, j] = scan(x[blk, :])[j]  (+ or *)  exclusive_scan(total(x[blk', :]) for blk')[blk]
+
 ``linear``, ``matmul``, ``conv2d``, ``layer_norm``, ``softmax``, ``rms_norm`` stay
 as they are (libraries and fused kernels handle them), except:
 
@@ -326,11 +332,50 @@ def _decompose_pow(module: Module, n: Node, namer: Namer):
                             name=out.name)
 
 
+# the longest row cumsum / cumprod's loops take (each output re-sums its prefix: n^2 / 2 a row);
+# a longer one is summed in blocks of SCAN_BLOCK
+SCAN_LOOPS_MAX = 256
+SCAN_BLOCK = 64
+
+
+def _decompose_scan(module: Module, n: Node, namer: Namer):
+    """A forward inclusive cumsum / cumprod of a long row, in blocks of B = SCAN_BLOCK: the scan
+    inside each block, plus (times) the exclusive scan of the blocks' totals. n * (B + n / B) terms
+    a row, not n^2 / 2 (a top-p sampler's cumsum over 50257 probabilities: 1.26e9 adds a row)."""
+    x, out = n.inputs[0], n.outputs[0]
+    if n.attrs["exclusive"] or n.attrs["reverse"] or x.type.rank == 0:
+        return None
+    store = module.constraints
+    a = n.attrs["axis"] % x.type.rank
+    cnt = x.type.shape[a]
+    hi = S.bounds(store._with_ranges(store.simplify(cnt)))[1] if S.is_symbolic(cnt) else cnt
+    if hi <= SCAN_LOOPS_MAX:
+        return None
+    add = n.op == "cumsum"
+    dt, B = out.type.dtype, SCAN_BLOCK
+    emit = _Emit(module, namer, n.loc)
+    xc = emit("cast", x, dtype=dt) if x.type.dtype is not dt else x
+    nb = S.floordiv(S.add(cnt, B - 1), B)
+    r = x.type.rank
+    pads = [0] * (2 * r)
+    pads[r + a] = S.add(S.mul(nb, B), S.mul(-1, cnt))
+    shape = tuple(x.type.shape)
+    xp = emit("pad", xc, pads=tuple(pads), mode="constant", value=0.0 if add else 1.0)
+    blocks = emit("reshape", xp, shape=shape[:a] + (nb, B) + shape[a + 1:], name="blocks")
+    inner = emit(n.op, blocks, axis=a + 1, exclusive=False, reverse=False, name="in_block")
+    total = emit("reduce_sum" if add else "reduce_prod", blocks, axes=(a + 1,), keepdims=True, name="block_total")
+    before = emit(n.op, total, axis=a, exclusive=True, reverse=False, name="before_block")
+    y = emit("add" if add else "mul", inner, before)
+    y = emit("reshape", y, shape=shape[:a] + (S.mul(nb, B),) + shape[a + 1:])
+    return emit.nodes, emit("slice", y, axis=a, start=0, end=cnt, step=1, name=out.name)
+
+
 # op -> its rule (named after the op), which gives (new nodes, replacement outputs) or None
 DECOMPOSITIONS = {op: Rule("decompose", op, fn) for op, fn in (
     ("scaled_dot_product_attention", _decompose_sdpa), ("group_norm", _decompose_group_norm),
     ("topk", _decompose_topk), ("matmul", _decompose_matmul), ("linear", _decompose_linear),
-    ("conv2d", _decompose_conv2d), ("pow", _decompose_pow))}
+    ("conv2d", _decompose_conv2d), ("pow", _decompose_pow), ("cumsum", _decompose_scan),
+    ("cumprod", _decompose_scan))}
 
 
 def decompose_function(module: Module, f: Function) -> int:

@@ -1,6 +1,7 @@
 """Ops compiled through their decompositions (topk, group_norm) against the reference,
 natively, with symbolic dims at sizes 1, odd and even, one compile per module. A topk row longer
-than the decomposition takes runs braze_select.h's BZ_TOPK (passes/decompose.py)."""
+than the decomposition takes runs braze_select.h's BZ_TOPK, and a long cumsum or cumprod is summed
+in blocks (passes/decompose.py)."""
 
 import ml_dtypes
 import numpy as np
@@ -74,6 +75,40 @@ def test_a_long_topk_row_runs_braze_select_and_matches_the_reference_exactly(dty
             assert g.dtype == w.dtype and g.shape == w.shape, (k, shp)
             np.testing.assert_array_equal(np.ascontiguousarray(g).view(np.uint8), np.ascontiguousarray(w).view(np.uint8),
                                           err_msg=f"output {k} at {shp}")  # bits: -0 and NaN too
+
+
+def test_a_long_cumsum_and_cumprod_sum_in_blocks_and_match_the_reference():
+    """Rows of 1 to 40000 (the blocks' pad, a partial last block, rows across the axis), NaN and
+    infinities where they fall, int32 to int64 exactly; within float32's error of a sum of |x|
+    (the blocks change the order of the adds, as the loops' partial sums did)."""
+    b = Builder()
+    n, s = b.sym("n", 1, 4), b.sym("s", 1, 70000)
+    x, i = b.param("x", tensor("f32", n, s, 2)), b.param("i", tensor("i32", n, s))
+    b.ret(b.cumsum(x, axis=1), b.cumprod(x, axis=1), b.cumsum(i, axis=1), b.cumprod(i, axis=-1))
+    m = _compile_once(b.module)
+    ops = [node.op for fn in m.module.functions.values() for node in fn.nodes]
+    assert "reduce_prod" in ops and ops.count("pad") >= 4, "not summed in blocks"
+    rng = np.random.default_rng(4)
+    eps = np.finfo(np.float32).eps
+    for shp in [(1, 1), (2, 257), (3, 1000), (1, 40000)]:
+        xs = rng.standard_normal(shp + (2,)).astype(np.float32)
+        xp = (1 + 0.001 * xs).astype(np.float32)  # products that stay finite over 40000 terms
+        if shp[1] > 300:
+            xs[0, 250, 0], xs[0, 260, 1], xs[-1, 280, 1] = np.nan, np.inf, -np.inf
+            xp[0, 100, 0], xp[0, 500, 1], xp[-1, 600, 0] = 0.0, np.inf, np.nan
+        ii = rng.integers(-5, 6, size=shp).astype(np.int32)
+        got = m(np.ascontiguousarray(np.concatenate([xs[..., :1], xp[..., 1:]], -1)), ii)
+        want = reference.run(b.module, np.ascontiguousarray(np.concatenate([xs[..., :1], xp[..., 1:]], -1)), ii)
+        xin = np.concatenate([xs[..., :1], xp[..., 1:]], -1).astype(np.float64)
+        for k, bound in ((0, 64 * eps * np.cumsum(np.abs(np.nan_to_num(xin)), axis=1)),
+                         (1, 64 * eps * np.abs(np.nan_to_num(want[1].astype(np.float64), posinf=0, neginf=0))
+                          * np.arange(1, shp[1] + 1)[None, :, None])):
+            g, w = got[k].astype(np.float64), want[k].astype(np.float64)
+            assert np.array_equal(np.isnan(g), np.isnan(w)) and np.array_equal(np.isinf(g), np.isinf(w)), (k, shp)
+            fin = np.isfinite(w)
+            assert np.all(np.abs(g - w)[fin] <= bound[fin] + 1e-30), (k, shp, np.max(np.abs(g - w)[fin]))
+        np.testing.assert_array_equal(got[2], want[2])
+        np.testing.assert_array_equal(got[3], want[3])
 
 
 def test_group_norm_native_matches_reference():

@@ -10,7 +10,7 @@ import braze
 from braze import ir
 from braze.ops import Builder, tensor
 from braze.passes import copy_module, decompose
-from braze.passes.decompose import TOPK_LOOPS_MAX
+from braze.passes.decompose import SCAN_BLOCK, SCAN_LOOPS_MAX, TOPK_LOOPS_MAX
 
 ENVS = [{"b": 1, "s": 1}, {"b": 2, "s": 5}, {"b": 3, "s": 9}]
 
@@ -338,3 +338,22 @@ def test_pow_by_a_half_becomes_a_square_root_that_keeps_ieee_pow_values(P, dt):
 def test_pow_by_other_exponents_or_in_16_bits_stays(P, dt, exp):
     before, after = P.run_pass(decompose, POW_TEXT.replace("DT", dt).replace("EXP", exp))
     assert str(after) == str(before)
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+def test_a_long_scan_is_summed_in_blocks(P, op, dtype):
+    """A row that may be longer than SCAN_LOOPS_MAX: the scan in blocks of SCAN_BLOCK plus the
+    exclusive scan of the blocks' totals, equal to the op at rows of 1, a partial block and
+    several blocks; a short row, an exclusive or a reverse scan stay as they are."""
+    assert (SCAN_LOOPS_MAX, SCAN_BLOCK) == (256, 64)
+    b = Builder()
+    x = b.param("x", tensor(dtype, b.sym("b", 1, 4), b.sym("s", 1, 1000), 3))
+    b.ret(getattr(b, op)(x, axis=1), getattr(b, op)(x, axis=1, exclusive=True),
+          getattr(b, op)(b.slice(x, axis=1, start=0, end=256, step=1), axis=1))
+    after = decompose(copy_module(b.module))
+    ops = [m.op for m in after.main.nodes]
+    assert ops.count(op) == 2 + 2 and "pad" in ops and ("reduce_sum" if op == "cumsum" else "reduce_prod") in ops
+    P.check_equiv(b.module, after, [{"b": 1, "s": 1}, {"b": 2, "s": 63}, {"b": 3, "s": 300}, {"b": 1, "s": 1000}],
+                  rtol=1e-5, atol=1e-4)
+    assert ir.parse(after.to_text(), constants=after.constants).to_text() == after.to_text()
