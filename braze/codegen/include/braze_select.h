@@ -175,7 +175,7 @@ static int64_t NAME(const T *boxes, const T *scores, int64_t B, int64_t C, int64
 /* A k of at most a quarter of the row keeps the k best so far in a heap whose root is the worst of
  * them, in the total order "better value, else lower index": each element is compared with the root
  * and most are dropped at once (O(n log k) at worst), and the k left are sorted at the end. A larger
- * k sorts the row's indices with the stable merge sort above (O(n log n)). Rows run in parallel when
+ * k sorts the whole row (O(n log n)). Rows run in parallel when
  * there is enough work, each thread with its own scratch. */
 #define BZ_TOPK(NAME, T, CMP)                                                                        \
 typedef struct { const T *x; int64_t inner; int sign; } NAME##_row;                                  \
@@ -183,6 +183,36 @@ static int NAME##_order(const void *ctx, int64_t a, int64_t b) {                
     const NAME##_row *r = (const NAME##_row *)ctx;                                                   \
     int c = r->sign * CMP(r->x[a * r->inner], r->x[b * r->inner]);                                   \
     return c ? c : BZ_CMP_INT(a, b);                                                                 \
+}                                                                                                    \
+/* the sort: (value, index) pairs, so a compare reads no value through an index; runs of 16 by       \
+ * insertion, then merged */                                                                         \
+typedef struct { T v; int64_t i; } NAME##_kv;                                                        \
+static inline int NAME##_first(int sign, const NAME##_kv *a, const NAME##_kv *b) {                   \
+    int c = sign * CMP(a->v, b->v);                                                                  \
+    return c ? c < 0 : a->i < b->i;                                                                  \
+}                                                                                                    \
+static void NAME##_msort(int sign, NAME##_kv *p, NAME##_kv *tmp, int64_t n) {                        \
+    for (int64_t lo = 0; lo < n; lo += 16) {                                                         \
+        int64_t hi = lo + 16 < n ? lo + 16 : n;                                                      \
+        for (int64_t j = lo + 1; j < hi; j++) {                                                      \
+            NAME##_kv e = p[j];                                                                      \
+            int64_t q = j;                                                                           \
+            for (; q > lo && NAME##_first(sign, &e, &p[q - 1]); q--) p[q] = p[q - 1];                \
+            p[q] = e;                                                                                \
+        }                                                                                            \
+    }                                                                                                \
+    NAME##_kv *a = p, *b = tmp;                                                                      \
+    for (int64_t w = 16; w < n; w *= 2) {                                                            \
+        for (int64_t lo = 0; lo < n; lo += 2 * w) {                                                  \
+            int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;             \
+            int64_t i = lo, j = mid, k = lo;                                                         \
+            while (i < mid && j < hi) b[k++] = NAME##_first(sign, &a[j], &a[i]) ? a[j++] : a[i++];   \
+            while (i < mid) b[k++] = a[i++];                                                         \
+            while (j < hi) b[k++] = a[j++];                                                          \
+        }                                                                                            \
+        NAME##_kv *t = a; a = b; b = t;                                                              \
+    }                                                                                                \
+    if (a != p) memcpy(p, a, (size_t)n * sizeof *p);                                                 \
 }                                                                                                    \
 static void NAME##_sift(const NAME##_row *r, int64_t *h, int64_t k, int64_t p) {                     \
     for (;;) {                                                                                       \
@@ -201,31 +231,33 @@ static int NAME(const T *x, int64_t outer, int64_t n, int64_t inner, int64_t k, 
     if (k <= 0 || rows <= 0) return 0;                                                               \
     _Pragma("omp parallel if (rows > 1 && rows * n >= 32768)")                                       \
     {                                                                                                \
-        int64_t *buf = (int64_t *)malloc((size_t)(sort ? n : k) * 2 * sizeof(int64_t));              \
+        const size_t m = (size_t)(sort ? n : k);                                                     \
+        int64_t *buf = (int64_t *)malloc(m * (sizeof(int64_t) + 2 * sizeof(NAME##_kv)));             \
+        NAME##_kv *kv = buf ? (NAME##_kv *)(buf + m) : NULL;                                         \
         if (!buf) __atomic_store_n(&bad, 1, __ATOMIC_RELAXED);                                       \
         _Pragma("omp for schedule(static)")                                                          \
         for (int64_t r = 0; r < rows; r++) {                                                         \
             if (!buf) continue;                                                                      \
             int64_t o = r / inner, i = r % inner;                                                    \
-            NAME##_row row = {x + o * n * inner + i, inner, sign};                                    \
+            NAME##_row row = {x + o * n * inner + i, inner, sign};                                   \
             if (sort) {                                                                              \
-                for (int64_t j = 0; j < n; j++) buf[j] = j;                                          \
-                bz_sort_idx(buf, buf + n, n, NAME##_order, &row);                                    \
+                for (int64_t j = 0; j < n; j++) kv[j] = (NAME##_kv){row.x[j * inner], j};            \
             } else {                                                                                 \
-                for (int64_t j = 0; j < k; j++) { /* a heap of the first k: each placed above */      \
+                for (int64_t j = 0; j < k; j++) { /* a heap of the first k: each placed above */     \
                     int64_t p = j;                                                                   \
-                    for (; p > 0 && NAME##_order(&row, j, buf[(p - 1) / 2]) > 0; p = (p - 1) / 2)   \
+                    for (; p > 0 && NAME##_order(&row, j, buf[(p - 1) / 2]) > 0; p = (p - 1) / 2)    \
                         buf[p] = buf[(p - 1) / 2];                                                   \
                     buf[p] = j;                                                                      \
                 }                                                                                    \
                 for (int64_t j = k; j < n; j++)                                                      \
-                    if (NAME##_order(&row, j, buf[0]) < 0) { buf[0] = j; NAME##_sift(&row, buf, k, 0); } \
-                bz_sort_idx(buf, buf + k, k, NAME##_order, &row);                                    \
+                    if (NAME##_order(&row, j, buf[0]) < 0) { buf[0] = j; NAME##_sift(&row, buf, k, 0); }\
+                for (int64_t j = 0; j < k; j++) kv[j] = (NAME##_kv){row.x[buf[j] * inner], buf[j]};  \
             }                                                                                        \
+            NAME##_msort(sign, kv, kv + m, (int64_t)m);                                              \
             for (int64_t j = 0; j < k; j++) {                                                        \
                 int64_t at = (o * k + j) * inner + i;                                                \
-                if (vals) vals[at] = row.x[buf[j] * inner];                                          \
-                if (idx) idx[at] = buf[j];                                                           \
+                if (vals) vals[at] = kv[j].v;                                                        \
+                if (idx) idx[at] = kv[j].i;                                                          \
             }                                                                                        \
         }                                                                                            \
         free(buf);                                                                                   \
