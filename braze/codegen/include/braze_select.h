@@ -175,8 +175,8 @@ static int64_t NAME(const T *boxes, const T *scores, int64_t B, int64_t C, int64
 /* A k of at most a quarter of the row keeps the k best so far in a heap whose root is the worst of
  * them, in the total order "better value, else lower index": each element is compared with the root
  * and most are dropped at once (O(n log k) at worst), and the k left are sorted at the end. A larger
- * k sorts the whole row (O(n log n)). Rows run in parallel when
- * there is enough work, each thread with its own scratch. */
+ * k sorts the whole row (O(n log n)). Rows run in parallel when there is enough work, each thread
+ * with its own scratch. */
 #define BZ_TOPK(NAME, T, CMP)                                                                        \
 typedef struct { const T *x; int64_t inner; int sign; } NAME##_row;                                  \
 static int NAME##_order(const void *ctx, int64_t a, int64_t b) {                                     \
