@@ -39,12 +39,13 @@ That is n^2 compares per row, so only a row of at most ``TOPK_LOOPS_MAX`` elemen
 static size or its range's upper bound) becomes these loops. A longer row (a vocabulary's
 logits: 2.5e9 compares a row at 50257) stays ``topk``, with the same k <= n fact: fusion gives
 it a ``select`` group, which the host runs with braze_select.h's ``BZ_TOPK`` (a heap of the k
-best so far, or a stable merge sort of the row's indices for k above a quarter of the row).
+best so far, or a merge sort of (value, index) pairs for k above a quarter of the row).
 The CUDA target has no such call yet.
 
 A forward inclusive ``cumsum`` / ``cumprod`` of a row that may be longer than
 ``SCAN_LOOPS_MAX`` (each output of its loops re-sums its prefix: n^2 / 2 a row) becomes,
-in blocks of B = ``SCAN_BLOCK`` (the row padded with the identity to whole blocks)::
+in blocks of B = ``SCAN_BLOCK`` (the row padded with the identity to whole blocks; a 16-bit
+float row in float32, rounded once at the end, as its loops round each output once)::
 
     y[blk, j] = scan(x[blk, :])[j]  (+ or *)  exclusive_scan(total(x[blk', :]) for blk')[blk]
 
@@ -73,6 +74,7 @@ import numpy as np
 from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
+from ..ir.sym import IntLike
 from ..ir.types import DType
 from ..ops.attention import attention_row_masked, attention_scores, default_scale
 from .common import Namer, apply_replacements, constant_node, make_node, same_shape, scalar_value
@@ -156,11 +158,10 @@ def _decompose_group_norm(module: Module, n: Node, namer: Namer):
 TOPK_LOOPS_MAX = 64
 
 
-def _long_row(store, n) -> bool:
-    """Whether a topk row of n elements goes to braze_select.h rather than the loops."""
+def _longest(store, n) -> IntLike | float:
+    """A row's length at most: n, or its range's upper bound (inf: unbounded)."""
     n = store.simplify(n)
-    hi = S.bounds(store._with_ranges(n))[1] if S.is_symbolic(n) else n
-    return hi > TOPK_LOOPS_MAX
+    return S.bounds(store._with_ranges(n))[1] if S.is_symbolic(n) else n
 
 
 def _decompose_topk(module: Module, n: Node, namer: Namer):
@@ -186,7 +187,7 @@ def _decompose_topk(module: Module, n: Node, namer: Namer):
             store.add_range(s, int(lo), store.symbols[s.name].hi)
         else:  # an expression (or an unbounded k): the fact min(n, k) == k
             store.add_equal(S.smin(cnt, k), k)
-    if _long_row(store, cnt):
+    if _longest(store, cnt) > TOPK_LOOPS_MAX:
         return None  # stays topk: braze_select.h (the host's select group)
     perm = tuple(d for d in range(r) if d != a) + (a,)
     xt = emit("permute", x, perm=perm, name="rows") if a != r - 1 else x
@@ -348,13 +349,13 @@ def _decompose_scan(module: Module, n: Node, namer: Namer):
     store = module.constraints
     a = n.attrs["axis"] % x.type.rank
     cnt = x.type.shape[a]
-    hi = S.bounds(store._with_ranges(store.simplify(cnt)))[1] if S.is_symbolic(cnt) else cnt
-    if hi <= SCAN_LOOPS_MAX:
+    if _longest(store, cnt) <= SCAN_LOOPS_MAX:
         return None
     add = n.op == "cumsum"
     dt, B = out.type.dtype, SCAN_BLOCK
+    acc = DType.float32 if dt in (DType.bfloat16, DType.float16) else dt
     emit = _Emit(module, namer, n.loc)
-    xc = emit("cast", x, dtype=dt) if x.type.dtype is not dt else x
+    xc = emit("cast", x, dtype=acc) if x.type.dtype is not acc else x
     nb = S.floordiv(S.add(cnt, B - 1), B)
     r = x.type.rank
     pads = [0] * (2 * r)
@@ -367,7 +368,10 @@ def _decompose_scan(module: Module, n: Node, namer: Namer):
     before = emit(n.op, total, axis=a, exclusive=True, reverse=False, name="before_block")
     y = emit("add" if add else "mul", inner, before)
     y = emit("reshape", y, shape=shape[:a] + (S.mul(nb, B),) + shape[a + 1:])
-    return emit.nodes, emit("slice", y, axis=a, start=0, end=cnt, step=1, name=out.name)
+    if acc is dt:
+        return emit.nodes, emit("slice", y, axis=a, start=0, end=cnt, step=1, name=out.name)
+    y = emit("slice", y, axis=a, start=0, end=cnt, step=1)
+    return emit.nodes, emit("cast", y, dtype=dt, name=out.name)
 
 
 # op -> its rule (named after the op), which gives (new nodes, replacement outputs) or None

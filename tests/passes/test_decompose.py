@@ -341,7 +341,7 @@ def test_pow_by_other_exponents_or_in_16_bits_stays(P, dt, exp):
 
 
 @pytest.mark.parametrize("op", ["cumsum", "cumprod"])
-@pytest.mark.parametrize("dtype", ["f32", "i32"])
+@pytest.mark.parametrize("dtype", ["f32", "i32", "bf16"])
 def test_a_long_scan_is_summed_in_blocks(P, op, dtype):
     """A row that may be longer than SCAN_LOOPS_MAX: the scan in blocks of SCAN_BLOCK plus the
     exclusive scan of the blocks' totals, equal to the op at rows of 1, a partial block and
@@ -354,6 +354,9 @@ def test_a_long_scan_is_summed_in_blocks(P, op, dtype):
     after = decompose(copy_module(b.module))
     ops = [m.op for m in after.main.nodes]
     assert ops.count(op) == 2 + 2 and "pad" in ops and ("reduce_sum" if op == "cumsum" else "reduce_prod") in ops
+    if dtype == "bf16":  # computed in float32, rounded once: no more than the op's own rounding
+        pad = next(m for m in after.main.nodes if m.op == "pad")
+        assert pad.outputs[0].dtype is ir.DType.float32 and after.main.results[0].producer.op == "cast"
     P.check_equiv(b.module, after, [{"b": 1, "s": 1}, {"b": 2, "s": 63}, {"b": 3, "s": 300}, {"b": 1, "s": 1000}],
-                  rtol=1e-5, atol=1e-4)
+                  rtol=1e-5 if dtype != "bf16" else 1e-2, atol=1e-4 if dtype != "bf16" else 1e-2)
     assert ir.parse(after.to_text(), constants=after.constants).to_text() == after.to_text()
