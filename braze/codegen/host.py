@@ -443,9 +443,7 @@ class _EntryWriter(LibraryCalls):
         if op.op == "topk":
             return self._topk(n, callee, op)
         size = op.attrs["size"]
-        result = {id(r): i for i, r in enumerate(callee.results)}
-        outs = [f"(int64_t *){self.ptr_of(n.outputs[result[id(o)]])}" if id(o) in result else "NULL"
-                for o in op.outputs]
+        outs = self._call_outputs(n, callee, op, ["int64_t"] * len(op.outputs))
         ins = [self._operand(n, callee, v) if v is not None else None for v in op.inputs]
         x = op.inputs[0]
         dt = x.dtype
@@ -489,6 +487,13 @@ class _EntryWriter(LibraryCalls):
                                   "constraints: ", "\n  where: " + ", ".join(f"{k}=%PLD" for k in names),
                                   [f"(long long){c_sym_name(self.module.constraints.symbol(k))}" for k in names])
 
+    def _call_outputs(self, n: Node, callee, op: Node, ctypes: list[str]) -> list[str]:
+        """A header call's output pointers, cast to ``ctypes``: where the group returns each of
+        ``op``'s outputs, NULL for one that nothing reads."""
+        result = {id(r): i for i, r in enumerate(callee.results)}
+        return [f"({c} *){self.ptr_of(n.outputs[result[id(o)]])}" if id(o) in result else "NULL"
+                for c, o in zip(ctypes, op.outputs)]
+
     def _topk(self, n: Node, callee, op: Node) -> None:
         """A long-row ``topk`` (passes/decompose.py): braze_select.h's BZ_TOPK for its dtype writes
         the values and indices a later node reads (NULL: the other) of each row of x along the axis."""
@@ -499,9 +504,7 @@ class _EntryWriter(LibraryCalls):
         self.gen.helpers.setdefault("braze_select.h", {})[name] = \
             ("BZ_TOPK", (t, f"BZ_CMP_{HALF_SFX[dt].upper()}" if dt in HALF_SFX else
                          "BZ_CMP_FLOAT" if dt.is_float else "BZ_CMP_INT"))
-        result = {id(r): i for i, r in enumerate(callee.results)}
-        vals, idx = (f"({c} *){self.ptr_of(n.outputs[result[id(o)]])}" if id(o) in result else "NULL"
-                     for c, o in zip((t, "int64_t"), op.outputs))
+        vals, idx = self._call_outputs(n, callee, op, [t, "int64_t"])
         outer, inner = int_expr(S.prod(x.shape[:a])), int_expr(S.prod(x.shape[a + 1:]))
         where = f" ({op.loc})" if op.loc else ""
         self.emit(f"if ({name}((const {t} *){self._operand(n, callee, x)}, {outer}, {int_expr(x.shape[a])}, "

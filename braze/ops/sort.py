@@ -10,7 +10,8 @@ specified; the values always agree, and so do the indices wherever there are no 
 
 ``passes/decompose.py`` rewrites a row of at most 64 elements with compares and reductions
 (each element's rank, then the element of each rank), O(n^2) per row; a longer row is a host
-call into braze_select.h (``BZ_TOPK``: a heap of the k best, or a stable merge sort).
+call into braze_select.h (``BZ_TOPK``: a heap of the k best, or a merge sort of (value,
+index) pairs).
 """
 
 from __future__ import annotations

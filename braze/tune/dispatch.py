@@ -42,7 +42,7 @@ def _range(M) -> tuple[int, int]:
     """M's range, at least 1: a product of a dim that may be negative and one unbounded, such as
     (s - 2) * s, has bounds of -inf (fuzz seed 18148: int(-inf) failed the compile)."""
     lo, hi = S.bounds(M)
-    return max(1, int(max(lo, 1))), int(max(1, min(hi, 1 << 62)))
+    return int(max(lo, 1)), int(max(1, min(hi, 1 << 62)))
 
 
 def _reached(todo, calls, histogram) -> list:

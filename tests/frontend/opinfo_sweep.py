@@ -73,45 +73,36 @@ def _torch_tensor(t):
     return torch.as_tensor(a)
 
 
-def _topk_view(sample):
-    """torch.topk leaves the order of equal values' indices unspecified (std::nth_element and an
-    unstable sort): compare the values, the input elements the indices select, and that each
-    row's indices are distinct, not the indices themselves."""
+def _ties_view(x, dim):
+    """Outputs (values..., indices) of a selection along ``dim`` whose equal values' indices the
+    framework leaves in no particular order: the values, the input elements the indices select, and
+    how many distinct indices each row has, not the indices themselves."""
     import torch
-    dim = sample.kwargs.get("dim", sample.args[1] if len(sample.args) > 1 else -1)
-    x = sample.input
 
     def view(leaves):
-        values, idx = (_torch_tensor(t) for t in leaves)
+        *values, idx = (_torch_tensor(t) for t in leaves)
         if x.dim() == 0:
-            return [values, idx]
+            return [*values, idx]
         d = dim % x.dim()
         picked = torch.take_along_dim(x, idx, dim=d)
         distinct = torch.sort(idx, dim=d).values.diff(dim=d).ne(0).sum(d) if idx.shape[d] > 1 else idx.sum(d) * 0
-        return [values, picked, distinct]
+        return [*values, picked, distinct]
     return view
+
+
+def _topk_view(sample):
+    """torch.topk leaves the order of equal values' indices unspecified (std::nth_element and an
+    unstable sort)."""
+    return _ties_view(sample.input, sample.kwargs.get("dim", sample.args[1] if len(sample.args) > 1 else -1))
 
 
 def _sort_view(sample):
     """torch.sort and argsort without ``stable=True`` leave the order of equal values' indices
     unspecified too (an unstable sort: at 8000 bfloat16 elements eager's differ from a stable
-    order at most ties): compare as topk's view does; a stable sort's indices exactly."""
-    import torch
+    order at most ties); a stable sort's indices are compared exactly."""
     if sample.kwargs.get("stable"):
         return lambda leaves: [_torch_tensor(t) for t in leaves]
-    dim = sample.kwargs.get("dim", sample.args[0] if sample.args else -1)
-    x = sample.input
-
-    def view(leaves):
-        *values, idx = (_torch_tensor(t) for t in leaves)  # sort: (values, indices); argsort: indices
-        if x.dim() == 0:
-            return [*values, idx]
-        d = dim % x.dim()
-        picked = torch.take_along_dim(x, idx, dim=d)
-        distinct = torch.sort(idx, dim=d, stable=True).values.diff(dim=d).ne(0).sum(d) \
-            if idx.shape[d] > 1 else idx.sum(d) * 0
-        return [*values, picked, distinct]
-    return view
+    return _ties_view(sample.input, sample.kwargs.get("dim", sample.args[0] if sample.args else -1))
 
 
 # op name -> fn(sample) -> a view of the outputs that is compared instead of them, where the

@@ -179,8 +179,7 @@ static int64_t NAME(const T *boxes, const T *scores, int64_t B, int64_t C, int64
  * with its own scratch. */
 #define BZ_TOPK(NAME, T, CMP)                                                                        \
 typedef struct { const T *x; int64_t inner; int sign; } NAME##_row;                                  \
-static int NAME##_order(const void *ctx, int64_t a, int64_t b) {                                     \
-    const NAME##_row *r = (const NAME##_row *)ctx;                                                   \
+static inline int NAME##_order(const NAME##_row *r, int64_t a, int64_t b) {                          \
     int c = r->sign * CMP(r->x[a * r->inner], r->x[b * r->inner]);                                   \
     return c ? c : BZ_CMP_INT(a, b);                                                                 \
 }                                                                                                    \
