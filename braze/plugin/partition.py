@@ -382,10 +382,16 @@ def _direct(gm, regions):
     if not args or not all(a in places for a in args):
         return None
     index = [places.index(a) for a in args]
+    pin_ok = region.pin_ok
+    if pin_ok is not None:  # the region's test of its integer arguments reads all of them
+        if not all(a in places for a in node.args):
+            return None
+        region_args = [places.index(a) for a in node.args]
 
     def make(region, graph):
-        """The direct call; a call the library fails runs ``graph`` (the FX layer, whose region
-        call then runs in PyTorch)."""
+        """The direct call; a call the library fails, or one whose integer arguments are not those
+        its library was built for, runs ``graph`` (the FX layer, whose region call then runs in
+        PyTorch and says why)."""
         main = region.tensors
         pick = operator.itemgetter(*index)
         if len(index) == 1:
@@ -394,6 +400,8 @@ def _direct(gm, regions):
             fast = (lambda args: (main(*pick(args)),)) if single else (lambda args: main(*pick(args)))
 
         def call(args):
+            if pin_ok is not None and not pin_ok([args[i] for i in region_args]):
+                return graph(args)
             try:
                 return fast(args)
             except Exception:  # noqa: BLE001 -- the region's own call says why, and runs PyTorch

@@ -201,6 +201,20 @@ def test_an_integer_argument_in_a_shape_is_compiled_for_its_value_and_checked(fr
     assert not _braze_warnings(record), [str(w.message) for w in _braze_warnings(record)]
 
 
+def test_a_graph_that_is_one_region_checks_its_pinned_integer(fresh_warnings):
+    """``x[:k]`` alone is one region, which the plug-in calls without the FX layer. Dynamo serves
+    k = 2 and k = 5 with one graph, and braze's library is built for k = 2: the call with 5 must
+    run in PyTorch (with one warning), not return two elements."""
+    c = torch.compile(lambda x, k: x[:k] * 2, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for n, k in ((6, 2), (7, 5), (9, 2), (8, 3)):
+            x = torch.randn(n)
+            torch.testing.assert_close(c(x, k), x[:k] * 2)
+    assert len(_braze_warnings(record)) == 1, [str(w.message) for w in _braze_warnings(record)]
+    assert "integer arguments" in str(_braze_warnings(record)[0].message)
+
+
 def test_a_pinned_integer_is_checked_on_every_call():
     """The check a region with a pinned integer runs on each call: every integer argument and dim
     that uses the pinned symbol must equal what the library was built for."""
