@@ -101,8 +101,10 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
             f"    (void)bufs; (void)syms;\n    return {k.name}({', '.join(args)});\n}}\n")
 
 
-# a kernel's buffer allocation failed: recorded (from any thread), returned at its end
-_FAIL = "__atomic_store_n(&bz_fail, 1, __ATOMIC_RELAXED);"
+# a kernel's failure word, returned at its end (from any thread): bit 1, a buffer allocation failed; bit 2,
+# a gathered index was out of range (bz_axis_index)
+KERNEL_NO_MEMORY, KERNEL_BAD_INDEX = 1, 2
+_FAIL = f"__atomic_fetch_or(&bz_fail, {KERNEL_NO_MEMORY}, __ATOMIC_RELAXED);"
 
 
 def _moved(value: Expr, dtype: DType) -> Load | None:
@@ -298,9 +300,14 @@ class _Gen(ReductionsC):
             raise BrazeError(f"unary {fn} on {dt.name} has no C form")
         return m[fn]
 
+    def axis_index(self, i: str, n: str) -> str:
+        return f"bz_axis_index({i}, {n}, &bz_fail)"
+
     def sbinary(self, op, a, b, dt) -> str:
         if op == "uniform":
             return f"bz_uniform((uint64_t)({a}), (uint64_t)({b}))"
+        if op == "axis_index":
+            return self.axis_index(a, b)
         if dt.is_float:
             f = "f" if dt == F32 else "d"
             if op in ("add", "sub", "mul", "div"):
@@ -657,7 +664,7 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
         g.line("bz_sfence();")
     g.line("return bz_fail;")
     return (f"{_KERNEL_LINKAGE} int {kernel.name}({_params(kernel)}) {{\n"
-            "    int bz_fail = 0; /* 1: a buffer could not be allocated */\n" + "\n".join(g.lines) + "\n}\n")
+            "    int bz_fail = 0; /* KERNEL_NO_MEMORY | KERNEL_BAD_INDEX */\n" + "\n".join(g.lines) + "\n}\n")
 
 
 # static, unless the model compiles as several translation units (UNITS_C)

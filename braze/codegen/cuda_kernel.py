@@ -22,7 +22,7 @@ from .c_kernel import _Gen, ctype, kernel_signature, require_flat
 # stops the kernel with a trap, which the host reports as a launch error
 PRELUDE = """#define BZ_VB 0
 #define restrict __restrict__
-#define __atomic_store_n(p, v, order) (*(p) = (v))
+#define __atomic_fetch_or(p, v, order) (*(p) |= (v))
 #include "braze_vec.h"
 #include "braze_cuda_lib.cuh"
 """
@@ -33,6 +33,10 @@ _REDUCE_CODE = {"sum": 0, "prod": 1, "max": 2, "min": 3}  # bz_block_reduce's op
 
 class _CudaGen(_Gen):
     coop = False  # in a block's row, outside its thread loops: every thread of the block runs this code
+
+    def axis_index(self, i: str, n: str) -> str:
+        # clamped, unchecked: a failure word would trap, which ends the CUDA context torch shares too
+        return f"bz_axis_clamp({i}, {n})"
 
     def for_(self, f: For):
         if f.kind == "thread":

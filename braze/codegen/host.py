@@ -25,6 +25,7 @@ from ..passes.common import top_functions
 from ..passes.memory import byte_size, in_place_inputs
 from ..passes.node_classes import BACKWARD_CONVS, SCATTERS, SELECTS, before_views
 from .c_expr import c_sym_name, int_expr, nbytes_c
+from .c_kernel import KERNEL_BAD_INDEX, KERNEL_NO_MEMORY
 from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype
 from .cpu_host import CpuHost
 from .cuda_host import CudaHost
@@ -354,11 +355,23 @@ class _EntryWriter(LibraryCalls):
             else:
                 args.append(f"(void *){self.ptr_of(next(it_out))}")
         args += [c_sym_name(s) for s in k.syms]
-        if any(isinstance(s, L.Alloc) for s in L.walk_stmts(k.body)):
-            self.emit(f"if ({k.name}({', '.join(args)})) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"kernel {k.name} could not "
-                      f"allocate its row buffers (out of memory)\");")
-        else:
-            self.emit(f"{k.name}({', '.join(args)});")
+        call = f"{k.name}({', '.join(args)})"
+        allocates = any(isinstance(s, L.Alloc) for s in L.walk_stmts(k.body))
+        gathers = [m for m in self.module.functions[callee].nodes if m.op in ("gather", "gather_elements")] \
+            if callee in self.module.functions and self.gen.host.checks_indices else []
+        if not (allocates or gathers):
+            self.emit(call + ";")
+            return
+        self.emit(f"{{ int rc_ = {call};")
+        if allocates:
+            self.emit(f"  if (rc_ & {KERNEL_NO_MEMORY}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"kernel {k.name} could not "
+                      "allocate its row buffers (out of memory)\");")
+        if gathers:
+            what = "; ".join(m.op + (f" ({m.loc})" if m.loc else "")
+                             + f": an index is out of range; each must lie in [{'-n' if m.attrs.get('wrap', True) else '0'}"
+                             f", n), n the size of the dim it indexes" for m in gathers)
+            self.emit(f"  if (rc_ & {KERNEL_BAD_INDEX}) " + fail_c("BRAZE_ERR_RANGE", what))
+        self.emit("}")
 
     def _operand(self, n: Node, callee: Function, v) -> str:
         """The C pointer of value ``v`` of ``n``'s callee: a constant of the model, or the caller's

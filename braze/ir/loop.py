@@ -132,8 +132,10 @@ LIBM_UNARY = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "
 # bitcast: x's bits as the node's dtype (of x's width); shl/shr: braze.ops.bitwise's shifts (a shift
 # out of the width's range gives the sign's fill)
 # uniform(seed, counter): braze.ops.creation's counter-based random float32 in [0, 1), both int64
+# axis_index(i, n): a gathered index i (data), counted from the end when negative, in [0, n); where i is
+# outside [-n, n) (eager raises) the read is clamped into the axis and the kernel fails (KERNEL_BAD_INDEX)
 BINARY_OPS = ("add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min", "and", "or", "xor", "shl", "shr",
-              "uniform")
+              "uniform", "axis_index")
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin")
 

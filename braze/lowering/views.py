@@ -7,7 +7,7 @@ from ..ir import sym as S
 from ..ir.loop import Binary, Compare, Const, Expr, IndexValue, Select
 from ..ir.sym import IntLike
 from ..ir.types import DType
-from .core import BOOL, I64, cast, fconst, lowering, vmax, vmin
+from .core import BOOL, I64, cast, fconst, lowering
 from .index_math import _ie, _in_range, broadcast_to, iadd, imod, imul, reshape_index
 
 
@@ -203,31 +203,33 @@ def _lower_tile(ctx, x, *, repeats):
 # ---------------------------------------------------------------------------
 
 
-def _wrap_index(v: Expr, n: IntLike) -> Expr:
-    """A negative index counts from the end; one still outside [0, n) is clamped into it, so
-    a bad index reads an element of x, never memory outside it (eager raises; docs/semantics.md)."""
+def _wrap_index(v: Expr, n: IntLike, wrap: bool) -> Expr:
+    """A negative index counts from the end (``wrap``) or is out of range; one out of range fails
+    the call, as eager raises (``axis_index``), and its read is clamped into the axis, never memory
+    outside x (docs/semantics.md)."""
     v = cast(v, I64)
-    v = Select(Compare("lt", v, Const(0, I64)), Binary("add", v, _ie(n), I64), v, I64)
-    return vmin(vmax(v, Const(0, I64)), Binary("sub", _ie(n), Const(1, I64), I64))
+    if not wrap:
+        v = Select(Compare("lt", v, Const(0, I64)), _ie(n), v, I64)
+    return Binary("axis_index", v, _ie(n), I64)
 
 
 @lowering("gather")
-def _lower_gather(ctx, x, indices, *, axis):
+def _lower_gather(ctx, x, indices, *, axis, wrap):
     ax = axis % x.rank
     ri = indices.rank
 
     def fn(idx):
-        v = _wrap_index(indices(tuple(idx[ax:ax + ri])), x.shape[ax])
+        v = _wrap_index(indices(tuple(idx[ax:ax + ri])), x.shape[ax], wrap)
         return x(tuple(idx[:ax]) + (v,) + tuple(idx[ax + ri:]))
     return fn
 
 
 @lowering("gather_elements")
-def _lower_gather_elements(ctx, x, indices, *, axis):
+def _lower_gather_elements(ctx, x, indices, *, axis, wrap):
     ax = axis % x.rank
 
     def fn(idx):
-        v = _wrap_index(indices(idx), x.shape[ax])
+        v = _wrap_index(indices(idx), x.shape[ax], wrap)
         src = list(idx)
         src[ax] = v
         return x(tuple(src))

@@ -16,7 +16,17 @@ def _int_indices(ctx, idx):
         raise ctx.error(f"indices must be an integer tensor, got {idx}", hint="cast them to int64")
 
 
-def _gather_infer(ctx, x, idx, *, axis):
+WRAP = Attr("bool", True, "a negative index counts from the end (numpy, ONNX, torch's x[i]); false: it is "
+             "out of range (torch.gather, index_select, embedding)")
+
+
+def _check_range(what: str, idx, n: int, axis: int, wrap: bool) -> None:
+    lo = -n if wrap else 0
+    if idx.size and (idx.min() < lo or idx.max() >= n):
+        raise IndexError(f"{what}: an index is out of range [{lo}, {n}) for axis {axis}")
+
+
+def _gather_infer(ctx, x, idx, *, axis, wrap):
     _int_indices(ctx, idx)
     if x.rank == 0:
         raise ctx.error(f"cannot gather from a scalar {x}")
@@ -24,19 +34,17 @@ def _gather_infer(ctx, x, idx, *, axis):
     return TensorType(x.dtype, x.shape[:ax] + idx.shape + x.shape[ax + 1:])
 
 
-def _gather_ref(ctx, x, idx, *, axis):
-    n = x.shape[axis]
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise IndexError(f"gather: an index is out of range [-{n}, {n}) for axis {axis}")
+def _gather_ref(ctx, x, idx, *, axis, wrap):
+    _check_range("gather", idx, x.shape[axis], axis, wrap)
     return np.take(x, idx.astype(np.int64, copy=False), axis=axis)
 
 
-defop("gather", narrow=True, inputs=("x", "indices"), attrs={"axis": Attr("int", 0)},
+defop("gather", narrow=True, inputs=("x", "indices"), attrs={"axis": Attr("int", 0), "wrap": WRAP},
       infer=_gather_infer, reference=_gather_ref, kind="injective",
-      doc="numpy.take along an axis; negative indices wrap.")
+      doc="numpy.take along an axis; an index out of range is an error.")
 
 
-def _gather_elements_infer(ctx, x, idx, *, axis):
+def _gather_elements_infer(ctx, x, idx, *, axis, wrap):
     _int_indices(ctx, idx)
     if x.rank != idx.rank:
         raise ctx.error(f"input {x} and indices {idx} must have the same rank")
@@ -44,19 +52,18 @@ def _gather_elements_infer(ctx, x, idx, *, axis):
     return TensorType(x.dtype, idx.shape)
 
 
-def _gather_elements_ref(ctx, x, idx, *, axis):
+def _gather_elements_ref(ctx, x, idx, *, axis, wrap):
     ax = axis % max(x.ndim, 1)
     n = x.shape[ax]
     idx = idx.astype(np.int64, copy=False)
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise IndexError(f"gather_elements: an index is out of range [-{n}, {n}) for axis {axis}")
+    _check_range("gather_elements", idx, n, axis, wrap)
     idx = np.where(idx < 0, idx + n, idx)
     # torch.gather: the indices may be smaller than x in the other dims
     xs = x[tuple(slice(None) if i == ax else slice(0, idx.shape[i]) for i in range(x.ndim))]
     return np.take_along_axis(xs, idx, axis=ax)
 
 
-defop("gather_elements", inputs=("x", "indices"), attrs={"axis": Attr("int")},
+defop("gather_elements", inputs=("x", "indices"), attrs={"axis": Attr("int"), "wrap": WRAP},
       infer=_gather_elements_infer, reference=_gather_elements_ref, kind="injective",
       doc="torch.gather: out[i][j] = x[idx[i][j]][j] along axis.")
 

@@ -339,23 +339,36 @@ def test_gather_embedding_tri_creation():
     check(b, inputs, [(5, 1), (7, 3), (40, 17)], vbs=(0, 64), per_result_tol={10: "sum"})
 
 
-def test_indices_out_of_range_are_clamped_not_read_out_of_bounds():
-    """The kernels do not check data: an index outside [-n, n) reads the nearest end of the axis
-    (docs/semantics.md); before, ids like 10**9 read far outside the table."""
+@pytest.mark.parametrize("wrap", (True, False))
+def test_an_index_out_of_range_fails_the_call(wrap):
+    """An index is data: eager raises for one out of range, so the kernel that gathers it fails the
+    call (BRAZE_ERR_RANGE, an InputError naming the op) and reads the axis's nearest end meanwhile,
+    never memory outside the table (ids like 10**9 once read far outside it). With ``wrap`` a
+    negative index counts from the end (numpy, x[i]); without, it is out of range (torch.gather,
+    embedding). Odd and single-element id lists, every bad value alone and among good ones."""
     import braze
+    from braze.errors import InputError
     b = Builder()
     V, T = b.sym("V"), b.sym("T")
     table = b.param("table", tensor("f32", V, 8))
     ids = b.param("ids", tensor("i64", T))
-    b.ret(b.gather(table, ids, axis=0), b.gather_elements(table, b.unsqueeze(ids, axes=(1,)), axis=0))
+    b.ret(b.gather(table, ids, axis=0, wrap=wrap),
+          b.gather_elements(table, b.unsqueeze(ids, axes=(1,)), axis=0, wrap=wrap))
     m = braze.compile(b.module)
     rng = np.random.default_rng(0)
     tab = f32(rng, 5, 8)
-    idx = np.array([0, 4, 5, -1, -5, -6, 10 ** 9, -(10 ** 12), 2], np.int64)
-    want = np.clip(np.where(idx < 0, idx + 5, idx), 0, 4)
-    g, ge = m(tab, idx)
-    np.testing.assert_array_equal(g, tab[want])
-    np.testing.assert_array_equal(ge[:, 0], tab[want, 0])
+    good = [0, 4, 2, -1, -5] if wrap else [0, 4, 2, 3]
+    for idx in (np.array(good, np.int64), np.array(good[1:2], np.int64)):
+        g, ge = m(tab, idx)
+        np.testing.assert_array_equal(g, tab[idx])
+        np.testing.assert_array_equal(ge[:, 0], tab[idx, 0])
+    bad = [5, 10 ** 9, -6, -(10 ** 12)] + ([] if wrap else [-1])
+    for v in bad:
+        for idx in ([v], [0, v, 3], good * 3 + [v]):
+            with pytest.raises(InputError, match=r"gather.*index is out of range"):
+                m(tab, np.array(idx, np.int64))
+    g, _ = m(tab, np.array(good, np.int64))  # a failed call leaves the model as it was
+    np.testing.assert_array_equal(g, tab[np.array(good)])
 
 
 # ---------------------------------------------------------------------------

@@ -88,6 +88,20 @@ BZ_INLINE uint64_t bz_upow(uint64_t a, uint64_t b) {
     return r;
 }
 
+/* loop IR's axis_index: a gathered index (data) counted from the end when negative. One outside
+ * [-n, n), where eager raises, reads the nearest end of the axis (never memory outside it; 0 for an
+ * empty axis) and sets bit 2 of the kernel's failure word, so the call fails (BRAZE_ERR_RANGE) */
+BZ_INLINE int64_t bz_axis_clamp(int64_t i, int64_t n) {
+    int64_t j = i < 0 ? i + n : i;
+    return j < 0 ? 0 : j < n ? j : (n > 0 ? n - 1 : 0);
+}
+#if !defined(__CUDACC__)
+BZ_INLINE int64_t bz_axis_index(int64_t i, int64_t n, int *fail) {
+    if (__builtin_expect(i < -n || i >= n, 0)) __atomic_fetch_or(fail, 2, __ATOMIC_RELAXED);
+    return bz_axis_clamp(i, n);
+}
+#endif
+
 /* braze.ops.creation's counter-based random numbers: SplitMix64's output number counter + 1 from
  * the state seed, its top 24 bits as a float in [0, 1) (the same bits as uniform_numpy) */
 BZ_INLINE float bz_uniform(uint64_t seed, uint64_t counter) {

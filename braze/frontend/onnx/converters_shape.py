@@ -510,9 +510,8 @@ def _gather_nd(ctx):
     lin = None
     for j in range(k):
         c = ctx.op("squeeze", ctx.op("slice", idx, axis=idx.rank - 1, start=j, end=j + 1), axes=(idx.rank - 1,))
-        c = ctx.cast(c, DType.int64)
-        c = ctx.op("where", ctx.op("less", c, ctx.scalar(0, DType.int64)), ctx.op("add", c, ctx.int_value(lead[j])),
-                   c)  # negative indices wrap
+        # c itself, a negative one counted from the end and one out of range an error (gather's check)
+        c = ctx.op("gather", ctx.iota(lead[j]), c, axis=0)
         stride = S.prod(lead[j + 1:])
         if not (isinstance(stride, int) and stride == 1):
             c = ctx.op("mul", c, ctx.int_value(stride))

@@ -430,7 +430,7 @@ def _adaptive_avg_pool2d(cx, n, x, output_size):
 
 @conv("embedding")
 def _embedding(cx, n, w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return op(cx, "gather", [w, idx], axis=0)
+    return op(cx, "gather", [w, idx], axis=0, wrap=False)
 
 
 def _repeat_kv(cx, k, hq):

@@ -355,7 +355,7 @@ def _replicate_pad(cx, n, x, pad):
 def _index_select(cx, n, x, dim, index):
     if x.rank == 0:  # torch: a 0-d tensor indexed by its only position is itself, 0-d
         return x
-    return op(cx, "gather", [x, index], axis=axis(cx, dim, x.rank))
+    return op(cx, "gather", [x, index], axis=axis(cx, dim, x.rank), wrap=False)
 
 
 @conv("roll")
@@ -386,7 +386,7 @@ def _gather(cx, n, x, dim, index, sparse_grad=False):
         return op(cx, "full", [], shape=shape, value=0.0, dtype=out_dtype(cx, n))
     if x.rank == 0:  # every valid index of a 0-d tensor is 0: the tensor, in the index's shape
         return op(cx, "expand", [x], shape=shape) if shape else x
-    return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank))
+    return op(cx, "gather_elements", [x, index], axis=axis(cx, dim, x.rank), wrap=False)
 
 
 @conv("index", "_unsafe_index")
@@ -409,8 +409,8 @@ def _index(cx, n, x, indices):
     lin = None
     for j, t in zip(pos, idx):
         d = x.shape[j]
-        t = cast(cx, t, DType.int64)
-        t = op(cx, "remainder", [t, scalar(cx, d, DType.int64)])  # negative indices wrap
+        # t itself, a negative one counted from the end and one out of range an error (gather's check)
+        t = op(cx, "gather", [op(cx, "arange", [], start=0, end=d, step=1, dtype=DType.int64), t], axis=0)
         lin = t if lin is None else op(cx, "add", [op(cx, "mul", [lin, scalar(cx, d, DType.int64)]), t])
     shp = tuple(x.shape)
     flat = S.prod(shp[p:p + len(idx)])
