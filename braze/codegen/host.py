@@ -13,7 +13,8 @@ architecture, other weights) never see each other's weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 
 from ..errors import BrazeError, UnsupportedOpError
 from ..ir import loop as L
@@ -367,7 +368,7 @@ class _EntryWriter(LibraryCalls):
             self.emit(f"  if (rc_ & {KERNEL_NO_MEMORY}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"kernel {k.name} could not "
                       "allocate its row buffers (out of memory)\");")
         if gathers:
-            what = "; ".join(m.op + (f" ({m.loc})" if m.loc else "")
+            what = "; ".join(m.op + _where(m)
                              + f": an index is out of range; each must lie in [{'-n' if m.attrs.get('wrap', True) else '0'}"
                              f", n), n the size of the dim it indexes" for m in gathers)
             self.emit(f"  if (rc_ & {KERNEL_BAD_INDEX}) " + fail_c("BRAZE_ERR_RANGE", what))
@@ -441,7 +442,7 @@ class _EntryWriter(LibraryCalls):
         self.emit(f"{{ int64_t bad = {name}(({t} *){out}, {xp}, {c_literal(fill.attrs['value'] if fill else 0, dt)}, "
                   f"(const {i_t} *){ip}, (const {t} *){sp}, {outer}, {int_expr(shape[ax])}, "
                   f"{int_expr(add.inputs[1].type.shape[0])}, {inner});")
-        where = f" ({add.loc})" if add.loc else ""
+        where = _where(add)
         n_ = f"(long long)({int_expr(shape[ax])})"
         self.emit("  if (bad >= 0) " + fail_c("BRAZE_ERR_RANGE", f"{add.op}{where}: index %PLD (position %PLD) is "
                                            f"outside [-%PLD, %PLD), the size of dim {ax}",
@@ -490,7 +491,7 @@ class _EntryWriter(LibraryCalls):
                     f"{op.attrs['center_point_box']}, {outs[0]})")
         self.gen.helpers.setdefault("braze_select.h", {})[name] = helper
         u = c_sym_name(size)
-        where = f" ({op.loc})" if op.loc else ""
+        where = _where(op)
         self.emit(f"{u} = {call};")
         self.emit(f"if ({u} < 0) " + fail_c("BRAZE_ERR_ALLOC", f"{op.op}{where}: out of memory for its scratch"))
         self.bound.add(size.name)
@@ -519,7 +520,7 @@ class _EntryWriter(LibraryCalls):
                          "BZ_CMP_FLOAT" if dt.is_float else "BZ_CMP_INT"))
         vals, idx = self._call_outputs(n, callee, op, [t, "int64_t"])
         outer, inner = int_expr(S.prod(x.shape[:a])), int_expr(S.prod(x.shape[a + 1:]))
-        where = f" ({op.loc})" if op.loc else ""
+        where = _where(op)
         self.emit(f"if ({name}((const {t} *){self._operand(n, callee, x)}, {outer}, {int_expr(x.shape[a])}, "
                   f"{inner}, {int_expr(op.attrs['k'])}, {int(bool(op.attrs['largest']))}, {vals}, {idx})) "
                   + fail_c("BRAZE_ERR_ALLOC", f"topk{where}: out of memory for its scratch"))
@@ -542,6 +543,17 @@ class _EntryWriter(LibraryCalls):
         except KeyError:
             raise BrazeError(f"%{v.name} has no memory at this point", hint="this is a braze bug; please report it") \
                 from None
+
+
+def _where(node) -> str:
+    """`` (file:line (name): code)`` of ``node``'s source for a run-time message, with the file's
+    name only: the C must not depend on where the model's source lies (the compile cache's key,
+    the pinned C of tests/codegen/test_c_pinned.py)."""
+    loc = node.loc
+    if not loc:
+        return ""
+    return f" ({replace(loc, file=os.path.basename(loc.file)) if loc.file else loc})"
+
 
 # the helper's BRAZE_DT_* codes (braze_dnnl.h)
 def _traffic(module: Module, n: Node):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "57dc154ab4575417bc3a45e6dcc22453e48cc44ee4191b4976b7fdda8e965de7",
+PINNED = {"gpt": "15d7940ac592efdc32882adda09474aa6d849d004c003de5041c9c950ad7d2ba",
           "cnn": "c6013a23f5923d6f32a54630ddaabb480d12c85598d0f63cf86d15fd2fc1a6ca"}
 
 SCRIPT = """
