@@ -15,27 +15,31 @@ nn = torch.nn
 
 
 class Lookups(nn.Module):
-    """An embedding (a token id past the vocabulary), index_select, torch.gather, x[i] and
-    x[i, j]: the index ops a model reaches, each fused with arithmetic around it."""
+    """An embedding (a token id past the vocabulary), index_select, torch.gather, x[i], x[i, j],
+    a one-hot scatter and index_add: the index ops a model reaches, each fused with arithmetic
+    around it."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.emb = nn.Embedding(10, 4)
 
-    def forward(self, ids, x, sel, g, i, j):
+    def forward(self, ids, x, sel, g, i, j, k, rows):
         e = self.emb(ids).sum(-1)
         s = x.index_select(0, sel) * 2
         t = torch.gather(x, 1, g) + 1
         a = x[i] - 1
         b = x[i, j] * 3
-        return e, s, t, a, b
+        h = x.scatter(1, k, 2.0)
+        r = x.index_add(0, rows, x[:3] * 2)
+        return e, s, t, a, b, h, r
 
 
 def _inputs(n=5, **bad):
     torch.manual_seed(1)
     args = dict(ids=torch.tensor([[1, 9, 0]]), x=torch.randn(n, 6), sel=torch.tensor([0, n - 1, 2]),
-                g=torch.tensor([[0, 5]] * n), i=torch.tensor([-1, 0, n - 1]), j=torch.tensor([5, -6, 0]))
+                g=torch.tensor([[0, 5]] * n), i=torch.tensor([-1, 0, n - 1]), j=torch.tensor([5, -6, 0]),
+                k=torch.tensor([[1], [5]] + [[0]] * (n - 2)), rows=torch.tensor([0, 2, n - 1]))
     for k, (pos, v) in bad.items():
         args[k] = args[k].clone()
         args[k].view(-1)[pos] = v
@@ -43,7 +47,8 @@ def _inputs(n=5, **bad):
 
 
 @pytest.mark.parametrize("bad", [{"ids": (1, 10)}, {"ids": (0, -1)}, {"sel": (1, 7)}, {"sel": (0, -1)},
-                                 {"g": (3, 6)}, {"g": (0, -1)}, {"i": (0, -8)}, {"i": (2, 7)},
+                                 {"g": (3, 6)}, {"g": (0, -1)}, {"k": (1, 6)}, {"k": (0, -1)},
+                                 {"rows": (1, -1)}, {"rows": (2, 7)}, {"i": (0, -8)}, {"i": (2, 7)},
                                  {"j": (1, 6)}, {"j": (0, -7)}])
 def test_an_index_out_of_range_raises_eagers_error(bad, fresh_warnings):
     """Every op's good call first (at two shapes: the library is built), then at 7 rows one index

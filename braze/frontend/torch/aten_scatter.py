@@ -8,7 +8,7 @@ from ...errors import UnsupportedOpError
 from ...ir import sym as S
 from ...ir.types import DType
 from .common import ISSUES_HINT
-from .convert import axis, cast, conv, op, scalar
+from .convert import axis, cast, checked_index, conv, op, scalar
 
 # braze_scatter.h adds in these; torch's 16-bit scatter-adds round each add, as a float32 helper would not
 _TYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
@@ -41,6 +41,7 @@ def _rows(cx, x, idx, src, ax, reduce: str = "add"):
 def _index_add(cx, n, x, dim, index, source, alpha=1):
     _check(cx, "index_add", x, index)
     ax = axis(cx, dim, x.rank)
+    index = checked_index(cx, index, x.shape[ax], wrap=False)  # torch's index_add takes no negative index
     src = cast(cx, source, x.dtype)
     if alpha != 1:
         src = op(cx, "mul", [src, scalar(cx, alpha, x.dtype)])

@@ -6,7 +6,7 @@ from ...errors import UnsupportedOpError
 from ...ir import sym as S
 from ...ir.graph import Value
 from ...ir.types import DType
-from .convert import axis, cast, conv, meta, need_static, op, out_dtype, out_shape, scalar, tensor
+from .convert import axis, cast, checked_index, conv, meta, need_static, op, out_dtype, out_shape, scalar, tensor
 from .common import ISSUES_HINT
 
 BIG = 2 ** 62  # an open slice end
@@ -206,10 +206,10 @@ def _scatter(cx, n, x, dim, index, src, reduce=None):
             isinstance(src, Value) and tuple(src.shape) != tuple(index.shape)):
         raise UnsupportedOpError("scatter is supported natively with one index per row along its dim, the index "
                                  "of the input's other sizes, and no reduce", where=str(cx.loc), hint=ISSUES_HINT)
-    iota = op(cx, "arange", [], start=0, end=x.shape[d], step=1, dtype=index.dtype)
+    iota = op(cx, "arange", [], start=0, end=x.shape[d], step=1, dtype=DType.int64)
     if x.rank > 1:
         iota = op(cx, "unsqueeze", [iota], axes=tuple(i for i in range(x.rank) if i != d))
-    hit = op(cx, "equal", [index, iota])
+    hit = op(cx, "equal", [checked_index(cx, index, x.shape[d], wrap=False), iota])
     value = cast(cx, src, x.dtype) if isinstance(src, Value) else scalar(cx, src, x.dtype)
     return op(cx, "where", [hit, value, x])
 
@@ -409,8 +409,7 @@ def _index(cx, n, x, indices):
     lin = None
     for j, t in zip(pos, idx):
         d = x.shape[j]
-        # t itself, a negative one counted from the end and one out of range an error (gather's check)
-        t = op(cx, "gather", [op(cx, "arange", [], start=0, end=d, step=1, dtype=DType.int64), t], axis=0)
+        t = checked_index(cx, t, d, wrap=True)
         lin = t if lin is None else op(cx, "add", [op(cx, "mul", [lin, scalar(cx, d, DType.int64)]), t])
     shp = tuple(x.shape)
     flat = S.prod(shp[p:p + len(idx)])

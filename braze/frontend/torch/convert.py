@@ -62,6 +62,13 @@ def scalar(cx, v, dt: DType):
     return cx.b.constant(np.asarray(v, dtype=dt.numpy), loc=cx.loc)
 
 
+def checked_index(cx, idx, n, wrap: bool):
+    """``idx`` itself as int64, a negative index counted from the end where ``wrap``: the gather of
+    0..n-1 at it, which fails the call where an index is out of range, as eager raises."""
+    return op(cx, "gather", [op(cx, "arange", [], start=0, end=n, step=1, dtype=DType.int64), idx], axis=0,
+              wrap=wrap)
+
+
 def float_value(cx, e):
     """A float-valued size expression (a torch SymFloat: ``ToFloat(s) / 7``, ``1.5 * ToFloat(s)``,
     ...) as a 0-d float64 Value computed at run time, in double precision as Python does."""
