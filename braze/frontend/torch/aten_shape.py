@@ -200,6 +200,10 @@ def _scatter(cx, n, x, dim, index, src, reduce=None):
     is 1, its other dims ``x``'s): ``x`` where the position along ``dim`` is not the row's index,
     else ``src`` (a number, or a tensor of ``index``'s shape). What ``nll_loss``'s backward and a
     one-hot make; other forms stay in torch."""
+    if x.rank == 0 and index.rank == 0:  # a 0-d tensor is a row of one element
+        def row(v):
+            return op(cx, "reshape", [v], shape=(1,)) if isinstance(v, Value) else v
+        return op(cx, "reshape", [_scatter(cx, n, row(x), 0, row(index), row(src), reduce)], shape=())
     d = axis(cx, dim, x.rank)
     same = all(i == d or cx.module.constraints.equal(index.shape[i], x.shape[i]) is True for i in range(x.rank))
     if reduce is not None or index.rank != x.rank or index.shape[d] != 1 or not same or (
