@@ -368,9 +368,9 @@ class _EntryWriter(LibraryCalls):
             self.emit(f"  if (rc_ & {KERNEL_NO_MEMORY}) BRAZE_FAIL(BRAZE_ERR_ALLOC, \"kernel {k.name} could not "
                       "allocate its row buffers (out of memory)\");")
         if gathers:
-            what = "; ".join(m.op + _where(m)
-                             + f": an index is out of range; each must lie in [{'-n' if m.attrs.get('wrap', True) else '0'}"
-                             f", n), n the size of the dim it indexes" for m in gathers)
+            what = "; ".join(f"{m.op}{_where(m)}: an index is out of range; each must lie in "
+                             f"[{'-n' if m.attrs.get('wrap', True) else '0'}, n), n the size of the dim it indexes"
+                             for m in gathers)
             self.emit(f"  if (rc_ & {KERNEL_BAD_INDEX}) " + fail_c("BRAZE_ERR_RANGE", what))
         self.emit("}")
 

@@ -234,6 +234,26 @@ def test_an_op_sweep_matches_tf():
             np.testing.assert_allclose(g, w, rtol=2e-6, atol=2e-6, err_msg=f"output {k} at {rows} rows")
 
 
+def test_a_gather_index_out_of_range_is_an_error_as_in_tf():
+    """tf.gather of run-time indices: TF raises for an index past the axis and for a negative one
+    (ONNX's Gather, which the converter uses, would count it from the end); so does braze."""
+    from braze.errors import InputError
+    f = tf.function(lambda x, i: tf.gather(x, i, axis=1) * 2.0,
+                    input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x"),
+                                     tf.TensorSpec([None], tf.int32, name="i")])
+    cm = braze.compile(f, dims={"x": ("n", None), "i": ("k",)})
+    x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
+    for good in ([0, 5, 2], [4]):
+        i = np.array(good, np.int32)
+        np.testing.assert_array_equal(cm(x=x, i=i), f(x, i).numpy())
+    for bad in ([0, 6], [-1], [2, -6, 1]):
+        i = np.array(bad, np.int32)
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            f(x, i)
+        with pytest.raises(InputError, match="gather.*index is out of range"):
+            cm(x=x, i=i)
+
+
 def test_input_names_and_types_from_dims():
     model, _, _ = mlp()
     m = braze.import_tf(model, dims={"x": ("rows", None)}, dim_ranges={"rows": (1, 64)})

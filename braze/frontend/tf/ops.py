@@ -284,6 +284,10 @@ def _gather(n):
     x, idx, axis = n.inputs
     if int(n.attr("batch_dims", 0)) != 0:
         raise n.unsupported("batch_dims other than 0 is not supported")
+    # TF refuses a negative index, where ONNX's Gather counts it from the end: it becomes one past
+    # any axis, which Gather's run-time check refuses as out of range
+    idx = _axes(n, idx)
+    idx = n.onnx1("Where", n.onnx1("Less", idx, n.const(np.int64(0))), n.const(np.int64(2 ** 62)), idx)
     return n.onnx1("Gather", x, idx, axis=int(n.known(2).reshape(-1)[0]))
 
 
