@@ -359,7 +359,7 @@ class _EntryWriter(LibraryCalls):
         call = f"{k.name}({', '.join(args)})"
         allocates = any(isinstance(s, L.Alloc) for s in L.walk_stmts(k.body))
         gathers = [m for m in self.module.functions[callee].nodes if m.op in ("gather", "gather_elements")] \
-            if callee in self.module.functions and self.gen.host.checks_indices else []
+            if self.gen.host.checks_indices else []
         if not (allocates or gathers):
             self.emit(call + ";")
             return

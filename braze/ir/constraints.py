@@ -84,7 +84,7 @@ class ConstraintStore:
             return d == 0
         if any(_is_multiple(d, p) for p in self._identities):
             return True
-        lo, hi = S.bounds(self._with_ranges(d))
+        lo, hi = self.bounds(d)
         if lo > 0 or hi < 0:
             return False
         return None
@@ -102,6 +102,11 @@ class ConstraintStore:
         if all(c % k == 0 for c in terms.values()):
             return True
         return None
+
+    def bounds(self, x: IntLike) -> tuple:
+        """(lowest, highest) value of ``x`` under the symbols' ranges (an int: itself twice;
+        -inf / inf where a range is open)."""
+        return S.bounds(self._with_ranges(x))
 
     def _with_ranges(self, x: IntLike) -> IntLike:
         """Re-attach the store's ranges to the symbols in ``x``."""

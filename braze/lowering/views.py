@@ -203,7 +203,7 @@ def _lower_tile(ctx, x, *, repeats):
 # ---------------------------------------------------------------------------
 
 
-def _wrap_index(v: Expr, n: IntLike, wrap: bool) -> Expr:
+def _checked_index(v: Expr, n: IntLike, wrap: bool) -> Expr:
     """A negative index counts from the end (``wrap``) or is out of range; one out of range fails
     the call, as eager raises (``axis_index``), and its read is clamped into the axis, never memory
     outside x (docs/semantics.md)."""
@@ -219,7 +219,7 @@ def _lower_gather(ctx, x, indices, *, axis, wrap):
     ri = indices.rank
 
     def fn(idx):
-        v = _wrap_index(indices(tuple(idx[ax:ax + ri])), x.shape[ax], wrap)
+        v = _checked_index(indices(tuple(idx[ax:ax + ri])), x.shape[ax], wrap)
         return x(tuple(idx[:ax]) + (v,) + tuple(idx[ax + ri:]))
     return fn
 
@@ -229,7 +229,7 @@ def _lower_gather_elements(ctx, x, indices, *, axis, wrap):
     ax = axis % x.rank
 
     def fn(idx):
-        v = _wrap_index(indices(idx), x.shape[ax], wrap)
+        v = _checked_index(indices(idx), x.shape[ax], wrap)
         src = list(idx)
         src[ax] = v
         return x(tuple(src))

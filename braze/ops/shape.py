@@ -293,7 +293,7 @@ def _squeeze_infer(ctx, x, *, axes):
                 if d != 1:
                     keep.append(d)
                 continue
-            lo, hi = S.bounds(ctx.constraints._with_ranges(d))
+            lo, hi = ctx.constraints.bounds(d)
             if lo <= 1 <= hi:
                 raise ctx.error(f"squeeze without axes on {x} is ambiguous: dim {d} may be 1 at run time",
                                 hint="pass the axes to squeeze explicitly")

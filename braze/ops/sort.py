@@ -30,7 +30,7 @@ def k_may_exceed(constraints, k, n) -> str:
     d = constraints.simplify(S.add(n, S.mul(-1, k)))
     if isinstance(d, int):
         return "never" if d >= 0 else "always"
-    lo, hi = S.bounds(constraints._with_ranges(d))
+    lo, hi = constraints.bounds(d)
     return "never" if lo >= 0 else "always" if hi < 0 else "maybe"
 
 

@@ -74,7 +74,6 @@ import numpy as np
 from ..errors import BrazeError
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
-from ..ir.sym import IntLike
 from ..ir.types import DType
 from ..ops.attention import attention_row_masked, attention_scores, default_scale
 from .common import Namer, apply_replacements, constant_node, make_node, same_shape, scalar_value
@@ -158,12 +157,6 @@ def _decompose_group_norm(module: Module, n: Node, namer: Namer):
 TOPK_LOOPS_MAX = 64
 
 
-def _longest(store, n) -> IntLike | float:
-    """A row's length at most: n, or its range's upper bound (inf: unbounded)."""
-    n = store.simplify(n)
-    return S.bounds(store._with_ranges(n))[1] if S.is_symbolic(n) else n
-
-
 def _decompose_topk(module: Module, n: Node, namer: Namer):
     from ..ops.sort import k_may_exceed
     x = n.inputs[0]
@@ -182,12 +175,12 @@ def _decompose_topk(module: Module, n: Node, namer: Namer):
         return None
     if may == "maybe":  # a smaller dim is an input error, checked on every call
         s = store.simplify(cnt)
-        lo = S.bounds(store._with_ranges(k))[1] if S.is_symbolic(k) else k
+        lo = store.bounds(k)[1]
         if isinstance(s, S.Sym) and lo != float("inf"):
             store.add_range(s, int(lo), store.symbols[s.name].hi)
         else:  # an expression (or an unbounded k): the fact min(n, k) == k
             store.add_equal(S.smin(cnt, k), k)
-    if _longest(store, cnt) > TOPK_LOOPS_MAX:
+    if store.bounds(store.simplify(cnt))[1] > TOPK_LOOPS_MAX:
         return None  # stays topk: braze_select.h (the host's select group)
     perm = tuple(d for d in range(r) if d != a) + (a,)
     xt = emit("permute", x, perm=perm, name="rows") if a != r - 1 else x
@@ -349,7 +342,7 @@ def _decompose_scan(module: Module, n: Node, namer: Namer):
     store = module.constraints
     a = n.attrs["axis"] % x.type.rank
     cnt = x.type.shape[a]
-    if _longest(store, cnt) <= SCAN_LOOPS_MAX:
+    if store.bounds(store.simplify(cnt))[1] <= SCAN_LOOPS_MAX:
         return None
     add = n.op == "cumsum"
     dt, B = out.type.dtype, SCAN_BLOCK

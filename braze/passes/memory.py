@@ -161,7 +161,7 @@ def _provably_le(store, a: IntLike, b: IntLike) -> bool:
     d = store.simplify(S.add(b, S.mul(-1, a)))
     if isinstance(d, int):
         return d >= 0
-    return S.bounds(store._with_ranges(d))[0] >= 0
+    return store.bounds(d)[0] >= 0
 
 
 def in_place_inputs(module: Module, f: Function) -> dict[int, Value]:

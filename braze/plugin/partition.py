@@ -382,17 +382,16 @@ def _direct(gm, regions):
     if not args or not all(a in places for a in args):
         return None
     index = [places.index(a) for a in args]
-    pin_ok = region.pin_ok
-    if pin_ok is not None:  # the region's test of its integer arguments reads all of them
-        if not all(a in places for a in node.args):
-            return None
-        region_args = [places.index(a) for a in node.args]
+    # a pinned integer's test (Region.pin_ok) reads all the region's arguments
+    region_args = [places.index(a) for a in node.args] if all(a in places for a in node.args) else None
+    if region.pin_ok is not None and region_args is None:
+        return None
 
     def make(region, graph):
         """The direct call; a call the library fails, or one whose integer arguments are not those
         its library was built for, runs ``graph`` (the FX layer, whose region call then runs in
         PyTorch and says why)."""
-        main = region.tensors
+        main, pin_ok = region.tensors, region.pin_ok
         pick = operator.itemgetter(*index)
         if len(index) == 1:
             fast = (lambda args: (main(pick(args)),)) if single else (lambda args: main(pick(args)))

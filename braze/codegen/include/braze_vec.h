@@ -90,7 +90,8 @@ BZ_INLINE uint64_t bz_upow(uint64_t a, uint64_t b) {
 
 /* loop IR's axis_index: a gathered index (data) counted from the end when negative. One outside
  * [-n, n), where eager raises, reads the nearest end of the axis (never memory outside it; 0 for an
- * empty axis) and sets bit 2 of the kernel's failure word, so the call fails (BRAZE_ERR_RANGE) */
+ * empty axis) and sets bit 2 of the kernel's failure word (c_kernel.KERNEL_BAD_INDEX), so the call
+ * fails (BRAZE_ERR_RANGE) */
 BZ_INLINE int64_t bz_axis_clamp(int64_t i, int64_t n) {
     int64_t j = i < 0 ? i + n : i;
     return j < 0 ? 0 : j < n ? j : (n > 0 ? n - 1 : 0);

@@ -55,7 +55,7 @@ def _sign(ctx, x) -> int | None:
     x = ctx.imp.module.constraints.simplify(x)
     if not isinstance(x, S.SymExpr):
         return (x > 0) - (x < 0)
-    lo, hi = S.bounds(ctx.imp.module.constraints._with_ranges(x))
+    lo, hi = ctx.imp.module.constraints.bounds(x)
     if lo > 0:
         return 1
     if hi < 0:
