@@ -102,8 +102,8 @@ def kernel_entry(k: Kernel, export_name: str) -> str:
 
 
 # a kernel's failure word, returned at its end (from any thread): bit 1, a buffer allocation failed; bit 2,
-# a gathered index was out of range (bz_axis_index)
-KERNEL_NO_MEMORY, KERNEL_BAD_INDEX = 1, 2
+# a gathered index was out of range (bz_axis_index); bit 4, an integer divisor was 0 (bz_divisor)
+KERNEL_NO_MEMORY, KERNEL_BAD_INDEX, KERNEL_DIV_ZERO = 1, 2, 4
 _FAIL = f"__atomic_fetch_or(&bz_fail, {KERNEL_NO_MEMORY}, __ATOMIC_RELAXED);"
 
 
@@ -295,13 +295,16 @@ class _Gen(ReductionsC):
         u = UNSIGNED.get(dt)
         neg = f"({t})(0 - ({u})({x}))" if u else f"({t})(-{x})"  # wraps at the minimum, as numpy and torch
         m = {"neg": neg, "abs": f"({x} < 0 ? {neg} : {x})", "not": f"(uint8_t)(!{x})", "bitnot": f"({t})(~{x})",
-             "floor": x, "ceil": x, "round": x}
+             "floor": x, "ceil": x, "round": x, "divisor": self.divisor(x, t)}
         if fn not in m:
             raise BrazeError(f"unary {fn} on {dt.name} has no C form")
         return m[fn]
 
     def axis_index(self, i: str, n: str) -> str:
         return f"bz_axis_index({i}, {n}, &bz_fail)"
+
+    def divisor(self, b: str, t: str) -> str:
+        return f"({t})bz_divisor((int64_t)({b}), &bz_fail)"
 
     def sbinary(self, op, a, b, dt) -> str:
         if op == "uniform":
@@ -664,7 +667,8 @@ def kernel_to_c(kernel: Kernel, isa=None) -> str:
         g.line("bz_sfence();")
     g.line("return bz_fail;")
     return (f"{_KERNEL_LINKAGE} int {kernel.name}({_params(kernel)}) {{\n"
-            "    int bz_fail = 0; /* KERNEL_NO_MEMORY | KERNEL_BAD_INDEX */\n" + "\n".join(g.lines) + "\n}\n")
+            "    int bz_fail = 0; /* KERNEL_NO_MEMORY | KERNEL_BAD_INDEX | KERNEL_DIV_ZERO */\n"
+            + "\n".join(g.lines) + "\n}\n")
 
 
 # static, unless the model compiles as several translation units (UNITS_C)

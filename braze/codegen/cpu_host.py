@@ -21,7 +21,7 @@ class CpuHost:
     kind = "cpu"
     timers = True  # BRAZE_DEBUG >= 3's per-kernel counters
     picks_kernels = True  # the helper's GEMM kernel per range of M, 1x1 convolutions as GEMMs, live weights
-    checks_indices = True  # a kernel's gathered index out of range fails the call (c_kernel.KERNEL_BAD_INDEX)
+    checks_data = True  # a kernel's gathered index out of range, or integer divisor 0, fails the call (c_kernel)
     copy = "memcpy"  # a result that is a parameter, a constant or repeated: copied at the end
     links_helper = True  # a model with library calls links the oneDNN helper (braze/extern)
 

@@ -64,7 +64,7 @@ class CudaHost:
     kind = "cuda"
     timers = False  # a GPU's kernels would need CUDA events
     picks_kernels = False  # braze_cuda_rt.h has one GEMM and one convolution, no live weight sites
-    checks_indices = False  # a gathered index is clamped into its axis, unchecked (cuda_kernel._CudaGen)
+    checks_data = False  # a gathered index is clamped into its axis, a divisor 0 gives 0, unchecked (cuda_kernel)
     copy = "bzc_copy"  # a result that is a parameter, a constant or repeated: copied at the end
     links_helper = False  # its library calls are braze_cuda_rt.h's
 

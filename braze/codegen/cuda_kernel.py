@@ -38,6 +38,9 @@ class _CudaGen(_Gen):
         # clamped, unchecked: a failure word would trap, which ends the CUDA context torch shares too
         return f"bz_axis_clamp({i}, {n})"
 
+    def divisor(self, b: str, t: str) -> str:
+        return b  # unchecked, for the same reason: an integer divided by 0 gives 0
+
     def for_(self, f: For):
         if f.kind == "thread":
             return self._thread_loop(f)

@@ -26,7 +26,7 @@ from ..passes.common import top_functions
 from ..passes.memory import byte_size, in_place_inputs
 from ..passes.node_classes import BACKWARD_CONVS, SCATTERS, SELECTS, before_views
 from .c_expr import c_sym_name, int_expr, nbytes_c
-from .c_kernel import KERNEL_BAD_INDEX, KERNEL_NO_MEMORY
+from .c_kernel import KERNEL_BAD_INDEX, KERNEL_DIV_ZERO, KERNEL_NO_MEMORY
 from .c_types import HALF_SFX, UNSIGNED, c_literal, ctype
 from .cpu_host import CpuHost
 from .cuda_host import CudaHost
@@ -358,9 +358,11 @@ class _EntryWriter(LibraryCalls):
         args += [c_sym_name(s) for s in k.syms]
         call = f"{k.name}({', '.join(args)})"
         allocates = any(isinstance(s, L.Alloc) for s in L.walk_stmts(k.body))
-        gathers = [m for m in self.module.functions[callee].nodes if m.op in ("gather", "gather_elements")] \
-            if self.gen.host.checks_indices else []
-        if not (allocates or gathers):
+        nodes = self.module.functions[callee].nodes if self.gen.host.checks_data else []
+        gathers = [m for m in nodes if m.op in ("gather", "gather_elements")]
+        divides = [m for m in nodes if m.op in ("div", "remainder", "fmod") and m.outputs[0].type.dtype.is_int] \
+            if nodes and _checks_divisors(k) else []
+        if not (allocates or gathers or divides):
             self.emit(call + ";")
             return
         self.emit(f"{{ int rc_ = {call};")
@@ -372,6 +374,13 @@ class _EntryWriter(LibraryCalls):
                              f"[{'-n' if m.attrs.get('wrap', True) else '0'}, n), n the size of the dim it indexes"
                              for m in gathers)
             self.emit(f"  if (rc_ & {KERNEL_BAD_INDEX}) " + fail_c("BRAZE_ERR_RANGE", what))
+        if divides:
+            ops_at: dict = {}  # one entry per source line: floor division is a remainder and a div
+            for m in divides:
+                ops_at.setdefault(_where(m), []).append(m.op)
+            what = " or ".join(f"{'/'.join(dict.fromkeys(ops))}{w}" for w, ops in ops_at.items())
+            self.emit(f"  if (rc_ & {KERNEL_DIV_ZERO}) " + fail_c("BRAZE_ERR_RANGE",
+                                                               f"integer division by zero in {what}"))
         self.emit("}")
 
     def _operand(self, n: Node, callee: Function, v) -> str:
@@ -543,6 +552,12 @@ class _EntryWriter(LibraryCalls):
         except KeyError:
             raise BrazeError(f"%{v.name} has no memory at this point", hint="this is a braze bug; please report it") \
                 from None
+
+
+def _checks_divisors(k) -> bool:
+    """The kernel reads an integer divisor that may be 0 (loop IR's ``divisor``)."""
+    return any(isinstance(e, L.Unary) and e.fn == "divisor" for s in L.walk_stmts(k.body) for x in L.stmt_exprs(s)
+               for e in L.walk(x))
 
 
 def _where(node) -> str:

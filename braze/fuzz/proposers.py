@@ -83,9 +83,14 @@ def p_binary(gen, op):
     dt = gen.choice([F32, F32, F32, I64, I32] + ([BOOL] if allow_bool else []))
     a = gen.pick(lambda g: (g.dtype is BOOL) == (dt is BOOL) and g.dtype.is_float == dt.is_float
                  and (g.exact or not disc), fresh_type=TensorType(dt, gen.shape()))
-    b = partner(gen, a, exact=disc, const=None if r.random() < 0.5 else True)
-    if r.random() < 0.4:
-        a, b = b, a
+    if op in ("div", "remainder", "fmod") and not dt.is_float and not dtype_of(a).is_float:
+        # an integer divisor 0 is an error (the reference raises, as torch): a fresh divisor of one sign
+        lo, hi = (1, 6) if r.random() < 0.6 else (-5, 0)
+        b = gen.like(shape_of(a), dtype_of(a), const=None if r.random() < 0.5 else True, low=lo, high=hi)
+    else:
+        b = partner(gen, a, exact=disc, const=None if r.random() < 0.5 else True)
+        if r.random() < 0.4:
+            a, b = b, a
     fl = dtype_of(a).is_float or dtype_of(b).is_float
     ea, _, ia = props(gen, a)
     eb, _, ib = props(gen, b)

@@ -125,10 +125,12 @@ class Load(Expr):
 
 UNARY_FNS = ("neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
              "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not", "bitnot", "bitcast",
-             "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+             "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "divisor")
 # computed by the C library's function of that name (tanf, asin, ...), in vectors lane by lane: rare in models,
 # so no vector math of their own
 LIBM_UNARY = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+# divisor(b): b, an integer divisor (data); where b is 0 (eager raises) the kernel fails (KERNEL_DIV_ZERO)
+# and the division gives 0. It stays where it is (schedule.hoist): an empty loop divides nothing
 # bitcast: x's bits as the node's dtype (of x's width); shl/shr: braze.ops.bitwise's shifts (a shift
 # out of the width's range gives the sign's fill)
 # uniform(seed, counter): braze.ops.creation's counter-based random float32 in [0, 1), both int64

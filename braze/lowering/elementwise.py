@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..ir.loop import LIBM_UNARY, Binary, Compare, Select, Unary
+from ..ir.loop import LIBM_UNARY, Binary, Compare, Const, Select, Unary
 from ..ops.common import promote
 from .core import (BOOL, add, cast, cmp, const, div, fconst, lowering, mul, select, un, vmax,
                    vmin)
@@ -27,7 +27,15 @@ def _lower_binary(ctx, a, b):
     ir = _BIN_IR[op]
     if dt is BOOL:
         ir = {"add": "or", "mul": "and"}.get(ir, ir)
+    if ir in ("div", "mod", "fmod") and dt.is_int:
+        return lambda idx: Binary(ir, cast(fa(idx), dt), _divisor(cast(fb(idx), dt)), dt)
     return lambda idx: Binary(ir, cast(fa(idx), dt), cast(fb(idx), dt), dt)
+
+
+def _divisor(b):
+    """An integer divisor, checked for 0 where it is read (eager raises) unless it is a constant
+    that is not 0."""
+    return b if isinstance(b, Const) and b.value != 0 else Unary("divisor", b, b.dtype)
 
 
 _CMP_IR = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",

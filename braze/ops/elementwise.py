@@ -6,7 +6,9 @@ Dtype rules (see docs/ops-catalog.md):
 * binary arithmetic broadcasts and promotes with ``common.promote``; ``div`` is
   true division for floats and truncates toward zero for ints (ONNX);
   ``remainder`` takes the divisor's sign (torch / Python), ``fmod`` the
-  dividend's (C ``fmod``; exact, so computing it in float64 changes nothing).
+  dividend's (C ``fmod``; exact, so computing it in float64 changes nothing). An integer
+  divisor 0 is an error, as in torch and TF (numpy gives 0): the reference raises
+  ``ZeroDivisionError`` and the native call fails (loop IR's ``divisor``).
 * comparisons and logical ops return ``bool``; logical ops accept any dtype
   (nonzero is true), like ``torch.logical_and``.
 * transcendental unary ops and activations need a float input and raise a
@@ -58,7 +60,7 @@ def _no_bool(ctx, *types):
 
 
 def _int_div(a, b):
-    """Integer division truncating toward zero; x / 0 gives 0 (numpy's choice)."""
+    """Integer division truncating toward zero (the reference raises for a divisor 0 first)."""
     q = np.floor_divide(a, b)
     r = np.remainder(a, b)
     fix = (r != 0) & ((a < 0) != (b < 0))
@@ -104,7 +106,7 @@ _BINARY = {
     "remainder": (lambda a, b, dt: _remainder(a, b) if dt.is_float else np.mod(a, b), False,
                   "a mod b with the sign of b (torch.remainder)"),
     "fmod": (lambda a, b, dt: np.fmod(a, b), False,
-             "a mod b with the sign of a (C fmod, torch.fmod; exact); int x fmod 0 is 0"),
+             "a mod b with the sign of a (C fmod, torch.fmod; exact)"),
 }
 
 
@@ -119,9 +121,13 @@ def _binary_infer(allow_bool):
     return infer
 
 
-def _binary_ref(fn):
+def _binary_ref(name, fn):
+    divides = name in ("div", "remainder", "fmod")
+
     def reference(ctx, a, b, **_):
         dt = promote(DType.from_numpy(a.dtype), DType.from_numpy(b.dtype))
+        if divides and dt.is_int and (b == 0).any() and math.prod(np.broadcast_shapes(a.shape, b.shape)):
+            raise ZeroDivisionError(f"{name}: integer division by zero")  # as torch (numpy gives 0)
         cd = _compute_dtype(dt)
         with _errstate():
             return _out(fn(a.astype(cd, copy=False), b.astype(cd, copy=False), dt), dt)
@@ -130,7 +136,7 @@ def _binary_ref(fn):
 
 
 for _name, (_fn, _allow_bool, _doc) in _BINARY.items():
-    defop(_name, inputs=("a", "b"), infer=_binary_infer(_allow_bool), reference=_binary_ref(_fn),
+    defop(_name, inputs=("a", "b"), infer=_binary_infer(_allow_bool), reference=_binary_ref(_name, _fn),
           kind="elementwise", doc=_doc)
 
 # ---------------------------------------------------------------------------

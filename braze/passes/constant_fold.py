@@ -66,8 +66,9 @@ def _fold_node(module: Module, n: Node):
     try:
         with np.errstate(all="ignore"):
             out = opdef.reference(RefCtx({}, module.constants, module=module), *arrays, **n.attrs)
-    except BrazeError:
-        return None  # the reference refuses these values; leave it to raise at run time
+    except (BrazeError, IndexError, ArithmeticError):
+        return None  # the reference refuses these values (an index out of range, an integer divided by 0): leave
+        # them to fail at run time, as the framework does
     outs = out if isinstance(out, (tuple, list)) else (out,)
     if len(outs) != len(n.outputs):
         return None

@@ -4,7 +4,8 @@ depends on (before the nest when it depends on none); equal sub-expressions shar
 Let. layer_norm's nest becomes ``for row: let mean = sum(..); let var = sum(..); for col:
 store``: the row is read once per reduction, not once per element.
 
-Lets are named ``r<n>`` (a reduction) or ``t<n>``, numbered past the kernel's names.
+Lets are named ``r<n>`` (a reduction) or ``t<n>``, numbered past the kernel's names. An
+integer divisor's check (``divisor``) stays in its loop.
 """
 
 from __future__ import annotations
@@ -34,11 +35,23 @@ class _Hoister:
         self.level_of: dict = {}
         self.lets: dict = {lv: [] for lv in range(-1, self.k + 1)}
         self.memo: dict = {}
+        self.checked: dict = {}
         self.names = names
+
+    def checks(self, e) -> bool:
+        """``e`` holds a ``divisor``."""
+        hit = self.checked.get(e)
+        if hit is None:
+            hit = self.checked[e] = (isinstance(e, L.Unary) and e.fn == "divisor") or \
+                any(self.checks(ch) for ch in L.children(e))
+        return hit
 
     def lvl(self, e):
         """The innermost loop level ``e`` depends on (-1: none), None if it uses a loop var
-        of its own (a Reduce's)."""
+        of its own (a Reduce's) or checks a divisor: hoisted, the check would run where the nest
+        divides nothing (an empty tensor divided by a 0-d zero is no error in eager)."""
+        if self.checks(e):
+            return None
         lv = -1
         for v in L.free_loop_vars(e):
             if v not in self.pos:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "15d7940ac592efdc32882adda09474aa6d849d004c003de5041c9c950ad7d2ba",
-          "cnn": "c6013a23f5923d6f32a54630ddaabb480d12c85598d0f63cf86d15fd2fc1a6ca"}
+PINNED = {"gpt": "b94c163c044ccd93c5fb9a6868c1e229c0690a9ba114c02e43ffbff2586aeccc",
+          "cnn": "8a8612fb80b7c4364f6fb667e9822876cd7d60c78fe7599698bd1daa3cc9659d"}
 
 SCRIPT = """
 import hashlib, sys, warnings

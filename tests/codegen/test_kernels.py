@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from braze import reference
+from braze.errors import BrazeError
 from braze.codegen.c_kernel import c_prelude, kernel_entry, kernel_to_c
 from braze.ir import loop as L
 from braze.ops import Builder, tensor
@@ -176,6 +177,14 @@ def test_binary_broadcast_compare_where(vb):
     check(b, inputs, ODD, vbs=(vb,), per_result_tol={6: "transcendental"})
 
 
+def nonzero(rng, lo, hi, size, dtype=np.int64):
+    """Integers in [lo, hi) without 0 (an integer divisor 0 fails the call:
+    test_an_integer_division_by_zero_fails_the_call)."""
+    a = rng.integers(lo, hi, size=size).astype(dtype)
+    a[a == 0] = 1
+    return a
+
+
 def test_fmod_signs_and_zero_divisor():
     b = Builder()
     N = b.sym("N")
@@ -186,8 +195,8 @@ def test_fmod_signs_and_zero_divisor():
     b.ret(b.fmod(i, j), b.fmod(x, y), b.fmod(b.cast(i, dtype="f64"), b.cast(j, dtype="f64")))
 
     def inputs(rng, n):
-        # divisors include 0 and -1 (int: 0, as the reference; float: NaN)
-        return [rng.integers(-9, 9, size=n).astype(np.int64), rng.integers(-3, 3, size=n).astype(np.int64),
+        # divisors include -1, and 0 for floats (NaN)
+        return [rng.integers(-9, 9, size=n).astype(np.int64), nonzero(rng, -3, 3, n),
                 f32(rng, n, lo=-9, hi=9), f32(rng, n, lo=-3, hi=3)]
     check(b, inputs, [1, 7, 33, 100], vbs=(0, 64))
 
@@ -205,7 +214,7 @@ def test_int_and_bool_ops():
     b.ret(*res)
 
     def inputs(rng, n):
-        return [rng.integers(-9, 9, size=n).astype(np.int64), rng.integers(-5, 5, size=n).astype(np.int32),
+        return [rng.integers(-9, 9, size=n).astype(np.int64), nonzero(rng, -5, 5, n, np.int32),
                 f32(rng, n, lo=-4, hi=4)]
     check(b, inputs, [1, 7, 33, 100], vbs=(0, 64))
 
@@ -213,7 +222,7 @@ def test_int_and_bool_ops():
 @pytest.mark.parametrize("dt", ["i8", "u8", "i16", "u16", "u32", "u64"])
 def test_every_integer_dtype(dt):
     """Arithmetic over the whole range wraps as numpy's does (uint16's product overflows C's int, uint64's
-    values above INT64_MAX do not survive int64 division); x / 0 and x % 0 are 0, as the reference's."""
+    values above INT64_MAX do not survive int64 division)."""
     b = Builder()
     B, N = b.sym("B"), b.sym("N")
     i = b.param("i", tensor(dt, B, N))
@@ -228,12 +237,14 @@ def test_every_integer_dtype(dt):
     info = np.iinfo(DTypeOf(dt))
 
     def inputs(rng, n, m):
-        def full():  # the whole range, its ends and small divisors (0 among them) included
+        def full():  # the whole range, its ends and small divisors included (0 is not a divisor)
             a = rng.integers(info.min, info.max, size=(n, m), dtype=DTypeOf(dt), endpoint=True)
             a.flat[::3] = rng.integers(max(info.min, -3), 4, size=a.flat[::3].shape)
             a.flat[::5] = info.max
             return a
-        return [full(), full(), f32(rng, n, m, lo=-60, hi=60)]
+        j = full()
+        j[j == 0] = 1
+        return [full(), j, f32(rng, n, m, lo=-60, hi=60)]
     with np.errstate(all="ignore"):
         check(b, inputs, ODD, vbs=(0, 64))
 
@@ -369,6 +380,53 @@ def test_an_index_out_of_range_fails_the_call(wrap):
                 m(tab, np.array(idx, np.int64))
     g, _ = m(tab, np.array(good, np.int64))  # a failed call leaves the model as it was
     np.testing.assert_array_equal(g, tab[np.array(good)])
+
+
+@pytest.mark.parametrize("dt", ["i64", "i32", "u8"])
+def test_an_integer_division_by_zero_fails_the_call(dt):
+    """An integer divisor is data: eager raises for 0 (``ZeroDivisionError``), so the kernel that
+    divides fails the call (BRAZE_ERR_RANGE, an InputError naming the op), as the reference raises.
+    A 0 alone, among others and broadcast from a 0-d tensor; an empty dividend by a 0-d zero divides
+    nothing and is no error (torch), so the check must not be hoisted out of its loop. A constant
+    divisor that is not 0 is not checked."""
+    import braze
+    from braze.errors import InputError
+    b = Builder()
+    N, R = b.sym("N", lo=0), b.sym("R")
+    x = b.param("x", tensor(dt, R, N))
+    y = b.param("y", tensor(dt, R, N))
+    s = b.param("s", tensor(dt))
+    b.ret(b.div(x, y), b.remainder(x, y), b.fmod(x, s), b.div(x, b.constant(np.array(3, DTypeOf(dt)))))
+    m = braze.compile(b.module)
+    rng = np.random.default_rng(0)
+    for r, n in ((1, 1), (3, 7), (2, 33)):
+        a, c = nonzero(rng, 0, 90, (r, n), DTypeOf(dt)), nonzero(rng, 1, 9, (r, n), DTypeOf(dt))
+        sc = np.array(4, DTypeOf(dt))
+        for g, w in zip(m(a, c, sc), reference.run(b.module, a, c, sc)):
+            np.testing.assert_array_equal(g, w)
+        for bad in ((0, 0), (r - 1, n - 1), (r // 2, n // 2)):
+            c0 = c.copy()
+            c0[bad] = 0
+            with pytest.raises(InputError, match=r"integer division by zero in (div|remainder)"):
+                m(a, c0, sc)
+            with pytest.raises(BrazeError, match="integer division by zero"):
+                reference.run(b.module, a, c0, sc)
+        with pytest.raises(InputError, match=r"integer division by zero in fmod"):
+            m(a, c, np.array(0, DTypeOf(dt)))
+    empty = np.zeros((2, 0), DTypeOf(dt))
+    assert [g.shape for g in m(empty, empty, np.array(0, DTypeOf(dt)))] == [(2, 0)] * 4
+    np.testing.assert_array_equal(m(a, c, sc)[0], reference.run(b.module, a, c, sc)[0])
+
+
+def test_only_a_divisor_that_may_be_zero_is_checked():
+    for divisor, checked in ((None, True), (3, False), (0, True), (-1, False)):
+        b = Builder()
+        N = b.sym("N")
+        x = b.param("x", tensor("i64", N))
+        y = b.param("y", tensor("i64", N)) if divisor is None else b.constant(np.array(divisor, np.int64))
+        b.ret(b.div(x, y), b.div(b.cast(x, dtype="f32"), b.cast(y, dtype="f32")))
+        text = str(build_kernel(b.func, b.module))
+        assert text.count("divisor(") == checked, (divisor, text)
 
 
 # ---------------------------------------------------------------------------

@@ -184,6 +184,21 @@ def test_mod_fmod_vs_ort():
     _check(m, feeds, native=True, exact=True)
 
 
+def test_an_integer_division_by_zero_fails_the_call():
+    """ONNX leaves an integer Div or Mod by 0 undefined; braze fails the call, as torch and TF raise
+    (a C kernel would give 0, a silent answer)."""
+    from braze.errors import InputError
+    m = _model([helper.make_node("Div", ["i", "j"], ["q"]), helper.make_node("Mod", ["i", "j"], ["r"])],
+               [_vi("i", ["n"], I64), _vi("j", ["n"], I64)], [_vi("q", ["n"], I64), _vi("r", ["n"], I64)])
+    cm = braze.compile(m)
+    i = np.array([7, -7, 9], np.int64)
+    q, r = cm(i, np.array([2, 2, -4], np.int64))
+    np.testing.assert_array_equal(q, [3, -3, -2])
+    np.testing.assert_array_equal(r, [1, 1, -3])
+    with pytest.raises(InputError, match=r"integer division by zero in (div|remainder)"):
+        cm(i, np.array([2, 0, -4], np.int64))
+
+
 # ---------------------------------------------------------------------------
 # tf2onnx's Keras Dense on a 3-D input
 # ---------------------------------------------------------------------------

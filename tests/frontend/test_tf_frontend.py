@@ -254,6 +254,26 @@ def test_a_gather_index_out_of_range_is_an_error_as_in_tf():
             cm(x=x, i=i)
 
 
+def test_an_integer_division_by_zero_is_an_error_as_in_tf():
+    """TF raises for an integer floordiv, floormod or truncatemod by 0; so does braze (a C kernel
+    would give 0)."""
+    from braze.errors import InputError
+    f = tf.function(lambda a, b: (tf.math.floordiv(a, b) + 1, tf.math.floormod(a, b) * 2, tf.truncatemod(a, b)),
+                    input_signature=[tf.TensorSpec([None], tf.int32, name="a"),
+                                     tf.TensorSpec([None], tf.int32, name="b")])
+    cm = braze.compile(f, dims={"a": ("n",), "b": ("n",)})
+    a = np.array([7, -7, 5, 0], np.int32)
+    for b in ([2, 3, -4, 1], [-1, 5, 6, 7]):
+        b = np.array(b, np.int32)
+        for g, w in zip(cm(a=a, b=b), f(a, b)):
+            np.testing.assert_array_equal(g, w.numpy())
+    b = np.array([2, 0, 1, 1], np.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        f(a, b)
+    with pytest.raises(InputError, match="integer division by zero"):
+        cm(a=a, b=b)
+
+
 def test_input_names_and_types_from_dims():
     model, _, _ = mlp()
     m = braze.import_tf(model, dims={"x": ("rows", None)}, dim_ranges={"rows": (1, 64)})

@@ -101,6 +101,12 @@ BZ_INLINE int64_t bz_axis_index(int64_t i, int64_t n, int *fail) {
     if (__builtin_expect(i < -n || i >= n, 0)) __atomic_fetch_or(fail, 2, __ATOMIC_RELAXED);
     return bz_axis_clamp(i, n);
 }
+/* loop IR's divisor: an integer divisor (data). 0, where eager raises, sets bit 4 of the kernel's
+ * failure word (c_kernel.KERNEL_DIV_ZERO); the division itself gives 0 (bz_idiv) */
+BZ_INLINE int64_t bz_divisor(int64_t b, int *fail) {
+    if (__builtin_expect(b == 0, 0)) __atomic_fetch_or(fail, 4, __ATOMIC_RELAXED);
+    return b;
+}
 #endif
 
 /* braze.ops.creation's counter-based random numbers: SplitMix64's output number counter + 1 from
