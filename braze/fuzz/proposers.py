@@ -33,7 +33,7 @@ from .proposers_shape import (
 
 FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid", "silu", "sin", "cos",
                "hardswish", "gelu", "leaky_relu", "elu", "softplus", "hardsigmoid", "tan", "asin", "acos", "atan",
-               "sinh", "cosh", "asinh", "acosh", "atanh")
+               "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "exp2", "erfc")
 
 
 def p_float_unary(gen, op):
@@ -54,8 +54,8 @@ def p_float_unary(gen, op):
 
 
 def p_numeric_unary(gen, op):
-    """neg abs relu (continuous); sign floor ceil round clamp (exact operands for floats)."""
-    disc = op in ("sign", "floor", "ceil", "round")
+    """neg abs relu (continuous); sign floor ceil round trunc clamp (exact operands for floats)."""
+    disc = op in ("sign", "floor", "ceil", "round", "trunc")
     x = gen.pick(lambda g: numeric(g) and (g.exact or not disc),
                  fresh_type=TensorType(gen.choice([F32, F32, I64, I32]), gen.shape()))
     attrs = {}
@@ -628,7 +628,7 @@ UNFUZZED = {
 
 PROPOSERS = {
     **{o: p_float_unary for o in FLOAT_UNARY},
-    **{o: p_numeric_unary for o in ("neg", "abs", "relu", "sign", "floor", "ceil", "round", "clamp")},
+    **{o: p_numeric_unary for o in ("neg", "abs", "relu", "sign", "floor", "ceil", "round", "trunc", "clamp")},
     **{o: p_binary for o in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     **{o: p_compare for o in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")},
     **{o: p_logical for o in ("logical_and", "logical_or", "logical_xor", "logical_not")},

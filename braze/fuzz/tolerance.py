@@ -64,14 +64,15 @@ from .tolerance_ops import OP_RULES
 ROUND = {"exp": 4, "log": 4, "tanh": 8, "erf": 4, "gelu": 16, "sigmoid": 8, "silu": 8, "sin": 4, "cos": 4,
          "softplus": 8, "elu": 8, "pow": 8, "rsqrt": 4, "sqrt": 2, "reciprocal": 2, "hardswish": 3,
          "hardsigmoid": 2, "leaky_relu": 2, "div": 2, **{f: 4 for f in ("tan", "asin", "acos", "atan", "sinh", "cosh",
-                                                                         "asinh", "acosh", "atanh")}}
+                                                                         "asinh", "acosh", "atanh", "log2", "log10",
+                                                                         "exp2", "erfc")}}
 ABS = {"erf": 1e-6, "gelu": 1e-6, "elu": 1e-6, "log": 1e-7, "tanh": 1e-7, "sin": 1e-7, "cos": 1e-7,
        "softplus": 1e-7, "silu": 1e-7, "sigmoid": 1e-8}
-LIPSCHITZ = {"tanh": 1.0, "erf": 1.13, "sigmoid": 0.25, "silu": 1.1, "gelu": 1.13, "sin": 1.0, "cos": 1.0,
+LIPSCHITZ = {"tanh": 1.0, "erf": 1.13, "erfc": 1.13, "sigmoid": 0.25, "silu": 1.1, "gelu": 1.13, "sin": 1.0, "cos": 1.0,
              "softplus": 1.0, "hardswish": 1.5, "relu": 1.0, "abs": 1.0, "neg": 1.0, "clamp": 1.0}
 EXACT_OPS = {"relu", "abs", "neg", "clamp", "maximum", "minimum", "where", "reduce_max", "reduce_min",
              "max_pool2d", "remainder", "fmod"}
-DISCONTINUOUS = {"floor", "ceil", "round", "sign", "equal", "not_equal", "less", "less_equal", "greater",
+DISCONTINUOUS = {"floor", "ceil", "round", "trunc", "sign", "equal", "not_equal", "less", "less_equal", "greater",
                  "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "argmax", "argmin"}
 
 
@@ -208,7 +209,7 @@ def _unary(fn):
             f = fn
             p = np.maximum(np.abs(f(x + e) - f(x)), np.abs(f(x - e) - f(x)))
             # an operand interval reaching 0 (or below): -inf, NaN or a value are all possible
-            if op in ("log", "sqrt", "rsqrt"):
+            if op in ("log", "log2", "log10", "sqrt", "rsqrt"):
                 p = np.where((x - e <= 0) & (e > 0), np.inf, p)
             if op in ("reciprocal",):
                 p = np.where((x - e <= 0) & (x + e >= 0) & (e > 0), np.inf, p)
@@ -335,7 +336,7 @@ def _reduce(ctx, opdef, ins, es, outs, attrs):
 _F = {"exp": np.exp, "log": np.log, "sqrt": lambda x: np.sqrt(np.maximum(x, 0)),
       "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x, "tan": np.tan, "asin": np.arcsin,
       "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
-      "acosh": np.arccosh, "atanh": np.arctanh}
+      "acosh": np.arccosh, "atanh": np.arctanh, "log2": np.log2, "log10": np.log10, "exp2": np.exp2}
 # where an operand interval leaves the domain (or reaches a pole), any value is possible
 _EDGE = {"asin": lambda x, e: (x + e >= 1) | (x - e <= -1), "acos": lambda x, e: (x + e >= 1) | (x - e <= -1),
          "atanh": lambda x, e: (x + e >= 1) | (x - e <= -1), "acosh": lambda x, e: x - e <= 1,
@@ -345,7 +346,8 @@ RULES = {
     **{op: _unary(_F.get(op)) for op in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
                                          "silu", "sin", "cos", "hardswish", "gelu", "leaky_relu", "elu", "softplus",
                                          "hardsigmoid", "relu", "abs", "neg", "clamp", "tan", "asin", "acos", "atan",
-                                         "sinh", "cosh", "asinh", "acosh", "atanh")},
+                                         "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "exp2",
+                                         "erfc")},
     **{op: _binary for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod")},
     "where": _where, "cast": _cast,
     **{op: _reduce for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "var")},

@@ -125,10 +125,12 @@ class Load(Expr):
 
 UNARY_FNS = ("neg", "abs", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
              "silu", "gelu", "gelu_tanh", "sin", "cos", "floor", "ceil", "round", "not", "bitnot", "bitcast",
-             "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "divisor")
+             "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "exp2",
+             "erfc", "trunc", "divisor")
 # computed by the C library's function of that name (tanf, asin, ...), in vectors lane by lane: rare in models,
 # so no vector math of their own
-LIBM_UNARY = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+LIBM_UNARY = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10", "exp2",
+              "erfc", "trunc")
 # divisor(b): b, an integer divisor (data); where b is 0 (eager raises) the kernel fails (KERNEL_DIV_ZERO)
 # and the division gives 0. It stays where it is (schedule.hoist): an empty loop divides nothing
 # bitcast: x's bits as the node's dtype (of x's width); shl/shr: braze.ops.bitwise's shifts (a shift

@@ -64,7 +64,8 @@ def _lower_not(ctx, x):
     return lambda idx: Unary("not", cast(x(idx), BOOL), BOOL)
 
 
-_SIMPLE_UNARY = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "neg", "abs", *LIBM_UNARY)
+_SIMPLE_UNARY = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "neg", "abs",
+                 *(f for f in LIBM_UNARY if f != "trunc"))
 
 
 @lowering(*_SIMPLE_UNARY, "rsqrt")
@@ -93,7 +94,7 @@ def _lower_relu(ctx, x):
     return fn
 
 
-@lowering("floor", "ceil", "round")
+@lowering("floor", "ceil", "round", "trunc")
 def _lower_rounding(ctx, x):
     if not x.dtype.is_float:
         return x

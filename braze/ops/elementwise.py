@@ -281,6 +281,10 @@ _FLOAT_UNARY = {
     "asinh": (lambda x: np.arcsinh(x), {}, "inverse hyperbolic sine"),
     "acosh": (lambda x: np.arccosh(x), {}, "inverse hyperbolic cosine (x < 1 -> NaN)"),
     "atanh": (lambda x: np.arctanh(x), {}, "inverse hyperbolic tangent (|x| = 1 -> +-inf, |x| > 1 -> NaN)"),
+    "log2": (lambda x: np.log2(x), {}, "base-2 log (exact at powers of 2)"),
+    "log10": (lambda x: np.log10(x), {}, "base-10 log"),
+    "exp2": (lambda x: np.exp2(x), {}, "2 ** x (exact at integers)"),
+    "erfc": (lambda x: erfc(x), {}, "1 - erf(x), without the cancellation for large x"),
     "hardswish": (lambda x: _finite_below(x) * (np.clip(x + 3.0, 0.0, 6.0) / 6.0), {}, "x * relu6(x + 3) / 6"),
     "gelu": (_gelu,
              {"approximate": Attr("str", "none", '"none" (exact, erf) or "tanh" (torch\'s tanh form)')},
@@ -333,6 +337,7 @@ _NUMERIC_UNARY = {
     "floor": (_int_ident(np.floor), "round down (identity on ints)"),
     "ceil": (_int_ident(np.ceil), "round up (identity on ints)"),
     "round": (_int_ident(np.round), "round half to even (identity on ints)"),
+    "trunc": (_int_ident(np.trunc), "round toward zero (identity on ints)"),
 }
 
 

@@ -185,6 +185,34 @@ def nonzero(rng, lo, hi, size, dtype=np.int64):
     return a
 
 
+@pytest.mark.parametrize("vb", (0, 64))
+def test_log2_and_exp2_are_exact_at_powers_of_two(vb):
+    """floor(log2(x)) counts bits and exp2(k) makes masks: the libm functions braze calls lane by
+    lane are exact there (a log(x) / log(2) is not: 2.9999998 at 8), in float32 and float64;
+    log10 at powers of ten and trunc, erfc against the reference."""
+    b = Builder()
+    N = b.sym("N")
+    x = b.param("x", tensor("f32", N))
+    k = b.param("k", tensor("f32", N))
+    d = b.param("d", tensor("f64", N))
+    b.ret(b.op("log2", [x]), b.op("exp2", [k]), b.op("log2", [d]), b.op("exp2", [b.cast(k, dtype="f64")]),
+          b.op("log10", [x]), b.op("trunc", [b.mul(k, b.constant(np.float32(0.7)))]), b.op("erfc", [k]))
+    kernel = build_kernel(b.func, b.module)
+    fn, _ = compile_kernel(kernel, vb)
+    for n in (1, 7, 40):
+        ks = np.arange(-(n // 2), n - n // 2).astype(np.float32) * 3
+        xs = np.exp2(ks).astype(np.float32)
+        got = run_kernel(fn, kernel, b.module, b.func, [xs, ks, np.exp2(ks.astype(np.float64))])
+        np.testing.assert_array_equal(got[0], ks)
+        np.testing.assert_array_equal(got[1], xs)
+        np.testing.assert_array_equal(got[2], ks)
+        np.testing.assert_array_equal(got[3], np.exp2(ks.astype(np.float64)))
+        want = reference.run(b.module, xs, ks, np.exp2(ks.astype(np.float64)))
+        np.testing.assert_allclose(got[4], want[4], rtol=2e-7)
+        np.testing.assert_array_equal(got[5], want[5])
+        np.testing.assert_allclose(got[6], want[6], rtol=4e-7, atol=1e-38)
+
+
 def test_fmod_signs_and_zero_divisor():
     b = Builder()
     N = b.sym("N")

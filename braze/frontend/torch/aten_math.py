@@ -148,15 +148,54 @@ def _unary(name):
 
 
 for _t in ("neg abs exp log sqrt rsqrt reciprocal tanh erf sigmoid relu silu sin cos floor ceil sign "
-           "hardswish tan asin acos atan sinh cosh asinh acosh atanh").split():
+           "hardswish tan asin acos atan sinh cosh asinh acosh atanh log2 log10 exp2 erfc trunc").split():
     conv(_t)(_unary(_t))
 
 
 @conv("round")
 def _round(cx, n, x, decimals=0):
-    if decimals:
-        raise UnsupportedOpError("round(decimals=...) is not supported", where=str(cx.loc), hint=ISSUES_HINT)
-    return op(cx, "round", [x])
+    if not decimals or not x.dtype.is_float:
+        return op(cx, "round", [x])
+    # torch's own steps in x's dtype (round_decimals): x * 10^d rounded, / 10^d; for d < 0, x / 10^-d, * 10^-d
+    p = scalar(cx, 10.0 ** abs(decimals), x.dtype)
+    first, then = ("mul", "div") if decimals > 0 else ("div", "mul")
+    return op(cx, then, [op(cx, "round", [op(cx, first, [x, p])]), p])
+
+
+@conv("isnan")
+def _isnan(cx, n, x):
+    return op(cx, "not_equal", [x, x])  # never true for an integer
+
+
+@conv("isinf")
+def _isinf(cx, n, x):
+    if not x.dtype.is_float:
+        return op(cx, "not_equal", [x, x])
+    return op(cx, "equal", [op(cx, "abs", [x]), scalar(cx, float("inf"), x.dtype)])
+
+
+def _signbit(cx, x: Value) -> Value:
+    """x's sign bit (a NaN's and -0's too): its bits as a signed integer, below 0. A 16-bit float
+    widens to float32 first (exactly, sign and NaN kept): braze has no int16 kernels."""
+    if not x.dtype.is_float:
+        return op(cx, "less", [x, scalar(cx, 0, x.dtype)])
+    if x.dtype != DType.float64:
+        x = cast(cx, x, DType.float32)
+    bits = DType.int64 if x.dtype == DType.float64 else DType.int32
+    return op(cx, "less", [op(cx, "bitcast", [x], dtype=bits), scalar(cx, 0, bits)])
+
+
+@conv("signbit")
+def _signbit_conv(cx, n, x):
+    return _signbit(cx, x)
+
+
+@conv("copysign")
+def _copysign(cx, n, a, b):
+    dt = out_dtype(cx, n)
+    a, b = tensor(cx, a, dt), tensor(cx, b, dt)
+    m = op(cx, "abs", [a])
+    return op(cx, "where", [_signbit(cx, b), op(cx, "neg", [m]), m])
 
 
 @conv("gelu")
@@ -171,9 +210,10 @@ def _leaky_relu(cx, n, x, negative_slope=0.01):
 
 @conv("elu")
 def _elu(cx, n, x, alpha=1.0, scale=1.0, input_scale=1.0):
-    if scale != 1 or input_scale != 1:
-        raise UnsupportedOpError("elu with scale/input_scale (selu) is not supported", where=str(cx.loc))
-    return op(cx, "elu", [x], alpha=float(alpha))
+    if input_scale != 1:
+        raise UnsupportedOpError("elu with input_scale is not supported", where=str(cx.loc), hint=ISSUES_HINT)
+    y = op(cx, "elu", [x], alpha=float(alpha))
+    return y if scale == 1 else op(cx, "mul", [y, scalar(cx, float(scale), y.dtype)])  # selu
 
 
 @conv("softplus")

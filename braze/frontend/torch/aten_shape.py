@@ -146,6 +146,13 @@ def _clip_end(e):
     return e
 
 
+@conv("flip")
+def _flip(cx, n, x, dims):
+    for d in sorted({axis(cx, d, x.rank) for d in (dims if isinstance(dims, (list, tuple)) else [dims])}):
+        x = op(cx, "slice", [x], axis=d, start=-1, end=-BIG, step=-1)
+    return x
+
+
 @conv("slice", "slice_copy")
 def _slice(cx, n, x, dim=0, start=None, end=None, step=1):
     d = axis(cx, dim, x.rank)
