@@ -26,9 +26,25 @@ def _unique(name: str, used: set) -> str:
     return n
 
 
+def _empty(t) -> bool:
+    """A tensor with a dim of static size 0: no element of it is ever read for real."""
+    return any(isinstance(d, int) and d == 0 for d in t.shape) and not t.dtype.is_narrow
+
+
+def _nothing(t) -> TensorFn:
+    """An empty tensor's elements as 0. A consumer that chooses between tensors (pad, concat, a
+    window's padding) still builds the read it does not take: from an empty buffer that read would
+    be memory outside it, and an index or a divisor read there would fail the call (fuzz seed 24563:
+    an empty topk padded)."""
+    e = const(0, t.dtype)
+    return TensorFn(lambda idx: e, t)
+
+
 def _const_fn(module, node, bufs, used):
     cname = node.attrs["name"]
     t = node.outputs[0].type
+    if _empty(t):
+        return _nothing(t)
     c = module.constants.get(cname) if module is not None else None
     if c is not None and not isinstance(c, ConstantRef) and np.asarray(c).size == 1:
         v = np.asarray(c).reshape(()).item()
@@ -54,7 +70,7 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
     for p in func.params:
         b = Buffer(_unique(p.name, used), p.dtype, p.shape, "in")
         bufs.append(b)
-        env[id(p)] = TensorFn(lambda idx, b=b: Load(b, tuple(idx)), p.type)
+        env[id(p)] = _nothing(p.type) if _empty(p.type) else TensorFn(lambda idx, b=b: Load(b, tuple(idx)), p.type)
     state = _State()
     n_red = 0
     kinds = set()
@@ -62,7 +78,8 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
         opdef = get_op(node.op)
         kinds.add(opdef.kind)
         if node.op == "constant":
-            env[id(node.outputs[0])] = TensorFn(_const_fn(module, node, bufs, used), node.outputs[0].type)
+            fn = _const_fn(module, node, bufs, used)
+            env[id(node.outputs[0])] = fn if isinstance(fn, TensorFn) else TensorFn(fn, node.outputs[0].type)
             continue
         lower = LOWERINGS.get(node.op)
         if lower is None:
@@ -81,7 +98,8 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
             raise BrazeError(f"lowering of '{node.op}' gave {len(outs)} results, expected {len(node.outputs)}")
         for v, o in zip(node.outputs, outs):
             f = o.fn if isinstance(o, TensorFn) and o.type != v.type else o
-            env[id(v)] = o if isinstance(o, TensorFn) and o.type == v.type else TensorFn(f, v.type)
+            env[id(v)] = _nothing(v.type) if _empty(v.type) else \
+                o if isinstance(o, TensorFn) and o.type == v.type else TensorFn(f, v.type)
         if opdef.kind in ("reduction", "normalization"):
             n_red += 1
     # results, grouped by iteration space

@@ -79,6 +79,33 @@ def test_concat_never_reads_an_empty_piece():
            lambda y, x: torch.cat([y, x]))
 
 
+def test_a_padded_empty_gather_or_division_reads_nothing():
+    """Fuzz seed 24563: pad (a select between the source and the pad value) builds its source's read
+    at every position. From an empty gather the index it read lay outside the empty index buffer, and
+    once the arena held other data the call failed with "an index is out of range". A tensor of static
+    size 0 lowers to 0 (braze.lowering.kernel._nothing): no read, no check."""
+    from braze.ir import loop as L
+    from braze.lowering import lower_function
+    n = Sym("n", 1, 8)
+    m, _ = build([tensor("f32", n), tensor("i64", 0), tensor("i64", 0), tensor("f32", n)],
+                 lambda b, x, i, j, y: (b.pad(b.gather(x, i, axis=0), pads=(0, 2), value=1.0),
+                                        b.pad(b.div(i, j), pads=(1, 1), value=7), b.mul(y, y)))
+    kernel = lower_function(m.main, m)
+    reads = {e.buffer.name for s in L.walk_stmts(kernel.body) for x in L.stmt_exprs(s) for e in L.walk(x)
+             if isinstance(e, L.Load)}
+    assert reads == {"x3"}, reads  # y
+    text = str(kernel)
+    assert "axis_index" not in text and "divisor" not in text, text
+    cm = braze.compile(m)
+    empty = np.zeros(0, np.int64)
+    for k in (1, 5, 8, 2):
+        y = np.full(k, 3.0, np.float32)
+        g, q, yy = cm(np.ones(k, np.float32), empty, empty, y)
+        np.testing.assert_array_equal(g, [1.0, 1.0])
+        np.testing.assert_array_equal(q, [7, 7])
+        np.testing.assert_array_equal(yy, y * y)
+
+
 @pytest.mark.parametrize("n_lo", [0, 1])
 def test_mean_of_values_near_the_float_limit_and_of_an_empty_row(n_lo):
     # the differences from the row's first element overflowed float32 where the mean does not
