@@ -298,6 +298,45 @@ def test_index_add_index_put_accumulate_and_the_embedding_gradient():
     assert sum(n.op == "index_add" for n in m.main.nodes) == 4
 
 
+def test_scatter_add_and_scatter_reduce_into_the_flattened_tensor():
+    """torch.scatter_add and scatter_reduce (sum, prod, amax, amin, with and without the tensor's
+    own values) along dim 0 and 1, an index smaller than src, the GNN form (a column index
+    expanded over the features), int64 too, at symbolic edge counts: the same bits as eager (the
+    same order of adds). An index outside [0, n) fails the call (flattened, it would add into
+    another row)."""
+    from braze.errors import InputError
+
+    def f(self, x, i, src, xi):
+        j = i % 3
+        return (x.scatter_add(0, i, src), x.scatter_add(1, j.t()[:, :1], src.t()),
+                x.scatter_reduce(0, i, src, "sum", include_self=False),
+                x.scatter_reduce(0, i, src, "prod"), x.scatter_reduce(0, i, src, "amax", include_self=False),
+                x.scatter_reduce(0, i[:, :1].expand(-1, 3), src, "amin"),
+                torch.zeros(6, 3).scatter_add(0, i[:, :1].expand(-1, 3), src * 2),
+                xi.scatter_reduce(0, i, (src * 100).long(), "amin", include_self=False),
+                xi.scatter_add(0, i, (src * 100).long()))
+
+    n = Dim("n", min=1, max=64)
+    rng = np.random.default_rng(6)
+
+    def inputs(k):
+        f32 = lambda *s: torch.from_numpy(rng.standard_normal(s).astype(np.float32))  # noqa: E731
+        return (f32(6, 3), torch.from_numpy(rng.integers(0, 6, (k, 3))), f32(k, 3),
+                torch.from_numpy(rng.integers(-50, 50, (6, 3))))
+    ins = [inputs(k) for k in (1, 2, 7, 20)]
+    m = check(Fn(f), ins, ({}, {0: n}, {0: n}, {}), exact=True)
+    assert not any(n.op == "scatter" for n in m.main.nodes)
+    cm = braze.compile(m)
+    x, i, src, xi = inputs(5)
+    for bad in (6, -1):
+        i2 = i.clone()
+        i2[3, 1] = bad
+        with pytest.raises(RuntimeError):
+            f(None, x, i2, src, xi)
+        with pytest.raises(InputError, match="index is out of range"):
+            cm(x, i2, src, xi)
+
+
 def test_index_put_without_accumulate_writes_rows_the_last_write_winning():
     """``x[idx] = v`` (braze's index_put): negative indices wrap, values broadcast, a repeated index
     takes its last row, at symbolic row and index counts."""

@@ -1,8 +1,11 @@
 """ATen converters that add or write rows into a tensor (braze's ``index_add`` and ``index_put``):
-``index_add``, ``index_put`` (with one index tensor), and ``embedding_dense_backward``, an
-embedding's gradient."""
+``index_add``, ``index_put`` (with one index tensor), ``scatter_add`` and ``scatter_reduce`` (as
+rows of one element of the flattened tensor), and ``embedding_dense_backward``, an embedding's
+gradient."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from ...errors import UnsupportedOpError
 from ...ir import sym as S
@@ -63,6 +66,76 @@ def _index_put(cx, n, x, indices, values, accumulate=False):
     if tuple(src.shape) != shape:
         src = op(cx, "expand", [src], shape=shape)
     return _rows(cx, x, idx, src, ax, "add" if accumulate else "none")
+
+
+# scatter_reduce's reductions as index_put's, and the value a target starts from without include_self
+_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def _start(reduce: str, dt: DType) -> float | int:
+    if reduce == "sum":
+        return 0
+    if reduce == "prod":
+        return 1
+    if dt.is_float:
+        return float("-inf") if reduce == "amax" else float("inf")
+    info = np.iinfo(dt.numpy)
+    return int(info.min if reduce == "amax" else info.max)
+
+
+def _scatter(cx, what, x, dim, index, src, reduce="sum", include_self=True):
+    """``x`` with each element of ``src`` (at the positions of ``index``, which may be smaller)
+    reduced into the element of ``x`` that ``index`` names along ``dim``: an ``index_add`` (or
+    ``index_put``) of single elements into the flattened ``x``, at each target's flat position.
+    An index outside [0, n) fails the call, as eager raises (flattened, it would land in another
+    row). Targets take ``src`` in row-major order of ``index``, as torch's CPU loop adds them."""
+    _check(cx, what, x, index)
+    if reduce not in _REDUCE:
+        raise UnsupportedOpError(f"{what} with reduce={reduce!r} is not supported", where=str(cx.loc),
+                                 hint=ISSUES_HINT)
+    ax = axis(cx, dim, x.rank)
+    if index.rank != x.rank:
+        raise UnsupportedOpError(f"{what} with an index of rank {index.rank} into rank {x.rank}", where=str(cx.loc))
+    i64 = DType.int64
+    src = cast(cx, src, x.dtype)
+    shape = tuple(index.shape)
+    if tuple(src.shape) != shape:
+        for d, n in enumerate(shape):
+            src = op(cx, "slice", [src], axis=d, start=0, end=n, step=1)
+    flat = None
+    stride = 1
+    for d in reversed(range(x.rank)):
+        if d == ax:
+            c = checked_index(cx, index, x.shape[ax], wrap=False)
+        else:
+            c = op(cx, "arange", [], start=0, end=shape[d], step=1, dtype=i64)
+            c = op(cx, "reshape", [c], shape=tuple(shape[d] if k == d else 1 for k in range(x.rank)))
+        if not (isinstance(stride, int) and stride == 1):
+            c = op(cx, "mul", [c, scalar(cx, stride, i64)])
+        flat = c if flat is None else op(cx, "add", [flat, c])
+        stride = S.mul(stride, x.shape[d])
+    count = S.prod(shape)
+    flat = op(cx, "reshape", [op(cx, "expand", [flat], shape=shape)], shape=(count,))
+    rows = op(cx, "reshape", [src], shape=(count,))
+    out = op(cx, "reshape", [x], shape=(S.prod(tuple(x.shape)),))
+    if not include_self:  # the targets start from the reduction's identity
+        # a constant of x's dtype (full's float value would round int64's extremes)
+        fill = op(cx, "expand", [scalar(cx, _start(reduce, x.dtype), x.dtype)], shape=(count,))
+        out = op(cx, "index_put", [out, flat, fill], axis=0, reduce="none")
+    red = _REDUCE[reduce]
+    out = op(cx, "index_add", [out, flat, rows], axis=0) if red == "add" else \
+        op(cx, "index_put", [out, flat, rows], axis=0, reduce=red)
+    return op(cx, "reshape", [out], shape=tuple(x.shape))
+
+
+@conv("scatter_add")
+def _scatter_add(cx, n, x, dim, index, src):
+    return _scatter(cx, "scatter_add", x, dim, index, src)
+
+
+@conv("scatter_reduce")
+def _scatter_reduce(cx, n, x, dim, index, src, reduce, include_self=True):
+    return _scatter(cx, "scatter_reduce", x, dim, index, src, reduce, include_self)
 
 
 @conv("embedding_dense_backward")
