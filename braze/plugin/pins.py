@@ -1,9 +1,43 @@
-"""Integer arguments pinned to one value: dynamo makes an integer argument of the user's a
-symbol (GPT-2's ``logits_to_keep``); where no tensor shape carries it, braze (which reads sizes
-from shapes only) builds the region's library for the value at hand, and checks on every call
-that the arguments agree."""
+"""Integer arguments of the user's: dynamo makes them symbols (GPT-2's ``logits_to_keep``, a
+decoder's ``start_pos``). braze reads sizes from shapes only, so where no tensor shape carries one,
+the region takes it as the length of a tensor of its own (``size_arguments``), made at each call;
+one it cannot take so is pinned: the library is built for the value at hand, and every call
+checks that the arguments agree (``pinned_symbols``, ``pin_check``)."""
 
 from __future__ import annotations
+
+
+def size_arguments(places, shape_env, read: set) -> list[int]:
+    """Positions of the region's integer arguments that are the user's (not a size from another
+    graph) and a plain symbol no tensor input's shape gives (``read``): the region takes each as
+    the length of a uint8 tensor (``as_sizes``), so one library serves every value. A negative
+    value has no such tensor: that call runs in PyTorch; an argument dynamo knows is negative is
+    pinned instead."""
+    import sympy
+    import torch
+    sources = getattr(shape_env, "var_to_sources", {})
+    ranges = getattr(shape_env, "var_to_range", {})
+    out = []
+    for i, p in enumerate(places):
+        v = p.meta.get("val")
+        e = v.node.expr if isinstance(v, torch.SymInt) else None
+        if isinstance(e, sympy.Symbol) and e not in read and sources.get(e) and \
+                all(type(src).__name__ == "LocalSource" for src in sources[e]) and \
+                not (e in ranges and ranges[e].upper < 0):
+            out.append(i)
+    return out
+
+
+def as_sizes(main, positions: tuple[int, ...]):
+    """``main`` taking the integers at ``positions`` of its arguments as tensors of that length."""
+    import torch
+
+    def call(*args):
+        args = list(args)
+        for k in positions:
+            args[k] = torch.empty(args[k], dtype=torch.uint8)
+        return main(*args)
+    return call
 
 
 def pinned_symbols(places, shape_env, read: set) -> dict:
@@ -86,4 +120,4 @@ def _evaluator(e, readers):
     return None
 
 
-__all__ = ["pin_check", "pinned_symbols"]
+__all__ = ["as_sizes", "pin_check", "pinned_symbols", "size_arguments"]

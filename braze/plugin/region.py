@@ -38,13 +38,14 @@ class Region:
 
     def __init__(self, name: str, sub, ops: list[str], arg_index: list[int], module, weights: dict, opts,
                  match: reuse.Match | None = None, pin_ok=None, pinned: dict[str, int] | None = None,
-                 grad_sums: bool = False):
+                 grad_sums: bool = False, sizes: tuple[int, ...] = ()):
         self.name = name
         self.sub = sub  # the FX subgraph: PyTorch runs it until braze's library is ready
         self.ops = ops  # the ATen ops it covers, for the debug report
         self.arg_index = arg_index  # positions of the subgraph's arguments braze takes
         self.pin_ok = pin_ok  # None, or a test of the arguments: do they agree with the pinned values?
         self.pinned = pinned or {}  # integer arguments (torch symbols) the library is built for one value of
+        self.sizes = sizes  # positions in the taken arguments of integers passed as tensor lengths (pins)
         self.module, self.weights, self.opts = module, weights, opts
         self.model = None
         self.on_ready = []  # callbacks once the library serves the region
@@ -66,7 +67,8 @@ class Region:
     def _ready(self, match: reuse.Match):
         model = match.model
         self.model, self.module = model, None  # the imported IR lives on in ``reuse``
-        self._main = main = _picked(model._main, match.pick)
+        main = _picked(model._main, match.pick)
+        self._main = main = pins.as_sizes(main, self.sizes) if self.sizes else main
         idx, sub = self.arg_index, self.sub
         if len(idx) == 1:
             i0 = idx[0]
@@ -176,8 +178,9 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
                    backward: bool = False) -> Region:
     """Import the fused subgraph ``sub`` (called by ``call_node`` in the outer graph) and compile it.
     Weights in ``frozen`` (outer placeholder -> (name, tensor)) become constants; braze reads sizes
-    from its inputs' shapes, so of the region's arguments it takes the run-time tensors only, and
-    builds for the value at hand an integer argument no shape carries (``pins``).
+    from its inputs' shapes, so of the region's arguments it takes the run-time tensors, and an
+    integer argument of the user's that no shape carries as the length of a tensor of its own, or
+    (where it cannot) builds for its value at hand (``pins``).
     Raises Refused when a converter refuses a node, BrazeError when the region cannot be compiled.
     A region of a ``speculative`` graph compiles on its second call (``Region``). A ``backward``
     graph's region may take a library whose sums over a batch of 1 it passes on (``reuse``)."""
@@ -196,14 +199,22 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
             inputs[p.name] = GraphInput("constant", str(outer.target), _fetch_attr(call_node.graph, outer.target))
         elif isinstance(p.meta.get("val"), torch.Tensor):
             arg_index.append(i)
-    pinned = pins.pinned_symbols(places, shape_env, _shape_symbols(places, arg_index)[0])
+    read = _shape_symbols(places, arg_index)[0]
+    sizes = pins.size_arguments(places, shape_env, read) if not opts.target.startswith("cuda") else []
+    size_syms = {places[i].meta["val"].node.expr for i in sizes}
+    for i in sizes:
+        inputs[places[i].name] = GraphInput("size")
+    pinned = pins.pinned_symbols(places, shape_env, read | size_syms)
     pin_ok = pins.pin_check(places, arg_index, pinned) if pinned else None
     if pin_ok is None:
         pinned = {}
-    _check_sizes(places, arg_index, sub, pinned)
+    _check_sizes(places, arg_index, sub, pinned, size_syms)
     used = {str(s) for p in places for s in _free_symbols(p.meta.get("val"))}
     pinned_syms = {str(k): int(v) for k, v in pinned.items()}
     ranges = {k: v for k, v in symbol_ranges(shape_env).items() if k in used and k not in pinned_syms}
+    for s in size_syms:  # a length may be 0 (a decoder's first position)
+        ranges[str(s)] = (0, ranges.get(str(s), (0, None))[1])
+    taken = sorted(arg_index + sizes)
     for k, (_, hi) in ranges.items():
         if hi is not None and hi < 1:  # an integer argument braze could not pin (pins.pin_check)
             raise BrazeError(f"the region's shapes use {k}, an integer that is at most {hi}: braze reads sizes of "
@@ -224,7 +235,8 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     from .report import op_name
     ops = [op_name(n) for n in sub.graph.nodes if n.op == "call_function"]
     match = library_for(name, module, weights, opts, compile_now=not speculative, grad_sums=backward)
-    return Region(name, sub, ops, arg_index, module, weights, opts, match, pin_ok, pinned_syms, backward)
+    return Region(name, sub, ops, taken, module, weights, opts, match, pin_ok, pinned_syms, backward,
+                  tuple(taken.index(i) for i in sizes))
 
 
 def library_for(name: str, module, weights: dict, opts, compile_now: bool, grad_sums: bool = False):
@@ -260,14 +272,16 @@ def _shape_symbols(places, arg_index, pinned: dict | None = None) -> tuple[set, 
     return syms, exprs
 
 
-def _check_sizes(places, arg_index, sub, pinned: dict) -> None:
+def _check_sizes(places, arg_index, sub, pinned: dict, size_syms: set = frozenset()) -> None:
     """Every size in the region must follow from its tensor inputs' shapes, the only sizes braze
     reads: a plain symbol, a single-symbol ``a*s + b``, or an input dim's whole expression, with
-    ``pinned`` symbols as the constants they are compiled for. The first node that needs another
-    size (from tensor data, or from another graph) is refused."""
+    ``pinned`` symbols as the constants they are compiled for and ``size_syms`` read from the
+    lengths of the tensors that carry them. The first node that needs another size (from tensor
+    data, or from another graph) is refused."""
     import torch
 
     syms, exprs = _shape_symbols(places, arg_index, pinned)
+    syms = syms | size_syms
 
     def readable(val) -> bool:
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):

@@ -202,13 +202,14 @@ def test_an_integer_argument_in_a_shape_is_compiled_for_its_value_and_checked(fr
 
 
 def test_a_graph_that_is_one_region_checks_its_pinned_integer(fresh_warnings):
-    """``x[:k]`` alone is one region, which the plug-in calls without the FX layer. Dynamo serves
-    k = 2 and k = 5 with one graph, and braze's library is built for k = 2: the call with 5 must
-    run in PyTorch (with one warning), not return two elements."""
+    """``x[:k]`` alone is one region, which the plug-in calls without the FX layer. With k < 0
+    dynamo serves k = -2 and k = -5 with one graph, and braze's library is built for k = -2 (a
+    negative integer is pinned: pins.size_arguments): the call with -5 must run in PyTorch (with
+    one warning), not return the answer for -2."""
     c = torch.compile(lambda x, k: x[:k] * 2, backend="braze", dynamic=True)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        for n, k in ((6, 2), (7, 5), (9, 2), (8, 3)):
+        for n, k in ((6, -2), (7, -5), (9, -2), (8, -3)):
             x = torch.randn(n)
             torch.testing.assert_close(c(x, k), x[:k] * 2)
     assert len(_braze_warnings(record)) == 1, [str(w.message) for w in _braze_warnings(record)]

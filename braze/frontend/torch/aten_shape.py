@@ -182,9 +182,34 @@ def _scattered(cx, x, middle, d, start: int, end: int):
     return parts[0] if len(parts) == 1 else op(cx, "concat", parts, axis=d)
 
 
+def _placed(cx, x, src, d: int, start):
+    """``x`` with ``src`` written from ``start`` (a size expression, at least 0) along ``d``: at
+    each position of ``x``, ``src``'s element ``i - start`` where that lies in ``src``, else ``x``'s.
+    The positions that keep ``x`` read ``src`` too (a gather checks every index it reads): their
+    index is clamped into ``src`` padded by one element, which an empty ``src`` has as well."""
+    i64 = DType.int64
+    n = src.shape[d]
+    ends = tuple(1 if k == src.rank + d else 0 for k in range(2 * src.rank))
+    src = op(cx, "pad", [cast(cx, src, x.dtype)], pads=ends)
+    pos = op(cx, "arange", [], start=0, end=x.shape[d], step=1, dtype=i64)
+    at = op(cx, "sub", [pos, scalar(cx, start, i64)])
+    inside = op(cx, "logical_and", [op(cx, "greater_equal", [at, scalar(cx, 0, i64)]),
+                                    op(cx, "less", [at, scalar(cx, n, i64)])])
+    at = op(cx, "minimum", [op(cx, "maximum", [at, scalar(cx, 0, i64)]), scalar(cx, n, i64)])
+    moved = op(cx, "gather", [src, at], axis=d)
+    inside = op(cx, "reshape", [inside], shape=tuple(x.shape[d] if k == d else 1 for k in range(x.rank)))
+    return op(cx, "where", [inside, moved, x])
+
+
 @conv("slice_scatter")
 def _slice_scatter(cx, n, x, src, dim=0, start=None, end=None, step=1):
-    """functionalized ``x[..., start:end] = src``: what AOTAutograd makes of a slice assignment."""
+    """functionalized ``x[..., start:end] = src``: what AOTAutograd makes of a slice assignment.
+    A start from a size (a decoder's ``cache[:, pos:pos + n] = k``) places ``src`` by position."""
+    d = axis(cx, dim, x.rank)
+    lo = 0 if start is None else start
+    store = cx.module.constraints
+    if step == 1 and (S.is_symbolic(lo) or S.is_symbolic(end)) and src.rank == x.rank and store.bounds(lo)[0] >= 0:
+        return _placed(cx, x, src, d, lo)
     start = _scatter_bound(cx, 0 if start is None else start, "slice_scatter start")
     end = _scatter_bound(cx, _clip_end(end), "slice_scatter end")
     if step != 1 or end < start:

@@ -9,7 +9,7 @@ from typing import Any
 from ...errors import BrazeError, ModelFormatError, UnsupportedOpError, require
 from ...ir import sym as S
 from ...ir.graph import Module, SourceLoc, Value
-from ...ir.types import TensorType
+from ...ir.types import DType, TensorType
 from ...ops.builder import Builder, unique_names
 from .common import ISSUES_HINT, NotProduced, source_loc, tensor_to_numpy, to_braze_dtype
 
@@ -259,7 +259,7 @@ class GraphInput:
     __slots__ = ("kind", "name", "tensor")
 
     def __init__(self, kind: str, name: str | None = None, tensor=None):
-        self.kind = kind  # "input" | "constant" | "token"
+        self.kind = kind  # "input" | "constant" | "token" | "size" (an integer passed as a tensor's length)
         self.name = name
         self.tensor = tensor
 
@@ -468,10 +468,12 @@ class Importer:
                 continue
             role = tg.inputs.get(n.name)
             self.node, self.loc = n, SourceLoc(name=n.name)
-            if role is None or role.kind == "input":
+            if role is None or role.kind in ("input", "size"):
                 v = n.meta.get("val")
                 if isinstance(v, torch.SymInt):  # a size torch passes along: braze reads it from the shapes
                     self.env[n] = self.sym(v)
+                    if role is not None and role.kind == "size":  # its own: the length of a u8 tensor
+                        self.b.param(n.name, TensorType(DType.uint8, (self.env[n],)))
                     continue
                 if isinstance(v, torch.SymFloat):  # a float of sizes (a scale factor): computed at run time
                     self.env[n] = _SizeFloat(v.node.expr)
