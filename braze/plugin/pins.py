@@ -1,6 +1,6 @@
 """Integer arguments of the user's: dynamo makes them symbols (GPT-2's ``logits_to_keep``, a
 decoder's ``start_pos``). braze reads sizes from shapes only, so where no tensor shape carries one,
-the region takes it as the length of a tensor of its own (``size_arguments``), made at each call;
+the region takes it as a 0-d tensor of its own (``size_arguments``), made at each call;
 one it cannot take so is pinned: the library is built for the value at hand, and every call
 checks that the arguments agree (``pinned_symbols``, ``pin_check``)."""
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 def size_arguments(places, shape_env, read: set) -> list[int]:
     """Positions of the region's integer arguments that are the user's (not a size from another
     graph) and a plain symbol no tensor input's shape gives (``read``): the region takes each as
-    the length of a uint8 tensor (``as_sizes``), so one library serves every value. A negative
-    value has no such tensor: that call runs in PyTorch; an argument dynamo knows is negative is
-    pinned instead."""
+    a 0-d int64 tensor whose value the entry reads as the symbol's (``as_sizes``), so one library
+    serves every value. Symbols are sizes, from 0 up: a negative value fails the entry's range
+    check and that call runs in PyTorch; an argument dynamo knows is negative is pinned instead."""
     import sympy
     import torch
     sources = getattr(shape_env, "var_to_sources", {})
@@ -29,13 +29,13 @@ def size_arguments(places, shape_env, read: set) -> list[int]:
 
 
 def as_sizes(main, positions: tuple[int, ...]):
-    """``main`` taking the integers at ``positions`` of its arguments as tensors of that length."""
+    """``main`` taking the integers at ``positions`` of its arguments as 0-d int64 tensors."""
     import torch
 
     def call(*args):
         args = list(args)
         for k in positions:
-            args[k] = torch.empty(args[k], dtype=torch.uint8)
+            args[k] = torch.tensor(args[k], dtype=torch.int64)
         return main(*args)
     return call
 

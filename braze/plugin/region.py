@@ -45,7 +45,7 @@ class Region:
         self.arg_index = arg_index  # positions of the subgraph's arguments braze takes
         self.pin_ok = pin_ok  # None, or a test of the arguments: do they agree with the pinned values?
         self.pinned = pinned or {}  # integer arguments (torch symbols) the library is built for one value of
-        self.sizes = sizes  # positions in the taken arguments of integers passed as tensor lengths (pins)
+        self.sizes = sizes  # positions in the taken arguments of integers passed as 0-d tensors (pins)
         self.module, self.weights, self.opts = module, weights, opts
         self.model = None
         self.on_ready = []  # callbacks once the library serves the region
@@ -179,7 +179,7 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     """Import the fused subgraph ``sub`` (called by ``call_node`` in the outer graph) and compile it.
     Weights in ``frozen`` (outer placeholder -> (name, tensor)) become constants; braze reads sizes
     from its inputs' shapes, so of the region's arguments it takes the run-time tensors, and an
-    integer argument of the user's that no shape carries as the length of a tensor of its own, or
+    integer argument of the user's that no shape carries as a 0-d tensor of its own, or
     (where it cannot) builds for its value at hand (``pins``).
     Raises Refused when a converter refuses a node, BrazeError when the region cannot be compiled.
     A region of a ``speculative`` graph compiles on its second call (``Region``). A ``backward``
@@ -212,7 +212,7 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     used = {str(s) for p in places for s in _free_symbols(p.meta.get("val"))}
     pinned_syms = {str(k): int(v) for k, v in pinned.items()}
     ranges = {k: v for k, v in symbol_ranges(shape_env).items() if k in used and k not in pinned_syms}
-    for s in size_syms:  # a length may be 0 (a decoder's first position)
+    for s in size_syms:  # a value may be 0 (a decoder's first position)
         ranges[str(s)] = (0, ranges.get(str(s), (0, None))[1])
     taken = sorted(arg_index + sizes)
     for k, (_, hi) in ranges.items():
@@ -276,7 +276,7 @@ def _check_sizes(places, arg_index, sub, pinned: dict, size_syms: set = frozense
     """Every size in the region must follow from its tensor inputs' shapes, the only sizes braze
     reads: a plain symbol, a single-symbol ``a*s + b``, or an input dim's whole expression, with
     ``pinned`` symbols as the constants they are compiled for and ``size_syms`` read from the
-    lengths of the tensors that carry them. The first node that needs another size (from tensor
+    values of the 0-d tensors that carry them. The first node that needs another size (from tensor
     data, or from another graph) is refused."""
     import torch
 

@@ -1,7 +1,7 @@
 """An integer argument of the user's (a decoder's ``start_pos``, a slice length, a scale) is a
-symbol dynamo passes to the graph. braze takes it as the length of a tensor of its own
-(``plugin/pins.size_arguments``), so one library serves every value, natively: before, the
-library was built for the first value and every other value ran in PyTorch."""
+symbol dynamo passes to the graph. braze takes it as a 0-d tensor of its own, whose value the
+entry reads as the symbol's (``plugin/pins.size_arguments``), so one library serves every value,
+natively: before, the library was built for the first value and every other value ran in PyTorch."""
 
 from __future__ import annotations
 
@@ -81,3 +81,15 @@ def test_an_integer_argument_serves_every_value(fn, fresh_warnings):
         torch.testing.assert_close(c(x, -2), fn(x, -2))
     assert len(_braze_warnings(record)) <= 1, _braze_warnings(record)
 
+
+def test_a_large_integer_argument(fresh_warnings):
+    """A step counter or a seed of 10**12: the value travels as one int64 (a tensor that long would
+    not fit), natively."""
+    fn = lambda x, k: x * k + (k % 7)  # noqa: E731
+    c = torch.compile(fn, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for k in (3, 5, 10 ** 12, 2 ** 40 + 1, 9):
+            x = torch.randn(6, dtype=torch.float64)
+            torch.testing.assert_close(c(x, k), fn(x, k))
+    assert not _braze_warnings(record), _braze_warnings(record)

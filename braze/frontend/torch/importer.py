@@ -259,7 +259,7 @@ class GraphInput:
     __slots__ = ("kind", "name", "tensor")
 
     def __init__(self, kind: str, name: str | None = None, tensor=None):
-        self.kind = kind  # "input" | "constant" | "token" | "size" (an integer passed as a tensor's length)
+        self.kind = kind  # "input" | "constant" | "token" | "size" (an integer passed as a 0-d int64 tensor)
         self.name = name
         self.tensor = tensor
 
@@ -472,8 +472,8 @@ class Importer:
                 v = n.meta.get("val")
                 if isinstance(v, torch.SymInt):  # a size torch passes along: braze reads it from the shapes
                     self.env[n] = self.sym(v)
-                    if role is not None and role.kind == "size":  # its own: the length of a u8 tensor
-                        self.b.param(n.name, TensorType(DType.uint8, (self.env[n],)))
+                    if role is not None and role.kind == "size":  # the entry reads it from a 0-d tensor
+                        self._size_input(n.name, self.env[n])
                     continue
                 if isinstance(v, torch.SymFloat):  # a float of sizes (a scale factor): computed at run time
                     self.env[n] = _SizeFloat(v.node.expr)
@@ -522,6 +522,14 @@ class Importer:
                       and isinstance(v, Value)}
             self.module.input_notes.update(tg.notes(params, self.conv_sym.symbols, self.b.func.name))
         return self.module
+
+    def _size_input(self, name: str, sym) -> None:
+        """An integer argument the caller passes as a 0-d int64 tensor: its value binds ``sym``
+        (``Module.value_symbols``), whatever its size, as a shape would."""
+        if not isinstance(sym, S.Sym):
+            raise BrazeError(f"integer argument {name} is {sym}, not a symbol of its own")
+        p = self.b.param(name, TensorType(DType.int64, ()))
+        self.module.value_symbols[(self.b.func.name, p.name, 0)] = sym.name
 
     def value(self, a):
         """An FX argument as braze: Values for tensors, IntLikes for sizes, lists recursively."""
