@@ -198,6 +198,22 @@ def test_plugin_overhead_writes_its_table(tmp_path):
     assert row["rel_error_direct"] < 1e-4 and row["rel_error_plugin"] < 1e-4
 
 
+def test_kv_cache_decode_writes_its_table(tmp_path):
+    """Eager and the plug-in on both cache writes, each run in its own process; the plug-in's
+    answers are eager's."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.kv_cache_decode", "--rounds", "1", "--steps", "24",
+                        "--backends", "eager,braze", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads((tmp_path / "kv_cache_decode.json").read_text())
+    assert set(doc["results"]) == {f"{v}/{b}" for v in ("slice", "index_copy") for b in ("eager", "braze")}
+    for k, r in doc["results"].items():
+        assert r["us"] > 0 and len(r["runs_us"]) == 1
+        assert r["max_abs_err"] < 1e-4, (k, r)
+    md = (tmp_path / "kv_cache_decode.md").read_text()
+    assert "| slice |" in md and "braze / eager" in md
+
+
 def _merged(module: str, doc: dict, runs: list[dict], tmp_path) -> tuple[dict, str]:
     """``--merge`` of ``doc`` with its first point's record replaced by each of ``runs``: the merged
     first point and the markdown."""

@@ -1,0 +1,142 @@
+"""A decoder step that writes its key/value cache in place: eager, the braze plug-in and
+inductor, one token at a time after a 16-token prefill. The cache is a module buffer written at
+``start_pos`` (an int argument), as the LLaMA reference code does (``slice``:
+``cache[:, pos:pos + n] = k``) or as transformers' StaticCache does (``index_copy``:
+``cache.index_copy_(1, positions, k)``). Functionalized, each write is a new cache and a copy
+back: the cost a backend pays unless it writes in place.
+
+    python -m benchmarks.kv_cache_decode [--rounds 3] [--steps 200] [--threads 2] [--backends eager,braze,inductor]
+                                         [--out benchmarks/results]
+
+Each (backend, variant) runs in its own process (inductor's OpenMP threads spin after each call,
+on the cores the others need), in ``--rounds`` rounds, backends in turn; a run's time is the median
+decode step after 20 warm steps, and a point's the median over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+BACKENDS = ("eager", "braze", "inductor")
+VARIANTS = ("slice", "index_copy")
+DIM, CACHE = 256, 512
+
+
+def _model(variant: str):
+    import torch
+    nn = torch.nn
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.qkv, self.out = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
+            self.mlp = nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM))
+            self.register_buffer("ck", torch.zeros(1, CACHE, DIM))
+            self.register_buffer("cv", torch.zeros(1, CACHE, DIM))
+
+        def forward(self, x, start_pos: int):
+            n = x.shape[1]
+            q, k, v = self.qkv(x).chunk(3, -1)
+            if variant == "slice":
+                self.ck[:, start_pos:start_pos + n] = k
+                self.cv[:, start_pos:start_pos + n] = v
+            else:
+                pos = torch.arange(start_pos, start_pos + n)
+                self.ck.index_copy_(1, pos, k)
+                self.cv.index_copy_(1, pos, v)
+            keys, values = self.ck[:, :start_pos + n], self.cv[:, :start_pos + n]
+            h = x + self.out((q @ keys.transpose(1, 2) / DIM ** 0.5).softmax(-1) @ values)
+            return h + self.mlp(h)
+    return Decoder()
+
+
+def one_run(backend: str, variant: str, steps: int, threads: int) -> dict:
+    """Median µs per decode step, and the largest difference from eager's outputs (eager runs the
+    same steps afterwards, not between the timed calls, whose threads it would disturb)."""
+    import torch
+    torch.set_num_threads(threads)
+    m = _model(variant)
+    if backend != "eager":
+        m = torch.compile(m, backend=backend, dynamic=True)
+    torch.manual_seed(1)
+    xs = [torch.randn(1, 16, DIM)] + [torch.randn(1, 1, DIM) for _ in range(steps)]
+    times, outs = [], []
+    with torch.no_grad():
+        outs.append(m(xs[0], 0))
+        for p, x in enumerate(xs[1:], 16):
+            t0 = time.perf_counter()
+            outs.append(m(x, p))
+            times.append(time.perf_counter() - t0)
+        eager = _model(variant)
+        err = max((y - eager(x, p)).abs().max().item() for p, x, y in zip([0, *range(16, 16 + steps)], xs, outs))
+    return {"us": statistics.median(times[20:]) * 1e6, "max_abs_err": err}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every (backend, variant) run")
+    ap.add_argument("--steps", type=int, default=200, help="decode steps per run")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, eager first")
+    ap.add_argument("--out", default="benchmarks/results", help="directory for kv_cache_decode.json and .md")
+    ap.add_argument("--one", nargs=2, metavar=("BACKEND", "VARIANT"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.one:
+        print(json.dumps(one_run(a.one[0], a.one[1], a.steps, a.threads)))
+        return 0
+    backends = a.backends.split(",")
+    if backends[0] != "eager" or not set(backends) <= set(BACKENDS):
+        ap.error(f"--backends: eager first, then any of {', '.join(BACKENDS[1:])}")
+    runs: dict = {}
+    for r in range(a.rounds):
+        for variant in VARIANTS:
+            for backend in backends:
+                out = subprocess.run([sys.executable, "-m", "benchmarks.kv_cache_decode", "--one", backend, variant,
+                                      "--steps", str(a.steps), "--threads", str(a.threads)],
+                                     capture_output=True, text=True, check=True)
+                res = json.loads(out.stdout.strip().splitlines()[-1])
+                runs.setdefault(f"{variant}/{backend}", []).append(res)
+                print(f"round {r + 1} {variant:10s} {backend:9s} {res['us']:8.1f} us", flush=True)
+    import torch
+
+    import braze
+
+    from .run import _machine, write_results
+    points = {k: {"us": statistics.median(x["us"] for x in v), "runs_us": [round(x["us"], 1) for x in v],
+                  "max_abs_err": max(x["max_abs_err"] for x in v)} for k, v in runs.items()}
+    doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "braze": braze.__version__,
+                    "torch": torch.__version__, "machine": _machine(a.threads), "dim": DIM, "cache": CACHE,
+                    "steps": a.steps, "backends": backends},
+           "results": points}
+    print(write_results(a.out, "kv_cache_decode", doc, _markdown))
+    return 0
+
+
+def _markdown(doc: dict) -> str:
+    m, res = doc["meta"], doc["results"]
+    mc, bk = m["machine"], m["backends"]
+    lines = ["# A decoder step writing its KV cache in place (benchmarks/kv_cache_decode.py)", "",
+             f"{m['date']}; {mc['cpu']}, {mc['cores']} cores ({', '.join(mc['isa'])}; copy {mc['copy_gbs']} GB/s, "
+             f"GEMM {mc['gemm_gflops']} GFLOP/s); {m['threads']} threads; braze {m['braze']}, torch {m['torch']}. "
+             f"Cache [1, {m['cache']}, {m['dim']}] x2, one token per step after a 16-token prefill; "
+             f"median µs per step (each run's median over {m['steps'] - 20} steps; the median of the runs).", "",
+             "| cache write | " + " | ".join(bk) + " | " + " | ".join(f"{b} / eager" for b in bk[1:]) + " | runs |",
+             "|---|" + "---:|" * (2 * len(bk) - 1) + "---|"]
+    for v in VARIANTS:
+        t = [res[f"{v}/{k}"]["us"] for k in bk]
+        runs = "; ".join(f"{k} " + ", ".join(str(x) for x in res[f"{v}/{k}"]["runs_us"]) for k in bk)
+        lines.append(f"| {v} | " + " | ".join(f"{x:.0f}" for x in t) + " | " +
+                     " | ".join(f"{x / t[0]:.2f}" for x in t[1:]) + f" | {runs} |")
+    lines += ["", "Largest difference from eager's outputs: " + ", ".join(
+        f"{k} {x['max_abs_err']:.1e}" for k, x in res.items() if not k.endswith("eager")) + "."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
