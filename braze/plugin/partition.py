@@ -43,7 +43,7 @@ FREE_VIEWS = VIEW_OPS - {"aten.clone", "aten.lift_fresh_copy"}
 
 def _braze_dtypes():
     import torch
-    return {torch.float32, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool,
+    return {torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
             torch.bfloat16, torch.float16}
 
 

@@ -128,6 +128,28 @@ def test_dynamic_batch_one_library_every_shape(run_shapes, compiles):
     assert counts[-1] == counts[1], "a native compile after the first two shapes"
 
 
+def test_int16_compiles_natively(fresh_warnings):
+    """int16 (what int8 + uint8 promote to) runs in braze's kernels: arithmetic wrapping as eager's,
+    floor division, sums, bit ops, casts and a gather, at three sizes, with no op left to PyTorch."""
+    def f(a, b, x):
+        c = a * b + 32000
+        return (c, a // (b.abs() + 1), a.sum(0), a.sum(0, dtype=torch.int16), a ^ b, a >> 3, a.float() * x,
+                (x * 1000).to(torch.int16), a[(b.abs() % a.shape[0]).long()], a.to(torch.int8) + b.to(torch.uint8))
+
+    c = torch.compile(f, backend="braze", dynamic=True)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for n in (3, 5, 9):
+            g = torch.Generator().manual_seed(n)
+            a, b = (torch.randint(-300, 300, (n,), generator=g, dtype=torch.int16) for _ in range(2))
+            x = torch.randn(n, generator=g)
+            for got, want in zip(c(a, b, x), f(a, b, x)):
+                assert got.dtype == want.dtype
+                torch.testing.assert_close(got, want)
+    said = [str(w.message) for w in record if "braze" in str(w.message)]
+    assert not said, said
+
+
 def test_buffer_mutation_is_written_back():
     class Counter(nn.Module):
         def __init__(self):
