@@ -22,6 +22,7 @@ from ..ir import sym as S
 from ..ir.constant import ConstantRef
 from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
+from ..ops.elementwise import DIVIDING_OPS
 from ..passes.common import top_functions
 from ..passes.memory import byte_size, in_place_inputs
 from ..passes.node_classes import BACKWARD_CONVS, SCATTERS, SELECTS, before_views
@@ -360,7 +361,7 @@ class _EntryWriter(LibraryCalls):
         allocates = any(isinstance(s, L.Alloc) for s in L.walk_stmts(k.body))
         nodes = self.module.functions[callee].nodes if self.gen.host.checks_data else []
         gathers = [m for m in nodes if m.op in ("gather", "gather_elements")]
-        divides = [m for m in nodes if m.op in ("div", "remainder", "fmod") and m.outputs[0].type.dtype.is_int] \
+        divides = [m for m in nodes if m.op in DIVIDING_OPS and m.outputs[0].type.dtype.is_int] \
             if nodes and _checks_divisors(k) else []
         if not (allocates or gathers or divides):
             self.emit(call + ";")
@@ -379,8 +380,8 @@ class _EntryWriter(LibraryCalls):
             for m in divides:
                 ops_at.setdefault(_where(m), []).append(m.op)
             what = " or ".join(f"{'/'.join(dict.fromkeys(ops))}{w}" for w, ops in ops_at.items())
-            self.emit(f"  if (rc_ & {KERNEL_DIV_ZERO}) " + fail_c("BRAZE_ERR_RANGE",
-                                                               f"integer division by zero in {what}"))
+            self.emit(f"  if (rc_ & {KERNEL_DIV_ZERO}) " + fail_c(
+                "BRAZE_ERR_RANGE", f"integer division by zero in {what}; every integer divisor must be nonzero"))
         self.emit("}")
 
     def _operand(self, n: Node, callee: Function, v) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from ..ir import sym as S
 from ..ir.types import TensorType
 from ..ops import all_ops
+from ..ops.elementwise import DIVIDING_OPS
 from .common import ACTIVATIONS, BF16, BOOL, F16, F32, F64, I32, I64, STATIC_DIMS, GVal, New, Reject
 from .operands import (bcast_ok, bcast_to_ok, check_int_bound, dtype_of, numeric, partner, props, random_axes,
                        reduced_count, shape_of)
@@ -83,7 +84,7 @@ def p_binary(gen, op):
     dt = gen.choice([F32, F32, F32, I64, I32] + ([BOOL] if allow_bool else []))
     a = gen.pick(lambda g: (g.dtype is BOOL) == (dt is BOOL) and g.dtype.is_float == dt.is_float
                  and (g.exact or not disc), fresh_type=TensorType(dt, gen.shape()))
-    if op in ("div", "remainder", "fmod") and not dt.is_float and not dtype_of(a).is_float:
+    if op in DIVIDING_OPS and not dt.is_float and not dtype_of(a).is_float:
         # an integer divisor 0 is an error (the reference raises, as torch): a fresh divisor of one sign
         lo, hi = (1, 6) if r.random() < 0.6 else (-5, 0)
         b = gen.like(shape_of(a), dtype_of(a), const=None if r.random() < 0.5 else True, low=lo, high=hi)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..ir.loop import LIBM_UNARY, Binary, Compare, Const, Select, Unary
 from ..ops.common import promote
+from ..ops.elementwise import DIVIDING_OPS
 from .core import (BOOL, add, cast, cmp, const, div, fconst, lowering, mul, select, un, vmax,
                    vmin)
 from .index_math import broadcast_to
@@ -27,7 +28,7 @@ def _lower_binary(ctx, a, b):
     ir = _BIN_IR[op]
     if dt is BOOL:
         ir = {"add": "or", "mul": "and"}.get(ir, ir)
-    if ir in ("div", "mod", "fmod") and dt.is_int:
+    if op in DIVIDING_OPS and dt.is_int:
         return lambda idx: Binary(ir, cast(fa(idx), dt), _divisor(cast(fb(idx), dt)), dt)
     return lambda idx: Binary(ir, cast(fa(idx), dt), cast(fb(idx), dt), dt)
 

@@ -43,8 +43,6 @@ def _nothing(t) -> TensorFn:
 def _const_fn(module, node, bufs, used):
     cname = node.attrs["name"]
     t = node.outputs[0].type
-    if _empty(t):
-        return _nothing(t)
     c = module.constants.get(cname) if module is not None else None
     if c is not None and not isinstance(c, ConstantRef) and np.asarray(c).size == 1:
         v = np.asarray(c).reshape(()).item()
@@ -78,8 +76,8 @@ def lower_function(func: Function, module: Module | None = None, name: str | Non
         opdef = get_op(node.op)
         kinds.add(opdef.kind)
         if node.op == "constant":
-            fn = _const_fn(module, node, bufs, used)
-            env[id(node.outputs[0])] = fn if isinstance(fn, TensorFn) else TensorFn(fn, node.outputs[0].type)
+            t = node.outputs[0].type
+            env[id(node.outputs[0])] = _nothing(t) if _empty(t) else TensorFn(_const_fn(module, node, bufs, used), t)
             continue
         lower = LOWERINGS.get(node.op)
         if lower is None:

@@ -121,8 +121,12 @@ def _binary_infer(allow_bool):
     return infer
 
 
+# the ops that divide: an integer divisor 0 is an error (the reference raises; loop IR's ``divisor``)
+DIVIDING_OPS = ("div", "remainder", "fmod")
+
+
 def _binary_ref(name, fn):
-    divides = name in ("div", "remainder", "fmod")
+    divides = name in DIVIDING_OPS
 
     def reference(ctx, a, b, **_):
         dt = promote(DType.from_numpy(a.dtype), DType.from_numpy(b.dtype))

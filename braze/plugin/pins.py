@@ -15,17 +15,21 @@ def size_arguments(places, shape_env, read: set) -> list[int]:
     check and that call runs in PyTorch; an argument dynamo knows is negative is pinned instead."""
     import sympy
     import torch
-    sources = getattr(shape_env, "var_to_sources", {})
     ranges = getattr(shape_env, "var_to_range", {})
     out = []
     for i, p in enumerate(places):
         v = p.meta.get("val")
         e = v.node.expr if isinstance(v, torch.SymInt) else None
-        if isinstance(e, sympy.Symbol) and e not in read and sources.get(e) and \
-                all(type(src).__name__ == "LocalSource" for src in sources[e]) and \
+        if isinstance(e, sympy.Symbol) and e not in read and _users_argument(shape_env, e) and \
                 not (e in ranges and ranges[e].upper < 0):
             out.append(i)
     return out
+
+
+def _users_argument(shape_env, sym) -> bool:
+    """``sym`` is an integer argument of the user's function, not a size from another graph."""
+    sources = getattr(shape_env, "var_to_sources", {}).get(sym)
+    return bool(sources) and all(type(src).__name__ == "LocalSource" for src in sources)
 
 
 def as_sizes(main, positions: tuple[int, ...]):
@@ -47,14 +51,12 @@ def pinned_symbols(places, shape_env, read: set) -> dict:
     value (``pin_check``). A size from another graph is not an argument of the user's and is never
     pinned: it changes with the shapes."""
     import sympy
-    sources = getattr(shape_env, "var_to_sources", {})
     hints = getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
     out = {}
     for p in places:
         for _, d in _symbolic_sizes(p.meta.get("val")):
             for sym in d.node.expr.free_symbols:
-                argument = sources.get(sym) and all(type(src).__name__ == "LocalSource" for src in sources[sym])
-                if argument and sym not in read and sym in hints:
+                if sym not in read and sym in hints and _users_argument(shape_env, sym):
                     out[sym] = sympy.Integer(int(hints[sym]))
     return out
 
