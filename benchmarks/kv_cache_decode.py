@@ -1,9 +1,10 @@
-"""A decoder step that writes its key/value cache in place: eager, the braze plug-in and
-inductor, one token at a time after a 16-token prefill. The cache is a module buffer written at
-``start_pos`` (an int argument), as the LLaMA reference code does (``slice``:
-``cache[:, pos:pos + n] = k``) or as transformers' StaticCache does (``index_copy``:
-``cache.index_copy_(1, positions, k)``). Functionalized, each write is a new cache and a copy
-back: the cost a backend pays unless it writes in place.
+"""A decoder step over a key/value cache: eager, the braze plug-in and inductor, one token at a
+time after a 16-token prefill. The cache is a module buffer written at ``start_pos`` (an int
+argument), as the LLaMA reference code does (``slice``: ``cache[:, pos:pos + n] = k``) or as
+transformers' StaticCache does (``index_copy``: ``cache.index_copy_(1, positions, k)``);
+functionalized, each write is a new cache and a copy back, the cost a backend pays unless it
+writes in place. Or (``cat``) the cache is passed in and returned one row longer, as transformers'
+DynamicCache does: the attention's products then have a new length at every step.
 
     python -m benchmarks.kv_cache_decode [--rounds 3] [--steps 200] [--threads 2] [--backends eager,braze,inductor]
                                          [--out benchmarks/results]
@@ -23,7 +24,7 @@ import sys
 import time
 
 BACKENDS = ("eager", "braze", "inductor")
-VARIANTS = ("slice", "index_copy")
+VARIANTS = ("slice", "index_copy", "cat")
 DIM, CACHE = 256, 512
 
 
@@ -40,9 +41,13 @@ def _model(variant: str):
             self.register_buffer("ck", torch.zeros(1, CACHE, DIM))
             self.register_buffer("cv", torch.zeros(1, CACHE, DIM))
 
-        def forward(self, x, start_pos: int):
+        def forward(self, x, start_pos: int, past=None):
             n = x.shape[1]
             q, k, v = self.qkv(x).chunk(3, -1)
+            if variant == "cat":
+                keys, values = (k, v) if past is None else (torch.cat([past[0], k], 1), torch.cat([past[1], v], 1))
+                h = x + self.out((q @ keys.transpose(1, 2) / DIM ** 0.5).softmax(-1) @ values)
+                return h + self.mlp(h), (keys, values)
             if variant == "slice":
                 self.ck[:, start_pos:start_pos + n] = k
                 self.cv[:, start_pos:start_pos + n] = v
@@ -66,15 +71,24 @@ def one_run(backend: str, variant: str, steps: int, threads: int) -> dict:
         m = torch.compile(m, backend=backend, dynamic=True)
     torch.manual_seed(1)
     xs = [torch.randn(1, 16, DIM)] + [torch.randn(1, 1, DIM) for _ in range(steps)]
-    times, outs = [], []
-    with torch.no_grad():
-        outs.append(m(xs[0], 0))
-        for p, x in enumerate(xs[1:], 16):
+    positions = [0, *range(16, 16 + steps)]
+
+    def decode(model, timed: list | None = None) -> list:
+        """Every step's output; the ``cat`` variant's cache travels from step to step."""
+        outs, past = [], None
+        for p, x in zip(positions, xs):
             t0 = time.perf_counter()
-            outs.append(m(x, p))
-            times.append(time.perf_counter() - t0)
-        eager = _model(variant)
-        err = max((y - eager(x, p)).abs().max().item() for p, x, y in zip([0, *range(16, 16 + steps)], xs, outs))
+            y = model(x, p, past) if variant == "cat" else model(x, p)
+            if timed is not None and p:
+                timed.append(time.perf_counter() - t0)
+            y, past = y if variant == "cat" else (y, None)
+            outs.append(y)
+        return outs
+
+    times: list = []
+    with torch.no_grad():
+        outs = decode(m, times)
+        err = max((y - e).abs().max().item() for y, e in zip(outs, decode(_model(variant))))
     return {"us": statistics.median(times[20:]) * 1e6, "max_abs_err": err}
 
 
@@ -121,12 +135,14 @@ def main(argv=None) -> int:
 def _markdown(doc: dict) -> str:
     m, res = doc["meta"], doc["results"]
     mc, bk = m["machine"], m["backends"]
-    lines = ["# A decoder step writing its KV cache in place (benchmarks/kv_cache_decode.py)", "",
+    lines = ["# A decoder step over its KV cache (benchmarks/kv_cache_decode.py)", "",
              f"{m['date']}; {mc['cpu']}, {mc['cores']} cores ({', '.join(mc['isa'])}; copy {mc['copy_gbs']} GB/s, "
              f"GEMM {mc['gemm_gflops']} GFLOP/s); {m['threads']} threads; braze {m['braze']}, torch {m['torch']}. "
              f"Cache [1, {m['cache']}, {m['dim']}] x2, one token per step after a 16-token prefill; "
              f"median µs per step (each run's median over {m['steps'] - 20} steps; the median of the runs).", "",
-             "| cache write | " + " | ".join(bk) + " | " + " | ".join(f"{b} / eager" for b in bk[1:]) + " | runs |",
+             "slice, index_copy: a cache buffer written at `start_pos`; cat: the cache passed in and returned "
+             "one row longer (transformers' DynamicCache).", "",
+             "| cache | " + " | ".join(bk) + " | " + " | ".join(f"{b} / eager" for b in bk[1:]) + " | runs |",
              "|---|" + "---:|" * (2 * len(bk) - 1) + "---|"]
     for v in VARIANTS:
         t = [res[f"{v}/{k}"]["us"] for k in bk]

@@ -10,6 +10,7 @@ from . import log as _logging
 from .errors import BrazeError, InputError
 from .ir.graph import Module, TensorInfo, input_count_message, require_constant_data, signature
 from .options import Options
+from .passes.memory import donated_results
 from .runtime.loader import bind_inputs
 from .runtime.tensors import TensorSpec
 
@@ -59,7 +60,8 @@ class CompiledModel:
         self._inputs, self._outputs = signature(module)  # the module is final: names never change
         self._fns = {e.function.name: instance.function(
             e.symbol, [TensorSpec(p.type.dtype, p.type.rank, p.name) for p in e.function.params],
-            [r.type for r in e.function.results], reuse_outputs=options.reuse_outputs) for e in native.entries}
+            [r.type for r in e.function.results], reuse_outputs=options.reuse_outputs,
+            in_place=donated_results(module, e.function)) for e in native.entries}
         self._main = self._fns[module.main.name]
         self._n_inputs = len(module.main.params)
 

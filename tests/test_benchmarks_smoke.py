@@ -199,19 +199,29 @@ def test_plugin_overhead_writes_its_table(tmp_path):
 
 
 def test_kv_cache_decode_writes_its_table(tmp_path):
-    """Eager and the plug-in on both cache writes, each run in its own process; the plug-in's
-    answers are eager's."""
+    """Eager and the plug-in on each cache (two buffer writes, a growing cache), each run in its own
+    process; the plug-in's answers are eager's."""
     p = subprocess.run([sys.executable, "-m", "benchmarks.kv_cache_decode", "--rounds", "1", "--steps", "24",
                         "--backends", "eager,braze", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads((tmp_path / "kv_cache_decode.json").read_text())
-    assert set(doc["results"]) == {f"{v}/{b}" for v in ("slice", "index_copy") for b in ("eager", "braze")}
+    assert set(doc["results"]) == {f"{v}/{b}" for v in ("slice", "index_copy", "cat") for b in ("eager", "braze")}
     for k, r in doc["results"].items():
         assert r["us"] > 0 and len(r["runs_us"]) == 1
         assert r["max_abs_err"] < 1e-4, (k, r)
     md = (tmp_path / "kv_cache_decode.md").read_text()
     assert "| slice |" in md and "braze / eager" in md
+
+
+def test_small_m_bmm_writes_its_table(tmp_path):
+    """Both paths at every case, alternating; the table has a row per case."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.small_m_bmm", "--rounds", "1", "--calls", "3",
+                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads((tmp_path / "small_m_bmm.json").read_text())
+    assert len(doc["results"]) >= 10 and all(r["kernel_us"] > 0 and r["primitive_us"] > 0 for r in doc["results"])
+    assert (tmp_path / "small_m_bmm.md").read_text().count("\n| ") == len(doc["results"]) + 1
 
 
 def _merged(module: str, doc: dict, runs: list[dict], tmp_path) -> tuple[dict, str]:

@@ -24,7 +24,7 @@ from ..ir.graph import Function, Module, Node
 from ..ir.types import DType
 from ..ops.elementwise import DIVIDING_OPS
 from ..passes.common import top_functions
-from ..passes.memory import byte_size, in_place_inputs
+from ..passes.memory import byte_size, donated_results, in_place_inputs
 from ..passes.node_classes import BACKWARD_CONVS, SCATTERS, SELECTS, before_views
 from .c_expr import c_sym_name, int_expr, nbytes_c
 from .c_kernel import KERNEL_BAD_INDEX, KERNEL_DIV_ZERO, KERNEL_NO_MEMORY
@@ -236,9 +236,15 @@ class _EntryWriter(LibraryCalls):
         # outputs first: their shapes depend on the symbols only; those whose size a node decides
         # (Module.data_symbols) are made in the arena, and allocated and copied once it has run
         decided = {k for k, r in enumerate(f.results) if self.module.decided(r.type)}
-        out_lines = [ln for k, r in enumerate(f.results) if k not in decided for ln in self._alloc_output(k, r)]
+        donated = donated_results(self.module, f)  # made in the caller's input: never allocated
+        for k, j in donated.items():
+            self.ptr[id(f.results[k])] = host.input_ptr(j)
+        out_lines = [ln for k, r in enumerate(f.results) if k not in decided | donated.keys()
+                     for ln in self._alloc_output(k, r)]
         copies = []
         for k, r in enumerate(f.results):
+            if k in donated:
+                continue
             if id(r) in self.ptr or any(r is q for q in f.results[:k]) or k in decided:
                 copies.append((k, r))  # a param, constant, repeated or decided result: copied at the end
             else:
@@ -431,7 +437,8 @@ class _EntryWriter(LibraryCalls):
         fill = next((m for m in callee.nodes if m.op == "full"), None)
         x, idx, src = (before_views(v) for v in add.inputs)  # views move no data: the memory under them
         dt, it = x.dtype, idx.dtype
-        if dt.itemsize == 2 or dt == DType.bool or it == DType.bool:
+        copy = add.op == "index_put" and add.attrs["reduce"] == "none"  # rows written: any dtype
+        if (dt.itemsize == 2 or dt == DType.bool) and not copy or it == DType.bool:
             raise UnsupportedOpError(f"{add.op} of {dt.name} with {it.name} indices has no kernel yet",
                                      where=str(add.loc) if add.loc else None, hint="compute it in float32")
         t, i_t = ctype(dt), ctype(it)

@@ -145,6 +145,10 @@ def save(model, path) -> Path:
 
     native = model._native
     f = model.module.main
+    if model.module.donated:
+        raise BrazeError("this model writes results into inputs its caller donated (Module.donated: a plug-in "
+                         "region's buffers); an artifact's caller allocates every output",
+                         hint="compile the model again without a donated block to save it")
     entry = next(e.symbol for e in native.entries if e.function.name == f.name)
     path = Path(path)
     check_save_path(path)

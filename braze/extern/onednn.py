@@ -359,6 +359,8 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_dnnl_runtime_m": (i32, []),
         "braze_dnnl_set_small_m": (None, [i32]),
         "braze_dnnl_small_m": (i32, []),
+        "braze_dnnl_set_small_bmm": (None, [i32]),
+        "braze_dnnl_small_bmm": (i32, []),
         "braze_dnnl_set_conv_gemm_m": (None, [i32]),
         "braze_dnnl_conv_gemm_m": (i32, []),
         "braze_packed_b_small_m_rows": (i64, [vp]),

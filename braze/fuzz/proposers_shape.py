@@ -171,7 +171,11 @@ def p_gather(gen, op):
 
 
 def p_index_add(gen, op):
-    x, sx, ax = _with_axis(gen, gen.pick(lambda g: g.t.rank >= 1 and g.dtype in (F32, I64, I32)))
+    """Rows added (index_add) or put into ``x``: written (``none``) in any dtype, as braze_scatter.h
+    copies them (a bfloat16 KV cache), else multiplied, maxed or minned in in 32- and 64-bit ones."""
+    reduce = gen.choice(["none", "none", "mul", "max", "min"]) if op == "index_put" else None
+    any_dtype = reduce == "none"
+    x, sx, ax = _with_axis(gen, gen.pick(lambda g: g.t.rank >= 1 and (any_dtype or g.dtype in (F32, I64, I32))))
     if not gen.always_pos(sx[ax]):
         raise Reject("empty axis")
     n = gen.dim()
@@ -179,7 +183,7 @@ def p_index_add(gen, op):
     src = gen.new(TensorType(dtype_of(x), tuple(sx[:ax]) + (n,) + tuple(sx[ax + 1:])))
     attrs = {"axis": ax - len(sx) if gen.rng.random() < 0.3 else ax}
     if op == "index_put":
-        attrs["reduce"] = gen.choice(["none", "none", "mul", "max", "min"])
+        attrs["reduce"] = reduce
     gen.emit(op, [x, idx, src], attrs)
 
 

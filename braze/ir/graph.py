@@ -119,6 +119,12 @@ class Module:
         # function -> the names its results had in the model file (an ONNX graph's outputs, a
         # torch program's output nodes): what users, the CLI and artifacts call them
         self.output_names: dict[str, list[str]] = {}
+        # function -> {parameter name: result index}: inputs the caller hands over, their values
+        # dead after the call, for that result to be made in (the plug-in's buffers that a graph
+        # writes, such as a KV cache). A scatter group whose result it is then writes its rows
+        # straight into the input (passes/memory.py, ``donated_results``); the caller gets the
+        # input back as that result. Anything else makes the result as usual.
+        self.donated: dict[str, dict[str, int]] = {}
         # function -> bytes of scratch its intermediates need (assign_memory; each fused node's
         # ``arena`` attr places its outputs in it)
         self.arena_sizes: dict[str, IntLike] = {}

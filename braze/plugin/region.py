@@ -175,7 +175,7 @@ def _free_symbols(val) -> set:
 
 
 def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, speculative: bool,
-                   backward: bool = False) -> Region:
+                   backward: bool = False, donated: dict[str, int] | None = None) -> Region:
     """Import the fused subgraph ``sub`` (called by ``call_node`` in the outer graph) and compile it.
     Weights in ``frozen`` (outer placeholder -> (name, tensor)) become constants; braze reads sizes
     from its inputs' shapes, so of the region's arguments it takes the run-time tensors, and an
@@ -183,7 +183,9 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
     (where it cannot) builds for its value at hand (``pins``).
     Raises Refused when a converter refuses a node, BrazeError when the region cannot be compiled.
     A region of a ``speculative`` graph compiles on its second call (``Region``). A ``backward``
-    graph's region may take a library whose sums over a batch of 1 it passes on (``reuse``)."""
+    graph's region may take a library whose sums over a batch of 1 it passes on (``reuse``).
+    ``donated``: placeholder -> the region output that is its new value, for the buffers the region
+    may write in place (``partition.written_buffers``)."""
     import torch
 
     from ..frontend.torch.importer import GraphInput, Importer, TorchGraph
@@ -219,7 +221,8 @@ def compile_region(name: str, sub, call_node, frozen: dict, shape_env, opts, spe
         if hi is not None and hi < 1:  # an integer argument braze could not pin (pins.pin_check)
             raise BrazeError(f"the region's shapes use {k}, an integer that is at most {hi}: braze reads sizes of "
                              "at least 1")
-    tg = TorchGraph(sub.graph, inputs, ranges, symbol_names(shape_env), shape_env, pinned=pinned_syms)
+    tg = TorchGraph(sub.graph, inputs, ranges, symbol_names(shape_env), shape_env, pinned=pinned_syms,
+                    donated=donated)
     imp = Importer(tg)
     try:
         module = imp.run()

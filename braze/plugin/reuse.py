@@ -97,7 +97,13 @@ class _Entry:
 
 
 def _signature(m: Module) -> tuple:
-    return tuple((p.type.dtype, p.type.rank) for p in m.main.params)
+    """Input dtypes and ranks, and which input each donated result is made in (by position): a
+    library writes into its caller's buffers only for regions that donate the same ones."""
+    f = m.main
+    given = m.donated.get(f.name, {})
+    index = {p.name: i for i, p in enumerate(f.params)}
+    return (tuple((p.type.dtype, p.type.rank) for p in f.params),
+            tuple(sorted((index.get(name, -1), k) for name, k in given.items())))
 
 
 def remember(m: Module, weights: dict, model) -> None:
@@ -203,7 +209,7 @@ def find(m: Module, weights: dict, name: str = "region", opts=None, grad_sums: b
         if mine is None:
             mine = canonical(m, weights, grad_sums)
         theirs = canonical(specialize(entry.module, env), entry.weights, grad_sums)
-        if theirs[:2] == mine[:2]:
+        if theirs[:2] == mine[:2] and not (m.donated and theirs[2] != mine[2]):  # donated: outputs in place
             with _lock:  # most recently used last
                 group = _libraries.get(_signature(m), [])
                 if entry in group:

@@ -306,8 +306,9 @@ class NativeModel:
         if lib.has_symbol("braze_set_adapt"):  # a library built before it: never adapts
             lib._symbol("braze_set_adapt", SET_ADAPT_FN)(self.handle, int(adapt))
 
-    def function(self, symbol: str, param_specs, result_specs, reuse_outputs: bool = True) -> "NativeFunction":
-        return NativeFunction(self, symbol, param_specs, result_specs, reuse_outputs=reuse_outputs)
+    def function(self, symbol: str, param_specs, result_specs, reuse_outputs: bool = True,
+                 in_place: dict[int, int] | None = None) -> "NativeFunction":
+        return NativeFunction(self, symbol, param_specs, result_specs, reuse_outputs=reuse_outputs, in_place=in_place)
 
 
 class _Call:
@@ -344,11 +345,13 @@ class NativeFunction:
     """
 
     def __init__(self, owner, symbol: str, param_specs, result_specs, instance: int | None = None,
-                 reuse_outputs: bool = True):
+                 reuse_outputs: bool = True, in_place: dict[int, int] | None = None):
         """``owner``: a NativeModel (its instance is passed to every call) or a NativeLibrary
         whose entries get ``instance`` (an instance made elsewhere, e.g. by an artifact's
         loader, kept alive by the caller; default NULL: a library without model state).
-        ``reuse_outputs``: large outputs the caller dropped serve later calls (``BlockPool``)."""
+        ``reuse_outputs``: large outputs the caller dropped serve later calls (``BlockPool``).
+        ``in_place``: output -> input, for outputs the entry makes in an input the caller donated
+        (``passes.memory.donated_results``): the entry allocates none, and returns that input."""
         if isinstance(owner, NativeModel):
             self.model, lib = owner, owner.lib
         else:
@@ -365,6 +368,7 @@ class NativeFunction:
         self._res_ranks = [s.rank for s in self.results]
         # the previous call's outputs may still be alive while this call fills its own
         self._pool = T.BlockPool(keep=2 * self._n_out + 2) if reuse_outputs else None
+        self._in_place = tuple((in_place or {}).items())
 
     def __repr__(self):
         return f"NativeFunction({self.symbol!r}, {len(self.params)} inputs, {len(self.results)} outputs)"
@@ -482,6 +486,8 @@ class NativeFunction:
                 raise InputError(msg)
             raise BrazeError(f"{self.symbol}: {msg}", where=f"{self.lib.path}")
         outs = state.outputs
+        for k, j in self._in_place:
+            outs[k] = keep[j]
         for o in outs:
             if o is None:
                 missing = [k for k, o in enumerate(outs) if o is None]

@@ -375,6 +375,34 @@ def test_batch_matmul_broadcasts_batch_dims(lib, ab, bb, tb):
                                         _p(out), err, ERRLEN) != 0
     assert b"each equal or 1 on one side" in err.value
 
+@pytest.mark.parametrize("tb", [0, 1])
+def test_small_m_batch_matmul_creates_nothing_at_a_new_length(lib, tb):
+    """Attention at decode (q @ K^T: B transposed; p @ V: not), one query row per head, at a new
+    length each call, broadcast heads, a scale, a length past SMALLM_LONG_K: the small-M kernels
+    take every call, so no primitive is created; oneDNN's per-shape primitive (small-M limit 0)
+    gives the same values to float32 rounding."""
+    rng = np.random.default_rng(7 + tb)
+    err = _err()
+    heads = np.array([1, 4], np.int64), np.array([3, 4], np.int64)  # A's batch broadcasts over 3
+    for L in (1, 5, 33, 130, 5000):
+        M, (N, K) = 1, ((L, 16) if tb else (16, L))
+        A = rng.standard_normal((1, 4, M, K), dtype=np.float32)
+        Bm = rng.standard_normal((3, 4, N, K) if tb else (3, 4, K, N), dtype=np.float32)
+        want = 0.25 * (A.astype(np.float64) @ (np.swapaxes(Bm, -1, -2) if tb else Bm).astype(np.float64))
+        out = np.empty(want.shape, np.float32)
+        before = _stats(lib)[0]
+        rc = lib.braze_batch_matmul_bcast(2, _p(heads[0]), _p(heads[1]), M, N, K, _p(A), 0, _p(Bm), tb, 0.25,
+                                          _p(out), err, ERRLEN)
+        assert rc == 0, err.value
+        assert _stats(lib)[0] == before, f"a primitive was created at L = {L}"
+        _close(out, want)
+        with _small_m(lib, 0):
+            ref = np.empty_like(out)
+            assert lib.braze_batch_matmul_bcast(2, _p(heads[0]), _p(heads[1]), M, N, K, _p(A), 0, _p(Bm), tb, 0.25,
+                                                _p(ref), err, ERRLEN) == 0, err.value
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5 * np.sqrt(K))
+
+
 CONV_CASES = [
     # N, IC, OC, H, W, k, stride, pad (all sides, or top, left, bottom, right), dil, groups
     (1, 3, 8, 17, 19, 3, 1, 1, 1, 1),

@@ -252,3 +252,64 @@ def test_a_size_a_node_decides_is_planned_at_its_bound_and_a_decided_result_live
     env = {"n": 5}
     plan.check(env)
     assert len({plan.evaluate(env)[v.name][0] for v in (counts, first, b.func.results[0])}) == 3
+
+
+
+def _donated(reduce="none", other="src"):
+    """A scatter group writing rows of %src into %cache, which the caller donates for result 0, and
+    an elementwise group over ``other`` (the second result)."""
+    t = "f32[2, n, 4]" if other == "src" else "f32[2, 8, 4]"
+    return f"""module {{
+  symbols {{
+    n in [1, 8]
+  }}
+  donated {{
+    @main %cache 0
+  }}
+  func @main(%cache: f32[2, 8, 4], %idx: i64[n], %src: f32[2, n, 4]) -> (f32[2, 8, 4], {t}) {{
+    %0 = fused(%cache, %idx, %src) {{callee="f0", kind="scatter"}} : f32[2, 8, 4]
+    %1 = fused(%{other}) {{callee="f1", kind="pointwise"}} : {t}
+    return %0, %1
+  }}
+  func @f0(%cache: f32[2, 8, 4], %idx: i64[n], %src: f32[2, n, 4]) -> (f32[2, 8, 4]) {{
+    %0 = index_put(%cache, %idx, %src) {{axis=1, reduce="{reduce}"}} : f32[2, 8, 4]
+    return %0
+  }}
+  func @f1(%x: {t}) -> ({t}) {{
+    %0 = exp(%x) : {t}
+    return %0
+  }}
+}}
+"""
+
+
+def test_a_donated_input_takes_the_rows_its_scatter_writes(P, tmp_path):
+    """An input the caller donated for a result (the ``donated`` block) that a scatter group writing
+    rows makes: the rows are written into the input, which the call returns as that result, with
+    the reference's values; the block prints and parses back. An input read by another group too,
+    or rows maxed in rather than written, make a new result; an artifact is refused (its caller
+    allocates every output)."""
+    import numpy as np
+
+    import braze
+    from braze.passes.memory import donated_results
+    m = P.parse(_donated())
+    assert donated_results(m, m.main) == {0: 0}
+    assert "  donated {\n    @main %cache 0\n  }" in m.to_text()
+    assert P.parse(m.to_text()).donated == {"main": {"cache": 0}}
+    for other in (P.parse(_donated(reduce="max")), P.parse(_donated(other="cache"))):
+        assert donated_results(other, other.main) == {}
+
+    cm = braze.compile(P.parse(_donated()), options={"cache_dir": str(tmp_path)})
+    rng = np.random.default_rng(0)
+    cache = rng.standard_normal((2, 8, 4), dtype=np.float32)
+    for rows in ([3], [0, 7, 2]):
+        idx, src = np.array(rows, np.int64), rng.standard_normal((2, len(rows), 4), dtype=np.float32)
+        want = cache.copy()
+        want[:, idx] = src
+        out, e = cm(cache, idx, src)
+        assert out is cache
+        np.testing.assert_array_equal(cache, want)
+        np.testing.assert_allclose(e, np.exp(src), rtol=1e-6)
+    with pytest.raises(braze.BrazeError, match="donated"):
+        cm.save(tmp_path / "artifact")

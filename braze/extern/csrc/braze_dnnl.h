@@ -88,6 +88,11 @@ int braze_dnnl_runtime_m(void);
  * their path). Process-wide, like braze_dnnl_set_runtime_m. */
 void braze_dnnl_set_small_m(int max_m);
 int braze_dnnl_small_m(void);
+/* A batched matmul of two activations (float32, A untransposed) runs the small-M kernels, no
+ * primitive, for M <= max_m (default 16) while braze_dnnl_small_m() allows M too; 0 turns that off.
+ * Process-wide. */
+void braze_dnnl_set_small_bmm(int max_m);
+int braze_dnnl_small_bmm(void);
 /* braze_conv2d_w runs an NHWC, ungrouped conv of at most max_m output pixels (N x OH x OW) as a
  * GEMM on the plain weight (braze_matmul_w over gathered columns) instead of checking its cached
  * re-laid-out copy; 0 turns it off. Process-wide, like braze_dnnl_set_small_m. */

@@ -20,6 +20,10 @@ struct braze_packed_b {
 static int g_smallm_max = SMALLM_DEFAULT_MAX;
 void braze_dnnl_set_small_m(int max_m) { __atomic_store_n(&g_smallm_max, max_m, __ATOMIC_RELAXED); }
 int braze_dnnl_small_m(void) { return __atomic_load_n(&g_smallm_max, __ATOMIC_RELAXED); }
+#define BMM_SMALL_M 16 /* measured: bmm_small, benchmarks/results/small_m_bmm.md */
+static int g_bmm_small_max = BMM_SMALL_M;
+void braze_dnnl_set_small_bmm(int max_m) { __atomic_store_n(&g_bmm_small_max, max_m, __ATOMIC_RELAXED); }
+int braze_dnnl_small_bmm(void) { return __atomic_load_n(&g_bmm_small_max, __ATOMIC_RELAXED); }
 int64_t braze_packed_b_small_m_rows(const braze_packed_b *B) {
 #if defined(__AVX512F__)
     return B ? B->smallm_kp : 0;
@@ -637,6 +641,38 @@ fail:
     return rc;
 }
 
+/* Up to braze_dnnl_small_bmm() rows (BMM_SMALL_M), on the small-M kernels (smallm_w_matmul: A[M,K] against the caller's [K,N]
+ * or, transB, [N,K] matrix), one batch at a time, in parallel over the batch when it has a matrix per
+ * thread: attention at decode (q @ K^T, p @ V, M = 1 query per head). A primitive per shape cost
+ * 0.15-0.35 ms to create at each new sequence length, which at decode is every step. Against a
+ * primitive already made, 0.64-1.15x its time at M = 1, 0.86-1.09x at 8-16, 1.05-1.83x at 32-48
+ * (docs/gemm.md). float32, A untransposed; 0 where it does not apply or could not run (the caller
+ * then runs oneDNN's). braze_dnnl_set_small_m(0) turns it off with the GEMMs' kernel. */
+static int bmm_small(int types, int nb, const int64_t *ab, const int64_t *bb, int64_t M, int64_t N, int64_t K,
+                     const void *A, int transA, const void *Bm, int transB, float alpha, void *C) {
+    if (types || transA || M > braze_dnnl_small_bmm() || !smallm_w_applies(M, N, K, transB, BRAZE_ACT_NONE)) return 0;
+    int64_t cb[BMM_MAX_BATCH], out = 1;
+    for (int i = 0; i < nb; i++) out *= cb[i] = ab[i] > bb[i] ? ab[i] : bb[i];
+    int ok = 1;
+#pragma omp parallel for schedule(static) if (out > 1 && out >= omp_get_max_threads()) reduction(&& : ok)
+    for (int64_t o = 0; o < out; o++) {
+        int64_t ia = 0, ib = 0, r = o, sa = 1, sb = 1; /* o's index in each operand's batch (1 broadcasts) */
+        for (int i = nb - 1; i >= 0; i--) {
+            int64_t c = r % cb[i];
+            r /= cb[i];
+            ia += (ab[i] == 1 ? 0 : c) * sa;
+            ib += (bb[i] == 1 ? 0 : c) * sb;
+            sa *= ab[i];
+            sb *= bb[i];
+        }
+        ok = smallm_w_matmul(M, N, K, (const float *)A + ia * M * K, (const float *)Bm + ib * K * N, transB, NULL,
+                             NULL, BRAZE_ACT_NONE, (float *)C + o * M * N) && ok;
+    }
+    if (ok && alpha != 1.0f)
+        for (int64_t i = 0; i < out * M * N; i++) ((float *)C)[i] *= alpha;
+    return ok;
+}
+
 int braze_batch_matmul_typed(int types, int nb, const int64_t *a_batch, const int64_t *b_batch, int64_t M,
                              int64_t N, int64_t K, const void *A, int transA, const void *Bm, int transB,
                              float alpha, void *C, char *err, int errlen) {
@@ -679,6 +715,7 @@ int braze_batch_matmul_typed(int types, int nb, const int64_t *a_batch, const in
         memset(C, 0, (size_t)(out * M * N) * dt_size(DST_DT(types))); /* +0.0 in every dtype */
         return 0;
     }
+    if (bmm_small(types, nb, a_batch, b_batch, M, N, K, A, transA, Bm, transB, alpha, C)) return 0;
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
     bmm_arg arg = {nb, a_batch, b_batch, M, N, K, transA != 0, transB != 0, alpha, types, ctx};

@@ -17,8 +17,10 @@ from .convert import axis, cast, checked_index, conv, op, scalar
 _TYPES = (DType.float32, DType.float64, DType.int32, DType.int64)
 
 
-def _check(cx, what, x, idx):
-    if x.dtype not in _TYPES:
+def _check(cx, what, x, idx, copy: bool = False):
+    """Refuse what braze_scatter.h has no kernel for: adds and products outside ``_TYPES``
+    (``copy``: rows only written, of any dtype)."""
+    if x.dtype not in _TYPES and not copy:
         raise UnsupportedOpError(f"{what} of {x.dtype.name} is not supported (braze adds rows of "
                                  f"{', '.join(t.name for t in _TYPES)})", where=str(cx.loc), hint=ISSUES_HINT)
     if idx.dtype is DType.bool or not idx.dtype.is_int:
@@ -60,12 +62,26 @@ def _index_put(cx, n, x, indices, values, accumulate=False):
         raise UnsupportedOpError(f"index_put with {len(pos)} index tensors is not supported", where=str(cx.loc),
                                  hint=ISSUES_HINT)
     ax, idx = pos[0], indices[pos[0]]
-    _check(cx, "index_put", x, idx)
+    _check(cx, "index_put", x, idx, copy=not accumulate)
     shape = tuple(x.shape[:ax]) + tuple(idx.shape) + tuple(x.shape[ax + 1:])
     src = cast(cx, values, x.dtype)
     if tuple(src.shape) != shape:
         src = op(cx, "expand", [src], shape=shape)
     return _rows(cx, x, idx, src, ax, "add" if accumulate else "none")
+
+
+@conv("index_copy")
+def _index_copy(cx, n, x, dim, index, source):
+    """``x.index_copy(dim, index, source)``: rows of ``source`` written at ``index`` along ``dim``
+    (transformers' StaticCache writes its KV cache so); an index outside [0, n) fails the call, as
+    eager raises."""
+    _check(cx, "index_copy", x, index, copy=True)
+    if index.rank != 1:
+        raise UnsupportedOpError(f"index_copy with a {index.rank}-d index is not supported", where=str(cx.loc),
+                                 hint="index with a 1-d tensor of positions")
+    ax = axis(cx, dim, x.rank)
+    index = checked_index(cx, index, x.shape[ax], wrap=False)
+    return _rows(cx, x, index, cast(cx, source, x.dtype), ax, reduce="none")
 
 
 # scatter_reduce's reductions as index_put's, and the value a target starts from without include_self

@@ -201,13 +201,25 @@ def _placed(cx, x, src, d: int, start):
     return op(cx, "where", [inside, moved, x])
 
 
+def _written(cx, x, src, d: int, start):
+    """``x`` with ``src`` written from ``start`` along ``d``, as rows put into ``x`` (``index_put``
+    at ``start``, ``start + 1``, ...): for an ``x`` whose memory the caller donated
+    (``Importer.donated``), where they are written in place. A row past ``x``'s end fails the
+    call (eager raises there: the slice it assigns to is shorter than ``src``)."""
+    rows = op(cx, "arange", [], start=start, end=S.add(start, src.shape[d]), step=1, dtype=DType.int64)
+    return op(cx, "index_put", [x, rows, cast(cx, src, x.dtype)], axis=d, reduce="none")
+
+
 @conv("slice_scatter")
 def _slice_scatter(cx, n, x, src, dim=0, start=None, end=None, step=1):
     """functionalized ``x[..., start:end] = src``: what AOTAutograd makes of a slice assignment.
-    A start from a size (a decoder's ``cache[:, pos:pos + n] = k``) places ``src`` by position."""
+    A start from a size (a decoder's ``cache[:, pos:pos + n] = k``) places ``src`` by position;
+    into a buffer the caller donated, its rows are written there."""
     d = axis(cx, dim, x.rank)
     lo = 0 if start is None else start
     store = cx.module.constraints
+    if step == 1 and src.rank == x.rank and store.bounds(lo)[0] >= 0 and cx.donated(x):
+        return _written(cx, x, src, d, lo)
     if step == 1 and (S.is_symbolic(lo) or S.is_symbolic(end)) and src.rank == x.rank and store.bounds(lo)[0] >= 0:
         return _placed(cx, x, src, d, lo)
     start = _scatter_bound(cx, 0 if start is None else start, "slice_scatter start")
@@ -223,6 +235,8 @@ def _select_scatter(cx, n, x, src, dim, index):
     """functionalized ``x[..., index] = src``."""
     index = _scatter_bound(cx, index, "select_scatter index")
     d = axis(cx, dim, x.rank)
+    if cx.donated(x):
+        return _written(cx, x, op(cx, "unsqueeze", [src], axes=(d,)), d, index)
     return _scattered(cx, x, op(cx, "unsqueeze", [src], axes=(d,)), d, index, index + 1)
 
 

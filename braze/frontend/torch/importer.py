@@ -271,7 +271,8 @@ class TorchGraph:
 
     def __init__(self, graph, inputs: dict[str, GraphInput], ranges: dict[str, tuple[int, int | None]],
                  names: dict[str, str], shape_env=None, outputs: list[str] | None = None,
-                 notes=None, user_ranged: set[str] = frozenset(), pinned: dict[str, int] | None = None):
+                 notes=None, user_ranged: set[str] = frozenset(), pinned: dict[str, int] | None = None,
+                 donated: dict[str, int] | None = None):
         self.graph = graph
         self.inputs = inputs  # placeholder name -> role (absent: a run-time input)
         self.ranges = ranges  # torch symbol name -> (lo, hi or None)
@@ -281,6 +282,9 @@ class TorchGraph:
         self.notes = notes  # (params, symbols, func name) -> input notes, or None
         self.user_ranged = user_ranged
         self.pinned = pinned or {}  # integer arguments compiled for one value, which the caller checks
+        # placeholder -> the position of the graph output that is its new value: a buffer the graph
+        # writes, whose memory the caller hands over for that output (Module.donated)
+        self.donated = donated or {}
 
 
 def from_exported(ep, names: dict[str, str] | None = None, user_ranged: set[str] | None = None) -> TorchGraph:
@@ -498,10 +502,13 @@ class Importer:
             if n.op == "output":
                 outs = n.args[0]
                 flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-                for o in flat:
+                donors = {q: p for p, q in tg.donated.items()}
+                for q, o in enumerate(flat):
                     if o is None or (hasattr(o, "name") and user_outputs and o.name not in user_outputs):
                         continue
                     v = self.value(o)
+                    if q in donors and self.donated(self.env.get(self._placeholder(donors[q]))):
+                        self.module.donated.setdefault(self.b.func.name, {})[donors[q]] = len(results)
                     if not isinstance(v, Value):
                         if isinstance(v, (int, float, bool)) or S.is_symbolic(v):
                             raise UnsupportedOpError(f"output {o} is a number ({v}), not a tensor",
@@ -522,6 +529,15 @@ class Importer:
                       and isinstance(v, Value)}
             self.module.input_notes.update(tg.notes(params, self.conv_sym.symbols, self.b.func.name))
         return self.module
+
+    def donated(self, v) -> bool:
+        """Whether ``v`` is an input whose memory the caller hands over (``TorchGraph.donated``):
+        a converter may then write its new value there (an ``index_put`` of rows, not a copy)."""
+        return isinstance(v, Value) and v.producer is None and v.name in self.tg.donated and \
+            any(p is v for p in self.b.func.params)
+
+    def _placeholder(self, name: str):
+        return next((n for n in self.tg.graph.nodes if n.op == "placeholder" and n.name == name), None)
 
     def _size_input(self, name: str, sym) -> None:
         """An integer argument the caller passes as a 0-d int64 tensor: its value binds ``sym``
