@@ -140,3 +140,33 @@ def test_a_write_past_the_end_does_as_eager(write, n, fresh_warnings):
         torch.testing.assert_close(model.ck, eager.ck)
         torch.testing.assert_close(c(steps[5], pos), eager(steps[5], pos))
         torch.testing.assert_close(model.cv, eager.cv)
+
+
+def test_two_instances_write_their_own_caches_from_two_threads(fresh_warnings):
+    """Two instances of one decoder (one C library) each write their own cache; run in two threads
+    at once, each matches its own eager twin at every step."""
+    import threading
+    twins = [(Decoder("slice"), Decoder("slice")) for _ in range(2)]
+    compiled = [torch.compile(m, backend="braze", dynamic=True) for m, _ in twins]
+    errors = []
+
+    def decode(i):
+        try:
+            (model, eager), c = twins[i], compiled[i]
+            torch.manual_seed(10 + i)
+            pos = 0
+            with torch.no_grad():
+                for x in [torch.randn(2, 2, 8)] + [torch.randn(2, 1, 8) for _ in range(8)]:
+                    torch.testing.assert_close(c(x, pos), eager(x, pos))
+                    torch.testing.assert_close(model.ck, eager.ck)
+                    pos += x.shape[1]
+        except Exception as e:  # noqa: BLE001 -- reported by the main thread
+            errors.append(e)
+    decode(0)  # compiled one after the other: the threads then only call
+    decode(1)
+    threads = [threading.Thread(target=decode, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
