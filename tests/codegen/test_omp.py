@@ -97,6 +97,40 @@ BRAZE_EXPORT int32_t pace_trace(int32_t windows, const int32_t *taken, int32_t *
     return 0;
 }
 
+/* `calls` calls after a pause of the caller's longer than the spin, each 4 regions: the first's
+ * worker share (20 us) taken by the master, whose own share is empty, as the worker sleeps; in
+ * the others both shares take 300 us, time for the worker to wake and start its own. Returns
+ * whether the calling thread's pool ended paced. */
+static void busy_us(int64_t us) { int64_t t0 = bz_omp_ns(); while (bz_omp_ns() - t0 < us * 1000) {} }
+BRAZE_EXPORT int32_t after_pauses(int32_t calls) {
+    omp_set_num_threads(2);
+    for (int c = 0; c < calls; c++) {
+        usleep(400);
+        for (int r = 0; r < 4; r++) {
+            #pragma omp parallel
+            { if (r > 0 || omp_get_thread_num() > 0) busy_us(r > 0 ? 300 : 20); }
+        }
+    }
+    bz_omp_pool *p = bz_omp_pool_for(1);
+    return p && p->spin == BZ_OMP_SPIN_NS;
+}
+
+/* bz_omp_idle_wake's answers: a quiet pool whose worker sleeps, 1 ms after its master's last job
+ * (1), 50 us after it (0); its worker awake (0); the pool paced (0). */
+BRAZE_EXPORT int32_t idle_wake_cases(int32_t *out) {
+    static bz_omp_worker w[2];
+    bz_omp_pool p = {.spin = BZ_OMP_SPIN_QUIET_NS, .workers = w, .last_end = 10000000};
+    w[1].sleepers = 1;
+    out[0] = bz_omp_idle_wake(&p, 2, p.last_end + 1000000);
+    out[1] = bz_omp_idle_wake(&p, 2, p.last_end + 50000);
+    w[1].sleepers = 0;
+    out[2] = bz_omp_idle_wake(&p, 2, p.last_end + 1000000);
+    w[1].sleepers = 1;
+    p.spin = BZ_OMP_SPIN_NS;
+    out[3] = bz_omp_idle_wake(&p, 2, p.last_end + 1000000);
+    return 0;
+}
+
 /* regions of tiny shares: each thread number's share runs exactly once per region */
 BRAZE_EXPORT int32_t shares(int32_t nt, int32_t regions, int64_t *count) {
     omp_set_num_threads(nt);
@@ -117,6 +151,7 @@ def harness(tmp_path_factory):
     lib.constructs.argtypes = [ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_double)]
     lib.shares.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
     lib.pace_trace.argtypes = [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p]
+    lib.idle_wake_cases.argtypes = [ctypes.c_void_p]
     lib.braze_omp_counter.restype = ctypes.c_int64
     lib.braze_omp_ops.restype = ctypes.c_void_p
     return path, lib
@@ -207,6 +242,30 @@ def test_a_pool_is_paced_while_its_workers_fall_behind_and_tries_unpaced_again(h
     # a window that keeps up while paced: the next try comes after 16 paced windows again
     _, trace = _pace(lib, [64] * 18 + [0] + [64] * 18)
     assert trace == [1] * 16 + [0] + [1] + [0] + [1] * 16 + [0] + [1]
+
+
+def test_a_wake_after_a_pause_of_the_callers_is_not_counted(harness):
+    """A decode loop's calls come after 200 us or more of Python, longer than the workers' spin, so
+    each call's first region wakes a sleeping worker and the master runs its share. That is no sign
+    of a busy machine (bz_omp_idle_wake): such a region does not count towards pacing where the
+    master was away longer than the spin and the pool is unpaced."""
+    _, lib = harness
+    out = (ctypes.c_int32 * 4)()
+    assert lib.idle_wake_cases(out) == 0
+    assert list(out) == [1, 0, 0, 0]
+
+
+@pytest.mark.slow  # timing: beside a busy process (another test worker) the pool may pace for good reason
+def test_a_pause_of_the_callers_does_not_pace_the_pool(harness):
+    """48 calls after a pause each, their first region's worker share taken by the master: the pool
+    stays unpaced (it was paced after two windows, every region then waking a worker). In a process
+    of its own: another thread's pool that ran before moves the timings."""
+    path, _ = harness
+    out = _run(f"""
+        import ctypes
+        print(ctypes.CDLL({str(path)!r}).after_pauses(48))
+    """)
+    assert out.strip() == "0"
 
 
 def test_no_cpu_after_the_last_region(harness):

@@ -190,6 +190,8 @@ typedef struct bz_omp_pool {
     int window, window_taken;       /* regions since the last pace, worker shares the master ran */
     int paced_windows;              /* windows paced since the last unpaced one */
     int probe_after, probing;       /* paced windows before the next unpaced one; 1: this one is it */
+    int woke_idle;                  /* 1: this job woke a worker that slept through the master's pause */
+    int64_t last_end;               /* when the master's last job ended (bz_omp_ns) */
     int master_cpu;                 /* the CPU the master launched the job on, while paced; else -1 */
     int pending __attribute__((aligned(64)));   /* shares of the job (1 .. n-1) not yet done */
     uint32_t done;                              /* bumped when pending reaches 0 */
@@ -399,6 +401,16 @@ static int bz_omp_team_size(unsigned n) {
 
 static void bz_omp_ws_set(bz_omp_ws *w, long seq, long s, long e, long incr, long chunk);
 
+/* Whether a job of n threads launched at `now` wakes a worker that slept through a pause of the
+ * master's: unpaced, a pause longer than the spin (a decode step's Python between two calls) lets
+ * every worker sleep, and waking them then says nothing of the load (bz_omp_pace). */
+static int bz_omp_idle_wake(const bz_omp_pool *p, int n, int64_t now) {
+    if (p->spin == BZ_OMP_SPIN_NS || now - p->last_end <= BZ_OMP_SPIN_QUIET_NS) return 0;
+    for (int i = 1; i < n; i++)
+        if (__atomic_load_n(&p->workers[i].sleepers, __ATOMIC_SEQ_CST)) return 1;
+    return 0;
+}
+
 /* Starts fn on the team's workers, the caller being thread 0 (it runs its share next).
  * `loop`: a combined parallel loop's iterations, set up as the region's first work-share. */
 static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp_loop *loop) {
@@ -422,6 +434,7 @@ static void bz_omp_launch(bz_omp_fn fn, void *data, unsigned asked, const bz_omp
         if (++p->gen == 0) p->gen = 1; /* 0 marks a taken share */
         __atomic_store_n(&p->master_cpu, p->spin == BZ_OMP_SPIN_NS ? bz_omp_getcpu() : -1, __ATOMIC_RELAXED);
         for (int i = 1; i < n; i++) __atomic_store_n(&p->claims[i], p->gen, __ATOMIC_SEQ_CST);
+        p->woke_idle = bz_omp_idle_wake(p, n, bz_omp_ns());
         for (int i = 1; i < n; i++) bz_omp_post(&p->workers[i].go, p->gen, &p->workers[i].sleepers);
     } else if (loop) {
         bz_omp_ws_set(&ctx.solo, 1, loop->start, loop->end, loop->incr, loop->chunk);
@@ -460,10 +473,11 @@ static void bz_omp_join(bz_omp_ctx saved) {
     if (p) {
         int taken = bz_omp_help(p, p->gen, 1);
         if (taken) __atomic_fetch_add(&bz_omp_count[BZ_OMP_TAKEN], taken, __ATOMIC_RELAXED);
-        bz_omp_pace(p, taken);
+        bz_omp_pace(p, p->woke_idle ? 0 : taken);
         uint32_t d = __atomic_load_n(&p->done, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(&p->pending, __ATOMIC_SEQ_CST) != 0)
             d = bz_omp_wait(&p->done, d, &p->done_sleepers, p->master_spin);
+        p->last_end = bz_omp_ns();
     }
     bz_omp_cur = saved;
 }

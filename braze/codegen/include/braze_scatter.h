@@ -52,7 +52,8 @@ static int64_t NAME(T *out, const T *x, T fill, const I *idx, const T *src, int6
     }                                                                                                \
     int64_t pieces = chunk ? (inner + chunk - 1) / chunk : 1;                                        \
     int64_t units = outer * pieces;                                                                  \
-    int par = (double)outer * (double)(n + count) * (double)inner >= 65536.0;                         \
+    /* in place (x == out) only the rows move: a decoder's one new row is no work for a team */   \
+    int par = (double)outer * (double)((x != out ? n : 0) + count) * (double)inner >= 65536.0;       \
     _Pragma("omp parallel if(par)")                                                                  \
     {                                                                                                \
         if (x != out) {                                                                              \
