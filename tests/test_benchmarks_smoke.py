@@ -214,6 +214,21 @@ def test_kv_cache_decode_writes_its_table(tmp_path):
     assert "| slice |" in md and "braze / eager" in md
 
 
+def test_hf_decode_writes_its_table(tmp_path):
+    """Eager and the plug-in decode LLaMA with its StaticCache (GPT-2's growing cache is
+    kv_cache_decode's cat), each in its own process; the plug-in's tokens are eager's (the
+    benchmark exits 1 otherwise)."""
+    pytest.importorskip("transformers")
+    p = subprocess.run([sys.executable, "-m", "benchmarks.hf_decode", "--models", "llama", "--rounds", "1",
+                        "--tokens", "12", "--backends", "eager,braze", "--out", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-2000:]
+    doc = json.loads((tmp_path / "hf_decode.json").read_text())
+    assert set(doc["results"]) == {"llama/eager", "llama/braze"}
+    assert all(r["same_tokens"] and r["us"] > 0 for r in doc["results"].values())
+    assert "| llama |" in (tmp_path / "hf_decode.md").read_text()
+
+
 def test_small_m_bmm_writes_its_table(tmp_path):
     """Both paths at every case, alternating; the table has a row per case."""
     p = subprocess.run([sys.executable, "-m", "benchmarks.small_m_bmm", "--rounds", "1", "--calls", "3",

@@ -641,10 +641,11 @@ fail:
     return rc;
 }
 
-/* Up to braze_dnnl_small_bmm() rows (BMM_SMALL_M), on the small-M kernels (smallm_w_matmul: A[M,K] against the caller's [K,N]
- * or, transB, [N,K] matrix), one batch at a time, in parallel over the batch when it has a matrix per
- * thread: attention at decode (q @ K^T, p @ V, M = 1 query per head). A primitive per shape cost
- * 0.15-0.35 ms to create at each new sequence length, which at decode is every step. Against a
+/* Up to braze_dnnl_small_bmm() rows (BMM_SMALL_M), a product on the small-M kernels (smallm_w_matmul:
+ * A[M,K] against the caller's [K,N] or, transB, [N,K] matrix) per batch: attention at decode (q @ K^T,
+ * p @ V, M = 1 query per head). With a matrix per thread the batches run in parallel; else on the
+ * calling thread (braze's teams run a region inside the inactive one alone). A primitive per shape
+ * cost 0.15-0.35 ms to create at each new sequence length, which at decode is every step. Against a
  * primitive already made, 0.64-1.15x its time at M = 1, 0.86-1.09x at 8-16, 1.05-1.83x at 32-48
  * (docs/gemm.md). float32, A untransposed; 0 where it does not apply or could not run (the caller
  * then runs oneDNN's). braze_dnnl_set_small_m(0) turns it off with the GEMMs' kernel. */
