@@ -214,6 +214,7 @@ def test_kv_cache_decode_writes_its_table(tmp_path):
     assert "| slice |" in md and "braze / eager" in md
 
 
+@pytest.mark.slow  # 20 s of transformers: the suite's budget (the cache written in place: tests/plugin)
 def test_hf_decode_writes_its_table(tmp_path):
     """Eager and the plug-in decode LLaMA with its StaticCache (GPT-2's growing cache is
     kv_cache_decode's cat), each in its own process; the plug-in's tokens are eager's (the
