@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 
@@ -88,22 +87,13 @@ def main(argv=None) -> int:
         ap.error(f"--backends: eager first, then any of {', '.join(BACKENDS[1:])}")
     if not set(models) <= set(MODELS):
         ap.error(f"--models: any of {', '.join(MODELS)}")
-    runs: dict = {}
-    for r in range(a.rounds):
-        for name in models:
-            for backend in backends:
-                out = subprocess.run([sys.executable, "-m", "benchmarks.hf_decode", "--one", backend, name,
-                                      "--tokens", str(a.tokens), "--threads", str(a.threads)],
-                                     capture_output=True, text=True, check=True)
-                res = json.loads(out.stdout.strip().splitlines()[-1])
-                runs.setdefault(f"{name}/{backend}", []).append(res)
-                print(f"round {r + 1} {name:6s} {backend:9s} {res['us']:8.1f} us", flush=True)
+    from .run import _machine, process_rounds, write_results
+    runs = process_rounds("benchmarks.hf_decode", models, backends, a.rounds,
+                          ["--tokens", str(a.tokens), "--threads", str(a.threads)])
     import torch
     import transformers
 
     import braze
-
-    from .run import _machine, write_results
     points = {}
     for k, v in runs.items():
         eager = runs[k.split("/")[0] + "/eager"][0]["tokens"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 
@@ -107,21 +106,12 @@ def main(argv=None) -> int:
     backends = a.backends.split(",")
     if backends[0] != "eager" or not set(backends) <= set(BACKENDS):
         ap.error(f"--backends: eager first, then any of {', '.join(BACKENDS[1:])}")
-    runs: dict = {}
-    for r in range(a.rounds):
-        for variant in VARIANTS:
-            for backend in backends:
-                out = subprocess.run([sys.executable, "-m", "benchmarks.kv_cache_decode", "--one", backend, variant,
-                                      "--steps", str(a.steps), "--threads", str(a.threads)],
-                                     capture_output=True, text=True, check=True)
-                res = json.loads(out.stdout.strip().splitlines()[-1])
-                runs.setdefault(f"{variant}/{backend}", []).append(res)
-                print(f"round {r + 1} {variant:10s} {backend:9s} {res['us']:8.1f} us", flush=True)
+    from .run import _machine, process_rounds, write_results
+    runs = process_rounds("benchmarks.kv_cache_decode", list(VARIANTS), backends, a.rounds,
+                          ["--steps", str(a.steps), "--threads", str(a.threads)])
     import torch
 
     import braze
-
-    from .run import _machine, write_results
     points = {k: {"us": statistics.median(x["us"] for x in v), "runs_us": [round(x["us"], 1) for x in v],
                   "max_abs_err": max(x["max_abs_err"] for x in v)} for k, v in runs.items()}
     doc = {"meta": {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threads": a.threads, "braze": braze.__version__,

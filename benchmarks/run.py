@@ -625,6 +625,22 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
     return 0
 
 
+def process_rounds(module: str, cases: list[str], backends: list[str], rounds: int, args: list[str]) -> dict:
+    """``python -m MODULE --one BACKEND CASE ARGS...`` for every case and backend, ``rounds`` times,
+    each in a process of its own (a backend's threads then disturb no other's calls); its last line
+    is a JSON record. Returns "case/backend" -> the records, in round order."""
+    runs: dict = {}
+    for r in range(rounds):
+        for case in cases:
+            for backend in backends:
+                out = subprocess.run([sys.executable, "-m", module, "--one", backend, case, *args],
+                                     capture_output=True, text=True, check=True)
+                res = json.loads(out.stdout.strip().splitlines()[-1])
+                runs.setdefault(f"{case}/{backend}", []).append(res)
+                print(f"round {r + 1} {case:10s} {backend:9s} {res['us']:8.1f} us", flush=True)
+    return runs
+
+
 def write_results(out: str | Path, stem: str, doc: dict, to_markdown) -> str:
     """``doc`` as ``out/stem.json`` and its markdown as ``out/stem.md``; returns the markdown."""
     out = Path(out)
