@@ -30,7 +30,7 @@ def _check(cx, what, x, idx, copy: bool = False):
         raise UnsupportedOpError(f"{what} into a 0-d tensor is not supported", where=str(cx.loc), hint=ISSUES_HINT)
 
 
-def _rows(cx, x, idx, src, ax, reduce: str = "add"):
+def put_rows(cx, x, idx, src, ax, reduce: str = "add"):
     """index_add (or index_put with ``reduce``) of ``src`` (x's shape with dim ``ax`` replaced by
     idx's shape) at ``idx`` (any rank, flattened)."""
     if idx.rank != 1:
@@ -50,7 +50,7 @@ def _index_add(cx, n, x, dim, index, source, alpha=1):
     src = cast(cx, source, x.dtype)
     if alpha != 1:
         src = op(cx, "mul", [src, scalar(cx, alpha, x.dtype)])
-    return _rows(cx, x, index, src, ax)
+    return put_rows(cx, x, index, src, ax)
 
 
 @conv("index_put")
@@ -67,7 +67,7 @@ def _index_put(cx, n, x, indices, values, accumulate=False):
     src = cast(cx, values, x.dtype)
     if tuple(src.shape) != shape:
         src = op(cx, "expand", [src], shape=shape)
-    return _rows(cx, x, idx, src, ax, "add" if accumulate else "none")
+    return put_rows(cx, x, idx, src, ax, "add" if accumulate else "none")
 
 
 @conv("index_copy")
@@ -81,7 +81,7 @@ def _index_copy(cx, n, x, dim, index, source):
                                  hint="index with a 1-d tensor of positions")
     ax = axis(cx, dim, x.rank)
     index = checked_index(cx, index, x.shape[ax], wrap=False)
-    return _rows(cx, x, index, cast(cx, source, x.dtype), ax, reduce="none")
+    return put_rows(cx, x, index, cast(cx, source, x.dtype), ax, reduce="none")
 
 
 # scatter_reduce's reductions as index_put's, and the value a target starts from without include_self

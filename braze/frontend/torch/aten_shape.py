@@ -6,6 +6,7 @@ from ...errors import UnsupportedOpError
 from ...ir import sym as S
 from ...ir.graph import Value
 from ...ir.types import DType
+from .aten_scatter import put_rows
 from .convert import axis, cast, checked_index, conv, meta, need_static, op, out_dtype, out_shape, scalar, tensor
 from .common import ISSUES_HINT
 
@@ -207,7 +208,7 @@ def _written(cx, x, src, d: int, start):
     (``Importer.donated``), where they are written in place. A row past ``x``'s end fails the
     call (eager raises there: the slice it assigns to is shorter than ``src``)."""
     rows = op(cx, "arange", [], start=start, end=S.add(start, src.shape[d]), step=1, dtype=DType.int64)
-    return op(cx, "index_put", [x, rows, cast(cx, src, x.dtype)], axis=d, reduce="none")
+    return put_rows(cx, x, rows, cast(cx, src, x.dtype), d, reduce="none")
 
 
 @conv("slice_scatter")
