@@ -274,6 +274,18 @@ def test_an_integer_division_by_zero_is_an_error_as_in_tf():
         cm(a=a, b=b)
 
 
+def test_integer_floor_division_at_the_dtype_minimum_is_tfs():
+    """floordiv of INT32_MIN by a positive divisor: (a - a mod b) / b overflowed there."""
+    f = tf.function(lambda a, b: tf.math.floordiv(a, b),
+                    input_signature=[tf.TensorSpec([None], tf.int32, name="a"),
+                                     tf.TensorSpec([None], tf.int32, name="b")])
+    cm = braze.compile(f, dims={"a": ("n",), "b": ("n",)})
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    a = np.array([lo, lo, lo + 1, hi, hi, -7, 7, lo], np.int32)
+    b = np.array([3, 7, 2, -3, 2, 2, -2, lo], np.int32)
+    np.testing.assert_array_equal(cm(a=a, b=b), f(a, b).numpy())
+
+
 def test_input_names_and_types_from_dims():
     model, _, _ = mlp()
     m = braze.import_tf(model, dims={"x": ("rows", None)}, dim_ranges={"rows": (1, 64)})

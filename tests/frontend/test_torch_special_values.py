@@ -99,3 +99,25 @@ def test_pow_by_a_scalar_and_by_a_tensor_at_special_values(p):
     for got, want in ((ref_s, want_s), (nat_s, want_s), (ref_t, want_t), (nat_t, want_t)):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, equal_nan=True)
         assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all(), (got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
+def test_integer_floor_division_at_the_dtype_limits(dtype):
+    """a // b at the dtype's minimum and maximum, by divisors of both signs, equals eager's, in the
+    reference and in C. (a - a mod b) / b, the old lowering, overflowed there: INT64_MIN // 3 came
+    out positive."""
+    info = torch.iinfo(dtype)
+    vals = [info.min, info.min + 1, -7, -1, 0, 1, 7, info.max - 1, info.max]
+    divs = [info.min, -7, -3, -1, 1, 3, 7, info.max]
+    a = torch.tensor(vals, dtype=dtype).repeat(len(divs))
+    b = torch.tensor(divs, dtype=dtype).repeat_interleave(len(vals))
+
+    def fn(a, b):
+        return a // b, torch.div(a, b, rounding_mode="floor"), a // 3
+    want = fn(a, b)
+    ep = torch.export.export(Fn(fn), (a, b), strict=False)
+    ref = braze.reference.run(braze.import_torch(ep), a.numpy(), b.numpy())
+    got = braze.compile(ep)(a, b)
+    for w, r, g in zip(want, ref, got):
+        np.testing.assert_array_equal(r, w.numpy())
+        np.testing.assert_array_equal(g.numpy(), w.numpy())

@@ -79,8 +79,10 @@ def _floordiv(n):
         for idx, (x, y) in zip(np.ndindex(out.shape), np.broadcast(a.known, b.known)):
             out[idx] = S.floordiv(_int(x), _int(y))
         return n.const(out, a.dtype)
-    # a // b == (a - a mod b) / b exactly, with the mod's sign the divisor's (TF's floor division)
-    return n.onnx1("Div", n.onnx1("Sub", a, n.onnx1("Mod", a, b, fmod=0)), b)
+    # a // b == trunc(a / b) - (a mod b - fmod(a, b)) / b: the remainders differ by 0 or b, so
+    # nothing overflows at the dtype's minimum, as (a - a mod b) / b did
+    step = n.onnx1("Sub", n.onnx1("Mod", a, b, fmod=0), n.onnx1("Mod", a, b, fmod=1))
+    return n.onnx1("Sub", n.onnx1("Div", a, b), n.onnx1("Div", step, b))
 
 
 def _int(x):

@@ -54,9 +54,11 @@ def _div(cx, n, a, b, rounding_mode=None):
         return op(cx, "where", [neg, op(cx, "ceil", [q]), op(cx, "floor", [q])])
     if rounding_mode == "trunc":
         return op(cx, "div", [a, b])
-    # floor division of ints: (a - a mod b) / b is exact, and mod takes b's sign
-    r = op(cx, "remainder", [a, b])
-    return op(cx, "div", [op(cx, "sub", [a, r]), b])
+    # floor division of ints: trunc(a / b) - (a mod b - fmod(a, b)) / b. The two remainders differ
+    # by 0 or b, so nothing overflows; (a - a mod b) / b did at the dtype's minimum
+    q = op(cx, "div", [a, b])
+    step = op(cx, "sub", [op(cx, "remainder", [a, b]), op(cx, "fmod", [a, b])])
+    return op(cx, "sub", [q, op(cx, "div", [step, b])])
 
 
 @conv("floor_divide")
