@@ -21,13 +21,16 @@ from ..frontend.torch.aten import packet_name
 from .region import UNREADABLE_SIZE, Refused, compile_region
 from .rng import SEED_META
 from .saved_layout import LAYOUT_META
+from .strides import keep_traced_strides
 
 _log = _logging.get("plugin")
 
 SIZE = "size"  # a node that computes sizes, not tensors
 SEED = "seed"  # the graph's random seed (``rng``): drawn by PyTorch before any region runs, no warning
 VIEW = "layout view"  # a saved activation's channels-last view (``saved_layout``): PyTorch's, no warning
-QUIET = (SEED, VIEW)  # nodes PyTorch runs on purpose, which split no region
+# a view of a braze result that PyTorch reads, made by PyTorch with eager's strides (``strides``)
+TRACED_VIEW = "a view PyTorch makes with the traced strides"
+QUIET = (SEED, VIEW, TRACED_VIEW)  # nodes PyTorch runs on purpose, which split no region
 # a view to sizes the region cannot read (a loss's gradient viewed back to [batch, seq, vocab] with
 # the forward's saved sizes): PyTorch makes it without a copy, with no warning
 SIZED_VIEW = "a view to sizes from another graph, which PyTorch makes without a copy"
@@ -158,6 +161,27 @@ def split_input_views(g, reasons: dict) -> None:
                 u.replace_input_with(n, twin)
 
 
+def _user_results(g, label: str) -> set:
+    """The nodes the graph returns to the user's side: all it returns, but for a training
+    forward's saved activations, which only its backward reads (and braze's backward reads any
+    strides; ``saved_layout`` picks their layout)."""
+    from .saved_layout import saved_start
+    results = next(n for n in g.graph.nodes if n.op == "output").args[0]
+    results = list(results) if isinstance(results, (list, tuple)) else [results]
+    start = saved_start() if label == "forward" else None
+    return set(results[:start] if start is not None else results)
+
+
+def _torch_readers(n, reasons: dict, returned: set) -> list:
+    """The users of ``n`` that PyTorch runs and that read its values: its ops (not size arithmetic,
+    nor ``saved_layout``'s views; a ``TRACED_VIEW`` reads eager's strides), and the graph's output
+    where ``n`` is among the ``returned``. A view of the graph's inputs is PyTorch's own: none."""
+    if _is_input_view(n, reasons):
+        return []
+    return [u for u in n.users if (u.op == "output" and n in returned) or
+            (u.op == "call_function" and reasons.get(u.name) not in (None, SIZE, SEED, VIEW))]
+
+
 def _place_input_views(groups: dict, reasons: dict) -> dict:
     """Each grouped node's group, with each view of the graph's inputs moved to its reader's group,
     or to none (PyTorch's) when its reader is not braze's (the graph's output, a PyTorch op): a
@@ -270,6 +294,11 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
     calls = [n for n in g.graph.nodes if n.op == "call_function"]
     reasons = {n.name: support(n, refused) for n in calls}
     split_input_views(g, reasons)
+    returned = _user_results(g, label)
+    if keep_traced_strides(g, reasons, lambda n: _torch_readers(n, reasons, returned),
+                           lambda n: packet_name(n.target) in FREE_VIEWS, TRACED_VIEW):
+        reasons.update({n.name: support(n, refused) for n in g.graph.nodes
+                        if n.op == "call_function" and n.name not in reasons})
     calls = [n for n in g.graph.nodes if n.op == "call_function"]
     parts = [Partition(nodes=p) for p in stages(g, reasons)
              if any(packet_name(n.target) not in VIEW_OPS for n in p if n.target is not operator.getitem)]

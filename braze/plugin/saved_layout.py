@@ -69,7 +69,7 @@ def nhwc_made(node, memo: dict | None = None) -> bool:
     return made
 
 
-def _permute(graph, after, x, perm, torch_view: bool):
+def permute_node(graph, after, x, perm, torch_view: bool):
     """``permute(x, perm)``, placed after ``after``; ``torch_view``: one PyTorch makes (a view)."""
     import torch
     with graph.inserting_after(after):
@@ -82,12 +82,18 @@ def _permute(graph, after, x, perm, torch_view: bool):
     return p
 
 
+def saved_start() -> int | None:
+    """In a training step's forward graph, the index of its first saved activation among its
+    outputs (those before it are the user's); None when AOTAutograd does not say."""
+    from torch._guards import TracingContext
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    return getattr(meta, "num_forward", None)
+
+
 def forward(gm) -> set[str]:
     """Rewrites the forward graph ``gm`` in place (see the module doc); returns the names of the
     saved activations it now returns channels-last."""
-    from torch._guards import TracingContext
-    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
-    start = getattr(meta, "num_forward", None)
+    start = saved_start()
     out = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if start is None or out is None or not isinstance(out.args[0], (list, tuple)):
         return set()
@@ -98,8 +104,8 @@ def forward(gm) -> set[str]:
         s = results[k]
         if getattr(s, "op", None) != "call_function" or results.count(s) != 1 or not nhwc_made(s, memo):
             continue
-        inner = _permute(gm.graph, s, s, TO_NHWC, torch_view=False)
-        results[k] = _permute(gm.graph, inner, inner, TO_NCHW, torch_view=True)
+        inner = permute_node(gm.graph, s, s, TO_NHWC, torch_view=False)
+        results[k] = permute_node(gm.graph, inner, inner, TO_NCHW, torch_view=True)
         names.add(s.name)
     if names:
         out.args = (type(out.args[0])(results),) + tuple(out.args[1:])
@@ -115,8 +121,8 @@ def backward(gm, names: set[str]) -> int:
     last = places[-1] if places else None
     for ph in chosen:
         users = list(ph.users)
-        view = _permute(gm.graph, last, ph, TO_NHWC, torch_view=True)
-        last = back = _permute(gm.graph, view, view, TO_NCHW, torch_view=False)
+        view = permute_node(gm.graph, last, ph, TO_NHWC, torch_view=True)
+        last = back = permute_node(gm.graph, view, view, TO_NCHW, torch_view=False)
         for u in users:
             u.replace_input_with(ph, back)
     if chosen:
