@@ -52,7 +52,9 @@ def pinned_symbols(places, shape_env, read: set) -> dict:
     value (``pin_check``). A size from another graph is not an argument of the user's and is never
     pinned: it changes with the shapes."""
     import sympy
-    hints = getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
+    # torch 2.13 renamed var_to_val, and reading the old name warns the user
+    hints = shape_env.backed_var_to_val if hasattr(shape_env, "backed_var_to_val") else \
+        getattr(shape_env, "var_to_val", {})
     out = {}
     for p in places:
         for _, d in _symbolic_sizes(p.meta.get("val")):

@@ -121,3 +121,20 @@ def test_integer_floor_division_at_the_dtype_limits(dtype):
     for w, r, g in zip(want, ref, got):
         np.testing.assert_array_equal(r, w.numpy())
         np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_fmax_and_fmin_ignore_one_nan():
+    """fmax/fmin give the other operand where one is NaN (maximum/minimum propagate it); braze
+    mapped them to maximum/minimum until 2026-12-02."""
+    a = torch.tensor([NAN, 1.0, 2.0, NAN, -INF, 3.0, -0.5])
+    b = torch.tensor([1.0, NAN, NAN, NAN, 3.0, -INF, 0.5])
+
+    def fn(a, b):
+        return torch.fmax(a, b), torch.fmin(a, b), torch.fmax(a, b[:1]), torch.fmin(b, a)
+    want = fn(a, b)
+    ep = torch.export.export(Fn(fn), (a, b), strict=False)
+    ref = braze.reference.run(braze.import_torch(ep), a.numpy(), b.numpy())
+    got = braze.compile(ep)(a, b)
+    for w, r, g in zip(want, ref, got):
+        np.testing.assert_array_equal(r, w.numpy())
+        np.testing.assert_array_equal(g.numpy(), w.numpy())

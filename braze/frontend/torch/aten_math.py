@@ -27,9 +27,24 @@ def _binary(name):
 
 
 for _t, _b in {"add": "add", "sub": "sub", "mul": "mul", "maximum": "maximum", "minimum": "minimum",
-               "remainder": "remainder", "fmod": "fmod", "true_divide": "div", "fmax": "maximum",
-               "fmin": "minimum"}.items():
+               "remainder": "remainder", "fmod": "fmod", "true_divide": "div"}.items():
     conv(_t)(_binary(_b))
+
+
+def _nan_ignoring(name):
+    """fmax / fmin: a NaN operand gives the other one (maximum / minimum propagate it): each NaN is
+    replaced by the other operand first, so only two NaNs give NaN."""
+    def f(cx, n, a, b):
+        dt = out_dtype(cx, n)
+        a, b = tensor(cx, a, dt), tensor(cx, b, dt)
+        if dt.is_float:
+            a, b = (op(cx, "where", [op(cx, "not_equal", [x, x]), y, x]) for x, y in ((a, b), (b, a)))
+        return op(cx, name, [a, b])
+    return f
+
+
+conv("fmax")(_nan_ignoring("maximum"))
+conv("fmin")(_nan_ignoring("minimum"))
 conv("max.other")(_binary("maximum"))
 conv("min.other")(_binary("minimum"))
 
