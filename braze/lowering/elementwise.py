@@ -65,7 +65,7 @@ def _lower_not(ctx, x):
     return lambda idx: Unary("not", cast(x(idx), BOOL), BOOL)
 
 
-_SIMPLE_UNARY = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "neg", "abs",
+_SIMPLE_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "tanh", "erf", "sigmoid", "silu", "sin", "cos", "neg", "abs",
                  *(f for f in LIBM_UNARY if f != "trunc"))
 
 

@@ -267,6 +267,8 @@ def _softplus(x, beta, threshold):
 _FLOAT_UNARY = {
     "exp": (lambda x: np.exp(x), {}, "e ** x"),
     "log": (lambda x: np.log(x), {}, "natural log (log 0 = -inf, negative -> NaN)"),
+    "log1p": (lambda x: np.log1p(x), {}, "log(1 + x), without the rounding of 1 + x near 0 (-0 -> -0)"),
+    "expm1": (lambda x: np.expm1(x), {}, "e ** x - 1, without the cancellation near 0 (-0 -> -0)"),
     "sqrt": (lambda x: np.sqrt(x), {}, "square root"),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, "1 / sqrt(x)"),
     "reciprocal": (lambda x: 1.0 / x, {}, "1 / x"),
