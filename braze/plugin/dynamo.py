@@ -145,6 +145,10 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     names = [weight_name(n, i) for i, n in enumerate(places)]
     scalars = {i for i, n in enumerate(places) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)}
+    # a float the caller passes (a temperature, a scale) is an input read at each call: baked in, a
+    # new value at each call would run the graph in PyTorch. Attributes and globals (eps, math.pi)
+    # rarely change, and baked in they fold and join patterns
+    scalars = {i for i in scalars if not _is_argument(places[i])}
 
     speculative = [False]  # the forward's, for its backward
     saved_nhwc: set[str] = set()  # the saved activations the forward returns channels-last, for the backward
@@ -288,6 +292,13 @@ def weight_name(node, i: int) -> str:
     return ".".join(keep) or node.name
 
 
+def _is_argument(place) -> bool:
+    """Whether dynamo's placeholder ``place`` is a local of the compiled frame itself (its
+    arguments), not an attribute or a global reached from one."""
+    from torch._dynamo.source import LocalSource
+    return isinstance(getattr(place.meta.get("grapharg"), "source", None), LocalSource)
+
+
 def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: bool) -> tuple[dict, tuple]:
     """What braze bakes in as constants: placeholder name -> (name, tensor); and the checks that
     keep that honest (``partition.GuardedCall``): (input index, the tensor, its version) per
@@ -298,9 +309,9 @@ def _frozen_inputs(g, real: list, names: list[str], scalars: set[int], weights: 
       call checks that every one is the same tensor at the same version; a weight replaced or
       changed in place since makes the graph run in PyTorch until ``torch._dynamo.reset()`` and
       a new compile. Without ``freeze``, weights are inputs like any other, read at every call.
-    - Python floats dynamo passes as 0-d tensors without guarding their value (``eps``,
-      ``scaling``, ``math.pi``). Baked in, they fold and join patterns (GELU's tanh form); each
-      call compares them with their baked values.
+    - Python floats dynamo passes as 0-d tensors without guarding their value, from attributes
+      and globals (``eps``, ``scaling``, ``math.pi``; not the frame's arguments). Baked in, they
+      fold and join patterns (GELU's tanh form); each call compares them with their baked values.
     """
     import math
 

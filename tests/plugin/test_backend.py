@@ -248,6 +248,35 @@ def test_a_float_attribute_changed_later_is_honoured(fresh_warnings):
             torch.testing.assert_close(c(x), m(x))
 
 
+def test_a_float_argument_is_read_at_each_call(fresh_warnings):
+    """A float the caller passes (a temperature) is an input of the library, not a constant: a
+    new value at each call runs natively, with no warning; an attribute (eps) stays baked in."""
+    from braze.testing import NativeCalls
+
+    class Tempered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.eps = 1e-3
+
+        def forward(self, x, temperature):
+            return torch.softmax(self.lin(x) / temperature, -1) + self.eps
+
+    m = Tempered().eval()
+    c = torch.compile(m, backend="braze", dynamic=True)
+    calls = NativeCalls()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", braze.errors.BrazeWarning)
+        c(torch.randn(2, 8), 0.5)  # compiles
+        steps = ((3, 0.7), (3, 2.0), (1, 1e-3), (4, 0.5))
+        for b, t in steps:
+            x = torch.randn(b, 8)
+            with calls:
+                got = c(x, t)
+            torch.testing.assert_close(got, m(x, t))
+    assert calls.count >= len(steps), calls.count  # braze ran every call, not PyTorch
+
+
 def test_debug_3_reports_each_region_s_slowest_kernels(tmp_path):
     from braze.plugin import report
     m = mlp()
