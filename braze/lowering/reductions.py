@@ -73,7 +73,8 @@ def _lower_arg(ctx, x, *, axis, keepdims):
 
 
 def _mean(ctx, x, axes, keepdims, dt, idx, n):
-    """The float mean over ``axes``: the row's first element plus the sum of x/n - first/n. A
+    """The float mean over ``axes``: the row's first element plus the sum of x/n - first/n (0 for
+    a first element that is not finite). A
     constant row's mean is exactly its value whatever order a float32 sum takes (``x - mean(x)``
     and layer_norm of a constant row are exactly 0, as in PyTorch; the C never contracts the
     product into an FMA). Each term is scaled before the sum, so neither a difference (up to
@@ -91,6 +92,8 @@ def _mean(ctx, x, axes, keepdims, dt, idx, n):
         first = cast(x(tuple(at)), dt)
     else:
         first = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: cast(e, dt), extents=ones)
+    # an infinite or NaN first element shifts by 0 instead: inf - inf made a row led by inf NaN
+    first = select(cmp("lt", un("abs", first), const(float("inf"), dt)), first, const(0, dt))
     inv_n = div(const(1, dt), intlike_value(n, dt))
     first_n = mul(first, inv_n)
     diff = _reduce_over(ctx, x, axes, keepdims, "sum", dt, idx, lambda e, _: sub(mul(cast(e, dt), inv_n), first_n))

@@ -138,3 +138,16 @@ def test_fmax_and_fmin_ignore_one_nan():
     for w, r, g in zip(want, ref, got):
         np.testing.assert_array_equal(r, w.numpy())
         np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_mean_of_rows_led_by_an_infinity():
+    """The mean shifts by a row's first element; one that is +-inf made every term inf - inf, NaN,
+    where eager gives inf (until 2026-12-02)."""
+    x = torch.tensor([[INF, 1.0, -1.0, 2.0], [-INF, -INF, -INF, -INF], [INF, -INF, 0.0, 1.0],
+                      [NAN, 1.0, 2.0, 3.0], [1.0, INF, 2.0, 3.0], [-0.0, -0.0, -0.0, -0.0], [2.0, 2.0, 2.0, 2.0]])
+    for fn in (lambda t: t.mean(1), lambda t: t.mean(0), lambda t: t[:2].mean(), lambda t: t.mean(1, keepdim=True)):
+        want = fn(x).numpy()
+        for got in _both(fn, x):
+            np.testing.assert_array_equal(got, want)
+            zero = want == 0
+            assert np.array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
