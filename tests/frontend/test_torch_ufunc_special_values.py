@@ -98,7 +98,8 @@ def _same(w, g):
     """Elementwise: equal, with NaN as NaN and the sign of zero, or within 1e-5 relative."""
     if w.dtype.kind != "f":
         return w == g
-    close = (w == g) | (np.isfinite(w) & (np.abs(w - g) <= 1e-5 * np.abs(w) + 1e-38))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, compared as NaN below
+        close = (w == g) | (np.isfinite(w) & (np.abs(w - g) <= 1e-5 * np.abs(w) + 1e-38))
     return np.where(np.isnan(w), np.isnan(g), close & ((w != 0) | (np.signbit(w) == np.signbit(g))))
 
 
