@@ -73,11 +73,10 @@ def _lower_arg(ctx, x, *, axis, keepdims):
 
 
 def _mean(ctx, x, axes, keepdims, dt, idx, n):
-    """The float mean over ``axes``: the row's first element plus the sum of x/n - first/n (0 for
-    a first element that is not finite). A
-    constant row's mean is exactly its value whatever order a float32 sum takes (``x - mean(x)``
-    and layer_norm of a constant row are exactly 0, as in PyTorch; the C never contracts the
-    product into an FMA). Each term is scaled before the sum, so neither a difference (up to
+    """The float mean over ``axes``: the row's first element (0 where it is not finite) plus the
+    sum of x/n - first/n. A constant row's mean is exactly its value whatever order a float32
+    sum takes (``x - mean(x)`` and layer_norm of a constant row are exactly 0, as in PyTorch; the
+    C never contracts the product into an FMA). Each term is scaled before the sum, so neither a difference (up to
     twice the largest float) nor a partial sum overflows where the mean is finite: with the
     differences summed first, values near +-3e38 gave inf (fuzz seed 70827). The first element
     is read directly when every reduced extent is at least 1, else it is a sum over
