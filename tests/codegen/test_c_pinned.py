@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PINNED = {"gpt": "b94c163c044ccd93c5fb9a6868c1e229c0690a9ba114c02e43ffbff2586aeccc",
+PINNED = {"gpt": "5f385699cb0eca4c5a24ef84670ae2a4c4eb09a9f29b05b43f2c1dec83ca653f",
           "cnn": "8a8612fb80b7c4364f6fb667e9822876cd7d60c78fe7599698bd1daa3cc9659d"}
 
 SCRIPT = """
