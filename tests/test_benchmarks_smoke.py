@@ -198,6 +198,7 @@ def test_plugin_overhead_writes_its_table(tmp_path):
     assert row["rel_error_direct"] < 1e-4 and row["rel_error_plugin"] < 1e-4
 
 
+@pytest.mark.slow  # 27 s on 2 cores (six processes): the suite's budget; tests/plugin/test_buffer_writes.py checks the decoding
 def test_kv_cache_decode_writes_its_table(tmp_path):
     """Eager and the plug-in on each cache (two buffer writes, a growing cache), each run in its own
     process; the plug-in's answers are eager's."""
