@@ -286,6 +286,20 @@ def test_integer_floor_division_at_the_dtype_minimum_is_tfs():
     np.testing.assert_array_equal(cm(a=a, b=b), f(a, b).numpy())
 
 
+def test_a_tf_function_with_python_defaults_compiles():
+    """``def f(x, training=False, scale=2.0)`` with an input_signature for x: TF bakes the Python
+    defaults into the graph, and its signature lists them beside the TensorSpec. braze read them as
+    specs and raised AttributeError ('bool' object has no attribute 'name')."""
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def f(x, training=False, scale=2.0):
+        return x if training else x * scale + 1.0
+
+    cm = braze.compile(f, dims={"x": ("n", None)})
+    for rows in (1, 3):
+        x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        np.testing.assert_array_equal(cm(x=x), f(x).numpy())
+
+
 def test_input_names_and_types_from_dims():
     model, _, _ = mlp()
     m = braze.import_tf(model, dims={"x": ("rows", None)}, dim_ranges={"rows": (1, 64)})

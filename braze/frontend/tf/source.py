@@ -158,12 +158,17 @@ def _traced(tf, fn, dims, where):
 
 
 def _flat_specs(cf) -> list[tuple[str | None, object]]:
-    """The function's inputs in the order of its graph's inputs: positional, then keyword by name."""
+    """The function's inputs in the order of its graph's inputs: positional, then keyword by name.
+    Python values in the signature (``def f(x, training=False)``: TF traced them as constants)
+    are no graph inputs."""
     import tensorflow as tf
+
+    def specs(v):
+        return [s for s in tf.nest.flatten(v) if isinstance(s, tf.TypeSpec)]
     args, kwargs = cf.structured_input_signature
-    out = [(s.name, s) for s in tf.nest.flatten(args)]
+    out = [(s.name, s) for s in specs(args)]
     for k in sorted(kwargs):
-        out += [(k if len(tf.nest.flatten(kwargs[k])) == 1 else s.name, s) for s in tf.nest.flatten(kwargs[k])]
+        out += [(k if len(specs(kwargs[k])) == 1 else s.name, s) for s in specs(kwargs[k])]
     return out
 
 
