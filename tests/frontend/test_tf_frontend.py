@@ -300,6 +300,14 @@ def test_a_tf_function_with_python_defaults_compiles():
         np.testing.assert_array_equal(cm(x=x), f(x).numpy())
 
 
+def test_erfc_keeps_its_precision_in_the_tail():
+    """Erfc is braze's erfc, not 1 - erf, which cancels: it gave 0 at 7.5 (TF: 2.8e-26)."""
+    f = tf.function(lambda x: tf.math.erfc(x), input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    cm = braze.compile(f, dims={"x": ("n",)})
+    x = np.array([-2.0, 0.0, 0.5, 3.0, 5.0, 7.5, 9.0], np.float32)
+    np.testing.assert_allclose(cm(x=x), f(x).numpy(), rtol=1e-5, atol=0)
+
+
 def test_input_names_and_types_from_dims():
     model, _, _ = mlp()
     m = braze.import_tf(model, dims={"x": ("rows", None)}, dim_ranges={"rows": (1, 64)})

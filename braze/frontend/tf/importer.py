@@ -108,6 +108,12 @@ class TFNode:
     def onnx1(self, op_type: str, *inputs, **attrs) -> TV:
         return self.onnx(op_type, list(inputs), **attrs)[0]
 
+    def graph1(self, op: str, *inputs: TV, **attrs) -> TV:
+        """braze's graph op ``op`` on ``inputs``, for a TF op no ONNX op means (Erfc)."""
+        node = _OnnxNode(op, self.name, [f"{self.name}/{k}" for k in range(len(inputs))], {}, 1)
+        ctx = _OnnxCtx(self.imp, node, list(inputs), self)
+        return TV(value=ctx.op(op, *[ctx.value(k) for k in range(len(inputs))], **attrs))
+
 
 def attr_value(a):
     """A TF AttrValue as Python: ints, floats, bools, strings, dtypes (braze DType or None), shapes
