@@ -74,20 +74,15 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=60, help="tokens decoded per run (the first 10 not timed)")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, eager first")
-    ap.add_argument("--out", default="benchmarks/results", help="directory for hf_decode.json and .md")
-    ap.add_argument("--one", nargs=2, metavar=("BACKEND", "MODEL"), help=argparse.SUPPRESS)
+    from .run import _machine, add_round_options, chosen_backends, process_rounds, write_results
+    add_round_options(ap, "hf_decode", "MODEL", BACKENDS)
     a = ap.parse_args(argv)
     if a.one:
         print(json.dumps(one_run(a.one[0], a.one[1], a.tokens, a.threads)))
         return 0
-    backends, models = a.backends.split(","), a.models.split(",")
-    if backends[0] != "eager" or not set(backends) <= set(BACKENDS):
-        ap.error(f"--backends: eager first, then any of {', '.join(BACKENDS[1:])}")
+    backends, models = chosen_backends(ap, a, BACKENDS), a.models.split(",")
     if not set(models) <= set(MODELS):
         ap.error(f"--models: any of {', '.join(MODELS)}")
-    from .run import _machine, process_rounds, write_results
     runs = process_rounds("benchmarks.hf_decode", models, backends, a.rounds,
                           ["--tokens", str(a.tokens), "--threads", str(a.threads)])
     import torch

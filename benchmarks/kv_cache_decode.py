@@ -95,18 +95,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every (backend, variant) run")
     ap.add_argument("--steps", type=int, default=200, help="decode steps per run")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, eager first")
-    ap.add_argument("--out", default="benchmarks/results", help="directory for kv_cache_decode.json and .md")
-    ap.add_argument("--one", nargs=2, metavar=("BACKEND", "VARIANT"), help=argparse.SUPPRESS)
+    from .run import _machine, add_round_options, chosen_backends, process_rounds, write_results
+    add_round_options(ap, "kv_cache_decode", "VARIANT", BACKENDS)
     a = ap.parse_args(argv)
     if a.one:
         print(json.dumps(one_run(a.one[0], a.one[1], a.steps, a.threads)))
         return 0
-    backends = a.backends.split(",")
-    if backends[0] != "eager" or not set(backends) <= set(BACKENDS):
-        ap.error(f"--backends: eager first, then any of {', '.join(BACKENDS[1:])}")
-    from .run import _machine, process_rounds, write_results
+    backends = chosen_backends(ap, a, BACKENDS)
     runs = process_rounds("benchmarks.kv_cache_decode", list(VARIANTS), backends, a.rounds,
                           ["--steps", str(a.steps), "--threads", str(a.threads)])
     import torch

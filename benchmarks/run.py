@@ -625,6 +625,23 @@ def per_model_main(argv, doc: str, default_models: list[str], measure, to_markdo
     return 0
 
 
+def add_round_options(ap, stem: str, case: str, backends: list[str]) -> None:
+    """The options of a ``process_rounds`` benchmark besides its own: ``--threads``, ``--backends``
+    (eager first), ``--out``, and the hidden ``--one BACKEND CASE`` that a round's process runs."""
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backends", default=",".join(backends), help="comma-separated, eager first")
+    ap.add_argument("--out", default="benchmarks/results", help=f"directory for {stem}.json and .md")
+    ap.add_argument("--one", nargs=2, metavar=("BACKEND", case), help=argparse.SUPPRESS)
+
+
+def chosen_backends(ap, a, backends: list[str]) -> list[str]:
+    """``--backends`` as a list; a usage error unless eager comes first and each is one of ``backends``."""
+    chosen = a.backends.split(",")
+    if chosen[0] != "eager" or not set(chosen) <= set(backends):
+        ap.error(f"--backends: eager first, then any of {', '.join(backends[1:])}")
+    return chosen
+
+
 def process_rounds(module: str, cases: list[str], backends: list[str], rounds: int, args: list[str]) -> dict:
     """``python -m MODULE --one BACKEND CASE ARGS...`` for every case and backend, ``rounds`` times,
     each in a process of its own (a backend's threads then disturb no other's calls); its last line
