@@ -182,6 +182,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
         return lower(g, weights=freeze, label="inference")
 
     def forward(g, fake_args):  # training: weights stay inputs, for the optimizer to change
+        _keep_saved_activations()
         return lower(g, weights=False, label="forward")
 
     def backward(g, fake_args):
@@ -214,6 +215,20 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
             raise
         in_torch(gm, e)
         return gm.forward
+
+
+def _keep_saved_activations() -> None:
+    """Withdraws AOTAutograd's donation of the saved activations to the backward, for the graph
+    being compiled. Donated, they may be overwritten by the backward, so PyTorch refuses
+    ``backward(retain_graph=True)`` (a RuntimeError eager never raises: two losses through one
+    graph, a GAN's discriminator step). braze's backward only reads its inputs, so the donation
+    gains nothing. The donation is recorded on the graph's metadata, which the TracingContext
+    holds while the forward compiles."""
+    import torch
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is not None and hasattr(meta, "bw_donated_idxs"):
+        meta.bw_donated_idxs = []
 
 
 def device_options(real: list, opts: Options) -> Options:

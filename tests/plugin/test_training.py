@@ -180,10 +180,11 @@ def _batch(model, b, seed):
     return torch.randn(b, 32, generator=g), torch.randint(0, 10, (b,), generator=g)
 
 
-def _train(model, fn, batches, micro: int = 1, after_step=None):
+def _train(model, fn, batches, micro: int = 1, after_step=None, twice: bool = False):
     """AdamW steps over ``batches``, each over ``micro`` micro-batches (gradients accumulated);
     the losses, and the native calls braze made in the forwards and in the backwards.
-    ``after_step(step)`` runs after each step."""
+    ``after_step(step)`` runs after each step. ``twice``: each loss is backpropagated twice, the
+    first time with ``retain_graph=True``."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses, fwd, bwd = [], NativeCalls(), NativeCalls()
     for step, b in enumerate(batches):
@@ -193,7 +194,9 @@ def _train(model, fn, batches, micro: int = 1, after_step=None):
             with fwd:
                 loss = fn(x, y) / micro
             with bwd:
-                loss.backward()
+                loss.backward(retain_graph=twice)
+                if twice:
+                    loss.backward()
             losses.append(loss.item())
         opt.step()
         if after_step is not None:
@@ -274,6 +277,21 @@ def test_gradient_accumulation_matches_eager():
     _close_runs(eager, braze_run)
     _close_weights(m, mb)
     assert braze_run[2] > 0
+
+
+@pytest.mark.parametrize("model", [MLP, ConvNet])
+def test_a_graph_backpropagated_twice_matches_eager(model, fresh_warnings):
+    """``loss.backward(retain_graph=True)`` then ``loss.backward()``, as eager allows: PyTorch
+    refuses it when the saved activations are donated to the backward, and braze's second
+    backward reads them as its first did (the convolutions' channels-last ones included)."""
+    m = model()
+    mb = copy.deepcopy(m)
+    c = torch.compile(mb, backend="braze", dynamic=True)
+    eager = _train(m, m, BATCHES[:4], twice=True)
+    run = _train(mb, c, BATCHES[:4], twice=True)
+    _close_runs(eager, run)
+    _close_weights(m, mb)
+    assert run[2] >= 2 * (len(BATCHES[:4]) - 1), f"braze ran {run[2]} backward calls"
 
 
 def test_backward_false_leaves_the_backward_to_torch():
