@@ -13,7 +13,7 @@ from .c_expr import int_expr, nbytes_c
 from .c_kernel import kernel_signature, sym_cname
 from .cuda_kernel import cuda_source, launch_total, per_block
 
-LIB_KERNELS = ("bz_gemm", "bz_conv2d", "bz_epilogue", "bz_im2col")  # braze_cuda_lib.cuh, in BZC_* order
+LIB_KERNELS = ("bz_gemm", "bz_conv2d", "bz_epilogue", "bz_im2col", "bz_scale_epilogue")  # braze_cuda_lib.cuh, in BZC_* order
 
 
 def _stub(k, index: int) -> str:

@@ -78,7 +78,7 @@ class LibraryCalls:
         anchor = nodes[anchor_i]
         for m in nodes[:anchor_i]:  # prologue views and transposes read their input where it is
             cptr[id(m.outputs[0])] = cptr[id(m.inputs[0])]
-        bias = residual = None
+        bias = residual = scale = None
         act = act_code(post_ops)
         bias_dt = DType.float32
         if anchor.op in ("linear", "conv2d") and len(anchor.inputs) > 2 and anchor.inputs[2] is not None:
@@ -91,12 +91,14 @@ class LibraryCalls:
                 bias_dt = other.dtype
             elif op == "residual":
                 residual = cptr[id(other)]
+            elif op == "scale":
+                scale = cptr[id(other)]
         self._call_library(anchor, cptr, const_of, bias, residual, act, self.ptr_of(n.outputs[0]),
                            _types(anchor.inputs[0].dtype, n.outputs[0].dtype, bias_dt),
-                           transposed_operands(callee, anchor), n.attrs.get("dispatch"))
+                           transposed_operands(callee, anchor), n.attrs.get("dispatch"), scale)
 
     def _call_library(self, a: Node, cptr, const_of, bias, residual, act, dst, types: str,
-                      trans: tuple[int, int], dispatch=None) -> None:
+                      trans: tuple[int, int], dispatch=None, scale=None) -> None:
         self.gen.uses_library = True
         e = "err, errlen"
         bias = f"(const float *){bias}" if bias else "NULL"
@@ -116,9 +118,12 @@ class LibraryCalls:
             y = a.outputs[0]
             hw = (1, 2) if nhwc else (2, 3)
             dims = (x.shape[0], x.shape[hw[0]], x.shape[hw[1]])
-            prepare = (f"braze_conv2d_prepare({', '.join(int_expr(d) for d in dims)}, {h}, {int(bias != 'NULL')}, "
-                       f"{int(res != 'NULL')}, {act_t})")
+            # a scale (a batch norm on live weights, passes/offload.py) is bit 2 of the bias flags
+            prepare = (f"braze_conv2d_prepare({', '.join(int_expr(d) for d in dims)}, {h}, "
+                       f"{int(bias != 'NULL') | (2 if scale else 0)}, {int(res != 'NULL')}, {act_t})")
             fn, wt = ("braze_conv2d", "") if wconst is not None else ("braze_conv2d_w", f"(const float *){cptr[id(w)]}, ")
+            if scale:
+                fn, wt = "braze_conv2d_ws", f"{wt}(const float *){scale}, "
             call = (f"{fn}({int_expr(x.shape[0])}, {int_expr(x.shape[hw[0]])}, {int_expr(x.shape[hw[1]])}, "
                     f"(const float *){cptr[id(x)]}, {h}, {wt}{bias}, {res}, {act_t}, {int_expr(y.shape[hw[0]])}, "
                     f"{int_expr(y.shape[hw[1]])}, (float *){dst}, {e})")

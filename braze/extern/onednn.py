@@ -392,6 +392,7 @@ def load_standalone(extra_source: str = "", cache_dir: str | os.PathLike | None 
         "braze_conv2d": (i32, [i64, i64, i64, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_conv_geometry": (vp, [i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i32, cp, i32]),
         "braze_conv2d_w": (i32, [i64, i64, i64, vp, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
+        "braze_conv2d_ws": (i32, [i64, i64, i64, vp, vp, vp, vp, vp, vp, i32, i64, i64, vp, cp, i32]),
         "braze_matmul_prepare": (i32, [i64, vp, i32, i32, i32]),
         "braze_conv2d_prepare": (i32, [i64, i64, i64, vp, i32, i32, i32]),
         "braze_time_conv2d": (i64, [i64, i64, i64, i64, vp, vp, i32, vp, vp, i32, i64, i64, vp, cp, i32]),

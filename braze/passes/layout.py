@@ -10,14 +10,23 @@ residual add) and pads (a SAME window on a symbolic size is padded apart) until 
 canonicalize pass merges and drops them). What remains are permutes at the
 edges of the convolutional part of the graph; a global average pool there reads
 the NHWC value itself (rule ``pool_in_nhwc``: a mean over H and W).
+
+First, an inference ``batch_norm`` of a float32 convolution's result whose parameters are read
+at run time (the plug-in's live weights; constant ones were folded into the convolution) becomes
+``x * s + t`` (rule ``scale_shift``), with ``s = scale / sqrt(var + eps)`` and
+``t = bias - mean * s`` computed per channel, as eager's CPU kernel computes it: elementwise ops
+sink with the permutes, and the convolution's library call applies them (offload's ``scale``
+and ``bias`` post-ops) where a batch norm was a pass of its own over the result.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir.graph import Function, Module
 from ..ir.types import DType
 from ..ops.registry import get_op
-from .common import Namer, make_node, replace_all_uses, top_functions
+from .common import Namer, add_constant, constant_value, make_node, replace_all_uses, top_functions
 from .rules import Rule
 
 TO_NHWC = (0, 2, 3, 1)
@@ -30,6 +39,7 @@ CHANNELS_LAST_OPS = {"conv2d": (0,), "max_pool2d": (0,), "max_pool2d_indices": (
                      "conv2d_backward_weight": (0, 1), "conv_transpose2d": (0,)}
 # ops whose result is not an activation: it keeps its layout (a weight's gradient, OIHW)
 _WEIGHT_RESULTS = {"conv2d_backward_weight"}
+_SCALE_SHIFT = Rule("channels_last", "scale_shift")
 _TO_NHWC = Rule("channels_last", "to_nhwc")
 _SINK = Rule("channels_last", "sink_permute")
 _POOL = Rule("channels_last", "pool_in_nhwc")
@@ -152,10 +162,39 @@ def _global_pool_of_nchw(n) -> bool:
     return n.op == "reduce_mean" and sorted(a % 4 for a in (n.attrs.get("axes") or ())) == [2, 3]
 
 
+def _scale_shift(module: Module, f: Function, namer: Namer) -> None:
+    """batch_norm(conv2d(...), run-time parameters) -> conv2d(...) * s + t (see the module doc)."""
+    out = []
+    for n in f.nodes:
+        x = n.inputs[0] if n.inputs else None
+        if n.op != "batch_norm" or x is None or x.producer is None or x.producer.op != "conv2d" or \
+                x.rank != 4 or any(v.dtype != DType.float32 for v in n.inputs) or \
+                all(constant_value(module, v) is not None for v in n.inputs[1:]):
+            out.append(n)
+            continue
+        scale, bias, mean, var = n.inputs[1:]
+
+        def node(op, ins, attrs=None, name="bn"):
+            m = make_node(module, op, ins, attrs, loc=n.loc, namer=namer, name=name)
+            out.append(m)
+            return m.outputs[0]
+        eps = node("constant", [], {"name": add_constant(module, np.float32(n.attrs["eps"]), "bn_eps")}, "bn_eps")
+        one = node("constant", [], {"name": add_constant(module, np.float32(1.0), "bn_one")}, "bn_one")
+        s = node("mul", [node("div", [one, node("sqrt", [node("add", [var, eps])])]), scale], name="bn_scale")
+        t = node("sub", [bias, node("mul", [mean, s])], name="bn_shift")
+        per_channel = {"shape": [x.shape[1], 1, 1]}
+        y = node("mul", [x, node("reshape", [s], per_channel)], name="bn_scaled")
+        y = node("add", [y, node("reshape", [t], per_channel)], name=n.outputs[0].name)
+        replace_all_uses(f, n.outputs[0], y)
+        _SCALE_SHIFT.hit()
+    f.nodes = out
+
+
 def channels_last(module: Module) -> Module:
     """Mutates and returns ``module``; run canonicalize, cse and dce after it."""
     for f in top_functions(module):
         namer = Namer(f)
+        _scale_shift(module, f, namer)
         if not _convert(module, f, namer):
             continue
         while _sink(module, f, namer):

@@ -47,7 +47,7 @@ VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 # Any activation may follow the residual add (BRAZE_ACT_AFTER_RESIDUAL).
 EAGER_ACTIVATIONS = ("relu", "relu6")
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "tanh") + EAGER_ACTIVATIONS
-POST_OPS = ("bias", "residual", "cast") + ACTIVATIONS
+POST_OPS = ("scale", "bias", "residual", "cast") + ACTIVATIONS
 
 
 def activation_name(n: Node) -> str | None:
@@ -182,6 +182,8 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         if len(readers.get(id(chain), ())) + (id(chain) in results) != 1:
             break
         act = activation_name(m)
+        if ("cast" in post or "scale" in post) and act and act not in EAGER_ACTIVATIONS:
+            break  # after a cast, or a scale (which the helper may apply itself), relu and relu6 only
         if "cast" in post and act not in EAGER_ACTIVATIONS and m.op not in VIEW_OPS:
             break  # other post-ops run on the float32 accumulator, before the rounding
         if m.op in VIEW_OPS and m.inputs[0] is chain:
@@ -194,7 +196,11 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
                 i += 1
                 break
             post.append(act)
-        elif m.op == "add" and not has_bias and chain is anchor.outputs[0] and _is_bias(m, chain, in_memory, anchor):
+        elif m.op == "mul" and not post and not has_bias and _is_scale(m, chain, in_memory, anchor, const_of):
+            post.append("scale")
+        elif m.op == "add" and not has_bias and (chain is anchor.outputs[0] or post == ["scale"] and
+                                                 chain.producer is rest[i - 1]) and \
+                _is_bias(m, chain, in_memory, anchor):
             post.append("bias")
             has_bias = True
         elif m.op == "add" and "residual" not in post and _is_residual(module, m, chain, in_memory):
@@ -236,16 +242,33 @@ def _other(m: Node, chain: Value) -> Value | None:
 
 def _is_bias(m: Node, chain: Value, in_memory: set, anchor: Node) -> bool:
     """``chain + b`` with b a vector in memory (a constant, an input) of shape [N] (gemm) or [OC, 1, 1]
-    (conv), in float32 or the operands' dtype, the sum in chain's dtype."""
+    (conv; NHWC: [OC] or [1, 1, 1, OC]), in float32 or the operands' dtype, the sum in chain's dtype."""
     other = _other(m, chain)
     if other is None or id(other) not in in_memory or other.dtype not in (DType.float32, anchor.inputs[0].dtype) \
             or m.outputs[0].dtype != chain.dtype:
         return False
     if anchor.op == "conv2d":
         if anchor.attrs.get("layout") == "nhwc":
-            return other.rank == 1 and other.shape[0] == chain.shape[3] and m.outputs[0].shape == chain.shape
+            return _nhwc_channels(other, chain) and m.outputs[0].shape == chain.shape
         return other.shape == (chain.shape[1], 1, 1) and m.outputs[0].shape == chain.shape
     return other.rank == 1 and other.shape[0] == chain.shape[-1] and m.outputs[0].shape == chain.shape
+
+
+def _nhwc_channels(v: Value, chain: Value) -> bool:
+    """v is one value per channel of the NHWC ``chain``: [OC], or [1, 1, 1, OC] (the layout pass's
+    per-channel operands), the same memory."""
+    return v.rank in (1, 4) and all(d == 1 for d in v.shape[:-1]) and v.shape[-1] == chain.shape[3]
+
+
+def _is_scale(m: Node, chain: Value, in_memory: set, anchor: Node, const_of) -> bool:
+    """``chain * s``, straight on a float32 NHWC convolution's result, with s one float32 value per
+    channel in memory: a batch norm's scale (passes/layout.py), on a weight read at run time (a
+    constant weight had the batch norm folded into it)."""
+    other = _other(m, chain)
+    return anchor.op == "conv2d" and anchor.attrs.get("layout") == "nhwc" and chain is anchor.outputs[0] and \
+        other is not None and id(other) in in_memory and id(anchor.inputs[1]) not in const_of and \
+        chain.dtype is DType.float32 and other.dtype is DType.float32 and _nhwc_channels(other, chain) and \
+        m.outputs[0].shape == chain.shape
 
 
 def _is_residual(module: Module, m: Node, chain: Value, in_memory: set) -> bool:

@@ -1,4 +1,4 @@
-"""braze_cuda_lib.cuh (bz_gemm, bz_conv2d): run on the CPU through cuda_emu.h against NumPy, and compiled by
+"""braze_cuda_lib.cuh (bz_gemm, bz_conv2d, bz_scale_epilogue): run on the CPU through cuda_emu.h against NumPy, and compiled by
 NVRTC for sm_80/sm_90 with ptxas's resource report checked (no spills, static shared memory in the default
 48 KiB). Without a GPU the emulation is what checks the kernels' results; NVRTC checks they are valid CUDA."""
 import ctypes
@@ -19,9 +19,10 @@ pytestmark = pytest.mark.usefixtures("module_cache")  # compile_cuda caches its 
 NPARAM = 24
 
 # One driver runs every case of a file: compiling it dominates, so it is built once per session. Record:
-# int64 kind (0 gemm, 1 conv), int64 params[NPARAM], float64 alpha, then 4 arrays (int64 count, count
-# floats; count -1 for NULL). Gemm params: M N K a_rs a_cs a_bs b_rs b_cs b_bs c_bs batch act out_len
-# alias grid; conv: N C H W OC KH KW OH OW sh sw ph pw dh dw groups nhwc act out_len alias grid.
+# int64 kind (0 gemm, 1 conv, 2 scale epilogue), int64 params[NPARAM], float64 alpha, then 4 arrays (int64
+# count, count floats; count -1 for NULL). Gemm params: M N K a_rs a_cs a_bs b_rs b_cs b_bs c_bs batch act
+# out_len alias grid; conv: N C H W OC KH KW OH OW sh sw ph pw dh dw groups nhwc act out_len alias grid;
+# scale epilogue (arrays: the convolution's result, the scale, bias, res): total OC act.
 # The output starts as the residual when alias (res == out), else NaN, so unwritten elements show.
 DRIVER = PRELUDE + r"""
 #include "cuda_emu.h"
@@ -48,11 +49,15 @@ int main(int argc, char **argv) {
         bool null[4];
         std::vector<float> a = arr(in, null[0]), b = arr(in, null[1]), bias = arr(in, null[2]), res = arr(in, null[3]);
         const float *bp = null[2] ? nullptr : bias.data();
-        int64_t out_len = kind == 0 ? p[12] : p[18], alias = kind == 0 ? p[13] : p[19];
-        int64_t grid = kind == 0 ? p[14] : p[20];
+        int64_t out_len = kind == 0 ? p[12] : kind == 1 ? p[18] : p[0], alias = kind == 0 ? p[13] : kind == 1 ? p[19] : 0;
+        int64_t grid = kind == 0 ? p[14] : kind == 1 ? p[20] : 0;
         std::vector<float> y = alias ? res : std::vector<float>(out_len, NAN);
         const float *rp = null[3] ? nullptr : alias ? y.data() : res.data();
-        if (kind == 0) {
+        if (kind == 2) {
+            y = a;
+            bz_emu_launch(bz_scale_epilogue, dim3((p[0] + 255) / 256), dim3(256), p[0], p[1], y.data(), b.data(), bp, rp,
+                          (int)p[2]);
+        } else if (kind == 0) {
             dim3 g((p[1] + BZ_GEMM_TILE - 1) / BZ_GEMM_TILE, (p[0] + BZ_GEMM_TILE - 1) / BZ_GEMM_TILE, p[10]);
             bz_emu_launch(bz_gemm, g, dim3(BZ_GEMM_THREADS), p[0], p[1], p[2], a.data(), p[3], p[4], p[5],
                           b.data(), p[6], p[7], p[8], y.data(), p[9], (float)alpha, bp, rp, (int)p[11]);
@@ -74,7 +79,9 @@ int main(int argc, char **argv) {
 # ---------------------------------------------------------------------------------------------- reference --
 def _act(v, act):
     code = act & 0xFF
-    if code == 1:
+    if code == 8:  # eager relu6
+        v = np.where(v > 6, 6.0, v)
+    if code in (1, 7, 8):
         return np.where(v < 0, 0.0, v)
     if code == 2:
         return 0.5 * v * (1.0 + np.vectorize(math.erf)(v / math.sqrt(2.0)))
@@ -171,6 +178,17 @@ def _conv_case(rng, N, C, H, W, OC, k, stride=1, pad=0, dil=1, groups=1, nhwc=Fa
     return name, 1, params, 1.0, [to_layout(x), w, bias_v, res_l], to_layout(ref).ravel()
 
 
+def _scale_case(rng, pixels, OC, bias=False, res=False, act=0):
+    """bz_scale_epilogue over an NHWC result of ``pixels`` x OC: epilogue(y * scale + bias, res, act)"""
+    y = rng.standard_normal((pixels, OC)).astype(np.float32)
+    scale = rng.uniform(0.5, 2.0, OC).astype(np.float32)
+    bias_v = rng.standard_normal(OC).astype(np.float32) if bias else None
+    res_v = rng.standard_normal((pixels, OC)).astype(np.float32) if res else None
+    ref = _epilogue((y * scale).astype(np.float64), bias_v, res_v, act)
+    return (f"scale {pixels}x{OC} bias={bias} res={res} act={act:#x}", 2, [pixels * OC, OC, act], 1.0,
+            [y, scale, bias_v, res_v], ref.ravel())
+
+
 def _cases():
     rng = np.random.default_rng(0)
     cases = []
@@ -197,6 +215,8 @@ def _cases():
             _conv_case(rng, 1, 3, 8, 9, 2, (3, 2), stride=(2, 1), pad=(1, 0), dil=(1, 2), nhwc=nhwc, bias=True),
             _conv_case(rng, 2, 3, 7, 9, 5, 3, pad=1, nhwc=nhwc, bias=True, act=1, grid=1),  # grid-stride loop
         ]
+    cases += [_scale_case(rng, 37, 5, bias=True, act=7), _scale_case(rng, 300, 16, bias=True, res=True, act=0x107),
+              _scale_case(rng, 9, 3, res=True, act=8)]
     return cases
 
 
@@ -253,7 +273,7 @@ def _assert_close(results):
             err = np.nanmax(np.abs(got.astype(np.float64) - ref)) if ref.size else 0.0
             bad.append(f"{name}: max abs err {err:.3g} (scale {scale:.3g})")
     assert not bad, "\n".join(bad)
-    assert len(results) == 49  # keeps a refactor of _cases from silently dropping cases
+    assert len(results) == 52  # keeps a refactor of _cases from silently dropping cases
 
 
 def test_emulated_kernels_match_numpy(emulated):

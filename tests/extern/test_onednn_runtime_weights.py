@@ -373,3 +373,57 @@ def test_an_eager_relu_before_a_residual_is_refused_with_what_to_do(lib, M):
                                   ERRLEN) == 0, err.value
         want = np.maximum(A @ W.T + r, 0)
         np.testing.assert_allclose(out, np.minimum(want, 6) if act == 8 else want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[-1] == 1], ids=lambda c: "x".join(map(str, c[:6])))
+@pytest.mark.parametrize("bias, residual, act", [(True, False, 0), (True, True, 0x107), (False, True, 0x107),
+                                                 (True, False, 8), (True, True, 0)],
+                         ids=["bias", "residual-relu", "no-bias", "relu6", "residual"])
+def test_conv2d_ws_applies_a_per_channel_scale_then_the_rest(lib, case, bias, residual, act):
+    """A batch norm on live weights (passes/layout.py): act(conv * scale + bias + residual) (the
+    helper refuses an eager relu before a residual, as offload never asks for one), in oneDNN's epilogue or (the stem's 7x7 over 3 channels, whose
+    primitive with these post-ops is oneDNN's reference kernel) in the helper's own pass; the
+    residual in its own memory and in the output's. NaN from the input stays NaN through relu."""
+    torch = pytest.importorskip("torch")
+    N, IC, OC, H, W, k, s, p, d, g = case
+    rng = np.random.default_rng(OC * H + act)
+    X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
+    X[0, 0, 1, 1] = np.nan
+    Wt = rng.standard_normal((OC, IC, k, k), dtype=np.float32)
+    scale, b = rng.uniform(0.5, 2, OC).astype(np.float32), rng.standard_normal(OC, dtype=np.float32)
+    P = _geometry(lib, case, 1)
+    try:
+        conv = _conv_ref(torch, X, Wt, None, s, p, d, g).transpose(0, 2, 3, 1)  # NHWC
+        Xl = np.ascontiguousarray(X.transpose(0, 2, 3, 1))
+        r = rng.standard_normal(conv.shape).astype(np.float32) if residual else None
+        y = conv * scale + (b if bias else 0)
+        y = y + r if residual and act & 0x100 else y
+        if act & 0xff:  # eager's relu or relu6: NaN kept
+            y = np.where(y < 0, 0, np.where(y > 6, 6, y) if act & 0xff == 8 else y)
+        want = y + r if residual and not act & 0x100 else y
+        for in_place in (False, True) if residual else (False,):
+            out = r.copy() if in_place else np.full(conv.shape, np.nan, np.float32)
+            err = _err()
+            rc = lib.braze_conv2d_ws(N, H, W, _p(Xl), P, _p(Wt),
+                                     _p(scale), _p(b) if bias else None, _p(out if in_place else r), act,
+                                     conv.shape[1], conv.shape[2], _p(out), err, ERRLEN)
+            assert rc == 0, err.value
+            assert np.array_equal(np.isnan(out), np.isnan(want)) and np.isnan(out).any()
+            ok = ~np.isnan(want)
+            _close(out[ok], want[ok])
+    finally:
+        lib.braze_free_packed_conv(P)
+
+
+def test_conv2d_ws_refuses_what_it_cannot_apply(lib):
+    case = CONV_CASES[0]
+    P = _geometry(lib, case, 0)  # NCHW
+    try:
+        X, Wt = np.zeros((1, 3, 17, 19), np.float32), np.zeros((8, 3, 3, 3), np.float32)
+        out, scale = np.zeros((1, 8, 17, 19), np.float32), np.ones(8, np.float32)
+        err = _err()
+        assert lib.braze_conv2d_ws(1, 17, 19, _p(X), P, _p(Wt), _p(scale), None, None, 0, 17, 19, _p(out), err,
+                                   ERRLEN) == 1
+        assert "float32 NHWC" in err.value.decode()
+    finally:
+        lib.braze_free_packed_conv(P)

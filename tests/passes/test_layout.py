@@ -113,3 +113,41 @@ def test_a_max_pools_indices_and_backward_run_in_nhwc():
     for a, c, wnt in zip(xs, cases, want):
         np.testing.assert_array_equal(nhwc(reference.run(fwd, a)), c[2])
         np.testing.assert_allclose(reference.run(bwd, *c), wnt, rtol=1e-5, atol=1e-5)
+
+
+def _conv_bn(constant_params: bool):
+    """conv2d (a run-time weight) -> batch_norm -> relu, NCHW; the batch norm's parameters inputs
+    (the plug-in's live weights) or constants."""
+    b = Builder()
+    n, h, w = b.sym("n"), b.sym("h", 4), b.sym("w", 4)
+    x = b.param("x", tensor("f32", n, 8, h, w))
+    wt = b.param("wt", tensor("f32", 6, 8, 3, 3))
+    rng = np.random.default_rng(1)
+    vecs = [rng.uniform(0.5, 2.0, 6).astype(np.float32) for _ in range(4)]
+    ps = [b.constant(v, f"p{i}") for i, v in enumerate(vecs)] if constant_params else \
+        [b.param(name, tensor("f32", 6)) for name in ("gamma", "beta", "mean", "var")]
+    y = b.op("batch_norm", [b.op("conv2d", [x, wt], padding=(1, 1, 1, 1)), *ps], eps=1e-3)
+    b.ret(b.relu(y))
+    return b.module, vecs
+
+
+def test_a_batch_norm_on_run_time_parameters_becomes_a_scale_and_shift_in_nhwc():
+    """Its ``x * s + t`` sinks with the permutes (the convolution's call applies it: test_offload);
+    with constant parameters constant_fold folds it into the weight instead, so it stays."""
+    m, vecs = _conv_bn(False)
+    rng = np.random.default_rng(2)
+    feeds = [[rng.standard_normal(s).astype(np.float32) for s in ((k, 8, 5 + k, 4 + 2 * k), (6, 8, 3, 3))] + vecs
+             for k in (1, 2)]
+    want = [reference.run(m, *f) for f in feeds]
+    m = dce(cse(canonicalize(channels_last(m))))
+    ops = [nd.op for nd in m.main.nodes if nd.op != "constant"]
+    transposes = [nd for nd in m.main.nodes if nd.op == "permute" and sum(d != 1 for d in nd.inputs[0].shape) > 1]
+    assert "batch_norm" not in ops and len(transposes) == 2, ops  # the activation's, at the edges
+    mul = next(nd for nd in m.main.nodes if nd.op == "mul" and nd.inputs[0].rank == 4)
+    assert mul.inputs[0].producer.op == "conv2d" and mul.inputs[0].producer.attrs["layout"] == "nhwc"
+    assert mul.inputs[1].shape[-1] == 6 and all(d == 1 for d in mul.inputs[1].shape[:-1])  # one per channel
+    for f, w in zip(feeds, want):
+        np.testing.assert_allclose(reference.run(m, *f), w, rtol=1e-5, atol=1e-5)
+    constant, _ = _conv_bn(True)
+    constant = dce(cse(canonicalize(channels_last(constant))))
+    assert "batch_norm" in [nd.op for nd in constant.main.nodes]

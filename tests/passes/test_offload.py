@@ -303,3 +303,38 @@ def test_a_linear_with_a_computed_weight_and_a_bias_keeps_the_bias(P):
     before, after = P.run_pass(fuse_then_offload, text)
     assert groups(after) == [("gemm", [], ["linear"])]
     P.check_equiv(before, after, ENVS)
+
+SCALED = """module {
+  symbols {
+    n in [1, 8]
+  }
+  constants {
+    @wc : f32[4, 3, 1, 1] = [0.5, -1.0, 0.25, 2.0, 1.5, -0.5, 0.75, -2.0, 1.0, 0.125, -0.25, 0.5]
+  }
+  func @main(%x: f32[n, 5, 5, 3], %w: f32[4, 3, 1, 1], %s: f32[1, 1, 1, 4], %t: f32[1, 1, 1, 4], %r: f32[n, 5, 5, 4]) -> (f32[n, 5, 5, 4]) {
+    %wc = constant() {name="wc"} : f32[4, 3, 1, 1]
+    %0 = conv2d(%x, WEIGHT) {dilation=[1, 1], groups=1, layout="nhwc", padding=[0, 0], stride=[1, 1]} : f32[n, 5, 5, 4]
+    %1 = mul(%0, %s) : f32[n, 5, 5, 4]
+    %2 = add(%1, %t) : f32[n, 5, 5, 4]
+    %3 = add(%2, %r) : f32[n, 5, 5, 4]
+    %4 = ACT(%3) : f32[n, 5, 5, 4]
+    return %4
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("weight, act, post, rest", [
+    ("%w", "relu", ["scale", "bias", "residual", "relu"], []),
+    ("%w", "tanh", ["scale", "bias", "residual"], ["tanh"]),  # after a scale, relu and relu6 only
+    ("%wc", "relu", [], ["mul", "add", "add", "relu"]),  # constant_fold folds a batch norm into a constant
+], ids=["live weight", "tanh", "constant weight"])
+def test_a_batch_norms_scale_on_a_live_convolution_is_a_post_op(P, weight, act, post, rest):
+    """passes/layout.py's ``x * s + t`` of a batch norm on run-time weights: the scale and shift are
+    the call's, before the residual and relu (conv2d then "scale" and "bias")."""
+    text = SCALED.replace("WEIGHT", weight).replace("ACT", act)
+    before, after = P.run_pass(fuse_then_offload, text)
+    lib = groups(after)[0]
+    assert lib[0] == "conv" and lib[1] == post, groups(after)
+    assert [g[2] for g in groups(after)[1:]] == ([rest] if rest else [])
+    P.check_equiv(before, after, [{"n": 1}, {"n": 3}])

@@ -138,6 +138,35 @@ def _child(kernels_dir: str) -> None:
                                   "targets": targets, "devices": sorted(devices)}))
 
 
+class ConvBN(torch.nn.Module):
+    """Convolutions each with a batch norm, a residual: on live weights, each batch norm's scale and
+    shift is its convolution's epilogue (braze_conv2d_ws; bz_scale_epilogue on the GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(6, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.c2, self.b2 = torch.nn.Conv2d(8, 6, 1, bias=False), torch.nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x)
+
+
+def _child_conv_bn(kernels_dir: str) -> None:
+    """ConvBN at two shapes, then its running statistics changed through .data. Prints RESULT json."""
+    targets = _emulate_each_compile(kernels_dir)
+    torch.manual_seed(0)
+    m = ConvBN().eval()
+    with torch.no_grad():
+        for bn in (m.b1, m.b2):
+            bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
+        f = torch.compile(m, backend="braze", dynamic=True)
+        errs = [rel_error(f(x), m(x)) for x in (torch.randn(1, 6, 5, 7), torch.randn(2, 6, 4, 3))]
+        m.b1.running_var.data.mul_(3.0)
+        x = torch.randn(2, 6, 4, 3)
+        errs.append(rel_error(f(x), m(x)))
+    print("RESULT " + json.dumps({"errs": errs, "targets": targets}))
+
+
 def _child_training(kernels_dir: str) -> None:
     """A training step's gradients at two shapes: the forward and backward graphs compile for the GPU."""
     import copy
@@ -184,6 +213,11 @@ def test_cuda_plugin_matches_eager(tmp_path):
     assert all(e <= 1e-5 for e in res["errs"]), res
     assert res["changed"] <= 1e-5, res
     assert res["second"] <= 1e-5 and res["first_again"] <= 1e-5, res
+
+
+def test_cuda_plugin_batch_norms_on_live_weights(tmp_path):
+    res, _ = _run_child("_child_conv_bn", tmp_path)
+    assert len(res["errs"]) == 3 and all(e <= 1e-5 for e in res["errs"]), res
 
 
 @pytest.mark.slow  # its forward and backward libraries, built and emulated: 27 s alone on 2 cores

@@ -73,8 +73,26 @@ class UpNet(nn.Module):
         return self.fc(self.c(torch.relu(self.up(x))).mean((2, 3)))
 
 
-FEATURES = {Block: (16,), ConvNet: (3, 9, 11), Wide: (96,), WideConv: (3, 9, 11), UpNet: (3, 5, 7)}
-MODELS = {"linear": Block, "conv": ConvNet, "wide linear": Wide, "wide conv": WideConv, "transposed conv": UpNet}
+class ResBlock(nn.Module):
+    """ResNet's bottleneck, small: convolutions each with a batch norm, whose scale and shift
+    oneDNN's convolution applies in its epilogue (braze_conv2d_ws), the residual and relu after."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.c2, self.b2 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.down, self.bd = nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        y = self.b2(self.c2(torch.relu(self.b1(self.c1(x)))))
+        return self.fc(torch.relu(y + self.bd(self.down(x))).mean((2, 3)))
+
+
+FEATURES = {Block: (16,), ConvNet: (3, 9, 11), Wide: (96,), WideConv: (3, 9, 11), UpNet: (3, 5, 7),
+            ResBlock: (8, 7, 9)}
+MODELS = {"linear": Block, "conv": ConvNet, "wide linear": Wide, "wide conv": WideConv, "transposed conv": UpNet,
+          "batch norms": ResBlock}
 
 
 def _made(cls, seed):
@@ -105,9 +123,9 @@ def _libraries() -> int:
 
 
 def _check(c, m, cls, native_calls, shapes=(3, 1, 5)):
-    """Every call equals eager and ran in braze (float32: the wide models sum 256 products, in
-    another order once packed)."""
-    tol = 1e-4 if cls in (Wide, WideConv) else 1e-5
+    """Every call equals eager and ran in braze (float32: the wide models sum 256 products, the
+    batch-norm block 144, in another order once packed)."""
+    tol = 1e-4 if cls in (Wide, WideConv, ResBlock) else 1e-5
     for b in shapes:
         x = _input(cls, b, seed=b)
         before = native_calls()
@@ -164,6 +182,21 @@ def test_a_changed_weight_is_read_at_the_next_call(cls, change, native_calls):
     if cls in (Wide, WideConv) and after["on"] and change != "one element":  # (element 5: an end page)
         # the tracked path saw the change (a write found, or new memory armed), not a hash
         assert after["written"] + after["arms"] > before["written"] + before["arms"], (before, after)
+
+
+def test_batch_norms_on_live_weights_are_the_convolutions_epilogue(tmp_path, native_calls):
+    """Each convolution's batch norm is a per-channel scale and shift that its library call applies
+    (no pass of its own over the result), computed at each call from the live statistics."""
+    m = _made(ResBlock, 0)
+    c = torch.compile(m, backend="braze", dynamic=True, options={"dump": str(tmp_path)})
+    with torch.no_grad():
+        _check(c, m, ResBlock, native_calls, shapes=(3, 1, 5, 2))
+        m.b1.running_var.data.mul_(4.0)
+        m.bd.weight.data.neg_()
+        _check(c, m, ResBlock, native_calls, shapes=(3, 1, 5, 2))
+    sources = [p.read_text() for p in tmp_path.glob("*/model.c")]
+    assert sources and all(src.count("braze_conv2d_ws(") == 3 for src in sources), \
+        [src.count("braze_conv2d_ws(") for src in sources]
 
 
 def test_buffers_changed_through_data_are_read(native_calls):

@@ -143,6 +143,20 @@ extern "C" __global__ void bz_epilogue(int64_t batch, int64_t M, int64_t N, floa
     }
 }
 
+/* -------------------------------------------------------------------------------- scale epilogue --
+ * In place on an NHWC convolution's result (bz_conv2d's, run without an epilogue): Y[i] =
+ * bz_cuda_epilogue(Y[i] * scale[c], bias, c, res, i, act) with c = i % OC: a batch norm on weights read
+ * at run time (passes/layout.py's scale and shift, braze_conv2d_ws). res apart from Y.
+ *
+ * Launch contract: block = 256 (1-D), grid = min(ceil(total / 256), 2^20) (bzc_launch's); the grid-stride
+ * loop covers whatever the grid does not.
+ */
+extern "C" __global__ void bz_scale_epilogue(int64_t total, int64_t OC, float *Y, const float *scale,
+                                             const float *bias, const float *res, int act) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        Y[i] = bz_cuda_epilogue(Y[i] * scale[i % OC], bias, i % OC, res, i, act);
+}
+
 /* ----------------------------------------------------------------------------------------- conv2d --
  * Y = epilogue(conv2d(X, Wt)) with torch's semantics: Wt is [OC, C/groups, KH, KW]; X, Y and res are
  * NCHW when nhwc == 0, else NHWC; stride sh/sw, dilation dh/dw, padding ph/pw on the top/left (the

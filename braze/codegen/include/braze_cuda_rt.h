@@ -353,6 +353,7 @@ static int braze_matmul_w_prepare(int64_t M, int64_t N, int64_t K, int t, int ha
 #define BZC_CONV 1
 #define BZC_EPI 2
 #define BZC_IM2COL 3
+#define BZC_SCALE 4
 
 /* the generated GEMM: any strides, the epilogue fused */
 static void bzc_gemm_kernel(int64_t batch, int64_t M, int64_t N, int64_t K, const void *A, int64_t a_rs,
@@ -597,6 +598,28 @@ static int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const 
 static int braze_conv2d(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *bias,
                         const void *res, int act, int64_t OH, int64_t OW, void *Y, char *err, int errlen) {
     return braze_conv2d_w(N, H, W, X, P, P->w, bias, res, act, OH, OW, Y, err, errlen);
+}
+
+/* braze_dnnl.h's: act(conv2d(X, Wt) * scale + bias) + res (NHWC), the convolution first, then
+ * bz_scale_epilogue over its result; a residual in Y's memory is copied apart first */
+static int braze_conv2d_ws(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
+                           const void *scale, const void *bias, const void *res, int act, int64_t OH, int64_t OW,
+                           void *Y, char *err, int errlen) {
+    int64_t OC = P->OC, total = N * OH * OW * OC;
+    if (!P->layout) {
+        braze_fail(err, errlen, BRAZE_ERR_INTERNAL, "braze_conv2d_ws: a scaled convolution is NHWC");
+        return 1;
+    }
+    if (res && res == Y && total > 0) {
+        char *s = bzc_grow(&bzc_bt.res, (size_t)total * sizeof(float));
+        if (!s) return 0; /* recorded; the call reports it */
+        bzc_copy(s, Y, (size_t)total * sizeof(float));
+        res = s;
+    }
+    if (braze_conv2d_w(N, H, W, X, P, Wt, NULL, NULL, 0, OH, OW, Y, err, errlen)) return 1;
+    void *args[] = {&total, &OC, &Y, &scale, &bias, &res, &act};
+    if (total > 0 && !bzc_t.error[0]) bzc_launch(BZC_SCALE, total, 0, args);
+    return 0;
 }
 
 #endif

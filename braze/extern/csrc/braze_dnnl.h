@@ -281,8 +281,17 @@ int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_p
                    const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
                    char *err, int errlen);
 
-/* As braze_matmul_prepare, for braze_conv2d(N, H, W, ..., P, bias, residual, act, ...) and
- * braze_conv2d_w. */
+/* braze_conv2d_w for Y = act(conv2d(X, W) * scale + bias) + residual (the residual's place as
+ * braze_conv2d's): an inference batch norm on weights read at run time (passes/layout.py), per
+ * channel (scale[OC], float32, NHWC only; bias may be NULL). oneDNN applies both in the
+ * convolution's epilogue; where that would send it to its reference kernel, the helper applies
+ * them itself over the result. act: none, relu or relu6 (passes/offload.py). */
+int braze_conv2d_ws(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
+                    const void *scale, const void *bias, const void *residual, int act, int64_t OH, int64_t OW,
+                    void *Y, char *err, int errlen);
+
+/* As braze_matmul_prepare, for braze_conv2d(N, H, W, ..., P, bias, residual, act, ...), braze_conv2d_w
+ * and (has_bias | 2 when it has a scale) braze_conv2d_ws. */
 int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_conv *P, int has_bias, int has_res,
                          int act);
 

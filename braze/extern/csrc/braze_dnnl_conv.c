@@ -212,9 +212,15 @@ void braze_free_packed_conv(braze_packed_conv *P) {
 typedef struct {
     const braze_packed_conv *P;
     int64_t N, H, W;
-    int has_bias, has_res, act;
+    int has_bias, has_res, act; /* has_bias: 1 a bias, | 2 a scale before it (braze_conv2d_ws) */
     const char *ctx;
 } conv_arg;
+
+static int is_reference(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+           strncmp(impl, "ref", 3) == 0;
+}
 
 int64_t braze_conv_live_packs(const braze_packed_conv *P) { return P && P->lb ? braze_live_b_packs(P->lb) : 0; }
 
@@ -236,23 +242,43 @@ static int make_conv(cache_entry *e, void *p, char *err, int errlen) {
     braze_packed_conv *P = (braze_packed_conv *)c->P; /* its alternate layouts grow here */
     const char *ctx = c->ctx;
     int rc = 1;
-    dnnl_memory_desc_t src = NULL, dst = NULL, wany = NULL, bias = NULL;
+    dnnl_memory_desc_t src = NULL, dst = NULL, wany = NULL, bias = NULL, chan = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
+    int scaled = (c->has_bias & 2) != 0;
     if (conv_mds(P, c->N, c->H, c->W, 1, c->act, &src, &wany, &dst)) {
         set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
         goto fail;
     }
-    if (c->has_bias) {
+    if (scaled) { /* the scale and the bias: binary post-ops on [1, OC, 1, 1], the memory of [OC] */
+        dnnl_dims_t cd = {1, P->OC, 1, 1};
+        DN(dnnl_memory_desc_create_with_tag(&chan, 4, cd, dnnl_f32, dnnl_nchw));
+    } else if (c->has_bias) {
         dnnl_dims_t bd = {P->OC};
         DN(dnnl_memory_desc_create_with_tag(&bias, 1, bd, dt_of(BIAS_DT(c->act)), dnnl_a));
     }
     /* the residual is a sum post-op (Y is preloaded with it): the JIT convolutions take
      * sum, while binary add sends oneDNN 3.2 to its reference kernel */
-    DN(make_attr_ex(&attr, c->act, c->has_res ? dst : NULL, 1.f, 1));
+    DN(make_attr_chan(&attr, c->act, c->has_res ? dst : NULL, 1.f, 1, chan, scaled ? 1 + (c->has_bias & 1) : 0));
     /* weights `any`: the implementation picks its layout (a fixed packed layout can force
      * the reference kernel, e.g. for strided 1x1); re-lay the weights out when it differs */
-    DN(conv_pd(&pd, P, src, wany, bias, dst, attr));
+    if (scaled) {
+        /* the per-channel post-ops with a sum send some JIT convolutions (an RGB stem's) to the
+         * reference kernel, 500 times slower: then the primitive applies nothing, and conv_apart
+         * does it all over its result */
+        dnnl_status_t st = conv_pd(&pd, P, src, wany, NULL, dst, attr);
+        if (st != dnnl_success || is_reference(pd)) {
+            if (pd) dnnl_primitive_desc_destroy(pd);
+            pd = NULL;
+            dnnl_primitive_attr_destroy(attr);
+            attr = NULL;
+            DN(make_attr_ex(&attr, 0, NULL, 1.f, 1));
+            DN(conv_pd(&pd, P, src, wany, NULL, dst, attr));
+            e->unfused = 1;
+        }
+    } else {
+        DN(conv_pd(&pd, P, src, wany, bias, dst, attr));
+    }
     if (!P->data) { /* run-time weights: each call re-lays them out with this reorder */
         const_dnnl_memory_desc_t want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DN(dnnl_memory_desc_clone(&e->wei_md, want));
@@ -300,6 +326,7 @@ fail:
     if (dst) dnnl_memory_desc_destroy(dst);
     if (wany) dnnl_memory_desc_destroy(wany);
     if (bias) dnnl_memory_desc_destroy(bias);
+    if (chan) dnnl_memory_desc_destroy(chan);
     return rc;
 }
 
@@ -328,6 +355,25 @@ int braze_dnnl_conv_gemm_m(void) { return __atomic_load_n(&g_conv_gemm_max, __AT
 
 static int conv_gemm_applies(const braze_packed_conv *P, int64_t N, int64_t OH, int64_t OW, int act) {
     return P->lb && !(act & BRAZE_TYPES_MASK) && N * OH * OW <= braze_dnnl_conv_gemm_m();
+}
+
+/* What an unfused entry's primitive left to the helper, over its result T (NHWC, float32): Y =
+ * act(T * scale + bias) + residual, or act(T * scale + bias + residual) (BRAZE_ACT_AFTER_RESIDUAL),
+ * as oneDNN's post-ops compute it; act is eager's relu, relu6 or none. R may be Y. */
+static void conv_apart(int act, const float *T, const float *scale, const float *bias, const float *R, float *Y,
+                       int64_t pixels, int64_t OC) {
+    int late = (act & BRAZE_ACT_AFTER_RESIDUAL) != 0, relu = eager_act(act);
+#pragma omp parallel for schedule(static) if (pixels * OC >= 65536)
+    for (int64_t p = 0; p < pixels; p++)
+        for (int64_t c = 0; c < OC; c++) {
+            int64_t i = p * OC + c;
+            float v = T[i] * scale[c];
+            if (bias) v += bias[c];
+            if (R && late) v += R[i];
+            if (relu) v = eager_relu(act, v);
+            if (R && !late) v += R[i];
+            Y[i] = v;
+        }
 }
 
 static int conv_gemm_plain(const braze_packed_conv *P) {
@@ -380,7 +426,7 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
     if (!P || N <= 0 || H <= 0 || W <= 0 || CONV_OH(P, H) <= 0 || CONV_OW(P, W) <= 0 ||
         act_alg(act, &alg, &al) < 0 || braze_dnnl_init(err, sizeof err))
         return 1;
-    if (conv_gemm_applies(P, N, CONV_OH(P, H), CONV_OW(P, W), act))
+    if (!(has_bias & 2) && conv_gemm_applies(P, N, CONV_OH(P, H), CONV_OW(P, W), act))
         return braze_matmul_lw_prepare(P->lb, N * CONV_OH(P, H) * CONV_OW(P, W), has_bias, has_res, act);
     cache_entry tmp;
     int is_tmp = 0;
@@ -391,13 +437,13 @@ int braze_conv2d_prepare(int64_t N, int64_t H, int64_t W, const braze_packed_con
 /* braze_conv2d (Wt NULL: P's packed weights) and braze_conv2d_w (Wt: the plain weights of this
  * call, re-laid out into a per-thread buffer first). */
 static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
-                     const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
-                     char *err, int errlen) {
+                     const void *scale, const void *bias, const void *residual, int act, int64_t OH, int64_t OW,
+                     void *Y, char *err, int errlen) {
     char ctx[300];
     int rc = 1, is_tmp = 0;
     cache_entry tmp, *e = NULL;
     dnnl_memory_desc_t src = NULL, dst = NULL, bmd = NULL;
-    dnnl_memory_t mx = NULL, mw = NULL, mb = NULL, mr = NULL, my = NULL;
+    dnnl_memory_t mx = NULL, mw = NULL, mb = NULL, mr = NULL, my = NULL, ms = NULL;
     wuse use = {0};
     if (!P || !P->data != (Wt != NULL)) {
         set_err(err, errlen, "braze_dnnl: %s", !P ? "braze_conv2d: packed conv weight is NULL"
@@ -408,14 +454,20 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
     snprintf(ctx, sizeof ctx,
              "braze_conv2d N=%lld IC=%lld H=%lld W=%lld -> OC=%lld OH=%lld OW=%lld kernel=%lldx%lld "
              "stride=%lldx%lld pad=%lld,%lld,%lld,%lld dil=%lldx%lld groups=%lld layout=%s bias=%d "
-             "residual=%d act=%d",
+             "residual=%d act=%d scale=%d",
              (long long)N, (long long)P->IC, (long long)H, (long long)W, (long long)P->OC,
              (long long)OH, (long long)OW, (long long)P->KH, (long long)P->KW, (long long)P->sh,
              (long long)P->sw, (long long)P->ph, (long long)P->pw, (long long)P->ph_end,
              (long long)P->pw_end, (long long)P->dh,
              (long long)P->dw, (long long)P->G, P->layout ? "nhwc" : "nchw", bias != NULL,
-             residual != NULL, act);
+             residual != NULL, act, scale != NULL);
     if (braze_dnnl_init(err, errlen)) return 1;
+    if (scale && (!P->layout || (act & BRAZE_TYPES_MASK) || P->dt != BRAZE_DT_F32 ||
+                  ((act & 0xff) && !eager_act(act)))) {
+        set_err(err, errlen, "braze_dnnl: a scaled convolution is float32 NHWC, with relu, relu6 or no "
+                "activation (%s)", ctx);
+        return 1;
+    }
     {
         dnnl_alg_kind_t alg;
         float al;
@@ -442,12 +494,13 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
         return 1;
     }
     /* by M alone, never by whether the weight is tracked: the two ways give different bits */
-    if (Wt && conv_gemm_applies(P, N, OH, OW, act))
+    if (Wt && !scale && conv_gemm_applies(P, N, OH, OW, act))
         return conv_gemm(N, H, W, (const float *)X, P, (const float *)Wt, (const float *)bias, (const float *)residual,
                          act, OH, OW, (float *)Y, ctx, err, errlen);
     dnnl_stream_t s = get_stream(err, errlen);
     if (!s) return 1;
-    e = conv_entry(N, H, W, P, bias != NULL, residual != NULL, act, ctx, &tmp, &is_tmp, err, errlen);
+    e = conv_entry(N, H, W, P, (bias != NULL) | (scale != NULL) << 1, residual != NULL, act, ctx, &tmp, &is_tmp,
+                   err, errlen);
     if (!e) return 1;
     if (conv_mds(P, N, H, W, 0, act, &src, NULL, &dst)) {
         set_err(err, errlen, "braze_dnnl: dnnl_memory_desc_create_with_tag failed (%s)", ctx);
@@ -456,8 +509,14 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
     {
         dnnl_exec_arg_t args[6];
         int n = 0;
+        /* unfused: the primitive writes T, conv_apart the rest into Y */
+        void *T = Y;
+        if (e->unfused && !(T = thread_scratch_at(1, (size_t)(N * OH * OW * P->OC) * sizeof(float)))) {
+            set_err(err, errlen, "braze_dnnl: out of memory (the result of %s)", ctx);
+            goto fail;
+        }
         DN(dnnl_memory_create(&mx, src, g_engine, (void *)X));
-        DN(dnnl_memory_create(&my, dst, g_engine, Y));
+        DN(dnnl_memory_create(&my, dst, g_engine, T));
         const void *wdata = e->wei;
         if (Wt) {
             wdata = Wt;
@@ -473,16 +532,29 @@ static int conv_call(int64_t N, int64_t H, int64_t W, const void *X, const braze
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, mx};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mw};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, my};
-        if (bias) {
+        if (scale && !e->unfused) {
+            dnnl_dims_t cd = {1, P->OC, 1, 1};
+            DN(dnnl_memory_desc_create_with_tag(&bmd, 4, cd, dnnl_f32, dnnl_nchw));
+            DN(dnnl_memory_create(&ms, bmd, g_engine, (void *)scale));
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, ms};
+            if (bias) {
+                DN(dnnl_memory_create(&mb, bmd, g_engine, (void *)bias));
+                args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, mb};
+            }
+        } else if (bias && !scale) {
             dnnl_dims_t bd = {P->OC};
             DN(dnnl_memory_desc_create_with_tag(&bmd, 1, bd, dt_of(BIAS_DT(act)), dnnl_a));
             DN(dnnl_memory_create(&mb, bmd, g_engine, (void *)bias));
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mb};
         }
-        if (residual && residual != Y)
+        if (residual && residual != Y && !e->unfused)
             memcpy(Y, residual, (size_t)(N * OH * OW * P->OC) * dt_size(DST_DT(act)));
         if (run_primitive(e->prim, e->scratch_md, s, n, args, ctx, err, errlen)) goto fail;
-        braze_after_act(act, Y, N * OH * OW * P->OC);
+        if (e->unfused)
+            conv_apart(act, (const float *)T, (const float *)scale, (const float *)bias, (const float *)residual,
+                       (float *)Y, N * OH * OW, P->OC);
+        else
+            braze_after_act(act, Y, N * OH * OW * P->OC);
     }
     rc = 0;
 fail:
@@ -490,6 +562,7 @@ fail:
     if (mw) dnnl_memory_destroy(mw);
     if (use.data) wcache_release(&use);
     if (mb) dnnl_memory_destroy(mb);
+    if (ms) dnnl_memory_destroy(ms);
     if (mr) dnnl_memory_destroy(mr);
     if (my) dnnl_memory_destroy(my);
     if (src) dnnl_memory_desc_destroy(src);
@@ -502,7 +575,7 @@ fail:
 int braze_conv2d(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P,
                  const void *bias, const void *residual, int act, int64_t OH, int64_t OW, void *Y,
                  char *err, int errlen) {
-    return conv_call(N, H, W, X, P, NULL, bias, residual, act, OH, OW, Y, err, errlen);
+    return conv_call(N, H, W, X, P, NULL, NULL, bias, residual, act, OH, OW, Y, err, errlen);
 }
 
 int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
@@ -512,7 +585,17 @@ int braze_conv2d_w(int64_t N, int64_t H, int64_t W, const void *X, const braze_p
         set_err(err, errlen, "braze_dnnl: braze_conv2d_w: the weight is NULL");
         return 1;
     }
-    return conv_call(N, H, W, X, P, Wt, bias, residual, act, OH, OW, Y, err, errlen);
+    return conv_call(N, H, W, X, P, Wt, NULL, bias, residual, act, OH, OW, Y, err, errlen);
+}
+
+int braze_conv2d_ws(int64_t N, int64_t H, int64_t W, const void *X, const braze_packed_conv *P, const void *Wt,
+                    const void *scale, const void *bias, const void *residual, int act, int64_t OH, int64_t OW,
+                    void *Y, char *err, int errlen) {
+    if (!Wt || !scale) {
+        set_err(err, errlen, "braze_dnnl: braze_conv2d_ws: the %s is NULL", Wt ? "scale" : "weight");
+        return 1;
+    }
+    return conv_call(N, H, W, X, P, Wt, scale, bias, residual, act, OH, OW, Y, err, errlen);
 }
 
 int64_t braze_time_conv2d(int64_t reps, int64_t N, int64_t H, int64_t W, const void *X,

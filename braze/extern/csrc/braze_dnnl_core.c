@@ -182,6 +182,7 @@ typedef struct {
     const void *wei;             /* the weights to run with (conv; not owned unless == wei_alt) */
     dnnl_primitive_t reorder;    /* run-time weights: plain -> wei_md at each call, or NULL */
     dnnl_memory_desc_t reorder_scratch_md;
+    int unfused;                 /* conv: the primitive applies no post-op; the helper does (conv_apart) */
 } cache_entry;
 
 /* power of two; open addressing; full -> no caching. One table for every model in the
@@ -547,14 +548,19 @@ static int residual_post_op_index(int act) {
 
 /* Post-ops: eltwise(act) then binary add(residual md); with
  * BRAZE_ACT_AFTER_RESIDUAL, binary add then eltwise. */
-static dnnl_status_t make_attr_ex(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
-                                  float out_scale_linear, int res_as_sum) {
+/* make_attr_ex, with first n_chan binary post-ops on a per-channel vector chan_md: a multiply
+ * (1 or 2) and an add (2) */
+static dnnl_status_t make_attr_chan(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
+                                    float out_scale_linear, int res_as_sum, const_dnnl_memory_desc_t chan_md,
+                                    int n_chan) {
     dnnl_post_ops_t po = NULL;
     dnnl_status_t st = make_user_scratch_attr(attr);
     if (st != dnnl_success) return st;
     st = dnnl_post_ops_create(&po);
     if (st != dnnl_success) return st;
-    if (out_scale_linear != 1.f)
+    if (n_chan >= 1) st = dnnl_post_ops_append_binary(po, dnnl_binary_mul, chan_md);
+    if (st == dnnl_success && n_chan >= 2) st = dnnl_post_ops_append_binary(po, dnnl_binary_add, chan_md);
+    if (st == dnnl_success && out_scale_linear != 1.f)
         st = dnnl_post_ops_append_eltwise(po, dnnl_eltwise_linear, out_scale_linear, 0.f);
     dnnl_alg_kind_t alg;
     float alpha;
@@ -570,6 +576,11 @@ static dnnl_status_t make_attr_ex(dnnl_primitive_attr_t *attr, int act, const_dn
     if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(*attr, po);
     dnnl_post_ops_destroy(po);
     return st;
+}
+
+static dnnl_status_t make_attr_ex(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
+                                  float out_scale_linear, int res_as_sum) {
+    return make_attr_chan(attr, act, res_md, out_scale_linear, res_as_sum, NULL, 0);
 }
 
 static dnnl_status_t make_attr(dnnl_primitive_attr_t *attr, int act, const_dnnl_memory_desc_t res_md,
