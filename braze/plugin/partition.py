@@ -34,6 +34,9 @@ QUIET = (SEED, VIEW, TRACED_VIEW)  # nodes PyTorch runs on purpose, which split 
 # a view to sizes the region cannot read (a loss's gradient viewed back to [batch, seq, vocab] with
 # the forward's saved sizes): PyTorch makes it without a copy, with no warning
 SIZED_VIEW = "a view to sizes from another graph, which PyTorch makes without a copy"
+# an as_strided, which PyTorch makes from an input with the traced strides (``support``), no warning
+STRIDED_VIEW = "an as_strided, which PyTorch makes without a copy"
+SILENT = (SIZED_VIEW, STRIDED_VIEW)  # nodes PyTorch runs without a warning, which split regions
 TORCH_META = "braze_torch"  # FX node meta: why PyTorch runs a node the plug-in put there
 MAX_REFUSALS = 64
 # a region of nothing but these is not worth a library: torch does them without copying
@@ -80,7 +83,10 @@ def support(node, refused: dict) -> str | None:
     if not outs:
         return SIZE
     if not is_supported(node.target):
-        return "braze has no converter for it"
+        # as_strided reads its input's memory by the traced strides, which its input, read by PyTorch,
+        # then has (``keep_traced_strides``); torch's own decompositions make it (an adaptive pool of
+        # a channels-last activation), so a warning would name nothing the user wrote
+        return STRIDED_VIEW if packet_name(node.target) == "aten.as_strided" else "braze has no converter for it"
     dtypes = _braze_dtypes()
     args = [a.meta.get("val") for a in node.all_input_nodes]
     for t in outs + [t for a in args for t in _tensors(a)]:
@@ -335,7 +341,7 @@ def _build(gm, frozen: dict, refused: dict, opts, speculative: bool, label: str)
         delattr(fused, node.target)
         regions.append(region)
     for n in torch_nodes:
-        if n.op == "call_function" and reasons.get(n.name) not in (None, SIZE, SIZED_VIEW):
+        if n.op == "call_function" and reasons.get(n.name) not in (None, SIZE, *SILENT):
             report.warn_torch_op(n, reasons[n.name])
     fused.graph.eliminate_dead_code()
     fused.recompile()
