@@ -11,6 +11,7 @@ from ..ir import sym as S
 from ..ir.graph import Node, Value
 from ..ir.types import DType
 from ..ops.conv import is_pointwise_conv, pads4
+from ..passes.fusion import weight_permute
 from ..passes.node_classes import BACKWARD_CONVS
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from .c_expr import int_expr
@@ -113,8 +114,11 @@ class LibraryCalls:
             return
         if a.op == "conv2d":
             nhwc = a.attrs.get("layout") == "nhwc"
+            # a channels-last weight, read where it lies: its OHWI memory is the prologue permute's input
+            ohwi = 2 if weight_permute(a) is not None else 0
             h = self.gen.pack_conv(wconst, w.shape, a.attrs["groups"], a.attrs["stride"],
-                                   pads4(a.attrs["padding"]), a.attrs["dilation"], layout=1 if nhwc else 0, dt=wdt)
+                                   pads4(a.attrs["padding"]), a.attrs["dilation"], layout=(1 if nhwc else 0) | ohwi,
+                                   dt=wdt)
             y = a.outputs[0]
             hw = (1, 2) if nhwc else (2, 3)
             dims = (x.shape[0], x.shape[hw[0]], x.shape[hw[1]])

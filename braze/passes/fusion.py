@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
+from ..ir.types import DType
 from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
@@ -94,9 +95,25 @@ EXPENSIVE = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "erf", "sigmo
 
 
 def _prologue(anchor: Node, n: Node) -> bool:
-    """``n`` may come before the gemm ``anchor`` in its group: a view (a free reinterpretation),
-    or a matmul operand's transpose (the library reads it transposed)."""
+    """``n`` may come before the gemm or conv ``anchor`` in its group: a view (a free
+    reinterpretation; gemm only), a matmul operand's transpose (the library reads it transposed), or
+    a 2-D convolution's OHWI weight read as OIHW (a channels-last weight, which the library reads
+    where it lies: ``weight_permute``)."""
+    if anchor.op == "conv2d":
+        return weight_permute(anchor) is n
     return n.op in VIEWS or (anchor.op == "matmul" and swaps_last_two(n))
+
+
+def weight_permute(conv: Node) -> Node | None:
+    """The ``permute(w, [0, 3, 1, 2])`` of a weight read at run time that a one-group ``conv2d``
+    takes as its OIHW weight (the plug-in reads a channels-last weight so: plugin/saved_layout.py),
+    else None."""
+    w = conv.inputs[1] if len(conv.inputs) > 1 else None
+    p = w.producer if w is not None else None
+    if p is None or p.op != "permute" or tuple(p.attrs["perm"]) != (0, 3, 1, 2) or p.inputs[0].producer is not None \
+            or conv.attrs.get("groups", 1) != 1 or w.dtype is not DType.float32:
+        return None
+    return p
 
 
 def _is_elementwise(n: Node) -> bool:
@@ -293,7 +310,7 @@ class _Fuser:
             if id(n) in down_ids:
                 continue
             # a prologue feeds the gemm directly
-            if kind != "gemm" or not _prologue(a, n) or \
+            if not _prologue(a, n) or \
                     any(u is not a for u in self.cons.get(id(n.outputs[0]), ())):
                 return None
         for n in down:
@@ -408,7 +425,7 @@ class _Fuser:
         for g in list(self.groups):
             if not g.alive or g.kind not in ("gemm", "conv"):
                 continue
-            if g.kind == "gemm":
+            if g.kind in ("gemm", "conv"):
                 a = g.nodes[0]
                 for v in a.inputs:
                     u = v.producer if v is not None else None
@@ -418,8 +435,8 @@ class _Fuser:
                     if h is None or h is g or len(h.nodes) != 1 or \
                             any(c is not a for c in self.cons.get(id(v), ())):
                         continue
-                    if self.validate(g.nodes + h.nodes) == "gemm":
-                        self.merge([g, h], "gemm")
+                    if self.validate(g.nodes + h.nodes) == g.kind:
+                        self.merge([g, h], g.kind)
             while True:
                 esc = self.escaping(g.nodes)
                 if len(esc) != 1 or id(esc[0]) in self.results:

@@ -27,6 +27,7 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from ..ops.registry import get_op
 from .common import result_ids, top_functions, users
+from .fusion import weight_permute
 from .node_classes import BACKWARD_CONVS, CONVS, GEMMS, swaps_last_two
 from .precision import HALF
 
@@ -121,7 +122,8 @@ def _split(module: Module, f: Function, n: Node, used: set) -> list[Node]:
                          where=_where(n), hint="this is a braze bug; please report it")
     anchor = callee.nodes[anchor_i]
     for m in callee.nodes[:anchor_i]:
-        if m.op not in VIEW_OPS and m.op != "constant" and not (anchor.op == "matmul" and swaps_last_two(m)):
+        if m.op not in VIEW_OPS and m.op != "constant" and not (anchor.op == "matmul" and swaps_last_two(m)) and \
+                weight_permute(anchor) is not m:
             raise BrazeError(f"the {kind} group @{callee.name} computes '{m.op}' before its {anchor.op}; "
                              "only views and a matmul operand's transpose may come first", where=_where(m),
                              hint="this is a braze bug; please report it")

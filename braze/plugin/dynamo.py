@@ -129,6 +129,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
 
     from . import saved_layout
     from .partition import compile_graph, in_torch
+    from .strides import channels_last_inputs
     from .rng import braze_dropout
 
     opts, freeze, compile_backward, rng = plugin_options(options)
@@ -169,6 +170,8 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
                     braze_dropout(g)
                 if label == "forward":
                     saved_nhwc.update(saved_layout.forward(g))
+                elif label == "inference" and not opts.target.startswith("cuda"):
+                    channels_last_inputs(g, frozen)
                 return compile_graph(g, frozen, opts if label == "inference" else train_opts,
                                      speculative=speculative[0], checks=checks, label=label)
         except Exception as e:  # noqa: BLE001 -- the user's program must not fail for braze's sake

@@ -427,3 +427,33 @@ def test_conv2d_ws_refuses_what_it_cannot_apply(lib):
         assert "float32 NHWC" in err.value.decode()
     finally:
         lib.braze_free_packed_conv(P)
+
+
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[-1] == 1], ids=lambda c: "x".join(map(str, c[:6])))
+def test_conv2d_w_reads_an_ohwi_weight_where_it_lies(lib, case):
+    """Layout 3 (NHWC, the weight [OC, KH, KW, IC] in memory: a channels-last OIHW tensor's), also
+    after the weight changes in place; a grouped one is refused."""
+    torch = pytest.importorskip("torch")
+    N, IC, OC, H, W, k, s, p, d, g = case
+    rng = np.random.default_rng(OC * W)
+    X = rng.standard_normal((N, IC, H, W), dtype=np.float32)
+    Xl = np.ascontiguousarray(X.transpose(0, 2, 3, 1))
+    Wt = rng.standard_normal((OC, IC, k, k), dtype=np.float32)
+    Wo = np.ascontiguousarray(Wt.transpose(0, 2, 3, 1))  # OHWI
+    pt, pl, pb, pr = (p,) * 4 if isinstance(p, int) else p
+    err = _err()
+    P = lib.braze_conv_geometry(OC, IC, k, k, 1, s, s, pt, pl, pb, pr, d, d, 3, err, ERRLEN)
+    assert P, err.value
+    try:
+        for scale in (1.0, -2.0):
+            Wo *= scale
+            ref = _conv_ref(torch, X, Wo.transpose(0, 3, 1, 2).copy(), None, s, p, d, g).transpose(0, 2, 3, 1)
+            out = np.full(ref.shape, np.nan, np.float32)
+            rc = lib.braze_conv2d_w(N, H, W, _p(Xl), P, _p(Wo), None, None, 0, ref.shape[1], ref.shape[2], _p(out),
+                                    err, ERRLEN)
+            assert rc == 0, err.value
+            _close(out, ref)
+    finally:
+        lib.braze_free_packed_conv(P)
+    assert not lib.braze_conv_geometry(8, 8, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 3, err, ERRLEN)
+    assert "invalid conv arguments" in err.value.decode()

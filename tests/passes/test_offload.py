@@ -338,3 +338,27 @@ def test_a_batch_norms_scale_on_a_live_convolution_is_a_post_op(P, weight, act, 
     assert lib[0] == "conv" and lib[1] == post, groups(after)
     assert [g[2] for g in groups(after)[1:]] == ([rest] if rest else [])
     P.check_equiv(before, after, [{"n": 1}, {"n": 3}])
+
+
+def test_a_channels_last_weight_is_read_where_it_lies(P):
+    """A one-group convolution's OIHW weight given as ``permute(w, [0, 3, 1, 2])`` of an input (the
+    plug-in's channels-last weight, OHWI in memory): the permute is the group's prologue, which the
+    library call reads in place; on a computed weight it stays a kernel of its own."""
+    text = """module {
+  symbols {
+    n in [1, 8]
+  }
+  func @main(%x: f32[n, 5, 5, 3], %w: f32[4, 1, 1, 3]) -> (f32[n, 5, 5, 4]) {
+    %0 = permute(%w) {perm=[0, 3, 1, 2]} : f32[4, 3, 1, 1]
+    %1 = conv2d(%x, %0) {dilation=[1, 1], groups=1, layout="nhwc", padding=[0, 0], stride=[1, 1]} : f32[n, 5, 5, 4]
+    %2 = relu(%1) : f32[n, 5, 5, 4]
+    return %2
+  }
+}
+"""
+    before, after = P.run_pass(fuse_then_offload, text)
+    assert groups(after) == [("conv", ["relu"], ["permute", "conv2d", "relu"])]
+    P.check_equiv(before, after, [{"n": 1}, {"n": 3}])
+    computed = text.replace("%0 = permute(%w)", "%9 = neg(%w) : f32[4, 1, 1, 3]\n    %0 = permute(%9)")
+    _, after = P.run_pass(fuse_then_offload, computed)
+    assert [g[2] for g in groups(after)][-1] == ["conv2d", "relu"], groups(after)

@@ -199,6 +199,27 @@ def test_batch_norms_on_live_weights_are_the_convolutions_epilogue(tmp_path, nat
         [src.count("braze_conv2d_ws(") for src in sources]
 
 
+def test_a_channels_last_model_reads_its_weights_and_inputs_where_they_lie(tmp_path, native_calls):
+    """``model.to(memory_format=torch.channels_last)`` with channels-last inputs (PyTorch's advice for
+    CPU convnets): each convolution's OHWI weight and the NHWC input are read as they lie (layout 3:
+    NHWC, OHWI weights; no kernel transposes them at each call), changes through .data included."""
+    m = _made(ResBlock, 0).to(memory_format=torch.channels_last)
+    c = torch.compile(m, backend="braze", dynamic=True, options={"dump": str(tmp_path)})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", BrazeWarning)
+        for change in (None, lambda: m.c1.weight.data.mul_(-0.5), lambda: m.down.weight.data.add_(0.25)):
+            if change:
+                change()
+            for b in (3, 1, 5, 2):
+                x = _input(ResBlock, b, seed=b).contiguous(memory_format=torch.channels_last)
+                before = native_calls()
+                torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+                assert native_calls() > before
+    sources = [p.read_text() for p in tmp_path.glob("*/model.c")]
+    assert sources and all(src.count(", 3, err, errlen)") == 3 for src in sources), \
+        [src.count(", 3, err, errlen)") for src in sources]
+
+
 def test_buffers_changed_through_data_are_read(native_calls):
     """Batch norm's running statistics are buffers, not parameters: a ``.data`` write to them."""
     m = _made(ConvNet, 0)

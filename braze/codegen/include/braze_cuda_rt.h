@@ -537,6 +537,10 @@ static braze_packed_conv *braze_conv_geometry(int64_t OC, int64_t IC, int64_t KH
                                               int64_t pw_end, int64_t dh, int64_t dw, int layout, char *err,
                                               int errlen) {
     (void)ph_end; (void)pw_end; /* implied by the output size each call passes */
+    if (layout & ~1) { /* OHWI weights (braze_dnnl.h's layout | 2): the plug-in gives this target none */
+        braze_fail(err, errlen, BRAZE_ERR_INTERNAL, "conv layout %d: OIHW weights only on the GPU", layout);
+        return NULL;
+    }
     braze_packed_conv *P = (braze_packed_conv *)calloc(1, sizeof *P);
     if (!P) { braze_fail(err, errlen, BRAZE_ERR_ALLOC, "out of memory"); return NULL; }
     P->OC = OC; P->IC = IC; P->KH = KH; P->KW = KW; P->groups = groups; P->sh = sh; P->sw = sw;

@@ -249,7 +249,8 @@ braze_packed_conv *braze_pack_conv_typed(const void *W, int w_dt, int dt, int64_
                                          char *err, int errlen);
 void braze_free_packed_conv(braze_packed_conv *P);
 /* A conv's geometry alone, for weights given at each call (braze_conv2d_w); free it with
- * braze_free_packed_conv. */
+ * braze_free_packed_conv. layout: 0 NCHW or 1 NHWC activations, | 2 for weights [OC, KH, KW, IC] in
+ * memory (a channels-last OIHW tensor's; one group). */
 braze_packed_conv *braze_conv_geometry(int64_t OC, int64_t IC, int64_t KH, int64_t KW, int64_t groups,
                                        int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                                        int64_t pad_h_end, int64_t pad_w_end, int64_t dil_h, int64_t dil_w,

@@ -9,6 +9,7 @@ struct braze_packed_conv {
     int64_t OC, IC, KH, KW, G, sh, sw, ph, pw, dh, dw;
     int64_t ph_end, pw_end; /* bottom / right padding (top / left: ph, pw) */
     int layout;
+    int ohwi; /* the plain weights are [OC, KH, KW, IC] in memory (a channels-last OIHW tensor's) */
     int dt;   /* BRAZE_DT_*: the weights' dtype in every layout but `plain` */
     int w_dt; /* the plain weights' */
     int64_t owner;
@@ -47,7 +48,8 @@ static int conv_mds(const braze_packed_conv *P, int64_t N, int64_t H, int64_t W,
     if (wei) {
         if (P->G == 1) {
             dnnl_dims_t wd = {P->OC, P->IC, P->KH, P->KW};
-            if (dnnl_memory_desc_create_with_tag(wei, 4, wd, wdt, any_w ? dnnl_format_tag_any : dnnl_oihw))
+            if (dnnl_memory_desc_create_with_tag(wei, 4, wd, wdt,
+                                                 any_w ? dnnl_format_tag_any : P->ohwi ? dnnl_ohwi : dnnl_oihw))
                 return 1;
         } else {
             dnnl_dims_t wd = {P->G, P->OC / P->G, P->IC / P->G, P->KH, P->KW};
@@ -81,13 +83,13 @@ static braze_packed_conv *conv_new(int64_t OC, int64_t IC, int64_t KH, int64_t K
              "pad=%lld,%lld,%lld,%lld dil=%lldx%lld layout=%s dtype=%s from %s",
              (long long)OC, (long long)IC, (long long)KH, (long long)KW, (long long)groups,
              (long long)stride_h, (long long)stride_w, (long long)pad_h, (long long)pad_w,
-             (long long)pad_h_end, (long long)pad_w_end, (long long)dil_h, (long long)dil_w, layout ? "nhwc" : "nchw",
+             (long long)pad_h_end, (long long)pad_w_end, (long long)dil_h, (long long)dil_w, layout & 1 ? "nhwc" : "nchw",
              dt_name(dt), dt_name(w_dt));
     if (braze_dnnl_init(err, errlen)) return NULL;
     if (OC <= 0 || IC <= 0 || KH <= 0 || KW <= 0 || groups <= 0 || OC % groups || IC % groups ||
         stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || pad_h_end < 0 || pad_w_end < 0 ||
         dil_h <= 0 || dil_w <= 0 || w_dt < 0 || w_dt > 2 || dt < 0 || dt > 2 ||
-        (layout != 0 && layout != 1)) {
+        layout < 0 || layout > 3 || (layout & 2 && groups != 1)) {
         set_err(err, errlen, "braze_dnnl: invalid conv arguments (%s)", ctx);
         return NULL;
     }
@@ -98,7 +100,8 @@ static braze_packed_conv *conv_new(int64_t OC, int64_t IC, int64_t KH, int64_t K
     }
     *P = (braze_packed_conv){.OC = OC, .IC = IC, .KH = KH, .KW = KW, .G = groups, .sh = stride_h,
                              .sw = stride_w, .ph = pad_h, .pw = pad_w, .dh = dil_h, .dw = dil_w,
-                             .ph_end = pad_h_end, .pw_end = pad_w_end, .layout = layout, .dt = dt, .w_dt = w_dt};
+                             .ph_end = pad_h_end, .pw_end = pad_w_end, .layout = layout & 1, .ohwi = layout >> 1,
+                             .dt = dt, .w_dt = w_dt};
     dnnl_memory_desc_t s2 = NULL, d2 = NULL;
     int bad = conv_mds(P, 1, KH * dil_h, KW * dil_w, 0, 0, &s2, &P->plain_md, &d2);
     if (s2) dnnl_memory_desc_destroy(s2);
@@ -121,7 +124,8 @@ braze_packed_conv *braze_conv_geometry_typed(int dt, int64_t OC, int64_t IC, int
     char ctx[320];
     braze_packed_conv *P = conv_new(OC, IC, KH, KW, groups, stride_h, stride_w, pad_h, pad_w, pad_h_end, pad_w_end,
                                     dil_h, dil_w, layout, dt, dt, ctx, sizeof ctx, err, errlen);
-    if (P && P->layout == 1 && P->G == 1 && P->KH * P->KW <= 64 && P->dt == BRAZE_DT_F32 &&
+    /* the GEMM site reads an OIHW weight's rows in (ic, kh, kw) order: not an OHWI one */
+    if (P && P->layout == 1 && !P->ohwi && P->G == 1 && P->KH * P->KW <= 64 && P->dt == BRAZE_DT_F32 &&
         !(P->lb = braze_live_b_new(OC, IC * KH * KW, 1, dt, err, errlen))) {
         braze_free_packed_conv(P);
         return NULL;
