@@ -190,6 +190,18 @@ def test_live_weights_writes_its_table(tmp_path):
     assert row["rel_error_live"] < 1e-4 and row["rel_error_frozen"] < 1e-4
 
 
+def test_channels_last_writes_its_table(tmp_path):
+    """A channels-last model against its NCHW twin and eager, within tolerance of eager."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.channels_last", "--models", "depthwise", "--shapes", "tiny",
+                        "--min-time", "0", "--threads", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "channels_last.json").read_text())["results"][0]["shapes"]
+    assert row["rounds"] >= 8 and row["channels_last_ms"] > 0 and row["nchw_ms"] > 0
+    assert row["rel_error_cl"] < 1e-4
+    assert "| depthwise | batch=1,height=32,width=32 |" in (tmp_path / "channels_last.md").read_text()
+
+
 def test_plugin_overhead_writes_its_table(tmp_path):
     """The plug-in and braze.compile called in turn, both within tolerance of eager."""
     row = _per_model("plugin_overhead", "plugin_overhead", tmp_path)
