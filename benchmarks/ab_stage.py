@@ -23,7 +23,8 @@ import argparse
 import statistics
 import time
 
-from .run import per_model_main, per_model_markdown, shape_str
+from .harness import per_model_main, per_model_markdown
+from .run import shape_str
 
 DEFAULT_MODELS = ["depthwise"]
 MIN_BLOCKS = 9

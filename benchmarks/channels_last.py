@@ -20,7 +20,8 @@ import copy
 import statistics
 import time
 
-from .run import per_model_main, per_model_markdown, shape_str, time_once
+from .harness import per_model_main, per_model_markdown, time_once
+from .run import shape_str
 
 DEFAULT_MODELS = ["resnet50", "depthwise"]
 

@@ -31,7 +31,8 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 
-from .run import per_model_main, per_model_markdown, shape_str
+from .harness import per_model_main, per_model_markdown
+from .run import shape_str
 
 DEFAULT_MODELS = ["resnet50", "depthwise"]
 BLOCK_S = 0.2  # seconds of calls per block

@@ -35,7 +35,8 @@ import resource
 import statistics
 import time
 
-from .run import per_model_main, per_model_markdown, shape_str, time_once
+from .harness import per_model_main, per_model_markdown, time_once
+from .run import shape_str
 
 DEFAULT_MODELS = ["llama", "bert", "resnet50"]
 # the shape, then its last dim 1 to 8 larger: single first calls of the depthwise convnet (0.1 ms)

@@ -74,7 +74,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=60, help="tokens decoded per run (the first 10 not timed)")
-    from .run import _machine, add_round_options, chosen_backends, process_rounds, write_results
+    from .harness import add_round_options, chosen_backends, process_rounds
+    from .run import _machine, write_results
     add_round_options(ap, "hf_decode", "MODEL", BACKENDS)
     a = ap.parse_args(argv)
     if a.one:

@@ -95,7 +95,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every (backend, variant) run")
     ap.add_argument("--steps", type=int, default=200, help="decode steps per run")
-    from .run import _machine, add_round_options, chosen_backends, process_rounds, write_results
+    from .harness import add_round_options, chosen_backends, process_rounds
+    from .run import _machine, write_results
     add_round_options(ap, "kv_cache_decode", "VARIANT", BACKENDS)
     a = ap.parse_args(argv)
     if a.one:

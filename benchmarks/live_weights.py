@@ -25,7 +25,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from .run import merge_runs, per_model_main, per_model_markdown, runs_sentence, shape_str, time_once
+from .harness import merge_runs, per_model_main, per_model_markdown, runs_sentence, time_once
+from .run import shape_str
 
 DEFAULT_MODELS = ["bert", "gpt2", "resnet50"]
 

@@ -20,7 +20,8 @@ import statistics
 import sys
 import time
 
-from .run import per_model_main, per_model_markdown, shape_str
+from .harness import per_model_main, per_model_markdown
+from .run import shape_str
 
 DEFAULT_MODELS = ["chain_rms", "block"]
 BLOCK_S = 0.01

@@ -19,7 +19,8 @@ import importlib
 import statistics
 import time
 
-from .run import per_model_main, per_model_markdown, shape_str
+from .harness import per_model_main, per_model_markdown
+from .run import shape_str
 
 DEFAULT_MODELS = ["depthwise", "bert", "llama"]
 VARIANTS = {"default": None, "all": 1, "none": 1 << 62}  # GRAIN: the default's, threads from 1 unit, never

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .run import per_model_main, per_model_markdown, shape_str
+from .harness import per_model_main, per_model_markdown
+from .run import shape_str
 
 DEFAULT_MODELS = ["mlp", "llama", "bert", "bert+dropout"]
 NOT_WORK = {  # views, allocations, fills and bookkeeping: what the rule does not count

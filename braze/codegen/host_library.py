@@ -11,8 +11,7 @@ from ..ir import sym as S
 from ..ir.graph import Node, Value
 from ..ir.types import DType
 from ..ops.conv import is_pointwise_conv, pads4
-from ..passes.fusion import weight_permute
-from ..passes.node_classes import BACKWARD_CONVS
+from ..passes.node_classes import BACKWARD_CONVS, weight_permute
 from ..passes.offload import ANCHORS, VIEW_OPS, transposed_operands
 from .c_expr import int_expr
 

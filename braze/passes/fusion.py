@@ -78,13 +78,12 @@ from dataclasses import dataclass, field
 
 from ..ir import sym as S
 from ..ir.graph import Function, Module, Node, Value
-from ..ir.types import DType
 from ..ops.core import FUSED_KINDS
 from ..ops.registry import get_op
 from .common import same_shape, top_functions
 from ..ir.loop import LIBM_UNARY
 from .node_classes import (BACKWARD_CONVS, CLOSED_KINDS, GEMMS, RELAYOUTS, SCATTERS, VIEWS, WINDOWS, node_class,
-                           scatter_group_nodes, swaps_last_two)
+                           scatter_group_nodes, swaps_last_two, weight_permute)
 
 MAX_DUP_NODES = 16
 MAX_EPILOGUE = 32
@@ -102,18 +101,6 @@ def _prologue(anchor: Node, n: Node) -> bool:
     if anchor.op == "conv2d":
         return weight_permute(anchor) is n
     return n.op in VIEWS or (anchor.op == "matmul" and swaps_last_two(n))
-
-
-def weight_permute(conv: Node) -> Node | None:
-    """The ``permute(w, [0, 3, 1, 2])`` of a weight read at run time that a one-group ``conv2d``
-    takes as its OIHW weight (the plug-in reads a channels-last weight so: plugin/saved_layout.py),
-    else None."""
-    w = conv.inputs[1] if len(conv.inputs) > 1 else None
-    p = w.producer if w is not None else None
-    if p is None or p.op != "permute" or tuple(p.attrs["perm"]) != (0, 3, 1, 2) or p.inputs[0].producer is not None \
-            or conv.attrs.get("groups", 1) != 1 or w.dtype is not DType.float32:
-        return None
-    return p
 
 
 def _is_elementwise(n: Node) -> bool:

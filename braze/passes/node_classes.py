@@ -7,6 +7,7 @@ offload, the pipeline and the host code read these."""
 from __future__ import annotations
 
 from ..ir.graph import Node
+from ..ir.types import DType
 from ..ops.registry import get_op
 
 # groups the host runs as a call (oneDNN, braze_scatter.h, braze_attention.h, braze_select.h), with no
@@ -96,3 +97,16 @@ def swaps_last_two(n: Node) -> bool:
     perm = list(n.attrs.get("perm", ())) if n.op == "permute" else []
     r = len(perm)
     return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
+
+
+def weight_permute(conv: Node) -> Node | None:
+    """The ``permute(w, [0, 3, 1, 2])`` of a weight read at run time that a one-group ``conv2d``
+    takes as its OIHW weight (the plug-in reads a channels-last weight so: plugin/strides.py's
+    ``channels_last_inputs``),
+    else None."""
+    w = conv.inputs[1] if len(conv.inputs) > 1 else None
+    p = w.producer if w is not None else None
+    if p is None or p.op != "permute" or tuple(p.attrs["perm"]) != (0, 3, 1, 2) or p.inputs[0].producer is not None \
+            or conv.attrs.get("groups", 1) != 1 or w.dtype is not DType.float32:
+        return None
+    return p

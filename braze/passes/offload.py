@@ -27,8 +27,7 @@ from ..ir.graph import Function, Module, Node, Value
 from ..ir.types import DType
 from ..ops.registry import get_op
 from .common import result_ids, top_functions, users
-from .fusion import weight_permute
-from .node_classes import BACKWARD_CONVS, CONVS, GEMMS, swaps_last_two
+from .node_classes import BACKWARD_CONVS, CONVS, GEMMS, swaps_last_two, weight_permute
 from .precision import HALF
 
 ANCHORS = {"gemm": GEMMS, "conv": CONVS}
@@ -184,8 +183,8 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         if len(readers.get(id(chain), ())) + (id(chain) in results) != 1:
             break
         act = activation_name(m)
-        if ("cast" in post or "scale" in post) and act and act not in EAGER_ACTIVATIONS:
-            break  # after a cast, or a scale (which the helper may apply itself), relu and relu6 only
+        if "scale" in post and act and act not in EAGER_ACTIVATIONS:
+            break  # the helper may apply a scale itself (braze_conv2d_ws), and then relu or relu6 only
         if "cast" in post and act not in EAGER_ACTIVATIONS and m.op not in VIEW_OPS:
             break  # other post-ops run on the float32 accumulator, before the rounding
         if m.op in VIEW_OPS and m.inputs[0] is chain:
@@ -201,8 +200,7 @@ def _absorb(module: Module, callee: Function, anchor_i: int, const_of) -> tuple[
         elif m.op == "mul" and not post and not has_bias and _is_scale(m, chain, in_memory, anchor, const_of):
             post.append("scale")
         elif m.op == "add" and not has_bias and (chain is anchor.outputs[0] or post == ["scale"] and
-                                                 chain.producer is rest[i - 1]) and \
-                _is_bias(m, chain, in_memory, anchor):
+                                                 rest[i - 1].op == "mul") and _is_bias(m, chain, in_memory, anchor):
             post.append("bias")
             has_bias = True
         elif m.op == "add" and "residual" not in post and _is_residual(module, m, chain, in_memory):

@@ -129,8 +129,8 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
 
     from . import saved_layout
     from .partition import compile_graph, in_torch
-    from .strides import channels_last_inputs
     from .rng import braze_dropout
+    from .strides import channels_last_inputs
 
     opts, freeze, compile_backward, rng = plugin_options(options)
     _logging.enable_debug_output(opts.debug)
@@ -169,6 +169,7 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
                 if rng == "braze":
                     braze_dropout(g)
                 if label == "forward":
+                    _keep_saved_activations()
                     saved_nhwc.update(saved_layout.forward(g))
                 elif label == "inference" and not opts.target.startswith("cuda"):
                     channels_last_inputs(g, frozen)
@@ -185,7 +186,6 @@ def braze_backend(gm, example_inputs, options: dict | None = None, mode: str | N
         return lower(g, weights=freeze, label="inference")
 
     def forward(g, fake_args):  # training: weights stay inputs, for the optimizer to change
-        _keep_saved_activations()
         return lower(g, weights=False, label="forward")
 
     def backward(g, fake_args):

@@ -24,8 +24,7 @@ strides PyTorch reads as numbers (``sym_stride``).
 
 from __future__ import annotations
 
-from . import saved_layout
-from .saved_layout import permute_node
+from .saved_layout import TO_NHWC, backward, permute_node
 
 
 def dense_order(val) -> list[int] | None | bool:
@@ -88,9 +87,9 @@ def keep_traced_strides(g, reasons: dict, torch_readers, is_view, view_reason: s
 def channels_last_inputs(gm, skip) -> int:
     """Rewrites an inference graph ``gm`` in place: each 4-D input with channels-last strides (an
     image, or a weight of a model moved to ``memory_format=torch.channels_last``) but those named
-    in ``skip`` (the frozen ones) is read through the two permutes, as ``saved_layout.backward``'s
-    saved activations are: braze takes its NHWC (a weight's OHWI) memory as it is, where it copied
+    in ``skip`` (the frozen ones) is read through the two permutes, as ``saved_layout.backward``
+    reads saved activations: braze takes its NHWC (a weight's OHWI) memory as it is, where it copied
     the tensor to NCHW at every call. Returns how many."""
     names = {p.name for p in gm.graph.nodes if p.op == "placeholder" and p.name not in skip and
-             dense_order(p.meta.get("val")) == saved_layout.TO_NHWC}
-    return saved_layout.backward(gm, names) if names else 0
+             dense_order(p.meta.get("val")) == TO_NHWC}
+    return backward(gm, names) if names else 0
